@@ -1,0 +1,69 @@
+# The short way in. CMake does the building; this file only strings the
+# steps together:
+#
+#   make demo       build (Release) and compile every model in models/
+#   make test       build and run the test suite
+#   make test-asan  the same with clang, AddressSanitizer and UBSan, fuzz
+#                   corpus replay included
+#   make fuzz       run libFuzzer on the readers for FUZZ_TIME seconds
+#   make bench      time compiles of the paper's 1T model (bench/compile.sh)
+#   make clean      remove the build folders
+#
+# Every target first runs scripts/install-deps.sh, which does nothing when
+# the packages are there.
+
+JOBS      := $(shell nproc)
+BUILD     := build
+ASAN      := build-asan
+FUZZ_TIME ?= 60
+MODELS    := $(wildcard models/*.shard)
+MAKEFLAGS += --no-print-directory
+
+.PHONY: all deps build demo test build-asan test-asan fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	@set -e; for m in $(MODELS); do \
+	  echo "== $(BUILD)/shardc compile $$m"; $(BUILD)/shardc compile $$m; \
+	  echo "ok: parsed, lowered, folded, shapes inferred, verified"; \
+	  echo "== $(BUILD)/shardc info $$m"; $(BUILD)/shardc info $$m; \
+	done
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+# A separate folder: the sanitizers and clang's libFuzzer need their own
+# objects. ctest there replays the fuzz corpus twice, through fuzz_replay
+# and through the libFuzzer binary.
+build-asan: deps
+	cmake -S . -B $(ASAN) -DCMAKE_C_COMPILER=clang -DSHARDC_SANITIZE=ON -DSHARDC_FUZZ=ON
+	cmake --build $(ASAN) -j$(JOBS)
+
+test-asan: build-asan
+	ctest --test-dir $(ASAN) --output-on-failure -j2
+
+# New inputs go to $(ASAN)/fuzz/corpus (the seeds in tests/fuzz/corpus stay
+# as they are); a crash is written to $(ASAN)/fuzz/ and reproduced with
+# `$(ASAN)/fuzz/fuzz_replay FILE`. Worth keeping: copy it into the corpus.
+# -fork=1 runs the inputs in a child process that is replaced now and then:
+# the compiler's arena is only freed at exit, so one long-lived process
+# would grow without bound.
+fuzz: build-asan
+	mkdir -p $(ASAN)/fuzz/corpus
+	$(ASAN)/fuzz/fuzz_frontend -fork=1 -max_total_time=$(FUZZ_TIME) -timeout=10 \
+	  -rss_limit_mb=2048 -max_len=65536 -artifact_prefix=$(ASAN)/fuzz/ \
+	  $(ASAN)/fuzz/corpus tests/fuzz/corpus
+
+bench: build
+	bench/compile.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN)

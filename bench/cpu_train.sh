@@ -1,0 +1,226 @@
+#!/bin/bash
+# Training speed of our CPU target against PyTorch, measured in the same run
+# on the same shape, batch, data and thread count, and the peak memory of
+# our rank program against its memory plan.
+#
+# Shapes (gpt2.shard, one microbatch a step, no gradient accumulation):
+#   demo         layers=4 hidden=128 heads=4 seq=128 vocab=256, microbatch 8
+#                target: at least 2x PyTorch (per-op overhead dominates)
+#   gpt2-small   the defaults (124M) at seq=256, microbatch 4
+#                target: not slower than PyTorch (the GEMMs dominate), and
+#                peak RSS less the process's RSS before the plan within 10%
+#                of the planned bytes
+#
+# The peer is tests/oracle's PyTorch model (oracle.py with --fused-ops:
+# torch's fused layernorm, GELU and cross entropy, AdamW, grad clipping),
+# reading the same byte-level shard of data/corpus.txt. Both run with
+# OMP_NUM_THREADS = torch threads = THREADS (default nproc). Tokens/s is
+# taken over the steps after the first few (DEMO_SKIP, GPT2_SKIP), whose
+# times include warm-up. On 2 idle cores the whole run takes about 4
+# minutes, most of it the 2 x 4 steps of GPT-2 small.
+#
+#   bench/cpu_train.sh                    both shapes
+#   SHAPES=demo bench/cpu_train.sh        one of them
+#   DEMO_STEPS=40 DEMO_SKIP=5 GPT2_STEPS=6 GPT2_SKIP=2 THREADS=2 BUILD=build bench/cpu_train.sh
+#
+# Exit status 1 when a target is missed or a run fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LC_ALL=C
+
+BUILD=${BUILD:-build}
+SHARDC=${SHARDC:-$BUILD/shardc}
+THREADS=${THREADS:-$(nproc)}
+DEMO_STEPS=${DEMO_STEPS:-30}
+DEMO_SKIP=${DEMO_SKIP:-3}
+GPT2_STEPS=${GPT2_STEPS:-4}
+GPT2_SKIP=${GPT2_SKIP:-1}
+SHAPES=${SHAPES:-"demo gpt2-small"}
+# Debian's python3-torch lives under the system python, not whatever
+# python3 comes first on PATH.
+PY=${PY:-/usr/bin/python3}
+ORACLE=tests/oracle
+
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
+
+die() { echo "bench: $*" >&2; exit 1; }
+
+TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ||
+  die "PyTorch missing for $PY (apt-get install python3-torch)"
+[[ -x /usr/bin/time ]] || die "/usr/bin/time missing (apt-get install time)"
+if [[ ! -x $SHARDC ]]; then
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cpu_train.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+DATA=$WORK/corpus.bin
+"$PY" "$ORACLE/shard_data.py" text data/corpus.txt -o "$DATA" >/dev/null
+
+# program DIR: the rank-0 program that `shardc build DIR` made, found
+# through manifest.json (ranks -> program), else the one executable there.
+program() {
+  "$PY" - "$1" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+def names(x):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k in ("program", "binary", "executable") and isinstance(v, str):
+                yield v
+            yield from names(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from names(v)
+try:
+    cands = list(names(json.load(open(os.path.join(d, "manifest.json")))))
+except (OSError, ValueError):
+    cands = []
+for c in cands:
+    for p in (c, os.path.splitext(c)[0]):
+        p = os.path.join(d, p)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            print(p); sys.exit(0)
+exe = [os.path.join(d, f) for f in sorted(os.listdir(d))
+       if os.path.isfile(os.path.join(d, f)) and os.access(os.path.join(d, f), os.X_OK)
+       and not f.endswith((".sh", ".py"))]
+if len(exe) == 1:
+    print(exe[0]); sys.exit(0)
+sys.exit("no rank program found in %s (candidates %s)" % (d, cands or exe))
+EOF
+}
+
+# rate LOG SKIP: tokens/s over the records after the first SKIP of a --log-json
+# file (one JSON object per step with tokens_per_s; every step has the same
+# tokens, so the overall rate is the harmonic mean of the step rates).
+rate() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+recs = []
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(r, dict) and "step" in r and "tokens_per_s" in r and "loss" in r:
+        recs.append(r)
+recs.sort(key=lambda r: r["step"])
+kept = [r["tokens_per_s"] for r in recs[int(sys.argv[2]):] if r["tokens_per_s"] > 0]
+if not kept:
+    sys.exit("%s: no step records after the first %s" % (sys.argv[1], sys.argv[2]))
+print("%.1f" % (len(kept) / sum(1.0 / t for t in kept)))
+EOF
+}
+
+# plan_bytes FILE...: the total of the memory plan as printed (the last
+# line that says "total"; a byte count, or a number with a unit).
+plan_bytes() {
+  "$PY" - "$@" <<'EOF'
+import re, sys
+units = {"": 1, "b": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30}
+best = None
+for path in sys.argv[1:]:
+    for line in open(path, errors="replace"):
+        if "total" not in line.lower():
+            continue
+        nums = re.findall(r"(\d[\d,]*(?:\.\d+)?)\s*(bytes|[kmg]i?b|b)?\b", line, re.I)
+        vals = [float(n.replace(",", "")) * units[(u or "").lower()] for n, u in nums]
+        exact = [float(n.replace(",", "")) for n, u in nums
+                 if "." not in n and (u or "bytes").lower() in ("bytes", "b")]
+        if vals:
+            best = max(exact) if exact else max(vals)
+if best is None:
+    sys.exit("no memory plan total found")
+print("%d" % best)
+EOF
+}
+
+# peak_kb FILE: "Maximum resident set size (kbytes)" of /usr/bin/time -v.
+peak_kb() { awk -F': ' '/Maximum resident set size/ {print $2}' "$1"; }
+
+fail=0
+report=()
+
+# bench NAME STEPS SKIP MICROBATCH ORACLE_CONFIG -D...: one shape, both sides.
+bench() {
+  local name=$1 steps=$2 skip=$3 mb=$4 cfg=$5
+  shift 5
+  local defs=("$@" -D batch="$mb")
+  local dir=$WORK/$name seq
+  seq=$(sed -n 's/.*seq=\([0-9]*\).*/\1/p' <<<"$cfg")
+  echo "== $name: gpt2.shard ${defs[*]}, microbatch $mb, $steps steps ($skip skipped), $THREADS threads"
+
+  "$SHARDC" compile models/gpt2.shard --target cpu -o "$dir" "${defs[@]}" >"$WORK/$name.compile" 2>&1 ||
+    { cat "$WORK/$name.compile" >&2; die "$name: shardc compile failed"; }
+  "$SHARDC" build "$dir" >"$WORK/$name.build" 2>&1 ||
+    { tail -20 "$WORK/$name.build" >&2; die "$name: shardc build failed"; }
+  local prog
+  prog=$(program "$dir") || die "$name: no program in $dir"
+
+  /usr/bin/time -v -o "$WORK/$name.time" "$prog" --data "$DATA" --steps "$steps" \
+    --global-batch "$mb" --no-shuffle --log-every 1 --log-json "$WORK/$name.jsonl" \
+    >"$WORK/$name.out" 2>&1 || { tail -20 "$WORK/$name.out" >&2; die "$name: training run failed"; }
+  # What the process holds before it allocates its plan: the same program
+  # stopping at its flags (libraries, OpenMP and OpenBLAS start-up).
+  /usr/bin/time -v -o "$WORK/$name.time0" "$prog" --help >/dev/null 2>&1 || true
+
+  "$PY" "$ORACLE/oracle.py" --model gpt2 --config "$cfg" --data "$DATA" --batch "$mb" \
+    --seq "$seq" --global-batch "$mb" --steps "$steps" --no-shuffle --fused-ops \
+    --threads "$THREADS" --quiet --out "$WORK/$name.torch.json" \
+    --log-json "$WORK/$name.torch.jsonl" >"$WORK/$name.torch.out" 2>&1 ||
+    { tail -20 "$WORK/$name.torch.out" >&2; die "$name: PyTorch run failed"; }
+
+  local ours torch ratio
+  ours=$(rate "$WORK/$name.jsonl" "$skip") || die "$name: no rate in our log"
+  torch=$(rate "$WORK/$name.torch.jsonl" "$skip") || die "$name: no rate in PyTorch's log"
+  ratio=$(awk -v a="$ours" -v b="$torch" 'BEGIN {printf "%.2f", a / b}')
+  printf '  %-28s %12s tokens/s\n' "shardc (CPU target)" "$ours"
+  printf '  %-28s %12s tokens/s\n' "PyTorch $TORCH_VERSION" "$torch"
+  printf '  %-28s %12s x\n' "ratio shardc / PyTorch" "$ratio"
+  report+=("$(printf '%-11s %12s %12s %8s' "$name" "$ours" "$torch" "$ratio")")
+
+  local peak base plan
+  peak=$(peak_kb "$WORK/$name.time")
+  base=$(peak_kb "$WORK/$name.time0")
+  if plan=$(plan_bytes "$WORK/$name.out" "$WORK/$name.compile" 2>/dev/null); then
+    awk -v p="$peak" -v b="$base" -v plan="$plan" 'BEGIN {
+      used = (p - b) * 1024
+      printf "  peak RSS %.1f MiB, before the plan %.1f MiB, difference %.1f MiB\n", p / 1024, b / 1024, used / 2^20
+      printf "  memory plan %.1f MiB: difference / plan = %.3f\n", plan / 2^20, used / plan }'
+  else
+    echo "  peak RSS $((peak / 1024)) MiB; no memory plan total found in the program's or compile's output"
+    plan=0
+  fi
+  MEM_RATIO=$(awk -v p="$peak" -v b="$base" -v plan="$plan" \
+    'BEGIN {if (plan > 0) printf "%.4f", (p - b) * 1024 / plan; else print "nan"}')
+  RATIO=$ratio
+}
+
+target() { # DESCRIPTION CONDITION(awk)
+  if awk "BEGIN {exit !($2)}"; then echo "PASS: $1"; else echo "FAIL: $1"; fail=1; fi
+}
+
+for shape in $SHAPES; do
+  case $shape in
+  demo)
+    bench demo "$DEMO_STEPS" "$DEMO_SKIP" 8 "vocab=256,hidden=128,heads=4,layers=4,seq=128" \
+      -D layers=4 -D hidden=128 -D heads=4 -D seq=128 -D vocab=256
+    target "demo: shardc / PyTorch = $RATIO >= 2" "$RATIO >= 2"
+    ;;
+  gpt2-small)
+    bench gpt2-small "$GPT2_STEPS" "$GPT2_SKIP" 4 "seq=256" -D seq=256
+    target "gpt2-small: shardc / PyTorch = $RATIO >= 1" "$RATIO >= 1"
+    target "gpt2-small: (peak RSS - start) / plan = $MEM_RATIO within 10%" \
+      "\"$MEM_RATIO\" != \"nan\" && $MEM_RATIO >= 0.9 && $MEM_RATIO <= 1.1"
+    ;;
+  *) die "unknown shape $shape (demo, gpt2-small)" ;;
+  esac
+done
+
+echo
+echo "tokens/s, $THREADS threads, $(nproc) cores"
+printf '%-11s %12s %12s %8s\n' shape shardc PyTorch ratio
+printf '%s\n' "${report[@]}"
+exit $fail

@@ -1,0 +1,43 @@
+/* Code generation: from a planned graph to the sources of its rank programs.
+ *
+ * cg_compile writes, into one directory, one source file per distinct rank
+ * program (rank0.c for the single rank of this milestone), manifest.json
+ * (the world size and, per rank, its program and tp/pp/dp coordinates), a
+ * Makefile that builds every program against the runtime and kernel
+ * libraries of the shardc build that wrote it, and model.txt (the model
+ * file and the -D overrides it was compiled with, for sampling and resuming;
+ * a copy of the model file sits next to it).
+ *
+ * The emitter core (emit.c) writes what every target shares: the memory
+ * plan, the model tables, the forward and backward functions node by node;
+ * a target (target.h; cpu.c) writes only kernel calls, loops and includes. */
+#ifndef SHARDC_CODEGEN_H
+#define SHARDC_CODEGEN_H
+
+#include <stdio.h>
+
+#include "../ir/ir.h"
+
+typedef struct CgOptions {
+  const char *target;      /* "cpu" (the only target so far); NULL means cpu */
+  const char *out_dir;     /* created when missing; existing files are replaced */
+  IrDType dtype;           /* the program's real: IR_F32 (default) or IR_F64 (gradient checks) */
+  const char *model_path;  /* the model file, as recorded in the program and in model.txt */
+  const char *const *defines; /* the -D overrides, "name=value" each, in command-line order */
+  int ndefines;
+  int threads;             /* kernel scratch is planned for this many threads; 0: PASS_MEMPLAN_THREADS */
+  FILE *plan_out;          /* when not NULL, the memory plan's bytes per region are printed here */
+} CgOptions;
+
+/* The pass pipeline a graph must go through before cg_compile for a
+ * target ("fold,shape,unroll,autodiff,verify,memplan" for cpu); NULL for
+ * an unknown target. */
+const char *cg_pipeline(const char *target);
+
+/* Writes the rank programs of g (after cg_pipeline) into o->out_dir. The
+ * memory plan is made again when g has none or one for another real type.
+ * Returns 0, or 1 after reporting errors (an unknown target, a model the
+ * target cannot run, a file that cannot be written). */
+int cg_compile(IrGraph *g, const CgOptions *o);
+
+#endif

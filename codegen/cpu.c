@@ -1,0 +1,724 @@
+/* The CPU target: C with OpenMP. GEMMs go through k_gemm (OpenBLAS), the
+ * other ops through the kernels of kernels/cpu/kernels.h, and each chain of
+ * elementwise ops becomes one loop. */
+#include <string.h>
+
+#include "target.h"
+
+/* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
+ * compile on its own. */
+#ifndef SHARDC_SOURCE_DIR
+#define SHARDC_SOURCE_DIR "."
+#endif
+#ifndef SHARDC_C_COMPILER
+#define SHARDC_C_COMPILER "cc"
+#endif
+#ifndef SHARDC_OPENMP_FLAGS
+#define SHARDC_OPENMP_FLAGS "-fopenmp"
+#endif
+#ifndef SHARDC_NATIVE_FLAGS
+#define SHARDC_NATIVE_FLAGS ""
+#endif
+#ifndef SHARDC_LINK_LIBS
+#define SHARDC_LINK_LIBS "-lopenblas -lcjson -lm"
+#endif
+#ifndef SHARDC_RT_LIBS_F32
+#define SHARDC_RT_LIBS_F32 "libshard_rt_f32.a libshard_data.a libshard_kernels_f32.a"
+#endif
+#ifndef SHARDC_RT_LIBS_F64
+#define SHARDC_RT_LIBS_F64 "libshard_rt_f64.a libshard_data.a libshard_kernels_f64.a"
+#endif
+
+/* Loops over fewer elements run on the calling thread, as the kernels'
+ * own loops do (K_PAR_MIN): waking a team costs more than the work. */
+#define PAR_MIN 32768
+
+/* ---------------------------------------------------------------- shapes */
+
+static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
+static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
+
+/* Dim k, counting from the end when negative. */
+static int64_t dim(const IrValue *v, int k) {
+  return v->type.shape[k < 0 ? k + v->type.rank : k];
+}
+
+/* The product of dims [from, to). */
+static int64_t prod(const IrType *t, int from, int to) {
+  int64_t p = 1;
+  for (int k = from; k < to; k++) p *= t->shape[k];
+  return p;
+}
+
+static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
+
+static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
+
+/* GEMMs that produce a gradient straight into its slot add (beta = 1). */
+static const char *beta_of(CgEmitter *e, const IrValue *out) {
+  return cg_buf(e, out)->region == PASS_REGION_GRADS ? "1" : "0";
+}
+
+/* How an operand of shape t is read at the flat index of shape s. */
+typedef enum BcKind { BC_FULL, BC_SCALAR, BC_SUFFIX, BC_ROW, BC_GENERAL } BcKind;
+typedef struct Bc {
+  BcKind kind;
+  int64_t size; /* BC_SUFFIX: elements of the suffix; BC_ROW: elements per row */
+} Bc;
+
+/* t's dims right-aligned to s's rank, 1 where t has none. */
+static void aligned_dims(const IrType *t, const IrType *s, int64_t *td) {
+  for (int k = 0; k < s->rank; k++) {
+    int j = k - (s->rank - t->rank);
+    td[k] = j >= 0 ? t->shape[j] : 1;
+  }
+}
+
+static Bc classify(const IrType *t, const IrType *s) {
+  int64_t nt = ir_type_numel(t), ns = ir_type_numel(s), td[IR_MAX_RANK];
+  if (nt == ns) return (Bc){BC_FULL, ns};
+  if (nt == 1) return (Bc){BC_SCALAR, 1};
+  aligned_dims(t, s, td);
+  int r = s->rank, p = 0, q = r;
+  while (p < r && td[p] == 1) p++;
+  bool suffix = true, row = true;
+  for (int k = p; k < r; k++) suffix &= td[k] == s->shape[k];
+  if (suffix) return (Bc){BC_SUFFIX, prod(s, p, r)};
+  while (q > 0 && td[q - 1] == 1) q--;
+  for (int k = 0; k < q; k++) row &= td[k] == s->shape[k];
+  if (row) return (Bc){BC_ROW, prod(s, q, r)};
+  return (Bc){BC_GENERAL, 0};
+}
+
+/* The index into t of flat index `i` of s, for any broadcast. */
+static const char *general_index(const IrType *t, const IrType *s, const char *i) {
+  int64_t td[IR_MAX_RANK], sstride = 1, tstride = 1;
+  int64_t ss[IR_MAX_RANK], ts[IR_MAX_RANK];
+  aligned_dims(t, s, td);
+  for (int k = s->rank - 1; k >= 0; k--) {
+    ss[k] = sstride, ts[k] = tstride;
+    sstride *= s->shape[k], tstride *= td[k];
+  }
+  char *x = NULL;
+  for (int k = 0; k < s->rank; k++) {
+    if (td[k] == 1) continue;
+    const char *c = k == 0 ? ir_fmt("%s / %lld", i, (long long)ss[k])
+                    : ss[k] == 1 ? ir_fmt("%s %% %lld", i, (long long)s->shape[k])
+                                 : ir_fmt("%s / %lld %% %lld", i, (long long)ss[k], (long long)s->shape[k]);
+    c = ts[k] == 1 ? ir_fmt("(%s)", c) : ir_fmt("(%s) * %lld", c, (long long)ts[k]);
+    x = x ? ir_fmt("%s + %s", x, c) : (char *)c;
+  }
+  return x ? x : "0";
+}
+
+/* ------------------------------------------------------------ fused loops */
+
+typedef struct Load {
+  const IrValue *v;
+  Bc bc;
+  const char *index;
+} Load;
+
+typedef struct Fused {
+  int first, last;
+  const IrType *shape;
+  Load *loads;
+  int nloads;
+  bool two_level; /* rows r of `cols` elements: suffix operands read [j], row operands [r] */
+  int64_t cols;
+} Fused;
+
+static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return false;
+  for (int k = f->first; k <= f->last; k++)
+    if (node_at(e, k) == v->def) return true;
+  return false;
+}
+
+static const char *reg(CgEmitter *e, const IrValue *v) {
+  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
+}
+
+static void collect_loads(CgEmitter *e, Fused *f) {
+  int cap = 0;
+  for (int k = f->first; k <= f->last; k++) cap += node_at(e, k)->nin;
+  f->loads = ir_alloc((size_t)(cap ? cap : 1) * sizeof *f->loads);
+  for (int k = f->first; k <= f->last; k++) {
+    const IrNode *n = node_at(e, k);
+    for (int j = 0; j < n->nin; j++) {
+      const IrValue *v = n->in[j];
+      bool seen = in_group(e, f, v);
+      for (int l = 0; l < f->nloads && !seen; l++) seen = f->loads[l].v == v;
+      if (!seen) f->loads[f->nloads++] = (Load){v, classify(&v->type, f->shape), NULL};
+    }
+  }
+  /* One loop of rows works when every broadcast operand repeats along the
+   * same row length: a bias [h] over [b, s, h], or a per-row scalar. */
+  f->cols = 0;
+  f->two_level = true;
+  for (int l = 0; l < f->nloads; l++) {
+    Bc bc = f->loads[l].bc;
+    if (bc.kind == BC_GENERAL || ((bc.kind == BC_SUFFIX || bc.kind == BC_ROW) && f->cols &&
+                                  f->cols != bc.size))
+      f->two_level = false;
+    if (bc.kind == BC_SUFFIX || bc.kind == BC_ROW) f->cols = bc.size;
+  }
+  if (!f->cols) f->two_level = false;
+  for (int l = 0; l < f->nloads; l++) {
+    Load *ld = &f->loads[l];
+    switch (ld->bc.kind) {
+    case BC_FULL: ld->index = "i"; break;
+    case BC_SCALAR: ld->index = "0"; break;
+    case BC_SUFFIX: ld->index = f->two_level ? "j" : ir_fmt("i %% %lld", (long long)ld->bc.size); break;
+    case BC_ROW: ld->index = f->two_level ? "r" : ir_fmt("i / %lld", (long long)ld->bc.size); break;
+    case BC_GENERAL: ld->index = general_index(&ld->v->type, f->shape, "i"); break;
+    }
+  }
+}
+
+static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
+  if (in_group(e, f, v)) return reg(e, v);
+  for (int l = 0; l < f->nloads; l++)
+    if (f->loads[l].v == v) return ir_fmt("x%d[%s]", l, f->loads[l].index);
+  unreachable();
+}
+
+/* The value of output `out` of an elementwise node, from its operands. */
+static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a) {
+  switch (n->op) {
+  case IR_OP_ADD: return ir_fmt("%s + %s", a[0], a[1]);
+  case IR_OP_SUB: return ir_fmt("%s - %s", a[0], a[1]);
+  case IR_OP_MUL: return ir_fmt("%s * %s", a[0], a[1]);
+  case IR_OP_SCALE: return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
+  case IR_OP_GELU: return ir_fmt("k_gelu(%s)", a[0]);
+  case IR_OP_SILU: return ir_fmt("k_silu(%s)", a[0]);
+  case IR_OP_SWIGLU: return ir_fmt("k_silu(%s) * %s", a[0], a[1]);
+  case IR_OP_GELU_GRAD: return ir_fmt("k_gelu_grad(%s, %s)", a[0], a[1]);
+  case IR_OP_SILU_GRAD: return ir_fmt("k_silu_grad(%s, %s)", a[0], a[1]);
+  /* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
+  case IR_OP_SWIGLU_GRAD:
+    return out == 0 ? ir_fmt("k_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
+                    : ir_fmt("%s * k_silu(%s)", a[2], a[0]);
+  default: cg_error(e, n, "no inline form for this elementwise op"); return "0";
+  }
+}
+
+static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
+  int nstore = 0;
+  for (int k = f->first; k <= f->last; k++) {
+    const IrNode *n = node_at(e, k);
+    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
+    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
+    for (int j = 0; j < n->nout; j++) {
+      const PassBuf *b = cg_buf(e, n->out[j]);
+      emit(e, "const real %s = %s;", reg(e, n->out[j]), elem_expr(e, n, j, a));
+      if (b->region != PASS_REGION_NONE)
+        emit(e, "%s[i] %s= %s;", store[nstore++], b->region == PASS_REGION_GRADS ? "+" : "",
+             reg(e, n->out[j]));
+      else if (b->uses == 0)
+        emit(e, "(void)%s;", reg(e, n->out[j]));
+    }
+  }
+}
+
+static void cpu_fused(CgEmitter *e, int first, int last) {
+  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type};
+  collect_loads(e, &f);
+  int64_t N = ir_type_numel(f.shape);
+  emit(e, "{");
+  e->depth++;
+  for (int l = 0; l < f.nloads; l++)
+    emit(e, "const real *restrict x%d = %s;", l, ref(e, f.loads[l].v));
+  const char **store = ir_alloc(sizeof *store * (size_t)(2 * (last - first + 1)));
+  int nstore = 0;
+  for (int k = first; k <= last; k++) {
+    const IrNode *n = node_at(e, k);
+    for (int j = 0; j < n->nout; j++)
+      if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) {
+        store[nstore] = ir_fmt("y%d", nstore);
+        emit(e, "real *restrict %s = %s;", store[nstore++], ref(e, n->out[j]));
+      }
+  }
+  if (f.two_level) {
+    if (N >= PAR_MIN) emit(e, "#pragma omp parallel for schedule(static)");
+    emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)(N / f.cols));
+    e->depth++;
+    emit(e, "#pragma omp simd");
+    emit(e, "for (int64_t j = 0; j < %lld; j++) {", (long long)f.cols);
+    e->depth++;
+    emit(e, "const int64_t i = r * %lld + j;", (long long)f.cols);
+    emit_fused_body(e, &f, store);
+    e->depth--;
+    emit(e, "}");
+  } else {
+    emit(e, N >= PAR_MIN ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
+    emit(e, "for (int64_t i = 0; i < %lld; i++) {", (long long)N);
+    e->depth++;
+    emit_fused_body(e, &f, store);
+  }
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+}
+
+/* ------------------------------------------------------------------ GEMMs */
+
+static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *A,
+                 int64_t lda, const char *B, int64_t ldb, const char *beta, const char *C,
+                 int64_t ldc) {
+  emit(e, "k_gemm(%d, %d, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, %s, %s, %lld);", ta, tb,
+       (long long)M, (long long)N, (long long)K, A, (long long)lda, B, (long long)ldb, beta, C,
+       (long long)ldc);
+}
+
+/* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
+ * contiguous, a batched GEMM otherwise (a shared operand has stride 0). */
+static void emit_matmul(CgEmitter *e, const IrNode *n) {
+  const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
+  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
+    cg_error(e, n, "operands of rank below 2");
+    return;
+  }
+  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
+  int64_t m = dim(y, -2), nn = dim(y, -1), k = ta ? dim(a, -2) : dim(a, -1);
+  int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
+  int64_t lda = ta ? m : k, ldb = tb ? k : nn;
+  const char *beta = beta_of(e, y);
+  if (batch == 1) {
+    gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
+  } else if (bb == 1 && !ta && ba == batch) {
+    gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
+  } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
+    emit(e, "k_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1, %s, %lld, %lld, %s, %lld, %lld, "
+            "%s, %s, %lld, %lld);",
+         ta, tb, (long long)batch, (long long)m, (long long)nn, (long long)k, ref(e, a),
+         (long long)lda, (long long)(ba == 1 ? 0 : m * k), ref(e, b), (long long)ldb,
+         (long long)(bb == 1 ? 0 : k * nn), beta, ref(e, y), (long long)nn, (long long)(m * nn));
+  } else {
+    cg_error(e, n, "batch dims that neither match nor are shared");
+  }
+}
+
+/* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */
+static void emit_linear(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t in = dim(x, -1), out = dim(y, -1), rows = rows_of(x);
+  gemm(e, 0, tr, rows, out, in, ref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y), ref(e, y),
+       out);
+  if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", ref(e, y), ref(e, n->in[2]),
+                        (long long)rows, (long long)out);
+}
+
+/* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
+static void emit_linear_dx(CgEmitter *e, const IrNode *n) {
+  const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rows_of(dy);
+  gemm(e, 0, !tr, rows, in, out, ref(e, dy), out, ref(e, w), tr ? in : out, beta_of(e, dx),
+       ref(e, dx), in);
+}
+
+/* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
+ * every leading dim by the GEMM's inner dimension. */
+static void emit_linear_dw(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
+  if (tr)
+    gemm(e, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, beta_of(e, dw), ref(e, dw), in);
+  else
+    gemm(e, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy), out, beta_of(e, dw), ref(e, dw), out);
+}
+
+/* ----------------------------------------------------------------- layout */
+
+static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
+
+static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
+  emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)numel(x));
+}
+
+static void emit_transpose(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  const IrType *t = &x->type;
+  int d0 = norm_axis(ir_attr_int(n, "dim0"), t->rank), d1 = norm_axis(ir_attr_int(n, "dim1"), t->rank);
+  if (d0 > d1) {
+    int s = d0;
+    d0 = d1, d1 = s;
+  }
+  if (d0 == d1) {
+    emit_copy(e, y, x);
+    return;
+  }
+  emit(e, "k_transpose(%s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, y), ref(e, x),
+       (long long)prod(t, 0, d0), (long long)t->shape[d0], (long long)prod(t, d0 + 1, d1),
+       (long long)t->shape[d1], (long long)prod(t, d1 + 1, t->rank));
+}
+
+/* [b, s, H*d] <-> [b, H, s, d]. */
+static void emit_heads(CgEmitter *e, const IrNode *n, bool split) {
+  const IrValue *x = n->in[0], *y = n->out[0], *h4 = split ? y : x;
+  if (h4->type.rank != 4) {
+    cg_error(e, n, "expected [b, H, s, d] of rank 4");
+    return;
+  }
+  emit(e, "k_%s_heads(%s, %s, %lld, %lld, %lld, %lld);", split ? "split" : "merge", ref(e, y),
+       ref(e, x), (long long)dim(h4, 0), (long long)dim(h4, 2), (long long)dim(h4, 1),
+       (long long)dim(h4, 3));
+}
+
+/* A split that is not a view: one strided block copy per part. */
+static void emit_split(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0];
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  for (int j = 0; j < n->nout; j++)
+    emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", ref(e, n->out[j]), (long long)part,
+         ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
+         (long long)outer, (long long)part);
+}
+
+static void emit_concat(CgEmitter *e, const IrNode *n) {
+  const IrValue *y = n->out[0];
+  int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
+  int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  for (int j = 0; j < n->nin; j++) {
+    int64_t c = numel(n->in[j]) / outer;
+    emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", ref(e, y),
+         at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, ref(e, n->in[j]),
+         (long long)c, (long long)outer, (long long)c);
+    at += c;
+  }
+}
+
+/* sum_to: x summed down to the shape broadcasting stretched it from. */
+static void emit_sum_to(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  Bc bc = classify(&y->type, &x->type);
+  int64_t N = numel(x), M = numel(y);
+  switch (bc.kind) {
+  case BC_FULL: emit_copy(e, y, x); return;
+  case BC_SCALAR:
+  case BC_SUFFIX:
+    emit(e, "k_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M), (long long)M);
+    return;
+  case BC_ROW:
+    emit(e, "{");
+    e->depth++;
+    emit(e, "real *restrict y = %s;", ref(e, y));
+    emit(e, "const real *restrict x = %s;", ref(e, x));
+    if (N >= PAR_MIN) emit(e, "#pragma omp parallel for schedule(static)");
+    emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)M);
+    e->depth++;
+    emit(e, "double s = 0;");
+    emit(e, "for (int64_t j = 0; j < %lld; j++) s += x[r * %lld + j];", (long long)bc.size,
+         (long long)bc.size);
+    emit(e, "y[r] = (real)s;");
+    e->depth--;
+    emit(e, "}");
+    e->depth--;
+    emit(e, "}");
+    return;
+  case BC_GENERAL:
+    emit(e, "{");
+    e->depth++;
+    emit(e, "real *restrict y = %s;", ref(e, y));
+    emit(e, "const real *restrict x = %s;", ref(e, x));
+    emit(e, "memset(y, 0, %lld * sizeof(real));", (long long)M);
+    emit(e, "for (int64_t i = 0; i < %lld; i++) y[%s] += x[i];", (long long)N,
+         general_index(&y->type, &x->type, "i"));
+    e->depth--;
+    emit(e, "}");
+    return;
+  }
+}
+
+/* ------------------------------------------------------- the other kernels */
+
+static bool need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
+  if (v->type.dtype == IR_I32) return true;
+  cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(v->type.dtype));
+  return false;
+}
+
+static const char *scratch(CgEmitter *e, int index) {
+  return ir_fmt("ACT(%lld)", (long long)(e->plan->activations + e->plan->scratch_offset[index]));
+}
+
+/* Query heads, kv heads and the head size of attention over q[b, s, H*d]. */
+static void attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) {
+  *H = ir_attr_int(n, "heads");
+  *K = ir_attr_int(n, "kv_heads");
+  if (*K == 0) *K = *H;
+  *d = dim(n->in[0], -1) / *H;
+}
+
+static void emit_attention(CgEmitter *e, const IrNode *n, int index) {
+  const IrValue *q = n->in[0];
+  int64_t H, K, d;
+  attention_dims(n, &H, &K, &d);
+  int causal = (int)ir_attr_int(n, "causal");
+  if (n->op == IR_OP_ATTENTION)
+    emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
+         ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
+  else
+    emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
+         ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
+         ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
+}
+
+static void emit_norm(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0];
+  int64_t h = dim(x, -1), rows = rows_of(x);
+  const char *eps = cg_real(ir_attr_float(n, "eps"));
+  switch (n->op) {
+  case IR_OP_LAYERNORM:
+    emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+         ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rows, (long long)h,
+         eps);
+    return;
+  case IR_OP_RMSNORM:
+    emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+         ref(e, n->in[1]), (long long)rows, (long long)h, eps);
+    return;
+  case IR_OP_LAYERNORM_GRAD: {
+    /* A layernorm without a bias has no use for db. */
+    const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
+    bool want_db = db && (db->uses > 0 || db->grad_of);
+    emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
+         ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
+         ref(e, n->in[1]), (long long)rows, (long long)h, eps);
+    return;
+  }
+  case IR_OP_RMSNORM_GRAD:
+    emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
+         ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows,
+         (long long)h, eps);
+    return;
+  default: unreachable();
+  }
+}
+
+static void emit_dropout(CgEmitter *e, const IrNode *n) {
+  /* In evaluation the rate is 0: the kernel copies. */
+  emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)ir_attr_int(n, "site"));
+}
+
+static void emit_loss(CgEmitter *e, const IrNode *n) {
+  const IrValue *logits = n->in[0], *targets = n->in[1];
+  if (!need_i32(e, n, targets)) return;
+  int64_t V = dim(logits, -1), rows = numel(targets);
+  if (n->op == IR_OP_CROSS_ENTROPY)
+    emit(e, "k_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V);
+  else
+    emit(e, "k_cross_entropy_bwd(%s, %s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
+         (long long)V);
+}
+
+/* embedding_grad straight into the gradient slot: dy's rows added to the
+ * rows the ids picked. Threads split the columns, so that two equal ids
+ * never race and every element sums its rows in the same order. */
+static void emit_embedding_scatter(CgEmitter *e, const IrNode *n) {
+  const IrValue *ids = n->in[0], *dy = n->in[1], *y = n->out[0];
+  int64_t rows = numel(ids), h = dim(y, -1);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "real *restrict g = %s;", ref(e, y));
+  emit(e, "const int32_t *restrict ids = %s;", ref(e, ids));
+  emit(e, "const real *restrict dy = %s;", ref(e, dy));
+  if (rows * h >= PAR_MIN) emit(e, "#pragma omp parallel for schedule(static)");
+  emit(e, "for (int64_t c = 0; c < %lld; c += 64) {", (long long)h);
+  e->depth++;
+  emit(e, "const int64_t end = c + 64 < %lld ? c + 64 : %lld;", (long long)h, (long long)h);
+  emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)rows);
+  e->depth++;
+  emit(e, "real *restrict gr = g + (int64_t)ids[r] * %lld;", (long long)h);
+  emit(e, "const real *restrict dr = dy + r * %lld;", (long long)h);
+  emit(e, "#pragma omp simd");
+  emit(e, "for (int64_t j = c; j < end; j++) gr[j] += dr[j];");
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+}
+
+static void emit_embedding(CgEmitter *e, const IrNode *n) {
+  const IrValue *ids = n->in[0], *y = n->out[0];
+  if (!need_i32(e, n, ids)) return;
+  if (n->op == IR_OP_EMBEDDING)
+    emit(e, "k_embedding_fwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, ids), ref(e, n->in[1]),
+         (long long)numel(ids), (long long)dim(y, -1));
+  else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
+    emit_embedding_scatter(e, n);
+  else
+    emit(e, "k_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
+         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
+}
+
+static void cpu_node(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
+  switch (n->op) {
+  case IR_OP_EMBEDDING:
+  case IR_OP_EMBEDDING_GRAD: emit_embedding(e, n); return;
+  case IR_OP_ARANGE:
+    if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
+    else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+    return;
+  case IR_OP_ZEROS:
+    emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)numel(y),
+         y->type.dtype == IR_I32 ? "int32_t" : "real");
+    return;
+  case IR_OP_MATMUL: emit_matmul(e, n); return;
+  case IR_OP_LINEAR: emit_linear(e, n); return;
+  case IR_OP_LINEAR_DX: emit_linear_dx(e, n); return;
+  case IR_OP_LINEAR_DW: emit_linear_dw(e, n); return;
+  case IR_OP_RESHAPE: emit_copy(e, y, x); return; /* a view unless the plan says otherwise */
+  case IR_OP_TRANSPOSE: emit_transpose(e, n); return;
+  case IR_OP_SPLIT_HEADS: emit_heads(e, n, true); return;
+  case IR_OP_MERGE_HEADS: emit_heads(e, n, false); return;
+  case IR_OP_SPLIT: emit_split(e, n); return;
+  case IR_OP_CONCAT: emit_concat(e, n); return;
+  case IR_OP_SUM_TO: emit_sum_to(e, n); return;
+  case IR_OP_DROPOUT:
+  case IR_OP_DROPOUT_GRAD: emit_dropout(e, n); return;
+  case IR_OP_LAYERNORM:
+  case IR_OP_RMSNORM:
+  case IR_OP_LAYERNORM_GRAD:
+  case IR_OP_RMSNORM_GRAD: emit_norm(e, n); return;
+  case IR_OP_SOFTMAX:
+    emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)rows_of(x),
+         (long long)dim(x, -1));
+    return;
+  case IR_OP_SOFTMAX_GRAD:
+    emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, x), ref(e, n->in[1]),
+         (long long)rows_of(x), (long long)dim(x, -1));
+    return;
+  case IR_OP_CAUSAL_MASK: {
+    int64_t s = dim(x, -1);
+    emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, y), ref(e, x),
+         (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+    return;
+  }
+  case IR_OP_ROPE: {
+    int64_t H = ir_attr_int(n, "heads");
+    emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", ref(e, y), ref(e, x),
+         (long long)(numel(x) / (dim(x, -2) * dim(x, -1))), (long long)dim(x, -2), (long long)H,
+         (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
+         (int)ir_attr_int(n, "inverse"));
+    return;
+  }
+  case IR_OP_ATTENTION:
+  case IR_OP_ATTENTION_GRAD: emit_attention(e, n, index); return;
+  case IR_OP_CROSS_ENTROPY:
+  case IR_OP_CROSS_ENTROPY_GRAD: emit_loss(e, n); return;
+  default: cg_error(e, n, "not supported"); return;
+  }
+}
+
+/* ---------------------------------------------------- gradients, program */
+
+static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
+  const PassBuf *p = cg_buf(e, param);
+  int64_t n = numel(grad);
+  if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "real *restrict g = GRD(%lld);", (long long)(p->offset / e->plan->real_bytes));
+  emit(e, "const real *restrict x = %s;", ref(e, grad));
+  emit(e, n >= PAR_MIN ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
+  emit(e, "for (int64_t i = 0; i < %lld; i++) g[i] += x[i];", (long long)n);
+  e->depth--;
+  emit(e, "}");
+}
+
+static void cpu_prologue(CgEmitter *e) {
+  emit(e, "#include <math.h>");
+  emit(e, "#include <omp.h>");
+  emit(e, "#include <stdint.h>");
+  emit(e, "#include <stdio.h>");
+  emit(e, "#include <string.h>");
+  emit_blank(e);
+  emit(e, "#include \"kernels/cpu/kernels.h\"");
+  emit(e, "#include \"runtime/model.h\"");
+  emit_blank(e);
+}
+
+/* main() caps the threads at what the plan holds scratch for, after
+ * checking that the kernels want no more scratch than it planned. */
+static void cpu_entry(CgEmitter *e) {
+  emit(e, "int main(int argc, char **argv) {");
+  e->depth++;
+  int64_t seen[64];
+  int nseen = 0;
+  for (int i = 0; i < e->g->nodes.len; i++) {
+    const IrNode *n = node_at(e, i);
+    if (e->plan->scratch_offset[i] < 0) continue;
+    int64_t s = dim(n->in[0], 1);
+    bool dup = false;
+    for (int k = 0; k < nseen; k++) dup |= seen[k] == s;
+    if (dup || nseen == 64) continue;
+    seen[nseen++] = s;
+    emit(e, "if (k_attention_scratch(%lld) > %lldLL) {", (long long)s,
+         (long long)PASS_ATTENTION_SCRATCH(s));
+    e->depth++;
+    emit(e, "fprintf(stderr, \"%%s: internal error: attention wants more scratch than the "
+            "memory plan holds\\n\", argv[0]);");
+    emit(e, "return 1;");
+    e->depth--;
+    emit(e, "}");
+  }
+  emit(e, "if (omp_get_max_threads() > PLAN_THREADS) omp_set_num_threads(PLAN_THREADS);");
+  emit(e, "return rt_main(&rt_model, argc, argv);");
+  e->depth--;
+  emit(e, "}");
+}
+
+static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprograms) {
+  bool f64 = e->plan->real_bytes == 8;
+  emit(e, "# Builds the rank programs of this directory against the shardc runtime.");
+  emit(e, "# Written by `shardc compile`; `shardc build DIR` runs it.");
+  emit(e, "CC = %s", SHARDC_C_COMPILER);
+  emit(e, "CFLAGS = -std=gnu11 -O3 %s %s", SHARDC_NATIVE_FLAGS, SHARDC_OPENMP_FLAGS);
+  emit(e, "CPPFLAGS = -I%s%s", SHARDC_SOURCE_DIR, f64 ? " -DSHARD_REAL_F64" : "");
+  emit(e, "RTLIBS = %s", f64 ? SHARDC_RT_LIBS_F64 : SHARDC_RT_LIBS_F32);
+  emit(e, "LDLIBS = %s %s", SHARDC_OPENMP_FLAGS, SHARDC_LINK_LIBS);
+  emit_blank(e);
+  char *all = ir_strdup("");
+  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
+  emit(e, "all:%s", all);
+  emit_blank(e);
+  for (int i = 0; i < nprograms; i++) {
+    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
+    emit(e, "\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", programs[i],
+         e->target->source_ext);
+    emit_blank(e);
+  }
+  emit(e, "clean:");
+  emit(e, "\trm -f%s", all);
+  emit_blank(e);
+  emit(e, ".PHONY: all clean");
+}
+
+const CgTarget cg_target_cpu = {
+    .name = "cpu",
+    .source_ext = ".c",
+    .prologue = cpu_prologue,
+    .node = cpu_node,
+    .fused = cpu_fused,
+    .accumulate = cpu_accumulate,
+    .entry = cpu_entry,
+    .buildfile = cpu_buildfile,
+    .buildfile_name = "Makefile",
+};

@@ -1,0 +1,70 @@
+/* What the emitter core shares with the targets: the emitter and the
+ * target interface. Private to codegen/. */
+#ifndef SHARDC_CODEGEN_TARGET_H
+#define SHARDC_CODEGEN_TARGET_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../passes/memplan.h"
+#include "codegen.h"
+
+typedef struct CgTarget CgTarget;
+
+/* One output file under construction: lines go to an in-memory buffer,
+ * indented by `depth`, and the file is written once at the end. */
+typedef struct CgEmitter {
+  FILE *out; /* an open_memstream over buf */
+  char *buf;
+  size_t len;
+  int depth;
+  int counter; /* for unique names in the generated code */
+  IrGraph *g;
+  const PassMemPlan *plan;
+  const CgOptions *opt;
+  const CgTarget *target;
+  int errors;
+} CgEmitter;
+
+/* One line: `depth` levels of two spaces, the formatted text, a newline. */
+void emit(CgEmitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void emit_blank(CgEmitter *e);
+/* A unique number for names in the generated code. */
+int cg_unique(CgEmitter *e);
+/* An error at the node's location: the target cannot run this node. */
+void cg_error(CgEmitter *e, const IrNode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Where a value lives, as a pointer expression of the generated code:
+ * WGT(elems), GRD(elems), ACT(bytes) for reals, I32(bytes) for ids. */
+const char *cg_ref(CgEmitter *e, const IrValue *v);
+const PassBuf *cg_buf(CgEmitter *e, const IrValue *v);
+/* The value as the IR text names it: %tokens, @wte.weight, %12. */
+const char *cg_name(CgEmitter *e, const IrValue *v);
+/* A real constant of the generated code: (real)0.5, -INFINITY. */
+const char *cg_real(double x);
+
+/* A target writes kernel calls, loops and includes; the core writes the
+ * rest. `node` and `fused` run inside forward() or backward(), where `ctx`
+ * is the RtCtx. */
+struct CgTarget {
+  const char *name;
+  const char *source_ext; /* of the rank programs: ".c" */
+  /* Includes and helpers at the top of a rank program. */
+  void (*prologue)(CgEmitter *e);
+  /* The kernel calls of node `index` (neither a view nor fused). */
+  void (*node)(CgEmitter *e, int index);
+  /* One loop over the elementwise nodes first..last. */
+  void (*fused)(CgEmitter *e, int first, int last);
+  /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
+  void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
+  /* The program's entry point, after the tables (`rt_model`). */
+  void (*entry)(CgEmitter *e);
+  /* The build file that compiles the programs named by `programs`. */
+  void (*buildfile)(CgEmitter *e, const char *const *programs, int nprograms);
+  const char *buildfile_name; /* "Makefile" */
+};
+
+extern const CgTarget cg_target_cpu;
+
+#endif

@@ -1,0 +1,63 @@
+/* The shardc command: subcommands share option parsing and model loading. */
+#ifndef SHARDC_DRIVER_H
+#define SHARDC_DRIVER_H
+
+#include <stdbool.h>
+
+#include "../frontend/frontend.h"
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+
+/* One flag of a subcommand, for parsing and for --help. */
+typedef struct DrvOption {
+  const char *name;  /* "--emit-ir", "-D" */
+  const char *value; /* NULL for a switch, else the value's name in --help ("NAME=VALUE") */
+  const char *help;
+} DrvOption;
+
+/* A parsed flag. */
+typedef struct DrvArg {
+  const DrvOption *opt; /* NULL for a positional argument */
+  const char *value;
+  int argi;             /* position in argv, for "<command line>" locations */
+} DrvArg;
+
+typedef struct DrvCommand {
+  const char *name;
+  const char *usage;   /* "MODEL [options]" */
+  const char *summary; /* one line for `shardc --help` */
+  const char *details; /* paragraphs after the usage line, or NULL */
+  const DrvOption *options;
+  int (*run)(int nargs, DrvArg *args);
+} DrvCommand;
+
+/* Parses argv against the command's options. --name=value and --name value
+ * both work, and -Dname=value like -D name=value. Returns the number of
+ * parsed arguments, or -1 after printing an error (unknown flag, missing
+ * value). --help prints the command's help and returns -2. */
+int drv_parse_args(const DrvCommand *cmd, int argc, char **argv, DrvArg **out);
+void drv_print_help(const DrvCommand *cmd);
+/* Reports a usage error for the command and returns 1 (the exit status). */
+int drv_usage_error(const DrvCommand *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+bool drv_flag(int nargs, DrvArg *args, const char *name);
+const char *drv_value(int nargs, DrvArg *args, const char *name);
+
+/* Options every model-reading command takes. */
+#define DRV_DEFINE_OPTION {"-D", "NAME=VALUE", "override a config value of the model (repeatable)"}
+
+/* Loads a model (.shard through the frontend, .ir through the IR parser)
+ * and applies every -D override. Returns NULL after reporting errors. */
+IrGraph *drv_load_model(const char *path, int nargs, DrvArg *args);
+/* Loads, overrides and runs the default pipeline (fold, shape, verify). */
+IrGraph *drv_load_and_check(const char *path, int nargs, DrvArg *args);
+/* The one positional argument (the model file), or NULL after an error. */
+const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
+
+int drv_cmd_compile(int nargs, DrvArg *args);
+int drv_cmd_info(int nargs, DrvArg *args);
+int drv_cmd_passes(int nargs, DrvArg *args);
+
+extern const DrvCommand drv_compile_command, drv_info_command, drv_passes_command;
+
+#endif

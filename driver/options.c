@@ -1,0 +1,115 @@
+/* Flag parsing and help text shared by every subcommand. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+int drv_usage_error(const DrvCommand *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "shardc %s: error: ", cmd->name);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(see `shardc %s --help`)\n", cmd->name);
+  return 1;
+}
+
+void drv_print_help(const DrvCommand *cmd) {
+  printf("usage: shardc %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
+  if (cmd->details) printf("\n%s\n", cmd->details);
+  if (!cmd->options || !cmd->options[0].name) return;
+  printf("\noptions:\n");
+  for (const DrvOption *o = cmd->options; o->name; o++) {
+    char left[64];
+    if (!o->value)
+      snprintf(left, sizeof left, "%s", o->name);
+    else if (o->name[1] == '-')
+      snprintf(left, sizeof left, "%s=%s", o->name, o->value);
+    else
+      snprintf(left, sizeof left, "%s %s", o->name, o->value);
+    printf("  %-26s %s\n", left, o->help);
+  }
+  printf("  %-26s %s\n", "--help", "show this help");
+}
+
+static const DrvOption *find_option(const DrvCommand *cmd, const char *name, size_t len) {
+  for (const DrvOption *o = cmd->options; o && o->name; o++)
+    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+  return NULL;
+}
+
+int drv_parse_args(const DrvCommand *cmd, int argc, char **argv, DrvArg **out) {
+  DrvArg *args = ir_alloc(sizeof(DrvArg) * (size_t)(argc + 1));
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      drv_print_help(cmd);
+      return -2;
+    }
+    if (a[0] != '-' || strcmp(a, "-") == 0) {
+      args[n++] = (DrvArg){NULL, a, i};
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      for (i++; i < argc; i++) args[n++] = (DrvArg){NULL, argv[i], i};
+      break;
+    }
+    /* --name=value, --name value, -Dname=value, -D name=value. */
+    const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - a) : (a[1] == '-' ? strlen(a) : 2);
+    const DrvOption *o = find_option(cmd, a, len);
+    if (!o) {
+      drv_usage_error(cmd, "unknown option '%s'", a);
+      return -1;
+    }
+    const char *value = NULL;
+    if (!o->value) {
+      if (eq || (a[1] != '-' && a[2])) {
+        drv_usage_error(cmd, "option '%s' takes no value", o->name);
+        return -1;
+      }
+    } else if (eq) {
+      value = eq + 1;
+    } else if (a[1] != '-' && a[2]) {
+      value = a + 2;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      drv_usage_error(cmd, "option '%s' needs a value (%s)", o->name, o->value);
+      return -1;
+    }
+    args[n++] = (DrvArg){o, value, i};
+  }
+  *out = args;
+  return n;
+}
+
+bool drv_flag(int nargs, DrvArg *args, const char *name) {
+  for (int i = 0; i < nargs; i++)
+    if (args[i].opt && strcmp(args[i].opt->name, name) == 0) return true;
+  return false;
+}
+
+/* The last occurrence wins, as with most command-line tools. */
+const char *drv_value(int nargs, DrvArg *args, const char *name) {
+  const char *v = NULL;
+  for (int i = 0; i < nargs; i++)
+    if (args[i].opt && strcmp(args[i].opt->name, name) == 0) v = args[i].value;
+  return v;
+}
+
+const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args) {
+  const char *model = NULL;
+  for (int i = 0; i < nargs; i++) {
+    if (args[i].opt) continue;
+    if (model) {
+      drv_usage_error(cmd, "unexpected argument '%s' (one model file only)", args[i].value);
+      return NULL;
+    }
+    model = args[i].value;
+  }
+  if (!model) drv_usage_error(cmd, "no model file given");
+  return model;
+}

@@ -1,0 +1,330 @@
+/* The shardc intermediate representation.
+ *
+ * A model is one top-level IrGraph: the config table (named numbers that
+ * -D overrides), the inputs, the parameters, a list of nodes in topological
+ * order and the named outputs. A layer stack is a single IR_OP_REPEAT node
+ * whose body is a nested IrGraph, kept rolled until a pass unrolls it, so the
+ * IR does not grow with the layer count.
+ *
+ * Until the `fold` pass runs, shapes and attributes are symbolic expressions
+ * over config names (`3 * hidden`); `fold` evaluates them to literals and
+ * `shape` infers the type of every node output from the rules in ops.def.
+ *
+ * Everything is allocated from one arena that lives until exit. */
+#ifndef SHARDC_IR_H
+#define SHARDC_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAX_RANK 8
+
+/* ---------------------------------------------------------------- arena */
+
+void *ir_alloc(size_t size); /* zeroed, aborts when out of memory */
+char *ir_strdup(const char *s);
+char *ir_strndup(const char *s, size_t n);
+char *ir_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ir_arena_free_all(void); /* called once at exit */
+
+/* A growable array of pointers, grown from the arena. */
+typedef struct IrVec {
+  void **items;
+  int len, cap;
+} IrVec;
+void ir_vec_push(IrVec *v, void *item);
+
+/* ----------------------------------------------------------- diagnostics */
+
+/* A source position; line and col are 1-based, line 0 means "no location". */
+typedef struct IrLoc {
+  const char *file;
+  int line, col;
+} IrLoc;
+
+/* Sources are registered so that errors can print the line and a caret. */
+void ir_diag_add_source(const char *file, const char *text, size_t len);
+/* `file:line:col: error: message`, then the source line and a caret. */
+void ir_error(IrLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ir_note(IrLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ir_verror(IrLoc loc, const char *kind, const char *fmt, va_list ap);
+int ir_error_count(void);
+void ir_diag_reset(void);
+/* Stop reporting after this many errors (a fuzzed file can hold millions). */
+#define IR_MAX_ERRORS 100
+/* Diagnostics go to this stream (stderr unless a test redirects them). */
+void ir_diag_set_stream(FILE *f);
+
+/* Internal compiler bugs: print file:line and abort. */
+_Noreturn void ir_die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define die(...) ir_die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define unreachable() ir_die_at(__FILE__, __LINE__, "unreachable")
+
+/* ------------------------------------------------------------ expressions */
+
+/* Config arithmetic: integer and float literals, config names, + - * / %,
+ * unary minus and the functions sqrt, exp, log, min, max, pow. */
+typedef enum IrExprKind {
+  IR_EX_INT,
+  IR_EX_FLOAT,
+  IR_EX_NAME,
+  IR_EX_NEG,
+  IR_EX_ADD,
+  IR_EX_SUB,
+  IR_EX_MUL,
+  IR_EX_DIV,
+  IR_EX_MOD,
+  IR_EX_CALL,
+  IR_EX_LIST, /* [a, b, c]: list-valued attributes such as reshape's shape */
+} IrExprKind;
+
+typedef struct IrExpr IrExpr;
+struct IrExpr {
+  IrExprKind kind;
+  IrLoc loc;
+  int64_t i;        /* IR_EX_INT */
+  double f;         /* IR_EX_FLOAT */
+  const char *name; /* IR_EX_NAME, IR_EX_CALL (function name) */
+  IrExpr *a, *b;    /* operands of unary/binary operators */
+  IrExpr **args;    /* IR_EX_CALL arguments, IR_EX_LIST items */
+  int nargs;
+};
+
+IrExpr *ir_expr_int(int64_t v, IrLoc loc);
+IrExpr *ir_expr_float(double v, IrLoc loc);
+IrExpr *ir_expr_name(const char *name, IrLoc loc);
+IrExpr *ir_expr_unary(IrExprKind k, IrExpr *a, IrLoc loc);
+IrExpr *ir_expr_binary(IrExprKind k, IrExpr *a, IrExpr *b, IrLoc loc);
+IrExpr *ir_expr_call(const char *fn, IrExpr **args, int nargs, IrLoc loc);
+IrExpr *ir_expr_list(IrExpr **items, int n, IrLoc loc);
+bool ir_expr_is_literal(const IrExpr *e);
+/* Prints fully parenthesised infix that ir_parse reads back. */
+void ir_expr_print(FILE *out, const IrExpr *e);
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct IrConfig {
+  const char *name;
+  IrExpr *expr;      /* as written; replaced by a literal by `fold` */
+  IrLoc loc;
+  bool overridden;   /* set by -D */
+} IrConfig;
+
+/* -------------------------------------------------------------- types */
+
+typedef enum IrDType { IR_F32, IR_F64, IR_BF16, IR_F16, IR_I32, IR_I64 } IrDType;
+const char *ir_dtype_name(IrDType t);
+bool ir_dtype_parse(const char *s, IrDType *out);
+int ir_dtype_size(IrDType t);
+
+/* A tensor type. A dim is symbolic while dims[i] is non-NULL and not a
+ * literal; `fold` fills shape[] and leaves dims[i] as an IR_EX_INT literal.
+ * rank < 0 means "not inferred yet". */
+typedef struct IrType {
+  IrDType dtype;
+  int rank;
+  IrExpr *dims[IR_MAX_RANK];
+  int64_t shape[IR_MAX_RANK];
+} IrType;
+
+bool ir_type_known(const IrType *t);         /* rank >= 0 and every dim literal */
+int64_t ir_type_numel(const IrType *t);      /* requires ir_type_known */
+void ir_type_set_shape(IrType *t, IrDType dt, int rank, const int64_t *shape);
+void ir_type_print(FILE *out, const IrType *t); /* f32[1, (3 * hidden)] */
+char *ir_shape_str(const IrType *t);            /* "[1, 1024, 768]" for messages */
+
+/* ---------------------------------------------------------------- sharding */
+
+/* How a tensor is laid out over one mesh axis. The slot exists from the
+ * start; the tensor-parallel passes fill it. */
+typedef enum IrShardKind { IR_REPLICATED, IR_SPLIT, IR_PARTIAL } IrShardKind;
+typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA } IrMeshAxis;
+typedef struct IrShard {
+  IrShardKind kind;
+  IrMeshAxis axis;
+  int dim; /* IR_SPLIT: the split dimension */
+} IrShard;
+
+/* ------------------------------------------------------------------ ops */
+
+typedef enum IrOp {
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) IR_OP_##id,
+#include "ops.def"
+#undef OP
+  IR_OP_COUNT
+} IrOp;
+
+/* Op flags (the `flags` column of ops.def). */
+enum {
+  IR_OPF_ELEMENTWISE = 1 << 0, /* output[i] depends only on inputs[i]: fusable */
+  IR_OPF_GEMM = 1 << 1,        /* a matrix multiply: counted in FLOPs */
+  IR_OPF_REGION = 1 << 2,      /* holds a body graph */
+  IR_OPF_SOURCE = 1 << 3,      /* no tensor inputs (arange) */
+  IR_OPF_MULTI_OUT = 1 << 4,   /* output count is attribute `n` */
+  IR_OPF_RANDOM = 1 << 5,      /* draws random numbers (dropout) */
+};
+
+typedef struct IrNode IrNode;
+typedef struct IrGraph IrGraph;
+typedef struct IrValue IrValue;
+typedef bool (*IrShapeFn)(IrNode *n);
+
+/* One attribute of an op's spec: `name` or `name=default`. */
+typedef struct IrAttrSpec {
+  const char *name;
+  const char *dflt; /* NULL: required */
+} IrAttrSpec;
+
+typedef struct IrOpInfo {
+  const char *name;
+  int min_in, max_in; /* tensor inputs; max_in < 0: any number */
+  int nout;           /* ignored with IR_OPF_MULTI_OUT */
+  IrShapeFn shape;
+  const char *attrs;  /* "n axis=-1": positional order after the tensors */
+  unsigned flags;
+  const char *doc;
+  IrAttrSpec attr[8];
+  int nattr;
+} IrOpInfo;
+
+const IrOpInfo *ir_op_info(IrOp op);
+bool ir_op_lookup(const char *name, IrOp *out);
+
+/* --------------------------------------------------------------- values */
+
+typedef enum IrValueKind {
+  IR_VAL_INPUT,  /* a model input (tokens, targets) */
+  IR_VAL_PARAM,  /* a trained parameter */
+  IR_VAL_NODE,   /* an output of a node */
+  IR_VAL_ARG,    /* a block argument of a region body */
+} IrValueKind;
+
+typedef enum IrInitKind { IR_INIT_NONE, IR_INIT_NORMAL, IR_INIT_ZEROS, IR_INIT_ONES } IrInitKind;
+typedef struct IrInit {
+  IrInitKind kind;
+  IrExpr *mean, *std; /* IR_INIT_NORMAL */
+} IrInit;
+
+struct IrValue {
+  int id;           /* unique in its graph; printed as %id unless named */
+  const char *name; /* inputs, params (the full dotted name) and named values */
+  IrValueKind kind;
+  IrType type;
+  IrShard shard;
+  IrInit init;      /* IR_VAL_PARAM */
+  IrNode *def;      /* IR_VAL_NODE: the producing node */
+  int def_index;    /* which output of def */
+  IrGraph *graph;   /* the graph that owns it */
+  IrLoc loc;
+  /* IR_VAL_PARAM, once `autodiff` has run: the value holding d loss / d
+   * param (a backward node's result of the param's type), printed as a line
+   * `grad @NAME = %N` after the nodes of the param's graph. */
+  IrValue *grad;
+};
+
+/* ---------------------------------------------------------------- nodes */
+
+/* Which pass of a training step a node belongs to. The nodes of a graph
+ * are all forward first, then all backward; the printer writes a line
+ * `backward:` before the first backward node. */
+typedef enum IrPhase { IR_PHASE_FORWARD = 0, IR_PHASE_BACKWARD = 1 } IrPhase;
+
+typedef struct IrAttr {
+  const char *name;
+  IrExpr *expr; /* symbolic until `fold`; a literal after */
+} IrAttr;
+
+struct IrNode {
+  IrOp op;
+  IrValue **in;
+  int nin;
+  IrValue **out;
+  int nout;
+  IrAttr *attrs;
+  int nattr;
+  IrGraph *body;     /* IR_OP_REPEAT: the layer body */
+  const char *label; /* IR_OP_REPEAT: the parameter prefix (`h`) */
+  IrLoc loc;
+  IrPhase phase;     /* forward unless `autodiff` wrote the node */
+};
+
+/* ---------------------------------------------------------------- graphs */
+
+/* A repeat node's inputs are its carried values first (body args
+ * 0..ncarried-1, yielded anew by each iteration), then invariant values the
+ * body reads (args ncarried..); its outputs are the carried values after the
+ * last iteration. Attributes: `count` (iterations) and `ncarried`. Body
+ * parameters are named relative to the prefix: `attn.c_attn.weight` in a body
+ * labelled `h` stands for h.0.attn.c_attn.weight, h.1.attn.c_attn.weight, ... */
+struct IrGraph {
+  const char *name;   /* model name (top level) */
+  IrGraph *parent;    /* NULL at top level */
+  IrNode *owner;      /* the repeat node that holds this body */
+  IrVec configs;      /* IrConfig*, top level only */
+  IrVec inputs;       /* IrValue* (IR_VAL_INPUT) */
+  IrVec params;       /* IrValue* (IR_VAL_PARAM) */
+  IrVec args;         /* IrValue* (IR_VAL_ARG), bodies only */
+  IrVec nodes;        /* IrNode*, topological order */
+  IrVec outputs;      /* IrValue*: top level named outputs, bodies the yields */
+  IrVec output_names; /* const char*, top level only */
+  int next_id;
+  struct PassMemPlan *memplan; /* top level, once the `memplan` pass has run (passes/memplan.h) */
+};
+
+IrGraph *ir_graph_new(const char *name);
+IrGraph *ir_body_new(IrGraph *parent);
+IrConfig *ir_add_config(IrGraph *g, const char *name, IrExpr *e, IrLoc loc);
+IrConfig *ir_find_config(IrGraph *g, const char *name);
+IrValue *ir_add_input(IrGraph *g, const char *name, IrType type, IrLoc loc);
+IrValue *ir_add_param(IrGraph *g, const char *name, IrType type, IrInit init, IrLoc loc);
+IrValue *ir_add_arg(IrGraph *body, IrType type, IrLoc loc);
+IrValue *ir_find_param(IrGraph *g, const char *name);
+/* Appends a node and creates its outputs with unknown types: the op's
+ * output count from ops.def, or `nout` for multi-output ops (split), whose
+ * shape rule then checks it against attribute n. Attributes are copied. */
+IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, int nattr,
+                    int nout, IrLoc loc);
+/* A repeat node over `body` (whose args and outputs are already set). */
+IrNode *ir_add_repeat(IrGraph *g, const char *label, IrExpr *count, IrValue **in, int nin,
+                      int ncarried, IrGraph *body, IrLoc loc);
+void ir_add_output(IrGraph *g, const char *name, IrValue *v);
+IrAttr *ir_node_attr(const IrNode *n, const char *name);
+/* The default of an attribute spec as an expression ("1e-5" -> 1e-05). */
+IrExpr *ir_attr_default(const IrAttrSpec *spec, IrLoc loc);
+/* Attribute values once folded; die() if missing or not a literal. */
+int64_t ir_attr_int(const IrNode *n, const char *name);
+double ir_attr_float(const IrNode *n, const char *name);
+bool ir_attr_has(const IrNode *n, const char *name);
+IrGraph *ir_top(IrGraph *g);
+/* Number of times a graph runs per forward pass (product of enclosing
+ * repeat counts); requires folded counts. */
+int64_t ir_graph_multiplicity(const IrGraph *g);
+
+/* ------------------------------------------------------------ shape rules */
+
+/* Runs the shape rule of every node of g in order (recursing into repeat
+ * bodies), reporting every mismatch. Values whose inputs failed stay
+ * unknown and are skipped silently. Returns true when all types are known. */
+bool ir_shape_graph(IrGraph *g);
+
+/* ------------------------------------------------------------- text form */
+
+void ir_print(FILE *out, const IrGraph *g);
+/* Parses the printed form; errors are reported through ir_error with
+ * locations in `file`. Returns NULL on error. */
+IrGraph *ir_parse(const char *file, const char *text, size_t len);
+
+/* ---------------------------------------------------------------- verify */
+
+/* Checks the invariants every pass must keep: defs before uses, values
+ * owned by the graph that uses them (or an ancestor only through region
+ * inputs), arities from ops.def, repeat structure, unique names, and once
+ * folded/inferred, literal dims and known types. Reports through ir_error
+ * with the message prefixed by `who`. Returns true when valid. */
+bool ir_verify(IrGraph *g, const char *who);
+
+#endif

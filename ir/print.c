@@ -1,0 +1,289 @@
+/* The IR printer. It writes the text form that ir_parse reads back, so that
+ * printing, parsing and printing again gives identical text:
+ *
+ *   model gpt2 {
+ *     config ffn = (4 * hidden)
+ *     input %tokens: i32[batch, seq]
+ *     param @wte.weight: f32[vocab, hidden] = normal(0, init_std)
+ *     %0 = embedding(%tokens, @wte.weight)
+ *     %1 = repeat h(%0) {count = layers, ncarried = 1} {
+ *       ^(%2)
+ *       param @ln_1.weight: f32[hidden] = ones
+ *       ...
+ *       yield %7
+ *     }
+ *     output loss = %9
+ *   }
+ *
+ * After `autodiff` the nodes of a graph end with its backward nodes, which
+ * a line `backward:` introduces, and each parameter's gradient follows the
+ * nodes as `grad @wte.weight = %57`.
+ *
+ * Node results are numbered here, in order of appearance over the whole
+ * module, rather than from IrValue.id: ids depend on how a graph was built
+ * and rewritten, and the text must not. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+/* ------------------------------------------------------- value numbering */
+
+/* An open-addressing map from value to its printed number. Graphs can hold
+ * many thousands of values once unrolled, so a linear search would not do. */
+typedef struct NumMap {
+  const IrValue **keys;
+  int *nums;
+  size_t cap, len;
+} NumMap;
+
+static size_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static void map_put(NumMap *m, const IrValue *v, int num);
+
+static void map_grow(NumMap *m) {
+  NumMap old = *m;
+  m->cap = old.cap ? old.cap * 2 : 256;
+  m->len = 0;
+  m->keys = calloc(m->cap, sizeof *m->keys);
+  m->nums = calloc(m->cap, sizeof *m->nums);
+  if (!m->keys || !m->nums) die("out of memory");
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.keys[i]) map_put(m, old.keys[i], old.nums[i]);
+  free(old.keys);
+  free(old.nums);
+}
+
+static void map_put(NumMap *m, const IrValue *v, int num) {
+  if (2 * (m->len + 1) > m->cap) map_grow(m);
+  size_t i = hash_ptr(v) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != v) i = (i + 1) & (m->cap - 1);
+  if (!m->keys[i]) m->len++;
+  m->keys[i] = v;
+  m->nums[i] = num;
+}
+
+/* The number of a node result or body arg, -1 when it is not in the module
+ * (a dangling reference a broken pass left behind). */
+static int map_get(const NumMap *m, const IrValue *v) {
+  if (!m->cap) return -1;
+  size_t i = hash_ptr(v) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (m->keys[i] == v) return m->nums[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+
+typedef struct Printer {
+  FILE *out;
+  NumMap nums;
+  int next;
+} Printer;
+
+/* Numbers values in the order the printer writes them: a node's results,
+ * then (for a repeat) its body's args and the body's nodes, depth first.
+ * Numbering everything up front lets a graph with a use before its def (a
+ * bug the verifier reports) still print. */
+static void number_graph(Printer *pr, const IrGraph *g) {
+  for (int i = 0; i < g->args.len; i++) map_put(&pr->nums, g->args.items[i], pr->next++);
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nout; j++)
+      if (n->out && n->out[j]) map_put(&pr->nums, n->out[j], pr->next++);
+    if (n->body) number_graph(pr, n->body);
+  }
+}
+
+/* ---------------------------------------------------------------- pieces */
+
+static void indent(Printer *pr, int depth) {
+  for (int i = 0; i < depth; i++) fputs("  ", pr->out);
+}
+
+/* A missing expression (a broken graph) prints as `?`, which the parser
+ * rejects, rather than crashing the printer used to debug that graph. */
+static void print_expr(Printer *pr, const IrExpr *e) {
+  if (e)
+    ir_expr_print(pr->out, e);
+  else
+    fputc('?', pr->out);
+}
+
+static void print_ref(Printer *pr, const IrValue *v) {
+  if (!v) {
+    fputs("%?", pr->out);
+    return;
+  }
+  switch (v->kind) {
+  case IR_VAL_INPUT: fprintf(pr->out, "%%%s", v->name); return;
+  case IR_VAL_PARAM: fprintf(pr->out, "@%s", v->name); return;
+  case IR_VAL_NODE:
+  case IR_VAL_ARG: break;
+  }
+  int num = map_get(&pr->nums, v);
+  if (num < 0)
+    fputs("%?", pr->out);
+  else
+    fprintf(pr->out, "%%%d", num);
+}
+
+static void print_shard(Printer *pr, const IrShard *s) {
+  static const char *axes[] = {[IR_AXIS_TENSOR] = "tensor", [IR_AXIS_PIPELINE] = "pipeline",
+                               [IR_AXIS_DATA] = "data"};
+  const char *axis = (unsigned)s->axis <= IR_AXIS_DATA ? axes[s->axis] : "?";
+  if (s->kind == IR_SPLIT) fprintf(pr->out, " split(%s, %d)", axis, s->dim);
+  if (s->kind == IR_PARTIAL) fprintf(pr->out, " partial(%s)", axis);
+}
+
+/* `NAME: TYPE SHARD`, the type only when known, the sharding only when it
+ * is not replicated. */
+static void print_def(Printer *pr, const IrValue *v) {
+  print_ref(pr, v);
+  if (!v) return;
+  if (v->type.rank >= 0) {
+    fputs(": ", pr->out);
+    ir_type_print(pr->out, &v->type);
+  }
+  print_shard(pr, &v->shard);
+}
+
+static void print_refs(Printer *pr, IrValue **vals, int n) {
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", pr->out);
+    print_ref(pr, vals ? vals[i] : NULL);
+  }
+}
+
+static void print_param(Printer *pr, const IrValue *v, int depth) {
+  indent(pr, depth);
+  fputs("param ", pr->out);
+  print_def(pr, v);
+  switch (v->init.kind) {
+  case IR_INIT_NONE: break;
+  case IR_INIT_ZEROS: fputs(" = zeros", pr->out); break;
+  case IR_INIT_ONES: fputs(" = ones", pr->out); break;
+  case IR_INIT_NORMAL:
+    fputs(" = normal(", pr->out);
+    print_expr(pr, v->init.mean);
+    fputs(", ", pr->out);
+    print_expr(pr, v->init.std);
+    fputc(')', pr->out);
+    break;
+  }
+  fputc('\n', pr->out);
+}
+
+static void print_graph_items(Printer *pr, const IrGraph *g, int depth);
+
+/* `%3, %4 = split(%2) {n = 2, axis = -1}`, or for a repeat
+ * `%5 = repeat h(%0, %1) {count = layers, ncarried = 1} {` and its body. */
+static void print_node(Printer *pr, const IrNode *n, int depth) {
+  indent(pr, depth);
+  for (int i = 0; i < n->nout; i++) {
+    if (i) fputs(", ", pr->out);
+    print_def(pr, n->out ? n->out[i] : NULL);
+  }
+  if (n->nout > 0) fputs(" = ", pr->out);
+  fputs(ir_op_info(n->op)->name, pr->out);
+  if (n->label) fprintf(pr->out, " %s", n->label);
+  fputc('(', pr->out);
+  print_refs(pr, n->in, n->nin);
+  fputc(')', pr->out);
+  if (n->nattr > 0) {
+    fputs(" {", pr->out);
+    for (int i = 0; i < n->nattr; i++) {
+      fprintf(pr->out, "%s%s = ", i ? ", " : "", n->attrs[i].name);
+      print_expr(pr, n->attrs[i].expr);
+    }
+    fputc('}', pr->out);
+  }
+  if (n->body) {
+    fputs(" {\n", pr->out);
+    print_graph_items(pr, n->body, depth + 1);
+    indent(pr, depth);
+    fputc('}', pr->out);
+  }
+  fputc('\n', pr->out);
+}
+
+/* The lines of one graph: a body starts with its args line `^(...)` and
+ * ends with `yield`; the top level has inputs and named outputs. */
+static void print_graph_items(Printer *pr, const IrGraph *g, int depth) {
+  if (g->parent) {
+    indent(pr, depth);
+    fputs("^(", pr->out);
+    for (int i = 0; i < g->args.len; i++) {
+      if (i) fputs(", ", pr->out);
+      print_def(pr, g->args.items[i]);
+    }
+    fputs(")\n", pr->out);
+  }
+  for (int i = 0; i < g->inputs.len; i++) {
+    indent(pr, depth);
+    fputs("input ", pr->out);
+    print_def(pr, g->inputs.items[i]);
+    fputc('\n', pr->out);
+  }
+  for (int i = 0; i < g->params.len; i++) print_param(pr, g->params.items[i], depth);
+  bool backward = false;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (!backward && n && n->phase == IR_PHASE_BACKWARD) {
+      indent(pr, depth);
+      fputs("backward:\n", pr->out);
+      backward = true;
+    }
+    print_node(pr, n, depth);
+  }
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *v = g->params.items[i];
+    if (!v->grad) continue;
+    indent(pr, depth);
+    fprintf(pr->out, "grad @%s = ", v->name);
+    print_ref(pr, v->grad);
+    fputc('\n', pr->out);
+  }
+  if (g->parent) {
+    indent(pr, depth);
+    fputs("yield", pr->out);
+    for (int i = 0; i < g->outputs.len; i++) {
+      fputs(i ? ", " : " ", pr->out);
+      print_ref(pr, g->outputs.items[i]);
+    }
+    fputc('\n', pr->out);
+    return;
+  }
+  for (int i = 0; i < g->outputs.len; i++) {
+    const char *name = i < g->output_names.len ? g->output_names.items[i] : NULL;
+    indent(pr, depth);
+    fprintf(pr->out, "output %s = ", name ? name : "?");
+    print_ref(pr, g->outputs.items[i]);
+    fputc('\n', pr->out);
+  }
+}
+
+/* Prints the whole module that g belongs to. */
+void ir_print(FILE *out, const IrGraph *g) {
+  while (g->parent) g = g->parent;
+  Printer pr = {.out = out};
+  number_graph(&pr, g);
+  fprintf(out, "model %s {\n", g->name);
+  for (int i = 0; i < g->configs.len; i++) {
+    const IrConfig *c = g->configs.items[i];
+    fprintf(out, "  config %s = ", c->name);
+    print_expr(&pr, c->expr);
+    fputc('\n', out);
+  }
+  print_graph_items(&pr, g, 1);
+  fputs("}\n", out);
+  free(pr.nums.keys);
+  free(pr.nums.nums);
+}

@@ -1,0 +1,1008 @@
+/* Shape rules: one function per `shape` column of ops.def, and the walker
+ * that applies them to a graph in order (the `shape` pass and the repeat
+ * rule share it).
+ *
+ * A rule runs once every input type is known (all dims literal). It reads
+ * the node's folded attributes, checks the inputs against each other, and
+ * sets the types of the outputs. A mismatch is a user error: it is reported
+ * at the node, naming the op and printing both shapes involved, because the
+ * user has to see the two sides to know which one to fix. A rule whose input
+ * is still unknown returns false silently: an earlier error explains it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "shape.h"
+
+
+/* ---------------------------------------------------------------- helpers */
+
+static const char *op_name(const IrNode *n) { return ir_op_info(n->op)->name; }
+
+static bool is_float(IrDType t) {
+  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
+}
+static bool is_int(IrDType t) { return t == IR_I32 || t == IR_I64; }
+
+static IrType *in_type(const IrNode *n, int i) { return &n->in[i]->type; }
+
+/* "f32[1, 1024, 768]", for messages that are about dtypes as well. */
+static char *type_str(const IrType *t) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) die("open_memstream failed");
+  ir_type_print(f, t);
+  fclose(f);
+  char *s = ir_strdup(buf);
+  free(buf);
+  return s;
+}
+
+static char *expr_str(const IrExpr *e) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) die("open_memstream failed");
+  ir_expr_print(f, e);
+  fclose(f);
+  char *s = ir_strdup(buf);
+  free(buf);
+  return s;
+}
+
+#define S(t) ir_shape_str(t)
+
+/* True when every input type is known. Literal dims are copied into shape[]
+ * so that the rules can read shape[] alone, whoever built the type. */
+static bool inputs_ready(IrNode *n) {
+  for (int i = 0; i < n->nin; i++) {
+    IrType *t = in_type(n, i);
+    if (!ir_type_known(t)) return false;
+    for (int d = 0; d < t->rank; d++)
+      if (t->dims[d]) t->shape[d] = t->dims[d]->i;
+  }
+  return true;
+}
+
+static void set_out(IrNode *n, int i, IrDType dt, int rank, const int64_t *shape) {
+  ir_type_set_shape(&n->out[i]->type, dt, rank, shape);
+}
+
+static bool same_type(const IrType *a, const IrType *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+/* Checks that input i has a float dtype (the math ops compute in floats). */
+static bool want_float(IrNode *n, int i, const char *what) {
+  const IrType *t = in_type(n, i);
+  if (is_float(t->dtype)) return true;
+  ir_error(n->loc, "%s: %s must be a float tensor, got %s", op_name(n), what, type_str(t));
+  return false;
+}
+
+static bool want_int(IrNode *n, int i, const char *what) {
+  const IrType *t = in_type(n, i);
+  if (is_int(t->dtype)) return true;
+  ir_error(n->loc, "%s: %s must be an integer tensor (i32 or i64), got %s", op_name(n), what,
+           type_str(t));
+  return false;
+}
+
+static bool want_rank(IrNode *n, int i, const char *what, int rank, const char *layout) {
+  const IrType *t = in_type(n, i);
+  if (t->rank == rank) return true;
+  ir_error(n->loc, "%s: %s must have %d dims %s, got %s", op_name(n), what, rank, layout, S(t));
+  return false;
+}
+
+/* Product of dims with overflow detection; false when it overflows. */
+static bool numel(const int64_t *shape, int rank, int64_t *out) {
+  int64_t p = 1;
+  for (int i = 0; i < rank; i++)
+    if (__builtin_mul_overflow(p, shape[i], &p)) return false;
+  *out = p;
+  return true;
+}
+
+/* Turns a possibly negative dim index into 0..rank-1. */
+static bool norm_axis(IrNode *n, const char *attr, int64_t *axis, const IrType *t,
+                      const char *what) {
+  int64_t a = *axis < 0 ? *axis + t->rank : *axis;
+  if (a < 0 || a >= t->rank) {
+    ir_error(n->loc, "%s: %s = %lld is out of range for %s%s (rank %d)", op_name(n), attr,
+             (long long)*axis, what, S(t), t->rank);
+    return false;
+  }
+  *axis = a;
+  return true;
+}
+
+/* ------------------------------------------------------------- attributes */
+
+/* The folded value of attribute `name`, or the default of the op's spec
+ * when the node does not carry it. NULL after reporting an error. */
+static const IrExpr *attr_expr(IrNode *n, const char *name) {
+  IrAttr *a = ir_node_attr(n, name);
+  const IrExpr *e = a ? a->expr : NULL;
+  const IrOpInfo *info = ir_op_info(n->op);
+  for (int i = 0; !e && i < info->nattr; i++)
+    if (strcmp(info->attr[i].name, name) == 0) e = ir_attr_default(&info->attr[i], n->loc);
+  if (!e) {
+    ir_error(n->loc, "%s: missing attribute '%s'", op_name(n), name);
+    return NULL;
+  }
+  if (!ir_expr_is_literal(e)) {
+    ir_error(e->loc.line > 0 ? e->loc : n->loc,
+             "%s: attribute %s = %s is not a number yet (run the fold pass first)", op_name(n),
+             name, expr_str(e));
+    return NULL;
+  }
+  return e;
+}
+
+static IrLoc attr_loc(const IrNode *n, const IrExpr *e) {
+  return e->loc.line > 0 ? e->loc : n->loc;
+}
+
+static bool get_int(IrNode *n, const char *name, int64_t *out) {
+  const IrExpr *e = attr_expr(n, name);
+  if (!e) return false;
+  if (e->kind != IR_EX_INT) {
+    ir_error(attr_loc(n, e), "%s: %s must be an integer, got %s", op_name(n), name, expr_str(e));
+    return false;
+  }
+  *out = e->i;
+  return true;
+}
+
+static bool get_pos_int(IrNode *n, const char *name, int64_t *out) {
+  if (!get_int(n, name, out)) return false;
+  if (*out > 0) return true;
+  ir_error(attr_loc(n, attr_expr(n, name)), "%s: %s must be a positive integer, got %lld",
+           op_name(n), name, (long long)*out);
+  return false;
+}
+
+static bool get_nonneg_int(IrNode *n, const char *name, int64_t *out) {
+  if (!get_int(n, name, out)) return false;
+  if (*out >= 0) return true;
+  ir_error(attr_loc(n, attr_expr(n, name)), "%s: %s must be a non-negative integer, got %lld",
+           op_name(n), name, (long long)*out);
+  return false;
+}
+
+/* Switches (transpose_b, causal, ...) are 0 or 1; `true` folds to 1. */
+static bool get_flag(IrNode *n, const char *name, bool *out) {
+  int64_t v;
+  if (!get_int(n, name, &v)) return false;
+  if (v != 0 && v != 1) {
+    ir_error(attr_loc(n, attr_expr(n, name)), "%s: %s must be 0 or 1 (false or true), got %lld",
+             op_name(n), name, (long long)v);
+    return false;
+  }
+  *out = v == 1;
+  return true;
+}
+
+static bool get_num(IrNode *n, const char *name, double *out) {
+  const IrExpr *e = attr_expr(n, name);
+  if (!e) return false;
+  if (e->kind == IR_EX_INT)
+    *out = (double)e->i;
+  else if (e->kind == IR_EX_FLOAT)
+    *out = e->f;
+  else {
+    ir_error(attr_loc(n, e), "%s: %s must be a number, got %s", op_name(n), name, expr_str(e));
+    return false;
+  }
+  return true;
+}
+
+/* Checks a number attribute against [lo, hi), or (lo, hi) with lo_open;
+ * NaN is never in range. */
+static bool get_num_in(IrNode *n, const char *name, double lo, bool lo_open, double hi, double *out,
+                       const char *range) {
+  if (!get_num(n, name, out)) return false;
+  double v = *out;
+  if ((lo_open ? v > lo : v >= lo) && v < hi) return true;
+  ir_error(attr_loc(n, attr_expr(n, name)), "%s: %s must be %s, got %s", op_name(n), name, range,
+           expr_str(attr_expr(n, name)));
+  return false;
+}
+
+/* --------------------------------------------------------- source and GEMM */
+
+bool ir_shape_embedding(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *ids = in_type(n, 0), *table = in_type(n, 1);
+  bool ok = want_int(n, 0, "ids") & want_float(n, 1, "table");
+  ok = ok && want_rank(n, 1, "table", 2, "[V, h]");
+  if (ok && ids->rank + 1 > IR_MAX_RANK) {
+    ir_error(n->loc, "embedding: ids%s has too many dims (the result may have at most %d)", S(ids),
+             IR_MAX_RANK);
+    ok = false;
+  }
+  if (!ok) return false;
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, ids->shape, sizeof(int64_t) * (size_t)ids->rank);
+  shape[ids->rank] = table->shape[1];
+  set_out(n, 0, table->dtype, ids->rank + 1, shape);
+  return true;
+}
+
+bool ir_shape_arange(IrNode *n) {
+  int64_t len;
+  if (!get_pos_int(n, "n", &len)) return false;
+  set_out(n, 0, IR_I32, 1, &len);
+  return true;
+}
+
+/* A shape attribute (zeros, sum_to): a list of positive integers, or one
+ * integer; the empty list is a scalar. */
+static bool shape_attr(IrNode *n, int64_t *shape, int *rank) {
+  const IrExpr *e = attr_expr(n, "shape");
+  if (!e) return false;
+  IrExpr *const *items = e->kind == IR_EX_LIST ? e->args : (IrExpr *const *)&e;
+  int count = e->kind == IR_EX_LIST ? e->nargs : 1;
+  if (count > IR_MAX_RANK) {
+    ir_error(attr_loc(n, e), "%s: shape %s has more than %d dims", op_name(n), expr_str(e),
+             IR_MAX_RANK);
+    return false;
+  }
+  for (int i = 0; i < count; i++) {
+    if (items[i]->kind != IR_EX_INT || items[i]->i <= 0) {
+      ir_error(attr_loc(n, items[i]), "%s: shape %s must hold positive integers", op_name(n),
+               expr_str(e));
+      return false;
+    }
+    shape[i] = items[i]->i;
+  }
+  *rank = count;
+  return true;
+}
+
+bool ir_shape_zeros(IrNode *n) {
+  int64_t shape[IR_MAX_RANK], dt, total;
+  int rank;
+  bool ok = shape_attr(n, shape, &rank);
+  if (!get_int(n, "dtype", &dt)) {
+    ok = false;
+  } else if (dt < 0 || dt > IR_I64) {
+    ir_error(attr_loc(n, attr_expr(n, "dtype")),
+             "zeros: dtype = %lld is not a dtype number (0 f32, 1 f64, 2 bf16, 3 f16, 4 i32, 5 i64)",
+             (long long)dt);
+    ok = false;
+  }
+  if (!ok) return false;
+  if (!numel(shape, rank, &total)) {
+    ir_error(n->loc, "zeros: shape %s has too many elements", expr_str(attr_expr(n, "shape")));
+    return false;
+  }
+  set_out(n, 0, (IrDType)dt, rank, shape);
+  return true;
+}
+
+/* a[..., m, k] @ b[..., k, n]: b is either 2-D (one matrix shared by every
+ * batch entry, as a weight is) or carries exactly a's batch dims. */
+bool ir_shape_matmul(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *a = in_type(n, 0), *b = in_type(n, 1);
+  bool ta, tb;
+  bool ok = get_flag(n, "transpose_a", &ta) & get_flag(n, "transpose_b", &tb);
+  ok = (want_float(n, 0, "a") & want_float(n, 1, "b")) && ok;
+  for (int i = 0; ok && i < 2; i++)
+    if (in_type(n, i)->rank < 2) {
+      ir_error(n->loc, "matmul: %s%s must have at least 2 dims", i ? "b" : "a", S(in_type(n, i)));
+      ok = false;
+    }
+  if (!ok) return false;
+  int ra = a->rank, rb = b->rank;
+  int64_t m = a->shape[ra - (ta ? 1 : 2)], ka = a->shape[ra - (ta ? 2 : 1)];
+  int64_t kb = b->shape[rb - (tb ? 1 : 2)], nn = b->shape[rb - (tb ? 2 : 1)];
+  if (ka != kb) {
+    ir_error(n->loc, "matmul: a%s%s does not match b%s%s: inner dims %lld and %lld differ", S(a),
+             ta ? " (transposed)" : "", S(b), tb ? " (transposed)" : "", (long long)ka,
+             (long long)kb);
+    return false;
+  }
+  bool batch_ok = rb == 2 || rb == ra;
+  for (int i = 0; batch_ok && rb > 2 && i < ra - 2; i++) batch_ok = a->shape[i] == b->shape[i];
+  if (!batch_ok) {
+    ir_error(n->loc,
+             "matmul: batch dims of a%s and b%s differ (b must be 2-D or have a's batch dims)",
+             S(a), S(b));
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, a->shape, sizeof(int64_t) * (size_t)ra);
+  shape[ra - 2] = m;
+  shape[ra - 1] = nn;
+  set_out(n, 0, b->dtype, ra, shape);
+  return true;
+}
+
+/* x[..., in] @ weight[in, out] (+ bias[out]); transposed=1 stores the
+ * weight as [out, in], the way torch.nn.Linear keeps it. */
+bool ir_shape_linear(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *w = in_type(n, 1);
+  bool tr;
+  bool ok = get_flag(n, "transposed", &tr);
+  ok = (want_float(n, 0, "x") & want_float(n, 1, "weight")) && ok;
+  if (n->nin > 2) ok = want_float(n, 2, "bias") && ok;
+  ok = want_rank(n, 1, "weight", 2, tr ? "[out, in]" : "[in, out]") && ok;
+  if (ok && x->rank < 1) {
+    ir_error(n->loc, "linear: x%s must have at least 1 dim", S(x));
+    ok = false;
+  }
+  if (!ok) return false;
+  int64_t in = w->shape[tr ? 1 : 0], out = w->shape[tr ? 0 : 1];
+  if (x->shape[x->rank - 1] != in) {
+    ir_error(n->loc, "linear: x%s does not match weight%s%s: inner dims %lld and %lld differ", S(x),
+             S(w), tr ? " (transposed)" : "", (long long)x->shape[x->rank - 1], (long long)in);
+    return false;
+  }
+  if (n->nin > 2) {
+    const IrType *bias = in_type(n, 2);
+    if (bias->rank != 1 || bias->shape[0] != out) {
+      ir_error(n->loc, "linear: bias%s does not match weight%s%s: expected [%lld]", S(bias), S(w),
+               tr ? " (transposed)" : "", (long long)out);
+      return false;
+    }
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[x->rank - 1] = out;
+  set_out(n, 0, w->dtype, x->rank, shape);
+  return true;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* Reads reshape's target: a list of positive ints with at most one -1. */
+static bool reshape_target(IrNode *n, int64_t *shape, int *rank, int *infer) {
+  const IrExpr *e = attr_expr(n, "shape");
+  if (!e) return false;
+  IrExpr *const *items = e->kind == IR_EX_LIST ? e->args : (IrExpr *const *)&e;
+  int count = e->kind == IR_EX_LIST ? e->nargs : 1;
+  if (count > IR_MAX_RANK) {
+    ir_error(attr_loc(n, e), "reshape: shape %s has more than %d dims", expr_str(e), IR_MAX_RANK);
+    return false;
+  }
+  *infer = -1;
+  for (int i = 0; i < count; i++) {
+    const IrExpr *d = items[i];
+    bool bad = d->kind != IR_EX_INT || d->i == 0 || d->i < -1 || (d->i == -1 && *infer >= 0);
+    if (bad) {
+      ir_error(attr_loc(n, d), "reshape: shape %s must hold positive integers and at most one -1",
+               expr_str(e));
+      return false;
+    }
+    if (d->i == -1) *infer = i;
+    shape[i] = d->i;
+  }
+  *rank = count;
+  return true;
+}
+
+bool ir_shape_reshape(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t shape[IR_MAX_RANK], have, want = 1;
+  int rank, infer;
+  if (!reshape_target(n, shape, &rank, &infer)) return false;
+  char *target = expr_str(attr_expr(n, "shape"));
+  bool ok = numel(x->shape, x->rank, &have);
+  for (int i = 0; ok && i < rank; i++)
+    if (i != infer) ok = !__builtin_mul_overflow(want, shape[i], &want);
+  if (!ok) {
+    ir_error(n->loc, "reshape: x%s or shape %s has too many elements", S(x), target);
+    return false;
+  }
+  if (infer >= 0) {
+    if (have % want != 0) {
+      ir_error(n->loc,
+               "reshape: cannot reshape x%s (%lld elements) to %s: %lld is not a multiple of %lld",
+               S(x), (long long)have, target, (long long)have, (long long)want);
+      return false;
+    }
+    shape[infer] = have / want;
+    want = have;
+  }
+  if (want != have) {
+    ir_error(n->loc, "reshape: cannot reshape x%s (%lld elements) to %s (%lld elements)", S(x),
+             (long long)have, target, (long long)want);
+    return false;
+  }
+  set_out(n, 0, x->dtype, rank, shape);
+  return true;
+}
+
+bool ir_shape_transpose(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t d0, d1;
+  if (!(get_int(n, "dim0", &d0) & get_int(n, "dim1", &d1))) return false;
+  if (!(norm_axis(n, "dim0", &d0, x, "x") & norm_axis(n, "dim1", &d1, x, "x"))) return false;
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[d0] = x->shape[d1];
+  shape[d1] = x->shape[d0];
+  set_out(n, 0, x->dtype, x->rank, shape);
+  return true;
+}
+
+bool ir_shape_split_heads(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t heads;
+  bool ok = get_pos_int(n, "heads", &heads);
+  if (!(want_rank(n, 0, "x", 3, "[b, s, H*d]") && ok)) return false;
+  if (x->shape[2] % heads != 0) {
+    ir_error(n->loc,
+             "split_heads: x%s cannot be split into %lld heads: %lld is not a multiple of %lld",
+             S(x), (long long)heads, (long long)x->shape[2], (long long)heads);
+    return false;
+  }
+  int64_t shape[4] = {x->shape[0], heads, x->shape[1], x->shape[2] / heads};
+  set_out(n, 0, x->dtype, 4, shape);
+  return true;
+}
+
+bool ir_shape_merge_heads(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  if (!want_rank(n, 0, "x", 4, "[b, H, s, d]")) return false;
+  int64_t shape[3] = {x->shape[0], x->shape[2], 0};
+  if (__builtin_mul_overflow(x->shape[1], x->shape[3], &shape[2])) {
+    ir_error(n->loc, "merge_heads: x%s: heads * head dim overflows", S(x));
+    return false;
+  }
+  set_out(n, 0, x->dtype, 3, shape);
+  return true;
+}
+
+/* split(x, n): the node must have been built with n outputs. */
+bool ir_shape_split(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t parts, axis;
+  if (!(get_pos_int(n, "n", &parts) & get_int(n, "axis", &axis))) return false;
+  if (parts != n->nout) {
+    ir_error(n->loc, "split: n = %lld but the node has %d output%s", (long long)parts, n->nout,
+             n->nout == 1 ? "" : "s");
+    return false;
+  }
+  if (!norm_axis(n, "axis", &axis, x, "x")) return false;
+  if (x->shape[axis] % parts != 0) {
+    ir_error(n->loc,
+             "split: x%s cannot be split into %lld equal parts along axis %lld: %lld is not a "
+             "multiple of %lld",
+             S(x), (long long)parts, (long long)axis, (long long)x->shape[axis], (long long)parts);
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[axis] /= parts;
+  for (int i = 0; i < n->nout; i++) set_out(n, i, x->dtype, x->rank, shape);
+  return true;
+}
+
+/* concat(xs...): one dtype and rank, equal dims except along axis. */
+bool ir_shape_concat(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t axis;
+  if (!get_int(n, "axis", &axis) || !norm_axis(n, "axis", &axis, x, "x0")) return false;
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  for (int i = 1; i < n->nin; i++) {
+    const IrType *t = in_type(n, i);
+    bool ok = t->dtype == x->dtype && t->rank == x->rank;
+    for (int d = 0; ok && d < x->rank; d++) ok = d == axis || t->shape[d] == x->shape[d];
+    if (!ok) {
+      ir_error(n->loc, "concat: x%d %s does not match x0 %s except along axis %lld", i,
+               type_str(t), type_str(x), (long long)axis);
+      return false;
+    }
+    if (__builtin_add_overflow(shape[axis], t->shape[axis], &shape[axis])) {
+      ir_error(n->loc, "concat: the length along axis %lld overflows", (long long)axis);
+      return false;
+    }
+  }
+  set_out(n, 0, x->dtype, x->rank, shape);
+  return true;
+}
+
+/* ------------------------------------------------------------- elementwise */
+
+/* Numpy broadcasting: trailing dims are aligned; each pair must be equal or
+ * one of them 1, and the missing leading dims count as 1. */
+bool ir_shape_broadcast(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *a = in_type(n, 0), *b = in_type(n, 1);
+  if (a->dtype != b->dtype) {
+    ir_error(n->loc, "%s: a %s and b %s have different dtypes", op_name(n), type_str(a),
+             type_str(b));
+    return false;
+  }
+  int rank = a->rank > b->rank ? a->rank : b->rank;
+  int64_t shape[IR_MAX_RANK];
+  for (int i = 1; i <= rank; i++) {
+    int64_t da = i <= a->rank ? a->shape[a->rank - i] : 1;
+    int64_t db = i <= b->rank ? b->shape[b->rank - i] : 1;
+    if (da != db && da != 1 && db != 1) {
+      ir_error(n->loc, "%s: a%s and b%s do not broadcast: dims %lld and %lld differ", op_name(n),
+               S(a), S(b), (long long)da, (long long)db);
+      return false;
+    }
+    shape[rank - i] = da == 1 ? db : da;
+  }
+  set_out(n, 0, a->dtype, rank, shape);
+  return true;
+}
+
+/* The unary float ops; scale and dropout also check their number. */
+bool ir_shape_same(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  double v;
+  bool ok = want_float(n, 0, "x");
+  if (n->op == IR_OP_SCALE) ok = get_num(n, "s", &v) && ok;
+  if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) {
+    int64_t site;
+    ok = get_num_in(n, "rate", 0, false, 1, &v, "in [0, 1)") && ok;
+    ok = get_nonneg_int(n, "site", &site) && ok;
+  }
+  if (!ok) return false;
+  const IrType *x = in_type(n, 0);
+  set_out(n, 0, x->dtype, x->rank, x->shape);
+  return true;
+}
+
+/* swiglu(gate, up): two tensors of one type. */
+bool ir_shape_same2(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *a = in_type(n, 0), *b = in_type(n, 1);
+  if (!(want_float(n, 0, "gate") & want_float(n, 1, "up"))) return false;
+  if (!same_type(a, b)) {
+    ir_error(n->loc, "%s: gate %s and up %s must have the same type", op_name(n), type_str(a),
+             type_str(b));
+    return false;
+  }
+  set_out(n, 0, a->dtype, a->rank, a->shape);
+  return true;
+}
+
+/* --------------------------------------------------------- normalisation */
+
+bool ir_shape_norm(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  double eps;
+  bool ok = get_num_in(n, "eps", 0, false, HUGE_VAL, &eps, "a non-negative number");
+  ok = want_float(n, 0, "x") && ok;
+  for (int i = 1; i < n->nin; i++) ok = want_float(n, i, i == 1 ? "weight" : "bias") && ok;
+  if (ok && x->rank < 1) {
+    ir_error(n->loc, "%s: x%s must have at least 1 dim", op_name(n), S(x));
+    ok = false;
+  }
+  if (!ok) return false;
+  int64_t h = x->shape[x->rank - 1];
+  for (int i = 1; i < n->nin; i++) {
+    const IrType *w = in_type(n, i);
+    if (w->rank != 1 || w->shape[0] != h) {
+      ir_error(n->loc, "%s: %s%s does not match x%s: expected [%lld]", op_name(n),
+               i == 1 ? "weight" : "bias", S(w), S(x), (long long)h);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  set_out(n, 0, x->dtype, x->rank, x->shape);
+  return true;
+}
+
+bool ir_shape_causal_mask(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  double fill;
+  bool ok = get_num(n, "fill", &fill);
+  if (!(want_float(n, 0, "scores") && ok)) return false;
+  if (x->rank < 2 || x->shape[x->rank - 1] != x->shape[x->rank - 2]) {
+    ir_error(n->loc, "causal_mask: scores%s must be square in its last two dims [..., s, s]", S(x));
+    return false;
+  }
+  set_out(n, 0, x->dtype, x->rank, x->shape);
+  return true;
+}
+
+/* --------------------------------------------------------------- attention */
+
+bool ir_shape_rope(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t heads;
+  double theta;
+  bool ok = get_pos_int(n, "heads", &heads);
+  bool inverse;
+  ok = get_num_in(n, "theta", 0, true, HUGE_VAL, &theta, "a positive number") && ok;
+  ok = get_flag(n, "inverse", &inverse) && ok;
+  ok = want_float(n, 0, "x") && ok;
+  if (!(want_rank(n, 0, "x", 3, "[b, s, H*d]") && ok)) return false;
+  int64_t last = x->shape[2];
+  if (last % heads != 0) {
+    ir_error(n->loc, "rope: x%s cannot be split into %lld heads: %lld is not a multiple of %lld",
+             S(x), (long long)heads, (long long)last, (long long)heads);
+    return false;
+  }
+  if ((last / heads) % 2 != 0) {
+    ir_error(n->loc,
+             "rope: x%s has head dim %lld (%lld / %lld heads), which must be even to rotate pairs",
+             S(x), (long long)(last / heads), (long long)last, (long long)heads);
+    return false;
+  }
+  set_out(n, 0, x->dtype, 3, x->shape);
+  return true;
+}
+
+/* Checks k or v (input i) against q: same batch (and sequence when
+ * causal), kv_heads heads of q's head dim. */
+static bool attention_kv(IrNode *n, int i, int64_t kvh, int64_t d, bool causal) {
+  const IrType *q = in_type(n, 0), *t = in_type(n, i);
+  int64_t width = kvh * d; /* <= q's width: cannot overflow */
+  if (t->shape[0] == q->shape[0] && t->shape[2] == width && (!causal || t->shape[1] == q->shape[1]))
+    return true;
+  const char *seq = causal ? ir_fmt("%lld", (long long)q->shape[1]) : "s";
+  ir_error(
+      n->loc,
+      "%s: %s%s does not match q%s: expected [%lld, %s, %lld] (%lld kv heads of dim %lld)",
+      op_name(n), i == 1 ? "k" : "v", S(t), S(q), (long long)q->shape[0], seq, (long long)width, (long long)kvh,
+      (long long)d);
+  return false;
+}
+
+/* Checks attention's q, k and v (inputs 0 to 2) and attributes; shared by
+ * attention and attention_grad. */
+static bool attention_inputs(IrNode *n) {
+  const IrType *q = in_type(n, 0), *k = in_type(n, 1), *v = in_type(n, 2);
+  int64_t heads, kv;
+  bool causal;
+  bool ok = get_pos_int(n, "heads", &heads) & get_int(n, "kv_heads", &kv) &
+            get_flag(n, "causal", &causal);
+  if (ok && kv < 0) {
+    ir_error(n->loc, "%s: kv_heads must be 0 (as many as heads) or positive, got %lld",
+             op_name(n), (long long)kv);
+    ok = false;
+  }
+  static const char *names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++)
+    ok = (want_float(n, i, names[i]) & want_rank(n, i, names[i], 3, "[b, s, heads * head_dim]")) &&
+         ok;
+  if (!ok) return false;
+  if (q->dtype != k->dtype || q->dtype != v->dtype) {
+    ir_error(n->loc, "%s: q %s, k %s and v %s must have one dtype", op_name(n), type_str(q),
+             type_str(k), type_str(v));
+    return false;
+  }
+  int64_t kvh = kv ? kv : heads;
+  if (heads % kvh != 0) {
+    ir_error(n->loc, "%s: heads = %lld is not a multiple of kv_heads = %lld", op_name(n),
+             (long long)heads, (long long)kvh);
+    return false;
+  }
+  if (q->shape[2] % heads != 0) {
+    ir_error(n->loc, "%s: q%s cannot be split into %lld heads: %lld is not a multiple of %lld",
+             op_name(n), S(q), (long long)heads, (long long)q->shape[2], (long long)heads);
+    return false;
+  }
+  int64_t d = q->shape[2] / heads;
+  if (!(attention_kv(n, 1, kvh, d, causal) & attention_kv(n, 2, kvh, d, causal))) return false;
+  if (k->shape[1] != v->shape[1]) {
+    ir_error(n->loc, "%s: k%s and v%s have different sequence lengths", op_name(n), S(k), S(v));
+    return false;
+  }
+  return true;
+}
+
+bool ir_shape_attention(IrNode *n) {
+  if (!inputs_ready(n) || !attention_inputs(n)) return false;
+  const IrType *q = in_type(n, 0);
+  set_out(n, 0, q->dtype, 3, q->shape);
+  return true;
+}
+
+/* -------------------------------------------------------------------- loss */
+
+/* Checks logits[..., V] against targets[...] (inputs 0 and 1). */
+static bool cross_entropy_inputs(IrNode *n) {
+  const IrType *logits = in_type(n, 0), *targets = in_type(n, 1);
+  if (!(want_float(n, 0, "logits") & want_int(n, 1, "targets"))) return false;
+  if (logits->rank < 1) {
+    ir_error(n->loc, "%s: logits%s must end in a vocabulary dim [..., V]", op_name(n), S(logits));
+    return false;
+  }
+  bool ok = targets->rank == logits->rank - 1;
+  for (int i = 0; ok && i < targets->rank; i++) ok = targets->shape[i] == logits->shape[i];
+  if (!ok) {
+    IrType want = *logits;
+    want.rank--;
+    ir_error(n->loc, "%s: targets%s does not match logits%s: expected targets%s", op_name(n),
+             S(targets), S(logits), S(&want));
+    return false;
+  }
+  return true;
+}
+
+bool ir_shape_cross_entropy(IrNode *n) {
+  if (!inputs_ready(n) || !cross_entropy_inputs(n)) return false;
+  /* The loss is the mean over all positions: one f32 scalar. */
+  set_out(n, 0, IR_F32, 0, NULL);
+  return true;
+}
+
+/* ---------------------------------------------------------- backward ops */
+
+/* Inputs i and j of one type, named a and b in messages. */
+static bool want_same(IrNode *n, int i, const char *a, int j, const char *b) {
+  const IrType *x = in_type(n, i), *y = in_type(n, j);
+  if (same_type(x, y)) return true;
+  ir_error(n->loc, "%s: %s %s and %s %s must have the same type", op_name(n), a, type_str(x), b,
+           type_str(y));
+  return false;
+}
+
+/* linear_dx(dy[..., out], w) -> dx[..., in]. */
+bool ir_shape_linear_dx(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *dy = in_type(n, 0), *w = in_type(n, 1);
+  bool tr;
+  bool ok = get_flag(n, "transposed", &tr);
+  ok = (want_float(n, 0, "dy") & want_float(n, 1, "weight")) && ok;
+  ok = want_rank(n, 1, "weight", 2, tr ? "[out, in]" : "[in, out]") && ok;
+  if (ok && dy->rank < 1) {
+    ir_error(n->loc, "linear_dx: dy%s must have at least 1 dim", S(dy));
+    ok = false;
+  }
+  if (!ok) return false;
+  int64_t in = w->shape[tr ? 1 : 0], out = w->shape[tr ? 0 : 1];
+  if (dy->shape[dy->rank - 1] != out) {
+    ir_error(n->loc, "linear_dx: dy%s does not match weight%s%s: expected %lld in the last dim",
+             S(dy), S(w), tr ? " (transposed)" : "", (long long)out);
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+  shape[dy->rank - 1] = in;
+  set_out(n, 0, dy->dtype, dy->rank, shape);
+  return true;
+}
+
+/* linear_dw(x[..., in], dy[..., out]) -> [in, out], or [out, in]. */
+bool ir_shape_linear_dw(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *dy = in_type(n, 1);
+  bool tr;
+  bool ok = get_flag(n, "transposed", &tr);
+  ok = (want_float(n, 0, "x") & want_float(n, 1, "dy")) && ok;
+  if (!ok) return false;
+  ok = x->rank >= 1 && x->rank == dy->rank;
+  for (int i = 0; ok && i < x->rank - 1; i++) ok = x->shape[i] == dy->shape[i];
+  if (!ok) {
+    ir_error(n->loc, "linear_dw: x%s and dy%s must have the same leading dims", S(x), S(dy));
+    return false;
+  }
+  int64_t in = x->shape[x->rank - 1], out = dy->shape[dy->rank - 1];
+  int64_t shape[2] = {tr ? out : in, tr ? in : out};
+  set_out(n, 0, dy->dtype, 2, shape);
+  return true;
+}
+
+/* sum_to(x){shape}: shape must broadcast to x's shape. */
+bool ir_shape_sum_to(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t shape[IR_MAX_RANK];
+  int rank;
+  if (!shape_attr(n, shape, &rank)) return false;
+  bool ok = rank <= x->rank;
+  for (int i = 1; ok && i <= rank; i++)
+    ok = shape[rank - i] == 1 || shape[rank - i] == x->shape[x->rank - i];
+  if (!ok) {
+    ir_error(n->loc, "sum_to: shape %s does not broadcast to x%s",
+             expr_str(attr_expr(n, "shape")), S(x));
+    return false;
+  }
+  set_out(n, 0, x->dtype, rank, shape);
+  return true;
+}
+
+/* gelu_grad(x, dy), silu_grad(x, dy), softmax_grad(y, dy). */
+bool ir_shape_grad2(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const char *first = n->op == IR_OP_SOFTMAX_GRAD ? "y" : "x";
+  if (!(want_float(n, 0, first) & want_float(n, 1, "dy"))) return false;
+  if (!want_same(n, 0, first, 1, "dy")) return false;
+  const IrType *x = in_type(n, 0);
+  set_out(n, 0, x->dtype, x->rank, x->shape);
+  return true;
+}
+
+/* swiglu_grad(gate, up, dy) -> (dgate, dup). */
+bool ir_shape_swiglu_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  if (!(want_float(n, 0, "gate") & want_float(n, 1, "up") & want_float(n, 2, "dy"))) return false;
+  if (!(want_same(n, 0, "gate", 1, "up") && want_same(n, 0, "gate", 2, "dy"))) return false;
+  const IrType *g = in_type(n, 0);
+  for (int i = 0; i < 2; i++) set_out(n, i, g->dtype, g->rank, g->shape);
+  return true;
+}
+
+/* layernorm_grad(x, w, dy) -> (dx, dw, db); rmsnorm_grad -> (dx, dw). */
+bool ir_shape_norm_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *w = in_type(n, 1);
+  double eps;
+  bool ok = get_num_in(n, "eps", 0, false, HUGE_VAL, &eps, "a non-negative number");
+  ok = (want_float(n, 0, "x") & want_float(n, 1, "weight") & want_float(n, 2, "dy")) && ok;
+  if (ok && x->rank < 1) {
+    ir_error(n->loc, "%s: x%s must have at least 1 dim", op_name(n), S(x));
+    ok = false;
+  }
+  if (!ok || !want_same(n, 0, "x", 2, "dy")) return false;
+  int64_t h = x->shape[x->rank - 1];
+  if (w->rank != 1 || w->shape[0] != h) {
+    ir_error(n->loc, "%s: weight%s does not match x%s: expected [%lld]", op_name(n), S(w), S(x),
+             (long long)h);
+    return false;
+  }
+  set_out(n, 0, x->dtype, x->rank, x->shape);
+  for (int i = 1; i < n->nout; i++) set_out(n, i, w->dtype, 1, &h);
+  return true;
+}
+
+/* attention_grad(q, k, v, y, dy) -> (dq, dk, dv). */
+bool ir_shape_attention_grad(IrNode *n) {
+  if (!inputs_ready(n) || !attention_inputs(n)) return false;
+  if (!(want_same(n, 0, "q", 3, "y") && want_same(n, 0, "q", 4, "dy"))) return false;
+  for (int i = 0; i < 3; i++) {
+    const IrType *t = in_type(n, i);
+    set_out(n, i, t->dtype, t->rank, t->shape);
+  }
+  return true;
+}
+
+/* embedding_grad(ids[...], dy[..., h]){rows} -> [rows, h]. */
+bool ir_shape_embedding_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *ids = in_type(n, 0), *dy = in_type(n, 1);
+  int64_t rows;
+  bool ok = get_pos_int(n, "rows", &rows);
+  ok = (want_int(n, 0, "ids") & want_float(n, 1, "dy")) && ok;
+  if (!ok) return false;
+  ok = dy->rank == ids->rank + 1;
+  for (int i = 0; ok && i < ids->rank; i++) ok = ids->shape[i] == dy->shape[i];
+  if (!ok) {
+    ir_error(n->loc, "embedding_grad: dy%s does not match ids%s: expected ids' dims and one more",
+             S(dy), S(ids));
+    return false;
+  }
+  int64_t shape[2] = {rows, dy->shape[dy->rank - 1]};
+  set_out(n, 0, dy->dtype, 2, shape);
+  return true;
+}
+
+/* cross_entropy_grad(logits, targets, dloss[]) -> dlogits. */
+bool ir_shape_cross_entropy_grad(IrNode *n) {
+  if (!inputs_ready(n) || !cross_entropy_inputs(n)) return false;
+  const IrType *logits = in_type(n, 0), *dloss = in_type(n, 2);
+  if (!want_float(n, 2, "dloss")) return false;
+  if (dloss->rank != 0) {
+    ir_error(n->loc, "cross_entropy_grad: dloss%s must be a scalar", S(dloss));
+    return false;
+  }
+  set_out(n, 0, logits->dtype, logits->rank, logits->shape);
+  return true;
+}
+
+/* ------------------------------------------------------------------ repeat */
+
+/* A repeat's structure, as ir_add_repeat builds it; a hand-written IR file
+ * can break it, so it is a user error rather than an internal one. */
+static bool repeat_structure_ok(IrNode *n, int64_t ncarried) {
+  IrGraph *body = n->body;
+  if (body && ncarried >= 0 && ncarried <= n->nin && ncarried == n->nout &&
+      body->args.len == n->nin && body->outputs.len == ncarried)
+    return true;
+  ir_error(
+      n->loc,
+      "repeat %s: %d inputs, ncarried = %lld, %d outputs, %d body args and %d yields do not agree",
+      n->label ? n->label : "", n->nin, (long long)ncarried, n->nout, body ? body->args.len : 0,
+      body ? body->outputs.len : 0);
+  return false;
+}
+
+/* The body is inferred once, with its args typed as the repeat's inputs;
+ * each iteration must yield its carried values with the types they came
+ * in with, or the next iteration would see different shapes. */
+bool ir_shape_repeat(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  int64_t count, ncarried;
+  if (!(get_pos_int(n, "count", &count) & get_int(n, "ncarried", &ncarried))) return false;
+  if (!repeat_structure_ok(n, ncarried)) return false;
+  IrGraph *body = n->body;
+  for (int i = 0; i < n->nin; i++) {
+    IrValue *arg = body->args.items[i];
+    arg->type = *in_type(n, i);
+  }
+  if (!ir_shape_graph(body)) return false;
+  bool ok = true;
+  for (int i = 0; i < ncarried; i++) {
+    IrType *y = &((IrValue *)body->outputs.items[i])->type, *in = in_type(n, i);
+    if (!ir_type_known(y)) return false;
+    for (int d = 0; d < y->rank; d++)
+      if (y->dims[d]) y->shape[d] = y->dims[d]->i;
+    if (!same_type(y, in)) {
+      ir_error(n->loc, "repeat %s: the body yields %s for carried value %d, which enters as %s",
+               n->label ? n->label : "", type_str(y), i, type_str(in));
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  for (int i = 0; i < ncarried; i++) {
+    const IrType *t = in_type(n, i);
+    set_out(n, i, t->dtype, t->rank, t->shape);
+  }
+  return true;
+}
+
+/* ------------------------------------------------------------------ walker */
+
+static void forget_outputs(IrNode *n) {
+  for (int i = 0; i < n->nout; i++) {
+    IrType *t = &n->out[i]->type;
+    t->rank = -1;
+    memset(t->dims, 0, sizeof t->dims);
+  }
+}
+
+/* Arity as ops.def gives it. The verifier checks it too, but it runs after
+ * `shape`, and a rule must not index past the inputs of a bad node. */
+static bool arity_ok(IrNode *n) {
+  const IrOpInfo *info = ir_op_info(n->op);
+  if (n->nin < info->min_in || (info->max_in >= 0 && n->nin > info->max_in)) {
+    if (info->max_in < 0)
+      ir_error(n->loc, "%s takes at least %d tensor inputs, got %d", info->name, info->min_in,
+               n->nin);
+    else if (info->min_in == info->max_in)
+      ir_error(n->loc, "%s takes %d tensor input%s, got %d", info->name, info->min_in,
+               info->min_in == 1 ? "" : "s", n->nin);
+    else
+      ir_error(n->loc, "%s takes %d to %d tensor inputs, got %d", info->name, info->min_in,
+               info->max_in, n->nin);
+    return false;
+  }
+  if (!(info->flags & (IR_OPF_MULTI_OUT | IR_OPF_REGION)) && n->nout != info->nout) {
+    ir_error(n->loc, "%s has %d output%s, not %d", info->name, info->nout,
+             info->nout == 1 ? "" : "s", n->nout);
+    return false;
+  }
+  return true;
+}
+
+/* Infers the nodes of g in order. A node whose rule fails keeps unknown
+ * outputs, so the nodes that use them are skipped without more errors:
+ * each mistake is reported once, and every independent one is reported. */
+bool ir_shape_graph(IrGraph *g) {
+  int before = ir_error_count();
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    forget_outputs(n);
+    if (!arity_ok(n)) continue;
+    if (!ir_op_info(n->op)->shape(n)) forget_outputs(n);
+  }
+  return ir_error_count() == before;
+}

@@ -1,0 +1,166 @@
+/* Rotary position embeddings and scaled dot-product attention.
+ *
+ * Attention works on blocks of ATT_BQ query rows of one head: the block's
+ * scores against all keys it may see are one GEMM into the calling thread's
+ * scratch, the softmax runs row by row there, and the output is a second
+ * GEMM. Nothing of size s x s per head is ever stored; the backward
+ * recomputes the probabilities the same way. */
+#include <omp.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Query rows per block: enough for the GEMMs to run near their peak, small
+ * enough that a block's scores stay in the core's L2 cache. The memory plan
+ * sizes the scratch with the same number (PASS_ATTENTION_SCRATCH in
+ * passes/memplan.h), and the rank program checks that the two agree. */
+#define ATT_BQ 64
+
+void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, real theta,
+            int inverse) {
+  if (d % 2)
+    kcpu_die("rope on an odd head size %lld", (long long)d);
+  int64_t half = d / 2, row = H * d;
+#pragma omp parallel for schedule(static) if (kcpu_par(b * s * row))
+  for (int64_t t = 0; t < s; t++) {
+    /* The angles depend on the position only: computed once in double
+     * (like the reference), then rounded to real, for every batch row and
+     * head at this position. */
+    real c[half > 0 ? half : 1], sn[half > 0 ? half : 1];
+    for (int64_t i = 0; i < half; i++) {
+      double angle = (double)t * pow((double)theta, -2.0 * (double)i / (double)d);
+      c[i] = (real)cos(angle);
+      sn[i] = (real)(inverse ? -sin(angle) : sin(angle));
+    }
+    for (int64_t bi = 0; bi < b; bi++)
+      for (int64_t h = 0; h < H; h++) {
+        const real *xh = x + (bi * s + t) * row + h * d;
+        real *yh = y + (bi * s + t) * row + h * d;
+#pragma omp simd
+        for (int64_t i = 0; i < half; i++) {
+          real x1 = xh[i], x2 = xh[i + half];
+          yh[i] = x1 * c[i] - x2 * sn[i];
+          yh[i + half] = x2 * c[i] + x1 * sn[i];
+        }
+      }
+  }
+}
+
+int64_t k_attention_scratch(int64_t s) { return 2 * ATT_BQ * s; }
+
+/* The shape facts every block of one attention call shares. */
+typedef struct {
+  int64_t d, ldq, ldk; /* head size, row strides of q (and y) and of k (and v) */
+  int causal;
+  real scale; /* 1 / sqrt(d) */
+} Att;
+
+static void att_check(int64_t H, int64_t K) {
+  if (K <= 0 || H % K)
+    kcpu_die("attention with %lld query heads and %lld kv heads", (long long)H, (long long)K);
+}
+
+/* Probabilities of query rows i0 .. i0 + rows - 1 against keys 0 .. jend - 1
+ * into P (leading dim jend): scores by GEMM, then a stable softmax per row
+ * over the keys the row may see, zeros beyond them. */
+static void att_probs(const Att *a, real *P, const real *qb, const real *kb, int64_t i0,
+                      int64_t rows, int64_t jend) {
+  k_gemm(0, 1, rows, jend, a->d, a->scale, qb, a->ldq, kb, a->ldk, 0, P, jend);
+  for (int64_t r = 0; r < rows; r++) {
+    real *p = P + r * jend;
+    int64_t L = a->causal ? i0 + r + 1 : jend;
+    real m = kcpu_max(p, L);
+    acc_t sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < L; j++) {
+      p[j] = k_exp(p[j] - m);
+      sum += p[j];
+    }
+    real inv = (real)(1.0 / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < L; j++)
+      p[j] *= inv;
+    for (int64_t j = L; j < jend; j++)
+      p[j] = 0;
+  }
+}
+
+void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64_t b, int64_t s,
+                     int64_t H, int64_t K, int64_t d, int causal, real *scratch) {
+  att_check(H, K);
+  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d))};
+  int64_t nblk = (s + ATT_BQ - 1) / ATT_BQ, group = H / K, per_thread = k_attention_scratch(s);
+  int saved = kcpu_blas_serial_begin();
+  /* Every (batch row, head, query block) is independent and writes its own
+   * rows of y; dynamic scheduling evens out the causal triangle. */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < b * H * nblk; task++) {
+    int64_t blk = task % nblk, h = task / nblk % H, bi = task / nblk / H, g = h / group;
+    int64_t i0 = blk * ATT_BQ, rows = s - i0 < ATT_BQ ? s - i0 : ATT_BQ;
+    int64_t jend = causal ? i0 + rows : s;
+    real *P = scratch + omp_get_thread_num() * per_thread;
+    const real *qb = q + (bi * s + i0) * a.ldq + h * d;
+    const real *kb = k + bi * s * a.ldk + g * d, *vb = v + bi * s * a.ldk + g * d;
+    att_probs(&a, P, qb, kb, i0, rows, jend);
+    k_gemm(0, 0, rows, d, jend, 1, P, jend, vb, a.ldk, 0, y + (bi * s + i0) * a.ldq + h * d,
+           a.ldq);
+  }
+  kcpu_blas_serial_end(saved);
+}
+
+/* dS = P (dP - rowsum(dy y)) / sqrt(d), dP = dy v^T: the softmax backward
+ * folded with the score scale, in place of dP in G. */
+static void att_dscores(const Att *a, real *G, const real *P, const real *dyb, const real *yb,
+                        int64_t i0, int64_t rows, int64_t jend) {
+  for (int64_t r = 0; r < rows; r++) {
+    const real *dyr = dyb + r * a->ldq, *yr = yb + r * a->ldq, *p = P + r * jend;
+    real *gr = G + r * jend;
+    acc_t dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < a->d; c++)
+      dot += (acc_t)dyr[c] * yr[c];
+    real D = (real)dot;
+    int64_t L = a->causal ? i0 + r + 1 : jend;
+#pragma omp simd
+    for (int64_t j = 0; j < L; j++)
+      gr[j] = p[j] * (gr[j] - D) * a->scale;
+    for (int64_t j = L; j < jend; j++)
+      gr[j] = 0;
+  }
+}
+
+/* One task per (batch row, kv head): it owns that kv head's rows of dk and
+ * dv and visits the query heads that read it, block by block in a fixed
+ * order, so the accumulation into dk and dv needs no atomics and gives the
+ * same bits for any number of threads. */
+void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q, const real *k,
+                     const real *v, const real *y, int64_t b, int64_t s, int64_t H, int64_t K,
+                     int64_t d, int causal, real *scratch) {
+  att_check(H, K);
+  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d))};
+  int64_t nblk = (s + ATT_BQ - 1) / ATT_BQ, group = H / K, per_thread = k_attention_scratch(s);
+  int saved = kcpu_blas_serial_begin();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < b * K; task++) {
+    int64_t g = task % K, bi = task / K;
+    real *P = scratch + omp_get_thread_num() * per_thread, *G = P + ATT_BQ * s;
+    const real *kb = k + bi * s * a.ldk + g * d, *vb = v + bi * s * a.ldk + g * d;
+    real *dkb = dk + bi * s * a.ldk + g * d, *dvb = dv + bi * s * a.ldk + g * d;
+    for (int64_t t = 0; t < s; t++) {
+      memset(dkb + t * a.ldk, 0, (size_t)d * sizeof(real));
+      memset(dvb + t * a.ldk, 0, (size_t)d * sizeof(real));
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; h++)
+      for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t i0 = blk * ATT_BQ, rows = s - i0 < ATT_BQ ? s - i0 : ATT_BQ;
+        int64_t jend = causal ? i0 + rows : s, off = (bi * s + i0) * a.ldq + h * d;
+        att_probs(&a, P, q + off, kb, i0, rows, jend);
+        k_gemm(0, 1, rows, jend, d, 1, dy + off, a.ldq, vb, a.ldk, 0, G, jend);
+        att_dscores(&a, G, P, dy + off, y + off, i0, rows, jend);
+        k_gemm(1, 0, jend, d, rows, 1, P, jend, dy + off, a.ldq, 1, dvb, a.ldk);
+        k_gemm(0, 0, rows, d, jend, 1, G, jend, kb, a.ldk, 0, dq + off, a.ldq);
+        k_gemm(1, 0, jend, d, rows, 1, G, jend, q + off, a.ldq, 1, dkb, a.ldk);
+      }
+  }
+  kcpu_blas_serial_end(saved);
+}

@@ -1,0 +1,183 @@
+/* CPU kernels: one op family per file, the same signatures in f32 and f64.
+ *
+ * Every kernel is compiled twice: `real` is float by default and double
+ * with SHARD_REAL_F64 (the runtime's model.h defines it the same way). Sizes
+ * are int64_t, tensors are dense row-major, and a kernel never allocates:
+ * scratch space, where needed, comes from the caller's memory plan. Kernels
+ * parallelise with OpenMP over their outer loops; GEMMs go to OpenBLAS.
+ * Unless said otherwise an output is overwritten, not accumulated. Results
+ * never depend on the number of threads: every sum runs in an order fixed by
+ * the sizes alone (tests/kernels checks 1, 2 and 3 threads bit for bit).
+ * Long sums (statistics, softmax denominators, the loss, weight gradients)
+ * accumulate in double in both builds. A broken precondition that would
+ * touch memory out of bounds (an id or target out of range, a size OpenBLAS
+ * cannot take) aborts with a message. */
+#ifndef SHARD_KERNELS_CPU_H
+#define SHARD_KERNELS_CPU_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef SHARD_REAL_F64
+typedef double real;
+#else
+typedef float real;
+#endif
+
+/* --- embeddings (embedding.c) ---------------------------------------------- */
+/* out[i, :] = table[ids[i], :] for i < n; an id outside [0, V) is a bug of the
+ * caller (the data loader checks ids against the vocabulary). */
+void k_embedding_fwd(real *out, const int32_t *ids, const real *table, int64_t n, int64_t h);
+/* dtable = 0, then dtable[ids[i], :] += dout[i, :] in order of i. */
+void k_embedding_bwd(real *dtable, const int32_t *ids, const real *dout, int64_t n, int64_t V,
+                     int64_t h);
+void k_arange(int32_t *out, int64_t n);
+
+/* --- matrix multiply (gemm.c) ---------------------------------------------- */
+/* C[M, N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major with
+ * leading dims lda, ldb, ldc (cblas semantics). */
+void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha, const real *A,
+            int64_t lda, const real *B, int64_t ldb, real beta, real *C, int64_t ldc);
+/* `batch` independent GEMMs, matrices `stride_*` elements apart (stride 0:
+ * the same matrix for every batch, e.g. a shared weight). C must not
+ * overlap between entries. */
+void k_gemm_batched(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                    real alpha, const real *A, int64_t lda, int64_t stride_a, const real *B,
+                    int64_t ldb, int64_t stride_b, real beta, real *C, int64_t ldc,
+                    int64_t stride_c);
+/* y[r, :] += bias[:] for r < rows. */
+void k_add_bias(real *y, const real *bias, int64_t rows, int64_t n);
+/* out[:] = sum over r of x[r, :] (out has n elements): bias gradients and the
+ * reduction of broadcast operands. */
+void k_sum_rows(real *out, const real *x, int64_t rows, int64_t n);
+
+/* --- normalisation (norm.c) ------------------------------------------------- */
+void k_layernorm_fwd(real *y, const real *x, const real *w, const real *b, int64_t rows, int64_t h,
+                     real eps); /* b may be NULL */
+/* Recomputes the row statistics from x. dw and db (db may be NULL) are
+ * overwritten with the sums over rows. */
+void k_layernorm_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w,
+                     int64_t rows, int64_t h, real eps);
+void k_rmsnorm_fwd(real *y, const real *x, const real *w, int64_t rows, int64_t h, real eps);
+void k_rmsnorm_bwd(real *dx, real *dw, const real *dy, const real *x, const real *w, int64_t rows,
+                   int64_t h, real eps);
+
+/* --- softmax and masks (softmax.c) ------------------------------------------ */
+void k_softmax_fwd(real *y, const real *x, int64_t rows, int64_t n);
+void k_softmax_bwd(real *dx, const real *y, const real *dy, int64_t rows, int64_t n);
+/* x viewed as [batch, s, s]: y = x with entries j > i set to `fill`. */
+void k_causal_mask(real *y, const real *x, int64_t batch, int64_t s, real fill);
+
+/* --- attention (attention.c) ------------------------------------------------ */
+/* Rotary embedding of x [b, s, H*d], rotating the pairs (i, i + d/2) of each
+ * head by position * theta^(-2i/d); `inverse` rotates back (the adjoint).
+ * cos and sin are computed in double and then rounded to real, as the
+ * PyTorch reference does. y may be x. */
+void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, real theta,
+            int inverse);
+/* y = softmax(q k^T / sqrt(d) (+ causal mask)) v per head. q and y are
+ * [b, s, H*d]; k and v [b, s, K*d] with query head j reading kv head
+ * j / (H / K) (K divides H). `scratch` holds k_attention_scratch(s) reals
+ * per thread (omp_get_max_threads() of them): the scores of a block of 64
+ * query rows and their gradient, 2 * 64 * s. */
+int64_t k_attention_scratch(int64_t s);
+void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64_t b, int64_t s,
+                     int64_t H, int64_t K, int64_t d, int causal, real *scratch);
+/* Recomputes the probabilities from q and k; writes dq, dk and dv. One
+ * task per (batch row, kv head), so b * K tasks share the threads. */
+void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q, const real *k,
+                     const real *v, const real *y, int64_t b, int64_t s, int64_t H, int64_t K,
+                     int64_t d, int causal, real *scratch);
+
+/* --- layout (layout.c) ------------------------------------------------------ */
+/* x [b, s, H, d] (= [b, s, H*d]) -> y [b, H, s, d]; merge is the inverse. */
+void k_split_heads(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d);
+void k_merge_heads(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d);
+/* x viewed as [outer, n0, mid, n1, inner] -> y [outer, n1, mid, n0, inner]:
+ * any transpose of two dims. */
+void k_transpose(real *y, const real *x, int64_t outer, int64_t n0, int64_t mid, int64_t n1,
+                 int64_t inner);
+/* Copies a [rows, cols] block between arrays with leading dims: split and
+ * concat along any axis are one such copy per part. */
+void k_copy2d(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols);
+
+/* --- loss (loss.c) ---------------------------------------------------------- */
+/* loss[0] = mean over rows of -log softmax(logits[r, :])[targets[r]]. Only
+ * the first `valid` of the V columns take part (the rest is padding). */
+void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets, int64_t rows,
+                         int64_t V, int64_t valid);
+/* dlogits = dloss[0] / rows * (softmax(logits) - onehot(target)); padding
+ * columns get 0. Targets must lie in [0, valid). */
+void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
+                         const real *dloss, int64_t rows, int64_t V, int64_t valid);
+
+/* --- dropout (dropout.c) ---------------------------------------------------- */
+/* y = x * keep / (1 - rate), keep = 1 with probability 1 - rate. The mask is
+ * a pure function of (seed, site, i), so the backward recomputes it instead
+ * of storing it, and results do not depend on the thread count. Rate 0 is a
+ * copy, rate >= 1 gives zeros. y may be x. */
+void k_dropout_fwd(real *y, const real *x, int64_t n, real rate, uint64_t seed, uint64_t site);
+void k_dropout_bwd(real *dx, const real *dy, int64_t n, real rate, uint64_t seed, uint64_t site);
+
+/* --- elementwise (inline, for the fused loops codegen writes) ------------- */
+/* exp and tanh without a libm call in f32, so that loops calling them
+ * vectorise: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), e^r by the Cephes
+ * polynomial, 2^n written into the exponent bits. About 1 ulp on
+ * [-87.3, 88.3]; 0 below, +inf above, NaN stays NaN. In f64 (the gradient
+ * checks) the libm functions are exact enough and speed does not matter. */
+#ifdef SHARD_REAL_F64
+static inline real k_exp(real x) { return exp(x); }
+static inline real k_tanh(real x) { return tanh(x); }
+#else
+static inline float k_exp(float x) {
+  /* Comparisons rather than fminf/fmaxf, which stay library calls without
+   * -ffast-math and would stop the vectorisation this function exists for
+   * (see -fno-trapping-math in kernels/CMakeLists.txt). */
+  float xc = x > -87.3f ? x : -87.3f; /* NaN lands here: never an int overflow */
+  xc = xc < 88.3f ? xc : 88.3f;
+  /* floor(t + 0.5) through a positive truncation: branch-free, and t is
+   * within [-126, 128] after the clamp. */
+  int32_t n = (int32_t)(xc * 1.44269504088896341f + 200.5f) - 200;
+  float fn = (float)n;
+  float r = xc - fn * 0.693359375f;
+  r = r + fn * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union { int32_t i; float f; } scale = {.i = (n + 127) * (1 << 23)};
+  float y = p * scale.f;
+  y = x > 88.3f ? INFINITY : y;
+  y = x < -87.3f ? 0.0f : y;
+  return x == x ? y : x;
+}
+/* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2|x|): never overflows.
+ * Near 0 the absolute error stays about 1e-7, which is what the callers
+ * (gelu and its gradient, where tanh is added to 1) care about. */
+static inline float k_tanh(float x) {
+  float e = k_exp(-2.0f * fabsf(x));
+  return copysignf((1.0f - e) / (1.0f + e), x);
+}
+#endif
+
+static inline real k_gelu(real x) {
+  const real c = (real)0.7978845608028654; /* sqrt(2/pi) */
+  return (real)0.5 * x * ((real)1 + k_tanh(c * (x + (real)0.044715 * x * x * x)));
+}
+static inline real k_gelu_grad(real x, real dy) {
+  const real c = (real)0.7978845608028654;
+  real u = c * (x + (real)0.044715 * x * x * x), t = k_tanh(u);
+  real du = c * ((real)1 + (real)3 * (real)0.044715 * x * x);
+  return dy * ((real)0.5 * ((real)1 + t) + (real)0.5 * x * ((real)1 - t * t) * du);
+}
+static inline real k_sigmoid(real x) { return (real)1 / ((real)1 + k_exp(-x)); }
+static inline real k_silu(real x) { return x * k_sigmoid(x); }
+static inline real k_silu_grad(real x, real dy) {
+  real s = k_sigmoid(x);
+  return dy * s * ((real)1 + x * ((real)1 - s));
+}
+
+#endif

@@ -1,0 +1,74 @@
+/* Cross entropy of logits against integer targets, averaged over rows. */
+#include <string.h>
+
+#include "internal.h"
+
+/* Rows per partial sum of the loss: at least 32, and never more than
+ * CE_MAX_CHUNKS partials, so they fit the stack. It depends only on the
+ * number of rows, and the partials are added in order: the loss has the same
+ * bits for any number of threads. */
+#define CE_MAX_CHUNKS 4096
+
+/* Max and sum(exp(x - max)) of the first `valid` logits of a row. */
+static void ce_row_stats(const real *x, int64_t valid, real *max, acc_t *sum) {
+  real m = kcpu_max(x, valid);
+  acc_t s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < valid; j++)
+    s += k_exp(x[j] - m);
+  *max = m;
+  *sum = s;
+}
+
+static int32_t ce_target(const int32_t *targets, int64_t r, int64_t valid) {
+  int32_t t = targets[r];
+  if (t < 0 || t >= valid)
+    kcpu_die("cross entropy target %d at row %lld outside [0, %lld)", t, (long long)r,
+             (long long)valid);
+  return t;
+}
+
+void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets, int64_t rows,
+                         int64_t V, int64_t valid) {
+  int64_t chunk = (rows + CE_MAX_CHUNKS - 1) / CE_MAX_CHUNKS;
+  chunk = chunk < 32 ? 32 : chunk;
+  int64_t chunks = (rows + chunk - 1) / chunk;
+  acc_t part[chunks > 0 ? chunks : 1];
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * valid))
+  for (int64_t c = 0; c < chunks; c++) {
+    int64_t r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
+    acc_t s = 0;
+    for (int64_t r = c * chunk; r < r1; r++) {
+      const real *x = logits + r * V;
+      real m;
+      acc_t sum;
+      ce_row_stats(x, valid, &m, &sum);
+      s += log(sum) + (acc_t)m - (acc_t)x[ce_target(targets, r, valid)];
+    }
+    part[c] = s;
+  }
+  acc_t total = 0;
+  for (int64_t c = 0; c < chunks; c++)
+    total += part[c];
+  loss[0] = rows > 0 ? (real)(total / (acc_t)rows) : 0;
+}
+
+void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
+                         const real *dloss, int64_t rows, int64_t V, int64_t valid) {
+  acc_t dl = rows > 0 ? (acc_t)dloss[0] / (acc_t)rows : 0;
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * V))
+  for (int64_t r = 0; r < rows; r++) {
+    const real *x = logits + r * V;
+    real *dx = dlogits + r * V;
+    real m;
+    acc_t sum;
+    ce_row_stats(x, valid, &m, &sum);
+    real scale = (real)(dl / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < valid; j++)
+      dx[j] = scale * k_exp(x[j] - m);
+    dx[ce_target(targets, r, valid)] -= (real)dl;
+    if (V > valid)
+      memset(dx + valid, 0, (size_t)(V - valid) * sizeof(real));
+  }
+}

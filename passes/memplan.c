@@ -1,0 +1,569 @@
+/* The memory plan (see memplan.h): fused loops and views first, since they
+ * decide which values need memory at all and when each is live; then one
+ * interval first-fit per region. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memplan.h"
+
+#define ALIGN 64
+static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* ------------------------------------------------------ value -> buffer map */
+
+/* Open addressing from value to its index in bufs: an unrolled GPT-2 has
+ * thousands of values and codegen looks each up several times. */
+struct PassBufMap {
+  const IrValue **keys;
+  int *idx;
+  size_t cap;
+};
+
+static size_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static void map_put(struct PassBufMap *m, const IrValue *v, int index) {
+  size_t i = hash_ptr(v) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != v) i = (i + 1) & (m->cap - 1);
+  m->keys[i] = v;
+  m->idx[i] = index;
+}
+
+static int map_get(const struct PassBufMap *m, const IrValue *v) {
+  size_t i = hash_ptr(v) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (m->keys[i] == v) return m->idx[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+
+const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v) {
+  int i = v ? map_get(p->map, v) : -1;
+  return i < 0 ? NULL : &p->bufs[i];
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+int64_t pass_memplan_elem_bytes(const PassMemPlan *p, IrDType t) {
+  switch (t) {
+  case IR_I32: return 4;
+  case IR_I64: return 8;
+  default: return p->real_bytes; /* every floating type computes in the program's real */
+  }
+}
+
+int64_t pass_memplan_act_offset(const PassMemPlan *p, const PassBuf *b) {
+  if (b->region == PASS_REGION_ACTIVATIONS) return b->offset;
+  if (b->region == PASS_REGION_TEMPORARIES) return p->activations + b->offset;
+  die("value %d is not in the activation buffer", b->index);
+}
+
+static bool is_real(IrDType t) { return t != IR_I32 && t != IR_I64; }
+
+static bool is_backward(const IrNode *n) { return n->phase == IR_PHASE_BACKWARD; }
+
+/* The shape without leading 1s: [1, 64, 96] and [64, 96] run as the same loop. */
+static int core_shape(const IrType *t, const int64_t **dims) {
+  int k = 0;
+  while (k < t->rank - 1 && t->shape[k] == 1) k++;
+  *dims = t->shape + k;
+  return t->rank - k;
+}
+
+static bool same_shape(const IrType *a, const IrType *b) {
+  const int64_t *da, *db;
+  int ra = core_shape(a, &da), rb = core_shape(b, &db);
+  return ra == rb && memcmp(da, db, (size_t)ra * sizeof *da) == 0;
+}
+
+/* ------------------------------------------------------------ checks, map */
+
+/* The plan needs a flat graph whose every type is known. */
+static bool check_graph(IrGraph *g) {
+  bool ok = true;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (n->op == IR_OP_REPEAT) {
+      ir_error(n->loc, "memplan: the graph still holds a repeat node (run unroll first)");
+      return false;
+    }
+    for (int j = 0; j < n->nout; j++)
+      if (!ir_type_known(&n->out[j]->type)) {
+        ir_error(n->loc, "memplan: the type of an output of %s is not known (run shape first)",
+                 ir_op_info(n->op)->name);
+        ok = false;
+      }
+  }
+  IrVec *leaves[2] = {&g->inputs, &g->params};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < leaves[k]->len; i++) {
+      IrValue *v = leaves[k]->items[i];
+      if (!ir_type_known(&v->type)) {
+        ir_error(v->loc, "memplan: the type of %s is not known (run fold first)", v->name);
+        ok = false;
+      }
+    }
+  return ok;
+}
+
+/* What the plan needs to know per value while it is being made. */
+typedef struct Planner {
+  PassMemPlan *p;
+  IrGraph *g;
+  int *def;       /* index of the defining node, -1 for inputs and params */
+  int64_t *delta; /* a view: byte offset into the value it aliases */
+  bool *outside;  /* read by a node outside the fused loop that defines it */
+  bool *output;   /* a named output of the model */
+  bool *direct;   /* a gradient its node adds straight into the grads region */
+  bool *reg;      /* never leaves its fused loop: no memory */
+} Planner;
+
+static PassBuf *buf_of(Planner *pl, const IrValue *v) {
+  int i = map_get(pl->p->map, v);
+  if (i < 0) die("value outside the planned graph");
+  return &pl->p->bufs[i];
+}
+
+static void add_buf(Planner *pl, const IrValue *v, int def) {
+  PassMemPlan *p = pl->p;
+  PassBuf *b = &p->bufs[p->nbufs];
+  b->value = v;
+  b->index = p->nbufs;
+  b->bytes = ir_type_numel(&v->type) * pass_memplan_elem_bytes(p, v->type.dtype);
+  b->first = b->last = 0;
+  pl->def[p->nbufs] = def;
+  map_put(p->map, v, p->nbufs++);
+}
+
+static void index_values(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  IrGraph *g = pl->g;
+  int n = g->inputs.len + g->params.len;
+  for (int i = 0; i < g->nodes.len; i++) n += ((IrNode *)g->nodes.items[i])->nout;
+  if (n == 0) n = 1;
+  p->bufs = ir_alloc((size_t)n * sizeof *p->bufs);
+  p->map = ir_alloc(sizeof *p->map);
+  p->map->cap = 16;
+  while (p->map->cap < 2 * (size_t)n) p->map->cap *= 2;
+  p->map->keys = ir_alloc(p->map->cap * sizeof *p->map->keys);
+  p->map->idx = ir_alloc(p->map->cap * sizeof *p->map->idx);
+  pl->def = calloc((size_t)n, sizeof *pl->def);
+  pl->delta = calloc((size_t)n, sizeof *pl->delta);
+  pl->outside = calloc((size_t)n, sizeof *pl->outside);
+  pl->output = calloc((size_t)n, sizeof *pl->output);
+  pl->direct = calloc((size_t)n, sizeof *pl->direct);
+  pl->reg = calloc((size_t)n, sizeof *pl->reg);
+  if (!pl->def || !pl->delta || !pl->outside || !pl->output || !pl->direct || !pl->reg)
+    die("out of memory");
+  for (int i = 0; i < g->inputs.len; i++) add_buf(pl, g->inputs.items[i], -1);
+  for (int i = 0; i < g->params.len; i++) add_buf(pl, g->params.items[i], -1);
+  p->nleaves = p->nbufs;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *nd = g->nodes.items[i];
+    for (int j = 0; j < nd->nout; j++) add_buf(pl, nd->out[j], i);
+  }
+}
+
+static void planner_free(Planner *pl) {
+  free(pl->def);
+  free(pl->delta);
+  free(pl->outside);
+  free(pl->output);
+  free(pl->direct);
+  free(pl->reg);
+}
+
+/* ------------------------------------------------------- views and loops */
+
+/* A node whose outputs are its input's bytes: reshape; a split whose parts
+ * are contiguous (nothing but 1s before the axis); dropout at rate 0, which
+ * is the identity in training and evaluation alike. */
+static bool node_is_view(const IrNode *n) {
+  if (n->op == IR_OP_RESHAPE) return true;
+  if (n->op == IR_OP_SPLIT) {
+    const IrType *t = &n->in[0]->type;
+    int64_t axis = ir_attr_int(n, "axis");
+    if (axis < 0) axis += t->rank;
+    for (int k = 0; k < axis; k++)
+      if (t->shape[k] != 1) return false;
+    return true;
+  }
+  if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) {
+    IrAttr *a = ir_node_attr(n, "rate");
+    return a && a->expr && ir_expr_is_literal(a->expr) &&
+           (a->expr->kind == IR_EX_INT ? a->expr->i == 0 : a->expr->f == 0);
+  }
+  return false;
+}
+
+/* An elementwise node codegen writes inline in a loop: dropout needs its
+ * kernel (the mask), sources have nothing to loop over. swiglu_grad is
+ * elementwise with two results, which a loop writes as easily as one. */
+static bool node_is_fusable(const IrNode *n) {
+  unsigned f = ir_op_info(n->op)->flags;
+  if (n->op == IR_OP_SWIGLU_GRAD) f |= IR_OPF_ELEMENTWISE;
+  if (!(f & IR_OPF_ELEMENTWISE) || (f & (IR_OPF_RANDOM | IR_OPF_SOURCE)) || n->nout < 1)
+    return false;
+  for (int j = 0; j < n->nout; j++)
+    if (!is_real(n->out[j]->type.dtype) || !same_shape(&n->out[j]->type, &n->out[0]->type))
+      return false;
+  for (int j = 0; j < n->nin; j++)
+    if (!is_real(n->in[j]->type.dtype)) return false;
+  return true;
+}
+
+/* Consecutive fusable nodes of one shape and one phase form a loop. */
+static void plan_groups(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  int N = pl->g->nodes.len;
+  for (int i = 0; i < N; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    p->fused[i] = !p->view[i] && !p->absorbed[i] && node_is_fusable(n);
+    p->group_first[i] = p->group_last[i] = i;
+    if (!p->fused[i] || i == 0 || !p->fused[i - 1] || i == p->boundary) continue;
+    IrNode *lead = pl->g->nodes.items[p->group_first[i - 1]];
+    if (same_shape(&n->out[0]->type, &lead->out[0]->type)) p->group_first[i] = p->group_first[i - 1];
+  }
+  for (int i = N - 2; i >= 0; i--)
+    if (p->group_first[i + 1] == p->group_first[i]) p->group_last[i] = p->group_last[i + 1];
+}
+
+/* Views resolve to the value that owns the bytes, plus a byte offset (the
+ * part of a split). */
+static void plan_views(Planner *pl) {
+  for (int i = 0; i < pl->g->nodes.len; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    pl->p->view[i] = node_is_view(n);
+    if (!pl->p->view[i]) continue;
+    PassBuf *in = buf_of(pl, n->in[0]);
+    for (int j = 0; j < n->nout; j++) {
+      PassBuf *b = buf_of(pl, n->out[j]);
+      b->alias = in->alias ? in->alias : in->value;
+      pl->delta[b->index] = pl->delta[in->index] + (n->op == IR_OP_SPLIT ? j * b->bytes : 0);
+    }
+  }
+}
+
+/* ------------------------------------------------ uses, gradients, registers */
+
+static void count_uses(Planner *pl) {
+  for (int i = 0; i < pl->g->nodes.len; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++) buf_of(pl, n->in[j])->uses++;
+  }
+  for (int i = 0; i < pl->g->outputs.len; i++) pl->output[buf_of(pl, pl->g->outputs.items[i])->index] = true;
+}
+
+/* Values read by a node outside the loop that computes them must be stored. */
+static void mark_outside(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  for (int i = 0; i < pl->g->nodes.len; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++) {
+      int k = buf_of(pl, n->in[j])->index, d = pl->def[k];
+      if (d < 0 || !p->fused[i] || !p->fused[d] || p->group_first[d] != p->group_first[i])
+        pl->outside[k] = true;
+    }
+  }
+}
+
+/* A param's gradient goes straight into its slot of the grads region when
+ * its node can add into the destination (a GEMM with beta = 1, a fused loop
+ * with +=, the scatter of embedding_grad) and nothing else reads it. The
+ * sum of such partial gradients (the tied embedding's two) needs no node at
+ * all: each part adds itself into the slot. Any other gradient is computed
+ * into a temporary and added to the slot after its node. Either way the
+ * runtime zeroes the gradients once per step and every microbatch adds its
+ * share. */
+static bool can_direct(Planner *pl, const IrValue *v, const IrValue *prm, int uses) {
+  int k = buf_of(pl, v)->index, d = pl->def[k];
+  PassBuf *b = &pl->p->bufs[k];
+  if (d < pl->p->boundary || b->alias || (b->grad_of && b->grad_of != prm) || b->uses != uses ||
+      pl->output[k] || b->bytes != buf_of(pl, prm)->bytes)
+    return false;
+  IrNode *n = pl->g->nodes.items[d];
+  if (n->op == IR_OP_ADD && n->in[0] != n->in[1] && n->in[0]->kind == IR_VAL_NODE &&
+      n->in[1]->kind == IR_VAL_NODE && can_direct(pl, n->in[0], prm, 1) &&
+      can_direct(pl, n->in[1], prm, 1))
+    return true;
+  if (!pl->p->view[d] && node_is_fusable(n)) return true;
+  return n->nout == 1 && ((ir_op_info(n->op)->flags & IR_OPF_GEMM) || n->op == IR_OP_EMBEDDING_GRAD);
+}
+
+static void mark_direct(Planner *pl, const IrValue *v, const IrValue *prm) {
+  PassBuf *b = buf_of(pl, v);
+  int d = pl->def[b->index];
+  IrNode *n = pl->g->nodes.items[d];
+  b->grad_of = prm;
+  pl->direct[b->index] = true;
+  if (n->op == IR_OP_ADD && can_direct(pl, n->in[0], prm, 1) && can_direct(pl, n->in[1], prm, 1)) {
+    pl->p->absorbed[d] = true;
+    mark_direct(pl, n->in[0], prm);
+    mark_direct(pl, n->in[1], prm);
+  }
+}
+
+static void plan_grads(Planner *pl) {
+  for (int i = 0; i < pl->g->params.len; i++) {
+    IrValue *prm = pl->g->params.items[i];
+    if (!prm->grad) continue;
+    PassBuf *b = buf_of(pl, prm->grad);
+    if (b->grad_of) die("one value is the gradient of both %s and %s", b->grad_of->name, prm->name);
+    b->grad_of = prm;
+  }
+  for (int i = 0; i < pl->g->params.len; i++) {
+    IrValue *prm = pl->g->params.items[i];
+    if (prm->grad && can_direct(pl, prm->grad, prm, 0)) mark_direct(pl, prm->grad, prm);
+  }
+}
+
+static void plan_registers(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  for (int k = p->nleaves; k < p->nbufs; k++) {
+    PassBuf *b = &p->bufs[k];
+    pl->reg[k] = p->fused[pl->def[k]] && !pl->outside[k] && !pl->output[k] && !b->grad_of;
+  }
+}
+
+/* ------------------------------------------------------------- liveness */
+
+static bool is_dloss(const IrValue *v) {
+  return v->kind == IR_VAL_INPUT && v->name && strcmp(v->name, "d_loss") == 0;
+}
+
+static PassBuf *root_of(Planner *pl, PassBuf *b) { return b->alias ? buf_of(pl, b->alias) : b; }
+
+static void extend(PassBuf *b, int pos) {
+  if (pos > b->last) b->last = pos;
+}
+
+/* Intervals of the values that own memory (views extend their root). The
+ * runtime writes the inputs before forward() and d_loss between forward()
+ * and backward(), and reads the loss and the logits after forward(): all of
+ * those must survive the boundary between the two functions. */
+static void plan_liveness(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  int bpos = p->boundary + 1;
+  for (int k = 0; k < p->nbufs; k++) {
+    PassBuf *b = &p->bufs[k];
+    int d = pl->def[k];
+    b->first = b->last = d >= 0 ? p->group_first[d] + 1 : is_dloss(b->value) ? bpos : 0;
+  }
+  for (int i = 0; i < pl->g->nodes.len; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++) {
+      PassBuf *b = buf_of(pl, n->in[j]);
+      extend(b, p->group_last[i] + 1);
+      extend(root_of(pl, b), p->group_last[i] + 1);
+    }
+  }
+  for (int i = 0; i < pl->g->outputs.len; i++) {
+    IrValue *v = pl->g->outputs.items[i];
+    extend(root_of(pl, buf_of(pl, v)), bpos);
+    if (v->kind == IR_VAL_NODE && v->def->op == IR_OP_CROSS_ENTROPY)
+      extend(root_of(pl, buf_of(pl, v->def->in[0])), bpos);
+  }
+  /* A staged gradient that exists before the backward is added at its start. */
+  for (int k = 0; k < p->nbufs; k++)
+    if (p->bufs[k].grad_of && !pl->direct[k] && pl->def[k] < p->boundary)
+      extend(root_of(pl, &p->bufs[k]), bpos);
+  for (int k = 0; k < p->nbufs; k++) {
+    PassBuf *b = &p->bufs[k];
+    if (!b->alias) continue;
+    PassBuf *r = buf_of(pl, b->alias);
+    b->first = r->first;
+    b->last = r->last;
+  }
+}
+
+/* ------------------------------------------------------------- placement */
+
+typedef struct Item {
+  int64_t size, offset;
+  int first, last;
+  int key; /* buffer index, or nbufs + node index for scratch: a stable tie-break */
+} Item;
+
+static int cmp_item(const void *a, const void *b) {
+  const Item *x = a, *y = b;
+  if (x->size != y->size) return x->size > y->size ? -1 : 1;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return (x->key > y->key) - (x->key < y->key);
+}
+
+/* Interval first-fit, largest first: each item goes to the lowest offset
+ * where it overlaps no placed item that is live at the same time. `placed`
+ * is kept sorted by offset, so one scan finds the first gap. Returns the
+ * bytes the region needs. */
+static int64_t first_fit(Item *items, int n) {
+  qsort(items, (size_t)n, sizeof *items, cmp_item);
+  Item **placed = malloc((size_t)(n > 0 ? n : 1) * sizeof *placed);
+  if (!placed) die("out of memory");
+  int np = 0;
+  int64_t top = 0;
+  for (int i = 0; i < n; i++) {
+    Item *it = &items[i];
+    int64_t off = 0;
+    for (int j = 0; j < np; j++) {
+      Item *q = placed[j];
+      if (q->last < it->first || it->last < q->first) continue;
+      if (q->offset >= off + it->size) break;
+      if (q->offset + q->size > off) off = q->offset + q->size;
+    }
+    int at = 0; /* where it goes in `placed` */
+    while (at < np && placed[at]->offset <= off) at++;
+    memmove(placed + at + 1, placed + at, (size_t)(np - at) * sizeof *placed);
+    placed[at] = it;
+    np++;
+    it->offset = off;
+    if (off + it->size > top) top = off + it->size;
+  }
+  free(placed);
+  return align_up(top);
+}
+
+/* Params in declaration order, each at a 64-byte boundary. */
+static void place_weights(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  int64_t at = 0, elems_per_line = ALIGN / p->real_bytes;
+  for (int i = 0; i < pl->g->params.len; i++) {
+    PassBuf *b = buf_of(pl, pl->g->params.items[i]);
+    if (!is_real(b->value->type.dtype))
+      die("param %s is not a floating-point tensor", b->value->name);
+    b->region = PASS_REGION_WEIGHTS;
+    b->offset = at * p->real_bytes;
+    at += ir_type_numel(&b->value->type);
+    at = (at + elems_per_line - 1) / elems_per_line * elems_per_line;
+  }
+  p->nweights = at;
+  p->weights = p->grads = at * p->real_bytes;
+  p->optimizer = 2 * p->weights;
+}
+
+/* Sequence length of an attention node: q is [b, s, H*d]. */
+static int64_t attention_seq(const IrNode *n) { return n->in[0]->type.shape[1]; }
+
+static bool needs_scratch(const IrNode *n) {
+  return n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_GRAD;
+}
+
+static void place_buffers(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  int N = pl->g->nodes.len;
+  Item *act = calloc((size_t)p->nbufs + 1, sizeof *act);
+  Item *tmp = calloc((size_t)(p->nbufs + N) + 1, sizeof *tmp);
+  if (!act || !tmp) die("out of memory");
+  int nact = 0, ntmp = 0, bpos = p->boundary + 1;
+  for (int k = 0; k < p->nbufs; k++) {
+    PassBuf *b = &p->bufs[k];
+    if (b->alias || b->value->kind == IR_VAL_PARAM) continue;
+    if (pl->reg[k]) {
+      b->region = PASS_REGION_NONE;
+    } else if (pl->direct[k]) {
+      b->region = PASS_REGION_GRADS;
+      b->offset = buf_of(pl, b->grad_of)->offset;
+    } else {
+      bool forward = pl->def[k] >= 0 ? pl->def[k] < p->boundary : !is_dloss(b->value);
+      bool kept = forward && b->last >= bpos;
+      b->region = kept ? PASS_REGION_ACTIVATIONS : PASS_REGION_TEMPORARIES;
+      Item it = {align_up(b->bytes), 0, b->first, b->last, k};
+      if (kept) act[nact++] = it;
+      else tmp[ntmp++] = it;
+    }
+  }
+  for (int i = 0; i < N; i++) {
+    IrNode *n = pl->g->nodes.items[i];
+    p->scratch_offset[i] = -1;
+    if (!needs_scratch(n)) continue;
+    int64_t per_thread = PASS_ATTENTION_SCRATCH(attention_seq(n));
+    if (per_thread > p->scratch_per_thread) p->scratch_per_thread = per_thread;
+    p->scratch_bytes[i] = per_thread * p->threads * p->real_bytes;
+    tmp[ntmp++] = (Item){align_up(p->scratch_bytes[i]), 0, i + 1, i + 1, p->nbufs + i};
+  }
+  p->activations = first_fit(act, nact);
+  p->temporaries = first_fit(tmp, ntmp);
+  for (int i = 0; i < nact; i++) p->bufs[act[i].key].offset = act[i].offset;
+  for (int i = 0; i < ntmp; i++) {
+    if (tmp[i].key < p->nbufs) p->bufs[tmp[i].key].offset = tmp[i].offset;
+    else p->scratch_offset[tmp[i].key - p->nbufs] = tmp[i].offset;
+  }
+  free(act);
+  free(tmp);
+}
+
+/* A view lives where its root does, `delta` bytes in. */
+static void place_views(Planner *pl) {
+  for (int k = 0; k < pl->p->nbufs; k++) {
+    PassBuf *b = &pl->p->bufs[k];
+    if (!b->alias) continue;
+    PassBuf *r = buf_of(pl, b->alias);
+    b->region = r->region;
+    b->offset = r->offset + pl->delta[k];
+  }
+}
+
+/* ----------------------------------------------------------------- entry */
+
+PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads) {
+  if (real_bytes != 4 && real_bytes != 8) die("real of %d bytes", real_bytes);
+  if (!check_graph(g)) return NULL;
+  PassMemPlan *p = ir_alloc(sizeof *p);
+  int N = g->nodes.len;
+  p->real_bytes = real_bytes;
+  p->threads = threads > 0 ? threads : PASS_MEMPLAN_THREADS;
+  p->nnodes = N;
+  p->boundary = N;
+  for (int i = N - 1; i >= 0; i--)
+    if (is_backward(g->nodes.items[i])) p->boundary = i;
+  size_t n1 = (size_t)(N > 0 ? N : 1);
+  p->group_first = ir_alloc(n1 * sizeof *p->group_first);
+  p->group_last = ir_alloc(n1 * sizeof *p->group_last);
+  p->fused = ir_alloc(n1 * sizeof *p->fused);
+  p->view = ir_alloc(n1 * sizeof *p->view);
+  p->absorbed = ir_alloc(n1 * sizeof *p->absorbed);
+  p->scratch_offset = ir_alloc(n1 * sizeof *p->scratch_offset);
+  p->scratch_bytes = ir_alloc(n1 * sizeof *p->scratch_bytes);
+  Planner pl = {.p = p, .g = g};
+  index_values(&pl);
+  plan_views(&pl);
+  count_uses(&pl);
+  plan_grads(&pl);
+  plan_groups(&pl);
+  mark_outside(&pl);
+  plan_registers(&pl);
+  plan_liveness(&pl);
+  place_weights(&pl);
+  place_buffers(&pl);
+  place_views(&pl);
+  planner_free(&pl);
+  g->memplan = p;
+  return p;
+}
+
+static void print_line(FILE *out, const char *what, int64_t bytes) {
+  fprintf(out, "  %-34s %14lld bytes %10.1f MiB\n", what, (long long)bytes,
+          (double)bytes / (1024.0 * 1024.0));
+}
+
+void pass_memplan_print(FILE *out, const PassMemPlan *p) {
+  fprintf(out, "memory plan (%s, kernel scratch for %d threads):\n",
+          p->real_bytes == 8 ? "f64" : "f32", p->threads);
+  print_line(out, "weights", p->weights);
+  print_line(out, "gradients", p->grads);
+  print_line(out, "optimizer state (AdamW m, v)", p->optimizer);
+  print_line(out, "activations kept for backward", p->activations);
+  print_line(out, "temporaries", p->temporaries);
+  print_line(out, "total", p->weights + p->grads + p->optimizer + p->activations + p->temporaries);
+}
+
+bool pass_memplan(IrGraph **g, const PassOptions *opt) {
+  (void)opt;
+  return pass_memplan_build(*g, 4, PASS_MEMPLAN_THREADS) != NULL;
+}

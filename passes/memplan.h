@@ -1,0 +1,101 @@
+/* The memory plan of a rank program: where every tensor lives.
+ *
+ * A rank program allocates its memory once, as five regions: the weights
+ * (every param, in declaration order), the gradients (the same layout), the
+ * optimizer state (AdamW's m and v: twice the weights), the activations kept
+ * for backward (forward values still needed once the backward starts) and
+ * the temporaries (everything else, packed by liveness). The runtime sees
+ * the last two as one buffer, activations first.
+ *
+ * Positions are node indices in program order, forward then backward; a
+ * value is live from the node that defines it to its last reader. Buffers
+ * whose lifetimes overlap never share bytes; the others are packed by
+ * interval first-fit, largest first, at 64-byte boundaries. A run of
+ * elementwise nodes that codegen turns into one loop counts as a single
+ * position (so no output of the loop overlaps any of its inputs), and a
+ * value that never leaves such a loop gets no memory at all. Views (reshape,
+ * a split whose parts are contiguous, dropout at rate 0) share their input's
+ * storage. */
+#ifndef SHARDC_PASSES_MEMPLAN_H
+#define SHARDC_PASSES_MEMPLAN_H
+
+#include <stdio.h>
+
+#include "passes.h"
+
+typedef enum PassRegion {
+  PASS_REGION_NONE,        /* a register inside a fused elementwise loop: no memory */
+  PASS_REGION_WEIGHTS,     /* params */
+  PASS_REGION_GRADS,       /* a gradient written straight into its param's slot */
+  PASS_REGION_ACTIVATIONS, /* forward values kept for backward, and the model's outputs */
+  PASS_REGION_TEMPORARIES, /* the rest, reused by liveness */
+} PassRegion;
+
+/* Where one value lives. */
+typedef struct PassBuf {
+  const IrValue *value;
+  int index;              /* dense: inputs, params, then node outputs in node order */
+  PassRegion region;
+  int64_t offset;         /* bytes into the region */
+  int64_t bytes;          /* numel times the element size (before alignment) */
+  int first, last;        /* live positions, inclusive: 0 before the first node, node i at i+1 */
+  int uses;               /* node inputs that read it */
+  const IrValue *alias;   /* a view: the value whose storage it shares, NULL otherwise */
+  const IrValue *grad_of; /* the param whose gradient (or, in the grads region, a part of
+                           * it) this value is; NULL otherwise */
+} PassBuf;
+
+/* Reals of attention scratch one thread needs at sequence length s. It must
+ * equal k_attention_scratch(s) of kernels/cpu; the generated program checks
+ * that it does before it runs. */
+#define PASS_ATTENTION_SCRATCH(s) (2 * 64 * (int64_t)(s))
+
+/* The number of threads whose kernel scratch the plan holds. Rank programs
+ * run with at most this many OpenMP threads, so that the plan (and hence the
+ * bytes `shardc compile` prints) does not depend on the machine. */
+#define PASS_MEMPLAN_THREADS 32
+
+typedef struct PassMemPlan {
+  int real_bytes;         /* 4 (f32) or 8 (f64): the element size of every real tensor */
+  int threads;            /* kernel scratch is held for this many threads */
+  /* Bytes of each region, each a multiple of 64. */
+  int64_t weights, grads, optimizer, activations, temporaries;
+  int64_t nweights;       /* elements of real in the weights region (padding included) */
+  int boundary;           /* index of the first backward node; nodes.len when there is none */
+  int nnodes;
+  /* Per node index: the first and last node of the fused elementwise loop
+   * it belongs to (both itself when it runs alone), whether it is part of
+   * such a loop, whether it is a view, and whether it is a sum of partial
+   * gradients that its operands added into the param's slot themselves.
+   * Views and absorbed sums run no code. */
+  int *group_first, *group_last;
+  bool *fused, *view, *absorbed;
+  /* Per node index: its kernel scratch (bytes into the temporaries region)
+   * and size in bytes, or -1 and 0 when it needs none. */
+  int64_t *scratch_offset, *scratch_bytes;
+  int64_t scratch_per_thread; /* reals, PASS_ATTENTION_SCRATCH of the longest sequence; 0: none */
+  PassBuf *bufs;
+  int nbufs;
+  int nleaves;            /* inputs + params: bufs[nleaves..] are node outputs */
+  struct PassBufMap *map;
+} PassMemPlan;
+
+/* Plans g (unrolled, every type known) for reals of `real_bytes` bytes and
+ * scratch for `threads` threads, and hangs the result on g->memplan.
+ * Reports user errors (an unrolled graph is required) and returns NULL. */
+PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads);
+/* The placement of a value of the planned graph; NULL for a foreign one. */
+const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v);
+/* Bytes into the runtime's activation buffer (activations, then
+ * temporaries) of a value in one of those two regions. */
+int64_t pass_memplan_act_offset(const PassMemPlan *p, const PassBuf *b);
+/* Element size of a value's dtype under the plan's real type. */
+int64_t pass_memplan_elem_bytes(const PassMemPlan *p, IrDType t);
+/* The bytes of each region and their total, one per line. */
+void pass_memplan_print(FILE *out, const PassMemPlan *p);
+
+/* The registered pass: plans for f32 and PASS_MEMPLAN_THREADS threads
+ * (codegen plans again for another real type). */
+bool pass_memplan(IrGraph **g, const PassOptions *opt);
+
+#endif

@@ -1,0 +1,26 @@
+/* The registry: every pass is one line here, so that `shardc passes` lists
+ * it and `--passes=` can name it. */
+#include <string.h>
+
+#include "memplan.h"
+#include "passes.h"
+
+const Pass pass_registry[] = {
+    {"fold", "evaluate config values, dims and attributes to numbers", pass_fold},
+    {"shape", "infer the type of every node output from its op's shape rule", pass_shape},
+    {"verify", "check the IR invariants every pass must keep", pass_verify},
+    {"unroll", "replace every repeat by count copies of its body (params named LABEL.i.NAME)",
+     pass_unroll},
+    {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",
+     pass_autodiff},
+    {"memplan", "plan the offset of every buffer of the rank program by liveness", pass_memplan},
+    {NULL, NULL, NULL},
+};
+
+const char *const pass_default_pipeline = "fold,shape,verify";
+
+const Pass *pass_find(const char *name) {
+  for (const Pass *p = pass_registry; p->name; p++)
+    if (strcmp(p->name, name) == 0) return p;
+  return NULL;
+}

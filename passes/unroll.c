@@ -1,0 +1,254 @@
+/* The `unroll` pass: replaces every repeat node by `count` copies of its
+ * body, in order, so that later passes (autodiff, the memory plan, codegen)
+ * see one flat graph.
+ *
+ * Iteration i of `repeat h` reads the repeat's inputs where i = 0 and the
+ * previous iteration's yields afterwards for the carried args, and the
+ * repeat's inputs for the invariant ones; the repeat's results become the
+ * last iteration's yields. The body's parameters move to the top level as
+ * h.i.NAME, in layer order after the parameters already there, keeping
+ * their type and init; a repeat nested in a body composes its prefix with
+ * the enclosing one (h.0.g.1.NAME). Counts must be folded: the pass checks
+ * every repeat before it changes anything, so a failure leaves the graph as
+ * it was. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* ------------------------------------------------------------ value map */
+
+/* From the values of a body (args, params, node results) to their copies.
+ * Open addressing over a power-of-two table of malloc'ed slots, freed after
+ * each iteration: an unrolled model can hold many thousands of values. */
+typedef struct ValMap {
+  const IrValue **keys;
+  IrValue **vals;
+  size_t cap, len;
+} ValMap;
+
+static size_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static void map_put(ValMap *m, const IrValue *k, IrValue *v);
+
+static void map_grow(ValMap *m) {
+  ValMap old = *m;
+  m->cap = old.cap ? old.cap * 2 : 64;
+  m->len = 0;
+  m->keys = calloc(m->cap, sizeof *m->keys);
+  m->vals = calloc(m->cap, sizeof *m->vals);
+  if (!m->keys || !m->vals) die("out of memory");
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.keys[i]) map_put(m, old.keys[i], old.vals[i]);
+  free(old.keys);
+  free(old.vals);
+}
+
+static void map_put(ValMap *m, const IrValue *k, IrValue *v) {
+  if (2 * (m->len + 1) > m->cap) map_grow(m);
+  size_t i = hash_ptr(k) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
+  if (!m->keys[i]) m->len++;
+  m->keys[i] = k;
+  m->vals[i] = v;
+}
+
+/* The copy of v, or v itself when it has none (a top-level value). */
+static IrValue *map_get(const ValMap *m, IrValue *v) {
+  if (!m->cap || !v) return v;
+  for (size_t i = hash_ptr(v) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
+    if (m->keys[i] == v) return m->vals[i];
+  return v;
+}
+
+static void map_free(ValMap *m) {
+  free(m->keys);
+  free(m->vals);
+  *m = (ValMap){0};
+}
+
+/* ------------------------------------------------------------ name set */
+
+/* The top-level parameter names, so that a body parameter whose new name
+ * is taken already is reported rather than silently duplicated. */
+typedef struct NameSet {
+  const IrValue **params;
+  size_t cap, len;
+} NameSet;
+
+static size_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return (size_t)h;
+}
+
+/* Adds p; returns the parameter that holds its name already, or NULL. */
+static const IrValue *names_add(NameSet *set, const IrValue *p) {
+  if (2 * (set->len + 1) > set->cap) {
+    NameSet old = *set;
+    set->cap = old.cap ? old.cap * 2 : 64;
+    set->len = 0;
+    set->params = calloc(set->cap, sizeof *set->params);
+    if (!set->params) die("out of memory");
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.params[i]) names_add(set, old.params[i]);
+    free(old.params);
+  }
+  size_t i = hash_str(p->name) & (set->cap - 1);
+  for (; set->params[i]; i = (i + 1) & (set->cap - 1))
+    if (strcmp(set->params[i]->name, p->name) == 0) return set->params[i];
+  set->params[i] = p;
+  set->len++;
+  return NULL;
+}
+
+/* --------------------------------------------------------------- checks */
+
+static const char *label(const IrNode *n) { return n->label ? n->label : "?"; }
+
+/* Every repeat, nested ones included, has a folded count and the structure
+ * ir_add_repeat gives it. Reports each one that does not. */
+static bool check_repeats(const IrGraph *g) {
+  bool ok = true;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (n->op != IR_OP_REPEAT) continue;
+    IrAttr *count = ir_node_attr(n, "count"), *nc = ir_node_attr(n, "ncarried");
+    if (!count || count->expr->kind != IR_EX_INT || count->expr->i <= 0) {
+      char *buf = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream(&buf, &len);
+      if (!f) die("open_memstream failed");
+      if (count) ir_expr_print(f, count->expr);
+      fclose(f);
+      ir_error(n->loc, "unroll: repeat '%s' has count = %s, not a positive integer (run the fold "
+               "pass first)", label(n), count ? buf : "?");
+      free(buf);
+      ok = false;
+    }
+    IrGraph *b = n->body;
+    if (!nc || nc->expr->kind != IR_EX_INT || !b || nc->expr->i != n->nout ||
+        n->nout > n->nin || b->args.len != n->nin || b->outputs.len != n->nout) {
+      ir_error(n->loc, "unroll: repeat '%s' is malformed (run the verify pass)", label(n));
+      ok = false;
+      continue;
+    }
+    ok = check_repeats(b) && ok;
+  }
+  return ok;
+}
+
+/* ----------------------------------------------------------------- copy */
+
+typedef struct Unroller {
+  IrGraph *top;
+  NameSet names;
+  bool ok;
+} Unroller;
+
+static void copy_graph(Unroller *u, IrGraph *body, ValMap *m, const char *prefix, IrPhase phase);
+
+/* The copy of n, reading the copies of its inputs, appended to the top
+ * level. A node keeps its phase, or takes its repeat's when that is later. */
+static void copy_node(Unroller *u, IrNode *n, ValMap *m, IrPhase phase) {
+  IrValue **in = ir_alloc(sizeof(IrValue *) * (size_t)(n->nin ? n->nin : 1));
+  for (int i = 0; i < n->nin; i++) in[i] = map_get(m, n->in[i]);
+  IrNode *c = ir_add_node(u->top, n->op, in, n->nin, n->attrs, n->nattr, n->nout, n->loc);
+  c->phase = n->phase > phase ? n->phase : phase;
+  for (int i = 0; i < n->nout; i++) {
+    IrValue *from = n->out[i], *to = c->out[i];
+    to->type = from->type;
+    to->shard = from->shard;
+    to->name = from->name;
+    to->loc = from->loc;
+    map_put(m, from, to);
+  }
+}
+
+/* Appends `count` copies of repeat r's body to the top level. `outer` maps
+ * the values r reads (those of the graph that holds r); on return it maps
+ * r's results to the last iteration's yields. */
+static void expand_repeat(Unroller *u, IrNode *r, ValMap *outer, const char *prefix,
+                          IrPhase phase) {
+  IrGraph *body = r->body;
+  int64_t count = ir_attr_int(r, "count");
+  int ncarried = r->nout;
+  IrPhase inner = r->phase > phase ? r->phase : phase;
+  IrValue **cur = ir_alloc(sizeof(IrValue *) * (size_t)(r->nin ? r->nin : 1));
+  for (int i = 0; i < r->nin; i++) cur[i] = map_get(outer, r->in[i]);
+  for (int64_t it = 0; it < count; it++) {
+    ValMap m = {0};
+    for (int i = 0; i < r->nin; i++) map_put(&m, body->args.items[i], cur[i]);
+    copy_graph(u, body, &m, ir_fmt("%s%s.%lld.", prefix, r->label, (long long)it), inner);
+    for (int i = 0; i < ncarried; i++) cur[i] = map_get(&m, body->outputs.items[i]);
+    map_free(&m);
+  }
+  for (int i = 0; i < ncarried; i++) map_put(outer, r->out[i], cur[i]);
+}
+
+/* Copies one iteration of body: its parameters become top-level ones named
+ * PREFIX NAME, its nodes (and nested repeats, expanded) follow in order. */
+static void copy_graph(Unroller *u, IrGraph *body, ValMap *m, const char *prefix, IrPhase phase) {
+  for (int i = 0; i < body->params.len; i++) {
+    IrValue *p = body->params.items[i];
+    IrValue *c = ir_add_param(u->top, ir_fmt("%s%s", prefix, p->name), p->type, p->init, p->loc);
+    c->shard = p->shard;
+    const IrValue *clash = names_add(&u->names, c);
+    if (clash) {
+      ir_error(p->loc, "unroll: parameter @%s of the unrolled layer has the name of another "
+               "parameter", c->name);
+      ir_note(clash->loc, "@%s is declared here", clash->name);
+      u->ok = false;
+    }
+    map_put(m, p, c);
+  }
+  for (int i = 0; i < body->nodes.len; i++) {
+    IrNode *n = body->nodes.items[i];
+    if (n->op == IR_OP_REPEAT)
+      expand_repeat(u, n, m, prefix, phase);
+    else
+      copy_node(u, n, m, phase);
+  }
+  /* Gradients of body parameters (a hand-written module may have them). */
+  for (int i = 0; i < body->params.len; i++) {
+    IrValue *p = body->params.items[i];
+    if (p->grad) map_get(m, p)->grad = map_get(m, p->grad);
+  }
+}
+
+bool pass_unroll(IrGraph **gp, const PassOptions *opt) {
+  (void)opt;
+  IrGraph *g = ir_top(*gp);
+  if (!check_repeats(g)) return false;
+  Unroller u = {.top = g, .ok = true};
+  for (int i = 0; i < g->params.len; i++) names_add(&u.names, g->params.items[i]);
+  /* The top-level nodes are re-appended in order: the kept ones as they
+   * are (with their inputs renamed), each repeat as its copies. */
+  IrVec old = g->nodes;
+  g->nodes = (IrVec){0};
+  ValMap top = {0};
+  for (int i = 0; i < old.len; i++) {
+    IrNode *n = old.items[i];
+    if (n->op == IR_OP_REPEAT) {
+      expand_repeat(&u, n, &top, "", IR_PHASE_FORWARD);
+      continue;
+    }
+    for (int j = 0; j < n->nin; j++) n->in[j] = map_get(&top, n->in[j]);
+    ir_vec_push(&g->nodes, n);
+  }
+  for (int i = 0; i < g->outputs.len; i++) g->outputs.items[i] = map_get(&top, g->outputs.items[i]);
+  for (int i = 0; i < g->params.len; i++) {
+    IrValue *p = g->params.items[i];
+    if (p->grad) p->grad = map_get(&top, p->grad);
+  }
+  map_free(&top);
+  free(u.names.params);
+  return u.ok;
+}

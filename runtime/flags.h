@@ -1,0 +1,48 @@
+/* The rank program's command line. */
+#ifndef SHARD_RT_FLAGS_H
+#define SHARD_RT_FLAGS_H
+
+#include <stdint.h>
+
+enum { RT_SCHED_COSINE, RT_SCHED_CONSTANT };
+enum { RT_OPT_ADAMW, RT_OPT_SGD };
+
+typedef struct RtFlags {
+  const char *data, *val_data;
+  int64_t steps;        /* -1 until resolved: one pass over --data */
+  int64_t global_batch; /* 0 until resolved: the model's batch */
+  double lr, beta1, beta2, eps, weight_decay, clip, lr_min;
+  int64_t warmup;
+  int64_t lr_schedule, optimizer; /* RT_SCHED_*, RT_OPT_* */
+  int64_t seed;
+  int64_t log_every;
+  const char *log_json;
+  int64_t eval_every, eval_batches;
+  const char *save;
+  int64_t save_every;
+  const char *resume, *init_from;
+  int64_t no_shuffle;
+  const char *sample_prompt;
+  int64_t sample_tokens;
+  double temperature;
+  int64_t top_k;
+  const char *dump_grads;
+  int64_t quiet;
+  int64_t gradcheck;
+  double gradcheck_tol, gradcheck_floor;
+} RtFlags;
+
+/* Parses argv into f (defaults first). --help prints the flags and exits 0;
+ * every bad flag or value is reported, then the program exits 1. */
+void rt_flags_parse(RtFlags *f, int argc, char **argv, const char *program);
+
+/* Flags a checkpoint records and restores: those that decide what the next
+ * steps compute. For each, name (without "--") and current value as text. */
+int rt_flags_saved_count(void);
+const char *rt_flags_saved_name(int i);
+void rt_flags_saved_value(const RtFlags *f, int i, char *buf, int len);
+/* Sets saved flag i from text unless it was given on the command line.
+ * Returns 1 when it was given there (and kept), 0 when set from text. */
+int rt_flags_restore(RtFlags *f, int i, const char *text, const char *origin);
+
+#endif

@@ -1,0 +1,91 @@
+/* Sampling (see sample.h). The model sees the context in row 0 of its
+ * batch, starting at position 0 and padded on the right: positions then
+ * mean what they meant in training, and causal attention makes the padding
+ * invisible to the position whose logits we read. */
+#include "sample.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k, RtRng *rng,
+                   double *scratch) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  if (temperature <= 0) return best;
+  /* Only logits at least as large as the k-th largest take part. */
+  double cut = -INFINITY;
+  if (top_k > 0 && top_k < n) {
+    double *sorted = scratch + n;
+    for (int i = 0; i < n; i++)
+      sorted[i] = logits[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_desc);
+    cut = sorted[top_k - 1];
+  }
+  double sum = 0, max = logits[best];
+  for (int i = 0; i < n; i++) {
+    scratch[i] = logits[i] >= cut ? exp((logits[i] - max) / temperature) : 0;
+    sum += scratch[i];
+  }
+  double u = rt_rng_uniform(rng) * sum;
+  for (int i = 0; i < n; i++) {
+    if (u < scratch[i]) return i;
+    u -= scratch[i];
+  }
+  return best; /* rounding left u past the end */
+}
+
+/* Runs the model on the last (at most seq) tokens of the context and
+ * returns the logits of the last of them. */
+static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len) {
+  const RtModel *m = rt->model;
+  int64_t start = len > m->seq ? len - m->seq : 0, n = len - start;
+  memset(rt->window, 0, (size_t)(rt->rows + 1) * sizeof *rt->window);
+  memcpy(rt->window, ctx + start, (size_t)n * sizeof *ctx);
+  rt->ctx.training = 0;
+  rt_load_micro(rt, rt->window, 0);
+  m->forward(&rt->ctx);
+  rt->ctx.training = 1;
+  const real *logits = (const real *)(rt->ctx.activations + m->logits_offset);
+  return logits + (n - 1) * m->vocab;
+}
+
+void rt_sample(Rt *rt) {
+  const RtModel *m = rt->model;
+  const char *prompt = rt->f.sample_prompt;
+  int64_t plen = (int64_t)strlen(prompt), ntok = rt->f.sample_tokens;
+  /* Byte-level: ids 0..255 are bytes; larger vocabularies are sampled
+   * among their first 256 ids only. */
+  int nbytes = m->vocab < 256 ? (int)m->vocab : 256;
+  int32_t *ctx = rt_xmalloc((size_t)(plen + ntok + 1) * sizeof *ctx);
+  double *scratch = rt_xmalloc(2 * 256 * sizeof *scratch);
+  int64_t len = 0;
+  if (plen == 0) ctx[len++] = '\n'; /* something to condition on */
+  for (int64_t i = 0; i < plen; i++) {
+    int b = (unsigned char)prompt[i];
+    if (b >= nbytes)
+      rt_fatal("--sample-prompt", "byte %d is outside the model's vocabulary of %lld", b,
+               (long long)m->vocab);
+    ctx[len++] = b;
+  }
+  fputs(prompt, stdout);
+  for (int64_t i = 0; i < ntok; i++) {
+    const real *logits = next_logits(rt, ctx, len);
+    int t = rt_sample_pick(logits, nbytes, rt->f.temperature, rt->f.top_k, &rt->rng, scratch);
+    ctx[len++] = t;
+    putchar(t);
+    fflush(stdout);
+  }
+  putchar('\n');
+  free(ctx);
+  free(scratch);
+}

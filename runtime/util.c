@@ -1,0 +1,92 @@
+/* Error reporting and checked allocation for the runtime. */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void vreport(const char *what, const char *fmt, va_list ap) {
+  /* stdout may hold buffered progress lines: flush them first so the error
+   * appears after them, where it happened. */
+  fflush(stdout);
+  fputs("shardc: error: ", stderr);
+  if (what) fprintf(stderr, "%s: ", what);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+void rt_error(const char *what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(what, fmt, ap);
+  va_end(ap);
+}
+
+_Noreturn void rt_fatal(const char *what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(what, fmt, ap);
+  va_end(ap);
+  exit(1);
+}
+
+void *rt_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) rt_fatal(NULL, "out of memory allocating %zu bytes", n);
+  return p;
+}
+
+void *rt_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) rt_fatal(NULL, "out of memory allocating %zu x %zu bytes", n, size);
+  return p;
+}
+
+char *rt_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(rt_xmalloc(n), s, n);
+}
+
+const char *rt_fmt_bytes(char *buf, size_t len, int64_t bytes) {
+  static const char *units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1000 && u < 4)
+    v /= 1000, u++;
+  if (u == 0)
+    snprintf(buf, len, "%lld B", (long long)bytes);
+  else
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+const char *rt_fmt_thousands(char *buf, size_t len, int64_t v) {
+  char digits[32];
+  int n = snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v));
+  size_t o = 0;
+  if (v < 0 && o + 1 < len) buf[o++] = '-';
+  for (int i = 0; i < n && o + 1 < len; i++) {
+    if (i > 0 && (n - i) % 3 == 0 && o + 1 < len) buf[o++] = ',';
+    if (o + 1 < len) buf[o++] = digits[i];
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+int rt_quiet;
+
+void rt_say(const char *fmt, ...) {
+  if (rt_quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+}
+
+double rt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,32 @@
+/* Error reporting and checked allocation shared by the runtime's files and
+ * by the data library the driver links (no model types here). */
+#ifndef SHARD_RT_UTIL_H
+#define SHARD_RT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Prints `shardc: error: WHAT: message` (WHAT is a file or a flag; NULL
+ * leaves it out) and exits with status 1: a user error. */
+_Noreturn void rt_fatal(const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same message without exiting, for code that reports several errors
+ * before giving up. */
+void rt_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Allocation that cannot fail quietly: running out of memory is reported
+ * with the size that was asked for. */
+void *rt_xmalloc(size_t n);
+void *rt_xcalloc(size_t n, size_t size);
+char *rt_xstrdup(const char *s);
+/* "1.25 MB": a byte count for people. */
+const char *rt_fmt_bytes(char *buf, size_t len, int64_t bytes);
+/* "45,678": an integer with thousands separators. */
+const char *rt_fmt_thousands(char *buf, size_t len, int64_t v);
+/* Status lines on stdout (banner, progress, notes), which --quiet turns
+ * off; errors and the sample are always printed. */
+extern int rt_quiet;
+void rt_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Seconds on a monotonic clock. */
+double rt_now(void);
+
+#endif

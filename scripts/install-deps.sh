@@ -1,0 +1,79 @@
+#!/bin/bash
+# Installs the Debian packages shardc needs to build and test, and does
+# nothing when they are all there, so every `make` target can call it.
+# Written for Debian 12; needs root or sudo only when something is missing.
+set -euo pipefail
+
+# What each package is for:
+#   build-essential cmake flex bison libfl-dev pkg-config: the compiler build
+#   libcjson-dev: JSON (shardc info --json, manifests)
+#   libopenblas-dev: GEMM in the CPU target's rank programs
+#   openmpi-bin libopenmpi-dev: launching ranks, the CPU target's messages
+#   clang (+ its compiler-rt), libomp-dev: libFuzzer and the sanitizer build
+#     (libomp-dev is clang's OpenMP; gcc brings its own)
+#   python3 python3-numpy: reference numerics in the tests
+packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
+          libopenblas-dev openmpi-bin libopenmpi-dev clang libomp-dev python3 python3-numpy)
+
+# A package counts as present when dpkg has it installed; for the ones that
+# are only a tool, that tool on PATH counts too (a cmake built by hand, say).
+declare -A tool=([cmake]=cmake [flex]=flex [bison]=bison [pkg-config]=pkg-config
+                 [clang]=clang [python3]=python3 [openmpi-bin]=mpirun)
+
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  installed "$p" && continue
+  [[ -n "${tool[$p]:-}" ]] && command -v "${tool[$p]}" >/dev/null 2>&1 && continue
+  missing+=("$p")
+done
+
+# clang only recommends its runtime libraries (libFuzzer, the sanitizers), so
+# with --no-install-recommends they may be absent: ask for the package that
+# matches the clang version when clang is there but its fuzzer runtime is not.
+fuzzer_runtime_missing() {
+  command -v clang >/dev/null 2>&1 || return 1
+  local lib
+  lib=$(clang -print-file-name="libclang_rt.fuzzer-$(uname -m).a" 2>/dev/null || true)
+  [[ "$lib" != /* || ! -e "$lib" ]]
+}
+clang_rt_package() {
+  local major
+  major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+  echo "libclang-rt-${major:-14}-dev"
+}
+if [[ " ${missing[*]} " != *" clang "* ]] && fuzzer_runtime_missing; then
+  missing+=("$(clang_rt_package)")
+fi
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present, nothing to do"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+# apt's chatter goes to a log that is shown only when something fails, so a
+# successful run prints its one line.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+apt() {
+  if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "$@" >>"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install-deps: apt-get $* failed" >&2
+    exit 1
+  fi
+}
+apt_install() { apt install -y -q --no-install-recommends "$@"; }
+apt update -q
+apt_install "${missing[@]}"
+# clang itself was just installed: now its version is known.
+if [[ " ${missing[*]} " == *" clang "* ]] && fuzzer_runtime_missing; then
+  rt=$(clang_rt_package)
+  apt_install "$rt"
+  missing+=("$rt")
+fi
+echo "install-deps: installed ${missing[*]}"
