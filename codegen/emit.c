@@ -199,39 +199,41 @@ typedef struct ModelInfo {
 
 static bool model_info(CgEmitter *e, ModelInfo *mi) {
   IrGraph *g = e->g;
+  const char *tn = e->target->name;
+  bool ok = true;
   memset(mi, 0, sizeof *mi);
   for (int i = 0; i < g->outputs.len; i++)
     if (!mi->loss || strcmp(g->output_names.items[i], "loss") == 0) mi->loss = g->outputs.items[i];
-  IrLoc loc = {e->opt->model_path, 0, 0};
   if (!mi->loss || mi->loss->kind != IR_VAL_NODE || mi->loss->def->op != IR_OP_CROSS_ENTROPY) {
-    ir_error(loc, "%s target: the model's output `loss` must be a cross_entropy", e->target->name);
-    return false;
+    IrLoc loc = mi->loss && mi->loss->kind == IR_VAL_NODE ? mi->loss->def->loc
+                                                          : (IrLoc){e->opt->model_path, 0, 0};
+    ir_error(loc, "%s target: the model's output `loss` must be a cross_entropy", tn);
+    ok = false;
+  } else {
+    mi->logits = mi->loss->def->in[0];
+    mi->targets = mi->loss->def->in[1];
+    mi->vocab = mi->logits->type.shape[mi->logits->type.rank - 1];
+    if (mi->targets->kind != IR_VAL_INPUT || mi->targets->type.rank != 2) {
+      ir_error(mi->loss->def->loc, "%s target: the targets of the loss must be an input [batch, seq]",
+               tn);
+      ok = false;
+    } else {
+      mi->batch = mi->targets->type.shape[0];
+      mi->seq = mi->targets->type.shape[1];
+    }
   }
-  mi->logits = mi->loss->def->in[0];
-  mi->targets = mi->loss->def->in[1];
-  mi->vocab = mi->logits->type.shape[mi->logits->type.rank - 1];
-  const IrType *t = &mi->targets->type;
-  bool ok = true;
   for (int i = 0; i < g->inputs.len; i++) {
     IrValue *in = g->inputs.items[i];
     if (strcmp(in->name, "d_loss") == 0) {
       mi->dloss = in;
       continue;
     }
-    if (in->type.dtype != IR_I32 || in->type.rank != 2 || t->rank != 2 ||
-        in->type.shape[0] != t->shape[0] || in->type.shape[1] != t->shape[1]) {
-      ir_error(in->loc, "%s target: input %s must be i32[batch, seq] like the targets",
-               e->target->name, in->name);
+    if (in->type.dtype != IR_I32 || in->type.rank != 2 ||
+        (mi->seq && (in->type.shape[0] != mi->batch || in->type.shape[1] != mi->seq))) {
+      ir_error(in->loc, "%s target: input %s must be i32[batch, seq] like the targets of the loss",
+               tn, in->name);
       ok = false;
     }
-  }
-  if (mi->targets->kind != IR_VAL_INPUT) {
-    ir_error(loc, "%s target: the targets of the loss must be a model input", e->target->name);
-    ok = false;
-  }
-  if (ok) {
-    mi->batch = t->shape[0];
-    mi->seq = t->shape[1];
   }
   return ok;
 }
@@ -274,6 +276,7 @@ static const char *defines_flags(const CgOptions *o) {
 }
 
 static const char *shape_init(const IrType *t) {
+  if (t->rank == 0) return "{0}";
   char *s = ir_strdup("{");
   for (int d = 0; d < t->rank; d++) s = ir_fmt("%s%s%lld", s, d ? ", " : "", (long long)t->shape[d]);
   return ir_fmt("%s}", s);
@@ -419,8 +422,26 @@ static bool make_dirs(const char *path) {
   return true;
 }
 
+/* True when the file at path already holds exactly data. */
+static bool same_contents(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  bool same = true;
+  char chunk[65536];
+  size_t off = 0, got;
+  while (same && (got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    same = off + got <= len && memcmp(chunk, data + off, got) == 0;
+    off += got;
+  }
+  fclose(f);
+  return same && off == len;
+}
+
+/* An unchanged file is left alone, so that compiling the same model again
+ * does not make the generated Makefile rebuild the program. */
 static bool write_file(const char *dir, const char *name, const char *data, size_t len) {
   const char *path = ir_fmt("%s/%s", dir, name);
+  if (same_contents(path, data, len)) return true;
   FILE *f = fopen(path, "wb");
   bool ok = f && fwrite(data, 1, len, f) == len;
   if (f && fclose(f) != 0) ok = false;
@@ -513,6 +534,10 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
     ir_error(cmd, "unknown target '%s' (known: cpu)", o->target);
     return 1;
   }
+  if (!o->out_dir || !*o->out_dir) {
+    ir_error(cmd, "no output directory for the %s target (-o DIR)", t->name);
+    return 1;
+  }
   if (o->dtype != IR_F32 && o->dtype != IR_F64) {
     ir_error(cmd, "the %s target builds f32 or f64 programs, not %s", t->name,
              ir_dtype_name(o->dtype));
@@ -522,10 +547,10 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
   PassMemPlan *p = g->memplan;
   if (!p || p->real_bytes != rb || p->threads != threads) p = pass_memplan_build(g, rb, threads);
   if (!p) return 1;
-  if (o->plan_out) pass_memplan_print(o->plan_out, p);
   CgEmitter e = {.g = g, .plan = p, .opt = o, .target = t};
   ModelInfo mi;
   if (!model_info(&e, &mi)) return 1;
+  if (o->plan_out) pass_memplan_print(o->plan_out, p);
   emitter_open(&e);
   emit_program(&e, &mi);
   if (e.errors) {

@@ -1,10 +1,16 @@
-/* `shardc compile` and `shardc passes`: run the pass pipeline over a model. */
+/* `shardc compile` and `shardc passes`: run the pass pipeline over a model
+ * and, with a target, write its rank programs. */
 #include <string.h>
 
+#include "../codegen/codegen.h"
 #include "driver.h"
 
 static const DrvOption compile_options[] = {
     DRV_DEFINE_OPTION,
+    {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
+    {"--target", "cpu", "write rank programs for this target (with -o)"},
+    {"-o", "DIR", "the folder for the rank programs, manifest and Makefile"},
+    {"--dtype", "f32|f64", "the programs' floating point type (default f32; f64 for gradient checks)"},
     {"--emit-ir", NULL, "print the IR after the pipeline"},
     {"--passes", "a,b,c", "run these passes instead of the default pipeline (empty: none)"},
     {"--print-after", "PASS", "print the IR after each run of PASS"},
@@ -15,18 +21,71 @@ static const DrvOption compile_options[] = {
 
 const DrvCommand drv_compile_command = {
     "compile", "MODEL [options]", "compile a model (.shard, or printed IR .ir) through the passes",
-    "Reads MODEL, applies -D overrides and runs the pass pipeline (by default\n"
-    "fold,shape,verify; `shardc passes` lists them). Errors are reported as\n"
-    "file:line:col with the source line, and the exit status is 1.",
+    "Reads MODEL, applies -D overrides and runs the pass pipeline: without a\n"
+    "target fold,shape,verify; with --target cpu -o DIR the target's pipeline\n"
+    "(fold,shape,unroll,autodiff,verify,memplan), then writes one C file per\n"
+    "distinct rank program, manifest.json and a Makefile into DIR and prints\n"
+    "the memory plan. `shardc build DIR` (or make -C DIR) builds them.\n"
+    "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
-int drv_cmd_compile(int nargs, DrvArg *args) {
-  const char *model = drv_model_arg(&drv_compile_command, nargs, args);
-  if (!model) return 1;
+bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *out) {
+  const char *s = drv_value(nargs, args, "--dtype");
+  *out = IR_F32;
+  if (!s || strcmp(s, "f32") == 0) return true;
+  if (strcmp(s, "f64") == 0) {
+    *out = IR_F64;
+    return true;
+  }
+  drv_usage_error(cmd, "--dtype: expected f32 or f64, got '%s'", s);
+  return false;
+}
+
+int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
+                       const char *out_dir, IrDType dtype, FILE *plan_out) {
   const char *pipeline = drv_value(nargs, args, "--passes");
+  if (!pipeline) pipeline = cg_pipeline(target);
+  if (!pipeline) {
+    ir_error((IrLoc){"<command line>", 0, 0}, "unknown target '%s' (known: cpu)", target);
+    return 1;
+  }
+  IrGraph *g = drv_load_model(model, nargs, args);
+  if (!g) return 1;
+  PassOptions opt = {0};
+  PassManagerFlags flags = {
+      .print_after = drv_value(nargs, args, "--print-after"),
+      .print_after_all = drv_flag(nargs, args, "--print-after-all"),
+      .verify_each = drv_flag(nargs, args, "--verify-each"),
+      .print_stream = stdout,
+  };
+  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count() > 0) return 1;
+  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
+  const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
+  int ndefines = 0;
+  for (int i = 0; i < nargs; i++)
+    if (args[i].opt && strcmp(args[i].opt->name, "-D") == 0) defines[ndefines++] = args[i].value;
+  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .model_path = model,
+                 .defines = defines, .ndefines = ndefines, .plan_out = plan_out};
+  return cg_compile(g, &o);
+}
+
+int drv_cmd_compile(int nargs, DrvArg *args) {
+  const DrvCommand *cmd = &drv_compile_command;
+  const char *model = drv_model_arg(cmd, nargs, args);
+  if (!model) return 1;
   const char *print_after = drv_value(nargs, args, "--print-after");
   if (print_after && !pass_find(print_after))
-    return drv_usage_error(&drv_compile_command, "--print-after: no pass named '%s'", print_after);
+    return drv_usage_error(cmd, "--print-after: no pass named '%s'", print_after);
+  const char *target = drv_value(nargs, args, "--target"), *out = drv_value(nargs, args, "-o");
+  IrDType dtype;
+  if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
+  if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
+  if (target || out) {
+    if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
+    return drv_compile_to_dir(model, nargs, args, target ? target : "cpu", out, dtype, stdout);
+  }
+  if (drv_value(nargs, args, "--dtype"))
+    return drv_usage_error(cmd, "--dtype applies to a target (--target cpu -o DIR)");
   IrGraph *g = drv_load_model(model, nargs, args);
   if (!g) return 1;
   PassOptions opt = {0};
@@ -36,6 +95,7 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
       .verify_each = drv_flag(nargs, args, "--verify-each"),
       .print_stream = stdout,
   };
+  const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pass_run_pipeline(&g, pipeline ? pipeline : pass_default_pipeline, &opt, &flags))
     return 1;
   if (ir_error_count() > 0) return 1;

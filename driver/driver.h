@@ -54,10 +54,26 @@ IrGraph *drv_load_and_check(const char *path, int nargs, DrvArg *args);
 /* The one positional argument (the model file), or NULL after an error. */
 const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
 
+/* --dtype f32|f64 (default f32); false after a usage error. */
+bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *out);
+/* --microbatch B becomes -D batch=B, appended to the args (so it wins over
+ * an earlier -D batch); false after a usage error. */
+bool drv_apply_microbatch(const DrvCommand *cmd, int *nargs, DrvArg **args);
+/* Loads MODEL, runs the target's pipeline (or --passes) and writes the rank
+ * programs into out_dir, printing the memory plan to plan_out. Returns the
+ * exit status. */
+int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
+                       const char *out_dir, IrDType dtype, FILE *plan_out);
+
 int drv_cmd_compile(int nargs, DrvArg *args);
+int drv_cmd_build(int nargs, DrvArg *args);
+int drv_cmd_run(int argc, char **argv);
+int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);
+int drv_cmd_data(int nargs, DrvArg *args);
 
-extern const DrvCommand drv_compile_command, drv_info_command, drv_passes_command;
+extern const DrvCommand drv_compile_command, drv_info_command, drv_passes_command,
+    drv_data_command, drv_build_command, drv_run_command, drv_sample_command;
 
 #endif

@@ -7,8 +7,9 @@
 
 #define SHARDC_VERSION "0.1.0"
 
-static const DrvCommand *const commands[] = {&drv_compile_command, &drv_info_command,
-                                             &drv_passes_command};
+static const DrvCommand *const commands[] = {
+    &drv_compile_command, &drv_build_command, &drv_run_command, &drv_sample_command,
+    &drv_info_command,    &drv_data_command,  &drv_passes_command};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
 static void print_main_help(void) {
@@ -62,6 +63,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "shardc: error: unknown command '%s' (see `shardc --help`)\n", name);
     return 1;
   }
+  /* `run` passes the options it does not know to the training program. */
+  if (cmd == &drv_run_command) return drv_cmd_run(argc - 2, argv + 2);
   DrvArg *args = NULL;
   int nargs = drv_parse_args(cmd, argc - 2, argv + 2, &args);
   if (nargs == -2) return 0;

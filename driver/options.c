@@ -113,3 +113,20 @@ const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args) {
   if (!model) drv_usage_error(cmd, "no model file given");
   return model;
 }
+
+bool drv_apply_microbatch(const DrvCommand *cmd, int *nargs, DrvArg **args) {
+  const char *mb = drv_value(*nargs, *args, "--microbatch");
+  if (!mb) return true;
+  char *end;
+  long long b = strtoll(mb, &end, 10);
+  if (*end || end == mb || b <= 0 || b > (1 << 20)) {
+    drv_usage_error(cmd, "--microbatch: expected a positive integer, got '%s'", mb);
+    return false;
+  }
+  static const DrvOption define = DRV_DEFINE_OPTION;
+  DrvArg *grown = ir_alloc(sizeof(DrvArg) * (size_t)(*nargs + 1));
+  memcpy(grown, *args, sizeof(DrvArg) * (size_t)*nargs);
+  grown[(*nargs)++] = (DrvArg){&define, ir_fmt("batch=%lld", b), -1};
+  *args = grown;
+  return true;
+}

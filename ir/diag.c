@@ -31,6 +31,8 @@ void ir_diag_add_source(const char *file, const char *text, size_t len) {
     sources[nsources++] = (Source){ir_strdup(file), text, len};
 }
 
+void ir_diag_forget_sources(void) { nsources = 0; }
+
 int ir_error_count(void) { return nerrors; }
 void ir_diag_reset(void) { nerrors = 0; }
 

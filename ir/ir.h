@@ -47,6 +47,9 @@ typedef struct IrLoc {
 
 /* Sources are registered so that errors can print the line and a caret. */
 void ir_diag_add_source(const char *file, const char *text, size_t len);
+/* Forgets every registered source (their names live in the arena): for a
+ * fuzzer that frees the arena between inputs. */
+void ir_diag_forget_sources(void);
 /* `file:line:col: error: message`, then the source line and a caret. */
 void ir_error(IrLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ir_note(IrLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

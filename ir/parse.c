@@ -3,7 +3,9 @@
  * ir/ must not depend on the frontend's generated scanner.
  *
  * The text is line oriented: every declaration or node is one line, and a
- * repeat's body follows its header line up to a closing `}`. That makes
+ * repeat's body follows its header line up to a closing `}`. A line
+ * `backward:` makes the nodes after it (in the same graph) backward nodes,
+ * and `grad @NAME = VALUE` records a parameter's gradient. That makes
  * error recovery simple: a broken line is skipped (with the body it opens)
  * and parsing resumes on the next line, so one run reports every error.
  *
@@ -126,7 +128,9 @@ static Token lex(Lexer *lx) {
     return t;
   }
   if (is_alpha(c)) {
-    while (is_namec(lx_at(lx, 0))) lx_advance(lx);
+    /* A repeat inside a block instance has a dotted label (`s.sub`). */
+    while (is_namec(lx_at(lx, 0)) || (lx_at(lx, 0) == '.' && is_alpha(lx_at(lx, 1))))
+      lx_advance(lx);
     t.kind = T_IDENT;
   } else if (is_digit(c)) {
     t.kind = lx_number(lx);

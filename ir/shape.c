@@ -274,8 +274,8 @@ bool ir_shape_zeros(IrNode *n) {
     ok = false;
   } else if (dt < 0 || dt > IR_I64) {
     ir_error(attr_loc(n, attr_expr(n, "dtype")),
-             "zeros: dtype = %lld is not a dtype number (0 f32, 1 f64, 2 bf16, 3 f16, 4 i32, 5 i64)",
-             (long long)dt);
+             "zeros: dtype = %lld is not a dtype number (0 f32, 1 f64, 2 bf16, 3 f16, 4 i32, "
+             "5 i64)", (long long)dt);
     ok = false;
   }
   if (!ok) return false;
@@ -660,8 +660,8 @@ static bool attention_kv(IrNode *n, int i, int64_t kvh, int64_t d, bool causal) 
   ir_error(
       n->loc,
       "%s: %s%s does not match q%s: expected [%lld, %s, %lld] (%lld kv heads of dim %lld)",
-      op_name(n), i == 1 ? "k" : "v", S(t), S(q), (long long)q->shape[0], seq, (long long)width, (long long)kvh,
-      (long long)d);
+      op_name(n), i == 1 ? "k" : "v", S(t), S(q), (long long)q->shape[0], seq, (long long)width,
+      (long long)kvh, (long long)d);
   return false;
 }
 

@@ -102,9 +102,13 @@ static IrNode *emit(Ad *ad, IrOp op, IrValue **in, int nin, const IrAttr *given,
   return n;
 }
 
-#define ATTRS(...) ((IrAttr[]){__VA_ARGS__}), (int)(sizeof((IrAttr[]){__VA_ARGS__}) / sizeof(IrAttr))
+/* An array literal and its length, as emit's (pointer, count) arguments:
+ * INS(x, w) for the inputs, ATTRS({"eps", e}) for the attributes. */
+#define INS(...) \
+  ((IrValue *[]){__VA_ARGS__}), (int)(sizeof((IrValue *[]){__VA_ARGS__}) / sizeof(IrValue *))
+#define ATTRS(...) \
+  ((IrAttr[]){__VA_ARGS__}), (int)(sizeof((IrAttr[]){__VA_ARGS__}) / sizeof(IrAttr))
 #define NO_ATTRS NULL, 0
-#define INS(...) ((IrValue *[]){__VA_ARGS__}), (int)(sizeof((IrValue *[]){__VA_ARGS__}) / sizeof(IrValue *))
 
 /* A single-output backward node's result. */
 static IrValue *emit1(Ad *ad, IrOp op, IrValue **in, int nin, const IrAttr *given, int ngiven) {
@@ -390,7 +394,8 @@ static bool ad_cross_entropy(Ad *ad, IrNode *n, IrValue **dy) {
 
 /* The adjoint column of ops.def as a table. */
 static const AdjointFn adjoints[IR_OP_COUNT] = {
-#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) [IR_OP_##id] = adjoint,
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) \
+  [IR_OP_##id] = adjoint,
 #include "../ir/ops.def"
 #undef OP
 };

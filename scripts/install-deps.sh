@@ -7,13 +7,18 @@ set -euo pipefail
 # What each package is for:
 #   build-essential cmake flex bison libfl-dev pkg-config: the compiler build
 #   libcjson-dev: JSON (shardc info --json, manifests)
-#   libopenblas-dev: GEMM in the CPU target's rank programs
+#   libopenblas-openmp-dev: GEMM in the CPU target's rank programs (the
+#     OpenMP build shares the kernels' thread pool instead of fighting it)
 #   openmpi-bin libopenmpi-dev: launching ranks, the CPU target's messages
 #   clang (+ its compiler-rt), libomp-dev: libFuzzer and the sanitizer build
 #     (libomp-dev is clang's OpenMP; gcc brings its own)
-#   python3 python3-numpy: reference numerics in the tests
+#   python3 python3-numpy python3-torch: reference numerics in the tests
+#     (tests/oracle runs the same models in PyTorch, Debian's build, under
+#     /usr/bin/python3)
+#   time: peak memory of a run in bench/cpu_train.sh
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
-          libopenblas-dev openmpi-bin libopenmpi-dev clang libomp-dev python3 python3-numpy)
+          libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
+          python3-numpy python3-torch time)
 
 # A package counts as present when dpkg has it installed; for the ones that
 # are only a tool, that tool on PATH counts too (a cmake built by hand, say).

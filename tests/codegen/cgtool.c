@@ -1,12 +1,14 @@
 /* Test driver for the memory plan and the code generator.
  *
- *   cgtool compile MODEL OUTDIR [--f64] [--threads N] [--passes P] [-D name=value]...
- *   cgtool check MODEL [--f64] [--threads N] [--passes P] [-D name=value]...
+ *   cgtool compile MODEL OUTDIR [--print] [--f64] [--threads N] [--passes P] [-D name=value]...
+ *   cgtool check MODEL [--corrupt] [--f64] [--threads N] [--passes P] [-D name=value]...
  *
  * Both load MODEL (.shard or printed .ir), apply the overrides and run the
  * CPU pipeline (or P). `compile` writes the rank program into OUTDIR and
- * prints the plan; `check` prints the plan and replays liveness over it
+ * prints the plan (with --print: rank0.c and manifest.json instead); `check` prints the plan and replays liveness over it
  * independently of memplan.c (see check_plan), printing what it checked.
+ * With --corrupt it first moves one temporary onto another that is live at
+ * the same time, and succeeds only when the checker notices.
  * Exit status 1 on any error or failed check. */
 #include <stdint.h>
 #include <stdio.h>
@@ -309,6 +311,24 @@ static void check_plan(IrGraph *g) {
   free(c.live);
 }
 
+/* Puts the second of two temporaries that are live together (and disjoint)
+ * at the offset of the first: a plan the checker must reject. */
+static bool corrupt(PassMemPlan *p) {
+  for (int a = 0; a < p->nbufs; a++)
+    for (int b = a + 1; b < p->nbufs; b++) {
+      PassBuf *x = &p->bufs[a], *y = &p->bufs[b];
+      if (x->region != PASS_REGION_TEMPORARIES || y->region != PASS_REGION_TEMPORARIES ||
+          x->alias || y->alias || x->last < y->first || y->last < x->first ||
+          x->offset == y->offset)
+        continue;
+      printf("corrupt: value %d moved from %lld to %lld, where value %d lives\n", b,
+             (long long)y->offset, (long long)x->offset, a);
+      y->offset = x->offset;
+      return true;
+    }
+  return false;
+}
+
 /* ----------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -321,9 +341,12 @@ int main(int argc, char **argv) {
   const char *pipeline = cg_pipeline("cpu");
   const char *defines[64];
   int ndefines = 0, threads = 0;
+  bool print = false, corrupt_plan = false;
   IrDType dtype = IR_F32;
   for (int i = compile ? 4 : 3; i < argc; i++) {
     if (strcmp(argv[i], "--f64") == 0) dtype = IR_F64;
+    else if (strcmp(argv[i], "--print") == 0) print = true;
+    else if (strcmp(argv[i], "--corrupt") == 0) corrupt_plan = true;
     else if (strcmp(argv[i], "--passes") == 0 && i + 1 < argc) pipeline = argv[++i];
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "-D") == 0 && i + 1 < argc && ndefines < 64) defines[ndefines++] = argv[++i];
@@ -345,11 +368,31 @@ int main(int argc, char **argv) {
   if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count()) return 1;
   CgOptions o = {.target = "cpu", .out_dir = out, .dtype = dtype, .model_path = model,
                  .defines = defines, .ndefines = ndefines, .threads = threads, .plan_out = stdout};
-  if (compile) return cg_compile(g, &o) ? 1 : 0;
+  if (compile) {
+    if (print) o.plan_out = NULL;
+    if (cg_compile(g, &o)) return 1;
+    const char *files[] = {"rank0.c", "manifest.json"};
+    for (int i = 0; print && i < 2; i++) {
+      size_t len = 0;
+      char *text = slurp(ir_fmt("%s/%s", out, files[i]), &len);
+      if (!text) return 1;
+      fwrite(text, 1, len, stdout);
+      free(text);
+    }
+    return 0;
+  }
   int rb = dtype == IR_F64 ? 8 : 4;
   PassMemPlan *p = pass_memplan_build(g, rb, threads);
   if (!p) return 1;
   pass_memplan_print(stdout, p);
+  if (corrupt_plan && !corrupt(p)) {
+    printf("corrupt: no two temporaries are live together\n");
+    return 1;
+  }
   check_plan(g);
+  if (corrupt_plan) {
+    printf("corrupt: the checker reported %d failure%s\n", failures, failures == 1 ? "" : "s");
+    return failures ? 0 : 1;
+  }
   return failures ? 1 : 0;
 }

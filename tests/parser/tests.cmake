@@ -1,6 +1,7 @@
 # Parser golden tests: each NAME.shard is a small valid model and NAME.ir
-# the IR that lowering alone gives (`--passes=`: an empty pipeline). Each
-# model must also pass the default pipeline (fold, shape, verify).
+# the IR that lowering alone gives (`--passes=`: an empty pipeline), which
+# must also read back unchanged. Each model must also pass the default
+# pipeline (fold, shape, verify).
 # Regenerate one with
 #   UPDATE=1 tests/expect.sh tests/parser/NAME.ir 0 --cd tests/parser -- shardc compile NAME.shard --passes= --emit-ir
 # and check the result by eye.
@@ -11,6 +12,10 @@ foreach(input ${PARSER_INPUTS})
            COMMAND ${EXPECT} ${TESTS_DIR}/parser/${name}.ir 0 --cd ${TESTS_DIR}/parser --
                    ${SHARDC} compile ${name}.shard --passes= --emit-ir)
   add_test(NAME parser.${name}.pipeline COMMAND ${SHARDC} compile ${input})
+  # The lowered IR reads back through ir_parse and prints the same.
+  add_test(NAME parser.${name}.roundtrip
+           COMMAND ${EXPECT} ${TESTS_DIR}/parser/${name}.ir 0 --cd ${TESTS_DIR}/parser --
+                   ${SHARDC} compile ${name}.ir --passes= --emit-ir)
 endforeach()
 
 # The models the project ships lower and pass the default pipeline.

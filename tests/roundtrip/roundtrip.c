@@ -32,8 +32,9 @@ static char *read_file(const char *path, size_t *len) {
     *len += got;
   }
   fclose(f);
-  buf[*len] = 0;
-  return buf;
+  char *copy = ir_strndup(buf ? buf : "", *len); /* the arena keeps it until exit */
+  free(buf);
+  return copy;
 }
 
 /* The printed text lives until exit: diagnostics may point into it. */
@@ -43,7 +44,9 @@ static char *print_to_string(const IrGraph *g, size_t *len) {
   if (!f) die("open_memstream failed");
   ir_print(f, g);
   fclose(f);
-  return text;
+  char *copy = ir_strndup(text, *len); /* the arena keeps it until exit */
+  free(text);
+  return copy;
 }
 
 static const char *base_name(const char *path) {

@@ -169,6 +169,41 @@ static void test_dangling(void) {
   expect_verify("dangling", g, "dce", false, want);
 }
 
+/* Backward nodes follow the forward ones, which never read their results;
+ * a parameter's gradient has its type. The sound version prints the
+ * `backward:` line and the `grad` line. */
+static void test_phases(void) {
+  IrValue *x, *w;
+  IrGraph *g = sound_graph(&x, &w);
+  IrNode *gelu = g->nodes.items[0], *add = g->nodes.items[1];
+  IrNode *bwd = ir_add_node(g, IR_OP_SCALE, &add->out[0], 1,
+                            (IrAttr[]){{"s", ir_expr_float(2, at(5))}}, 1, 1, at(5));
+  bwd->phase = IR_PHASE_BACKWARD;
+  bwd->out[0]->type = type2(IR_F32, 1, 3);
+  w->grad = bwd->out[0];
+  const char *sound[] = {"  backward:\n  %2: f32[1, 3] = scale(%1) {s = 2.0}\n"
+                         "  grad @w = %2\n",
+                         NULL};
+  expect_verify("backward section", g, "autodiff", true, sound);
+
+  bwd->out[0]->type = type2(IR_F32, 2, 3);
+  const char *mistyped[] = {"test.shard:2:1: error: after pass 'autodiff': the gradient of @w "
+                            "(%2) has type f32[2, 3], not the parameter's f32[1, 3]",
+                            NULL};
+  expect_verify("gradient type", g, "autodiff", false, mistyped);
+
+  bwd->out[0]->type = type2(IR_F32, 1, 3);
+  ir_add_node(g, IR_OP_GELU, &bwd->out[0], 1, NULL, 0, 1, at(6));
+  gelu->phase = IR_PHASE_BACKWARD;
+  const char *order[] = {
+      "test.shard:4:1: error: after pass 'autodiff': forward node 'add' comes after the first "
+      "backward node",
+      "test.shard:6:1: error: after pass 'autodiff': forward node 'gelu' reads %2, a result of "
+      "the backward pass",
+      NULL};
+  expect_verify("phase order", g, "autodiff", false, order);
+}
+
 int main(void) {
   test_sound();
   test_use_before_def();
@@ -177,6 +212,7 @@ int main(void) {
   test_outer_reference();
   test_node_shape();
   test_dangling();
+  test_phases();
   if (failures) printf("%d verifier test(s) failed\n", failures);
   return failures ? 1 : 0;
 }

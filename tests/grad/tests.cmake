@@ -1,0 +1,27 @@
+# Finite-difference checks of the autodiff pass: gradcheck interprets the
+# IR that `shardc compile --passes=...,autodiff` prints, in f64 with the CPU
+# kernels, and compares every parameter's gradient with central differences
+# of the loss. Independent of codegen: a failure here is an adjoint (or an
+# op semantics) bug.
+set(GRAD_DIR ${CMAKE_CURRENT_LIST_DIR})
+add_executable(gradcheck ${GRAD_DIR}/gradcheck.c)
+target_link_libraries(gradcheck PRIVATE shard_ir shard_kernels_f64)
+
+# grad_test(NAME INPUT ARGS...): compile INPUT with ARGS through autodiff,
+# then check the gradients of what it printed.
+function(grad_test name input)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/grad-${name}.ir)
+  string(REPLACE ";" " " args "${ARGN}")
+  add_test(NAME grad/${name}
+           COMMAND sh -c "\"$1\" compile \"$2\" $3 --passes=fold,shape,unroll,autodiff,verify --emit-ir > \"$4\" && \"$5\" \"$4\""
+                   sh ${SHARDC} ${input} "${args}" ${out} $<TARGET_FILE:gradcheck>)
+endfunction()
+
+grad_test(gpt2 ${MODELS_DIR}/gpt2.shard -D vocab=19 -D seq=5 -D hidden=8 -D heads=2 -D layers=2
+          -D batch=2 -D dropout_rate=0.25)
+grad_test(llama ${MODELS_DIR}/llama.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=4
+          -D kv_heads=2 -D ffn=12 -D layers=2 -D batch=2)
+grad_test(gpt3 ${MODELS_DIR}/gpt3.shard -D vocab=11 -D seq=4 -D hidden=6 -D heads=3 -D layers=1)
+grad_test(ops ${TESTS_DIR}/passes/autodiff_ops.ir)
+grad_test(tied ${TESTS_DIR}/passes/autodiff_tied.ir)
+grad_test(matmul ${GRAD_DIR}/matmul.ir)
