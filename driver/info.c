@@ -147,7 +147,8 @@ static void count_graph(const IrGraph *g, int64_t mult, Counts *c, int64_t *own)
     if (n->op == IR_OP_CROSS_ENTROPY && c->tokens == 0)
       c->tokens = ir_type_numel(&n->in[1]->type);
     if (n->op != IR_OP_REPEAT) {
-      c->forward_flops += node_flops(n) * (double)mult;
+      /* Only the forward counts: model FLOPs are 3x the forward by definition. */
+      if (n->phase == IR_PHASE_FORWARD) c->forward_flops += node_flops(n) * (double)mult;
       continue;
     }
     int64_t count = ir_attr_int(n, "count"), per = 0;

@@ -212,7 +212,7 @@ static void consider_callees(Suggest *sg, Ctx *c) {
   if (!suggesting()) return;
   for (int i = 0; i < IR_OP_COUNT; i++) {
     const IrOpInfo *info = ir_op_info((IrOp)i);
-    if (!(info->flags & IR_OPF_REGION)) consider(sg, info->name);
+    if (!(info->flags & (IR_OPF_REGION | IR_OPF_INTERNAL))) consider(sg, info->name);
   }
   for (int i = 0; i < NMATH; i++) consider(sg, math_fns[i].name);
   for (int i = 0; i < c->blocks.len; i++) consider(sg, ((Block *)c->blocks.items[i])->def->names[0]);
@@ -817,6 +817,12 @@ static Val lower_call(Ctx *c, Scope *s, AstExpr *e, int nout) {
     lerr(c, e->inst_loc, "only block calls take an instance name, '%s' is %s", e->name,
          is_op ? "an op" : "a math function");
   if (b) return lower_block_call(c, s, e, b, nout);
+  if (is_op && (ir_op_info(op)->flags & IR_OPF_INTERNAL)) {
+    for (int i = 0; i < e->nargs; i++) lower_expr(c, s, e->args[i].e);
+    lerr(c, e->op_loc, "'%s' is a gradient op that the autodiff pass writes; a model cannot call it",
+         e->name);
+    return err_val;
+  }
   if (is_op) return lower_op_call(c, s, e, op, nout);
   if (fn >= 0) return lower_math(c, s, e, fn);
   for (int i = 0; i < e->nargs; i++) lower_expr(c, s, e->args[i].e);

@@ -169,6 +169,7 @@ enum {
   IR_OPF_SOURCE = 1 << 3,      /* no tensor inputs (arange) */
   IR_OPF_MULTI_OUT = 1 << 4,   /* output count is attribute `n` */
   IR_OPF_RANDOM = 1 << 5,      /* draws random numbers (dropout) */
+  IR_OPF_INTERNAL = 1 << 6,    /* written by passes (gradients); models cannot call it */
 };
 
 typedef struct IrNode IrNode;

@@ -220,7 +220,9 @@ static bool get_num_in(IrNode *n, const char *name, double lo, bool lo_open, dou
 bool ir_shape_embedding(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *ids = in_type(n, 0), *table = in_type(n, 1);
-  bool ok = want_int(n, 0, "ids") & want_float(n, 1, "table");
+  /* `&` rather than `&&` (here and below) runs both checks, so both errors
+   * are reported; the casts say that the non-short-circuit is meant. */
+  bool ok = (int)want_int(n, 0, "ids") & (int)want_float(n, 1, "table");
   ok = ok && want_rank(n, 1, "table", 2, "[V, h]");
   if (ok && ids->rank + 1 > IR_MAX_RANK) {
     ir_error(n->loc, "embedding: ids%s has too many dims (the result may have at most %d)", S(ids),
@@ -293,8 +295,8 @@ bool ir_shape_matmul(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *a = in_type(n, 0), *b = in_type(n, 1);
   bool ta, tb;
-  bool ok = get_flag(n, "transpose_a", &ta) & get_flag(n, "transpose_b", &tb);
-  ok = (want_float(n, 0, "a") & want_float(n, 1, "b")) && ok;
+  bool ok = (int)get_flag(n, "transpose_a", &ta) & (int)get_flag(n, "transpose_b", &tb);
+  ok = ((int)want_float(n, 0, "a") & (int)want_float(n, 1, "b")) && ok;
   for (int i = 0; ok && i < 2; i++)
     if (in_type(n, i)->rank < 2) {
       ir_error(n->loc, "matmul: %s%s must have at least 2 dims", i ? "b" : "a", S(in_type(n, i)));
@@ -333,7 +335,7 @@ bool ir_shape_linear(IrNode *n) {
   const IrType *x = in_type(n, 0), *w = in_type(n, 1);
   bool tr;
   bool ok = get_flag(n, "transposed", &tr);
-  ok = (want_float(n, 0, "x") & want_float(n, 1, "weight")) && ok;
+  ok = ((int)want_float(n, 0, "x") & (int)want_float(n, 1, "weight")) && ok;
   if (n->nin > 2) ok = want_float(n, 2, "bias") && ok;
   ok = want_rank(n, 1, "weight", 2, tr ? "[out, in]" : "[in, out]") && ok;
   if (ok && x->rank < 1) {
@@ -427,8 +429,8 @@ bool ir_shape_transpose(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *x = in_type(n, 0);
   int64_t d0, d1;
-  if (!(get_int(n, "dim0", &d0) & get_int(n, "dim1", &d1))) return false;
-  if (!(norm_axis(n, "dim0", &d0, x, "x") & norm_axis(n, "dim1", &d1, x, "x"))) return false;
+  if (!((int)get_int(n, "dim0", &d0) & (int)get_int(n, "dim1", &d1))) return false;
+  if (!((int)norm_axis(n, "dim0", &d0, x, "x") & (int)norm_axis(n, "dim1", &d1, x, "x"))) return false;
   int64_t shape[IR_MAX_RANK];
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
   shape[d0] = x->shape[d1];
@@ -472,7 +474,7 @@ bool ir_shape_split(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *x = in_type(n, 0);
   int64_t parts, axis;
-  if (!(get_pos_int(n, "n", &parts) & get_int(n, "axis", &axis))) return false;
+  if (!((int)get_pos_int(n, "n", &parts) & (int)get_int(n, "axis", &axis))) return false;
   if (parts != n->nout) {
     ir_error(n->loc, "split: n = %lld but the node has %d output%s", (long long)parts, n->nout,
              n->nout == 1 ? "" : "s");
@@ -568,7 +570,7 @@ bool ir_shape_same(IrNode *n) {
 bool ir_shape_same2(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *a = in_type(n, 0), *b = in_type(n, 1);
-  if (!(want_float(n, 0, "gate") & want_float(n, 1, "up"))) return false;
+  if (!((int)want_float(n, 0, "gate") & (int)want_float(n, 1, "up"))) return false;
   if (!same_type(a, b)) {
     ir_error(n->loc, "%s: gate %s and up %s must have the same type", op_name(n), type_str(a),
              type_str(b));
@@ -671,8 +673,8 @@ static bool attention_inputs(IrNode *n) {
   const IrType *q = in_type(n, 0), *k = in_type(n, 1), *v = in_type(n, 2);
   int64_t heads, kv;
   bool causal;
-  bool ok = get_pos_int(n, "heads", &heads) & get_int(n, "kv_heads", &kv) &
-            get_flag(n, "causal", &causal);
+  bool ok = (int)get_pos_int(n, "heads", &heads) & (int)get_int(n, "kv_heads", &kv) &
+            (int)get_flag(n, "causal", &causal);
   if (ok && kv < 0) {
     ir_error(n->loc, "%s: kv_heads must be 0 (as many as heads) or positive, got %lld",
              op_name(n), (long long)kv);
@@ -680,7 +682,7 @@ static bool attention_inputs(IrNode *n) {
   }
   static const char *names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++)
-    ok = (want_float(n, i, names[i]) & want_rank(n, i, names[i], 3, "[b, s, heads * head_dim]")) &&
+    ok = ((int)want_float(n, i, names[i]) & (int)want_rank(n, i, names[i], 3, "[b, s, heads * head_dim]")) &&
          ok;
   if (!ok) return false;
   if (q->dtype != k->dtype || q->dtype != v->dtype) {
@@ -700,7 +702,7 @@ static bool attention_inputs(IrNode *n) {
     return false;
   }
   int64_t d = q->shape[2] / heads;
-  if (!(attention_kv(n, 1, kvh, d, causal) & attention_kv(n, 2, kvh, d, causal))) return false;
+  if (!((int)attention_kv(n, 1, kvh, d, causal) & (int)attention_kv(n, 2, kvh, d, causal))) return false;
   if (k->shape[1] != v->shape[1]) {
     ir_error(n->loc, "%s: k%s and v%s have different sequence lengths", op_name(n), S(k), S(v));
     return false;
@@ -720,7 +722,7 @@ bool ir_shape_attention(IrNode *n) {
 /* Checks logits[..., V] against targets[...] (inputs 0 and 1). */
 static bool cross_entropy_inputs(IrNode *n) {
   const IrType *logits = in_type(n, 0), *targets = in_type(n, 1);
-  if (!(want_float(n, 0, "logits") & want_int(n, 1, "targets"))) return false;
+  if (!((int)want_float(n, 0, "logits") & (int)want_int(n, 1, "targets"))) return false;
   if (logits->rank < 1) {
     ir_error(n->loc, "%s: logits%s must end in a vocabulary dim [..., V]", op_name(n), S(logits));
     return false;
@@ -761,7 +763,7 @@ bool ir_shape_linear_dx(IrNode *n) {
   const IrType *dy = in_type(n, 0), *w = in_type(n, 1);
   bool tr;
   bool ok = get_flag(n, "transposed", &tr);
-  ok = (want_float(n, 0, "dy") & want_float(n, 1, "weight")) && ok;
+  ok = ((int)want_float(n, 0, "dy") & (int)want_float(n, 1, "weight")) && ok;
   ok = want_rank(n, 1, "weight", 2, tr ? "[out, in]" : "[in, out]") && ok;
   if (ok && dy->rank < 1) {
     ir_error(n->loc, "linear_dx: dy%s must have at least 1 dim", S(dy));
@@ -787,7 +789,7 @@ bool ir_shape_linear_dw(IrNode *n) {
   const IrType *x = in_type(n, 0), *dy = in_type(n, 1);
   bool tr;
   bool ok = get_flag(n, "transposed", &tr);
-  ok = (want_float(n, 0, "x") & want_float(n, 1, "dy")) && ok;
+  ok = ((int)want_float(n, 0, "x") & (int)want_float(n, 1, "dy")) && ok;
   if (!ok) return false;
   ok = x->rank >= 1 && x->rank == dy->rank;
   for (int i = 0; ok && i < x->rank - 1; i++) ok = x->shape[i] == dy->shape[i];
@@ -824,7 +826,7 @@ bool ir_shape_sum_to(IrNode *n) {
 bool ir_shape_grad2(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const char *first = n->op == IR_OP_SOFTMAX_GRAD ? "y" : "x";
-  if (!(want_float(n, 0, first) & want_float(n, 1, "dy"))) return false;
+  if (!((int)want_float(n, 0, first) & (int)want_float(n, 1, "dy"))) return false;
   if (!want_same(n, 0, first, 1, "dy")) return false;
   const IrType *x = in_type(n, 0);
   set_out(n, 0, x->dtype, x->rank, x->shape);
@@ -834,7 +836,7 @@ bool ir_shape_grad2(IrNode *n) {
 /* swiglu_grad(gate, up, dy) -> (dgate, dup). */
 bool ir_shape_swiglu_grad(IrNode *n) {
   if (!inputs_ready(n)) return false;
-  if (!(want_float(n, 0, "gate") & want_float(n, 1, "up") & want_float(n, 2, "dy"))) return false;
+  if (!((int)want_float(n, 0, "gate") & (int)want_float(n, 1, "up") & (int)want_float(n, 2, "dy"))) return false;
   if (!(want_same(n, 0, "gate", 1, "up") && want_same(n, 0, "gate", 2, "dy"))) return false;
   const IrType *g = in_type(n, 0);
   for (int i = 0; i < 2; i++) set_out(n, i, g->dtype, g->rank, g->shape);
@@ -847,7 +849,7 @@ bool ir_shape_norm_grad(IrNode *n) {
   const IrType *x = in_type(n, 0), *w = in_type(n, 1);
   double eps;
   bool ok = get_num_in(n, "eps", 0, false, HUGE_VAL, &eps, "a non-negative number");
-  ok = (want_float(n, 0, "x") & want_float(n, 1, "weight") & want_float(n, 2, "dy")) && ok;
+  ok = ((int)want_float(n, 0, "x") & (int)want_float(n, 1, "weight") & (int)want_float(n, 2, "dy")) && ok;
   if (ok && x->rank < 1) {
     ir_error(n->loc, "%s: x%s must have at least 1 dim", op_name(n), S(x));
     ok = false;
@@ -881,7 +883,7 @@ bool ir_shape_embedding_grad(IrNode *n) {
   const IrType *ids = in_type(n, 0), *dy = in_type(n, 1);
   int64_t rows;
   bool ok = get_pos_int(n, "rows", &rows);
-  ok = (want_int(n, 0, "ids") & want_float(n, 1, "dy")) && ok;
+  ok = ((int)want_int(n, 0, "ids") & (int)want_float(n, 1, "dy")) && ok;
   if (!ok) return false;
   ok = dy->rank == ids->rank + 1;
   for (int i = 0; ok && i < ids->rank; i++) ok = ids->shape[i] == dy->shape[i];
@@ -931,7 +933,7 @@ static bool repeat_structure_ok(IrNode *n, int64_t ncarried) {
 bool ir_shape_repeat(IrNode *n) {
   if (!inputs_ready(n)) return false;
   int64_t count, ncarried;
-  if (!(get_pos_int(n, "count", &count) & get_int(n, "ncarried", &ncarried))) return false;
+  if (!((int)get_pos_int(n, "count", &count) & (int)get_int(n, "ncarried", &ncarried))) return false;
   if (!repeat_structure_ok(n, ncarried)) return false;
   IrGraph *body = n->body;
   for (int i = 0; i < n->nin; i++) {

@@ -318,7 +318,7 @@ static bool eval(Env *env, const IrExpr *e, PassNum *out) {
   case IR_EX_MUL:
   case IR_EX_DIV:
   case IR_EX_MOD:
-    ok = eval(env, e->a, &a) & eval(env, e->b, &b);
+    ok = (int)eval(env, e->a, &a) & (int)eval(env, e->b, &b);
     if (ok)
       ok = e->kind == IR_EX_DIV || e->kind == IR_EX_MOD ? eval_div(e, a, b, out)
                                                         : eval_arith(e, a, b, out);
