@@ -1,7 +1,8 @@
 # The short way in. CMake does the building; this file only strings the
 # steps together:
 #
-#   make demo       build (Release) and compile every model in models/
+#   make demo       build (Release) and train a tiny GPT-2 on the bundled
+#                   corpus, then sample from it (scripts/demo.sh)
 #   make test       build and run the test suite
 #   make test-asan  the same with clang, AddressSanitizer and UBSan, fuzz
 #                   corpus replay included
@@ -16,7 +17,6 @@ JOBS      := $(shell nproc)
 BUILD     := build
 ASAN      := build-asan
 FUZZ_TIME ?= 60
-MODELS    := $(wildcard models/*.shard)
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo test build-asan test-asan fuzz bench clean
@@ -31,11 +31,7 @@ build: deps
 	cmake --build $(BUILD) -j$(JOBS)
 
 demo: build
-	@set -e; for m in $(MODELS); do \
-	  echo "== $(BUILD)/shardc compile $$m"; $(BUILD)/shardc compile $$m; \
-	  echo "ok: parsed, lowered, folded, shapes inferred, verified"; \
-	  echo "== $(BUILD)/shardc info $$m"; $(BUILD)/shardc info $$m; \
-	done
+	@scripts/demo.sh $(BUILD)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2

@@ -8,8 +8,11 @@ model, weights and data:
 
 Checks: the first loss within --first-rtol (relative), every parameter's
 gradient within --grad-rtol as |ours - oracle| / |oracle| (Frobenius
-norms), and the loss of every step within --loss-rtol. Prints a table of
-all the numbers and exits 1 when a check fails or an input is unusable.
+norms), the loss of every step within --loss-rtol, the gradient norm of
+every step (before clipping) within --norm-rtol and its learning rate
+within --lr-rtol (both sides compute the schedule in double). Prints a
+table of all the numbers and exits 1 when a check fails or an input is
+unusable.
 
 OURS.jsonl is the runtime's --log-json file: one JSON object per line; the
 records with a numeric `loss` and a `step` are the training steps (others,
@@ -35,8 +38,8 @@ class CompareError(Exception):
     pass
 
 
-def our_losses(path):
-    """The per-step losses of our --log-json file, in step order."""
+def our_records(path):
+    """The per-step records of our --log-json file, in step order."""
     steps = {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -50,10 +53,16 @@ def our_losses(path):
                 continue
             loss = rec.get("loss")
             if isinstance(loss, (int, float)) and not isinstance(loss, bool):
-                steps.setdefault(int(rec["step"]), float(loss))
+                steps.setdefault(int(rec["step"]), rec)
     if not steps:
         raise CompareError("%s: no record with `step` and `loss`" % path)
     return [steps[k] for k in sorted(steps)]
+
+
+def number(rec, key):
+    """rec[key] as a float, NaN when absent (which fails every check)."""
+    v = rec.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
 def rel(a, b):
@@ -63,18 +72,27 @@ def rel(a, b):
     return abs(a - b) / abs(b) if b != 0 else math.inf
 
 
-def compare_losses(ours, oracle, args):
+def compare_steps(ours, oracle, args):
+    """Loss, gradient norm and learning rate of every step: one row each."""
     ok = True
-    print("%-6s %16s %16s %10s %s" % ("step", "ours", "oracle", "rel", ""))
+    print("%-4s %15s %15s %9s  %12s %12s %9s  %11s %9s %s"
+          % ("step", "loss ours", "loss oracle", "rel", "norm ours", "norm oracle", "rel",
+             "lr", "rel", ""))
     if len(ours) != len(oracle):
         print("step counts differ: ours %d, oracle %d" % (len(ours), len(oracle)))
         ok = False
     for i, (a, b) in enumerate(zip(ours, oracle)):
-        tol = args.first_rtol if i == 0 else args.loss_rtol
-        r = rel(a, b)
-        good = r <= tol and math.isfinite(a)
-        ok &= good
-        print("%-6d %16.9f %16.9f %10.2e %s" % (i, a, b, r, "" if good else "FAIL (> %g)" % tol))
+        checks = []
+        for key, tol in (("loss", args.first_rtol if i == 0 else args.loss_rtol),
+                         ("grad_norm", args.norm_rtol), ("lr", args.lr_rtol)):
+            x, y = number(a, key), number(b, key)
+            r = rel(x, y) if math.isfinite(x) else math.inf
+            checks.append((key, x, y, r, tol))
+        bad = ["%s > %g" % (k, tol) for k, _, _, r, tol in checks if not r <= tol]
+        ok &= not bad
+        (_, l1, l2, lr_, _), (_, n1, n2, nr, _), (_, r1, _, rr, _) = checks
+        print("%-4d %15.9f %15.9f %9.2e  %12.7f %12.7f %9.2e  %11.4e %9.2e %s"
+              % (i, l1, l2, lr_, n1, n2, nr, r1, rr, "FAIL (%s)" % ", ".join(bad) if bad else ""))
     return ok
 
 
@@ -118,14 +136,16 @@ def main():
     ap.add_argument("--first-rtol", type=float, default=1e-5)
     ap.add_argument("--grad-rtol", type=float, default=1e-4)
     ap.add_argument("--loss-rtol", type=float, default=1e-4)
+    ap.add_argument("--norm-rtol", type=float, default=1e-4)
+    ap.add_argument("--lr-rtol", type=float, default=1e-12)
     args = ap.parse_args()
     if bool(args.dump_grads) != bool(args.oracle_grads):
         ap.error("--dump-grads and --oracle-grads go together")
     try:
-        ours = our_losses(args.log_json)
+        ours = our_records(args.log_json)
         with open(args.oracle) as f:
-            oracle = json.load(f)["losses"]
-        ok = compare_losses(ours, oracle, args)
+            oracle = json.load(f)["log"]
+        ok = compare_steps(ours, oracle, args)
         if args.dump_grads:
             ok &= compare_grads(safetensors.read(args.dump_grads),
                                 safetensors.read(args.oracle_grads), args)

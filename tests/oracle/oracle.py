@@ -136,11 +136,14 @@ def make_optimizer(P, args):
 
 def clip_grads(P, clip):
     """The global gradient norm (before clipping); scales the gradients by
-    clip / norm when the norm exceeds clip (llm.c's and nanoGPT's rule)."""
+    clip / (norm + 1e-6) when that is below 1, the rule of
+    torch.nn.utils.clip_grad_norm_ (which nanoGPT calls). The norm is summed
+    in f64 whatever the dtype, as the runtime sums it."""
     norm = math.sqrt(sum(float((t.grad.double() ** 2).sum()) for t in P.values()))
-    if clip > 0 and norm > clip:
+    scale = clip / (norm + 1e-6) if clip > 0 else 1.0
+    if scale < 1:
         for t in P.values():
-            t.grad.mul_(clip / norm)
+            t.grad.mul_(scale)
     return norm
 
 

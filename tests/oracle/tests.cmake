@@ -6,3 +6,21 @@
 # torch it exits 77 and counts as skipped.
 add_test(NAME oracle_selftest COMMAND /usr/bin/python3 ${TESTS_DIR}/oracle/selftest.py)
 set_tests_properties(oracle_selftest PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS oracle)
+
+# Our compiled training programs against the oracle (e2e.sh): GPT-2 with odd
+# sizes and a tiny GQA LLaMA, 10 AdamW steps on both sides from the same
+# initial weights and data. The f32 tests hold the issue's tolerances; the
+# f64 ones hold 1e-10, where a difference of convention cannot hide in the
+# rounding noise. Skipped (77) without torch, with the reason printed.
+foreach(model gpt2 llama)
+  foreach(dtype f32 f64)
+    if(dtype STREQUAL f32)
+      set(name oracle.${model})
+    else()
+      set(name oracle.${model}_f64)
+    endif()
+    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/oracle/e2e.sh ${SHARDC} ${model})
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
+                         TIMEOUT 300 LABELS oracle)
+  endforeach()
+endforeach()

@@ -1,0 +1,512 @@
+/* The MPI backend of comm.h: what the CPU target's rank programs talk
+ * through. Every MPI call is checked; MPI reports errors to us (the world's
+ * error handler is MPI_ERRORS_RETURN) so that we can say which rank failed
+ * and what it was doing before MPI_Abort takes the whole job down. */
+#include "comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct RtComm {
+  MPI_Comm comm;
+  int rank, size;
+  int *members; /* world rank of each rank of the communicator */
+  const char *name;
+  RtCommStats stats;
+};
+
+/* A request remembers what to check or finish once MPI is done: the size a
+ * receive must have had, and the copy out of the temporary buffer of an
+ * in-place reduce-scatter. */
+struct RtCommReq {
+  MPI_Request req;
+  RtComm *comm;
+  const char *what;     /* the MPI function that started it */
+  int64_t expect;       /* elements a receive must get; -1 for the others */
+  RtCommType type;
+  int peer;
+  void *tmp, *dst;      /* copy tmp to dst (bytes) when complete */
+  size_t bytes;
+};
+
+static struct {
+  int init;
+  int rank, size, local_rank;
+  RtComm world;
+} g = {.rank = -1};
+
+_Noreturn void rt_comm_fatal(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (g.rank >= 0) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", g.rank);
+    rt_error(who, "%s", msg);
+  } else {
+    rt_error(NULL, "%s", msg);
+  }
+  fflush(stderr);
+  /* MPI_Abort kills every process of the job, including those blocked in a
+   * collective that this rank will never join: that is what keeps a failure
+   * from turning into a hang. */
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+/* MPI_CHECK(comm, MPI_Foo(...)): the communicator (may be NULL) names the
+ * group in the message; the text of the call up to its '(' names the
+ * function. */
+#define MPI_CHECK(c, call) mpi_check((call), (c), #call, __FILE__, __LINE__)
+
+static _Noreturn void mpi_fail(int err, const RtComm *c, const char *fn, int fnlen,
+                               const char *file, int line) {
+  char msg[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
+    len = snprintf(msg, sizeof msg, "error %d", err);
+  msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
+  rt_comm_fatal("%.*s%s%s%s failed: %s (%s:%d)", fnlen, fn, c ? " on the " : "", c ? c->name : "",
+                c ? " communicator" : "", msg, file, line);
+}
+
+static void mpi_check(int err, const RtComm *c, const char *call, const char *file, int line) {
+  if (err != MPI_SUCCESS) mpi_fail(err, c, call, (int)strcspn(call, "("), file, line);
+}
+
+static void need_init(const char *fn) {
+  if (!g.init) rt_comm_fatal("%s: rt_comm_init was not called", fn);
+}
+
+void rt_comm_init(int *argc, char ***argv) {
+  if (g.init) return;
+  int inited = 0, provided = 0;
+  MPI_CHECK(NULL, MPI_Initialized(&inited));
+  if (!inited) MPI_CHECK(NULL, MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  else MPI_CHECK(NULL, MPI_Query_thread(&provided));
+  MPI_CHECK(NULL, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(NULL, MPI_Comm_rank(MPI_COMM_WORLD, &g.rank));
+  MPI_CHECK(NULL, MPI_Comm_size(MPI_COMM_WORLD, &g.size));
+  if (provided < MPI_THREAD_FUNNELED)
+    rt_comm_fatal("MPI provides thread level %d, FUNNELED (%d) is needed", provided,
+                  MPI_THREAD_FUNNELED);
+  MPI_Comm node;
+  MPI_CHECK(NULL, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g.rank,
+                                      MPI_INFO_NULL, &node));
+  MPI_CHECK(NULL, MPI_Comm_rank(node, &g.local_rank));
+  MPI_CHECK(NULL, MPI_Comm_free(&node));
+  g.world.comm = MPI_COMM_WORLD;
+  g.world.rank = g.rank;
+  g.world.size = g.size;
+  g.world.name = "world";
+  g.world.members = rt_xmalloc(sizeof(int) * (size_t)g.size);
+  for (int i = 0; i < g.size; i++) g.world.members[i] = i;
+  g.init = 1;
+}
+
+void rt_comm_finalize(void) {
+  if (!g.init) return;
+  MPI_CHECK(NULL, MPI_Finalize());
+  free(g.world.members);
+  g.world.members = NULL;
+  g.init = 0;
+}
+
+int rt_comm_world_rank(void) {
+  need_init("rt_comm_world_rank");
+  return g.rank;
+}
+
+int rt_comm_world_size(void) {
+  need_init("rt_comm_world_size");
+  return g.size;
+}
+
+int rt_comm_local_rank(void) {
+  need_init("rt_comm_local_rank");
+  return g.local_rank;
+}
+
+RtComm *rt_comm_world(void) {
+  need_init("rt_comm_world");
+  return &g.world;
+}
+
+int rt_comm_rank(const RtComm *c) { return c->rank; }
+int rt_comm_size(const RtComm *c) { return c->size; }
+const char *rt_comm_name(const RtComm *c) { return c->name; }
+
+int rt_comm_world_rank_of(const RtComm *c, int r) {
+  if (r < 0 || r >= c->size)
+    rt_comm_fatal("rank %d is not in the %s communicator of %d ranks", r, c->name, c->size);
+  return c->members[r];
+}
+
+/* ---- Communicators of the mesh ----------------------------------------- */
+
+/* Splits the world into the groups of one axis. The color of a group is
+ * the world rank of its first member, which no other group shares; the key
+ * is the rank's coordinate on the axis, so that the rank inside the group
+ * is that coordinate. Ranks without a group (middle stages for the
+ * embedding group) get NULL. */
+static RtComm *split_axis(RtMesh mesh, RtAxis axis) {
+  int members[1 << 10], *m = members;
+  int most = mesh.tp > mesh.pp ? mesh.tp : mesh.pp;
+  most = most > mesh.dp ? most : mesh.dp;
+  if (most > (int)(sizeof members / sizeof *members)) m = rt_xmalloc(sizeof(int) * (size_t)most);
+  int n = rt_mesh_group(mesh, axis, g.rank, m);
+  int color = n > 0 ? m[0] : MPI_UNDEFINED;
+  int key = rt_mesh_axis_index(mesh, axis, g.rank);
+  MPI_Comm comm;
+  MPI_CHECK(&g.world, MPI_Comm_split(MPI_COMM_WORLD, color, key < 0 ? 0 : key, &comm));
+  RtComm *c = NULL;
+  if (n > 0) {
+    c = rt_xcalloc(1, sizeof *c);
+    c->comm = comm;
+    c->name = rt_axis_name(axis);
+    MPI_CHECK(c, MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(c, MPI_Comm_rank(comm, &c->rank));
+    MPI_CHECK(c, MPI_Comm_size(comm, &c->size));
+    if (c->size != n || c->rank != key)
+      rt_comm_fatal("the %s communicator has rank %d of %d, the layout says %d of %d", c->name,
+                    c->rank, c->size, key, n);
+    c->members = rt_xmalloc(sizeof(int) * (size_t)n);
+    memcpy(c->members, m, sizeof(int) * (size_t)n);
+  }
+  if (m != members) free(m);
+  return c;
+}
+
+RtComms *rt_comms_new(RtMesh mesh) {
+  need_init("rt_comms_new");
+  if (!rt_mesh_valid(mesh))
+    rt_comm_fatal("invalid mesh t=%d p=%d d=%d: each size must be at least 1", mesh.tp, mesh.pp,
+                  mesh.dp);
+  if (rt_mesh_size(mesh) != g.size)
+    rt_comm_fatal("the mesh t=%d x p=%d x d=%d needs %d ranks, but the world has %d", mesh.tp,
+                  mesh.pp, mesh.dp, rt_mesh_size(mesh), g.size);
+  RtComms *cs = rt_xcalloc(1, sizeof *cs);
+  cs->mesh = mesh;
+  cs->rank = g.rank;
+  cs->coord = rt_mesh_coord(mesh, g.rank);
+  cs->world = &g.world;
+  for (int a = 0; a < RT_AXIS_COUNT; a++) cs->axis[a] = split_axis(mesh, (RtAxis)a);
+  return cs;
+}
+
+void rt_comms_free(RtComms *cs) {
+  if (!cs) return;
+  for (int a = 0; a < RT_AXIS_COUNT; a++) {
+    RtComm *c = cs->axis[a];
+    if (!c) continue;
+    MPI_CHECK(c, MPI_Comm_free(&c->comm));
+    free(c->members);
+    free(c);
+  }
+  free(cs);
+}
+
+/* ---- Argument checks and counters -------------------------------------- */
+
+static MPI_Datatype mpi_type(RtComm *c, const char *fn, RtCommType t) {
+  switch (t) {
+  case RT_COMM_F32: return MPI_FLOAT;
+  case RT_COMM_F64: return MPI_DOUBLE;
+  case RT_COMM_I32: return MPI_INT32_T;
+  default: rt_comm_fatal("%s on the %s communicator: unknown element type %d", fn, c->name, (int)t);
+  }
+}
+
+static MPI_Op mpi_op(RtComm *c, const char *fn, RtCommOp op) {
+  switch (op) {
+  case RT_COMM_SUM: return MPI_SUM;
+  case RT_COMM_MAX: return MPI_MAX;
+  default: rt_comm_fatal("%s on the %s communicator: unknown reduction %d", fn, c->name, (int)op);
+  }
+}
+
+/* MPI counts are ints: a larger message would need splitting, which no
+ * CPU-target program comes near. */
+static int check_count(RtComm *c, const char *fn, int64_t count) {
+  need_init(fn);
+  if (!c) rt_comm_fatal("%s: no communicator (NULL)", fn);
+  if (count < 0 || count > INT_MAX)
+    rt_comm_fatal("%s on the %s communicator: count %lld is out of range (0 to %d)", fn, c->name,
+                  (long long)count, INT_MAX);
+  return (int)count;
+}
+
+static void check_rank(RtComm *c, const char *fn, const char *role, int r) {
+  if (r < 0 || r >= c->size)
+    rt_comm_fatal("%s on the %s communicator: %s %d is out of range (it has %d ranks)", fn,
+                  c->name, role, r, c->size);
+}
+
+/* Rejects send and receive buffers that overlap, other than in the in-place
+ * forms the caller has already recognised. */
+static void check_disjoint(RtComm *c, const char *fn, const void *a, size_t na, const void *b,
+                           size_t nb) {
+  const char *pa = a, *pb = b;
+  if (na && nb && pa < pb + nb && pb < pa + na)
+    rt_comm_fatal("%s on the %s communicator: the send and receive buffers overlap", fn, c->name);
+}
+
+static void count_bytes(RtComm *c, RtCommKind kind, int64_t count, RtCommType type) {
+  int64_t b = rt_comm_bytes(kind, c->size, count, type);
+  c->stats.calls[kind]++;
+  c->stats.bytes[kind] += b;
+  if (kind != RT_COMM_RECV) c->stats.sent += b;
+}
+
+RtCommStats rt_comm_stats(const RtComm *c) { return c->stats; }
+
+void rt_comm_stats_reset(RtComm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+static RtCommReq *req_new(RtComm *c, const char *what) {
+  RtCommReq *r = rt_xcalloc(1, sizeof *r);
+  r->req = MPI_REQUEST_NULL;
+  r->comm = c;
+  r->what = what;
+  r->expect = -1;
+  return r;
+}
+
+/* ---- Collectives ------------------------------------------------------- *
+ * Each operation is written once: with `nb` it starts the non-blocking form
+ * and returns its request, without it completes and returns NULL. */
+
+static RtCommReq *allreduce(RtComm *c, const void *send, void *recv, int64_t count,
+                            RtCommType type, RtCommOp op, int nb) {
+  const char *fn = nb ? "rt_comm_iallreduce" : "rt_comm_allreduce";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  MPI_Op o = mpi_op(c, fn, op);
+  size_t bytes = (size_t)n * (size_t)rt_comm_type_size(type);
+  if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
+  const void *s = send == recv ? MPI_IN_PLACE : send;
+  count_bytes(c, RT_COMM_ALLREDUCE, count, type);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Allreduce(s, recv, n, t, o, c->comm));
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Iallreduce");
+  MPI_CHECK(c, MPI_Iallreduce(s, recv, n, t, o, c->comm, &r->req));
+  return r;
+}
+
+static RtCommReq *allgather(RtComm *c, const void *send, void *recv, int64_t count,
+                            RtCommType type, int nb) {
+  const char *fn = nb ? "rt_comm_iallgather" : "rt_comm_allgather";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  size_t part = (size_t)n * (size_t)rt_comm_type_size(type);
+  /* MPI's in-place all-gather takes this rank's part from its place in the
+   * receive buffer, which is NCCL's in-place form too. */
+  int inplace = send == (const char *)recv + part * (size_t)c->rank;
+  if (!inplace) check_disjoint(c, fn, send, part, recv, part * (size_t)c->size);
+  const void *s = inplace ? MPI_IN_PLACE : send;
+  count_bytes(c, RT_COMM_ALLGATHER, count, type);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Allgather(s, n, t, recv, n, t, c->comm));
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Iallgather");
+  MPI_CHECK(c, MPI_Iallgather(s, n, t, recv, n, t, c->comm, &r->req));
+  return r;
+}
+
+/* MPI's in-place reduce-scatter leaves the result at the start of the
+ * buffer and NCCL's at the rank's part: to keep NCCL's meaning (and the
+ * rest of the send buffer intact) the in-place form reduces into a
+ * temporary and copies it into place when done. */
+static RtCommReq *reduce_scatter(RtComm *c, const void *send, void *recv, int64_t count,
+                                 RtCommType type, RtCommOp op, int nb) {
+  const char *fn = nb ? "rt_comm_ireduce_scatter" : "rt_comm_reduce_scatter";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  MPI_Op o = mpi_op(c, fn, op);
+  size_t part = (size_t)n * (size_t)rt_comm_type_size(type);
+  int inplace = recv == (const char *)send + part * (size_t)c->rank;
+  if (!inplace) check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
+  void *out = inplace ? rt_xmalloc(part) : recv;
+  count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Reduce_scatter_block(send, out, n, t, o, c->comm));
+    if (inplace) memcpy(recv, out, part), free(out);
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Ireduce_scatter_block");
+  if (inplace) r->tmp = out, r->dst = recv, r->bytes = part;
+  MPI_CHECK(c, MPI_Ireduce_scatter_block(send, out, n, t, o, c->comm, &r->req));
+  return r;
+}
+
+static RtCommReq *broadcast(RtComm *c, void *buf, int64_t count, RtCommType type, int root,
+                            int nb) {
+  const char *fn = nb ? "rt_comm_ibroadcast" : "rt_comm_broadcast";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  check_rank(c, fn, "root", root);
+  count_bytes(c, RT_COMM_BROADCAST, count, type);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Bcast(buf, n, t, root, c->comm));
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Ibcast");
+  MPI_CHECK(c, MPI_Ibcast(buf, n, t, root, c->comm, &r->req));
+  return r;
+}
+
+/* One tag for every message: matching is by order of posting alone, as
+ * with NCCL (see comm.h). */
+enum { TAG = 0 };
+
+static RtCommReq *p2p_send(RtComm *c, const void *buf, int64_t count, RtCommType type, int peer,
+                       int nb) {
+  const char *fn = nb ? "rt_comm_isend" : "rt_comm_send";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  check_rank(c, fn, "peer", peer);
+  count_bytes(c, RT_COMM_SEND, count, type);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Send(buf, n, t, peer, TAG, c->comm));
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Isend");
+  MPI_CHECK(c, MPI_Isend(buf, n, t, peer, TAG, c->comm, &r->req));
+  return r;
+}
+
+/* A message shorter than the receive is no error to MPI, but it is a
+ * mismatch between the two ranks' programs: say so. */
+static void check_received(RtComm *c, const MPI_Status *st, int64_t expect, RtCommType type,
+                           int peer) {
+  int got = 0;
+  MPI_CHECK(c, MPI_Get_count(st, mpi_type(c, "receive", type), &got));
+  if (got != expect)
+    rt_comm_fatal("receive on the %s communicator: rank %d sent %d elements, %lld were expected",
+                  c->name, peer, got, (long long)expect);
+}
+
+static RtCommReq *p2p_recv(RtComm *c, void *buf, int64_t count, RtCommType type, int peer, int nb) {
+  const char *fn = nb ? "rt_comm_irecv" : "rt_comm_recv";
+  int n = check_count(c, fn, count);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  check_rank(c, fn, "peer", peer);
+  count_bytes(c, RT_COMM_RECV, count, type);
+  if (!nb) {
+    MPI_Status st;
+    MPI_CHECK(c, MPI_Recv(buf, n, t, peer, TAG, c->comm, &st));
+    check_received(c, &st, count, type, peer);
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Irecv");
+  r->expect = count, r->type = type, r->peer = peer;
+  MPI_CHECK(c, MPI_Irecv(buf, n, t, peer, TAG, c->comm, &r->req));
+  return r;
+}
+
+static RtCommReq *barrier(RtComm *c, int nb) {
+  check_count(c, nb ? "rt_comm_ibarrier" : "rt_comm_barrier", 0);
+  count_bytes(c, RT_COMM_BARRIER, 0, RT_COMM_I32);
+  if (!nb) {
+    MPI_CHECK(c, MPI_Barrier(c->comm));
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, "MPI_Ibarrier");
+  MPI_CHECK(c, MPI_Ibarrier(c->comm, &r->req));
+  return r;
+}
+
+void rt_comm_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op) {
+  allreduce(c, s, r, n, t, op, 0);
+}
+void rt_comm_allgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  allgather(c, s, r, n, t, 0);
+}
+void rt_comm_reduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                            RtCommOp op) {
+  reduce_scatter(c, s, r, n, t, op, 0);
+}
+void rt_comm_broadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root) {
+  broadcast(c, b, n, t, root, 0);
+}
+void rt_comm_send(RtComm *c, const void *b, int64_t n, RtCommType t, int peer) {
+  p2p_send(c, b, n, t, peer, 0);
+}
+void rt_comm_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
+  p2p_recv(c, b, n, t, peer, 0);
+}
+void rt_comm_barrier(RtComm *c) { barrier(c, 0); }
+
+RtCommReq *rt_comm_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                              RtCommOp op) {
+  return allreduce(c, s, r, n, t, op, 1);
+}
+RtCommReq *rt_comm_iallgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  return allgather(c, s, r, n, t, 1);
+}
+RtCommReq *rt_comm_ireduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                                   RtCommOp op) {
+  return reduce_scatter(c, s, r, n, t, op, 1);
+}
+RtCommReq *rt_comm_ibroadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root) {
+  return broadcast(c, b, n, t, root, 1);
+}
+RtCommReq *rt_comm_isend(RtComm *c, const void *b, int64_t n, RtCommType t, int peer) {
+  return p2p_send(c, b, n, t, peer, 1);
+}
+RtCommReq *rt_comm_irecv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
+  return p2p_recv(c, b, n, t, peer, 1);
+}
+RtCommReq *rt_comm_ibarrier(RtComm *c) { return barrier(c, 1); }
+
+/* ---- Completion -------------------------------------------------------- */
+
+static void finish(RtCommReq *r, const MPI_Status *st) {
+  if (r->expect >= 0) check_received(r->comm, st, r->expect, r->type, r->peer);
+  if (r->tmp) memcpy(r->dst, r->tmp, r->bytes), free(r->tmp);
+  free(r);
+}
+
+/* The status of a completed collective is undefined in MPI; only receives
+ * (in finish) look at theirs. */
+static void check_done(RtCommReq *r, int err, const char *fn) {
+  if (err == MPI_SUCCESS) return;
+  char what[96];
+  int n = snprintf(what, sizeof what, "%s of %s", fn, r->what);
+  mpi_fail(err, r->comm, what, n, __FILE__, __LINE__);
+}
+
+void rt_comm_wait(RtCommReq *r) {
+  if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
+  MPI_Status st;
+  check_done(r, MPI_Wait(&r->req, &st), "MPI_Wait");
+  finish(r, &st);
+}
+
+void rt_comm_waitall(RtCommReq **reqs, int n) {
+  for (int i = 0; i < n; i++)
+    if (reqs[i]) rt_comm_wait(reqs[i]), reqs[i] = NULL;
+}
+
+int rt_comm_test(RtCommReq *r) {
+  if (!r) rt_comm_fatal("rt_comm_test: no request (NULL)");
+  MPI_Status st;
+  int done = 0;
+  check_done(r, MPI_Test(&r->req, &done, &st), "MPI_Test");
+  if (!done) return 0;
+  finish(r, &st);
+  return 1;
+}
