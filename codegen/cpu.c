@@ -2,6 +2,7 @@
  * other ops through the kernels of kernels/cpu/kernels.h, and each chain of
  * elementwise ops becomes one loop. */
 #include <string.h>
+#include <unistd.h>
 
 #include "target.h"
 
@@ -15,6 +16,12 @@
 #endif
 #ifndef SHARDC_OPENMP_FLAGS
 #define SHARDC_OPENMP_FLAGS "-fopenmp"
+#endif
+/* Flags the libraries were built with that the program must share: the
+ * sanitizers of a sanitizer build, and for clang the silencing of its
+ * "loop not vectorized" remarks, which -Werror would turn into errors. */
+#ifndef SHARDC_BUILD_FLAGS
+#define SHARDC_BUILD_FLAGS ""
 #endif
 #ifndef SHARDC_NATIVE_FLAGS
 #define SHARDC_NATIVE_FLAGS ""
@@ -53,6 +60,18 @@ static int64_t prod(const IrType *t, int from, int to) {
 static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
 
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
+
+/* Inside a run of row chunks (e->chunk_rows > 0) a node works on rows
+ * r0 .. r0 + chunk_rows - 1 of its row-shaped operands: rrows is how many
+ * rows it sees, rref where its first one starts. Outside, the whole. */
+static int64_t rrows(CgEmitter *e, const IrValue *v) {
+  return e->chunk_rows ? e->chunk_rows : rows_of(v);
+}
+
+static const char *rref(CgEmitter *e, const IrValue *v) {
+  if (!e->chunk_rows) return ref(e, v);
+  return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)dim(v, -1));
+}
 
 /* GEMMs that produce a gradient straight into its slot add (beta = 1). */
 static const char *beta_of(CgEmitter *e, const IrValue *out) {
@@ -126,6 +145,7 @@ typedef struct Fused {
   int nloads;
   bool two_level; /* rows r of `cols` elements: suffix operands read [j], row operands [r] */
   int64_t cols;
+  int64_t per; /* in a row chunk: its elements; 0 outside */
 } Fused;
 
 static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
@@ -163,7 +183,7 @@ static void collect_loads(CgEmitter *e, Fused *f) {
       f->two_level = false;
     if (bc.kind == BC_SUFFIX || bc.kind == BC_ROW) f->cols = bc.size;
   }
-  if (!f->cols) f->two_level = false;
+  if (!f->cols || (f->per && f->per % f->cols)) f->two_level = false;
   for (int l = 0; l < f->nloads; l++) {
     Load *ld = &f->loads[l];
     switch (ld->bc.kind) {
@@ -222,7 +242,10 @@ static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
 }
 
 static void cpu_fused(CgEmitter *e, int first, int last) {
-  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type};
+  /* In a chunk: its elements, [chunk * per, (chunk + 1) * per), by rows
+   * when a chunk holds whole rows of the loop. */
+  int64_t per = e->chunk_rows * dim(node_at(e, first)->out[0], -1);
+  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type, .per = per};
   collect_loads(e, &f);
   int64_t N = ir_type_numel(f.shape);
   emit(e, "{");
@@ -239,9 +262,14 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
         emit(e, "real *restrict %s = %s;", store[nstore++], ref(e, n->out[j]));
       }
   }
+  bool par = N >= PAR_MIN && !e->chunk_rows;
   if (f.two_level) {
-    if (N >= PAR_MIN) emit(e, "#pragma omp parallel for schedule(static)");
-    emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)(N / f.cols));
+    if (par) emit(e, "#pragma omp parallel for schedule(static)");
+    if (e->chunk_rows)
+      emit(e, "for (int64_t r = chunk * %lld; r < (chunk + 1) * %lld; r++) {",
+           (long long)(per / f.cols), (long long)(per / f.cols));
+    else
+      emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)(N / f.cols));
     e->depth++;
     emit(e, "#pragma omp simd");
     emit(e, "for (int64_t j = 0; j < %lld; j++) {", (long long)f.cols);
@@ -251,8 +279,12 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
     e->depth--;
     emit(e, "}");
   } else {
-    emit(e, N >= PAR_MIN ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
-    emit(e, "for (int64_t i = 0; i < %lld; i++) {", (long long)N);
+    emit(e, par ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
+    if (e->chunk_rows)
+      emit(e, "for (int64_t i = chunk * %lld; i < (chunk + 1) * %lld; i++) {", (long long)per,
+           (long long)per);
+    else
+      emit(e, "for (int64_t i = 0; i < %lld; i++) {", (long long)N);
     e->depth++;
     emit_fused_body(e, &f, store);
   }
@@ -285,7 +317,9 @@ static void emit_matmul(CgEmitter *e, const IrNode *n) {
   int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
   int64_t lda = ta ? m : k, ldb = tb ? k : nn;
   const char *beta = beta_of(e, y);
-  if (batch == 1) {
+  if (e->chunk_rows) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
+    gemm(e, 0, tb, e->chunk_rows, nn, k, rref(e, a), lda, ref(e, b), ldb, beta, rref(e, y), nn);
+  } else if (batch == 1) {
     gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
   } else if (bb == 1 && !ta && ba == batch) {
     gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
@@ -304,10 +338,10 @@ static void emit_matmul(CgEmitter *e, const IrNode *n) {
 static void emit_linear(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(y, -1), rows = rows_of(x);
-  gemm(e, 0, tr, rows, out, in, ref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y), ref(e, y),
-       out);
-  if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", ref(e, y), ref(e, n->in[2]),
+  int64_t in = dim(x, -1), out = dim(y, -1), rows = rrows(e, x);
+  gemm(e, 0, tr, rows, out, in, rref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y),
+       rref(e, y), out);
+  if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", rref(e, y), ref(e, n->in[2]),
                         (long long)rows, (long long)out);
 }
 
@@ -315,9 +349,9 @@ static void emit_linear(CgEmitter *e, const IrNode *n) {
 static void emit_linear_dx(CgEmitter *e, const IrNode *n) {
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rows_of(dy);
-  gemm(e, 0, !tr, rows, in, out, ref(e, dy), out, ref(e, w), tr ? in : out, beta_of(e, dx),
-       ref(e, dx), in);
+  int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rrows(e, dy);
+  gemm(e, 0, !tr, rows, in, out, rref(e, dy), out, ref(e, w), tr ? in : out, beta_of(e, dx),
+       rref(e, dx), in);
 }
 
 /* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
@@ -374,9 +408,10 @@ static void emit_split(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
   int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  if (e->chunk_rows) outer = e->chunk_rows; /* along the last axis (memplan's row_local) */
   for (int j = 0; j < n->nout; j++)
-    emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", ref(e, n->out[j]), (long long)part,
-         ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
+    emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
+         rref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
          (long long)outer, (long long)part);
 }
 
@@ -384,11 +419,12 @@ static void emit_concat(CgEmitter *e, const IrNode *n) {
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
   int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t rows = e->chunk_rows ? e->chunk_rows : outer; /* along the last axis in a chunk */
   for (int j = 0; j < n->nin; j++) {
     int64_t c = numel(n->in[j]) / outer;
-    emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", ref(e, y),
-         at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, ref(e, n->in[j]),
-         (long long)c, (long long)outer, (long long)c);
+    emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", rref(e, y),
+         at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, rref(e, n->in[j]),
+         (long long)c, (long long)rows, (long long)c);
     at += c;
   }
 }
@@ -460,14 +496,16 @@ static void emit_attention(CgEmitter *e, const IrNode *n, int index) {
   int64_t H, K, d;
   attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
+  /* In a chunk: its whole sequences (memplan's row_local). */
+  int64_t b = e->chunk_rows ? e->chunk_rows / dim(q, 1) : dim(q, 0);
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
-         ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
+         rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
   else
     emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
-         ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
-         ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
+         rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
+         rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), (long long)b,
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
 }
 
@@ -477,13 +515,13 @@ static void emit_norm(CgEmitter *e, const IrNode *n) {
   const char *eps = cg_real(ir_attr_float(n, "eps"));
   switch (n->op) {
   case IR_OP_LAYERNORM:
-    emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
-         ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rows, (long long)h,
-         eps);
+    emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+         ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
+         (long long)h, eps);
     return;
   case IR_OP_RMSNORM:
-    emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
-         ref(e, n->in[1]), (long long)rows, (long long)h, eps);
+    emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+         ref(e, n->in[1]), (long long)rrows(e, x), (long long)h, eps);
     return;
   case IR_OP_LAYERNORM_GRAD: {
     /* A layernorm without a bias has no use for db. */
@@ -556,9 +594,10 @@ static void emit_embedding_scatter(CgEmitter *e, const IrNode *n) {
 static void emit_embedding(CgEmitter *e, const IrNode *n) {
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!need_i32(e, n, ids)) return;
-  if (n->op == IR_OP_EMBEDDING)
-    emit(e, "k_embedding_fwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, ids), ref(e, n->in[1]),
-         (long long)numel(ids), (long long)dim(y, -1));
+  if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
+    emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
+         e->chunk_rows ? " + r0" : "", ref(e, n->in[1]),
+         (long long)(e->chunk_rows ? e->chunk_rows : numel(ids)), (long long)dim(y, -1));
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
     emit_embedding_scatter(e, n);
   else
@@ -613,8 +652,9 @@ static void cpu_node(CgEmitter *e, int index) {
   }
   case IR_OP_ROPE: {
     int64_t H = ir_attr_int(n, "heads");
-    emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", ref(e, y), ref(e, x),
-         (long long)(numel(x) / (dim(x, -2) * dim(x, -1))), (long long)dim(x, -2), (long long)H,
+    int64_t b = e->chunk_rows ? e->chunk_rows / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
+    emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, y), rref(e, x),
+         (long long)b, (long long)dim(x, -2), (long long)H,
          (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
          (int)ir_attr_int(n, "inverse"));
     return;
@@ -643,6 +683,30 @@ static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *gr
   emit(e, "}");
 }
 
+/* The chunks of a run share the threads dynamically, so that a thread the
+ * machine delays holds up no fixed share. Kernels called inside run on
+ * the calling thread (nested regions are off; OpenBLAS is told when it is
+ * the pthread build). */
+static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
+  (void)first, (void)last;
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const int blas = k_blas_serial_begin();");
+  emit(e, "#pragma omp parallel for schedule(dynamic, 1)");
+  emit(e, "for (int64_t chunk = 0; chunk < %lld; chunk++) {", (long long)e->plan->nchunks);
+  e->depth++;
+  emit(e, "const int64_t r0 = chunk * %lld;", (long long)e->plan->chunk_rows);
+  emit(e, "(void)r0;");
+}
+
+static void cpu_chunks_end(CgEmitter *e) {
+  e->depth--;
+  emit(e, "}");
+  emit(e, "k_blas_serial_end(blas);");
+  e->depth--;
+  emit(e, "}");
+}
+
 static void cpu_prologue(CgEmitter *e) {
   emit(e, "#include <math.h>");
   emit(e, "#include <omp.h>");
@@ -652,6 +716,20 @@ static void cpu_prologue(CgEmitter *e) {
   emit_blank(e);
   emit(e, "#include \"kernels/cpu/kernels.h\"");
   emit(e, "#include \"runtime/model.h\"");
+  emit_blank(e);
+  emit(e, "/* The per-op timer: built with -DSHARD_PROFILE (make EXTRA_CFLAGS=-DSHARD_PROFILE),");
+  emit(e, " * the program prints where a step's time goes when training ends. */");
+  emit(e, "#ifdef SHARD_PROFILE");
+  emit(e, "void rt_prof_enable(void);");
+  emit(e, "void rt_prof_add(const char *what, double seconds);");
+  emit(e, "static double prof_t0;");
+  emit(e, "#define PROF_START() (prof_t0 = omp_get_wtime())");
+  emit(e, "#define PROF(what) \\");
+  emit(e, "  do { double t = omp_get_wtime(); rt_prof_add(what, t - prof_t0); prof_t0 = t; } while (0)");
+  emit(e, "#else");
+  emit(e, "#define PROF_START() ((void)0)");
+  emit(e, "#define PROF(what) ((void)0)");
+  emit(e, "#endif");
   emit_blank(e);
 }
 
@@ -680,9 +758,35 @@ static void cpu_entry(CgEmitter *e) {
     emit(e, "}");
   }
   emit(e, "if (omp_get_max_threads() > PLAN_THREADS) omp_set_num_threads(PLAN_THREADS);");
+  emit(e, "/* Kernels inside a parallel loop over row chunks run on their thread. */");
+  emit(e, "omp_set_max_active_levels(1);");
+  emit(e, "#ifdef SHARD_PROFILE");
+  emit(e, "rt_prof_enable();");
+  emit(e, "#endif");
   emit(e, "return rt_main(&rt_model, argc, argv);");
   e->depth--;
   emit(e, "}");
+}
+
+/* Debian's default OpenBLAS is the pthread build: its worker threads spin
+ * (sched_yield) next to OpenMP's team, and on a machine with few cores the
+ * two pools take turns instead of working; a rank program ran several times
+ * slower for it. The OpenMP build of the same library shares OpenMP's team.
+ * When pkg-config pointed at .../openblas-pthread/ and the OpenMP build sits
+ * next to it (libopenblas-openmp-dev), the program links that one, with an
+ * rpath: the loader would otherwise follow the system's alternative for
+ * libopenblas.so.0 back to the pthread build. */
+static const char *blas_link_libs(void) {
+  const char *libs = SHARDC_LINK_LIBS, *at = strstr(libs, "openblas-pthread");
+  if (!at) return libs;
+  const char *start = at;
+  while (start > libs && start[-1] != ' ') start--;
+  if (strncmp(start, "-L", 2) != 0) return libs;
+  const char *end = at + strlen("openblas-pthread");
+  const char *dir = ir_fmt("%.*sopenblas-openmp", (int)(at - start - 2), start + 2);
+  if (access(ir_fmt("%s/libopenblas.so", dir), R_OK) != 0) return libs;
+  while (*end == '/') end++;
+  return ir_fmt("%.*s-L%s -Wl,-rpath,%s%s", (int)(start - libs), libs, dir, dir, end);
 }
 
 static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprograms) {
@@ -690,10 +794,16 @@ static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprogra
   emit(e, "# Builds the rank programs of this directory against the shardc runtime.");
   emit(e, "# Written by `shardc compile`; `shardc build DIR` runs it.");
   emit(e, "CC = %s", SHARDC_C_COMPILER);
-  emit(e, "CFLAGS = -std=gnu11 -O3 %s %s", SHARDC_NATIVE_FLAGS, SHARDC_OPENMP_FLAGS);
+  /* -fno-trapping-math as for the kernels (kernels/CMakeLists.txt): without
+   * it the clamps of the inline k_exp stay branches and the fused GELU
+   * loops do not vectorise. It changes no result. */
+  emit(e, "CFLAGS = -std=gnu11 -O3 %s -fno-trapping-math %s %s", SHARDC_NATIVE_FLAGS,
+       SHARDC_OPENMP_FLAGS, SHARDC_BUILD_FLAGS);
   emit(e, "CPPFLAGS = -I%s%s", SHARDC_SOURCE_DIR, f64 ? " -DSHARD_REAL_F64" : "");
   emit(e, "RTLIBS = %s", f64 ? SHARDC_RT_LIBS_F64 : SHARDC_RT_LIBS_F32);
-  emit(e, "LDLIBS = %s %s", SHARDC_OPENMP_FLAGS, SHARDC_LINK_LIBS);
+  emit(e, "LDLIBS = %s %s", SHARDC_OPENMP_FLAGS, blas_link_libs());
+  emit(e, "# For instance -DSHARD_PROFILE: a per-op timer (see the top of the program).");
+  emit(e, "EXTRA_CFLAGS =");
   emit_blank(e);
   char *all = ir_strdup("");
   for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
@@ -701,7 +811,7 @@ static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprogra
   emit_blank(e);
   for (int i = 0; i < nprograms; i++) {
     emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
-    emit(e, "\t$(CC) $(CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", programs[i],
+    emit(e, "\t$(CC) $(CFLAGS) $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", programs[i],
          e->target->source_ext);
     emit_blank(e);
   }
@@ -717,6 +827,8 @@ const CgTarget cg_target_cpu = {
     .prologue = cpu_prologue,
     .node = cpu_node,
     .fused = cpu_fused,
+    .chunks_begin = cpu_chunks_begin,
+    .chunks_end = cpu_chunks_end,
     .accumulate = cpu_accumulate,
     .entry = cpu_entry,
     .buildfile = cpu_buildfile,

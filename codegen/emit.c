@@ -128,6 +128,64 @@ static void emit_accumulate(CgEmitter *e, const IrValue *grad) {
  * their node; those that exist before the backward starts, at its start. */
 static bool staged_grad(const PassBuf *b) { return b->grad_of && b->region != PASS_REGION_GRADS; }
 
+/* The per-op timer's label of nodes first..last: the phase (F or B), the
+ * ops, the shape of the first output: "B linear_dw [768, 3072]". */
+static const char *prof_label(CgEmitter *e, int first, int last) {
+  char *s = ir_strdup(first >= e->plan->boundary ? "B " : "F ");
+  for (int k = first; k <= last; k++) {
+    const IrNode *n = e->g->nodes.items[k];
+    s = ir_fmt("%s%s%s", s, k > first ? "+" : "", ir_op_info(n->op)->name);
+  }
+  const IrType *t = &((const IrNode *)e->g->nodes.items[first])->out[0]->type;
+  s = ir_fmt("%s [", s);
+  for (int d = 0; d < t->rank; d++) s = ir_fmt("%s%s%lld", s, d ? ", " : "", (long long)t->shape[d]);
+  return ir_fmt("%s]", s);
+}
+
+/* The label of a run of row chunks: the phase, its ops once each. */
+static const char *prof_chunks_label(CgEmitter *e, int first, int last) {
+  char *s = ir_strdup(first >= e->plan->boundary ? "B rows:" : "F rows:");
+  int nodes = 0;
+  for (int k = first; k <= last; k++) {
+    if (e->plan->view[k]) continue;
+    nodes++;
+    const char *op = ir_op_info(((const IrNode *)e->g->nodes.items[k])->op)->name;
+    bool seen = false;
+    for (int j = first; j < k && !seen; j++)
+      seen = !e->plan->view[j] &&
+             strcmp(ir_op_info(((const IrNode *)e->g->nodes.items[j])->op)->name, op) == 0;
+    if (!seen) s = ir_fmt("%s%s%s", s, s[strlen(s) - 1] == ':' ? "" : "+", op);
+  }
+  return ir_fmt("%s (%d nodes)", s, nodes);
+}
+
+/* A run of row chunks: one parallel loop, each chunk through every node. */
+static void emit_chunks(CgEmitter *e, int first, int last) {
+  const PassMemPlan *p = e->plan;
+  emit(e, "// rows in %lld chunks of %lld: nodes below through the closing brace",
+       (long long)p->nchunks, (long long)p->chunk_rows);
+  e->target->chunks_begin(e, first, last);
+  e->chunk_rows = p->chunk_rows;
+  for (int i = first; i <= last; i++) {
+    if (p->view[i]) {
+      emit_ir_comment(e, i, "  (a view: no code)");
+      continue;
+    }
+    int end = p->fused[i] ? p->group_last[i] : i;
+    for (int k = i; k <= end; k++) emit_ir_comment(e, k, "");
+    if (p->fused[i]) e->target->fused(e, i, end);
+    else e->target->node(e, i);
+    i = end;
+  }
+  e->chunk_rows = 0;
+  e->target->chunks_end(e);
+  emit(e, "PROF(\"%s\");", prof_chunks_label(e, first, last));
+}
+
+/* Every node's code is followed by PROF(label), a macro of the target's
+ * prologue that in a profiling build (-DSHARD_PROFILE) charges the time
+ * since the previous one (or since PROF_START() at the top of the
+ * function) to the label, and is empty otherwise. */
 static void emit_nodes(CgEmitter *e, int from, int to) {
   const PassMemPlan *p = e->plan;
   for (int i = from; i < to; i++) {
@@ -139,14 +197,23 @@ static void emit_nodes(CgEmitter *e, int from, int to) {
       emit_ir_comment(e, i, "  (no code: both parts were added into the gradient's slot)");
       continue;
     }
+    if (p->chunked[i]) {
+      emit_chunks(e, i, p->region_last[i]);
+      i = p->region_last[i];
+      continue;
+    }
     int last = p->fused[i] ? p->group_last[i] : i;
     for (int k = i; k <= last; k++) emit_ir_comment(e, k, "");
     if (p->fused[i]) e->target->fused(e, i, last);
     else e->target->node(e, i);
+    emit(e, "PROF(\"%s\");", prof_label(e, i, last));
     for (int k = i; k <= last; k++) {
       IrNode *n = e->g->nodes.items[k];
       for (int j = 0; j < n->nout; j++)
-        if (k >= p->boundary && staged_grad(cg_buf(e, n->out[j]))) emit_accumulate(e, n->out[j]);
+        if (k >= p->boundary && staged_grad(cg_buf(e, n->out[j]))) {
+          emit_accumulate(e, n->out[j]);
+          emit(e, "PROF(\"B accumulate_grad\");");
+        }
     }
     i = last;
   }
@@ -174,6 +241,7 @@ static void emit_functions(CgEmitter *e) {
   emit(e, "static void forward(RtCtx *ctx) {");
   e->depth++;
   if (!has_code(e, 0, B)) emit(e, "(void)ctx;");
+  emit(e, "PROF_START();");
   emit_nodes(e, 0, B);
   e->depth--;
   emit(e, "}");
@@ -182,6 +250,7 @@ static void emit_functions(CgEmitter *e) {
   emit(e, "static void backward(RtCtx *ctx) {");
   e->depth++;
   emit(e, "(void)ctx;");
+  emit(e, "PROF_START();");
   emit_early_grads(e);
   emit_nodes(e, B, N);
   e->depth--;
@@ -518,7 +587,9 @@ static bool write_model_files(const CgOptions *o) {
 /* ----------------------------------------------------------------- entry */
 
 const char *cg_pipeline(const char *target) {
-  if (!target || strcmp(target, "cpu") == 0) return "fold,shape,unroll,autodiff,verify,memplan";
+  if (!target || strcmp(target, "cpu") == 0)
+    return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,"
+           "memplan";
   return NULL;
 }
 

@@ -24,6 +24,10 @@ typedef struct CgEmitter {
   const CgOptions *opt;
   const CgTarget *target;
   int errors;
+  /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
+   * chunk, whose first row the generated code holds in `r0` (and its
+   * number in `chunk`); 0 elsewhere. */
+  int64_t chunk_rows;
 } CgEmitter;
 
 /* One line: `depth` levels of two spaces, the formatted text, a newline. */
@@ -56,6 +60,10 @@ struct CgTarget {
   void (*node)(CgEmitter *e, int index);
   /* One loop over the elementwise nodes first..last. */
   void (*fused)(CgEmitter *e, int first, int last);
+  /* Opens and closes the parallel loop over the row chunks of a run; the
+   * nodes in between are written by `node` and `fused` for one chunk. */
+  void (*chunks_begin)(CgEmitter *e, int first, int last);
+  void (*chunks_end)(CgEmitter *e);
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
   /* The program's entry point, after the tables (`rt_model`). */

@@ -1,5 +1,7 @@
 /* `shardc compile` and `shardc passes`: run the pass pipeline over a model
  * and, with a target, write its rank programs. */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../codegen/codegen.h"
@@ -16,6 +18,9 @@ static const DrvOption compile_options[] = {
     {"--print-after", "PASS", "print the IR after each run of PASS"},
     {"--print-after-all", NULL, "print the IR after every pass"},
     {"--verify-each", NULL, "run the verifier after every pass and name the pass that broke it"},
+    DRV_TP_OPTIONS,
+    {"--world-size", "N", "check that the job's N ranks are t * p * d"},
+    {"--report", "comm", "print what each rank sends per microbatch, per collective and mesh axis"},
     {NULL, NULL, NULL},
 };
 
@@ -23,9 +28,11 @@ const DrvCommand drv_compile_command = {
     "compile", "MODEL [options]", "compile a model (.shard, or printed IR .ir) through the passes",
     "Reads MODEL, applies -D overrides and runs the pass pipeline: without a\n"
     "target fold,shape,verify; with --target cpu -o DIR the target's pipeline\n"
-    "(fold,shape,unroll,autodiff,verify,memplan), then writes one C file per\n"
-    "distinct rank program, manifest.json and a Makefile into DIR and prints\n"
-    "the memory plan. `shardc build DIR` (or make -C DIR) builds them.\n"
+    "(fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,\n"
+    "tp-fuse,verify,memplan), then writes one C file per distinct rank program,\n"
+    "manifest.json and a Makefile into DIR and prints the memory plan. `shardc\n"
+    "build DIR` (or make -C DIR) builds them. Without a target, --tp N > 1 or\n"
+    "--report comm run the target's pipeline too (writing nothing).\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -41,6 +48,26 @@ bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *ou
   return false;
 }
 
+/* Loads the model and runs the pipeline with the flags' printing and
+ * options; prints the IR (--emit-ir) and the comm report (--report comm,
+ * reals of real_bytes bytes). NULL after errors. */
+static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const char *pipeline,
+                              const PassOptions *opt, int real_bytes) {
+  IrGraph *g = drv_load_model(model, nargs, args);
+  if (!g) return NULL;
+  PassManagerFlags flags = {
+      .print_after = drv_value(nargs, args, "--print-after"),
+      .print_after_all = drv_flag(nargs, args, "--print-after-all"),
+      .verify_each = drv_flag(nargs, args, "--verify-each"),
+      .print_stream = stdout,
+  };
+  if (!pass_run_pipeline(&g, pipeline, opt, &flags) || ir_error_count() > 0) return NULL;
+  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
+  if (drv_value(nargs, args, "--report") && !pass_comm_report(stdout, g, opt, real_bytes)) return NULL;
+  fflush(stdout);
+  return g;
+}
+
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
                        const char *out_dir, IrDType dtype, FILE *plan_out) {
   const char *pipeline = drv_value(nargs, args, "--passes");
@@ -49,22 +76,19 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
     ir_error((IrLoc){"<command line>", 0, 0}, "unknown target '%s' (known: cpu)", target);
     return 1;
   }
-  IrGraph *g = drv_load_model(model, nargs, args);
+  PassOptions opt;
+  if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
+  IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);
   if (!g) return 1;
-  PassOptions opt = {0};
-  PassManagerFlags flags = {
-      .print_after = drv_value(nargs, args, "--print-after"),
-      .print_after_all = drv_flag(nargs, args, "--print-after-all"),
-      .verify_each = drv_flag(nargs, args, "--verify-each"),
-      .print_stream = stdout,
-  };
-  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count() > 0) return 1;
-  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
   int ndefines = 0;
   for (int i = 0; i < nargs; i++)
     if (args[i].opt && strcmp(args[i].opt->name, "-D") == 0) defines[ndefines++] = args[i].value;
-  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .model_path = model,
+  /* The program records its model file for `shardc sample` and resumes,
+   * which may run from another folder: record it absolute. */
+  char real[PATH_MAX];
+  const char *model_abs = realpath(model, real) ? ir_strdup(real) : model;
+  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .model_path = model_abs,
                  .defines = defines, .ndefines = ndefines, .plan_out = plan_out};
   return cg_compile(g, &o);
 }
@@ -80,27 +104,22 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   IrDType dtype;
   if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
+  PassOptions opt;
+  if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
+  const char *report = drv_value(nargs, args, "--report");
+  if (report && strcmp(report, "comm") != 0)
+    return drv_usage_error(cmd, "--report: the only report is comm, got '%s'", report);
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
     return drv_compile_to_dir(model, nargs, args, target ? target : "cpu", out, dtype, stdout);
   }
   if (drv_value(nargs, args, "--dtype"))
     return drv_usage_error(cmd, "--dtype applies to a target (--target cpu -o DIR)");
-  IrGraph *g = drv_load_model(model, nargs, args);
-  if (!g) return 1;
-  PassOptions opt = {0};
-  PassManagerFlags flags = {
-      .print_after = print_after,
-      .print_after_all = drv_flag(nargs, args, "--print-after-all"),
-      .verify_each = drv_flag(nargs, args, "--verify-each"),
-      .print_stream = stdout,
-  };
+  /* Partitioning or a report only mean something with the passes that
+   * partition: the target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
-  if (!pass_run_pipeline(&g, pipeline ? pipeline : pass_default_pipeline, &opt, &flags))
-    return 1;
-  if (ir_error_count() > 0) return 1;
-  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
-  return 0;
+  if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline("cpu") : pass_default_pipeline;
+  return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
 }
 
 static const DrvOption no_options[] = {{NULL, NULL, NULL}};

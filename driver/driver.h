@@ -54,6 +54,18 @@ IrGraph *drv_load_and_check(const char *path, int nargs, DrvArg *args);
 /* The one positional argument (the model file), or NULL after an error. */
 const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
 
+/* The tensor-parallel flags every compiling command shares. */
+#define DRV_TP_OPTIONS                                                                         \
+  {"--tp", "N", "tensor-parallel size: split each layer over N ranks (default 1)"},            \
+      {"--sequence-parallel", NULL, "with --tp: run norms, dropout and residuals on sequence slices"}, \
+      {"--tp-strategy", "megatron|none",                                                       \
+       "how params are split: Megatron-LM's placement (default), or only the model's annotations"}, \
+      {"--vocab-multiple", "M", "pad the vocabulary to a multiple of M * t (default 128; 0: no padding)"}
+
+/* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple and
+ * --world-size into pass options; false after a usage error of cmd. */
+bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
+
 /* --dtype f32|f64 (default f32); false after a usage error. */
 bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *out);
 /* --microbatch B becomes -D batch=B, appended to the args (so it wins over

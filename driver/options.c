@@ -130,3 +130,36 @@ bool drv_apply_microbatch(const DrvCommand *cmd, int *nargs, DrvArg **args) {
   *args = grown;
   return true;
 }
+
+/* A positive (or, with zero_ok, non-negative) integer flag up to limit. */
+static bool int_flag(const DrvCommand *cmd, int nargs, DrvArg *args, const char *name, int dflt,
+                     bool zero_ok, int limit, int *out) {
+  const char *s = drv_value(nargs, args, name);
+  *out = dflt;
+  if (!s) return true;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end || end == s || v < (zero_ok ? 0 : 1) || v > limit) {
+    drv_usage_error(cmd, "%s: expected %s integer up to %d, got '%s'", name,
+                    zero_ok ? "a non-negative" : "a positive", limit, s);
+    return false;
+  }
+  *out = (int)v;
+  return true;
+}
+
+bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out) {
+  *out = (PassOptions){.tp = 1, .pp = 1, .dp = 1, .vocab_multiple = 128};
+  bool ok = int_flag(cmd, nargs, args, "--tp", 1, false, 1 << 16, &out->tp);
+  ok = int_flag(cmd, nargs, args, "--vocab-multiple", 128, true, 1 << 20, &out->vocab_multiple) && ok;
+  ok = int_flag(cmd, nargs, args, "--world-size", 0, false, 1 << 30, &out->world) && ok;
+  out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  const char *strategy = drv_value(nargs, args, "--tp-strategy");
+  if (strategy && strcmp(strategy, "none") == 0) {
+    out->tp_strategy = PASS_TP_NONE;
+  } else if (strategy && strcmp(strategy, "megatron") != 0) {
+    drv_usage_error(cmd, "--tp-strategy: expected megatron or none, got '%s'", strategy);
+    ok = false;
+  }
+  return ok;
+}

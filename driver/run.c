@@ -76,9 +76,12 @@ static const char *cache_dir(const char *model, int nargs, DrvArg *args, IrDType
   const char *out = drv_value(nargs, args, "--out");
   if (out) return out;
   uint64_t h = hash_file(1469598103934665603ull, model);
-  for (int i = 0; i < nargs; i++)
-    if (args[i].opt && strcmp(args[i].opt->name, "-D") == 0)
-      h = hash_bytes(h, args[i].value, strlen(args[i].value) + 1);
+  /* Every compile option shapes the programs: -D and the parallel flags. */
+  for (int i = 0; i < nargs; i++) {
+    if (!args[i].opt || strcmp(args[i].opt->name, "--out") == 0) continue;
+    h = hash_bytes(h, args[i].opt->name, strlen(args[i].opt->name) + 1);
+    if (args[i].value) h = hash_bytes(h, args[i].value, strlen(args[i].value) + 1);
+  }
   h = hash_bytes(h, &dtype, sizeof dtype);
   h = hash_file(h, "/proc/self/exe");
   const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
@@ -114,15 +117,18 @@ static const DrvOption run_options[] = {
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
+    DRV_TP_OPTIONS,
     {NULL, NULL, NULL},
 };
 
 const DrvCommand drv_run_command = {
     "run", "MODEL [compile options] [training options]",
     "compile, build and start training a model",
-    "The model file comes first. -D, --microbatch, --dtype and --out are\n"
-    "shardc's; every other option goes to the training program, whose own\n"
-    "--help lists them (data, steps, optimizer, logging, checkpoints, sampling):\n"
+    "The model file comes first. -D, --microbatch, --dtype, --out and the\n"
+    "tensor-parallel flags (--tp, --sequence-parallel, --tp-strategy,\n"
+    "--vocab-multiple) are shardc's; every other option goes to the training\n"
+    "program, whose own --help lists them (data, steps, optimizer, logging,\n"
+    "checkpoints, sampling):\n"
     "  shardc run MODEL --help",
     run_options, NULL};
 
@@ -150,12 +156,13 @@ int drv_cmd_run(int argc, char **argv) {
       if (strncmp(a, o->name, n) == 0 && (a[n] == 0 || a[n] == '=' || (n == 2 && a[n]))) {
         ours = true;
         mine[nmine++] = argv[i];
-        if (a[n] == 0 && i + 1 < argc) mine[nmine++] = argv[++i];
+        if (a[n] == 0 && o->value && i + 1 < argc) mine[nmine++] = argv[++i];
         break;
       }
     }
     if (!ours) {
-      help |= strcmp(a, "--help") == 0;
+      /* The program's --help and --quiet silence our memory plan too. */
+      help |= strcmp(a, "--help") == 0 || strcmp(a, "--quiet") == 0;
       theirs[ntheirs++] = argv[i];
     }
   }
@@ -163,7 +170,9 @@ int drv_cmd_run(int argc, char **argv) {
   int nargs = drv_parse_args(cmd, nmine, mine, &args);
   if (nargs < 0) return 1;
   IrDType dtype;
+  PassOptions opt;
   if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
+  if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
   const char *program = compile_and_build(model, nargs, args, dtype, !help);
   if (!program) return 1;
@@ -175,7 +184,7 @@ int drv_cmd_run(int argc, char **argv) {
 /* ----------------------------------------------------------------- sample */
 
 static const DrvOption sample_options[] = {
-    {"--prompt", "TEXT", "the text to continue (default: empty)"},
+    {"--prompt", "TEXT", "the text to continue (default: a newline)"},
     {"--tokens", "N", "how many tokens to generate (default 200)"},
     {"--temperature", "T", "sampling temperature (default 1.0; 0 picks the most likely)"},
     {"--top-k", "K", "sample among the K most likely tokens only (default: all)"},
@@ -257,7 +266,8 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
   argv[n++] = "0";
   argv[n++] = "--quiet";
   argv[n++] = "--sample-prompt";
-  argv[n++] = (char *)(prompt ? prompt : "");
+  /* Without a prompt, generation starts at the beginning of a line. */
+  argv[n++] = (char *)(prompt && *prompt ? prompt : "\n");
   argv[n++] = "--sample-tokens";
   argv[n++] = (char *)(tokens ? tokens : "200");
   static const char *const passed[] = {"--temperature", "--top-k", "--seed"};

@@ -69,6 +69,16 @@ typedef struct AstType {
   IrLoc loc;
 } AstType;
 
+/* The tensor-parallel annotation after a param's init: `split(DIM)`,
+ * `split(DIM, BLOCKS)` or `replicated`, checked by lowering. */
+typedef enum AstShardKind { AST_SHARD_NONE, AST_SHARD_SPLIT, AST_SHARD_REPLICATED } AstShardKind;
+typedef struct AstShard {
+  AstShardKind kind;
+  IrLoc loc;
+  AstArg *args; /* AST_SHARD_SPLIT */
+  int nargs;
+} AstShard;
+
 /* `zeros`, `ones` or `normal(mean, std)`, checked by lowering. */
 typedef struct AstInit {
   const char *kind;
@@ -87,6 +97,7 @@ struct AstStmt {
   AstExpr *e; /* the value; the repeat count; the returned value */
   AstType type;
   AstInit init;
+  AstShard shard;      /* AST_PARAM */
   const char **params; /* AST_BLOCK */
   IrLoc *param_locs;
   int nparams;
@@ -115,6 +126,10 @@ typedef struct FeParser {
   int bad_line, bad_col; /* just after the last run of bad bytes */
   char last_text[80];    /* the last token, cut to fit, for messages */
   AstExpr *dummy;        /* stands for every expression after an error */
+  /* Where the scanner stands in a `param ... = init` declaration, so that
+   * `split(` and `replicated` right after the init are annotations rather
+   * than names (fe_yylex in lexer.l); `annot_depth` counts open brackets. */
+  int annot_state, annot_depth;
 } FeParser;
 
 IrLoc fe_loc(const FeParser *p, int line, int col);

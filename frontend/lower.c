@@ -819,8 +819,12 @@ static Val lower_call(Ctx *c, Scope *s, AstExpr *e, int nout) {
   if (b) return lower_block_call(c, s, e, b, nout);
   if (is_op && (ir_op_info(op)->flags & IR_OPF_INTERNAL)) {
     for (int i = 0; i < e->nargs; i++) lower_expr(c, s, e->args[i].e);
-    lerr(c, e->op_loc, "'%s' is a gradient op that the autodiff pass writes; a model cannot call it",
-         e->name);
+    if (ir_op_info(op)->flags & IR_OPF_PARALLEL)
+      lerr(c, e->op_loc, "'%s' is written by the tensor-parallel passes; a model cannot call it "
+           "(annotate a param with split(DIM) or replicated instead)", e->name);
+    else
+      lerr(c, e->op_loc, "'%s' is a gradient op that the autodiff pass writes; a model cannot "
+           "call it", e->name);
     return err_val;
   }
   if (is_op) return lower_op_call(c, s, e, op, nout);
@@ -981,6 +985,57 @@ static void lower_input(Ctx *c, Scope *s, AstStmt *st) {
   push_sym(s, name, SYM_VAR, tensor_val(v), st->name_locs[0]);
 }
 
+/* An integer literal, possibly negative, of an annotation; false after
+ * reporting anything else. */
+static bool annot_int(Ctx *c, const AstArg *a, const char *what, int64_t *out) {
+  const AstExpr *e = a->e;
+  bool neg = e->kind == AST_NEG;
+  if (neg) e = e->a;
+  if (a->kw) {
+    lerr(c, a->kw_loc, "split takes no keyword arguments: split(DIM) or split(DIM, BLOCKS)");
+    return false;
+  }
+  if (e->kind != AST_INT) {
+    lerr(c, a->e->loc, "split: the %s must be an integer literal", what);
+    return false;
+  }
+  *out = neg ? -e->i : e->i;
+  return true;
+}
+
+/* The annotation after a param's init: `split(DIM)` or `split(DIM,
+ * BLOCKS)` (a negative dim counts from the end), or `replicated`. It
+ * becomes the param's sharding spec, which tp-annotate keeps. */
+static bool lower_shard(Ctx *c, const AstShard *a, int rank, IrShard *out) {
+  *out = (IrShard){IR_REPLICATED, IR_AXIS_TENSOR, 0, 0, false};
+  if (a->kind == AST_SHARD_NONE) return true;
+  out->fixed = true;
+  if (a->kind == AST_SHARD_REPLICATED) return true;
+  if (a->nargs < 1 || a->nargs > 2) {
+    lerr(c, a->loc, "split takes 1 or 2 arguments (the dim, then the number of blocks), got %d",
+         a->nargs);
+    return false;
+  }
+  int64_t dim, blocks = 1;
+  bool ok = annot_int(c, &a->args[0], "dim", &dim);
+  if (a->nargs > 1 && annot_int(c, &a->args[1], "number of blocks", &blocks) && blocks < 1) {
+    lerr(c, a->args[1].e->loc, "split: the number of blocks must be positive, got %lld",
+         (long long)blocks);
+    ok = false;
+  } else if (a->nargs > 1 && blocks < 1) {
+    ok = false;
+  }
+  if (!ok) return false;
+  if (dim < -rank || dim >= rank) {
+    lerr(c, a->args[0].e->loc, "split(%lld): the parameter has %d dim%s, so the dim must be from "
+         "%d to %d", (long long)dim, rank, rank == 1 ? "" : "s", -rank, rank - 1);
+    return false;
+  }
+  *out = (IrShard){IR_SPLIT, IR_AXIS_TENSOR, (int)(dim < 0 ? dim + rank : dim),
+                   blocks > 1 ? (int)blocks : 0, true};
+  return true;
+}
+
 /* param path: type = init, named with the instance prefix. */
 static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
   const char *path = st->names[0];
@@ -988,8 +1043,10 @@ static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
   IrLoc loc = st->name_locs[0];
   IrType t;
   IrInit init;
+  IrShard shard;
   bool ok = lower_type(c, s, &st->type, &t);
   ok = lower_init(c, s, &st->init, &init) && ok;
+  ok = lower_shard(c, &st->shard, st->type.ndims, &shard) && ok;
   const char *key = graph_key(s->g, full);
   IrValue *old = fe_map_get(&c->params, key);
   if (old) {
@@ -1008,6 +1065,7 @@ static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
     return;
   }
   IrValue *v = ir_add_param(s->g, full, t, init, loc);
+  v->shard = shard;
   fe_map_put(&c->params, key, v);
   push_sym(s, path, SYM_PARAM, tensor_val(v), loc);
 }

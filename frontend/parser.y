@@ -47,10 +47,12 @@ static AstStmt *named(FeParser *p, AstStmtKind k, FE_YYLTYPE loc, const char *na
   AstPath *path;
   AstType type;
   AstInit init;
+  AstShard shard;
 }
 
 %token MODEL "'model'" LET "'let'" INPUT "'input'" PARAM "'param'" BLOCK "'block'"
 %token REPEAT "'repeat'" OUTPUT "'output'" RETURN "'return'" TRUE "'true'" FALSE "'false'"
+%token SHARD_SPLIT "'split'" SHARD_REPLICATED "'replicated'"
 %token <str> IDENT "name"
 %token <i> INT "integer"
 %token <f> FLOAT "number"
@@ -62,6 +64,7 @@ static AstStmt *named(FeParser *p, AstStmtKind k, FE_YYLTYPE loc, const char *na
 %type <path> path
 %type <type> type
 %type <init> init
+%type <shard> shard_opt
 
 %left '+' '-'
 %left '*' '/' '%'
@@ -90,10 +93,11 @@ item
   : LET names '=' expr      { $$ = ast_stmt(AST_LET, LOC(@1)); ast_set_names($$, $2); $$->e = $4; }
   | IDENT '=' expr          { $$ = named(p, AST_ASSIGN, @1, $1, @1); $$->e = $3; }
   | INPUT IDENT ':' type    { $$ = named(p, AST_INPUT, @1, $2, @2); $$->type = $4; }
-  | PARAM path ':' type '=' init {
+  | PARAM path ':' type '=' init shard_opt {
                               $$ = named(p, AST_PARAM, @1, $2->buf, @2);
                               $$->type = $4;
                               $$->init = $6;
+                              $$->shard = $7;
                             }
   | BLOCK IDENT '(' names_opt ')' '{' items '}' {
                               $$ = named(p, AST_BLOCK, @1, $2, @2);
@@ -152,6 +156,16 @@ init
                               $$ = (AstInit){.kind = $1, .loc = LOC(@1), .call = true};
                               $$.args = ast_args_array($3, &$$.nargs);
                             }
+  ;
+
+/* shard := ('split' '(' args ')' | 'replicated')?  (after a param's init) */
+shard_opt
+  : %empty                  { $$ = (AstShard){0}; }
+  | SHARD_SPLIT '(' args_opt ')' {
+                              $$ = (AstShard){.kind = AST_SHARD_SPLIT, .loc = LOC(@1)};
+                              $$.args = ast_args_array($3, &$$.nargs);
+                            }
+  | SHARD_REPLICATED        { $$ = (AstShard){.kind = AST_SHARD_REPLICATED, .loc = LOC(@1)}; }
   ;
 
 /* expr := binary with + - (lowest), * / %, unary -, then primary */
@@ -295,7 +309,8 @@ static bool is_noise(yysymbol_kind_t k) {
   const char *name = yysymbol_name(k);
   static const char *const noise[] = {"'+'", "'-'", "'*'", "'/'", "'%'", "'.'", "'('", "':'",
                                       "'let'", "'input'", "'param'", "'block'", "'repeat'",
-                                      "'output'", "'return'", "';'", "end of file"};
+                                      "'output'", "'return'", "';'", "end of file", "'split'",
+                                      "'replicated'"};
   for (size_t i = 0; i < sizeof noise / sizeof noise[0]; i++)
     if (strcmp(name, noise[i]) == 0) return true;
   return false;

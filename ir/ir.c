@@ -216,6 +216,11 @@ char *ir_shape_str(const IrType *t) {
   return s;
 }
 
+const char *ir_axis_name(IrMeshAxis a) {
+  static const char *const names[IR_MESH_AXES] = {"tensor", "pipeline", "data"};
+  return (unsigned)a < IR_MESH_AXES ? names[a] : "?";
+}
+
 /* ---------------------------------------------------------------- op table */
 
 static IrOpInfo op_table[] = {
@@ -241,9 +246,12 @@ static void init_op_table(void) {
       if (info->nattr == (int)(sizeof info->attr / sizeof info->attr[0]))
         die("op %s: too many attributes", info->name);
       char *word = ir_strndup(start, (size_t)(p - start));
+      bool quiet = *word == '?';
+      if (quiet) word++;
       char *eq = strchr(word, '=');
       if (eq) *eq = 0;
-      info->attr[info->nattr++] = (IrAttrSpec){word, eq ? eq + 1 : NULL};
+      if (quiet && !eq) die("op %s: quiet attribute %s needs a default", info->name, word);
+      info->attr[info->nattr++] = (IrAttrSpec){word, eq ? eq + 1 : NULL, quiet};
     }
   }
 }

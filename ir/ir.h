@@ -142,15 +142,34 @@ char *ir_shape_str(const IrType *t);            /* "[1, 1024, 768]" for messages
 
 /* ---------------------------------------------------------------- sharding */
 
-/* How a tensor is laid out over one mesh axis. The slot exists from the
- * start; the tensor-parallel passes fill it. */
+/* How a tensor is laid out over one mesh axis: the same on every rank
+ * (replicated), cut along one dim (split), or a sum whose terms the ranks
+ * hold (partial). The tensor-parallel passes fill it; a model may set it on
+ * a parameter (`split(1)`, `replicated`).
+ *
+ * A split tensor made of `blocks` equal blocks along dim has each block
+ * split over the ranks: the fused qkv weight [h, 3h] of GPT-2 split(1,
+ * blocks 3) gives rank r the columns of q_r, k_r and v_r, so that the
+ * rank's part of the layer output still splits into q, k and v. Printed
+ * ` split(tensor, 1, 3)`; blocks 0 means 1, so a zeroed IrShard is valid. */
 typedef enum IrShardKind { IR_REPLICATED, IR_SPLIT, IR_PARTIAL } IrShardKind;
 typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA } IrMeshAxis;
+#define IR_MESH_AXES 3
 typedef struct IrShard {
   IrShardKind kind;
   IrMeshAxis axis;
-  int dim; /* IR_SPLIT: the split dimension */
+  int dim;    /* IR_SPLIT: the split dimension */
+  int blocks; /* IR_SPLIT: equal blocks along dim, each split over the axis; 0 or 1: one */
+  /* Set by the model's author (an annotation on a parameter) rather than
+   * by a pass: tp-annotate keeps it. A fixed replicated spec prints as
+   * ` replicated(tensor)`, any split or partial spec of a parameter counts
+   * as fixed when tp-annotate starts. */
+  bool fixed;
 } IrShard;
+
+/* The number of blocks of a split spec (at least 1). */
+static inline int ir_shard_blocks(const IrShard *s) { return s->blocks > 1 ? s->blocks : 1; }
+const char *ir_axis_name(IrMeshAxis a); /* "tensor", "pipeline", "data" */
 
 /* ------------------------------------------------------------------ ops */
 
@@ -170,6 +189,8 @@ enum {
   IR_OPF_MULTI_OUT = 1 << 4,   /* output count is attribute `n` */
   IR_OPF_RANDOM = 1 << 5,      /* draws random numbers (dropout) */
   IR_OPF_INTERNAL = 1 << 6,    /* written by passes (gradients); models cannot call it */
+  IR_OPF_PARALLEL = 1 << 7,    /* written by the tensor-parallel passes (tp_copy, collectives) */
+  IR_OPF_COLLECTIVE = 1 << 8,  /* exchanges data between the ranks of mesh axis `axis` */
 };
 
 typedef struct IrNode IrNode;
@@ -181,6 +202,10 @@ typedef bool (*IrShapeFn)(IrNode *n);
 typedef struct IrAttrSpec {
   const char *name;
   const char *dflt; /* NULL: required */
+  /* Written `?name=default` in ops.def: printed only when its value is not
+   * the default. The partitioning attributes (vocab_parallel, per_rank,
+   * valid) are quiet, so that a graph nobody partitioned reads as before. */
+  bool quiet;
 } IrAttrSpec;
 
 typedef struct IrOpInfo {
@@ -228,6 +253,12 @@ struct IrValue {
    * param (a backward node's result of the param's type), printed as a line
    * `grad @NAME = %N` after the nodes of the param's graph. */
   IrValue *grad;
+  /* IR_VAL_PARAM padded by `vocab-pad`: dim pad_dim of the (global) type
+   * holds `unpadded` real entries, the rest is padding that no output
+   * depends on. Checkpoints and `shardc info` show the unpadded size.
+   * unpadded 0: not padded. Printed ` unpadded(DIM, N)` after the spec. */
+  int pad_dim;
+  int64_t unpadded;
 };
 
 /* ---------------------------------------------------------------- nodes */
@@ -276,6 +307,12 @@ struct IrGraph {
   IrVec outputs;      /* IrValue*: top level named outputs, bodies the yields */
   IrVec output_names; /* const char*, top level only */
   int next_id;
+  /* Top level: the ranks along each mesh axis (IrMeshAxis) the graph was
+   * partitioned for, 0 or 1 when it was not. Once `tp-partition` has run
+   * with t > 1, mesh[IR_AXIS_TENSOR] = t, every type is the shape ONE rank
+   * holds, and a value's global shape is its type with the split dim
+   * multiplied by t. Printed as `mesh tensor = 2` after the configs. */
+  int mesh[IR_MESH_AXES];
   struct PassMemPlan *memplan; /* top level, once the `memplan` pass has run (passes/memplan.h) */
 };
 

@@ -529,16 +529,36 @@ static bool parse_type(Parser *p, IrType *t) {
   return expect(p, ']', "',' or ']'");
 }
 
-/* shard := ('split' '(' AXIS ',' '-'? INT ')' | 'partial' '(' AXIS ')')?
- * with AXIS one of tensor, pipeline, data. */
+/* A small non-negative integer of a spec (a dim, a block count, a mesh
+ * size), or -1 after reporting it. */
+static int spec_int(Parser *p, const char *what, int limit) {
+  Token n = p->tok;
+  if (n.kind != T_INT) {
+    expected(p, what);
+    return -2;
+  }
+  next(p);
+  int v = n.len > 9 ? limit + 1 : atoi(tok_str(n));
+  if (v > limit) {
+    ir_error(tok_loc(p, n), "%s is out of range (at most %d)", what, limit);
+    return -1;
+  }
+  return v;
+}
+
+/* shard := ('split' '(' AXIS ',' '-'? INT (',' INT)? ')' | 'partial' '(' AXIS ')'
+ *          | 'replicated' '(' AXIS ')')?
+ * with AXIS one of tensor, pipeline, data; the third number of split is
+ * the block count. `replicated(...)` marks a spec the model fixed. */
 static bool parse_shard(Parser *p, IrShard *s) {
   static const char *axes[] = {"tensor", "pipeline", "data"};
-  *s = (IrShard){IR_REPLICATED, IR_AXIS_TENSOR, 0};
-  bool split = is_word(p->tok, "split");
-  if (!(split || is_word(p->tok, "partial")) || !is_punct(peek(p, 1), '(')) return true;
+  *s = (IrShard){IR_REPLICATED, IR_AXIS_TENSOR, 0, 0, false};
+  bool split = is_word(p->tok, "split"), repl = is_word(p->tok, "replicated");
+  if (!(split || repl || is_word(p->tok, "partial")) || !is_punct(peek(p, 1), '(')) return true;
   next(p);
   next(p);
-  s->kind = split ? IR_SPLIT : IR_PARTIAL;
+  s->kind = split ? IR_SPLIT : repl ? IR_REPLICATED : IR_PARTIAL;
+  s->fixed = repl;
   Token a = p->tok;
   if (a.kind != T_IDENT) return expected(p, "a mesh axis (tensor, pipeline or data)");
   int k = 0;
@@ -550,15 +570,36 @@ static bool parse_shard(Parser *p, IrShard *s) {
   if (split) {
     if (!expect(p, ',', "','")) return false;
     bool neg = accept(p, '-');
-    Token n = p->tok;
-    if (n.kind != T_INT) return expected(p, "the split dimension");
-    next(p);
-    if (n.len > 3) {
-      ir_error(tok_loc(p, n), "split dimension out of range");
-    } else {
-      int dim = atoi(tok_str(n));
-      s->dim = neg ? -dim : dim;
+    int dim = spec_int(p, "the split dimension", 999);
+    if (dim < -1) return false;
+    s->dim = dim < 0 ? 0 : neg ? -dim : dim;
+    if (accept(p, ',')) {
+      Token at = p->tok;
+      int blocks = spec_int(p, "the block count", 1 << 20);
+      if (blocks < -1) return false;
+      if (blocks == 0) ir_error(tok_loc(p, at), "the block count must be positive");
+      s->blocks = blocks > 0 ? blocks : 1;
     }
+  }
+  return expect(p, ')', "')'");
+}
+
+/* unpadded := ('unpadded' '(' INT ',' INT ')')?  (a padded parameter) */
+static bool parse_unpadded(Parser *p, IrValue *v) {
+  if (!is_word(p->tok, "unpadded") || !is_punct(peek(p, 1), '(')) return true;
+  next(p);
+  next(p);
+  int dim = spec_int(p, "the padded dimension", IR_MAX_RANK - 1);
+  if (dim < -1 || !expect(p, ',', "','")) return false;
+  Token n = p->tok;
+  if (n.kind != T_INT) return expected(p, "the unpadded size");
+  next(p);
+  errno = 0;
+  long long size = strtoll(tok_str(n), NULL, 10);
+  if (errno == ERANGE || size <= 0) ir_error(tok_loc(p, n), "the unpadded size must be positive");
+  if (v && dim >= 0 && size > 0) {
+    v->pad_dim = dim;
+    v->unpadded = size;
   }
   return expect(p, ')', "')'");
 }
@@ -1054,6 +1095,25 @@ static bool parse_config(Parser *p) {
   return true;
 }
 
+/* mesh := 'mesh' AXIS '=' INT  (the ranks along a mesh axis, top level) */
+static bool parse_mesh(Parser *p) {
+  static const char *axes[] = {"tensor", "pipeline", "data"};
+  next(p);
+  Token a = p->tok;
+  int k = 0;
+  while (k < 3 && !is_word(a, axes[k])) k++;
+  if (k == 3) return expected(p, "a mesh axis (tensor, pipeline or data)");
+  next(p);
+  if (!expect(p, '=', "'='")) return false;
+  Token at = p->tok;
+  int size = spec_int(p, "the mesh size", 1 << 20);
+  if (size < -1 || !end_of_line(p)) return false;
+  if (size == 0) ir_error(tok_loc(p, at), "the mesh size must be positive");
+  if (p->g->mesh[k] > 0) ir_error(tok_loc(p, a), "the size of mesh axis %s is given twice", axes[k]);
+  if (size > 0) p->g->mesh[k] = size;
+  return true;
+}
+
 /* input := 'input' VALUE (':' type)? shard */
 static bool parse_input(Parser *p) {
   next(p);
@@ -1098,8 +1158,9 @@ static bool parse_param(Parser *p) {
   IrType type = {.rank = -1};
   IrShard shard;
   IrInit init = {IR_INIT_NONE, NULL, NULL};
+  IrValue pad = {0};
   if ((accept(p, ':') && !parse_type(p, &type)) || !parse_shard(p, &shard) ||
-      (accept(p, '=') && !parse_init(p, &init)) || !end_of_line(p))
+      !parse_unpadded(p, &pad) || (accept(p, '=') && !parse_init(p, &init)) || !end_of_line(p))
     return declare_anyway(p, p->g, name, 1);
   IrLoc loc = tok_loc(p, name);
   Sym *s = sym_find(&p->syms, p->g, name.s + 1, name.len - 1);
@@ -1110,6 +1171,8 @@ static bool parse_param(Parser *p) {
   }
   IrValue *v = ir_add_param(p->g, tok_name(name), type, init, loc);
   v->shard = shard;
+  v->pad_dim = pad.pad_dim;
+  v->unpadded = pad.unpadded;
   sym_add(&p->syms, p->g, name.s + 1, name.len - 1, v, loc);
   return true;
 }
@@ -1174,9 +1237,16 @@ static bool parse_grad(Parser *p) {
   return true;
 }
 
-/* line := config | input | param | output | yield | backward | grad | node */
+/* line := config | mesh | input | param | output | yield | backward | grad | node */
 static bool parse_item(Parser *p) {
   Token t = p->tok;
+  if (is_word(t, "mesh") && peek(p, 1).kind == T_IDENT && is_punct(peek(p, 2), '=')) {
+    if (p->g->parent) {
+      ir_error(tok_loc(p, t), "'mesh' is only allowed at the top level");
+      return false;
+    }
+    return parse_mesh(p);
+  }
   if (is_word(t, "backward") && is_punct(peek(p, 1), ':')) return parse_backward(p);
   if (is_word(t, "grad") && peek(p, 1).kind == T_PARAM) return parse_grad(p);
   bool top = !p->g->parent;

@@ -17,7 +17,11 @@
  *
  * After `autodiff` the nodes of a graph end with its backward nodes, which
  * a line `backward:` introduces, and each parameter's gradient follows the
- * nodes as `grad @wte.weight = %57`.
+ * nodes as `grad @wte.weight = %57`. A graph partitioned for tensor
+ * parallelism says so after its configs (`mesh tensor = 2`); its values
+ * carry their specs after their types (` split(tensor, 1, 3)`,
+ * ` partial(tensor)`), and a padded parameter its real size
+ * (` unpadded(0, 50257)`).
  *
  * Node results are numbered here, in order of appearance over the whole
  * module, rather than from IrValue.id: ids depend on how a graph was built
@@ -135,16 +139,23 @@ static void print_ref(Printer *pr, const IrValue *v) {
     fprintf(pr->out, "%%%d", num);
 }
 
+/* ` split(tensor, 1)`, ` split(tensor, 1, 3)` (3 blocks), ` partial(tensor)`,
+ * and ` replicated(tensor)` for a replicated spec the model fixed; nothing
+ * for the ordinary replicated one. */
 static void print_shard(Printer *pr, const IrShard *s) {
-  static const char *axes[] = {[IR_AXIS_TENSOR] = "tensor", [IR_AXIS_PIPELINE] = "pipeline",
-                               [IR_AXIS_DATA] = "data"};
-  const char *axis = (unsigned)s->axis <= IR_AXIS_DATA ? axes[s->axis] : "?";
-  if (s->kind == IR_SPLIT) fprintf(pr->out, " split(%s, %d)", axis, s->dim);
-  if (s->kind == IR_PARTIAL) fprintf(pr->out, " partial(%s)", axis);
+  const char *axis = ir_axis_name(s->axis);
+  if (s->kind == IR_SPLIT && ir_shard_blocks(s) > 1)
+    fprintf(pr->out, " split(%s, %d, %d)", axis, s->dim, s->blocks);
+  else if (s->kind == IR_SPLIT)
+    fprintf(pr->out, " split(%s, %d)", axis, s->dim);
+  else if (s->kind == IR_PARTIAL)
+    fprintf(pr->out, " partial(%s)", axis);
+  else if (s->fixed)
+    fprintf(pr->out, " replicated(%s)", axis);
 }
 
 /* `NAME: TYPE SHARD`, the type only when known, the sharding only when it
- * is not replicated. */
+ * is not replicated, and a padded parameter's real size. */
 static void print_def(Printer *pr, const IrValue *v) {
   print_ref(pr, v);
   if (!v) return;
@@ -153,6 +164,20 @@ static void print_def(Printer *pr, const IrValue *v) {
     ir_type_print(pr->out, &v->type);
   }
   print_shard(pr, &v->shard);
+  if (v->unpadded > 0) fprintf(pr->out, " unpadded(%d, %lld)", v->pad_dim, (long long)v->unpadded);
+}
+
+/* A quiet attribute (ops.def `?name=default`) at its default is left out. */
+static bool attr_hidden(const IrNode *n, const IrAttr *a) {
+  const IrOpInfo *info = ir_op_info(n->op);
+  for (int k = 0; k < info->nattr; k++) {
+    const IrAttrSpec *spec = &info->attr[k];
+    if (!spec->quiet || !a->name || strcmp(spec->name, a->name) != 0) continue;
+    const IrExpr *e = a->expr, *d = ir_attr_default(spec, (IrLoc){0});
+    if (!e || !d || e->kind != d->kind) return false;
+    return e->kind == IR_EX_INT ? e->i == d->i : e->kind == IR_EX_FLOAT && e->f == d->f;
+  }
+  return false;
 }
 
 static void print_refs(Printer *pr, IrValue **vals, int n) {
@@ -197,14 +222,13 @@ static void print_node(Printer *pr, const IrNode *n, int depth) {
   fputc('(', pr->out);
   print_refs(pr, n->in, n->nin);
   fputc(')', pr->out);
-  if (n->nattr > 0) {
-    fputs(" {", pr->out);
-    for (int i = 0; i < n->nattr; i++) {
-      fprintf(pr->out, "%s%s = ", i ? ", " : "", n->attrs[i].name);
-      print_expr(pr, n->attrs[i].expr);
-    }
-    fputc('}', pr->out);
+  int shown = 0;
+  for (int i = 0; i < n->nattr; i++) {
+    if ((unsigned)n->op < IR_OP_COUNT && attr_hidden(n, &n->attrs[i])) continue;
+    fprintf(pr->out, "%s%s = ", shown++ ? ", " : " {", n->attrs[i].name);
+    print_expr(pr, n->attrs[i].expr);
   }
+  if (shown) fputc('}', pr->out);
   if (n->body) {
     fputs(" {\n", pr->out);
     print_graph_items(pr, n->body, depth + 1);
@@ -282,6 +306,8 @@ void ir_print(FILE *out, const IrGraph *g) {
     print_expr(&pr, c->expr);
     fputc('\n', out);
   }
+  for (int a = 0; a < IR_MESH_AXES; a++)
+    if (g->mesh[a] > 1) fprintf(out, "  mesh %s = %d\n", ir_axis_name((IrMeshAxis)a), g->mesh[a]);
   print_graph_items(&pr, g, 1);
   fputs("}\n", out);
   free(pr.nums.keys);

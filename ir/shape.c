@@ -222,7 +222,9 @@ bool ir_shape_embedding(IrNode *n) {
   const IrType *ids = in_type(n, 0), *table = in_type(n, 1);
   /* `&` rather than `&&` (here and below) runs both checks, so both errors
    * are reported; the casts say that the non-short-circuit is meant. */
-  bool ok = (int)want_int(n, 0, "ids") & (int)want_float(n, 1, "table");
+  bool vp;
+  bool ok = (int)want_int(n, 0, "ids") & (int)want_float(n, 1, "table") &
+            (int)get_flag(n, "vocab_parallel", &vp);
   ok = ok && want_rank(n, 1, "table", 2, "[V, h]");
   if (ok && ids->rank + 1 > IR_MAX_RANK) {
     ir_error(n->loc, "embedding: ids%s has too many dims (the result may have at most %d)", S(ids),
@@ -557,8 +559,10 @@ bool ir_shape_same(IrNode *n) {
   if (n->op == IR_OP_SCALE) ok = get_num(n, "s", &v) && ok;
   if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) {
     int64_t site;
+    bool per_rank;
     ok = get_num_in(n, "rate", 0, false, 1, &v, "in [0, 1)") && ok;
     ok = get_nonneg_int(n, "site", &site) && ok;
+    ok = get_flag(n, "per_rank", &per_rank) && ok;
   }
   if (!ok) return false;
   const IrType *x = in_type(n, 0);
@@ -719,12 +723,24 @@ bool ir_shape_attention(IrNode *n) {
 
 /* -------------------------------------------------------------------- loss */
 
-/* Checks logits[..., V] against targets[...] (inputs 0 and 1). */
+/* Checks logits[..., V] against targets[...] (inputs 0 and 1), and the
+ * attributes: `valid` counts columns of the whole vocabulary, which a
+ * rank's logits hold only a part of when vocab_parallel is set. */
 static bool cross_entropy_inputs(IrNode *n) {
   const IrType *logits = in_type(n, 0), *targets = in_type(n, 1);
-  if (!((int)want_float(n, 0, "logits") & (int)want_int(n, 1, "targets"))) return false;
+  bool vp;
+  int64_t valid;
+  bool attrs_ok = (int)get_flag(n, "vocab_parallel", &vp) & (int)get_nonneg_int(n, "valid", &valid);
+  if (!((int)want_float(n, 0, "logits") & (int)want_int(n, 1, "targets")) || !attrs_ok)
+    return false;
   if (logits->rank < 1) {
     ir_error(n->loc, "%s: logits%s must end in a vocabulary dim [..., V]", op_name(n), S(logits));
+    return false;
+  }
+  if (!vp && valid > logits->shape[logits->rank - 1]) {
+    ir_error(attr_loc(n, attr_expr(n, "valid")),
+             "%s: valid = %lld is more than the %lld columns of logits%s", op_name(n),
+             (long long)valid, (long long)logits->shape[logits->rank - 1], S(logits));
     return false;
   }
   bool ok = targets->rank == logits->rank - 1;
@@ -882,7 +898,8 @@ bool ir_shape_embedding_grad(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *ids = in_type(n, 0), *dy = in_type(n, 1);
   int64_t rows;
-  bool ok = get_pos_int(n, "rows", &rows);
+  bool vp;
+  bool ok = (int)get_pos_int(n, "rows", &rows) & (int)get_flag(n, "vocab_parallel", &vp);
   ok = ((int)want_int(n, 0, "ids") & (int)want_float(n, 1, "dy")) && ok;
   if (!ok) return false;
   ok = dy->rank == ids->rank + 1;
@@ -907,6 +924,48 @@ bool ir_shape_cross_entropy_grad(IrNode *n) {
     return false;
   }
   set_out(n, 0, logits->dtype, logits->rank, logits->shape);
+  return true;
+}
+
+/* ------------------------------------------------------ tensor parallelism */
+
+/* The collectives and their local halves. Types are what ONE rank holds:
+ * all_gather's result is size times longer along dim than its input,
+ * tp_slice's and reduce_scatter's size times shorter (which must divide);
+ * all_reduce and tp_copy keep the shape. */
+bool ir_shape_collective(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t axis, size, dim = 0;
+  bool has_dim = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_TP_SLICE ||
+                 n->op == IR_OP_REDUCE_SCATTER;
+  bool ok = (int)get_int(n, "axis", &axis) & (int)get_pos_int(n, "size", &size);
+  if (has_dim) ok = get_int(n, "dim", &dim) && norm_axis(n, "dim", &dim, x, "x") && ok;
+  if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) ok = want_float(n, 0, "x") && ok;
+  if (ok && (axis < 0 || axis > 2)) {
+    ir_error(attr_loc(n, attr_expr(n, "axis")),
+             "%s: axis = %lld is not a mesh axis (0 tensor, 1 pipeline, 2 data)", op_name(n),
+             (long long)axis);
+    ok = false;
+  }
+  if (!ok) return false;
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  if (n->op == IR_OP_ALL_GATHER && __builtin_mul_overflow(shape[dim], size, &shape[dim])) {
+    ir_error(n->loc, "all_gather: x%s times %lld ranks along dim %lld overflows", S(x),
+             (long long)size, (long long)dim);
+    return false;
+  }
+  if (n->op == IR_OP_TP_SLICE || n->op == IR_OP_REDUCE_SCATTER) {
+    if (shape[dim] % size != 0) {
+      ir_error(n->loc, "%s: x%s cannot be cut into %lld equal parts along dim %lld: %lld is not "
+               "a multiple of %lld", op_name(n), S(x), (long long)size, (long long)dim,
+               (long long)shape[dim], (long long)size);
+      return false;
+    }
+    shape[dim] /= size;
+  }
+  set_out(n, 0, x->dtype, x->rank, shape);
   return true;
 }
 

@@ -196,6 +196,9 @@ static void check_decls(Verifier *vf, const IrGraph *g, const IrVec *vals, IrVal
       verr(vf, v->loc, "%s %d has no name", what, i);
     else if (kind != IR_VAL_ARG && !name_add(&names, v->name))
       verr(vf, v->loc, "%s name '%s' is declared twice", what, v->name);
+    if (v->unpadded > 0 && v->type.rank >= 0 && (v->pad_dim < 0 || v->pad_dim >= v->type.rank))
+      verr(vf, v->loc, "%s %s is padded on dim %d, which it does not have", what, vname(vf, v),
+           v->pad_dim);
     Slot *s = slot(vf, v, -1);
     s->defined = true;
   }

@@ -171,12 +171,14 @@ static bool ad_none(Ad *ad, IrNode *n, IrValue **dy) {
   return false;
 }
 
-/* dtable = embedding_grad(ids, dy){rows = V}; ids get none. */
+/* dtable = embedding_grad(ids, dy){rows = V}; ids get none. A
+ * vocab-parallel embedding's gradient fills this rank's rows only. */
 static bool ad_embedding(Ad *ad, IrNode *n, IrValue **dy) {
   IrValue *table = n->in[1];
   if (wants(ad, table))
     give(ad, table, emit1(ad, IR_OP_EMBEDDING_GRAD, INS(n->in[0], dy[0]),
-                          ATTRS({"rows", lit_int(ad, table->type.shape[0])})));
+                          ATTRS({"rows", lit_int(ad, table->type.shape[0])},
+                                {"vocab_parallel", fwd_attr(n, "vocab_parallel")})));
   return true;
 }
 
@@ -335,7 +337,8 @@ static bool ad_dropout(Ad *ad, IrNode *n, IrValue **dy) {
     return true;
   }
   give(ad, n->in[0], emit1(ad, IR_OP_DROPOUT_GRAD, INS(dy[0]),
-                           ATTRS({"rate", fwd_attr(n, "rate")}, {"site", fwd_attr(n, "site")})));
+                           ATTRS({"rate", fwd_attr(n, "rate")}, {"site", fwd_attr(n, "site")},
+                                 {"per_rank", fwd_attr(n, "per_rank")})));
   return true;
 }
 
@@ -388,7 +391,54 @@ static bool ad_attention(Ad *ad, IrNode *n, IrValue **dy) {
 
 static bool ad_cross_entropy(Ad *ad, IrNode *n, IrValue **dy) {
   give(ad, n->in[0],
-       emit1(ad, IR_OP_CROSS_ENTROPY_GRAD, INS(n->in[0], n->in[1], dy[0]), NO_ATTRS));
+       emit1(ad, IR_OP_CROSS_ENTROPY_GRAD, INS(n->in[0], n->in[1], dy[0]),
+             ATTRS({"vocab_parallel", fwd_attr(n, "vocab_parallel")},
+                   {"valid", fwd_attr(n, "valid")})));
+  return true;
+}
+
+/* ---------------------------------------------- tensor-parallel adjoints */
+
+/* A collective or its local half on the forward node's mesh axis. */
+static IrValue *comm(Ad *ad, IrOp op, IrNode *fwd, IrValue *x) {
+  if (op == IR_OP_ALL_REDUCE)
+    return emit1(ad, op, INS(x), ATTRS({"axis", fwd_attr(fwd, "axis")},
+                                       {"size", fwd_attr(fwd, "size")}));
+  return emit1(ad, op, INS(x), ATTRS({"dim", fwd_attr(fwd, "dim")}, {"axis", fwd_attr(fwd, "axis")},
+                                     {"size", fwd_attr(fwd, "size")}));
+}
+
+/* partial -> replicated: every rank's dy is already the gradient of its
+ * term of the sum (Megatron's g: all-reduce forward, identity backward). */
+static bool ad_all_reduce(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], dy[0]);
+  return true;
+}
+
+/* Each rank's gradient of a replicated value read by a split or partial
+ * computation covers its own part only: the sum is the gradient (Megatron's
+ * f: identity forward, all-reduce backward). */
+static bool ad_tp_copy(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], comm(ad, IR_OP_ALL_REDUCE, n, dy[0]));
+  return true;
+}
+
+/* A gathered value's gradient is replicated: each rank keeps its part. */
+static bool ad_all_gather(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], comm(ad, IR_OP_TP_SLICE, n, dy[0]));
+  return true;
+}
+
+/* The parts of a sliced value's gradient are on their ranks: gather them. */
+static bool ad_tp_slice(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], comm(ad, IR_OP_ALL_GATHER, n, dy[0]));
+  return true;
+}
+
+/* reduce_scatter is all_reduce then tp_slice: the adjoints in reverse,
+ * all_gather then identity. */
+static bool ad_reduce_scatter(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], comm(ad, IR_OP_ALL_GATHER, n, dy[0]));
   return true;
 }
 

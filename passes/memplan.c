@@ -182,11 +182,12 @@ static void planner_free(Planner *pl) {
 
 /* ------------------------------------------------------- views and loops */
 
-/* A node whose outputs are its input's bytes: reshape; a split whose parts
+/* A node whose outputs are its input's bytes: reshape; tp_copy (the
+ * identity forward; only its adjoint communicates); a split whose parts
  * are contiguous (nothing but 1s before the axis); dropout at rate 0, which
  * is the identity in training and evaluation alike. */
 static bool node_is_view(const IrNode *n) {
-  if (n->op == IR_OP_RESHAPE) return true;
+  if (n->op == IR_OP_RESHAPE || n->op == IR_OP_TP_COPY) return true;
   if (n->op == IR_OP_SPLIT) {
     const IrType *t = &n->in[0]->type;
     int64_t axis = ir_attr_int(n, "axis");
@@ -332,6 +333,133 @@ static void plan_registers(Planner *pl) {
   }
 }
 
+/* ------------------------------------------------------------ row chunks */
+
+/* Chunks of whole sequences when the batch has at least this many: enough
+ * for the threads of a small machine to share evenly. A smaller batch is
+ * cut into this many chunks of rows, and attention stays out of them. */
+#define CHUNKS_MIN 4
+#define CHUNKS_ROWS 8
+
+/* Rows of a value: its elements over its last dim. */
+static int64_t value_rows(const IrValue *v) {
+  const IrType *t = &v->type;
+  if (t->rank < 1 || t->shape[t->rank - 1] <= 0) return -1;
+  return ir_type_numel(t) / t->shape[t->rank - 1];
+}
+
+static bool last_axis(const IrNode *n, const IrValue *v) {
+  int64_t axis = ir_attr_int(n, "axis");
+  return axis == -1 || axis == v->type.rank - 1;
+}
+
+/* Whether node n computes rows r0 .. r0 + C - 1 of every output from the
+ * same rows of its row-shaped inputs (R rows in all), so that codegen can
+ * run it on one chunk. The cases here are the ones codegen's CPU target
+ * knows how to cut (codegen/cpu.c, chunk_*). */
+static bool row_local(const IrNode *n, int64_t R, int64_t C) {
+  const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
+  switch (n->op) {
+  case IR_OP_LINEAR:
+  case IR_OP_LINEAR_DX:
+  case IR_OP_LAYERNORM:
+  case IR_OP_RMSNORM: return value_rows(x) == R && value_rows(y) == R;
+  case IR_OP_MATMUL:
+    /* One GEMM over the rows of a against a shared 2-D b. */
+    return !ir_attr_int(n, "transpose_a") && n->in[1]->type.rank == 2 && x->type.rank >= 2 &&
+           value_rows(x) == R && value_rows(y) == R;
+  case IR_OP_SPLIT:
+    if (!last_axis(n, x)) return false;
+    for (int j = 0; j < n->nout; j++)
+      if (value_rows(n->out[j]) != R) return false;
+    return value_rows(x) == R;
+  case IR_OP_CONCAT:
+    if (!last_axis(n, y)) return false;
+    for (int j = 0; j < n->nin; j++)
+      if (value_rows(n->in[j]) != R) return false;
+    return value_rows(y) == R;
+  case IR_OP_ATTENTION:
+  case IR_OP_ATTENTION_GRAD:
+  case IR_OP_ROPE:
+    /* Whole sequences: x is [b, s, width]. */
+    return x->type.rank == 3 && value_rows(x) == R && C % x->type.shape[1] == 0;
+  case IR_OP_EMBEDDING: return x->type.dtype == IR_I32 && ir_type_numel(&x->type) == R;
+  default: return false;
+  }
+}
+
+/* A fused loop (or a node) that can run on a chunk: the right rows, and no
+ * gradient that is added to its slot after the node (once per chunk would
+ * add it many times). */
+static bool unit_local(Planner *pl, int first, int last, int64_t R, int64_t C) {
+  PassMemPlan *p = pl->p;
+  for (int k = first; k <= last; k++) {
+    IrNode *n = pl->g->nodes.items[k];
+    for (int j = 0; j < n->nout; j++) {
+      PassBuf *b = buf_of(pl, n->out[j]);
+      if (b->grad_of && !pl->direct[b->index]) return false;
+    }
+    if (!p->fused[k] && !row_local(n, R, C)) return false;
+  }
+  return !p->fused[first] || value_rows(((IrNode *)pl->g->nodes.items[first])->out[0]) == R;
+}
+
+/* The token rows and the chunk size from the model's inputs ([batch, seq]
+ * each); false when they do not say. */
+static bool chunk_size(Planner *pl, int64_t *R, int64_t *C) {
+  const IrValue *tok = NULL;
+  for (int i = 0; i < pl->g->inputs.len && !tok; i++) {
+    const IrValue *v = pl->g->inputs.items[i];
+    if (v->type.rank == 2 && v->type.dtype == IR_I32) tok = v;
+  }
+  if (!tok) return false;
+  int64_t b = tok->type.shape[0], s = tok->type.shape[1];
+  *R = b * s;
+  if (b >= CHUNKS_MIN) *C = s;
+  else if (*R % CHUNKS_ROWS == 0 && *R / CHUNKS_ROWS >= 16) *C = *R / CHUNKS_ROWS;
+  else return false;
+  return true;
+}
+
+/* Maximal runs of row-local units (views, which run no code, may sit
+ * inside), within one phase, with at least two units that run code. */
+static void plan_chunks(Planner *pl) {
+  PassMemPlan *p = pl->p;
+  int N = pl->g->nodes.len;
+  for (int i = 0; i < N; i++) {
+    p->region_first[i] = p->group_first[i];
+    p->region_last[i] = p->group_last[i];
+  }
+  int64_t R, C;
+  /* SHARDC_CHUNKS=0 in the compiler's environment plans without runs: for
+   * comparing the two, and per-op profiles of every node. */
+  const char *env = getenv("SHARDC_CHUNKS");
+  if ((env && strcmp(env, "0") == 0) || !chunk_size(pl, &R, &C)) return;
+  for (int i = 0; i < N;) {
+    int start = i, end = i - 1, units = 0;
+    while (i < N && (i != p->boundary || i == start)) {
+      int last = p->group_last[i];
+      if (p->absorbed[i]) break;
+      if (!p->view[i]) {
+        if (!unit_local(pl, i, last, R, C)) break;
+        units++;
+        end = last;
+      }
+      i = last + 1;
+    }
+    if (i == start) i = p->group_last[i] + 1;
+    if (units < 2) continue;
+    while (p->view[start]) start++;
+    for (int k = start; k <= end; k++) {
+      p->region_first[k] = start;
+      p->region_last[k] = end;
+      p->chunked[k] = true;
+    }
+    p->chunk_rows = C;
+    p->nchunks = R / C;
+  }
+}
+
 /* ------------------------------------------------------------- liveness */
 
 static bool is_dloss(const IrValue *v) {
@@ -354,14 +482,21 @@ static void plan_liveness(Planner *pl) {
   for (int k = 0; k < p->nbufs; k++) {
     PassBuf *b = &p->bufs[k];
     int d = pl->def[k];
-    b->first = b->last = d >= 0 ? p->group_first[d] + 1 : is_dloss(b->value) ? bpos : 0;
+    b->first = b->last = d >= 0 ? p->region_first[d] + 1 : is_dloss(b->value) ? bpos : 0;
   }
   for (int i = 0; i < pl->g->nodes.len; i++) {
     IrNode *n = pl->g->nodes.items[i];
     for (int j = 0; j < n->nin; j++) {
       PassBuf *b = buf_of(pl, n->in[j]);
-      extend(b, p->group_last[i] + 1);
-      extend(root_of(pl, b), p->group_last[i] + 1);
+      extend(b, p->region_last[i] + 1);
+      extend(root_of(pl, b), p->region_last[i] + 1);
+    }
+    /* In a run, an output nobody reads still needs its bytes until the
+     * run ends: other chunks are still at earlier nodes. */
+    for (int j = 0; j < n->nout && p->chunked[i]; j++) {
+      PassBuf *b = buf_of(pl, n->out[j]);
+      extend(b, p->region_last[i] + 1);
+      extend(root_of(pl, b), p->region_last[i] + 1);
     }
   }
   for (int i = 0; i < pl->g->outputs.len; i++) {
@@ -485,7 +620,8 @@ static void place_buffers(Planner *pl) {
     int64_t per_thread = PASS_ATTENTION_SCRATCH(attention_seq(n));
     if (per_thread > p->scratch_per_thread) p->scratch_per_thread = per_thread;
     p->scratch_bytes[i] = per_thread * p->threads * p->real_bytes;
-    tmp[ntmp++] = (Item){align_up(p->scratch_bytes[i]), 0, i + 1, i + 1, p->nbufs + i};
+    tmp[ntmp++] = (Item){align_up(p->scratch_bytes[i]), 0, p->region_first[i] + 1,
+                         p->region_last[i] + 1, p->nbufs + i};
   }
   p->activations = first_fit(act, nact);
   p->temporaries = first_fit(tmp, ntmp);
@@ -530,6 +666,9 @@ PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads) {
   p->absorbed = ir_alloc(n1 * sizeof *p->absorbed);
   p->scratch_offset = ir_alloc(n1 * sizeof *p->scratch_offset);
   p->scratch_bytes = ir_alloc(n1 * sizeof *p->scratch_bytes);
+  p->region_first = ir_alloc(n1 * sizeof *p->region_first);
+  p->region_last = ir_alloc(n1 * sizeof *p->region_last);
+  p->chunked = ir_alloc(n1 * sizeof *p->chunked);
   Planner pl = {.p = p, .g = g};
   index_values(&pl);
   plan_views(&pl);
@@ -538,6 +677,7 @@ PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads) {
   plan_groups(&pl);
   mark_outside(&pl);
   plan_registers(&pl);
+  plan_chunks(&pl);
   plan_liveness(&pl);
   place_weights(&pl);
   place_buffers(&pl);

@@ -14,8 +14,8 @@
  * elementwise nodes that codegen turns into one loop counts as a single
  * position (so no output of the loop overlaps any of its inputs), and a
  * value that never leaves such a loop gets no memory at all. Views (reshape,
- * a split whose parts are contiguous, dropout at rate 0) share their input's
- * storage. */
+ * tp_copy, a split whose parts are contiguous, dropout at rate 0) share their
+ * input's storage. */
 #ifndef SHARDC_PASSES_MEMPLAN_H
 #define SHARDC_PASSES_MEMPLAN_H
 
@@ -74,6 +74,17 @@ typedef struct PassMemPlan {
    * and size in bytes, or -1 and 0 when it needs none. */
   int64_t *scratch_offset, *scratch_bytes;
   int64_t scratch_per_thread; /* reals, PASS_ATTENTION_SCRATCH of the longest sequence; 0: none */
+  /* Row chunks: a run of nodes that each compute rows of their outputs from
+   * the same rows of their inputs (the token rows of the model: a linear
+   * layer, a norm, an elementwise loop; attention when a chunk holds whole
+   * sequences) runs as one parallel loop over chunks of `chunk_rows` rows,
+   * each chunk going through every node of the run. Per node index: the
+   * first and last node of its run (its fused loop's when it is in none),
+   * and whether it is in one. Every buffer a run touches is live for the
+   * whole run, since chunks reach its nodes at different times. */
+  int *region_first, *region_last;
+  bool *chunked;
+  int64_t chunk_rows, nchunks; /* 0 when the plan has no runs */
   PassBuf *bufs;
   int nbufs;
   int nleaves;            /* inputs + params: bufs[nleaves..] are node outputs */

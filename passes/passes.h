@@ -10,11 +10,27 @@
 
 #include "../ir/ir.h"
 
-/* Everything a pass may read besides the graph. Later issues add the
- * cluster shape (tp, pp, dp, vpp, microbatches) here. */
+/* How tp-annotate places the parameters (--tp-strategy). */
+typedef enum PassTpStrategy {
+  PASS_TP_MEGATRON, /* Megatron-LM's placement, found from the graph; annotations override */
+  PASS_TP_NONE,     /* only the model's own annotations */
+} PassTpStrategy;
+
+/* Everything a pass may read besides the graph: the cluster shape and the
+ * tensor-parallel choices. A zeroed struct is one rank without padding;
+ * values below 1 count as 1. */
 typedef struct PassOptions {
-  int placeholder_; /* keeps the struct non-empty until a pass needs options */
+  int tp;                 /* tensor-parallel size t (--tp) */
+  int pp, dp;             /* pipeline stages and data-parallel replicas (1 until they exist) */
+  int world;              /* ranks the job has (--world-size); 0: t * p * d, not checked */
+  bool sequence_parallel; /* --sequence-parallel: norms, dropout, residuals on sequence slices */
+  PassTpStrategy tp_strategy;
+  int vocab_multiple;     /* --vocab-multiple: pad the vocabulary to a multiple of this times t;
+                           * 0: no padding (the driver's default is 128) */
 } PassOptions;
+
+/* The tensor-parallel size of the options, at least 1. */
+static inline int pass_tp(const PassOptions *o) { return o && o->tp > 1 ? o->tp : 1; }
 
 typedef struct Pass {
   const char *name;
@@ -52,6 +68,25 @@ bool pass_shape(IrGraph **g, const PassOptions *opt);
 bool pass_verify(IrGraph **g, const PassOptions *opt);
 bool pass_unroll(IrGraph **g, const PassOptions *opt);
 bool pass_autodiff(IrGraph **g, const PassOptions *opt);
+bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
+bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
+bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
+bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
+
+/* For the passes that need a folded, typed graph (tp-annotate, vocab-pad,
+ * tp-partition, the comm report): every attribute and repeat count a
+ * number and every type known, in every graph. Reports the first node that
+ * is not, naming `who`, and returns false. */
+bool pass_check_typed(IrGraph *g, const char *who);
+
+/* The communication report (`shardc compile --report comm`): every
+ * collective one microbatch runs (forward and backward), per mesh axis,
+ * with the bytes each rank sends by the runtime's counting rules
+ * (runtime/comm.h, rt_comm_bytes), for a program whose reals have
+ * `real_bytes` bytes (4 or 8). Collectives inside a repeat count once per
+ * iteration. Writes to out; the TP ranks all send the same, which it says.
+ * False after reporting a graph it cannot count (not folded and typed). */
+bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes);
 
 /* Config evaluation shared by fold and the driver: evaluates e against the
  * (already folded) config table of g. Returns false after reporting an error

@@ -9,6 +9,13 @@ const Pass pass_registry[] = {
     {"fold", "evaluate config values, dims and attributes to numbers", pass_fold},
     {"shape", "infer the type of every node output from its op's shape rule", pass_shape},
     {"verify", "check the IR invariants every pass must keep", pass_verify},
+    {"tp-annotate", "place the params over the tensor-parallel ranks (--tp-strategy megatron|none; "
+     "model annotations win)", pass_tp_annotate},
+    {"vocab-pad", "pad vocabulary-split params to a multiple of --vocab-multiple * t; mask the "
+     "padding in the loss", pass_vocab_pad},
+    {"tp-partition", "make the graph one tensor-parallel rank's: propagate specs, insert "
+     "collectives, local shapes", pass_tp_partition},
+    {"tp-fuse", "turn tp_slice(all_reduce(x)) into reduce_scatter(x)", pass_tp_fuse},
     {"unroll", "replace every repeat by count copies of its body (params named LABEL.i.NAME)",
      pass_unroll},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",

@@ -200,6 +200,8 @@ static void copy_graph(Unroller *u, IrGraph *body, ValMap *m, const char *prefix
     IrValue *p = body->params.items[i];
     IrValue *c = ir_add_param(u->top, ir_fmt("%s%s", prefix, p->name), p->type, p->init, p->loc);
     c->shard = p->shard;
+    c->pad_dim = p->pad_dim;
+    c->unpadded = p->unpadded;
     const IrValue *clash = names_add(&u->names, c);
     if (clash) {
       ir_error(p->loc, "unroll: parameter @%s of the unrolled layer has the name of another "

@@ -29,8 +29,13 @@ static uint64_t dropout_seed(Rt *rt, int64_t step, int64_t m) {
   return rt_key3((uint64_t)rt->f.seed, (uint64_t)step, (uint64_t)m);
 }
 
+/* The per-op timer (log.c); a no-op unless the program asked for it. */
+void rt_prof_add(const char *what, double seconds);
+
 double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
+  double t0 = rt_now();
   memset(rt->ctx.grads, 0, (size_t)rt->model->nweights * sizeof(real));
+  rt_prof_add("S zero_grads", rt_now() - t0);
   rt->ctx.training = 1;
   double sum = 0;
   for (int64_t m = 0; m < rt->micro; m++) {

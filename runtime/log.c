@@ -105,3 +105,93 @@ void rt_log_json(RtLog *l, const RtStepInfo *s) {
   fflush(l->json);
   free(text);
 }
+
+/* ------------------------------------------------------------ profiling */
+
+/* The per-op timer of a rank program built with -DSHARD_PROFILE (make
+ * EXTRA_CFLAGS=-DSHARD_PROFILE in its directory): the generated code times
+ * every node (or fused loop) and reports it here under a label "PHASE OP
+ * SHAPE"; the runtime adds its own parts of a step (zeroing gradients, the
+ * norm, the optimizer). The table goes to stderr at the end of training.
+ * These are declared by their callers, not in a header: nothing but a
+ * profiling build uses them. */
+void rt_prof_enable(void);
+void rt_prof_add(const char *what, double seconds);
+void rt_prof_report(int64_t steps);
+
+#define PROF_MAX 1024
+
+typedef struct ProfEntry {
+  const char *what;
+  double seconds;
+  int64_t calls;
+} ProfEntry;
+
+static struct {
+  int on;
+  int n;
+  ProfEntry e[PROF_MAX];
+} prof;
+
+void rt_prof_enable(void) { prof.on = 1; }
+
+void rt_prof_add(const char *what, double seconds) {
+  if (!prof.on) return;
+  for (int i = 0; i < prof.n; i++)
+    if (prof.e[i].what == what || strcmp(prof.e[i].what, what) == 0) {
+      prof.e[i].seconds += seconds;
+      prof.e[i].calls++;
+      return;
+    }
+  if (prof.n == PROF_MAX) return;
+  prof.e[prof.n++] = (ProfEntry){what, seconds, 1};
+}
+
+static int by_time(const void *a, const void *b) {
+  double x = ((const ProfEntry *)a)->seconds, y = ((const ProfEntry *)b)->seconds;
+  return (x < y) - (x > y);
+}
+
+/* The label's first two words: its phase and op. */
+static const char *prof_group(const char *what, char *buf, size_t len) {
+  const char *sp = strchr(what, ' ');
+  sp = sp ? strchr(sp + 1, ' ') : NULL;
+  size_t n = sp ? (size_t)(sp - what) : strlen(what);
+  if (n >= len) n = len - 1;
+  memcpy(buf, what, n);
+  buf[n] = 0;
+  return buf;
+}
+
+static void prof_table(const char *title, ProfEntry *e, int n, double total, int64_t steps) {
+  qsort(e, (size_t)n, sizeof *e, by_time);
+  fprintf(stderr, "%s\n%10s %6s %8s  %s\n", title, "ms/step", "%", "calls", "what");
+  for (int i = 0; i < n; i++)
+    fprintf(stderr, "%10.2f %6.1f %8lld  %s\n", 1e3 * e[i].seconds / (double)steps,
+            100 * e[i].seconds / total, (long long)(e[i].calls / steps), e[i].what);
+}
+
+void rt_prof_report(int64_t steps) {
+  if (!prof.on || prof.n == 0 || steps <= 0) return;
+  static ProfEntry groups[PROF_MAX];
+  static char names[PROF_MAX][64];
+  int ng = 0;
+  double total = 0;
+  for (int i = 0; i < prof.n; i++) {
+    char buf[64];
+    prof_group(prof.e[i].what, buf, sizeof buf);
+    total += prof.e[i].seconds;
+    int g = 0;
+    while (g < ng && strcmp(names[g], buf) != 0) g++;
+    if (g == ng) {
+      memcpy(names[ng], buf, sizeof buf);
+      groups[ng++] = (ProfEntry){names[g], 0, 0};
+    }
+    groups[g].seconds += prof.e[i].seconds;
+    groups[g].calls += prof.e[i].calls;
+  }
+  fprintf(stderr, "profile over %lld steps: %.1f ms/step timed\n", (long long)steps,
+          1e3 * total / (double)steps);
+  prof_table("by op (F forward, B backward, S step):", groups, ng, total, steps);
+  prof_table("by op and shape:", prof.e, prof.n, total, steps);
+}

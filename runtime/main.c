@@ -19,6 +19,11 @@
 
 #define ALIGN64(x) (((x) + 63) / 64 * 64)
 
+/* The per-op timer (log.c): a no-op unless the program was built with
+ * -DSHARD_PROFILE. */
+void rt_prof_add(const char *what, double seconds);
+void rt_prof_report(int64_t steps);
+
 /* The tables come from the compiler; a mismatch here is its bug, but a
  * message beats writing outside the plan. */
 static void check_model(const RtModel *m) {
@@ -168,20 +173,25 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   const RtModel *m = rt->model;
   double t0 = rt_now(), skipped = 0;
   rt_fetch_window(rt, s);
+  rt_prof_add("S data", rt_now() - t0);
   info->loss = rt_window_grads(rt, rt->window, s);
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
     skipped = rt_now() - t;
   }
+  double t1 = rt_now();
   info->grad_norm = rt_grad_norm(rt->ctx.grads, m->nweights, NORM_CHUNK, rt->norm_partials);
   double scale = rt_clip_scale(info->grad_norm, rt->f.clip);
   info->lr = rt_lr_at(&rt->f, s);
+  double t2 = rt_now();
+  rt_prof_add("S grad_norm", t2 - t1);
   if (rt->f.optimizer == RT_OPT_ADAMW)
     rt_adamw_step(m, rt->ctx.weights, rt->ctx.grads, rt->adam_m, rt->adam_v, s + 1, info->lr, scale,
                   &rt->f);
   else
     rt_sgd_step(m, rt->ctx.weights, rt->ctx.grads, info->lr, scale, &rt->f);
+  rt_prof_add("S optimizer", rt_now() - t2);
   rt->step = s + 1;
   double dt = rt_now() - t0 - skipped;
   info->step = s + 1;
@@ -214,6 +224,7 @@ static void train(Rt *rt) {
     if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) save(rt);
   }
   rt_log_close(&log);
+  rt_prof_report(rt->step - first);
   int trained = rt->step > first;
   if (f->save && (trained || !f->resume)) save(rt);
   if (rt->val && !info.has_val) info.has_val = 1, info.val_loss = rt_eval(rt);

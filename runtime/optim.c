@@ -2,13 +2,9 @@
 #include "optim.h"
 
 #include <math.h>
+#include <omp.h>
 
-/* The update stays in `real` so that it vectorises in float. */
-#ifdef SHARD_REAL_F64
-#define SQRT sqrt
-#else
-#define SQRT sqrtf
-#endif
+#include "kernels.h"
 
 double rt_lr_at(const RtFlags *f, int64_t s) {
   if (s < f->warmup) return f->lr * (double)(s + 1) / (double)f->warmup;
@@ -20,15 +16,14 @@ double rt_lr_at(const RtFlags *f, int64_t s) {
   return f->lr_min + 0.5 * (1.0 + cos(M_PI * r)) * (f->lr - f->lr_min);
 }
 
+/* Fixed chunks, each summed by k_sum_squares and added in order: the same
+ * bits for any thread count. */
 double rt_grad_norm(const real *g, int64_t n, int64_t chunk, double *partials) {
   int64_t nchunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < nchunks; c++) {
     int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-    double s = 0;
-    for (int64_t i = c * chunk; i < end; i++)
-      s += (double)g[i] * (double)g[i];
-    partials[c] = s;
+    partials[c] = k_sum_squares(g + c * chunk, end - c * chunk);
   }
   double sum = 0;
   for (int64_t c = 0; c < nchunks; c++)
@@ -42,24 +37,52 @@ double rt_clip_scale(double norm, double clip) {
   return s < 1 ? s : 1;
 }
 
+/* Each thread takes an equal share of all the elements of all the
+ * parameters (in parameter order), cut at multiples of 64 elements of a
+ * parameter: one parallel region per step however many tensors the model
+ * has, and no barrier between them. Every element is updated alone, so the
+ * split changes no result. */
+#define SPLIT_UNIT 64
+
+static void thread_share(const RtModel *m, int64_t *lo, int64_t *hi) {
+  int64_t total = 0;
+  for (int p = 0; p < m->nparams; p++)
+    total += m->params[p].numel;
+  int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+  *lo = total * me / team;
+  *hi = total * (me + 1) / team;
+}
+
+/* The part of [lo, hi) (positions in the concatenation of all parameters)
+ * that falls on parameter p, which starts at position `at`, as element
+ * indices into p, rounded to SPLIT_UNIT so threads cut at the same places
+ * whatever the team. */
+static int param_part(const RtParam *prm, int64_t at, int64_t lo, int64_t hi, int64_t *b,
+                      int64_t *e) {
+  int64_t s = lo - at, t = hi - at;
+  s = s < 0 ? 0 : (s + SPLIT_UNIT - 1) / SPLIT_UNIT * SPLIT_UNIT;
+  t = t >= prm->numel ? prm->numel : (t + SPLIT_UNIT - 1) / SPLIT_UNIT * SPLIT_UNIT;
+  if (t > prm->numel) t = prm->numel;
+  *b = s;
+  *e = t;
+  return s < t;
+}
+
 void rt_adamw_step(const RtModel *m, real *w, const real *g, real *mom, real *vel, int64_t t,
                    double lr, double grad_scale, const RtFlags *f) {
-  const real b1 = (real)f->beta1, b2 = (real)f->beta2, eps = (real)f->eps;
-  const real scale = (real)grad_scale;
   const double bc1 = 1 - pow(f->beta1, (double)t), bc2 = 1 - pow(f->beta2, (double)t);
-  const real step_size = (real)(lr / bc1), bc2_sqrt = (real)sqrt(bc2);
-  for (int p = 0; p < m->nparams; p++) {
-    const RtParam *prm = &m->params[p];
-    const real decay = (real)(prm->weight_decay ? 1 - lr * f->weight_decay : 1);
-    real *pw = w + prm->offset, *pm = mom + prm->offset, *pv = vel + prm->offset;
-    const real *pg = g + prm->offset;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < prm->numel; i++) {
-      real gi = pg[i] * scale;
-      pw[i] *= decay;
-      pm[i] += (gi - pm[i]) * (1 - b1); /* torch's lerp */
-      pv[i] = pv[i] * b2 + (1 - b2) * gi * gi;
-      pw[i] -= step_size * pm[i] / (SQRT(pv[i]) / bc2_sqrt + eps);
+  KAdamW h = {.grad_scale = (real)grad_scale, .beta1 = (real)f->beta1, .beta2 = (real)f->beta2,
+              .eps = (real)f->eps, .step_size = (real)(lr / bc1), .bc2_sqrt = (real)sqrt(bc2)};
+#pragma omp parallel firstprivate(h)
+  {
+    int64_t lo, hi, at = 0, b, e;
+    thread_share(m, &lo, &hi);
+    for (int p = 0; p < m->nparams; at += m->params[p].numel, p++) {
+      const RtParam *prm = &m->params[p];
+      if (!param_part(prm, at, lo, hi, &b, &e)) continue;
+      h.decay = (real)(prm->weight_decay ? 1 - lr * f->weight_decay : 1);
+      int64_t o = prm->offset + b;
+      k_adamw(w + o, g + o, mom + o, vel + o, e - b, &h);
     }
   }
 }
@@ -67,13 +90,18 @@ void rt_adamw_step(const RtModel *m, real *w, const real *g, real *mom, real *ve
 void rt_sgd_step(const RtModel *m, real *w, const real *g, double lr, double grad_scale,
                  const RtFlags *f) {
   const real scale = (real)grad_scale, rate = (real)lr;
-  for (int p = 0; p < m->nparams; p++) {
-    const RtParam *prm = &m->params[p];
-    const real decay = (real)(prm->weight_decay ? 1 - lr * f->weight_decay : 1);
-    real *pw = w + prm->offset;
-    const real *pg = g + prm->offset;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < prm->numel; i++)
-      pw[i] = pw[i] * decay - rate * pg[i] * scale;
+#pragma omp parallel
+  {
+    int64_t lo, hi, at = 0, b, e;
+    thread_share(m, &lo, &hi);
+    for (int p = 0; p < m->nparams; at += m->params[p].numel, p++) {
+      const RtParam *prm = &m->params[p];
+      if (!param_part(prm, at, lo, hi, &b, &e)) continue;
+      const real decay = (real)(prm->weight_decay ? 1 - lr * f->weight_decay : 1);
+      real *pw = w + prm->offset;
+      const real *pg = g + prm->offset;
+      for (int64_t i = b; i < e; i++)
+        pw[i] = pw[i] * decay - rate * pg[i] * scale;
+    }
   }
 }

@@ -23,6 +23,9 @@ FLAG_WORDS = {
     "IR_OPF_SOURCE": "no tensor inputs",
     "IR_OPF_MULTI_OUT": "n outputs",
     "IR_OPF_RANDOM": "random",
+    "IR_OPF_INTERNAL": "internal",
+    "IR_OPF_PARALLEL": "tensor parallel",
+    "IR_OPF_COLLECTIVE": "collective",
 }
 
 
@@ -86,7 +89,8 @@ def inputs(op):
 def attrs(op):
     out = []
     for a in op["attrs"]:
-        name, _, dflt = a.partition("=")
+        # `?name=default`: a quiet attribute, printed only when set.
+        name, _, dflt = a.lstrip("?").partition("=")
         out.append(f"`{name}` = {dflt}" if dflt else f"`{name}`")
     return ", ".join(out) or "none"
 

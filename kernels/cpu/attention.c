@@ -61,27 +61,30 @@ static void att_check(int64_t H, int64_t K) {
 }
 
 /* Probabilities of query rows i0 .. i0 + rows - 1 against keys 0 .. jend - 1
- * into P (leading dim jend): scores by GEMM, then a stable softmax per row
- * over the keys the row may see, zeros beyond them. */
+ * into P (leading dim jend): scores by GEMM, then a stable softmax per row.
+ * The keys a row may not see get -inf first, so that every loop runs over
+ * the whole row (a multiple of the vector width when jend is) instead of
+ * ending in a scalar remainder of a different length on every row; their
+ * probabilities come out as exactly 0. */
 static void att_probs(const Att *a, real *P, const real *qb, const real *kb, int64_t i0,
                       int64_t rows, int64_t jend) {
   k_gemm(0, 1, rows, jend, a->d, a->scale, qb, a->ldq, kb, a->ldk, 0, P, jend);
   for (int64_t r = 0; r < rows; r++) {
     real *p = P + r * jend;
     int64_t L = a->causal ? i0 + r + 1 : jend;
-    real m = kcpu_max(p, L);
+    for (int64_t j = L; j < jend; j++)
+      p[j] = -INFINITY;
+    real m = kcpu_max(p, jend);
     acc_t sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < L; j++) {
+    for (int64_t j = 0; j < jend; j++) {
       p[j] = k_exp(p[j] - m);
       sum += p[j];
     }
     real inv = (real)(1.0 / sum);
 #pragma omp simd
-    for (int64_t j = 0; j < L; j++)
+    for (int64_t j = 0; j < jend; j++)
       p[j] *= inv;
-    for (int64_t j = L; j < jend; j++)
-      p[j] = 0;
   }
 }
 
@@ -98,7 +101,7 @@ void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64
     int64_t blk = task % nblk, h = task / nblk % H, bi = task / nblk / H, g = h / group;
     int64_t i0 = blk * ATT_BQ, rows = s - i0 < ATT_BQ ? s - i0 : ATT_BQ;
     int64_t jend = causal ? i0 + rows : s;
-    real *P = scratch + omp_get_thread_num() * per_thread;
+    real *P = scratch + kcpu_slot() * per_thread;
     const real *qb = q + (bi * s + i0) * a.ldq + h * d;
     const real *kb = k + bi * s * a.ldk + g * d, *vb = v + bi * s * a.ldk + g * d;
     att_probs(&a, P, qb, kb, i0, rows, jend);
@@ -111,7 +114,7 @@ void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64
 /* dS = P (dP - rowsum(dy y)) / sqrt(d), dP = dy v^T: the softmax backward
  * folded with the score scale, in place of dP in G. */
 static void att_dscores(const Att *a, real *G, const real *P, const real *dyb, const real *yb,
-                        int64_t i0, int64_t rows, int64_t jend) {
+                        int64_t rows, int64_t jend) {
   for (int64_t r = 0; r < rows; r++) {
     const real *dyr = dyb + r * a->ldq, *yr = yb + r * a->ldq, *p = P + r * jend;
     real *gr = G + r * jend;
@@ -120,12 +123,10 @@ static void att_dscores(const Att *a, real *G, const real *P, const real *dyb, c
     for (int64_t c = 0; c < a->d; c++)
       dot += (acc_t)dyr[c] * yr[c];
     real D = (real)dot;
-    int64_t L = a->causal ? i0 + r + 1 : jend;
+    /* P is 0 where the row may not look (att_probs): so is the gradient. */
 #pragma omp simd
-    for (int64_t j = 0; j < L; j++)
+    for (int64_t j = 0; j < jend; j++)
       gr[j] = p[j] * (gr[j] - D) * a->scale;
-    for (int64_t j = L; j < jend; j++)
-      gr[j] = 0;
   }
 }
 
@@ -143,7 +144,7 @@ void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < b * K; task++) {
     int64_t g = task % K, bi = task / K;
-    real *P = scratch + omp_get_thread_num() * per_thread, *G = P + ATT_BQ * s;
+    real *P = scratch + kcpu_slot() * per_thread, *G = P + ATT_BQ * s;
     const real *kb = k + bi * s * a.ldk + g * d, *vb = v + bi * s * a.ldk + g * d;
     real *dkb = dk + bi * s * a.ldk + g * d, *dvb = dv + bi * s * a.ldk + g * d;
     for (int64_t t = 0; t < s; t++) {
@@ -156,7 +157,7 @@ void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q
         int64_t jend = causal ? i0 + rows : s, off = (bi * s + i0) * a.ldq + h * d;
         att_probs(&a, P, q + off, kb, i0, rows, jend);
         k_gemm(0, 1, rows, jend, d, 1, dy + off, a.ldq, vb, a.ldk, 0, G, jend);
-        att_dscores(&a, G, P, dy + off, y + off, i0, rows, jend);
+        att_dscores(&a, G, P, dy + off, y + off, rows, jend);
         k_gemm(1, 0, jend, d, rows, 1, P, jend, dy + off, a.ldq, 1, dvb, a.ldk);
         k_gemm(0, 0, rows, d, jend, 1, G, jend, kb, a.ldk, 0, dq + off, a.ldq);
         k_gemm(1, 0, jend, d, rows, 1, G, jend, q + off, a.ldq, 1, dkb, a.ldk);

@@ -44,6 +44,9 @@ void kcpu_blas_serial_end(int saved) {
     openblas_set_num_threads(saved);
 }
 
+int k_blas_serial_begin(void) { return kcpu_blas_serial_begin(); }
+void k_blas_serial_end(int saved) { kcpu_blas_serial_end(saved); }
+
 /* The OpenBLAS on Debian takes 32-bit sizes; a larger one is a bug of the
  * memory plan, not something to wrap around silently. */
 static blasint blas_int(int64_t v) {
@@ -66,6 +69,51 @@ void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alph
   CBLAS_GEMM(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
              blas_int(M), blas_int(N), blas_int(K), alpha, A, blas_int(lda), B, blas_int(ldb), beta,
              C, blas_int(ldc));
+}
+
+/* k_gemm_blocks: C cut into at most GEMM_BLOCKS blocks of rows or of
+ * columns, each at least GEMM_BLOCK_MIN wide and GEMM_BLOCK_WORK
+ * multiply-adds, a single-threaded GEMM each. */
+#define GEMM_BLOCKS 8
+#define GEMM_BLOCK_MIN 64
+#define GEMM_BLOCK_WORK ((int64_t)1 << 21)
+
+/* Threads that take independent blocks from a shared counter keep working
+ * when the machine delays one of them, where OpenBLAS's own threads move
+ * in step and wait for each other. The cut depends only on the sizes: each
+ * block is the same GEMM whatever the team, so the results are the same
+ * bits for any number of threads. Each block packs the operand it shares
+ * with the others again, so the cut goes along the dimension whose shared
+ * operand is the smaller, and blocks stay large. */
+void k_gemm_blocks(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
+                   const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
+                   int64_t ldc) {
+  /* Cutting the columns shares A (M x K), cutting the rows shares B. */
+  int by_cols = M * K <= K * N;
+  int64_t len = by_cols ? N : M, nb = M * N * K / GEMM_BLOCK_WORK;
+  if (nb > GEMM_BLOCKS)
+    nb = GEMM_BLOCKS;
+  if (nb > len / GEMM_BLOCK_MIN)
+    nb = len / GEMM_BLOCK_MIN;
+  if (nb < 2 || K == 0) {
+    k_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  int64_t step = (len + nb - 1) / nb;
+  step = (step + 15) / 16 * 16;
+  nb = (len + step - 1) / step;
+  int saved = kcpu_blas_serial_begin();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t blk = 0; blk < nb; blk++) {
+    int64_t at = blk * step, w = len - at < step ? len - at : step;
+    if (by_cols) /* columns at..at+w of op(B) and C */
+      k_gemm(trans_a, trans_b, M, w, K, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta,
+             C + at, ldc);
+    else /* rows at..at+w of op(A) and C */
+      k_gemm(trans_a, trans_b, w, N, K, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta,
+             C + at * ldc, ldc);
+  }
+  kcpu_blas_serial_end(saved);
 }
 
 /* Many small matrices (attention-sized matmuls, per-head products) keep

@@ -4,6 +4,8 @@
 #ifndef SHARD_KERNELS_CPU_INTERNAL_H
 #define SHARD_KERNELS_CPU_INTERNAL_H
 
+#include <omp.h>
+
 #include "kernels.h"
 
 /* Sums of many terms (row statistics, softmax denominators, the loss,
@@ -28,6 +30,17 @@ __attribute__((noreturn, format(printf, 1, 2))) void kcpu_die(const char *fmt, .
  * by begin goes back to end. */
 int kcpu_blas_serial_begin(void);
 void kcpu_blas_serial_end(int saved);
+
+/* The thread's scratch slot: its number in the innermost team of more
+ * than one thread. A kernel called from inside the caller's parallel loop
+ * runs its own region on one thread (number 0 there), and must not share
+ * slot 0 with the callers on the other threads. */
+static inline int kcpu_slot(void) {
+  int level = omp_get_level();
+  while (level > 0 && omp_get_team_size(level) == 1)
+    level--;
+  return level > 0 ? omp_get_ancestor_thread_num(level) : 0;
+}
 
 /* The same parallel loop bound, spelled once. */
 static inline int kcpu_par(int64_t work) { return work >= K_PAR_MIN; }

@@ -38,6 +38,13 @@ void k_arange(int32_t *out, int64_t n);
  * leading dims lda, ldb, ldc (cblas semantics). */
 void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha, const real *A,
             int64_t lda, const real *B, int64_t ldb, real beta, real *C, int64_t ldc);
+/* The same product as k_gemm, cut by the sizes alone into independent
+ * blocks that the threads share (one GEMM when it is small), for a GEMM
+ * outside any parallel region of the caller. Not the same bits as k_gemm
+ * of the whole, but the same for any number of threads. */
+void k_gemm_blocks(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
+                   const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
+                   int64_t ldc);
 /* `batch` independent GEMMs, matrices `stride_*` elements apart (stride 0:
  * the same matrix for every batch, e.g. a shared weight). C must not
  * overlap between entries. */
@@ -45,6 +52,12 @@ void k_gemm_batched(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t 
                     real alpha, const real *A, int64_t lda, int64_t stride_a, const real *B,
                     int64_t ldb, int64_t stride_b, real beta, real *C, int64_t ldc,
                     int64_t stride_c);
+/* Around a parallel loop of the caller whose iterations call k_gemm: with
+ * the pthread build of OpenBLAS, which would start its own threads inside
+ * every one of them, it runs on the calling thread until the matching end
+ * (begin returns what end restores). A no-op with the OpenMP build. */
+int k_blas_serial_begin(void);
+void k_blas_serial_end(int saved);
 /* y[r, :] += bias[:] for r < rows. */
 void k_add_bias(real *y, const real *bias, int64_t rows, int64_t n);
 /* out[:] = sum over r of x[r, :] (out has n elements): bias gradients and the
@@ -79,7 +92,8 @@ void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, 
  * [b, s, H*d]; k and v [b, s, K*d] with query head j reading kv head
  * j / (H / K) (K divides H). `scratch` holds k_attention_scratch(s) reals
  * per thread (omp_get_max_threads() of them): the scores of a block of 64
- * query rows and their gradient, 2 * 64 * s. */
+ * query rows and their gradient, 2 * 64 * s. Called from inside a
+ * parallel region, each caller uses the slot of its thread there. */
 int64_t k_attention_scratch(int64_t s);
 void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64_t b, int64_t s,
                      int64_t H, int64_t K, int64_t d, int causal, real *scratch);
@@ -118,6 +132,23 @@ void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targe
  * copy, rate >= 1 gives zeros. y may be x. */
 void k_dropout_fwd(real *y, const real *x, int64_t n, real rate, uint64_t seed, uint64_t site);
 void k_dropout_bwd(real *dx, const real *dy, int64_t n, real rate, uint64_t seed, uint64_t site);
+
+/* --- optimizer (optim.c) ----------------------------------------------------- */
+/* Serial loops over one range: the runtime splits the parameters among its
+ * threads and calls these from inside its own parallel region. */
+typedef struct KAdamW {
+  real grad_scale; /* clipping: the gradient is taken times this */
+  real decay;      /* 1 - lr * weight_decay, or 1 */
+  real beta1, beta2, eps;
+  real step_size;  /* lr / (1 - beta1^t) */
+  real bc2_sqrt;   /* sqrt(1 - beta2^t) */
+} KAdamW;
+/* One AdamW update of n elements, torch.optim.AdamW's arithmetic:
+ * w *= decay; m = lerp(m, g', 1 - beta1); v = beta2 v + (1 - beta2) g'^2;
+ * w -= step_size m / (sqrt(v) / bc2_sqrt + eps), with g' = g grad_scale. */
+void k_adamw(real *w, const real *g, real *m, real *v, int64_t n, const KAdamW *h);
+/* The sum of x[i]^2 in double, in an order fixed by n. */
+double k_sum_squares(const real *x, int64_t n);
 
 /* --- elementwise (inline, for the fused loops codegen writes) ------------- */
 /* exp and tanh without a libm call in f32, so that loops calling them

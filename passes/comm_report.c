@@ -1,0 +1,189 @@
+/* The communication report (`shardc compile --report comm`): what each
+ * rank sends in one microbatch, forward and backward, collective by
+ * collective, per mesh axis.
+ *
+ * Bytes follow the runtime's counting rules (runtime/comm.h, rt_comm_bytes;
+ * the compiler does not include runtime/, so the expressions are repeated
+ * here and must stay equal): with n ranks and S = count * element size,
+ *   all-reduce      2 * (n - 1) * S / n   (S: the whole buffer)
+ *   all-gather      (n - 1) * S           (S: one rank's part)
+ *   reduce-scatter  (n - 1) * S           (S: one rank's part)
+ * as a ring algorithm sends them, with the integer division per call. The
+ * runtime counts what it really issues the same way, so the two must agree
+ * to the byte (bench/tp_overhead.sh checks it).
+ *
+ * Besides the collective nodes of the graph, a vocab-parallel cross_entropy
+ * all-reduces three [positions] vectors (the row max, the sum of
+ * exponentials, the target logit) and its gradient two (the row max and
+ * the sum of exponentials again). Nodes inside a repeat count once per
+ * iteration. All ranks of the tensor axis run the same program, so each
+ * sends the same bytes: the report gives one set of numbers for all. */
+#include <string.h>
+
+#include "passes.h"
+
+/* The kinds rt_comm_bytes distinguishes. */
+typedef enum Kind { ALLREDUCE, ALLGATHER, REDUCE_SCATTER } Kind;
+
+static const char *kind_name(Kind k) {
+  static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter"};
+  return names[k];
+}
+
+/* rt_comm_bytes of runtime/comm.h. */
+static int64_t comm_bytes(Kind kind, int n, int64_t count, int elem) {
+  int64_t s = count * elem;
+  if (n <= 1) return 0;
+  if (kind == ALLREDUCE) return 2 * (int64_t)(n - 1) * s / n;
+  return (int64_t)(n - 1) * s;
+}
+
+/* One line of the report: calls of one collective made at one place. */
+typedef struct Row {
+  IrPhase phase;
+  Kind kind;
+  IrMeshAxis axis;
+  const char *what;  /* the tensor, or the purpose of an internal all-reduce */
+  const char *where; /* file:line:col */
+  int64_t count;     /* elements per call, as rt_comm_* receives them */
+  int64_t calls;
+  int64_t bytes;     /* sent by one rank over all calls */
+} Row;
+
+typedef struct Report {
+  IrVec rows;
+  int elem;
+  int sizes[IR_MESH_AXES];
+} Report;
+
+static const char *where(IrLoc loc) {
+  if (!loc.file) return "-";
+  return ir_fmt("%s:%d:%d", loc.file, loc.line, loc.col);
+}
+
+static void add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char *what,
+                IrLoc loc, int64_t count, int64_t calls, int n) {
+  const char *at = where(loc);
+  int64_t bytes = comm_bytes(kind, n, count, r->elem) * calls;
+  for (int i = 0; i < r->rows.len; i++) {
+    Row *row = r->rows.items[i];
+    if (row->phase == phase && row->kind == kind && row->axis == axis && row->count == count &&
+        strcmp(row->what, what) == 0 && strcmp(row->where, at) == 0) {
+      row->calls += calls;
+      row->bytes += bytes;
+      return;
+    }
+  }
+  Row *row = ir_alloc(sizeof *row);
+  *row = (Row){phase, kind, axis, what, at, count, calls, bytes};
+  ir_vec_push(&r->rows, row);
+}
+
+static const char *type_str(const IrType *t) {
+  return ir_fmt("%s%s", ir_dtype_name(t->dtype), ir_shape_str(t));
+}
+
+/* The all-reduces inside a vocab-parallel cross_entropy (3) or its
+ * gradient (2), each of one real per position. */
+static void loss_collectives(Report *r, const IrNode *n, int64_t mult) {
+  if (!ir_attr_has(n, "vocab_parallel") || ir_attr_int(n, "vocab_parallel") == 0) return;
+  static const char *const parts[] = {"row max", "sum of exp", "target logit"};
+  bool fwd = n->op == IR_OP_CROSS_ENTROPY;
+  int64_t positions = ir_type_numel(&n->in[1]->type);
+  const char *op = ir_op_info(n->op)->name;
+  for (int i = 0; i < (fwd ? 3 : 2); i++)
+    add(r, n->phase, ALLREDUCE, IR_AXIS_TENSOR, ir_fmt("%s: %s", op, parts[i]), n->loc, positions,
+        mult, r->sizes[IR_AXIS_TENSOR]);
+}
+
+static void collect(Report *r, IrGraph *g) {
+  int64_t mult = ir_graph_multiplicity(g);
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (n->body) {
+      collect(r, n->body);
+      continue;
+    }
+    if (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) loss_collectives(r, n, mult);
+    if (!(ir_op_info(n->op)->flags & IR_OPF_COLLECTIVE)) continue;
+    IrMeshAxis axis = (IrMeshAxis)ir_attr_int(n, "axis");
+    int size = (int)ir_attr_int(n, "size");
+    if ((unsigned)axis < IR_MESH_AXES && r->sizes[axis] < size) r->sizes[axis] = size;
+    Kind kind = n->op == IR_OP_ALL_REDUCE ? ALLREDUCE
+                : n->op == IR_OP_ALL_GATHER ? ALLGATHER : REDUCE_SCATTER;
+    /* rt_comm_* counts what each rank contributes: the input of an
+     * all-reduce or all-gather, the (received) result of a reduce-scatter. */
+    const IrValue *v = kind == REDUCE_SCATTER ? n->out[0] : n->in[0];
+    add(r, n->phase, kind, axis, type_str(&v->type), n->loc, ir_type_numel(&v->type), mult, size);
+  }
+}
+
+/* count * 2(n-1)/n or count * (n-1), printed exactly when whole. */
+static const char *sent_elems(const Row *row, int n) {
+  int64_t num = row->count * row->calls * (row->kind == ALLREDUCE ? 2 * (int64_t)(n - 1) : n - 1);
+  int64_t den = row->kind == ALLREDUCE ? n : 1;
+  if (n <= 1) return "0";
+  if (num % den == 0) return ir_fmt("%lld", (long long)(num / den));
+  return ir_fmt("%.2f", (double)num / (double)den);
+}
+
+static void print_axis(FILE *out, Report *r, IrMeshAxis axis) {
+  int n = r->sizes[axis];
+  fprintf(out, "\naxis %s (%d rank%s):", ir_axis_name(axis), n, n == 1 ? "" : "s");
+  int64_t calls[2] = {0, 0}, bytes[2] = {0, 0};
+  bool any = false;
+  for (int i = 0; i < r->rows.len; i++) any |= ((Row *)r->rows.items[i])->axis == axis;
+  if (!any || n <= 1) {
+    fprintf(out, " no collectives\n");
+    return;
+  }
+  fprintf(out, "\n  %-8s  %-14s  %-32s  %6s  %10s  %14s  %12s  %s\n", "phase", "collective",
+          "tensor (one rank's part)", "calls", "elements", "sent elements", "sent bytes", "source");
+  for (int i = 0; i < r->rows.len; i++) {
+    Row *row = r->rows.items[i];
+    if (row->axis != axis) continue;
+    fprintf(out, "  %-8s  %-14s  %-32s  %6lld  %10lld  %14s  %12lld  %s\n",
+            row->phase == IR_PHASE_BACKWARD ? "backward" : "forward", kind_name(row->kind),
+            row->what, (long long)row->calls, (long long)row->count, sent_elems(row, n),
+            (long long)row->bytes, row->where);
+    calls[row->phase] += row->calls;
+    bytes[row->phase] += row->bytes;
+  }
+  static const char *const phases[] = {"forward", "backward"};
+  for (int p = 0; p < 2; p++)
+    fprintf(out, "  %s: %lld calls, %lld bytes sent (%.6g elements)\n", phases[p],
+            (long long)calls[p], (long long)bytes[p], (double)bytes[p] / r->elem);
+  fprintf(out, "  total: %lld calls, %lld bytes sent (%.6g elements)\n",
+          (long long)(calls[0] + calls[1]), (long long)(bytes[0] + bytes[1]),
+          (double)(bytes[0] + bytes[1]) / r->elem);
+}
+
+bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes) {
+  Report r = {.elem = real_bytes == 8 ? 8 : 4};
+  g = ir_top(g);
+  if (!pass_check_typed(g, "--report comm")) return false;
+  r.sizes[IR_AXIS_TENSOR] = g->mesh[IR_AXIS_TENSOR] > 1 ? g->mesh[IR_AXIS_TENSOR] : pass_tp(opt);
+  r.sizes[IR_AXIS_PIPELINE] = opt && opt->pp > 1 ? opt->pp : 1;
+  r.sizes[IR_AXIS_DATA] = opt && opt->dp > 1 ? opt->dp : 1;
+  collect(&r, g);
+  int t = r.sizes[IR_AXIS_TENSOR], p = r.sizes[IR_AXIS_PIPELINE], d = r.sizes[IR_AXIS_DATA];
+  fprintf(out, "communication of one microbatch (forward and backward), model %s\n", g->name);
+  fprintf(out, "mesh: t = %d, p = %d, d = %d (%d rank%s); reals of %d bytes; bytes as "
+          "rt_comm counts them\n", t, p, d, t * p * d, t * p * d == 1 ? "" : "s", r.elem);
+  fprintf(out, "every rank runs the same program and sends the same bytes:\n");
+  for (int pp = 0; pp < p; pp++)
+    for (int dp = 0; dp < d; dp++)
+      for (int tp = 0; tp < t; tp++)
+        fprintf(out, "  rank %d: tp %d, pp %d, dp %d\n", tp + t * (dp + d * pp), tp, pp, dp);
+  int64_t total = 0, per_axis[IR_MESH_AXES] = {0};
+  for (int i = 0; i < r.rows.len; i++) {
+    Row *row = r.rows.items[i];
+    if ((unsigned)row->axis < IR_MESH_AXES) per_axis[row->axis] += row->bytes;
+    total += row->bytes;
+  }
+  for (int a = 0; a < IR_MESH_AXES; a++) print_axis(out, &r, (IrMeshAxis)a);
+  fprintf(out, "\nper rank: %lld bytes sent (tensor %lld, pipeline %lld, data %lld)\n",
+          (long long)total, (long long)per_axis[0], (long long)per_axis[1],
+          (long long)per_axis[2]);
+  return true;
+}
