@@ -37,6 +37,17 @@ typedef struct IrVec {
 } IrVec;
 void ir_vec_push(IrVec *v, void *item);
 
+/* A map from pointers to non-NULL pointers, malloc'ed so that a pass can
+ * free it when done (ptrmap.c). */
+typedef struct IrPtrMap {
+  const void **keys;
+  void **vals;
+  size_t cap, len;
+} IrPtrMap;
+void ir_ptrmap_put(IrPtrMap *m, const void *key, void *val);
+void *ir_ptrmap_get(const IrPtrMap *m, const void *key); /* NULL when absent */
+void ir_ptrmap_free(IrPtrMap *m);
+
 /* ----------------------------------------------------------- diagnostics */
 
 /* A source position; line and col are 1-based, line 0 means "no location". */

@@ -34,61 +34,21 @@
 
 /* ------------------------------------------------------- value numbering */
 
-/* An open-addressing map from value to its printed number. Graphs can hold
- * many thousands of values once unrolled, so a linear search would not do. */
-typedef struct NumMap {
-  const IrValue **keys;
-  int *nums;
-  size_t cap, len;
-} NumMap;
-
-static size_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (size_t)x;
-}
-
-static void map_put(NumMap *m, const IrValue *v, int num);
-
-static void map_grow(NumMap *m) {
-  NumMap old = *m;
-  m->cap = old.cap ? old.cap * 2 : 256;
-  m->len = 0;
-  m->keys = calloc(m->cap, sizeof *m->keys);
-  m->nums = calloc(m->cap, sizeof *m->nums);
-  if (!m->keys || !m->nums) die("out of memory");
-  for (size_t i = 0; i < old.cap; i++)
-    if (old.keys[i]) map_put(m, old.keys[i], old.nums[i]);
-  free(old.keys);
-  free(old.nums);
-}
-
-static void map_put(NumMap *m, const IrValue *v, int num) {
-  if (2 * (m->len + 1) > m->cap) map_grow(m);
-  size_t i = hash_ptr(v) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != v) i = (i + 1) & (m->cap - 1);
-  if (!m->keys[i]) m->len++;
-  m->keys[i] = v;
-  m->nums[i] = num;
+/* Printed numbers live in a pointer map as num + 1, since the map's
+ * values cannot be NULL. */
+static void map_put(IrPtrMap *m, const IrValue *v, int num) {
+  ir_ptrmap_put(m, v, (void *)(intptr_t)(num + 1));
 }
 
 /* The number of a node result or body arg, -1 when it is not in the module
  * (a dangling reference a broken pass left behind). */
-static int map_get(const NumMap *m, const IrValue *v) {
-  if (!m->cap) return -1;
-  size_t i = hash_ptr(v) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (m->keys[i] == v) return m->nums[i];
-    i = (i + 1) & (m->cap - 1);
-  }
-  return -1;
+static int map_get(const IrPtrMap *m, const IrValue *v) {
+  return (int)(intptr_t)ir_ptrmap_get(m, v) - 1;
 }
 
 typedef struct Printer {
   FILE *out;
-  NumMap nums;
+  IrPtrMap nums;
   int next;
 } Printer;
 
@@ -310,6 +270,5 @@ void ir_print(FILE *out, const IrGraph *g) {
     if (g->mesh[a] > 1) fprintf(out, "  mesh %s = %d\n", ir_axis_name((IrMeshAxis)a), g->mesh[a]);
   print_graph_items(&pr, g, 1);
   fputs("}\n", out);
-  free(pr.nums.keys);
-  free(pr.nums.nums);
+  ir_ptrmap_free(&pr.nums);
 }

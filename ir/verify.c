@@ -27,47 +27,18 @@ typedef struct Slot {
 
 typedef struct Verifier {
   const char *who;
-  Slot *slots;
-  size_t cap, len;
+  IrPtrMap slots; /* IrValue* -> Slot* (arena) */
   int next;
   bool ok;
 } Verifier;
 
-static size_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (size_t)x;
-}
-
-static Slot *slot_probe(Slot *slots, size_t cap, const IrValue *v) {
-  size_t i = hash_ptr(v) & (cap - 1);
-  while (slots[i].v && slots[i].v != v) i = (i + 1) & (cap - 1);
-  return &slots[i];
-}
-
 /* The slot of v, created (numbered `num`) when absent and `num` is not -2. */
 static Slot *slot(Verifier *vf, const IrValue *v, int num) {
-  if (vf->cap) {
-    Slot *s = slot_probe(vf->slots, vf->cap, v);
-    if (s->v || num == -2) return s->v ? s : NULL;
-  } else if (num == -2) {
-    return NULL;
-  }
-  if (2 * (vf->len + 1) > vf->cap) {
-    size_t cap = vf->cap ? vf->cap * 2 : 256;
-    Slot *slots = calloc(cap, sizeof *slots);
-    if (!slots) die("out of memory");
-    for (size_t i = 0; i < vf->cap; i++)
-      if (vf->slots[i].v) *slot_probe(slots, cap, vf->slots[i].v) = vf->slots[i];
-    free(vf->slots);
-    vf->slots = slots;
-    vf->cap = cap;
-  }
-  Slot *s = slot_probe(vf->slots, vf->cap, v);
+  Slot *s = ir_ptrmap_get(&vf->slots, v);
+  if (s || num == -2) return s;
+  s = ir_alloc(sizeof *s);
   *s = (Slot){v, num, false};
-  vf->len++;
+  ir_ptrmap_put(&vf->slots, v, s);
   return s;
 }
 
@@ -432,6 +403,6 @@ bool ir_verify(IrGraph *g, const char *who) {
   Verifier vf = {.who = who, .ok = true};
   number_graph(&vf, ir_top(g), 0);
   check_graph(&vf, g, 0);
-  free(vf.slots);
+  ir_ptrmap_free(&vf.slots);
   return vf.ok;
 }

@@ -19,60 +19,19 @@
 
 /* ------------------------------------------------------------ value map */
 
-/* From the values of a body (args, params, node results) to their copies.
- * Open addressing over a power-of-two table of malloc'ed slots, freed after
- * each iteration: an unrolled model can hold many thousands of values. */
-typedef struct ValMap {
-  const IrValue **keys;
-  IrValue **vals;
-  size_t cap, len;
-} ValMap;
+/* From the values of a body (args, params, node results) to their copies,
+ * freed after each iteration; values with none (top-level inputs and
+ * params) map to themselves. */
+typedef IrPtrMap ValMap;
 
-static size_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (size_t)x;
-}
+static void map_put(ValMap *m, const IrValue *k, IrValue *v) { ir_ptrmap_put(m, k, v); }
 
-static void map_put(ValMap *m, const IrValue *k, IrValue *v);
-
-static void map_grow(ValMap *m) {
-  ValMap old = *m;
-  m->cap = old.cap ? old.cap * 2 : 64;
-  m->len = 0;
-  m->keys = calloc(m->cap, sizeof *m->keys);
-  m->vals = calloc(m->cap, sizeof *m->vals);
-  if (!m->keys || !m->vals) die("out of memory");
-  for (size_t i = 0; i < old.cap; i++)
-    if (old.keys[i]) map_put(m, old.keys[i], old.vals[i]);
-  free(old.keys);
-  free(old.vals);
-}
-
-static void map_put(ValMap *m, const IrValue *k, IrValue *v) {
-  if (2 * (m->len + 1) > m->cap) map_grow(m);
-  size_t i = hash_ptr(k) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
-  if (!m->keys[i]) m->len++;
-  m->keys[i] = k;
-  m->vals[i] = v;
-}
-
-/* The copy of v, or v itself when it has none (a top-level value). */
 static IrValue *map_get(const ValMap *m, IrValue *v) {
-  if (!m->cap || !v) return v;
-  for (size_t i = hash_ptr(v) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
-    if (m->keys[i] == v) return m->vals[i];
-  return v;
+  IrValue *copy = ir_ptrmap_get(m, v);
+  return copy ? copy : v;
 }
 
-static void map_free(ValMap *m) {
-  free(m->keys);
-  free(m->vals);
-  *m = (ValMap){0};
-}
+static void map_free(ValMap *m) { ir_ptrmap_free(m); }
 
 /* ------------------------------------------------------------ name set */
 
