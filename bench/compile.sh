@@ -53,6 +53,9 @@ T1=(-D layers=128 -D hidden=25600 -D heads=160)
 start=$(median_ms "$SHARDC" --version)
 gpt2=$(median_ms "$SHARDC" compile models/gpt2.shard)
 t1=$(median_ms "$SHARDC" compile models/gpt3.shard "${T1[@]}")
+# The 1T pipeline schedule: every stage's table built and verified jointly.
+sched=$(REPS=$(((REPS + 9) / 10)) median_ms "$SHARDC" schedule models/gpt3.shard "${T1[@]}" \
+  --tp 8 --pp 64 --dp 6 --vpp 2 --microbatch 1 --global-batch 3072)
 
 echo "shardc compile: parse, lower, fold, shape inference ($REPS runs each, median, core 0)"
 printf '%-34s %10s %12s %12s\n' "what" "ms" "over start" "x start"
@@ -63,9 +66,16 @@ row() {
 row "process start (shardc --version)" "$start"
 row "GPT-2 small (models/gpt2.shard)" "$gpt2"
 row "GPT 1T (gpt3.shard, l=128 h=25600)" "$t1"
+row "1T schedule p=64 v=2 m=512 +verify" "$sched"
 if awk -v t="$t1" -v b="$BOUND_MS" 'BEGIN {exit !(t < b)}'; then
   echo "PASS: 1T compile $t1 ms < $BOUND_MS ms"
 else
   echo "FAIL: 1T compile $t1 ms >= $BOUND_MS ms"
+  exit 1
+fi
+if awk -v t="$sched" 'BEGIN {exit !(t < 1000)}'; then
+  echo "PASS: 1T schedule $sched ms < 1000 ms"
+else
+  echo "FAIL: 1T schedule $sched ms >= 1000 ms"
   exit 1
 fi

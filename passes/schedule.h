@@ -1,0 +1,112 @@
+/* Pipeline schedules: building every stage's action table (schedule.c) and
+ * verifying all of them together (schedule_verify.c).
+ *
+ * The tables are in the runtime's format (runtime/schedule.h). A schedule
+ * is one entry of sched_registry: a name, a line of description and a
+ * builder, which calls the sched_* emitters below for every stage. The
+ * builder writes forwards, backwards and messages only; the data-parallel
+ * gradient reductions and the optimizer step are added by the core, after
+ * the last backward of each chunk, so no schedule repeats that logic.
+ * docs/schedules.md walks through adding one.
+ *
+ * Tables are malloc'ed, not taken from the arena: tests and the planner
+ * build thousands of them in one process, and sched_free returns each. */
+#ifndef SHARDC_SCHEDULE_H
+#define SHARDC_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../runtime/schedule.h"
+
+/* What a schedule is built for. */
+typedef struct SchedOptions {
+  int pp, vpp, microbatches; /* p, v, m */
+  int dp;                    /* data-parallel replicas: > 1 adds REDUCE_GRADS actions */
+  int buckets_per_chunk;     /* gradient buckets of each chunk (0 counts as 1) */
+  RtSchedShape shape;        /* every message's tensor; rank 0 when unknown */
+} SchedOptions;
+
+/* The duration of each compute action in the verifier's simulation, in
+ * units of time; messages take no time. Zeroes count as 1. */
+typedef struct SchedTimes {
+  double f, b, w;
+} SchedTimes;
+
+/* What the verifier found. Arrays have one entry per stage. */
+typedef struct SchedReport {
+  char *error;           /* every problem found, one per line; NULL when the tables verify */
+  double makespan;       /* the step: when the last stage finishes */
+  double ideal;          /* a stage's compute time, m*v*(f + b (+ w)) */
+  double bubble_fraction;/* (makespan - ideal) / ideal: the paper's bubble over ideal time */
+  double idle_fraction;  /* (makespan - ideal) / makespan: the share of the step spent idle */
+  int *peak_stash;       /* most (chunk, microbatch) forwards awaiting their backward */
+  double *busy;          /* compute time of each stage */
+  int64_t messages;      /* point-to-point messages in one step */
+  int nstages;           /* entries of the arrays */
+  /* With SchedVerifyFlags.timeline: when each action starts and ends,
+   * [stage][action] (a batch's actions all end when the batch completes). */
+  double **start, **end;
+} SchedReport;
+
+/* Checks every table of s and simulates them together (the semantics are
+ * in runtime/schedule.h and docs/schedules.md). Fills rep (free it with
+ * sched_report_free) and returns whether the tables verify. */
+bool sched_verify(const RtSchedule *s, const SchedTimes *times, bool timeline, SchedReport *rep);
+void sched_report_free(SchedReport *rep);
+
+/* ------------------------------------------------------------- builders */
+
+typedef struct SchedBuilder SchedBuilder;
+
+typedef struct SchedDef {
+  const char *name;
+  const char *doc;
+  /* Appends every stage's actions through the emitters below. Returns
+   * false after sched_fail when p, v, m do not suit the schedule. */
+  bool (*build)(SchedBuilder *b, const SchedOptions *o);
+} SchedDef;
+
+/* The registry, ending with a {NULL} entry; sched_find returns NULL for an
+ * unknown name. */
+extern const SchedDef sched_registry[];
+const SchedDef *sched_find(const char *name);
+/* The schedule used when none is named: 1f1b for v = 1, else interleaved. */
+const char *sched_default_name(int vpp);
+
+/* Emitters for stage r. F, B and W take the stage's chunk c and the
+ * microbatch. sched_send and sched_recv name the tensor the same way
+ * (SEND(act) sends F(c, mb)'s output, RECV(act) receives its input, and
+ * likewise for grads); the peer follows from the placement, and a message
+ * that does not exist (an activation out of the last virtual stage, a
+ * gradient out of the first, anything between chunks of one stage when
+ * p = 1) is silently skipped, so builders need not special-case the ends.
+ * Messages between sched_batch_begin and sched_batch_end form one batch. */
+void sched_f(SchedBuilder *b, int r, int c, int mb);
+void sched_b(SchedBuilder *b, int r, int c, int mb);
+void sched_w(SchedBuilder *b, int r, int c, int mb);
+void sched_send(SchedBuilder *b, int r, RtSchedMsg msg, int c, int mb);
+void sched_recv(SchedBuilder *b, int r, RtSchedMsg msg, int c, int mb);
+void sched_batch_begin(SchedBuilder *b, int r);
+void sched_batch_end(SchedBuilder *b, int r);
+/* Rejects the configuration: the message (printf style) becomes the error. */
+bool sched_fail(SchedBuilder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Builds the tables of `def` (after the checks every schedule shares: p,
+ * v, m positive and small enough to tabulate), adds the reductions and the
+ * optimizer step, and verifies them with `times` (NULL: all 1). Returns
+ * NULL with rep->error set when the configuration does not suit the
+ * schedule or the tables do not verify; rep is filled either way. */
+RtSchedule *sched_build(const SchedDef *def, const SchedOptions *o, const SchedTimes *times,
+                        bool timeline, SchedReport *rep);
+/* The same tables without the verification (for tests that break a table
+ * on purpose); NULL with *error (malloc'ed) set. */
+RtSchedule *sched_build_unverified(const SchedDef *def, const SchedOptions *o, char **error);
+void sched_free(RtSchedule *s);
+
+/* One action as text: F3c1, B0c0, W2c1 (microbatch then chunk, as in
+ * docs/schedules.md), SEND(act, to 1, c0, mb3), RECV(grad, from 0, c1,
+ * mb2), REDUCE_GRADS(c1, bucket 1), OPT_STEP. Returns buf. */
+char *sched_action_str(const RtSchedAction *a, char *buf, int size);
+
+#endif

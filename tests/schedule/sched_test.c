@@ -1,0 +1,309 @@
+/* Tests of the pipeline schedules and their verifier (passes/schedule.c,
+ * passes/schedule_verify.c). One program, one mode per ctest entry:
+ *
+ *   sched_test props      every schedule over p in 1..16 and 64, v in 1..8,
+ *                         m in p..8p (and m not a multiple of p where the
+ *                         schedule allows): the tables verify, the step in
+ *                         unit time is (v m + p - 1)(F + B), so the bubble
+ *                         fraction (bubble / ideal) is (p - 1)/(v m), for
+ *                         B = F and B = 2F; stashes and message counts
+ *   sched_test example    the interleaved order for p=2, v=2, m=4 equals
+ *                         REFERENCE.md's worked example
+ *   sched_test broken     two swapped receives: rejected, naming the stage
+ *                         and action (the output is checked as a golden)
+ *   sched_test unbatched  1F1B with every batch split into lone messages
+ *                         hangs under rendezvous, as Megatron's would
+ *   sched_test custom     the schedule docs/schedules.md adds as its worked
+ *                         example builds and verifies
+ *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
+ *                         verify well under a second, timed and printed
+ *
+ * Exit status 0 when every check holds; each failure is printed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "passes/schedule.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      if (failures++ < 20) {                                                                   \
+        printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
+        printf(__VA_ARGS__);                                                                   \
+        printf("\n");                                                                          \
+      }                                                                                        \
+    }                                                                                          \
+  } while (0)
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* ----------------------------------------------------------- properties */
+
+/* Warm-up forwards of stage r, as each schedule defines them. */
+static int warmup(const char *name, int p, int v, int m, int r) {
+  int w = !strcmp(name, "gpipe") ? m : !strcmp(name, "1f1b") ? p - r - 1
+                                                             : 2 * (p - r - 1) + (v - 1) * p;
+  return w < m * v ? w : m * v;
+}
+
+/* One configuration: build, verify and check the figures. */
+static void check_one(const char *name, int p, int v, int m, int dp, long *cases) {
+  SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .dp = dp, .buckets_per_chunk = 2,
+                    .shape = {3, {1, 16, 8}}};
+  /* B = 2F as well where it is cheap: p = 64 alone holds most of the work. */
+  for (int ratio = 1; ratio <= (p <= 16 ? 2 : 1); ratio++) {
+    SchedTimes t = {1, ratio, 1};
+    SchedReport rep;
+    RtSchedule *s = sched_build(sched_find(name), &o, &t, false, &rep);
+    ++*cases;
+    CHECK(s, "%s p=%d v=%d m=%d: %s", name, p, v, m, rep.error);
+    if (!s) continue;
+    /* The identity: every stage computes for m v (F + B) and the last one
+     * starts p - 1 forwards late and finishes p - 1 backwards late. */
+    double step = (double)(m * v + p - 1) * (1 + ratio), ideal = (double)m * v * (1 + ratio);
+    double want = (double)(p - 1) / ((double)v * m);
+    CHECK(rep.makespan == step && rep.ideal == ideal, "%s p=%d v=%d m=%d B=%dF: step %g ideal %g, "
+          "want %g and %g", name, p, v, m, ratio, rep.makespan, rep.ideal, step, ideal);
+    CHECK(fabs(rep.bubble_fraction - want) < 1e-12, "%s p=%d v=%d m=%d: bubble %.17g, want %.17g",
+          name, p, v, m, rep.bubble_fraction, want);
+    CHECK(fabs(rep.idle_fraction - (double)(p - 1) / (m * v + p - 1)) < 1e-12,
+          "%s p=%d v=%d m=%d: idle fraction %g", name, p, v, m, rep.idle_fraction);
+    /* The first stage of 1F1B holds at most p microbatches, GPipe's m;
+     * every stage holds its warm-up plus the one forward before the
+     * first backward. */
+    if (!strcmp(name, "1f1b")) CHECK(rep.peak_stash[0] <= p, "1f1b p=%d m=%d: stash %d", p, m, rep.peak_stash[0]);
+    if (!strcmp(name, "gpipe")) CHECK(rep.peak_stash[0] == m, "gpipe p=%d m=%d: stash %d", p, m, rep.peak_stash[0]);
+    for (int r = 0; r < p; r++) {
+      int w = warmup(name, p, v, m, r), peak = w + 1 < m * v ? w + 1 : m * v;
+      CHECK(rep.peak_stash[r] == peak, "%s p=%d v=%d m=%d stage %d: stash %d, want %d", name, p, v,
+            m, r, rep.peak_stash[r], peak);
+    }
+    int64_t messages = p > 1 ? 2LL * m * (p * v - 1) : 0;
+    CHECK(rep.messages == messages, "%s p=%d v=%d m=%d: %lld messages, want %lld", name, p, v, m,
+          (long long)rep.messages, (long long)messages);
+    sched_report_free(&rep);
+    sched_free(s);
+  }
+}
+
+static int props(void) {
+  static const int ps[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 64};
+  double t0 = now_ms();
+  long cases = 0;
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+    int p = ps[i];
+    for (int k = 1; k <= 8; k++) {
+      check_one("gpipe", p, 1, k * p, 1, &cases);
+      check_one("1f1b", p, 1, k * p, k % 2 ? 1 : 4, &cases);
+      for (int v = 2; v <= 8; v++) check_one("interleaved", p, v, k * p, k == 3 ? 2 : 1, &cases);
+    }
+    /* m below p, and between multiples of p. */
+    int odd[] = {1, p - 1, p + 1, 2 * p + 1, 3 * p - 1};
+    for (int j = 0; j < 5; j++) {
+      if (odd[j] < 1 || odd[j] % p == 0) continue;
+      check_one("gpipe", p, 1, odd[j], 1, &cases);
+      check_one("1f1b", p, 1, odd[j], 2, &cases);
+    }
+  }
+  /* What each schedule refuses, and why. */
+  SchedOptions bad_m = {.pp = 4, .vpp = 2, .microbatches = 6};
+  SchedOptions bad_v = {.pp = 4, .vpp = 1, .microbatches = 8};
+  SchedOptions two_v = {.pp = 4, .vpp = 2, .microbatches = 8};
+  SchedReport rep;
+  CHECK(!sched_build(sched_find("interleaved"), &bad_m, NULL, false, &rep) &&
+        strstr(rep.error, "multiple of the pipeline stages p = 4"), "m = 6, p = 4: %s", rep.error);
+  sched_report_free(&rep);
+  CHECK(!sched_build(sched_find("interleaved"), &bad_v, NULL, false, &rep) &&
+        strstr(rep.error, "needs v > 1"), "v = 1: %s", rep.error);
+  sched_report_free(&rep);
+  CHECK(!sched_build(sched_find("1f1b"), &two_v, NULL, false, &rep) &&
+        strstr(rep.error, "one chunk per stage"), "1f1b v = 2: %s", rep.error);
+  sched_report_free(&rep);
+  printf("%ld configurations and timings in %.0f ms: %d failures\n", cases,
+         now_ms() - t0, failures);
+  return failures > 0;
+}
+
+/* ------------------------------------------------- the worked example */
+
+/* Stage r's forwards and backwards, as REFERENCE.md writes them. */
+static void compute_order(const RtSchedule *s, int r, char *out, size_t size) {
+  out[0] = 0;
+  for (int i = 0; i < s->stages[r].n; i++) {
+    const RtSchedAction *a = &s->stages[r].actions[i];
+    if (a->kind != RT_SCHED_F && a->kind != RT_SCHED_B) continue;
+    char buf[64];
+    snprintf(out + strlen(out), size - strlen(out), "%s%s", out[0] ? " " : "",
+             sched_action_str(a, buf, sizeof buf));
+  }
+}
+
+static int example(void) {
+  static const char *const want[2] = {
+      "F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 B2c1 B3c1 B2c0 B3c0",
+      "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 B2c0 B3c0",
+  };
+  SchedOptions o = {.pp = 2, .vpp = 2, .microbatches = 4};
+  SchedReport rep;
+  RtSchedule *s = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+  CHECK(s, "%s", rep.error);
+  if (!s) return 1;
+  for (int r = 0; r < 2; r++) {
+    char got[512];
+    compute_order(s, r, got, sizeof got);
+    printf("rank %d: %s\n", r, got);
+    CHECK(!strcmp(got, want[r]), "rank %d: want %s", r, want[r]);
+  }
+  /* "The bubble is 1/8 of the step instead of 1/4 without interleaving." */
+  CHECK(rep.bubble_fraction == 0.125, "bubble %g", rep.bubble_fraction);
+  SchedOptions flat = {.pp = 2, .vpp = 1, .microbatches = 4};
+  SchedReport rep1;
+  RtSchedule *s1 = sched_build(sched_find("1f1b"), &flat, NULL, false, &rep1);
+  CHECK(s1 && rep1.bubble_fraction == 0.25, "1f1b bubble %g", rep1.bubble_fraction);
+  printf("bubble %g (1f1b: %g)\n", rep.bubble_fraction, rep1.bubble_fraction);
+  sched_report_free(&rep), sched_report_free(&rep1);
+  sched_free(s), sched_free(s1);
+  return failures > 0;
+}
+
+/* ------------------------------------------------------- broken tables */
+
+/* Swaps the n-th and (n+1)-th receive of stage r, keeping each position's
+ * batch flag, as a careless edit of a table would. */
+static void swap_receives(RtSchedule *s, int r, int n) {
+  RtSchedAction *a = (RtSchedAction *)s->stages[r].actions;
+  int at[2], found = 0, seen = 0;
+  for (int i = 0; i < s->stages[r].n && found < 2; i++)
+    if (a[i].kind == RT_SCHED_RECV && seen++ >= n) at[found++] = i;
+  if (found < 2) abort();
+  RtSchedAction x = a[at[0]];
+  uint8_t f0 = a[at[0]].flags, f1 = a[at[1]].flags;
+  a[at[0]] = a[at[1]], a[at[1]] = x;
+  a[at[0]].flags = f0, a[at[1]].flags = f1;
+}
+
+static bool verify_and_print(const char *what, RtSchedule *s) {
+  SchedReport rep;
+  bool ok = sched_verify(s, NULL, false, &rep);
+  printf("%s: %s\n%s", what, ok ? "verifies" : "rejected", rep.error ? rep.error : "");
+  sched_report_free(&rep);
+  return ok;
+}
+
+static int broken(void) {
+  char *error;
+  SchedOptions o = {.pp = 4, .vpp = 1, .microbatches = 8};
+  RtSchedule *s = sched_build_unverified(sched_find("1f1b"), &o, &error);
+  CHECK(verify_and_print("1f1b p=4 m=8", s), "the intact table must verify");
+  swap_receives(s, 2, 0);
+  CHECK(!verify_and_print("1f1b p=4 m=8, stage 2's first two receives swapped", s), "accepted");
+  sched_free(s);
+  SchedOptions oi = {.pp = 2, .vpp = 2, .microbatches = 4};
+  s = sched_build_unverified(sched_find("interleaved"), &oi, &error);
+  swap_receives(s, 0, 1);
+  CHECK(!verify_and_print("interleaved p=2 v=2 m=4, stage 0's 2nd and 3rd receives swapped", s),
+        "accepted");
+  sched_free(s);
+  return failures > 0;
+}
+
+/* Megatron batches a send with the receive that follows it: split, the
+ * steady state of 1F1B has neighbours each sending to the other first. */
+static int unbatched(void) {
+  char *error;
+  SchedOptions o = {.pp = 4, .vpp = 1, .microbatches = 8};
+  RtSchedule *s = sched_build_unverified(sched_find("1f1b"), &o, &error);
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->stages[r].n; i++) ((RtSchedAction *)s->stages[r].actions)[i].flags = 0;
+  CHECK(!verify_and_print("1f1b p=4 m=8 without batches", s), "accepted");
+  sched_free(s);
+  return failures > 0;
+}
+
+/* --------------------------------------- the example of docs/schedules.md */
+
+/* GPipe with the backwards in reverse order (last microbatch first), the
+ * order autograd would run them in one graph. */
+static bool build_gpipe_lifo(SchedBuilder *b, const SchedOptions *o) {
+  if (o->vpp != 1) return sched_fail(b, "gpipe-lifo runs one chunk per stage (v = %d)", o->vpp);
+  for (int r = 0; r < o->pp; r++) {
+    for (int i = 0; i < o->microbatches; i++) {
+      sched_recv(b, r, RT_SCHED_ACT, 0, i); /* skipped on the first stage */
+      sched_f(b, r, 0, i);
+      sched_send(b, r, RT_SCHED_ACT, 0, i); /* skipped on the last stage */
+    }
+    for (int i = o->microbatches - 1; i >= 0; i--) {
+      sched_recv(b, r, RT_SCHED_GRAD, 0, i);
+      sched_b(b, r, 0, i);
+      sched_send(b, r, RT_SCHED_GRAD, 0, i);
+    }
+  }
+  return true;
+}
+
+static int custom(void) {
+  static const SchedDef lifo = {"gpipe-lifo", "GPipe, backwards last microbatch first",
+                                build_gpipe_lifo};
+  long cases = 0;
+  for (int p = 1; p <= 8; p++)
+    for (int m = 1; m <= 16; m++) {
+      SchedOptions o = {.pp = p, .vpp = 1, .microbatches = m, .dp = 2};
+      SchedReport rep;
+      RtSchedule *s = sched_build(&lifo, &o, NULL, false, &rep);
+      cases++;
+      CHECK(s && fabs(rep.bubble_fraction - (double)(p - 1) / m) < 1e-12 && rep.peak_stash[0] == m,
+            "gpipe-lifo p=%d m=%d: %s", p, m, s ? "wrong figures" : rep.error);
+      sched_report_free(&rep);
+      sched_free(s);
+    }
+  printf("gpipe-lifo: %ld configurations, %d failures\n", cases, failures);
+  return failures > 0;
+}
+
+/* ------------------------------------------------------------------ scale */
+
+static int scale(void) {
+  /* gpt3 1T: t=8, p=64, d=6, v=2, microbatch 1, global batch 3072. */
+  SchedOptions o = {.pp = 64, .vpp = 2, .microbatches = 3072 / (1 * 6), .dp = 6,
+                    .shape = {3, {1, 2048, 25600}}};
+  double best = 1e9;
+  int64_t actions = 0;
+  for (int rep_i = 0; rep_i < 3; rep_i++) {
+    double t0 = now_ms();
+    SchedReport rep;
+    RtSchedule *s = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+    double dt = now_ms() - t0;
+    CHECK(s, "%s", rep.error);
+    if (!s) return 1;
+    actions = 0;
+    for (int r = 0; r < s->pp; r++) actions += s->stages[r].n;
+    if (dt < best) best = dt;
+    sched_report_free(&rep);
+    sched_free(s);
+  }
+  printf("interleaved p=64 v=2 m=512: %lld actions built and verified in %.1f ms (bound 1000 ms)\n",
+         (long long)actions, best);
+  CHECK(best < 1000, "%.1f ms", best);
+  return failures > 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "props")) return props();
+  if (!strcmp(mode, "example")) return example();
+  if (!strcmp(mode, "broken")) return broken();
+  if (!strcmp(mode, "unbatched")) return unbatched();
+  if (!strcmp(mode, "custom")) return custom();
+  if (!strcmp(mode, "scale")) return scale();
+  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale\n");
+  return 2;
+}
