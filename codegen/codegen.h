@@ -1,7 +1,7 @@
 /* Code generation: from a planned graph to the sources of its rank programs.
  *
  * cg_compile writes, into one directory, one source file per distinct rank
- * program (rank0.c for the single rank of this milestone), manifest.json
+ * program (rank0.c, which every tensor-parallel rank runs), manifest.json
  * (the world size and, per rank, its program and tp/pp/dp coordinates), a
  * Makefile that builds every program against the runtime and kernel
  * libraries of the shardc build that wrote it, and model.txt (the model

@@ -299,9 +299,12 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
 static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *A,
                  int64_t lda, const char *B, int64_t ldb, const char *beta, const char *C,
                  int64_t ldc) {
-  emit(e, "k_gemm(%d, %d, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, %s, %s, %lld);", ta, tb,
-       (long long)M, (long long)N, (long long)K, A, (long long)lda, B, (long long)ldb, beta, C,
-       (long long)ldc);
+  /* Alone, the GEMM is cut into blocks the threads share; in a row chunk it
+   * runs on the chunk's thread. */
+  emit(e, "%s(%d, %d, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, %s, %s, %lld);",
+       e->chunk_rows ? "k_gemm" : e->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
+       (long long)M, (long long)N,
+       (long long)K, A, (long long)lda, B, (long long)ldb, beta, C, (long long)ldc);
 }
 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
@@ -608,6 +611,7 @@ static void emit_embedding(CgEmitter *e, const IrNode *n) {
 static void cpu_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
+  if (cg_cpu_tp_node(e, n)) return; /* collectives, vocabulary-parallel and per-rank ops */
   switch (n->op) {
   case IR_OP_EMBEDDING:
   case IR_OP_EMBEDDING_GRAD: emit_embedding(e, n); return;
@@ -686,25 +690,58 @@ static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *gr
 /* The chunks of a run share the threads dynamically, so that a thread the
  * machine delays holds up no fixed share. Kernels called inside run on
  * the calling thread (nested regions are off; OpenBLAS is told when it is
- * the pthread build). */
+ * the pthread build). A run with sunk reductions opens the region around
+ * the chunk loop, and the reductions follow the loop's barrier in it. */
 static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
-  (void)first, (void)last;
+  bool sunk = false;
+  for (int i = first; i <= last; i++) sunk |= e->plan->sunk[i];
   emit(e, "{");
   e->depth++;
   emit(e, "const int blas = k_blas_serial_begin();");
-  emit(e, "#pragma omp parallel for schedule(dynamic, 1)");
+  if (sunk) {
+    emit(e, "#pragma omp parallel");
+    emit(e, "{");
+    e->depth++;
+    emit(e, "#pragma omp for schedule(dynamic, 1)");
+  } else {
+    emit(e, "#pragma omp parallel for schedule(dynamic, 1)");
+  }
   emit(e, "for (int64_t chunk = 0; chunk < %lld; chunk++) {", (long long)e->plan->nchunks);
   e->depth++;
   emit(e, "const int64_t r0 = chunk * %lld;", (long long)e->plan->chunk_rows);
   emit(e, "(void)r0;");
+  e->chunk_state = sunk ? 2 : 1;
+}
+
+static void cpu_chunks_after(CgEmitter *e) {
+  e->depth--;
+  emit(e, "}"); /* the loop over chunks; the region stays open */
+  e->chunk_state = 3;
 }
 
 static void cpu_chunks_end(CgEmitter *e) {
+  if (e->chunk_state == 2) cpu_chunks_after(e);
   e->depth--;
-  emit(e, "}");
+  emit(e, "}"); /* the loop over chunks (1) or the parallel region (3) */
   emit(e, "k_blas_serial_end(blas);");
   e->depth--;
   emit(e, "}");
+  e->chunk_state = 0;
+}
+
+/* A sunk node (memplan's sinkable): the team shares its blocks. */
+static void cpu_team_node(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  if (n->op == IR_OP_SUM_TO) {
+    const IrValue *x = n->in[0], *y = n->out[0];
+    emit(e, "k_sum_rows_team(%s, %s, %lld, %lld);", ref(e, y), ref(e, x),
+         (long long)(numel(x) / numel(y)), (long long)numel(y));
+    return;
+  }
+  if (n->op != IR_OP_LINEAR_DW) unreachable();
+  e->team = true;
+  emit_linear_dw(e, n);
+  e->team = false;
 }
 
 static void cpu_prologue(CgEmitter *e) {
@@ -717,6 +754,7 @@ static void cpu_prologue(CgEmitter *e) {
   emit(e, "#include \"kernels/cpu/kernels.h\"");
   emit(e, "#include \"runtime/model.h\"");
   emit_blank(e);
+  cg_cpu_tp_prologue(e);
   emit(e, "/* The per-op timer: built with -DSHARD_PROFILE (make EXTRA_CFLAGS=-DSHARD_PROFILE),");
   emit(e, " * the program prints where a step's time goes when training ends. */");
   emit(e, "#ifdef SHARD_PROFILE");
@@ -828,6 +866,8 @@ const CgTarget cg_target_cpu = {
     .node = cpu_node,
     .fused = cpu_fused,
     .chunks_begin = cpu_chunks_begin,
+    .chunks_after = cpu_chunks_after,
+    .team_node = cpu_team_node,
     .chunks_end = cpu_chunks_end,
     .accumulate = cpu_accumulate,
     .entry = cpu_entry,

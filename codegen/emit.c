@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../runtime/mesh.h"
 #include "target.h"
 
 /* --------------------------------------------------------------- emitter */
@@ -159,14 +160,19 @@ static const char *prof_chunks_label(CgEmitter *e, int first, int last) {
   return ir_fmt("%s (%d nodes)", s, nodes);
 }
 
-/* A run of row chunks: one parallel loop, each chunk through every node. */
+/* A run of row chunks: one parallel loop, each chunk through every
+ * row-local node; then the sunk reductions, shared by the same team; then,
+ * on one thread, the sunk gradients that go to their slots. */
 static void emit_chunks(CgEmitter *e, int first, int last) {
   const PassMemPlan *p = e->plan;
+  bool sunk = false;
+  for (int i = first; i <= last; i++) sunk |= p->sunk[i];
   emit(e, "// rows in %lld chunks of %lld: nodes below through the closing brace",
        (long long)p->nchunks, (long long)p->chunk_rows);
   e->target->chunks_begin(e, first, last);
   e->chunk_rows = p->chunk_rows;
   for (int i = first; i <= last; i++) {
+    if (p->sunk[i]) continue;
     if (p->view[i]) {
       emit_ir_comment(e, i, "  (a view: no code)");
       continue;
@@ -178,8 +184,24 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     i = end;
   }
   e->chunk_rows = 0;
+  if (sunk) {
+    e->target->chunks_after(e);
+    for (int i = first; i <= last; i++) {
+      if (!p->sunk[i]) continue;
+      emit_ir_comment(e, i, "  (after the chunks, shared by the team)");
+      e->target->team_node(e, i);
+    }
+  }
   e->target->chunks_end(e);
   emit(e, "PROF(\"%s\");", prof_chunks_label(e, first, last));
+  for (int i = first; i <= last; i++) {
+    IrNode *n = e->g->nodes.items[i];
+    for (int j = 0; j < n->nout && p->sunk[i]; j++)
+      if (i >= p->boundary && staged_grad(cg_buf(e, n->out[j]))) {
+        emit_accumulate(e, n->out[j]);
+        emit(e, "PROF(\"B accumulate_grad\");");
+      }
+  }
 }
 
 /* Every node's code is followed by PROF(label), a macro of the target's
@@ -264,7 +286,20 @@ static void emit_functions(CgEmitter *e) {
 typedef struct ModelInfo {
   const IrValue *loss, *logits, *targets, *dloss;
   int64_t batch, seq, vocab;
+  int64_t logits_cols; /* of this rank's logits: vocab, or its part of the padded vocabulary */
 } ModelInfo;
+
+/* The ranks along each mesh axis (1 when not partitioned). */
+static int mesh_size(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
+
+/* The real vocabulary of a loss over `cols` columns of logits: `valid`
+ * when padding is masked, else the columns of every rank together. */
+static int64_t real_vocab(const IrGraph *g, const IrNode *loss, int64_t cols) {
+  int64_t valid = ir_attr_has(loss, "valid") ? ir_attr_int(loss, "valid") : 0;
+  if (valid > 0) return valid;
+  bool vp = ir_attr_has(loss, "vocab_parallel") && ir_attr_int(loss, "vocab_parallel");
+  return vp ? cols * mesh_size(g, IR_AXIS_TENSOR) : cols;
+}
 
 static bool model_info(CgEmitter *e, ModelInfo *mi) {
   IrGraph *g = e->g;
@@ -281,7 +316,8 @@ static bool model_info(CgEmitter *e, ModelInfo *mi) {
   } else {
     mi->logits = mi->loss->def->in[0];
     mi->targets = mi->loss->def->in[1];
-    mi->vocab = mi->logits->type.shape[mi->logits->type.rank - 1];
+    mi->logits_cols = mi->logits->type.shape[mi->logits->type.rank - 1];
+    mi->vocab = real_vocab(g, mi->loss->def, mi->logits_cols);
     if (mi->targets->kind != IR_VAL_INPUT || mi->targets->type.rank != 2) {
       ir_error(mi->loss->def->loc, "%s target: the targets of the loss must be an input [batch, seq]",
                tn);
@@ -354,7 +390,9 @@ static const char *shape_init(const IrType *t) {
 static void emit_params(CgEmitter *e) {
   static const char *init[] = {[IR_INIT_NONE] = "RT_INIT_ZEROS", [IR_INIT_NORMAL] = "RT_INIT_NORMAL",
                                [IR_INIT_ZEROS] = "RT_INIT_ZEROS", [IR_INIT_ONES] = "RT_INIT_ONES"};
-  emit(e, "/* name, rank, shape, numel, offset (elements), init, mean, std, weight decay */");
+  emit(e, "/* name, rank, shape, numel, offset (elements), init, mean, std, weight decay;");
+  emit(e, " * split over the tensor axis, its dim and blocks, the whole (padded) shape;");
+  emit(e, " * the padded dim and its real size (0: not padded) */");
   emit(e, "static const RtParam params[] = {");
   e->depth++;
   for (int i = 0; i < e->g->params.len; i++) {
@@ -362,11 +400,16 @@ static void emit_params(CgEmitter *e) {
     if (v->type.rank > 8) die("param of rank %d", v->type.rank);
     const PassBuf *b = cg_buf(e, v);
     bool normal = v->init.kind == IR_INIT_NORMAL;
-    emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d},", cstr(v->name), v->type.rank,
-         shape_init(&v->type), (long long)ir_type_numel(&v->type),
+    bool split = v->shard.kind == IR_SPLIT;
+    IrType whole = v->type;
+    if (split) whole.shape[v->shard.dim] *= mesh_size(e->g, IR_AXIS_TENSOR);
+    emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld},",
+         cstr(v->name), v->type.rank, shape_init(&v->type), (long long)ir_type_numel(&v->type),
          (long long)(b->offset / e->plan->real_bytes), init[v->init.kind],
          normal ? literal(v->init.mean) : 0.0, normal ? literal(v->init.std) : 0.0,
-         v->type.rank >= 2);
+         v->type.rank >= 2, split, split ? v->shard.dim : 0,
+         split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
+         v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0));
   }
   if (e->g->params.len == 0) emit(e, "{0},");
   e->depth--;
@@ -418,6 +461,10 @@ static void emit_model(CgEmitter *e, const ModelInfo *mi) {
   emit(e, ".dloss_offset = %lld,", (long long)dloss);
   emit(e, ".forward = forward,");
   emit(e, ".backward = backward,");
+  emit(e, ".mesh_tp = %d,", mesh_size(e->g, IR_AXIS_TENSOR));
+  emit(e, ".mesh_pp = %d,", mesh_size(e->g, IR_AXIS_PIPELINE));
+  emit(e, ".mesh_dp = %d,", mesh_size(e->g, IR_AXIS_DATA));
+  emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
   e->depth--;
   emit(e, "};");
   emit_blank(e);
@@ -450,8 +497,14 @@ static void emit_plan(CgEmitter *e) {
 static void emit_program(CgEmitter *e, const ModelInfo *mi) {
   bool f64 = e->plan->real_bytes == 8;
   const char *defs = defines_flags(e->opt);
-  emit(e, "/* %s: the rank program of rank 0 (of 1), %s, for the %s target.",
-       e->g->name ? e->g->name : "model", f64 ? "f64" : "f32", e->target->name);
+  int t = mesh_size(e->g, IR_AXIS_TENSOR);
+  if (t > 1)
+    emit(e, "/* %s: the rank program of all %d tensor-parallel ranks (each learns its rank from "
+            "the runtime), %s, for the %s target.",
+         e->g->name ? e->g->name : "model", t, f64 ? "f64" : "f32", e->target->name);
+  else
+    emit(e, "/* %s: the rank program of rank 0 (of 1), %s, for the %s target.",
+         e->g->name ? e->g->name : "model", f64 ? "f64" : "f32", e->target->name);
   emit(e, " * Generated by shardc from %s%s; edits are lost when it is compiled again. */",
        e->opt->model_path ? e->opt->model_path : "an IR graph", defs);
   e->target->prologue(e);
@@ -526,25 +579,39 @@ static bool write_emitter(CgEmitter *e, const char *name) {
   return ok;
 }
 
+/* Every rank of the mesh, with its coordinates by the layout of
+ * runtime/mesh.h (which the runtime builds its communicators from), runs
+ * the one program: ranks that differ only in their tensor-parallel index
+ * share it. */
 static bool write_manifest(CgEmitter *e, const char *program) {
+  RtMesh mesh = {mesh_size(e->g, IR_AXIS_TENSOR), mesh_size(e->g, IR_AXIS_PIPELINE),
+                 mesh_size(e->g, IR_AXIS_DATA)};
+  int world = rt_mesh_size(mesh);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "model", e->g->name ? e->g->name : "model");
   cJSON_AddStringToObject(m, "target", e->target->name);
   cJSON_AddStringToObject(m, "dtype", e->plan->real_bytes == 8 ? "f64" : "f32");
-  cJSON_AddNumberToObject(m, "world_size", 1);
+  cJSON_AddNumberToObject(m, "world_size", world);
+  cJSON *mj = cJSON_AddObjectToObject(m, "mesh");
+  cJSON_AddNumberToObject(mj, "tp", mesh.tp);
+  cJSON_AddNumberToObject(mj, "pp", mesh.pp);
+  cJSON_AddNumberToObject(mj, "dp", mesh.dp);
   cJSON *progs = cJSON_AddArrayToObject(m, "programs");
   cJSON *pr = cJSON_CreateObject();
   cJSON_AddStringToObject(pr, "name", program);
   cJSON_AddStringToObject(pr, "source", ir_fmt("%s%s", program, e->target->source_ext));
   cJSON_AddItemToArray(progs, pr);
   cJSON *ranks = cJSON_AddArrayToObject(m, "ranks");
-  cJSON *r = cJSON_CreateObject();
-  cJSON_AddNumberToObject(r, "rank", 0);
-  cJSON_AddStringToObject(r, "program", program);
-  cJSON_AddNumberToObject(r, "tp", 0);
-  cJSON_AddNumberToObject(r, "pp", 0);
-  cJSON_AddNumberToObject(r, "dp", 0);
-  cJSON_AddItemToArray(ranks, r);
+  for (int rank = 0; rank < world; rank++) {
+    RtCoord c = rt_mesh_coord(mesh, rank);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "rank", rank);
+    cJSON_AddStringToObject(r, "program", program);
+    cJSON_AddNumberToObject(r, "tp", c.tp);
+    cJSON_AddNumberToObject(r, "pp", c.pp);
+    cJSON_AddNumberToObject(r, "dp", c.dp);
+    cJSON_AddItemToArray(ranks, r);
+  }
   char *text = cJSON_Print(m);
   cJSON_Delete(m);
   if (!text) die("out of memory");

@@ -28,6 +28,8 @@ typedef struct CgEmitter {
    * chunk, whose first row the generated code holds in `r0` (and its
    * number in `chunk`); 0 elsewhere. */
   int64_t chunk_rows;
+  int chunk_state; /* the CPU target's: which braces of a run are open */
+  bool team;       /* writing a sunk node: GEMMs in their team form */
 } CgEmitter;
 
 /* One line: `depth` levels of two spaces, the formatted text, a newline. */
@@ -60,9 +62,14 @@ struct CgTarget {
   void (*node)(CgEmitter *e, int index);
   /* One loop over the elementwise nodes first..last. */
   void (*fused)(CgEmitter *e, int first, int last);
-  /* Opens and closes the parallel loop over the row chunks of a run; the
-   * nodes in between are written by `node` and `fused` for one chunk. */
+  /* A run of row chunks (PassMemPlan.chunked, .sunk): chunks_begin opens
+   * the parallel region and its loop over chunks, whose body `node` and
+   * `fused` write for one chunk; chunks_after closes the loop, after which
+   * team_node writes each sunk node for the whole team; chunks_end closes
+   * the region. */
   void (*chunks_begin)(CgEmitter *e, int first, int last);
+  void (*chunks_after)(CgEmitter *e);
+  void (*team_node)(CgEmitter *e, int index);
   void (*chunks_end)(CgEmitter *e);
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
@@ -74,5 +81,12 @@ struct CgTarget {
 };
 
 extern const CgTarget cg_target_cpu;
+
+/* Tensor parallelism on the CPU target (cpu_tp.c): the includes, scratch
+ * and helpers the rank program needs, and the code of a node that is a
+ * collective or depends on the rank (vocabulary-parallel embedding and
+ * loss, per-rank dropout); false for any other node. */
+void cg_cpu_tp_prologue(CgEmitter *e);
+bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
 
 #endif

@@ -110,6 +110,56 @@ static int exec_program(const char *program, char **argv) {
   return 1;
 }
 
+/* Starts the program on `ranks` ranks of this machine with mpirun, by the
+ * launch recipe of runtime/comm.h (tests/comm/mpirun.sh applies the same):
+ * as root the two variables Open MPI needs, --oversubscribe (more ranks
+ * than cores is allowed), --bind-to none (each rank's OpenMP threads may use
+ * every core), mpi_yield_when_idle (a waiting rank gives its core away), and
+ * OMP_NUM_THREADS = max(1, cores / ranks) unless the environment sets it.
+ * mpirun replaces this process: its exit status, non-zero when any rank
+ * fails, is the user's. Rank 0 prints the progress; the other ranks print
+ * only errors, each as `shardc: error: rank R: ...`. */
+#ifndef SHARDC_MPIEXEC
+#define SHARDC_MPIEXEC "mpirun"
+#endif
+
+static int exec_ranks(const char *program, char **argv, int ranks) {
+  if (getuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  const char *threads = getenv("OMP_NUM_THREADS");
+  if (!threads || !*threads) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long t = cores > 0 ? cores / ranks : 1;
+    threads = ir_fmt("%ld", t >= 1 ? t : 1);
+  }
+  int argc = 0;
+  while (argv[argc]) argc++;
+  char **mv = ir_alloc(sizeof(char *) * (size_t)(argc + 16));
+  int n = 0;
+  mv[n++] = SHARDC_MPIEXEC;
+  mv[n++] = "-np";
+  mv[n++] = (char *)ir_fmt("%d", ranks);
+  mv[n++] = "--oversubscribe";
+  mv[n++] = "--bind-to";
+  mv[n++] = "none";
+  mv[n++] = "--mca";
+  mv[n++] = "mpi_yield_when_idle";
+  mv[n++] = "1";
+  mv[n++] = "-x";
+  mv[n++] = (char *)ir_fmt("OMP_NUM_THREADS=%s", threads);
+  mv[n++] = (char *)program;
+  for (int i = 1; i < argc; i++) mv[n++] = argv[i];
+  mv[n] = NULL;
+  fflush(stdout);
+  fflush(stderr);
+  execvp(mv[0], mv);
+  fprintf(stderr, "shardc: error: cannot start %s for %d ranks: %s\n", mv[0], ranks,
+          strerror(errno));
+  return 1;
+}
+
 /* -------------------------------------------------------------------- run */
 
 static const DrvOption run_options[] = {
@@ -129,7 +179,11 @@ const DrvCommand drv_run_command = {
     "--vocab-multiple) are shardc's; every other option goes to the training\n"
     "program, whose own --help lists them (data, steps, optimizer, logging,\n"
     "checkpoints, sampling):\n"
-    "  shardc run MODEL --help",
+    "  shardc run MODEL --help\n"
+    "With --tp N > 1 the program runs on N ranks of this machine under mpirun\n"
+    "(as root too, with OMP_NUM_THREADS = cores / N unless it is set); rank 0\n"
+    "prints the progress, any failing rank its error, and the exit status is\n"
+    "non-zero when a rank fails.",
     run_options, NULL};
 
 /* Splits argv into shardc's options and the program's. A value that
@@ -147,7 +201,7 @@ int drv_cmd_run(int argc, char **argv) {
   char **mine = ir_alloc(sizeof(char *) * (size_t)(argc + 1));
   char **theirs = ir_alloc(sizeof(char *) * (size_t)(argc + 2));
   int nmine = 0, ntheirs = 1;
-  bool help = false;
+  bool help = false, usage = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool ours = false;
@@ -163,6 +217,7 @@ int drv_cmd_run(int argc, char **argv) {
     if (!ours) {
       /* The program's --help and --quiet silence our memory plan too. */
       help |= strcmp(a, "--help") == 0 || strcmp(a, "--quiet") == 0;
+      usage |= strcmp(a, "--help") == 0;
       theirs[ntheirs++] = argv[i];
     }
   }
@@ -178,6 +233,9 @@ int drv_cmd_run(int argc, char **argv) {
   if (!program) return 1;
   theirs[0] = (char *)program;
   theirs[ntheirs] = NULL;
+  /* One program serves every rank of the mesh (t x p x d). */
+  int ranks = opt.tp * opt.pp * opt.dp;
+  if (ranks > 1 && !usage) return exec_ranks(program, theirs, ranks);
   return exec_program(program, theirs);
 }
 

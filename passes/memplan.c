@@ -404,6 +404,59 @@ static bool unit_local(Planner *pl, int first, int last, int64_t R, int64_t C) {
   return !p->fused[first] || value_rows(((IrNode *)pl->g->nodes.items[first])->out[0]) == R;
 }
 
+/* sum_to down to a suffix of the input's dims (a bias gradient): codegen
+ * writes it as a sum of rows, which a team can share. */
+static bool sum_of_rows(const IrNode *n) {
+  const IrType *x = &n->in[0]->type, *y = &n->out[0]->type;
+  int64_t nx = ir_type_numel(x), ny = ir_type_numel(y);
+  if (ny >= nx || ny == 0) return false;
+  int k = 0;
+  while (k < y->rank && y->shape[k] == 1) k++;
+  int tail = y->rank - k;
+  if (tail > x->rank) return false;
+  for (int j = 0; j < tail; j++)
+    if (y->shape[k + j] != x->shape[x->rank - tail + j]) return false;
+  return true;
+}
+
+/* A reduction over all rows that a run can carry to its end (see
+ * PassMemPlan.sunk): a weight gradient or a bias gradient. */
+static bool sinkable(Planner *pl, int i) {
+  PassMemPlan *p = pl->p;
+  IrNode *n = pl->g->nodes.items[i];
+  if (p->fused[i] || p->view[i] || p->absorbed[i]) return false;
+  return n->op == IR_OP_LINEAR_DW || (n->op == IR_OP_SUM_TO && sum_of_rows(n));
+}
+
+/* Whether node i adds into the gradient slot of a param that a node sunk
+ * into the run so far adds into too (a weight used by two layers): sunk
+ * nodes run side by side, so the two must not be in one run. */
+static bool sunk_slot_clash(Planner *pl, int i, int start) {
+  IrNode *n = pl->g->nodes.items[i];
+  for (int j = 0; j < n->nout; j++) {
+    PassBuf *b = buf_of(pl, n->out[j]);
+    if (!pl->direct[b->index]) continue;
+    for (int k = start; k < i; k++) {
+      IrNode *m = pl->g->nodes.items[k];
+      for (int l = 0; l < m->nout && pl->p->sunk[k]; l++) {
+        PassBuf *c = buf_of(pl, m->out[l]);
+        if (pl->direct[c->index] && c->grad_of == b->grad_of) return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* Whether node k reads an output of a node sunk into the run so far. */
+static bool reads_sunk(Planner *pl, int k, int start) {
+  IrNode *n = pl->g->nodes.items[k];
+  for (int j = 0; j < n->nin; j++) {
+    int d = pl->def[buf_of(pl, n->in[j])->index];
+    if (d >= start && pl->p->sunk[d]) return true;
+  }
+  return false;
+}
+
 /* The token rows and the chunk size from the model's inputs ([batch, seq]
  * each); false when they do not say. */
 static bool chunk_size(Planner *pl, int64_t *R, int64_t *C) {
@@ -421,8 +474,9 @@ static bool chunk_size(Planner *pl, int64_t *R, int64_t *C) {
   return true;
 }
 
-/* Maximal runs of row-local units (views, which run no code, may sit
- * inside), within one phase, with at least two units that run code. */
+/* Maximal runs of row-local units (views, which run no code, and sunk
+ * reductions may sit inside), within one phase, with at least two units
+ * that run code, one of them row-local. */
 static void plan_chunks(Planner *pl) {
   PassMemPlan *p = pl->p;
   int N = pl->g->nodes.len;
@@ -436,24 +490,33 @@ static void plan_chunks(Planner *pl) {
   const char *env = getenv("SHARDC_CHUNKS");
   if ((env && strcmp(env, "0") == 0) || !chunk_size(pl, &R, &C)) return;
   for (int i = 0; i < N;) {
-    int start = i, end = i - 1, units = 0;
+    int start = i, end = i - 1, local = 0, sunk = 0;
     while (i < N && (i != p->boundary || i == start)) {
       int last = p->group_last[i];
       if (p->absorbed[i]) break;
+      bool blocked = false;
+      for (int k = i; k <= last && !blocked; k++) blocked = reads_sunk(pl, k, start);
+      if (blocked) break;
       if (!p->view[i]) {
-        if (!unit_local(pl, i, last, R, C)) break;
-        units++;
+        if (unit_local(pl, i, last, R, C)) local++;
+        else if (sinkable(pl, i) && !sunk_slot_clash(pl, i, start)) p->sunk[i] = true, sunk++;
+        else break;
         end = last;
       }
       i = last + 1;
     }
     if (i == start) i = p->group_last[i] + 1;
-    if (units < 2) continue;
+    while (end >= start && p->view[end]) end--;
+    if (local < 1 || local + sunk < 2) {
+      for (int k = start; k < i; k++) p->sunk[k] = false;
+      continue;
+    }
+    i = end + 1;
     while (p->view[start]) start++;
     for (int k = start; k <= end; k++) {
       p->region_first[k] = start;
       p->region_last[k] = end;
-      p->chunked[k] = true;
+      p->chunked[k] = !p->sunk[k];
     }
     p->chunk_rows = C;
     p->nchunks = R / C;
@@ -493,7 +556,7 @@ static void plan_liveness(Planner *pl) {
     }
     /* In a run, an output nobody reads still needs its bytes until the
      * run ends: other chunks are still at earlier nodes. */
-    for (int j = 0; j < n->nout && p->chunked[i]; j++) {
+    for (int j = 0; j < n->nout && (p->chunked[i] || p->sunk[i]); j++) {
       PassBuf *b = buf_of(pl, n->out[j]);
       extend(b, p->region_last[i] + 1);
       extend(root_of(pl, b), p->region_last[i] + 1);
@@ -669,6 +732,7 @@ PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads) {
   p->region_first = ir_alloc(n1 * sizeof *p->region_first);
   p->region_last = ir_alloc(n1 * sizeof *p->region_last);
   p->chunked = ir_alloc(n1 * sizeof *p->chunked);
+  p->sunk = ir_alloc(n1 * sizeof *p->sunk);
   Planner pl = {.p = p, .g = g};
   index_values(&pl);
   plan_views(&pl);

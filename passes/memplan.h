@@ -81,9 +81,12 @@ typedef struct PassMemPlan {
    * each chunk going through every node of the run. Per node index: the
    * first and last node of its run (its fused loop's when it is in none),
    * and whether it is in one. Every buffer a run touches is live for the
-   * whole run, since chunks reach its nodes at different times. */
+   * whole run, since chunks reach its nodes at different times.
+   * A run may also carry reductions over all rows (a weight gradient, a
+   * bias gradient) whose results nothing else in the run reads: `sunk`
+   * nodes run after every chunk is through, in the same parallel region. */
   int *region_first, *region_last;
-  bool *chunked;
+  bool *chunked, *sunk;
   int64_t chunk_rows, nchunks; /* 0 when the plan has no runs */
   PassBuf *bufs;
   int nbufs;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tp.h"
 #include "util.h"
 
 #define STATE_FORMAT "shardc-state-1"
@@ -62,31 +63,63 @@ static void model_meta(Rt *rt, Meta *m) {
   meta_addf(m, "step", "%lld", (long long)rt->step);
 }
 
-/* One RtStOut per parameter, reading from `base` (+ suffix on the name). */
-static void add_params(Rt *rt, RtStOut *out, int *n, const real *base, char **names,
-                       const char *suffix) {
+/* Whether p is stored as a whole tensor this rank does not hold as it is:
+ * split over the tensor-parallel ranks, or padded (runtime/tp.h). */
+static int gathered(const RtParam *p) { return p->split || p->unpadded > 0; }
+
+/* The tensors of one file: per parameter (+ suffix) the whole unpadded
+ * tensor, read in place from `base` when this rank holds it whole, else
+ * gathered from the tensor-parallel ranks into a buffer of its own. */
+typedef struct Outs {
+  RtStOut *out;
+  char **names;
+  int64_t (*shapes)[RT_MAX_RANK];
+  real **owned;
+  int n;
+} Outs;
+
+static void add_params(Rt *rt, Outs *o, const real *base, const char *suffix) {
+  int writer = rt_tp_world_rank() == 0;
   for (int p = 0; p < rt->model->nparams; p++) {
     const RtParam *prm = &rt->model->params[p];
     size_t len = strlen(prm->name) + strlen(suffix) + 1;
     char *name = rt_xmalloc(len);
     snprintf(name, len, "%s%s", prm->name, suffix);
-    names[*n] = name;
-    out[(*n)++] = (RtStOut){name, prm->rank, prm->shape, base + prm->offset, prm->numel};
+    int k = o->n++;
+    o->names[k] = name;
+    rt_tp_full_shape(prm, o->shapes[k]);
+    const real *data = base + prm->offset;
+    int64_t numel = prm->numel;
+    if (gathered(prm)) {
+      /* Every rank takes part in the gather; rank 0 keeps the result. */
+      numel = rt_tp_full_numel(prm);
+      real *full = writer ? rt_xmalloc((size_t)numel * sizeof *full) : NULL;
+      rt_tp_gather(prm, data, full);
+      o->owned[k] = full;
+      data = full;
+    }
+    o->out[k] = (RtStOut){name, prm->rank, o->shapes[k], data, numel};
   }
 }
 
+/* Collective over the tensor-parallel ranks; only rank 0 of the job
+ * writes the file. */
 static void write_params(Rt *rt, const char *path, const real *const *bases,
                          const char *const *suffixes, int nbases, Meta *meta) {
-  int total = rt->model->nparams * nbases, n = 0;
-  RtStOut *out = rt_xcalloc((size_t)total, sizeof *out);
-  char **names = rt_xcalloc((size_t)total, sizeof *names);
+  size_t total = (size_t)(rt->model->nparams * nbases);
+  Outs o = {rt_xcalloc(total, sizeof *o.out), rt_xcalloc(total, sizeof *o.names),
+            rt_xcalloc(total, sizeof *o.shapes), rt_xcalloc(total, sizeof *o.owned), 0};
   for (int b = 0; b < nbases; b++)
-    add_params(rt, out, &n, bases[b], names, suffixes[b]);
-  rt_st_write(path, out, n, meta->kv, meta->n);
-  for (int i = 0; i < n; i++)
-    free(names[i]);
-  free(names);
-  free(out);
+    add_params(rt, &o, bases[b], suffixes[b]);
+  if (rt_tp_world_rank() == 0) rt_st_write(path, o.out, o.n, meta->kv, meta->n);
+  for (int i = 0; i < o.n; i++) {
+    free(o.names[i]);
+    free(o.owned[i]);
+  }
+  free(o.names);
+  free(o.shapes);
+  free(o.owned);
+  free(o.out);
 }
 
 static void save_state(Rt *rt, const char *path) {
@@ -113,7 +146,7 @@ static void save_state(Rt *rt, const char *path) {
 }
 
 void rt_ckpt_save(Rt *rt) {
-  make_dirs(rt->f.save);
+  if (rt_tp_world_rank() == 0) make_dirs(rt->f.save);
   char *state = join(rt->f.save, "state.safetensors");
   char *model = join(rt->f.save, "model.safetensors");
   save_state(rt, state);
@@ -141,18 +174,20 @@ void rt_ckpt_dump_grads(Rt *rt, const char *path) {
  * "transformer." prefix) and checks its shape; 0 after reporting an error. */
 static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix) {
   char name[512], alt[540], want[200], got[200];
+  int64_t shape[RT_MAX_RANK];
+  rt_tp_full_shape(prm, shape);
   snprintf(name, sizeof name, "%s%s", prm->name, suffix);
   snprintf(alt, sizeof alt, "transformer.%s", name);
   const RtStTensor *t = rt_st_find(f, name);
   if (!t && !*suffix) t = rt_st_find(f, alt);
-  rt_st_shape_str(want, sizeof want, prm->rank, prm->shape);
+  rt_st_shape_str(want, sizeof want, prm->rank, shape);
   if (!t) {
     rt_error(f->path, "missing tensor %s (the model expects %s)", name, want);
     return NULL;
   }
   int same = t->rank == prm->rank;
   for (int d = 0; same && d < prm->rank; d++)
-    same = t->shape[d] == prm->shape[d];
+    same = t->shape[d] == shape[d];
   if (!same) {
     rt_error(f->path, "tensor %s has shape %s, the model expects %s", name,
              rt_st_shape_str(got, sizeof got, t->rank, t->shape), want);
@@ -162,7 +197,8 @@ static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const
 }
 
 /* Reads every parameter (+ suffix) into base; all problems are reported
- * before exiting. */
+ * before exiting. Files hold whole unpadded tensors: every rank reads them
+ * (checkpoints live where all ranks see them) and keeps its part. */
 static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, real *base) {
   const RtModel *m = rt->model;
   const RtStTensor **found = rt_xcalloc((size_t)m->nparams, sizeof *found);
@@ -170,8 +206,17 @@ static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, rea
   for (int p = 0; p < m->nparams; p++)
     errors += !(found[p] = find_param(f, &m->params[p], suffix));
   if (errors) exit(1);
-  for (int p = 0; p < m->nparams; p++)
-    rt_st_read(f, found[p], base + m->params[p].offset);
+  for (int p = 0; p < m->nparams; p++) {
+    const RtParam *prm = &m->params[p];
+    if (!gathered(prm)) {
+      rt_st_read(f, found[p], base + prm->offset);
+      continue;
+    }
+    real *full = rt_xmalloc((size_t)rt_tp_full_numel(prm) * sizeof *full);
+    rt_st_read(f, found[p], full);
+    rt_tp_take(prm, full, base + prm->offset);
+    free(full);
+  }
   free(found);
 }
 

@@ -91,6 +91,10 @@ static const Flag flags[] = {
      "sample among the K most likely tokens only (0: all)"},
     {"quiet", K_SWITCH, F(quiet), NULL, "0", 0, 0, 0, NULL, 0,
      "print only errors and the sample (no banner, progress or notes)"},
+    {"comm-stats", K_SWITCH, F(comm_stats), NULL, "0", 0, 0, 0, NULL, 0,
+     "after every step, each rank prints the bytes it sent per mesh axis: the program's "
+     "collectives (the compiler's --report comm times the microbatches) and the runtime's "
+     "own (the gradient norm)"},
     {"dump-grads", K_STR, F(dump_grads), "FILE", NULL, 0, 0, 0, NULL, 0,
      "write the gradients of the first step (before clipping) as safetensors"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,

@@ -28,6 +28,7 @@ typedef struct RtFlags {
   int64_t top_k;
   const char *dump_grads;
   int64_t quiet;
+  int64_t comm_stats; /* print the bytes each rank sent, per mesh axis and step */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

@@ -12,6 +12,7 @@
 #include "optim.h"
 #include "rt.h"
 #include "sample.h"
+#include "tp.h"
 #include "util.h"
 
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
@@ -51,7 +52,7 @@ static void check_model(const RtModel *m) {
       rt_fatal(what, "internal error: input %s is not [batch, seq] inside the activations",
                in->name);
   }
-  int64_t logits = m->batch * m->seq * m->vocab * (int64_t)sizeof(real);
+  int64_t logits = m->batch * m->seq * rt_logits_cols(m) * (int64_t)sizeof(real);
   if (m->loss_offset < 0 || m->loss_offset + (int64_t)sizeof(real) > region ||
       m->dloss_offset < 0 || m->dloss_offset + (int64_t)sizeof(real) > region ||
       m->logits_offset < 0 || m->logits_offset + logits > region)
@@ -172,16 +173,20 @@ static void save(Rt *rt) {
 static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   const RtModel *m = rt->model;
   double t0 = rt_now(), skipped = 0;
+  rt_tp_step_begin(rt);
   rt_fetch_window(rt, s);
   rt_prof_add("S data", rt_now() - t0);
   info->loss = rt_window_grads(rt, rt->window, s);
+  rt_tp_step_mark(rt);
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
     skipped = rt_now() - t;
   }
   double t1 = rt_now();
-  info->grad_norm = rt_grad_norm(rt->ctx.grads, m->nweights, NORM_CHUNK, rt->norm_partials);
+  info->grad_norm = rt_tp_size() > 1 ? rt_tp_grad_norm(rt)
+                                      : rt_grad_norm(rt->ctx.grads, m->nweights, NORM_CHUNK,
+                                                     rt->norm_partials);
   double scale = rt_clip_scale(info->grad_norm, rt->f.clip);
   info->lr = rt_lr_at(&rt->f, s);
   double t2 = rt_now();
@@ -198,6 +203,7 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   info->steps = rt->f.steps;
   info->tokens_per_s = dt > 0 ? (double)(rt->f.global_batch * m->seq) / dt : 0;
   info->elapsed = dt;
+  rt_tp_step_end(rt, s + 1);
 }
 
 static void train(Rt *rt) {
@@ -244,6 +250,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   check_model(model);
   rt_flags_parse(&rt->f, argc, argv, argc > 0 ? argv[0] : "rank0");
   rt_quiet = (int)rt->f.quiet;
+  rt_tp_init(rt, &argc, &argv);
   if (rt->f.init_from && rt->f.resume)
     rt_fatal("--init-from", "cannot be combined with --resume (which loads weights too)");
   if (rt->f.resume)
@@ -263,5 +270,6 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   free(rt->window);
   free(rt->norm_partials);
   free(rt->mem);
+  rt_tp_finalize(rt);
   return 0;
 }

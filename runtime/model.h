@@ -39,6 +39,19 @@ typedef struct RtParam {
   RtInitKind init;
   double mean, std;  /* RT_INIT_NORMAL */
   int weight_decay;  /* 1 for matrices and embeddings, 0 for biases and norms */
+  /* Tensor parallelism (all zero in a program of one rank). A split
+   * parameter is part tp of t of the whole (padded) tensor global_shape
+   * along split_dim; with split_blocks k > 1 the whole is k equal blocks
+   * along that dim and the rank holds its part of each, in block order.
+   * unpadded > 0: dim pad_dim of global_shape holds `unpadded` real entries
+   * (the vocabulary), the rest is padding. Initialisation, checkpoints and
+   * --dump-grads deal in the whole unpadded tensor, so that they do not
+   * depend on t. */
+  int split;         /* 1: split over the tensor axis, 0: replicated */
+  int split_dim, split_blocks;
+  int64_t global_shape[RT_MAX_RANK];
+  int pad_dim;
+  int64_t unpadded;
 } RtParam;
 
 /* A model input (token ids, targets): int32 at `offset` bytes into the
@@ -64,7 +77,7 @@ typedef struct RtModel {
   const char *name;          /* model name */
   const char *source;        /* model file it was compiled from */
   const char *defines;       /* the -D overrides, "layers=4 hidden=128" */
-  int64_t batch, seq, vocab; /* microbatch shape and vocabulary */
+  int64_t batch, seq, vocab; /* microbatch shape and (real, unpadded) vocabulary */
   const RtParam *params;
   int nparams;
   int64_t nweights;          /* elements of real in the weights region */
@@ -80,6 +93,13 @@ typedef struct RtModel {
    * backward() adds this microbatch's gradients into the grads region. */
   void (*forward)(struct RtCtx *ctx);
   void (*backward)(struct RtCtx *ctx);
+  /* The mesh the program was compiled for: t, p, d ranks along the tensor,
+   * pipeline and data axes (0 means 1). All t tensor-parallel ranks run
+   * this one program; their rank is RtCtx.tp. */
+  int mesh_tp, mesh_pp, mesh_dp;
+  /* Columns of this rank's logits: vocab, or with tensor parallelism its
+   * part of the padded vocabulary (0 means vocab). */
+  int64_t logits_cols;
 } RtModel;
 
 /* What the generated functions see. */
@@ -90,6 +110,11 @@ typedef struct RtCtx {
   unsigned char *activations; /* plan.activations + plan.temporaries bytes */
   uint64_t seed;              /* dropout: per step and microbatch */
   int training;               /* 0 in evaluation: dropout off */
+  /* Tensor parallelism: this rank's index and the group's size (0 and 1
+   * in a program of one rank), and the tensor-axis communicator of
+   * runtime/comm.h that the generated collectives use (NULL when t = 1). */
+  int tp, tp_size;
+  struct RtComm *tp_comm;
 } RtCtx;
 
 /* The runtime's entry point: flags, training loop, checkpoints, sampling. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tp.h"
 #include "util.h"
 
 static int cmp_desc(const void *a, const void *b) {
@@ -45,8 +46,9 @@ int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k,
 }
 
 /* Runs the model on the last (at most seq) tokens of the context and
- * returns the logits of the last of them. */
-static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len) {
+ * returns the logits of the last of them; a tensor-parallel rank joins
+ * its columns with the others' into `whole`. */
+static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole) {
   const RtModel *m = rt->model;
   int64_t start = len > m->seq ? len - m->seq : 0, n = len - start;
   memset(rt->window, 0, (size_t)(rt->rows + 1) * sizeof *rt->window);
@@ -56,7 +58,8 @@ static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len) {
   m->forward(&rt->ctx);
   rt->ctx.training = 1;
   const real *logits = (const real *)(rt->ctx.activations + m->logits_offset);
-  return logits + (n - 1) * m->vocab;
+  int64_t cols = rt_logits_cols(m);
+  return rt_tp_gather_row(logits + (n - 1) * cols, cols, whole);
 }
 
 void rt_sample(Rt *rt) {
@@ -68,6 +71,10 @@ void rt_sample(Rt *rt) {
   int nbytes = m->vocab < 256 ? (int)m->vocab : 256;
   int32_t *ctx = rt_xmalloc((size_t)(plen + ntok + 1) * sizeof *ctx);
   double *scratch = rt_xmalloc(2 * 256 * sizeof *scratch);
+  real *whole = rt_xmalloc((size_t)(rt_logits_cols(m) * rt_tp_size()) * sizeof *whole);
+  /* Every tensor-parallel rank runs the model and draws the same tokens
+   * (the same logits and the same random stream); rank 0 prints them. */
+  FILE *out = rt_tp_world_rank() == 0 ? stdout : NULL;
   int64_t len = 0;
   if (plen == 0) ctx[len++] = '\n'; /* something to condition on */
   for (int64_t i = 0; i < plen; i++) {
@@ -77,15 +84,15 @@ void rt_sample(Rt *rt) {
                (long long)m->vocab);
     ctx[len++] = b;
   }
-  fputs(prompt, stdout);
+  if (out) fputs(prompt, out);
   for (int64_t i = 0; i < ntok; i++) {
-    const real *logits = next_logits(rt, ctx, len);
+    const real *logits = next_logits(rt, ctx, len, whole);
     int t = rt_sample_pick(logits, nbytes, rt->f.temperature, rt->f.top_k, &rt->rng, scratch);
     ctx[len++] = t;
-    putchar(t);
-    fflush(stdout);
+    if (out) putc(t, out), fflush(out);
   }
-  putchar('\n');
+  if (out) putc('\n', out);
+  free(whole);
   free(ctx);
   free(scratch);
 }

@@ -11,10 +11,16 @@ static void vreport(const char *what, const char *fmt, va_list ap) {
   /* stdout may hold buffered progress lines: flush them first so the error
    * appears after them, where it happened. */
   fflush(stdout);
-  fputs("shardc: error: ", stderr);
-  if (what) fprintf(stderr, "%s: ", what);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  /* One write of the whole line: the lines of ranks that fail together
+   * (their stderr merged by mpirun) must not interleave. */
+  char line[4096];
+  int n = snprintf(line, sizeof line, "shardc: error: %s%s", what ? what : "", what ? ": " : "");
+  if (n < 0 || n >= (int)sizeof line) n = 0;
+  int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  n = m < 0 ? n : n + m >= (int)sizeof line - 1 ? (int)sizeof line - 2 : n + m;
+  line[n++] = '\n';
+  fwrite(line, 1, (size_t)n, stderr);
+  fflush(stderr);
 }
 
 void rt_error(const char *what, const char *fmt, ...) {
@@ -24,8 +30,19 @@ void rt_error(const char *what, const char *fmt, ...) {
   va_end(ap);
 }
 
+void (*rt_fatal_hook)(const char *message);
+
 _Noreturn void rt_fatal(const char *what, const char *fmt, ...) {
   va_list ap;
+  if (rt_fatal_hook) {
+    char msg[2048];
+    int n = what ? snprintf(msg, sizeof msg, "%s: ", what) : 0;
+    if (n < 0 || n >= (int)sizeof msg) n = 0;
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    rt_fatal_hook(msg);
+  }
   va_start(ap, fmt);
   vreport(what, fmt, ap);
   va_end(ap);

@@ -10,6 +10,12 @@
  * leaves it out) and exits with status 1: a user error. */
 _Noreturn void rt_fatal(const char *what, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* When set (by a rank program running under MPI), rt_fatal hands its
+ * message, "WHAT: message", to this function instead of printing it and
+ * exiting: it names the rank and brings every rank of the job down, so that
+ * a failure on one rank never leaves the others waiting. It must not
+ * return. */
+extern void (*rt_fatal_hook)(const char *message);
 /* The same message without exiting, for code that reports several errors
  * before giving up. */
 void rt_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -72,48 +72,93 @@ void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alph
 }
 
 /* k_gemm_blocks: C cut into at most GEMM_BLOCKS blocks of rows or of
- * columns, each at least GEMM_BLOCK_MIN wide and GEMM_BLOCK_WORK
- * multiply-adds, a single-threaded GEMM each. */
-#define GEMM_BLOCKS 8
-#define GEMM_BLOCK_MIN 64
+ * columns, each at least GEMM_BLOCK_MIN wide (GEMM_BLOCK_MIN_TEAM in the
+ * team form) and GEMM_BLOCK_WORK multiply-adds, a single-threaded GEMM
+ * each. */
+#define GEMM_BLOCKS 4
+#define GEMM_BLOCK_MIN 256
 #define GEMM_BLOCK_WORK ((int64_t)1 << 21)
+/* The team form shares its blocks with other work of the region, so that
+ * evening out the threads' shares matters more than each block's packing:
+ * narrower blocks. */
+#define GEMM_BLOCK_MIN_TEAM 64
+
+/* How k_gemm_blocks cuts C: `nb` blocks of `step` rows (or columns when
+ * by_cols) out of `len`; nb < 2 means one GEMM. Each block packs the
+ * operand it shares with the others again, so the cut goes along the
+ * dimension whose shared operand is the smaller, and blocks stay large. */
+typedef struct GemmCut {
+  int by_cols;
+  int64_t len, step, nb;
+} GemmCut;
+
+static GemmCut gemm_cut(int64_t M, int64_t N, int64_t K, int64_t min_width) {
+  GemmCut c = {.by_cols = M * K <= K * N}; /* columns share A (M x K), rows share B */
+  c.len = c.by_cols ? N : M;
+  c.nb = M * N * K / GEMM_BLOCK_WORK;
+  if (c.nb > GEMM_BLOCKS)
+    c.nb = GEMM_BLOCKS;
+  if (c.nb > c.len / min_width)
+    c.nb = c.len / min_width;
+  if (c.nb < 2 || K == 0) {
+    c.nb = 1;
+    return c;
+  }
+  c.step = (c.len + c.nb - 1) / c.nb;
+  c.step = (c.step + 15) / 16 * 16;
+  c.nb = (c.len + c.step - 1) / c.step;
+  return c;
+}
+
+static void gemm_block(const GemmCut *c, int64_t blk, int trans_a, int trans_b, int64_t M,
+                       int64_t N, int64_t K, real alpha, const real *A, int64_t lda, const real *B,
+                       int64_t ldb, real beta, real *C, int64_t ldc) {
+  if (c->nb == 1) {
+    k_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  int64_t at = blk * c->step, w = c->len - at < c->step ? c->len - at : c->step;
+  if (c->by_cols) /* columns at..at+w of op(B) and C */
+    k_gemm(trans_a, trans_b, M, w, K, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta,
+           C + at, ldc);
+  else /* rows at..at+w of op(A) and C */
+    k_gemm(trans_a, trans_b, w, N, K, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta,
+           C + at * ldc, ldc);
+}
 
 /* Threads that take independent blocks from a shared counter keep working
  * when the machine delays one of them, where OpenBLAS's own threads move
  * in step and wait for each other. The cut depends only on the sizes: each
  * block is the same GEMM whatever the team, so the results are the same
- * bits for any number of threads. Each block packs the operand it shares
- * with the others again, so the cut goes along the dimension whose shared
- * operand is the smaller, and blocks stay large. */
+ * bits for any number of threads. */
 void k_gemm_blocks(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
                    const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
                    int64_t ldc) {
-  /* Cutting the columns shares A (M x K), cutting the rows shares B. */
-  int by_cols = M * K <= K * N;
-  int64_t len = by_cols ? N : M, nb = M * N * K / GEMM_BLOCK_WORK;
-  if (nb > GEMM_BLOCKS)
-    nb = GEMM_BLOCKS;
-  if (nb > len / GEMM_BLOCK_MIN)
-    nb = len / GEMM_BLOCK_MIN;
-  if (nb < 2 || K == 0) {
+  if (M == 0 || N == 0)
+    return;
+  GemmCut c = gemm_cut(M, N, K, GEMM_BLOCK_MIN);
+  if (c.nb == 1) {
     k_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  int64_t step = (len + nb - 1) / nb;
-  step = (step + 15) / 16 * 16;
-  nb = (len + step - 1) / step;
   int saved = kcpu_blas_serial_begin();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nb; blk++) {
-    int64_t at = blk * step, w = len - at < step ? len - at : step;
-    if (by_cols) /* columns at..at+w of op(B) and C */
-      k_gemm(trans_a, trans_b, M, w, K, alpha, A, lda, trans_b ? B + at * ldb : B + at, ldb, beta,
-             C + at, ldc);
-    else /* rows at..at+w of op(A) and C */
-      k_gemm(trans_a, trans_b, w, N, K, alpha, trans_a ? A + at : A + at * lda, lda, B, ldb, beta,
-             C + at * ldc, ldc);
-  }
+  for (int64_t blk = 0; blk < c.nb; blk++)
+    gemm_block(&c, blk, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   kcpu_blas_serial_end(saved);
+}
+
+/* The same blocks shared by the team the caller is already running: an
+ * orphaned loop without a barrier at its end (see kernels.h). */
+void k_gemm_blocks_team(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
+                        const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
+                        int64_t ldc) {
+  if (M == 0 || N == 0)
+    return;
+  GemmCut c = gemm_cut(M, N, K, GEMM_BLOCK_MIN_TEAM);
+#pragma omp for schedule(dynamic, 1) nowait
+  for (int64_t blk = 0; blk < c.nb; blk++)
+    gemm_block(&c, blk, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Many small matrices (attention-sized matmuls, per-head products) keep
@@ -152,23 +197,34 @@ void k_add_bias(real *y, const real *bias, int64_t rows, int64_t n) {
   }
 }
 
+/* Columns c0 .. c0 + SUM_COLS - 1 of k_sum_rows, rows in order. */
+static void sum_rows_block(real *out, const real *x, int64_t rows, int64_t n, int64_t blk) {
+  int64_t c0 = blk * SUM_COLS, w = n - c0 < SUM_COLS ? n - c0 : SUM_COLS;
+  acc_t acc[SUM_COLS];
+  for (int64_t j = 0; j < w; j++)
+    acc[j] = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const real *xr = x + r * n + c0;
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++)
+      acc[j] += xr[j];
+  }
+  for (int64_t j = 0; j < w; j++)
+    out[c0 + j] = (real)acc[j];
+}
+
 /* Parallel over column blocks, rows summed in order within each block: the
  * result is the same for any number of threads. */
 void k_sum_rows(real *out, const real *x, int64_t rows, int64_t n) {
   int64_t blocks = (n + SUM_COLS - 1) / SUM_COLS;
 #pragma omp parallel for schedule(static) if (kcpu_par(rows * n))
-  for (int64_t blk = 0; blk < blocks; blk++) {
-    int64_t c0 = blk * SUM_COLS, w = n - c0 < SUM_COLS ? n - c0 : SUM_COLS;
-    acc_t acc[SUM_COLS];
-    for (int64_t j = 0; j < w; j++)
-      acc[j] = 0;
-    for (int64_t r = 0; r < rows; r++) {
-      const real *xr = x + r * n + c0;
-#pragma omp simd
-      for (int64_t j = 0; j < w; j++)
-        acc[j] += xr[j];
-    }
-    for (int64_t j = 0; j < w; j++)
-      out[c0 + j] = (real)acc[j];
-  }
+  for (int64_t blk = 0; blk < blocks; blk++)
+    sum_rows_block(out, x, rows, n, blk);
+}
+
+void k_sum_rows_team(real *out, const real *x, int64_t rows, int64_t n) {
+  int64_t blocks = (n + SUM_COLS - 1) / SUM_COLS;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (int64_t blk = 0; blk < blocks; blk++)
+    sum_rows_block(out, x, rows, n, blk);
 }

@@ -32,6 +32,14 @@ void k_embedding_fwd(real *out, const int32_t *ids, const real *table, int64_t n
 void k_embedding_bwd(real *dtable, const int32_t *ids, const real *dout, int64_t n, int64_t V,
                      int64_t h);
 void k_arange(int32_t *out, int64_t n);
+/* Vocabulary-parallel (tensor parallelism): the table is this rank's rows
+ * [lo, lo + V) of the whole. Forward: rows of ids outside are zeros (the
+ * ranks' results sum to the lookup). Backward: dtable = 0, then the rows
+ * of ids inside get dout added, in order of i. */
+void k_embedding_fwd_vp(real *out, const int32_t *ids, const real *table, int64_t n, int64_t h,
+                        int64_t lo, int64_t V);
+void k_embedding_bwd_vp(real *dtable, const int32_t *ids, const real *dout, int64_t n, int64_t V,
+                        int64_t h, int64_t lo);
 
 /* --- matrix multiply (gemm.c) ---------------------------------------------- */
 /* C[M, N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major with
@@ -45,6 +53,17 @@ void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alph
 void k_gemm_blocks(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
                    const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
                    int64_t ldc);
+/* Team forms of k_gemm_blocks and k_sum_rows, for a parallel region the
+ * caller has open: every thread of the team must call them, in the same
+ * order; each shares its blocks among the team and returns without waiting
+ * for the others (the caller's region ends with a barrier). The sums are
+ * k_sum_rows' bits; the GEMM's blocks are narrower than k_gemm_blocks'
+ * (other work shares the team), so its bits are its own, but again the
+ * same for any number of threads. */
+void k_gemm_blocks_team(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, real alpha,
+                        const real *A, int64_t lda, const real *B, int64_t ldb, real beta, real *C,
+                        int64_t ldc);
+void k_sum_rows_team(real *out, const real *x, int64_t rows, int64_t n);
 /* `batch` independent GEMMs, matrices `stride_*` elements apart (stride 0:
  * the same matrix for every batch, e.g. a shared weight). C must not
  * overlap between entries. */
@@ -124,6 +143,26 @@ void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets,
  * columns get 0. Targets must lie in [0, valid). */
 void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
                          const real *dloss, int64_t rows, int64_t V, int64_t valid);
+
+/* Vocabulary-parallel cross entropy (tensor parallelism): the logits
+ * [rows, V] are this rank's columns [lo, lo + V) of the whole, whose first
+ * n (= clamp(valid - lo, 0, V)) are real. The caller all-reduces each
+ * per-row result: MAX of rowmax (-inf on a rank without real columns),
+ * then SUM of sumexp (exp(x - the global rowmax), summed in double, stored
+ * as real) and of tgt (the target's logit on the rank that holds it, 0
+ * elsewhere; targets outside [0, valid) abort). k_ce_vp_loss is then the
+ * loss of k_cross_entropy_fwd over the whole; k_ce_vp_bwd this rank's
+ * columns of k_cross_entropy_bwd (padding 0). */
+void k_ce_vp_max(real *rowmax, const real *logits, int64_t rows, int64_t V, int64_t n);
+void k_ce_vp_sumexp(real *sumexp, const real *logits, const real *rowmax, int64_t rows, int64_t V,
+                    int64_t n);
+void k_ce_vp_target(real *tgt, const real *logits, const int32_t *targets, int64_t rows, int64_t V,
+                    int64_t lo, int64_t n, int64_t valid);
+void k_ce_vp_loss(real *loss, const real *rowmax, const real *sumexp, const real *tgt,
+                  int64_t rows);
+void k_ce_vp_bwd(real *dlogits, const real *logits, const int32_t *targets, const real *dloss,
+                 const real *rowmax, const real *sumexp, int64_t rows, int64_t V, int64_t lo,
+                 int64_t n);
 
 /* --- dropout (dropout.c) ---------------------------------------------------- */
 /* y = x * keep / (1 - rate), keep = 1 with probability 1 - rate. The mask is

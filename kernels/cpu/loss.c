@@ -72,3 +72,66 @@ void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targe
       memset(dx + valid, 0, (size_t)(V - valid) * sizeof(real));
   }
 }
+
+/* ---------------------------------------------- the vocabulary-parallel loss
+ *
+ * With the vocabulary split over t ranks each holds columns [lo, lo + V)
+ * of the logits, of which its first n are real (the whole vocabulary's
+ * first `valid` columns; the rest is padding). The loss never gathers the
+ * logits: the caller all-reduces, one value per row each, the MAX of
+ * k_ce_vp_max, then the SUM of k_ce_vp_sumexp and of k_ce_vp_target, and
+ * k_ce_vp_loss (forward) or k_ce_vp_bwd (backward) finish on every rank. */
+
+void k_ce_vp_max(real *rowmax, const real *logits, int64_t rows, int64_t V, int64_t n) {
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * n))
+  for (int64_t r = 0; r < rows; r++)
+    rowmax[r] = n > 0 ? kcpu_max(logits + r * V, n) : -INFINITY;
+}
+
+void k_ce_vp_sumexp(real *sumexp, const real *logits, const real *rowmax, int64_t rows, int64_t V,
+                    int64_t n) {
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * n))
+  for (int64_t r = 0; r < rows; r++) {
+    const real *x = logits + r * V;
+    real m = rowmax[r];
+    acc_t s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++)
+      s += k_exp(x[j] - m);
+    sumexp[r] = (real)s;
+  }
+}
+
+void k_ce_vp_target(real *tgt, const real *logits, const int32_t *targets, int64_t rows, int64_t V,
+                    int64_t lo, int64_t n, int64_t valid) {
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t t = ce_target(targets, r, valid) - lo;
+    tgt[r] = t >= 0 && t < n ? logits[r * V + t] : 0;
+  }
+}
+
+void k_ce_vp_loss(real *loss, const real *rowmax, const real *sumexp, const real *tgt,
+                  int64_t rows) {
+  acc_t total = 0;
+  for (int64_t r = 0; r < rows; r++)
+    total += log((acc_t)sumexp[r]) + (acc_t)rowmax[r] - (acc_t)tgt[r];
+  loss[0] = rows > 0 ? (real)(total / (acc_t)rows) : 0;
+}
+
+void k_ce_vp_bwd(real *dlogits, const real *logits, const int32_t *targets, const real *dloss,
+                 const real *rowmax, const real *sumexp, int64_t rows, int64_t V, int64_t lo,
+                 int64_t n) {
+  acc_t dl = rows > 0 ? (acc_t)dloss[0] / (acc_t)rows : 0;
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * V))
+  for (int64_t r = 0; r < rows; r++) {
+    const real *x = logits + r * V;
+    real *dx = dlogits + r * V, m = rowmax[r];
+    real scale = (real)(dl / (acc_t)sumexp[r]);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+      dx[j] = scale * k_exp(x[j] - m);
+    int64_t t = (int64_t)targets[r] - lo;
+    if (t >= 0 && t < n) dx[t] -= (real)dl;
+    if (V > n) memset(dx + n, 0, (size_t)(V - n) * sizeof(real));
+  }
+}

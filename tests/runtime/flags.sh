@@ -10,7 +10,7 @@ missing=""
 for f in data val-data steps global-batch lr beta1 beta2 eps weight-decay clip warmup lr-min \
          lr-schedule optimizer seed log-every log-json eval-every eval-batches save save-every \
          resume init-from no-shuffle sample-prompt sample-tokens temperature top-k dump-grads \
-         gradcheck gradcheck-tol gradcheck-floor quiet help; do
+         gradcheck gradcheck-tol gradcheck-floor quiet comm-stats help; do
   grep -q -- "^  --$f[ ]" help.txt || missing="$missing --$f"
 done
 check "--help exits 0 and documents $(grep -c '^  --' help.txt) flags${missing:+, missing:$missing}" \

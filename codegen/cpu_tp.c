@@ -1,0 +1,280 @@
+/* The CPU target's code for tensor parallelism: the collectives of the
+ * partitioned graph as calls of runtime/comm.h on the tensor-axis
+ * communicator (ctx->tp_comm), tp_slice as a local copy of this rank's part,
+ * and the vocabulary-parallel embedding and loss and per-rank dropout,
+ * which need the rank (ctx->tp) at run time. One program serves every
+ * tensor-parallel rank.
+ *
+ * Scratch. all_gather and reduce_scatter along a dim with anything but 1s
+ * before it need the rank-major layout of comm.h next to the tensor's (a
+ * permuting copy after the gather, before the scatter), and the
+ * vocabulary-parallel loss needs three reals per row for its reductions.
+ * Both use one static array of the program, `tp_scratch`, sized here for
+ * the largest user: nodes run one after the other and none of these is
+ * part of a run of row chunks (memplan keeps collectives out of them). */
+#include <string.h>
+
+#include "target.h"
+
+static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
+static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
+
+/* The product of the dims before d. */
+static int64_t outer(const IrValue *v, int d) {
+  int64_t p = 1;
+  for (int k = 0; k < d; k++) p *= v->type.shape[k];
+  return p;
+}
+
+static int norm_dim(const IrNode *n, const IrValue *v) {
+  int64_t d = ir_attr_int(n, "dim");
+  return (int)(d < 0 ? d + v->type.rank : d);
+}
+
+static bool flag(const IrNode *n, const char *name) {
+  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
+}
+
+static bool is_vocab_loss(const IrNode *n) {
+  return (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
+         flag(n, "vocab_parallel");
+}
+
+/* Reals of tp_scratch that node n needs. */
+static int64_t scratch_need(const IrNode *n) {
+  if (n->op == IR_OP_ALL_GATHER) {
+    const IrValue *x = n->in[0];
+    return outer(x, norm_dim(n, x)) > 1 ? numel(n->out[0]) : 0;
+  }
+  if (n->op == IR_OP_REDUCE_SCATTER) {
+    const IrValue *y = n->out[0];
+    return outer(y, norm_dim(n, y)) > 1 ? numel(n->in[0]) : 0;
+  }
+  if (is_vocab_loss(n)) return 3 * (numel(n->in[0]) / dim(n->in[0], -1));
+  return 0;
+}
+
+void cg_cpu_tp_prologue(CgEmitter *e) {
+  int64_t need = 0;
+  bool per_rank = false;
+  for (int i = 0; i < e->g->nodes.len; i++) {
+    const IrNode *n = e->g->nodes.items[i];
+    int64_t s = scratch_need(n);
+    if (s > need) need = s;
+    per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");
+  }
+  int t = e->g->mesh[IR_AXIS_TENSOR];
+  if (t <= 1 && need == 0 && !per_rank) return;
+  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h). */");
+  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "#ifdef SHARD_REAL_F64");
+  emit(e, "#define RT_COMM_REAL RT_COMM_F64");
+  emit(e, "#else");
+  emit(e, "#define RT_COMM_REAL RT_COMM_F32");
+  emit(e, "#endif");
+  if (need > 0) {
+    emit(e, "/* Rank-major copies for gathers and scatters along inner dims, and the");
+    emit(e, " * per-row reductions of the vocabulary-parallel loss. */");
+    emit(e, "static real tp_scratch[%lld];", (long long)need);
+  }
+  if (per_rank) {
+    emit(e, "/* Dropout on a tensor-parallel split: each rank draws its own stream. */");
+    emit(e, "static inline uint64_t tp_seed(const RtCtx *ctx) {");
+    emit(e, "  return ctx->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(ctx->tp + 1));");
+    emit(e, "}");
+  }
+  emit_blank(e);
+}
+
+/* ------------------------------------------------------------ collectives */
+
+static bool tensor_axis(CgEmitter *e, const IrNode *n) {
+  if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
+  cg_error(e, n, "only the tensor axis is supported, not axis %lld", (long long)ir_attr_int(n, "axis"));
+  return false;
+}
+
+static void emit_all_reduce(CgEmitter *e, const IrNode *n) {
+  emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
+       cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), (long long)numel(n->in[0]));
+}
+
+/* The parts of x joined in rank order along dim: comm.h gathers rank-major
+ * [t][outer][part]; with outer > 1 a transpose makes it [outer][t][part]. */
+static void emit_all_gather(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = outer(x, norm_dim(n, x)), t = ir_attr_int(n, "size"), part = numel(x) / o;
+  if (o == 1) {
+    emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x),
+         cg_ref(e, y), (long long)numel(x));
+    return;
+  }
+  emit(e, "rt_comm_allgather(ctx->tp_comm, %s, tp_scratch, %lld, RT_COMM_REAL);", cg_ref(e, x),
+       (long long)numel(x));
+  emit(e, "k_transpose(%s, tp_scratch, 1, %lld, 1, %lld, %lld);", cg_ref(e, y), (long long)t,
+       (long long)o, (long long)part);
+}
+
+/* Part r along dim of the sum: x [outer][t][part] is made rank-major first. */
+static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = outer(y, norm_dim(n, y)), t = ir_attr_int(n, "size"), part = numel(y) / o;
+  if (o == 1) {
+    emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
+         cg_ref(e, x), cg_ref(e, y), (long long)numel(y));
+    return;
+  }
+  emit(e, "k_transpose(tp_scratch, %s, 1, %lld, 1, %lld, %lld);", cg_ref(e, x), (long long)o,
+       (long long)t, (long long)part);
+  emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, tp_scratch, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
+       cg_ref(e, y), (long long)numel(y));
+}
+
+/* This rank's part along dim: no message, a strided copy. */
+static void emit_tp_slice(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = outer(x, norm_dim(n, x)), part = numel(y) / o, whole = numel(x) / o;
+  emit(e, "k_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", cg_ref(e, y),
+       (long long)part, cg_ref(e, x), (long long)part, (long long)whole, (long long)o,
+       (long long)part);
+}
+
+/* ------------------------------------------------------- vocabulary split */
+
+/* This rank's rows [tp * V, (tp + 1) * V) of the table. In a run of row
+ * chunks (memplan's row_local embedding) the chunk's ids and rows. */
+static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
+  const IrValue *ids = n->in[0], *y = n->out[0];
+  if (n->op == IR_OP_EMBEDDING) {
+    const IrValue *table = n->in[1];
+    int64_t V = dim(table, 0), h = dim(y, -1);
+    const char *out = e->chunk_rows ? ir_fmt("(%s + r0 * %lld)", cg_ref(e, y), (long long)h)
+                                    : cg_ref(e, y);
+    emit(e, "k_embedding_fwd_vp(%s, %s%s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);", out,
+         cg_ref(e, ids), e->chunk_rows ? " + r0" : "", cg_ref(e, table),
+         (long long)(e->chunk_rows ? e->chunk_rows : numel(ids)), (long long)h, (long long)V,
+         (long long)V);
+    return;
+  }
+  const IrValue *dy = n->in[1];
+  int64_t V = dim(y, 0), h = dim(y, -1), rows = numel(ids);
+  if (cg_buf(e, y)->region != PASS_REGION_GRADS) {
+    emit(e, "k_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
+         cg_ref(e, y), cg_ref(e, ids), cg_ref(e, dy), (long long)rows, (long long)V, (long long)h,
+         (long long)V);
+    return;
+  }
+  /* Straight into the gradient slot, as the one-rank scatter of cpu.c:
+   * threads split the columns, every element adds its rows in order. */
+  emit(e, "{");
+  e->depth++;
+  emit(e, "real *restrict g = %s;", cg_ref(e, y));
+  emit(e, "const int32_t *restrict ids = %s;", cg_ref(e, ids));
+  emit(e, "const real *restrict dy = %s;", cg_ref(e, dy));
+  emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
+  if (rows * h >= 32768) emit(e, "#pragma omp parallel for schedule(static)");
+  emit(e, "for (int64_t c = 0; c < %lld; c += 64) {", (long long)h);
+  e->depth++;
+  emit(e, "const int64_t end = c + 64 < %lld ? c + 64 : %lld;", (long long)h, (long long)h);
+  emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)rows);
+  e->depth++;
+  emit(e, "const int64_t row = (int64_t)ids[r] - lo;");
+  emit(e, "if (row < 0 || row >= %lld) continue;", (long long)V);
+  emit(e, "real *restrict gr = g + row * %lld;", (long long)h);
+  emit(e, "const real *restrict dr = dy + r * %lld;", (long long)h);
+  emit(e, "#pragma omp simd");
+  emit(e, "for (int64_t j = c; j < end; j++) gr[j] += dr[j];");
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+}
+
+/* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits:
+ * all-reduces of the row max (MAX), then of the sum of exponentials and,
+ * forward, of the target logit (SUM), one real per row each, as the
+ * compiler's comm report lists them. */
+static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
+  const IrValue *logits = n->in[0], *targets = n->in[1];
+  if (targets->type.dtype != IR_I32) {
+    cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(targets->type.dtype));
+    return;
+  }
+  int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
+  int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
+  if (valid <= 0) valid = V * (t > 1 ? t : 1);
+  const char *L = cg_ref(e, logits), *T = cg_ref(e, targets);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
+  emit(e, "const int64_t n = %lld - lo < 0 ? 0 : %lld - lo > %lld ? %lld : %lld - lo;",
+       (long long)valid, (long long)valid, (long long)V, (long long)V, (long long)valid);
+  emit(e, "real *mx = tp_scratch, *se = tp_scratch + %lld, *tg = tp_scratch + %lld;",
+       (long long)rows, (long long)(2 * rows));
+  emit(e, "k_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "rt_comm_allreduce(ctx->tp_comm, mx, mx, %lld, RT_COMM_REAL, RT_COMM_MAX);",
+       (long long)rows);
+  emit(e, "k_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "rt_comm_allreduce(ctx->tp_comm, se, se, %lld, RT_COMM_REAL, RT_COMM_SUM);",
+       (long long)rows);
+  if (n->op == IR_OP_CROSS_ENTROPY) {
+    emit(e, "k_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
+         (long long)V, (long long)valid);
+    emit(e, "rt_comm_allreduce(ctx->tp_comm, tg, tg, %lld, RT_COMM_REAL, RT_COMM_SUM);",
+         (long long)rows);
+    emit(e, "k_ce_vp_loss(%s, mx, se, tg, %lld);", cg_ref(e, n->out[0]), (long long)rows);
+  } else {
+    emit(e, "(void)tg;");
+    emit(e, "k_ce_vp_bwd(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", cg_ref(e, n->out[0]), L, T,
+         cg_ref(e, n->in[2]), (long long)rows, (long long)V);
+  }
+  e->depth--;
+  emit(e, "}");
+}
+
+static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
+  emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
+       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)ir_attr_int(n, "site"));
+}
+
+bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_ALL_REDUCE:
+    if (tensor_axis(e, n)) emit_all_reduce(e, n);
+    return true;
+  case IR_OP_ALL_GATHER:
+    if (tensor_axis(e, n)) emit_all_gather(e, n);
+    return true;
+  case IR_OP_REDUCE_SCATTER:
+    if (tensor_axis(e, n)) emit_reduce_scatter(e, n);
+    return true;
+  case IR_OP_TP_SLICE:
+    if (tensor_axis(e, n)) emit_tp_slice(e, n);
+    return true;
+  case IR_OP_TP_COPY: /* the identity; memplan makes it a view, which runs no code */
+    if (strcmp(cg_ref(e, n->in[0]), cg_ref(e, n->out[0])) != 0)
+      emit(e, "memcpy(%s, %s, %lld * sizeof(real));", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
+           (long long)numel(n->in[0]));
+    return true;
+  case IR_OP_EMBEDDING:
+  case IR_OP_EMBEDDING_GRAD:
+    if (!flag(n, "vocab_parallel")) return false;
+    emit_vocab_embedding(e, n);
+    return true;
+  case IR_OP_CROSS_ENTROPY:
+  case IR_OP_CROSS_ENTROPY_GRAD:
+    if (!flag(n, "vocab_parallel")) return false;
+    emit_vocab_loss(e, n);
+    return true;
+  case IR_OP_DROPOUT:
+  case IR_OP_DROPOUT_GRAD:
+    if (!flag(n, "per_rank")) return false;
+    emit_rank_dropout(e, n);
+    return true;
+  default: return false;
+  }
+}

@@ -1,0 +1,73 @@
+/* Tensor parallelism in the runtime: starting the communication layer for
+ * the mesh the program was compiled for, and everything that needs to know
+ * how a parameter is split over the tensor-parallel ranks (initialisation,
+ * checkpoints, --dump-grads, the global gradient norm, sampling) or what
+ * the ranks sent (--comm-stats).
+ *
+ * A program of one rank (t = p = d = 1) started without mpirun never
+ * starts MPI and behaves bit for bit as before: every function here then
+ * takes the one-rank path. */
+#ifndef SHARD_RT_TP_H
+#define SHARD_RT_TP_H
+
+#include "rt.h"
+
+/* Starts the communication layer when the mesh has more than one rank or
+ * the program runs under mpirun; checks that the job has t * p * d ranks;
+ * builds the mesh's communicators and fills ctx.tp, tp_size and tp_comm.
+ * Ranks other than 0 print only errors (and --comm-stats), and only rank 0
+ * writes --log-json. Fatal errors then name the rank and bring every rank
+ * down. Call after the flags are parsed. */
+void rt_tp_init(Rt *rt, int *argc, char ***argv);
+/* Shuts the communication layer down at the end of a successful run. */
+void rt_tp_finalize(Rt *rt);
+
+/* This process's rank in the job (0 without MPI), its tensor-parallel rank
+ * and the tensor-parallel size. Only world rank 0 writes files. */
+int rt_tp_world_rank(void);
+int rt_tp_rank(void);
+int rt_tp_size(void);
+
+/* Columns of the logits this rank computes. */
+static inline int64_t rt_logits_cols(const RtModel *m) {
+  return m->logits_cols > 0 ? m->logits_cols : m->vocab;
+}
+
+/* ---- parameters as whole, unpadded tensors ------------------------------ */
+
+/* The whole unpadded tensor of p: its shape (p->rank dims) and elements. */
+void rt_tp_full_shape(const RtParam *p, int64_t *shape);
+int64_t rt_tp_full_numel(const RtParam *p);
+/* Where element i of tensor-parallel rank r's part of p lies in the whole
+ * unpadded tensor (a row-major index), or -1 when it is padding. */
+int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i);
+/* Gathers the whole unpadded tensor of p from the ranks' parts (`part` is
+ * this rank's: p->numel reals). Collective over the tensor axis; `full`
+ * (rt_tp_full_numel reals) is written on tensor-parallel rank 0 only and
+ * may be NULL elsewhere. */
+void rt_tp_gather(const RtParam *p, const real *part, real *full);
+/* This rank's part of p from the whole unpadded tensor; padding gets 0. */
+void rt_tp_take(const RtParam *p, const real *full, real *part);
+
+/* ---- a training step ---------------------------------------------------- */
+
+/* The global gradient norm: split parameters summed over the tensor axis,
+ * replicated ones counted once. With t = 1, rt_grad_norm of optim.h. */
+double rt_tp_grad_norm(Rt *rt);
+/* --comm-stats: the byte counters around one optimizer step. begin at its
+ * start, mark when the microbatches' forward and backward are done (what
+ * the program's collectives sent, which the compiler's comm report
+ * predicts: its total times the microbatches), end after the optimizer
+ * (what the runtime's own reductions of the step sent, the gradient norm's).
+ * end prints one line per rank. Gathers for checkpoints and --dump-grads
+ * are not counted. */
+void rt_tp_step_begin(Rt *rt);
+void rt_tp_step_mark(Rt *rt);
+void rt_tp_step_end(Rt *rt, int64_t step);
+
+/* The whole row of logits (all t parts joined, rt_logits_cols * t reals)
+ * from this rank's `cols` columns. Collective over the tensor axis; with
+ * t = 1 it returns `part` itself. */
+const real *rt_tp_gather_row(const real *part, int64_t cols, real *whole);
+
+#endif
