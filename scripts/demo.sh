@@ -9,7 +9,7 @@ set -euo pipefail
 build=${1:-build}
 shardc=$build/shardc
 out=$build/demo
-steps=${DEMO_STEPS:-300}
+steps=${DEMO_STEPS:-600}
 mkdir -p "$out"
 rm -rf "$out/checkpoint"
 

@@ -13,8 +13,9 @@
 #define SQRT sqrtf
 #endif
 
-/* The scalar form, the arithmetic of torch.optim.AdamW step by step. */
-static inline void adamw_one(real *w, real g, real *m, real *v, const KAdamW *h) {
+/* The scalar form, the arithmetic of torch.optim.AdamW step by step
+ * (unused where the AVX-512 loop below takes every element). */
+__attribute__((unused)) static inline void adamw_one(real *w, real g, real *m, real *v, const KAdamW *h) {
   real gi = g * h->grad_scale;
   *w *= h->decay;
   *m += (gi - *m) * (1 - h->beta1); /* torch's lerp */
