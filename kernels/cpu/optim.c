@@ -27,8 +27,10 @@ __attribute__((unused)) static inline void adamw_one(real *w, real g, real *m, r
 /* The same operations on 16 lanes, the tail through a mask: every element
  * gets the same instructions wherever a thread's range starts, so the
  * result does not depend on the split. Spelled with intrinsics because
- * under the default -fmath-errno GCC will not vectorise sqrtf; no FMA, as
- * in the scalar form, so the two agree to the bit. */
+ * under the default -fmath-errno GCC will not vectorise sqrtf. With
+ * -march=native the compiler may contract multiplies and adds into FMAs
+ * here, so a machine with AVX-512 and one without can differ in the last
+ * bit of an update; on one machine results never depend on threads. */
 void k_adamw(real *w, const real *g, real *m, real *v, int64_t n, const KAdamW *h) {
   const __m512 scale = _mm512_set1_ps(h->grad_scale), decay = _mm512_set1_ps(h->decay);
   const __m512 c1 = _mm512_set1_ps(1 - h->beta1), b2 = _mm512_set1_ps(h->beta2);

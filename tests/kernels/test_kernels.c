@@ -9,12 +9,16 @@
  * (so the pair is checked against each other at f64 precision), in the f32
  * build of the double reference (so the f32 backward is checked against
  * exact gradients). Then forward and backward are run with 1, 2 and 3 OpenMP
- * threads and must give identical bits. Kernels without a backward (GEMM,
- * exp and friends) and properties no gradient shows (dropout statistics,
- * exact inverses) have tests of their own at the end.
+ * threads and must give identical bits. Kernels without a backward (GEMM
+ * in its plain, blocked, team and batched forms, exp and friends, AdamW,
+ * the sum of squares) and properties no gradient shows (dropout
+ * statistics, exact inverses, the vocabulary-parallel ranks' partial
+ * statistics and how their results add up to the whole) have tests of
+ * their own at the end.
  *
  * Every check prints the error it measured and its tolerance; the program
  * exits 1 when any check is above tolerance. */
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -121,6 +125,7 @@ struct Case {
   void (*fwd)(const Case *c, real *const *in, real *out);
   void (*bwd)(const Case *c, real *const *in, const real *dy, real *const *grad);
   int64_t b, s, H, K, d, rows, n, V, valid, n0, n1, mid, inner, ld0, ld1;
+  int64_t lo, tp; /* vocabulary-parallel: first row or column of a rank, ranks */
   int causal, inverse, bias;
   double eps, theta, rate, fill;
   uint64_t seed, site;
@@ -144,6 +149,23 @@ static void fwd_embedding(const Case *c, real *const *in, real *out) {
 static void bwd_embedding(const Case *c, real *const *in, const real *dy, real *const *g) {
   (void)in;
   k_embedding_bwd(g[0], c->ids, dy, c->rows, c->V, c->n);
+}
+
+/* vocabulary-parallel embedding: in[0] = this rank's rows [lo, lo + V) of
+ * the table, ids over the whole vocabulary (c->valid rows) */
+static void ref_embedding_vp(const Case *c, double *const *in, double *out) {
+  for (int64_t i = 0; i < c->rows; i++) {
+    int64_t row = c->ids[i] - c->lo;
+    for (int64_t j = 0; j < c->n; j++)
+      out[i * c->n + j] = row >= 0 && row < c->V ? in[0][row * c->n + j] : 0;
+  }
+}
+static void fwd_embedding_vp(const Case *c, real *const *in, real *out) {
+  k_embedding_fwd_vp(out, c->ids, in[0], c->rows, c->n, c->lo, c->V);
+}
+static void bwd_embedding_vp(const Case *c, real *const *in, const real *dy, real *const *g) {
+  (void)in;
+  k_embedding_bwd_vp(g[0], c->ids, dy, c->rows, c->V, c->n, c->lo);
 }
 
 /* bias: y = x + bias; its adjoint for the bias is k_sum_rows */
@@ -315,6 +337,79 @@ static void fwd_xent(const Case *c, real *const *in, real *out) {
 }
 static void bwd_xent(const Case *c, real *const *in, const real *dy, real *const *g) {
   k_cross_entropy_bwd(g[0], in[0], c->ids, dy, c->rows, c->V, c->valid);
+}
+
+/* vocabulary-parallel cross entropy over c->tp simulated ranks: in[0] is
+ * the whole of the logits [rows, tp * V], rank p holds columns
+ * [p V, (p + 1) V), the first `valid` of all are real. The reference is
+ * the whole cross entropy; the kernels run rank by rank on copies of their
+ * columns, with the caller's all-reduces (MAX, then SUMs in rank order)
+ * written out here. */
+typedef struct VpStats {
+  real *local, *mx, *se, *tg, *part; /* local: tp slices [rows, V] */
+} VpStats;
+
+static void ref_xent_vp(const Case *c, double *const *in, double *out) {
+  Case whole = *c;
+  whole.V = c->tp * c->V;
+  ref_xent(&whole, in, out);
+}
+
+static int64_t vp_real_cols(const Case *c, int64_t p) {
+  int64_t n = c->valid - p * c->V;
+  return n < 0 ? 0 : n > c->V ? c->V : n;
+}
+
+static VpStats vp_stats(const Case *c, const real *logits) {
+  int64_t rows = c->rows, V = c->V;
+  VpStats st = {xmalloc((size_t)(c->tp * rows * V) * sizeof(real)),
+                xmalloc((size_t)rows * sizeof(real)), xmalloc((size_t)rows * sizeof(real)),
+                xmalloc((size_t)rows * sizeof(real)), xmalloc((size_t)rows * sizeof(real))};
+  for (int64_t p = 0; p < c->tp; p++)
+    k_copy2d(st.local + p * rows * V, V, logits + p * V, c->tp * V, rows, V);
+  for (int64_t p = 0; p < c->tp; p++) {
+    k_ce_vp_max(st.part, st.local + p * rows * V, rows, V, vp_real_cols(c, p));
+    for (int64_t r = 0; r < rows; r++)
+      st.mx[r] = p == 0 || st.part[r] > st.mx[r] ? st.part[r] : st.mx[r];
+  }
+  for (int64_t p = 0; p < c->tp; p++) {
+    real *lp = st.local + p * rows * V;
+    k_ce_vp_sumexp(st.part, lp, st.mx, rows, V, vp_real_cols(c, p));
+    for (int64_t r = 0; r < rows; r++)
+      st.se[r] = p == 0 ? st.part[r] : st.se[r] + st.part[r];
+    k_ce_vp_target(st.part, lp, c->ids, rows, V, p * V, vp_real_cols(c, p), c->valid);
+    for (int64_t r = 0; r < rows; r++)
+      st.tg[r] = p == 0 ? st.part[r] : st.tg[r] + st.part[r];
+  }
+  return st;
+}
+
+static void vp_free(VpStats *st) {
+  free(st->local);
+  free(st->mx);
+  free(st->se);
+  free(st->tg);
+  free(st->part);
+}
+
+static void fwd_xent_vp(const Case *c, real *const *in, real *out) {
+  VpStats st = vp_stats(c, in[0]);
+  k_ce_vp_loss(out, st.mx, st.se, st.tg, c->rows);
+  vp_free(&st);
+}
+static void bwd_xent_vp(const Case *c, real *const *in, const real *dy, real *const *g) {
+  VpStats st = vp_stats(c, in[0]);
+  int64_t rows = c->rows, V = c->V;
+  real *dl = xmalloc((size_t)(rows * V) * sizeof *dl);
+  for (int64_t p = 0; p < c->tp; p++) {
+    for (int64_t i = 0; i < rows * V; i++)
+      dl[i] = 7; /* whatever was there: padding must come out 0 */
+    k_ce_vp_bwd(dl, st.local + p * rows * V, c->ids, dy, st.mx, st.se, rows, V, p * V,
+                vp_real_cols(c, p));
+    k_copy2d(g[0] + p * V, c->tp * V, dl, V, rows, V);
+  }
+  free(dl);
+  vp_free(&st);
 }
 
 /* dropout: x [n]; the reference applies the kernel's own mask */
@@ -658,6 +753,42 @@ static void case_act(int silu, int64_t n) {
   run_case(&c);
 }
 
+/* ids over the whole vocabulary of v_all rows, with ids at both edges of
+ * the rank's rows and just outside them, and a repeated one */
+static void case_embedding_vp(int64_t n, int64_t v_all, int64_t h, int64_t lo, int64_t V,
+                              int64_t fd_max) {
+  char name[80];
+  snprintf(name, sizeof name, "embedding_vp n=%lld rows %lld..%lld of %lld h=%lld", (long long)n,
+           (long long)lo, (long long)(lo + V), (long long)v_all, (long long)h);
+  Case c = {.name = name, .nin = 1, .len = {V * h}, .diff = {1}, .nout = n * h, .fd_max = fd_max,
+            .scale = 1, .ref = ref_embedding_vp, .fwd = fwd_embedding_vp,
+            .bwd = bwd_embedding_vp, .rows = n, .n = h, .V = V, .lo = lo, .valid = v_all};
+  c.ids = irandom(n, v_all);
+  c.ids[0] = (int32_t)lo;
+  c.ids[1] = (int32_t)(lo + V - 1);
+  c.ids[2] = (int32_t)(lo > 0 ? lo - 1 : lo + V);
+  c.ids[3] = (int32_t)(lo + V < v_all ? lo + V : lo + 1);
+  c.ids[n - 1] = c.ids[1];
+  run_case(&c);
+  free(c.ids);
+}
+
+/* Targets include the first column of the last rank with real columns and
+ * the last real column. */
+static void case_xent_vp(int64_t rows, int64_t tp, int64_t V, int64_t valid, int64_t fd_max) {
+  char name[80];
+  snprintf(name, sizeof name, "cross_entropy_vp rows=%lld %lld ranks x V=%lld valid=%lld",
+           (long long)rows, (long long)tp, (long long)V, (long long)valid);
+  Case c = {.name = name, .nin = 1, .len = {rows * tp * V}, .diff = {1}, .nout = 1,
+            .fd_max = fd_max, .scale = 3, .ref = ref_xent_vp, .fwd = fwd_xent_vp,
+            .bwd = bwd_xent_vp, .rows = rows, .V = V, .tp = tp, .valid = valid};
+  c.ids = irandom(rows, valid);
+  c.ids[0] = (int32_t)((valid - 1) / V * V);
+  c.ids[1] = (int32_t)(valid - 1);
+  run_case(&c);
+  free(c.ids);
+}
+
 /* --- tests of their own ---------------------------------------------------------- */
 
 /* All four transpose cases, leading dims wider than the matrices, alpha and
@@ -743,9 +874,9 @@ static void test_gemm(void) {
   omp_set_num_threads(2);
 }
 
-/* k_exp and k_tanh against libm over their whole useful range. */
+/* k_exp, k_tanh and k_sigmoid against libm over their whole useful range. */
 static void test_exp(void) {
-  double ee = 0, te = 0;
+  double ee = 0, te = 0, se = 0;
   int special = 0;
   for (int64_t i = 0; i <= 2000000; i++) {
     double x = -87.0 + 175.0 * (double)i / 2000000.0;
@@ -753,6 +884,8 @@ static void test_exp(void) {
     ee = fmax(ee, fabs((double)k_exp(xr) - exp((double)xr)) / exp((double)xr));
     if (fabs(x) < 20)
       te = fmax(te, fabs((double)k_tanh(xr) - tanh((double)xr)));
+    if (fabs(x) < 40)
+      se = fmax(se, fabs((double)k_sigmoid(xr) - 1 / (1 + exp(-(double)xr))));
   }
   special += k_exp((real)-INFINITY) != 0 || !isinf(k_exp((real)INFINITY));
   special += !isnan(k_exp((real)NAN)) || k_exp((real)0) != 1;
@@ -768,6 +901,7 @@ static void test_exp(void) {
 #endif
   check("k_exp relative error on [-87, 88]", ee, tol_exp);
   check("k_tanh absolute error on [-20, 20]", te, tol_tanh);
+  check("k_sigmoid absolute error on [-40, 40]", se, tol_tanh);
   check("k_exp/k_tanh at 0, +-inf, NaN, saturation: wrong", special, 0);
 }
 
@@ -857,6 +991,423 @@ static void test_dropout(void) {
   free(o);
 }
 
+/* --- blocked GEMMs and the team forms -------------------------------------------- */
+
+/* The naive product in double: alpha op(A) op(B) + beta C0, [M, N]. */
+static double *gemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K, const real *A,
+                        int64_t lda, const real *B, int64_t ldb, const real *C0, int64_t ldc,
+                        double alpha, double beta) {
+  double *ref = xmalloc((size_t)(M * N) * sizeof *ref);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; p++)
+        acc += (double)(ta ? A[p * lda + i] : A[i * lda + p]) *
+               (double)(tb ? B[j * ldb + p] : B[p * ldb + j]);
+      ref[i * N + j] = alpha * acc + beta * (double)C0[i * ldc + j];
+    }
+  return ref;
+}
+
+/* rel_err of C (leading dim ldc) against a dense [M, N] reference; the
+ * columns past N must still hold C0's. */
+static double strided_err(const real *C, const real *C0, int64_t ldc, const double *ref,
+                          int64_t M, int64_t N) {
+  real *got = xmalloc((size_t)(M * N) * sizeof *got);
+  double stray = 0;
+  for (int64_t i = 0; i < M; i++) {
+    memcpy(got + i * N, C + i * ldc, (size_t)N * sizeof *got);
+    for (int64_t j = N; j < ldc; j++)
+      stray += memcmp(&C[i * ldc + j], &C0[i * ldc + j], sizeof *C) != 0;
+  }
+  double e = rel_err(got, ref, M * N);
+  free(got);
+  return stray ? INFINITY : e;
+}
+
+typedef struct GemmJob {
+  int ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  real *A, *B, *C0, *C;
+  int64_t rows, n; /* the k_sum_rows_team job sharing the region */
+  real *x, *sum;
+} GemmJob;
+
+/* k_gemm_blocks (team = 0) or, inside a region the way generated code
+ * opens it, k_gemm_blocks_team followed by k_sum_rows_team, with
+ * `threads` threads. */
+static void gemm_job_run(GemmJob *j, int team, int threads) {
+  memcpy(j->C, j->C0, (size_t)(j->M * j->ldc) * sizeof *j->C);
+  omp_set_num_threads(threads);
+  if (!team) {
+    k_gemm_blocks(j->ta, j->tb, j->M, j->N, j->K, (real)0.75, j->A, j->lda, j->B, j->ldb,
+                  (real)-0.5, j->C, j->ldc);
+    return;
+  }
+  int blas = k_blas_serial_begin();
+#pragma omp parallel
+  {
+    k_gemm_blocks_team(j->ta, j->tb, j->M, j->N, j->K, (real)0.75, j->A, j->lda, j->B, j->ldb,
+                       (real)-0.5, j->C, j->ldc);
+    k_sum_rows_team(j->sum, j->x, j->rows, j->n);
+  }
+  k_blas_serial_end(blas);
+}
+
+/* All four transposes, leading dims wider than the matrices; against the
+ * double reference, and 1 vs 2 and 3 threads bit for bit. The team form's
+ * k_sum_rows_team against a double sum and k_sum_rows' bits. */
+static void gemm_blocks_size(int64_t M, int64_t N, int64_t K, int64_t rows, int64_t n) {
+  char what[112];
+  double err[2] = {0, 0}, sum_err = 0;
+  int differ[2] = {0, 0}, sum_differ = 0, sum_vs_plain = 0;
+  GemmJob j = {.M = M, .N = N, .K = K, .rows = rows, .n = n};
+  j.x = rrandom(rows * n, 1);
+  j.sum = xmalloc((size_t)n * sizeof *j.sum);
+  real *plain = xmalloc((size_t)n * sizeof *plain), *sum1 = xmalloc((size_t)n * sizeof *sum1);
+  k_sum_rows(plain, j.x, rows, n);
+  double *sref = xmalloc((size_t)n * sizeof *sref);
+  for (int64_t c = 0; c < n; c++) {
+    sref[c] = 0;
+    for (int64_t r = 0; r < rows; r++)
+      sref[c] += (double)j.x[r * n + c];
+  }
+  for (int t = 0; t < 4; t++) {
+    j.ta = t >> 1;
+    j.tb = t & 1;
+    j.lda = (j.ta ? M : K) + 3;
+    j.ldb = (j.tb ? K : N) + 2;
+    j.ldc = N + 5;
+    j.A = rrandom((j.ta ? K : M) * j.lda + 1, 1);
+    j.B = rrandom((j.tb ? N : K) * j.ldb + 1, 1);
+    j.C0 = rrandom(M * j.ldc, 1);
+    j.C = xmalloc((size_t)(M * j.ldc) * sizeof *j.C);
+    real *C1 = xmalloc((size_t)(M * j.ldc) * sizeof *C1);
+    double *ref = gemm_ref(j.ta, j.tb, M, N, K, j.A, j.lda, j.B, j.ldb, j.C0, j.ldc, 0.75, -0.5);
+    for (int team = 0; team < 2; team++)
+      for (int threads = 1; threads <= 3; threads++) {
+        gemm_job_run(&j, team, threads);
+        if (threads == 1) {
+          err[team] = fmax(err[team], strided_err(j.C, j.C0, j.ldc, ref, M, N));
+          memcpy(C1, j.C, (size_t)(M * j.ldc) * sizeof *C1);
+          if (team) {
+            sum_err = fmax(sum_err, rel_err(j.sum, sref, n));
+            sum_vs_plain += memcmp(j.sum, plain, (size_t)n * sizeof *plain) != 0;
+            memcpy(sum1, j.sum, (size_t)n * sizeof *sum1);
+          }
+        } else {
+          differ[team] += memcmp(C1, j.C, (size_t)(M * j.ldc) * sizeof *C1) != 0;
+          if (team)
+            sum_differ += memcmp(sum1, j.sum, (size_t)n * sizeof *sum1) != 0;
+        }
+      }
+    free(ref);
+    free(C1);
+    free(j.A);
+    free(j.B);
+    free(j.C0);
+    free(j.C);
+  }
+  omp_set_num_threads(2);
+  for (int team = 0; team < 2; team++) {
+    const char *form = team ? "gemm_blocks_team" : "gemm_blocks";
+    snprintf(what, sizeof what, "%s %lldx%lldx%lld, 4 transposes: vs reference", form,
+             (long long)M, (long long)N, (long long)K);
+    check(what, err[team], TOL_FWD);
+    snprintf(what, sizeof what, "%s %lldx%lldx%lld: 1 vs 2, 3 threads, differing", form,
+             (long long)M, (long long)N, (long long)K);
+    check(what, differ[team], 0);
+  }
+  snprintf(what, sizeof what, "sum_rows_team %lldx%lld: vs reference", (long long)rows,
+           (long long)n);
+  check(what, sum_err, TOL_FWD);
+  snprintf(what, sizeof what, "sum_rows_team %lldx%lld: vs k_sum_rows, 1/2/3 thr., differing",
+           (long long)rows, (long long)n);
+  check(what, sum_vs_plain + sum_differ, 0);
+  free(j.x);
+  free(j.sum);
+  free(plain);
+  free(sum1);
+  free(sref);
+}
+
+/* Sizes for every path of the cut (kernels/cpu/gemm.c): one GEMM; rows cut
+ * in 2 blocks (the team form too); columns cut in 4 with a narrower last
+ * one; rows cut in 2 blocks but 4 narrower ones in the team form; K = 0. */
+static void test_gemm_blocks(void) {
+  gemm_blocks_size(5, 7, 9, 3, 5);
+  gemm_blocks_size(515, 300, 37, 37, 1001);
+  gemm_blocks_size(70, 1100, 131, 1000, 70);
+  gemm_blocks_size(700, 97, 131, 1, 33);
+  gemm_blocks_size(300, 301, 0, 0, 17);
+
+  /* begin sets the pthread build of OpenBLAS to one thread, end restores. */
+  int before = openblas_get_num_threads();
+  int saved = k_blas_serial_begin();
+  int during = openblas_get_num_threads();
+  k_blas_serial_end(saved);
+  int after = openblas_get_num_threads();
+  int bad = after != before || (openblas_get_parallel() == 1 && during != 1);
+  check("blas_serial_begin/end: threads not 1 inside, not restored", bad, 0);
+}
+
+/* --- optimizer ------------------------------------------------------------------- */
+
+/* One AdamW step as the paper and torch's documentation write it, in
+ * double: decoupled decay, moments, bias-corrected estimates. */
+typedef struct AdamRef {
+  double lr, wd, beta1, beta2, eps, grad_scale;
+  int decay;
+} AdamRef;
+
+static void adamw_ref(const AdamRef *a, int64_t t, double *w, const double *g, double *m,
+                      double *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double gi = g[i] * a->grad_scale;
+    if (a->decay)
+      w[i] -= a->lr * a->wd * w[i];
+    m[i] = a->beta1 * m[i] + (1 - a->beta1) * gi;
+    v[i] = a->beta2 * v[i] + (1 - a->beta2) * gi * gi;
+    double mhat = m[i] / (1 - pow(a->beta1, (double)t));
+    double vhat = v[i] / (1 - pow(a->beta2, (double)t));
+    w[i] -= a->lr * mhat / (sqrt(vhat) + a->eps);
+  }
+}
+
+/* The kernel's hyperparameters, derived from the reference's in double the
+ * way runtime/optim.c does. */
+static KAdamW adamw_params(const AdamRef *a, int64_t t) {
+  double bc1 = 1 - pow(a->beta1, (double)t), bc2 = 1 - pow(a->beta2, (double)t);
+  return (KAdamW){.grad_scale = (real)a->grad_scale,
+                  .decay = (real)(a->decay ? 1 - a->lr * a->wd : 1),
+                  .beta1 = (real)a->beta1, .beta2 = (real)a->beta2, .eps = (real)a->eps,
+                  .step_size = (real)(a->lr / bc1), .bc2_sqrt = (real)sqrt(bc2)};
+}
+
+static double *to_double(const real *a, int64_t n) {
+  double *d = xmalloc((size_t)n * sizeof *d);
+  for (int64_t i = 0; i < n; i++)
+    d[i] = (double)a[i];
+  return d;
+}
+
+/* Steps 1, 2, 3 from zero moments, then step 1000 from random ones, each
+ * compared with the reference started from the kernel's state before it;
+ * decay on and off, with and without a clipping scale; odd n (a masked
+ * tail). */
+static void test_adamw(void) {
+  const int64_t n = 4099;
+  const int64_t steps[] = {1, 2, 3, 1000};
+  char what[112];
+  for (int decay = 0; decay < 2; decay++)
+    for (int clip = 0; clip < 2; clip++) {
+      /* Hyperparameters as real sees them, so that both sides start from
+       * the same numbers (the rounding of 0.999 alone moves 1 - beta2 by
+       * 1e-5 in f32). */
+      AdamRef a = {.lr = (double)(real)3e-3, .wd = (double)(real)0.1,
+                   .beta1 = (double)(real)0.9, .beta2 = (double)(real)0.999,
+                   .eps = (double)(real)1e-8, .grad_scale = clip ? (double)(real)0.37 : 1,
+                   .decay = decay};
+      real *w = rrandom(n, 1), *m = xmalloc((size_t)n * sizeof *m);
+      real *v = xmalloc((size_t)n * sizeof *v);
+      double ew = 0, em = 0, ev = 0;
+      for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
+        int64_t t = steps[s];
+        real *g = rrandom(n, 2);
+        g[5] = 0; /* a zero gradient with zero moments: eps alone */
+        if (t == 1000)
+          for (int64_t i = 0; i < n; i++) {
+            m[i] = (real)(0.1 * urand());
+            v[i] = (real)(0.01 * fabs(urand()));
+          }
+        double *wd = to_double(w, n), *md = to_double(m, n), *vd = to_double(v, n);
+        double *gd = to_double(g, n);
+        adamw_ref(&a, t, wd, gd, md, vd, n);
+        KAdamW h = adamw_params(&a, t);
+        k_adamw(w, g, m, v, n, &h);
+        ew = fmax(ew, rel_err(w, wd, n));
+        em = fmax(em, rel_err(m, md, n));
+        ev = fmax(ev, rel_err(v, vd, n));
+        free(wd);
+        free(md);
+        free(vd);
+        free(gd);
+        free(g);
+      }
+      snprintf(what, sizeof what, "adamw decay %s, scale %g, steps 1-3, 1000: w",
+               decay ? "on" : "off", a.grad_scale);
+      check(what, ew, TOL_FWD);
+      snprintf(what, sizeof what, "adamw decay %s, scale %g, steps 1-3, 1000: m, v",
+               decay ? "on" : "off", a.grad_scale);
+      check(what, fmax(em, ev), TOL_FWD);
+      free(w);
+      free(m);
+      free(v);
+    }
+}
+
+/* The runtime splits the range among its threads at multiples of 64; any
+ * split must do. Past the end of each array lie 16 guards that no call may
+ * write (the vector form's masked tail). */
+static void test_adamw_split(void) {
+  const int64_t n = 4099;
+  AdamRef a = {.lr = 1e-2, .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+               .grad_scale = 0.8, .decay = 1};
+  KAdamW h = adamw_params(&a, 7);
+  enum { GUARDS = 16 };
+  real *g = rrandom(n, 1), *st[2][3];
+  for (int k = 0; k < 3; k++) {
+    st[0][k] = rrandom(n + GUARDS, 1);
+    for (int64_t i = 0; i < n + GUARDS; i++)
+      st[0][k][i] = i >= n ? 12345 : k == 2 ? st[0][k][i] * st[0][k][i] : st[0][k][i];
+    st[1][k] = xmalloc((size_t)(n + GUARDS) * sizeof(real));
+    memcpy(st[1][k], st[0][k], (size_t)(n + GUARDS) * sizeof(real));
+  }
+  k_adamw(st[0][0], g, st[0][1], st[0][2], n, &h);
+  const int64_t cut[] = {0, 5, 21, 22, 1000, 1063, n};
+  for (size_t c = 0; c + 1 < sizeof cut / sizeof *cut; c++) {
+    int64_t o = cut[c];
+    k_adamw(st[1][0] + o, g + o, st[1][1] + o, st[1][2] + o, cut[c + 1] - o, &h);
+  }
+  int differ = 0, guards = 0;
+  for (int k = 0; k < 3; k++) {
+    differ += memcmp(st[0][k], st[1][k], (size_t)n * sizeof(real)) != 0;
+    for (int64_t i = n; i < n + GUARDS; i++)
+      guards += (st[0][k][i] != 12345) + (st[1][k][i] != 12345);
+    free(st[0][k]);
+    free(st[1][k]);
+  }
+  free(g);
+  check("adamw: whole range vs split at odd places, differing", differ, 0);
+  check("adamw: elements written past the end of the range", guards, 0);
+}
+
+/* Against a compensated double sum (exact well below the tolerance, which
+ * allows n ulps of the eight lanes' plain double sums: an accumulator in
+ * real would be 1e-4 off in f32); the same bits again for the same n; 0
+ * for n 0. */
+static void test_sum_squares(void) {
+  const int64_t sizes[] = {1, 7, 8, 9, 17, 1000003};
+  double worst = 0;
+  int bad = k_sum_squares(NULL, 0) != 0;
+  for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+    int64_t n = sizes[z];
+    real *x = rrandom(n, 3);
+    double s = 0, comp = 0;
+    for (int64_t i = 0; i < n; i++) { /* Kahan */
+      double y = (double)x[i] * (double)x[i] - comp, t = s + y;
+      comp = (t - s) - y;
+      s = t;
+    }
+    double got = k_sum_squares(x, n), again = k_sum_squares(x, n);
+    worst = fmax(worst, fabs(got - s) / s);
+    bad += memcmp(&got, &again, sizeof got) != 0;
+    free(x);
+  }
+  check("sum_squares n=1..1000003: vs compensated double sum", worst, 1e-11);
+  check("sum_squares: n=0 not 0, same input different bits", bad, 0);
+}
+
+/* --- vocabulary-parallel pieces -------------------------------------------------- */
+
+/* The ranks' forward results, added, are the whole lookup, and their
+ * gradients, stacked, the whole gradient: bit for bit, for ranks of
+ * unequal widths. */
+static void test_embedding_vp_split(void) {
+  const int64_t n = 300, v_all = 61, h = 37, lo[] = {0, 7, 8, 40, v_all};
+  int32_t *ids = irandom(n, v_all);
+  real *table = rrandom(v_all * h, 1), *dout = rrandom(n * h, 1);
+  real *whole = xmalloc((size_t)(n * h) * sizeof *whole);
+  real *sum = xmalloc((size_t)(n * h) * sizeof *sum);
+  real *part = xmalloc((size_t)(n * h) * sizeof *part);
+  real *dwhole = xmalloc((size_t)(v_all * h) * sizeof *dwhole);
+  real *dstack = xmalloc((size_t)(v_all * h) * sizeof *dstack);
+  k_embedding_fwd(whole, ids, table, n, h);
+  k_embedding_bwd(dwhole, ids, dout, n, v_all, h);
+  for (size_t p = 0; p + 1 < sizeof lo / sizeof *lo; p++) {
+    int64_t V = lo[p + 1] - lo[p];
+    k_embedding_fwd_vp(part, ids, table + lo[p] * h, n, h, lo[p], V);
+    for (int64_t i = 0; i < n * h; i++)
+      sum[i] = p == 0 ? part[i] : sum[i] + part[i];
+    k_embedding_bwd_vp(dstack + lo[p] * h, ids, dout, n, V, h, lo[p]);
+  }
+  int differ = memcmp(sum, whole, (size_t)(n * h) * sizeof *sum) != 0;
+  differ += memcmp(dstack, dwhole, (size_t)(v_all * h) * sizeof *dstack) != 0;
+  check("embedding_vp: 4 ranks summed/stacked vs whole, differing", differ, 0);
+  free(ids);
+  free(table);
+  free(dout);
+  free(whole);
+  free(sum);
+  free(part);
+  free(dwhole);
+  free(dstack);
+}
+
+/* The partial statistics of each rank on their own: the max of its real
+ * columns (padding set larger than any, and -inf on a rank without real
+ * columns), its sum of exp(x - global max) against a double sum, the
+ * target's logit on its holder and 0 elsewhere; then the finished loss
+ * and gradient against the whole-vocabulary kernels. */
+static void test_ce_vp_partials(void) {
+  const int64_t rows = 6, tp = 3, V = 40, valid = 75, W = tp * V;
+  real *logits = rrandom(rows * W, 3);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = valid; j < W; j++)
+      logits[r * W + j] = 50;
+  Case c = {.rows = rows, .V = V, .tp = tp, .valid = valid};
+  c.ids = irandom(rows, valid);
+  c.ids[0] = 40;
+  c.ids[1] = 74;
+  c.ids[2] = 39;
+  VpStats st = vp_stats(&c, logits);
+  int bad = 0;
+  double se_err = 0;
+  real *mx = xmalloc((size_t)rows * sizeof *mx), *se = xmalloc((size_t)rows * sizeof *se);
+  real *tg = xmalloc((size_t)rows * sizeof *tg);
+  for (int64_t p = 0; p < tp; p++) {
+    const real *lp = st.local + p * rows * V;
+    int64_t n = vp_real_cols(&c, p);
+    k_ce_vp_max(mx, lp, rows, V, n);
+    k_ce_vp_sumexp(se, lp, st.mx, rows, V, n);
+    k_ce_vp_target(tg, lp, c.ids, rows, V, p * V, n, valid);
+    for (int64_t r = 0; r < rows; r++) {
+      real m = -INFINITY;
+      double s = 0;
+      for (int64_t j = 0; j < n; j++) {
+        m = lp[r * V + j] > m ? lp[r * V + j] : m;
+        s += exp((double)lp[r * V + j] - (double)st.mx[r]);
+      }
+      int64_t t = c.ids[r] - p * V;
+      bad += mx[r] != m || (n == 0 && se[r] != 0);
+      bad += tg[r] != (t >= 0 && t < n ? lp[r * V + t] : 0);
+      se_err = fmax(se_err, n ? fabs((double)se[r] - s) / s : 0);
+    }
+  }
+  check("ce_vp partials: max, target, empty rank wrong", bad, 0);
+  check("ce_vp partials: sumexp vs double sum", se_err, TOL_FWD);
+
+  real loss_vp, loss, one = 1;
+  k_ce_vp_loss(&loss_vp, st.mx, st.se, st.tg, rows);
+  k_cross_entropy_fwd(&loss, logits, c.ids, rows, W, valid);
+  check("ce_vp loss vs cross_entropy_fwd of the whole", fabs((double)loss_vp - loss) / fabs(loss),
+        TOL_FWD);
+  real *g = xmalloc((size_t)(rows * W) * sizeof *g), *gv = xmalloc((size_t)(rows * W) * sizeof *gv);
+  k_cross_entropy_bwd(g, logits, c.ids, &one, rows, W, valid);
+  bwd_xent_vp(&c, (real *const[]){logits}, &one, (real *const[]){gv});
+  double *gd = to_double(g, rows * W);
+  check("ce_vp bwd vs cross_entropy_bwd of the whole", rel_err(gv, gd, rows * W), TOL_FWD);
+  free(gd);
+  free(g);
+  free(gv);
+  free(mx);
+  free(se);
+  free(tg);
+  free(logits);
+  free(c.ids);
+  vp_free(&st);
+}
+
 /* Padding columns of the logits get a gradient of exactly 0. */
 static void test_xent_padding(void) {
   int64_t rows = 5, V = 97, valid = 90;
@@ -884,11 +1435,20 @@ int main(void) {
   test_inverses();
   test_dropout();
   test_xent_padding();
+  test_gemm_blocks();
+  test_adamw_split();
+  test_adamw();
+  test_sum_squares();
+  test_embedding_vp_split();
+  test_ce_vp_partials();
 
   /* Odd sizes with every coordinate checked, then sizes large enough for
    * the parallel paths (there the differences check a sample). */
   case_embedding(9, 13, 6, 0);
   case_embedding(600, 50, 100, 40);
+  case_embedding_vp(9, 13, 6, 0, 5, 0);
+  case_embedding_vp(9, 13, 6, 5, 8, 0);
+  case_embedding_vp(600, 1000, 100, 333, 334, 40);
   case_bias(5, 7, 0);
   case_bias(1000, 70, 40);
   for (int rms = 0; rms < 2; rms++)
@@ -915,6 +1475,9 @@ int main(void) {
   case_xent(5, 97, 90, 0);
   case_xent(5, 97, 97, 0);
   case_xent(64, 1000, 999, 40);
+  case_xent_vp(5, 3, 40, 75, 0);   /* a rank without real columns */
+  case_xent_vp(7, 2, 53, 106, 0);  /* no padding */
+  case_xent_vp(64, 3, 700, 2000, 40);
   case_dropout(101, 0.1, 0);
   case_dropout(100000, 0.25, 40);
   for (int merge = 0; merge < 2; merge++) {
