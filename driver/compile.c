@@ -7,6 +7,12 @@
 #include "../codegen/codegen.h"
 #include "driver.h"
 
+/* The target's passes with the pipeline partition: what `compile --pp`
+ * shows until a target runs pipeline stages. */
+static const char *const drv_pp_pipeline =
+    "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,pp-tie,"
+    "tp-fuse,verify";
+
 static const DrvOption compile_options[] = {
     DRV_DEFINE_OPTION,
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
@@ -19,8 +25,10 @@ static const DrvOption compile_options[] = {
     {"--print-after-all", NULL, "print the IR after every pass"},
     {"--verify-each", NULL, "run the verifier after every pass and name the pass that broke it"},
     DRV_TP_OPTIONS,
+    DRV_PP_OPTIONS,
     {"--world-size", "N", "check that the job's N ranks are t * p * d"},
-    {"--report", "comm", "print what each rank sends per microbatch, per collective and mesh axis"},
+    {"--report", "comm|pp", "comm: what each rank sends per microbatch, per collective and mesh "
+     "axis; pp: the pipeline placement"},
     {NULL, NULL, NULL},
 };
 
@@ -32,7 +40,9 @@ const DrvCommand drv_compile_command = {
     "tp-fuse,verify,memplan), then writes one C file per distinct rank program,\n"
     "manifest.json and a Makefile into DIR and prints the memory plan. `shardc\n"
     "build DIR` (or make -C DIR) builds them. Without a target, --tp N > 1 or\n"
-    "--report comm run the target's pipeline too (writing nothing).\n"
+    "--report comm run the target's pipeline too (writing nothing); --pp,\n"
+    "--vpp, --pp-layout or --report pp run it with pp-partition and pp-tie\n"
+    "(no target runs pipeline stages yet).\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -63,7 +73,10 @@ static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const 
   };
   if (!pass_run_pipeline(&g, pipeline, opt, &flags) || ir_error_count() > 0) return NULL;
   if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
-  if (drv_value(nargs, args, "--report") && !pass_comm_report(stdout, g, opt, real_bytes)) return NULL;
+  const char *report = drv_value(nargs, args, "--report");
+  if (report && strcmp(report, "pp") == 0 && !pass_pp_report(stdout, g, opt)) return NULL;
+  if (report && strcmp(report, "comm") == 0 && !pass_comm_report(stdout, g, opt, real_bytes))
+    return NULL;
   fflush(stdout);
   return g;
 }
@@ -107,8 +120,12 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   PassOptions opt;
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   const char *report = drv_value(nargs, args, "--report");
-  if (report && strcmp(report, "comm") != 0)
-    return drv_usage_error(cmd, "--report: the only report is comm, got '%s'", report);
+  if (report && strcmp(report, "comm") != 0 && strcmp(report, "pp") != 0)
+    return drv_usage_error(cmd, "--report: expected comm or pp, got '%s'", report);
+  bool pipelined = opt.pp > 1 || opt.vpp > 1 || opt.pp_layout || (report && strcmp(report, "pp") == 0);
+  if (pipelined && (target || out))
+    return drv_usage_error(cmd, "--pp, --vpp and --pp-layout are not supported by a target yet "
+                           "(without -o they show the partition: --emit-ir, --report pp)");
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
     return drv_compile_to_dir(model, nargs, args, target ? target : "cpu", out, dtype, stdout);
@@ -118,6 +135,7 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   /* Partitioning or a report only mean something with the passes that
    * partition: the target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
+  if (!pipeline && pipelined) pipeline = drv_pp_pipeline;
   if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline("cpu") : pass_default_pipeline;
   return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
 }

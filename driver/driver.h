@@ -62,8 +62,17 @@ const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
        "how params are split: Megatron-LM's placement (default), or only the model's annotations"}, \
       {"--vocab-multiple", "M", "pad the vocabulary to a multiple of M * t (default 128; 0: no padding)"}
 
-/* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple and
- * --world-size into pass options; false after a usage error of cmd. */
+/* The pipeline flags of `shardc compile` (the pp-partition pass; no
+ * target runs pipeline stages yet). */
+#define DRV_PP_OPTIONS                                                                         \
+  {"--pp", "P", "pipeline stages for pp-partition (default 1)"},                               \
+      {"--vpp", "V", "model chunks per pipeline stage, interleaving (default 1)"},             \
+      {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
+       "even, else balanced by cost)"}
+
+/* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple, --pp,
+ * --vpp, --pp-layout and --world-size into pass options; false after a
+ * usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 
 /* --dtype f32|f64 (default f32); false after a usage error. */

@@ -217,8 +217,8 @@ char *ir_shape_str(const IrType *t) {
 }
 
 const char *ir_axis_name(IrMeshAxis a) {
-  static const char *const names[IR_MESH_AXES] = {"tensor", "pipeline", "data"};
-  return (unsigned)a < IR_MESH_AXES ? names[a] : "?";
+  static const char *const names[] = {"tensor", "pipeline", "data", "embed"};
+  return (unsigned)a <= IR_AXIS_EMBED ? names[a] : "?";
 }
 
 /* ---------------------------------------------------------------- op table */
@@ -357,6 +357,7 @@ IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, i
   IrNode *n = ir_alloc(sizeof *n);
   n->op = op;
   n->loc = loc;
+  n->layer = -1;
   n->nin = nin;
   n->in = ir_alloc(sizeof(IrValue *) * (size_t)(nin ? nin : 1));
   if (nin) memcpy(n->in, in, sizeof(IrValue *) * (size_t)nin);

@@ -164,7 +164,10 @@ char *ir_shape_str(const IrType *t);            /* "[1, 1024, 768]" for messages
  * rank's part of the layer output still splits into q, k and v. Printed
  * ` split(tensor, 1, 3)`; blocks 0 means 1, so a zeroed IrShard is valid. */
 typedef enum IrShardKind { IR_REPLICATED, IR_SPLIT, IR_PARTIAL } IrShardKind;
-typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA } IrMeshAxis;
+/* IR_AXIS_EMBED is not an axis of the mesh (it has no size of its own)
+ * but the group of each pipeline's first and last stage, which hold the
+ * tied embedding: `pp-tie` all-reduces its gradient over it (axis = 3). */
+typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA, IR_AXIS_EMBED } IrMeshAxis;
 #define IR_MESH_AXES 3
 typedef struct IrShard {
   IrShardKind kind;
@@ -180,7 +183,7 @@ typedef struct IrShard {
 
 /* The number of blocks of a split spec (at least 1). */
 static inline int ir_shard_blocks(const IrShard *s) { return s->blocks > 1 ? s->blocks : 1; }
-const char *ir_axis_name(IrMeshAxis a); /* "tensor", "pipeline", "data" */
+const char *ir_axis_name(IrMeshAxis a); /* "tensor", "pipeline", "data", "embed" */
 
 /* ------------------------------------------------------------------ ops */
 
@@ -200,7 +203,8 @@ enum {
   IR_OPF_MULTI_OUT = 1 << 4,   /* output count is attribute `n` */
   IR_OPF_RANDOM = 1 << 5,      /* draws random numbers (dropout) */
   IR_OPF_INTERNAL = 1 << 6,    /* written by passes (gradients); models cannot call it */
-  IR_OPF_PARALLEL = 1 << 7,    /* written by the tensor-parallel passes (tp_copy, collectives) */
+  IR_OPF_PARALLEL = 1 << 7,    /* written by the parallelism passes (tp_copy, collectives,
+                                * pp_boundary) */
   IR_OPF_COLLECTIVE = 1 << 8,  /* exchanges data between the ranks of mesh axis `axis` */
 };
 
@@ -270,6 +274,12 @@ struct IrValue {
    * unpadded 0: not padded. Printed ` unpadded(DIM, N)` after the spec. */
   int pad_dim;
   int64_t unpadded;
+  /* IR_VAL_PARAM made by `pp-partition`: this stage's copy of the
+   * parameter `tied`, which another virtual stage holds (the tied GPT-2
+   * embedding, read by the first and the last stage). It is initialised
+   * and checkpointed as `tied`, and `pp-tie` sums the two gradients so
+   * that both copies stay identical. Printed ` tied(@NAME)`. */
+  IrValue *tied;
 };
 
 /* ---------------------------------------------------------------- nodes */
@@ -296,6 +306,14 @@ struct IrNode {
   const char *label; /* IR_OP_REPEAT: the parameter prefix (`h`) */
   IrLoc loc;
   IrPhase phase;     /* forward unless `autodiff` wrote the node */
+  /* The virtual stage that runs the node once `pp-partition` has run
+   * (chunk c of pipeline stage r is virtual stage c*p + r), 0 before.
+   * The printer writes a line `stage K:` where it changes. */
+  int stage;
+  /* Which layer (iteration of a top-level repeat, counted over all of
+   * them in order) `unroll` copied the node from; -1 for the nodes outside
+   * every repeat. Not printed: pp-partition runs in the same pipeline. */
+  int layer;
 };
 
 /* ---------------------------------------------------------------- graphs */
@@ -324,6 +342,10 @@ struct IrGraph {
    * holds, and a value's global shape is its type with the split dim
    * multiplied by t. Printed as `mesh tensor = 2` after the configs. */
   int mesh[IR_MESH_AXES];
+  /* Top level, once `pp-partition` has run: the model chunks per pipeline
+   * stage v (0 or 1: one), so that the nodes' stages run from 0 to
+   * mesh[IR_AXIS_PIPELINE] * v - 1. Printed as `chunks = 2` after the mesh. */
+  int vpp;
   struct PassMemPlan *memplan; /* top level, once the `memplan` pass has run (passes/memplan.h) */
 };
 

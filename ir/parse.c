@@ -244,6 +244,7 @@ typedef struct Parser {
   bool eof_reported;
   IrPhase phase;     /* of the nodes of the current graph: backward after `backward:` */
   IrLoc backward_at; /* where the current graph's `backward:` line is */
+  int stage;         /* of the nodes of the top-level graph: set by `stage K:` */
 } Parser;
 
 static void next(Parser *p) { p->tok = lex(&p->lx); }
@@ -974,6 +975,7 @@ static bool parse_repeat(Parser *p, Token op, Token label, IrVec *defs, IrVec *i
     n->attrs = at; /* as written, in their order */
     n->nattr = nat;
     n->phase = p->phase;
+    n->stage = p->g->parent ? 0 : p->stage;
   }
   for (int i = 0; i < defs->len; i++) {
     if (!syms[i]) continue;
@@ -1015,6 +1017,7 @@ static void build_node(Parser *p, Token op, IrOp id, IrVec *defs, IrVec *ins, Ir
       n = ir_add_node(p->g, id, (IrValue **)ins->items, ins->len, at, nat, defs->len,
                       tok_loc(p, op));
       n->phase = p->phase;
+      n->stage = p->g->parent ? 0 : p->stage;
     }
   }
   for (int i = 0; i < defs->len; i++) declare_numbered(p, defs->items[i], n ? n->out[i] : POISON);
@@ -1149,7 +1152,26 @@ static bool parse_init(Parser *p, IrInit *init) {
   return true;
 }
 
-/* param := 'param' PARAM (':' type)? shard ('=' init)? */
+/* tied := ('tied' '(' PARAM ')')?  (a stage's copy of a shared parameter,
+ * declared after the one it copies) */
+static bool parse_tied(Parser *p, IrValue **out) {
+  *out = NULL;
+  if (!is_word(p->tok, "tied") || !is_punct(peek(p, 1), '(')) return true;
+  next(p);
+  next(p);
+  Token t = p->tok;
+  if (t.kind != T_PARAM) return expected(p, "the parameter it copies (@name)");
+  next(p);
+  IrValue *v = resolve(p, t);
+  if (v && v != POISON && v->kind != IR_VAL_PARAM) {
+    ir_error(tok_loc(p, t), "%s is not a parameter", tok_desc(t));
+    v = NULL;
+  }
+  *out = v == POISON ? NULL : v;
+  return expect(p, ')', "')'");
+}
+
+/* param := 'param' PARAM (':' type)? shard unpadded tied ('=' init)? */
 static bool parse_param(Parser *p) {
   next(p);
   Token name = p->tok;
@@ -1158,9 +1180,10 @@ static bool parse_param(Parser *p) {
   IrType type = {.rank = -1};
   IrShard shard;
   IrInit init = {IR_INIT_NONE, NULL, NULL};
-  IrValue pad = {0};
+  IrValue pad = {0}, *tied = NULL;
   if ((accept(p, ':') && !parse_type(p, &type)) || !parse_shard(p, &shard) ||
-      !parse_unpadded(p, &pad) || (accept(p, '=') && !parse_init(p, &init)) || !end_of_line(p))
+      !parse_unpadded(p, &pad) || !parse_tied(p, &tied) ||
+      (accept(p, '=') && !parse_init(p, &init)) || !end_of_line(p))
     return declare_anyway(p, p->g, name, 1);
   IrLoc loc = tok_loc(p, name);
   Sym *s = sym_find(&p->syms, p->g, name.s + 1, name.len - 1);
@@ -1173,6 +1196,7 @@ static bool parse_param(Parser *p) {
   v->shard = shard;
   v->pad_dim = pad.pad_dim;
   v->unpadded = pad.unpadded;
+  v->tied = tied;
   sym_add(&p->syms, p->g, name.s + 1, name.len - 1, v, loc);
   return true;
 }
@@ -1217,6 +1241,40 @@ static bool parse_backward(Parser *p) {
   return true;
 }
 
+/* stage := 'stage' INT ':' — the top-level nodes after it run on that
+ * virtual stage (the verifier checks the range and the order). */
+static bool parse_stage(Parser *p) {
+  Token t = p->tok;
+  next(p);
+  int k = spec_int(p, "the virtual stage", 1 << 20);
+  if (k < -1 || !expect(p, ':', "':'") || !end_of_line(p)) return false;
+  if (p->g->parent) {
+    ir_error(tok_loc(p, t), "'stage' is only allowed at the top level");
+    return true;
+  }
+  if (k >= 0) p->stage = k;
+  return true;
+}
+
+/* chunks := 'chunks' '=' INT  (model chunks per pipeline stage, top level) */
+static bool parse_chunks(Parser *p) {
+  Token t = p->tok;
+  next(p);
+  next(p);
+  Token at = p->tok;
+  int v = spec_int(p, "the chunk count", 1 << 15);
+  if (v < -1 || !end_of_line(p)) return false;
+  if (p->g->parent)
+    ir_error(tok_loc(p, t), "'chunks' is only allowed at the top level");
+  else if (v == 0)
+    ir_error(tok_loc(p, at), "the chunk count must be positive");
+  else if (p->g->vpp > 0)
+    ir_error(tok_loc(p, t), "the chunk count is given twice");
+  else if (v > 0)
+    p->g->vpp = v;
+  return true;
+}
+
 /* grad := 'grad' PARAM '=' ref */
 static bool parse_grad(Parser *p) {
   next(p);
@@ -1237,7 +1295,8 @@ static bool parse_grad(Parser *p) {
   return true;
 }
 
-/* line := config | mesh | input | param | output | yield | backward | grad | node */
+/* line := config | mesh | chunks | input | param | output | yield | backward | stage | grad
+ *       | node */
 static bool parse_item(Parser *p) {
   Token t = p->tok;
   if (is_word(t, "mesh") && peek(p, 1).kind == T_IDENT && is_punct(peek(p, 2), '=')) {
@@ -1248,6 +1307,8 @@ static bool parse_item(Parser *p) {
     return parse_mesh(p);
   }
   if (is_word(t, "backward") && is_punct(peek(p, 1), ':')) return parse_backward(p);
+  if (is_word(t, "stage") && peek(p, 1).kind == T_INT) return parse_stage(p);
+  if (is_word(t, "chunks") && is_punct(peek(p, 1), '=')) return parse_chunks(p);
   if (is_word(t, "grad") && peek(p, 1).kind == T_PARAM) return parse_grad(p);
   bool top = !p->g->parent;
   if (is_word(t, "config") || is_word(t, "input") || is_word(t, "output")) {

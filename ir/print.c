@@ -23,6 +23,12 @@
  * ` partial(tensor)`), and a padded parameter its real size
  * (` unpadded(0, 50257)`).
  *
+ * A graph partitioned into pipeline stages says so too (`mesh pipeline =
+ * 2`, `chunks = 2` with several chunks per stage); a line `stage K:` comes
+ * before the first node of virtual stage K and wherever the stage changes
+ * (in the forward nodes and again after `backward:`), and a stage's copy
+ * of a shared parameter names the one it copies (` tied(@wte.weight)`).
+ *
  * Node results are numbered here, in order of appearance over the whole
  * module, rather than from IrValue.id: ids depend on how a graph was built
  * and rewritten, and the text must not. */
@@ -125,6 +131,7 @@ static void print_def(Printer *pr, const IrValue *v) {
   }
   print_shard(pr, &v->shard);
   if (v->unpadded > 0) fprintf(pr->out, " unpadded(%d, %lld)", v->pad_dim, (long long)v->unpadded);
+  if (v->tied && v->tied->name) fprintf(pr->out, " tied(@%s)", v->tied->name);
 }
 
 /* A quiet attribute (ops.def `?name=default`) at its default is left out. */
@@ -218,12 +225,20 @@ static void print_graph_items(Printer *pr, const IrGraph *g, int depth) {
   }
   for (int i = 0; i < g->params.len; i++) print_param(pr, g->params.items[i], depth);
   bool backward = false;
+  bool staged = !g->parent && (g->mesh[IR_AXIS_PIPELINE] > 1 || g->vpp > 1);
+  int stage = -1;
   for (int i = 0; i < g->nodes.len; i++) {
     const IrNode *n = g->nodes.items[i];
     if (!backward && n && n->phase == IR_PHASE_BACKWARD) {
       indent(pr, depth);
       fputs("backward:\n", pr->out);
       backward = true;
+      stage = -1;
+    }
+    if (staged && n && n->stage != stage) {
+      indent(pr, depth);
+      fprintf(pr->out, "stage %d:\n", n->stage);
+      stage = n->stage;
     }
     print_node(pr, n, depth);
   }
@@ -268,6 +283,7 @@ void ir_print(FILE *out, const IrGraph *g) {
   }
   for (int a = 0; a < IR_MESH_AXES; a++)
     if (g->mesh[a] > 1) fprintf(out, "  mesh %s = %d\n", ir_axis_name((IrMeshAxis)a), g->mesh[a]);
+  if (g->vpp > 1) fprintf(out, "  chunks = %d\n", g->vpp);
   print_graph_items(&pr, g, 1);
   fputs("}\n", out);
   ir_ptrmap_free(&pr.nums);

@@ -942,9 +942,9 @@ bool ir_shape_collective(IrNode *n) {
   bool ok = (int)get_int(n, "axis", &axis) & (int)get_pos_int(n, "size", &size);
   if (has_dim) ok = get_int(n, "dim", &dim) && norm_axis(n, "dim", &dim, x, "x") && ok;
   if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) ok = want_float(n, 0, "x") && ok;
-  if (ok && (axis < 0 || axis > 2)) {
+  if (ok && (axis < 0 || axis > IR_AXIS_EMBED)) {
     ir_error(attr_loc(n, attr_expr(n, "axis")),
-             "%s: axis = %lld is not a mesh axis (0 tensor, 1 pipeline, 2 data)", op_name(n),
+             "%s: axis = %lld is not a mesh axis (0 tensor, 1 pipeline, 2 data, 3 embed)", op_name(n),
              (long long)axis);
     ok = false;
   }
@@ -966,6 +966,24 @@ bool ir_shape_collective(IrNode *n) {
     shape[dim] /= size;
   }
   set_out(n, 0, x->dtype, x->rank, shape);
+  return true;
+}
+
+/* ------------------------------------------------------------------ pipeline */
+
+/* A message between neighbouring virtual stages: any tensor, unchanged. */
+bool ir_shape_pp_boundary(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  int64_t src, dst;
+  bool ok = (int)get_nonneg_int(n, "src", &src) & (int)get_nonneg_int(n, "dst", &dst);
+  if (ok && src != dst + 1 && dst != src + 1) {
+    ir_error(n->loc, "%s: src = %lld and dst = %lld are not neighbouring virtual stages",
+             op_name(n), (long long)src, (long long)dst);
+    ok = false;
+  }
+  if (!ok) return false;
+  const IrType *x = in_type(n, 0);
+  set_out(n, 0, x->dtype, x->rank, x->shape);
   return true;
 }
 

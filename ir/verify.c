@@ -370,6 +370,83 @@ static void check_grads(Verifier *vf, const IrGraph *g) {
   }
 }
 
+/* ------------------------------------------------------ pipeline stages */
+
+static const char *op_name(const IrNode *n) {
+  return (unsigned)n->op < IR_OP_COUNT ? ir_op_info(n->op)->name : "?";
+}
+
+/* An input of n on a pipeline of p > 1 stages: a node result of n's own
+ * stage (a pp_boundary's of its src stage), a parameter that this stage
+ * alone holds, or a model input, which every stage reads. */
+static void check_stage_use(Verifier *vf, const IrNode *n, const IrValue *v, IrPtrMap *holder) {
+  if (v->kind == IR_VAL_PARAM) {
+    const IrNode *first = ir_ptrmap_get(holder, v);
+    if (!first)
+      ir_ptrmap_put(holder, v, (void *)n);
+    else if (first->stage != n->stage)
+      verr(vf, n->loc, "%s is used on virtual stages %d and %d; each stage needs its own copy "
+           "(a tied parameter)", vname(vf, v), first->stage, n->stage);
+    return;
+  }
+  if (v->kind != IR_VAL_NODE || !v->def) return;
+  int from = v->def->stage;
+  if (n->op == IR_OP_PP_BOUNDARY) {
+    IrAttr *src = ir_node_attr(n, "src");
+    if (src && src->expr->kind == IR_EX_INT && src->expr->i != from)
+      verr(vf, n->loc, "pp_boundary from virtual stage %lld reads %s of virtual stage %d",
+           (long long)src->expr->i, vname(vf, v), from);
+  } else if (from != n->stage) {
+    verr(vf, n->loc, "'%s' on virtual stage %d reads %s of virtual stage %d; values cross "
+         "stages only through pp_boundary", op_name(n), n->stage, vname(vf, v), from);
+  }
+}
+
+/* The invariants of a graph partitioned into pipeline stages: every node
+ * on a virtual stage of the mesh, the forward nodes in stage order (a
+ * stage's forward never waits for a later one), and across physical stages
+ * data moves only through pp_boundary nodes whose dst is their stage. */
+static void check_stages(Verifier *vf, const IrGraph *g) {
+  int p = g->mesh[IR_AXIS_PIPELINE] > 1 ? g->mesh[IR_AXIS_PIPELINE] : 1;
+  int nv = p * (g->vpp > 1 ? g->vpp : 1), last_forward = 0;
+  IrPtrMap holder = {0};
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (!n || (unsigned)n->op >= IR_OP_COUNT) continue;
+    if (n->stage < 0 || n->stage >= nv) {
+      verr(vf, n->loc, "'%s' is on virtual stage %d; the graph has %d", op_name(n), n->stage, nv);
+      continue;
+    }
+    if (n->op == IR_OP_REPEAT && nv > 1)
+      verr(vf, n->loc, "repeat '%s' in a graph partitioned into pipeline stages", label(n));
+    if (n->phase == IR_PHASE_FORWARD) {
+      if (n->stage < last_forward)
+        verr(vf, n->loc, "forward node '%s' of virtual stage %d comes after one of stage %d",
+             op_name(n), n->stage, last_forward);
+      else
+        last_forward = n->stage;
+    }
+    if (n->op == IR_OP_PP_BOUNDARY) {
+      IrAttr *dst = ir_node_attr(n, "dst");
+      if (p == 1)
+        verr(vf, n->loc, "pp_boundary in a graph without pipeline stages to cross");
+      else if (dst && dst->expr->kind == IR_EX_INT && dst->expr->i != n->stage)
+        verr(vf, n->loc, "pp_boundary to virtual stage %lld is on virtual stage %d",
+             (long long)dst->expr->i, n->stage);
+    }
+    if (p > 1)
+      for (int j = 0; n->in && j < n->nin; j++)
+        if (n->in[j]) check_stage_use(vf, n, n->in[j], &holder);
+  }
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *v = g->params.items[i];
+    if (v && v->tied && (v->tied->kind != IR_VAL_PARAM || v->tied->graph != g || v->tied->tied))
+      verr(vf, v->loc, "%s is tied to %s, which is not an untied parameter of its graph",
+           vname(vf, v), vname(vf, v->tied));
+  }
+  ir_ptrmap_free(&holder);
+}
+
 /* Declarations first, then each node in order (so a use must follow its
  * def), then what the graph hands back. */
 static void check_graph(Verifier *vf, const IrGraph *g, int depth) {
@@ -384,6 +461,7 @@ static void check_graph(Verifier *vf, const IrGraph *g, int depth) {
   check_decls(vf, g, &g->params, IR_VAL_PARAM, "param");
   check_decls(vf, g, &g->args, IR_VAL_ARG, "arg");
   check_nodes(vf, g, depth);
+  if (!g->parent) check_stages(vf, g);
   check_grads(vf, g);
   if (!g->parent && g->output_names.len != g->outputs.len)
     verr(vf, where, "%d outputs but %d output names", g->outputs.len, g->output_names.len);

@@ -18,6 +18,12 @@
  * Each parameter's gradient is recorded in IrValue.grad; a parameter the
  * loss does not depend on gets a `zeros` node.
  *
+ * On a graph partitioned into pipeline stages each backward node runs on
+ * the virtual stage of the forward node it differentiates; the adjoint of
+ * pp_boundary (a message from stage src to dst) is the message of the
+ * gradient from dst back to src, so that the gradient of a value reaches
+ * its own stage before anything adds to it.
+ *
  * Dropout nodes get unique `site` numbers here, copied to their
  * dropout_grad, so the backward recomputes each forward mask instead of
  * storing it. */
@@ -33,6 +39,7 @@ typedef struct Ad {
   bool *dep;       /* by value id: some parameter flows into the value */
   IrValue **grad;  /* by value id: the gradient accumulated so far */
   IrLoc loc;       /* of the forward node being differentiated: its backward nodes' */
+  int stage;       /* the virtual stage of the backward nodes being written */
   bool ok;
 } Ad;
 
@@ -98,6 +105,7 @@ static IrNode *emit(Ad *ad, IrOp op, IrValue **in, int nin, const IrAttr *given,
   }
   IrNode *n = ir_add_node(ad->g, op, in, nin, attrs, info->nattr, nout, here(ad));
   n->phase = IR_PHASE_BACKWARD;
+  n->stage = ad->stage;
   if (!info->shape(n)) die("autodiff: the shape rule of %s failed on a backward node", info->name);
   return n;
 }
@@ -442,6 +450,17 @@ static bool ad_reduce_scatter(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+/* ---------------------------------------------------- pipeline adjoints */
+
+/* The gradient goes back the way the value came: from stage dst to src,
+ * where it is accumulated (so it runs on src). */
+static bool ad_pp_boundary(Ad *ad, IrNode *n, IrValue **dy) {
+  ad->stage = (int)ir_attr_int(n, "src");
+  give(ad, n->in[0], emit1(ad, IR_OP_PP_BOUNDARY, INS(dy[0]),
+                           ATTRS({"src", fwd_attr(n, "dst")}, {"dst", fwd_attr(n, "src")})));
+  return true;
+}
+
 /* The adjoint column of ops.def as a table. */
 static const AdjointFn adjoints[IR_OP_COUNT] = {
 #define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) \
@@ -561,9 +580,17 @@ static void record_param_grads(Ad *ad) {
   IrGraph *g = ad->g;
   /* Each parameter adds at most one value: ids stay below this. */
   bool *taken = ir_alloc(sizeof(bool) * (size_t)(g->next_id + g->params.len + 1));
+  /* The stage that holds each parameter: the one of its first reader. */
+  int *holder = ir_alloc(sizeof(int) * (size_t)(ad->nvalues + 1));
+  for (int i = g->nodes.len - 1; i >= 0; i--) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin && n->phase == IR_PHASE_FORWARD; j++)
+      if (n->in[j]->kind == IR_VAL_PARAM) holder[vid(ad, n->in[j])] = n->stage;
+  }
   for (int i = 0; i < g->params.len; i++) {
     IrValue *p = g->params.items[i], *gr = ad->grad[vid(ad, p)];
     ad->loc = p->loc;
+    ad->stage = holder[vid(ad, p)];
     if (!gr)
       gr = zeros_like(ad, p);
     else if (gr->kind != IR_VAL_NODE || gr->def->phase != IR_PHASE_BACKWARD || taken[gr->id])
@@ -595,6 +622,7 @@ bool pass_autodiff(IrGraph **gp, const PassOptions *opt) {
     for (int j = 0; j < n->nin; j++) any_in |= wants(&ad, n->in[j]);
     if (!any_dy || !any_in) continue;
     ad.loc = n->loc;
+    ad.stage = n->stage;
     adjoints[n->op](&ad, n, d);
   }
   if (!ad.ok) return false;

@@ -27,6 +27,8 @@ typedef struct PassOptions {
   PassTpStrategy tp_strategy;
   int vocab_multiple;     /* --vocab-multiple: pad the vocabulary to a multiple of this times t;
                            * 0: no padding (the driver's default is 128) */
+  int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
+  const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
 } PassOptions;
 
 /* The tensor-parallel size of the options, at least 1. */
@@ -72,6 +74,13 @@ bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
 bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
+bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
+bool pass_pp_tie(IrGraph **g, const PassOptions *opt);
+
+/* The pipeline report (`shardc compile --report pp`): per virtual stage
+ * its physical stage, chunk, layers, forward FLOPs and messages, and the
+ * tied parameters. The layers are known in the pipeline that ran unroll. */
+bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt);
 
 /* For the passes that need a folded, typed graph (tp-annotate, vocab-pad,
  * tp-partition, the comm report): every attribute and repeat count a

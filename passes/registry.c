@@ -18,8 +18,12 @@ const Pass pass_registry[] = {
     {"tp-fuse", "turn tp_slice(all_reduce(x)) into reduce_scatter(x)", pass_tp_fuse},
     {"unroll", "replace every repeat by count copies of its body (params named LABEL.i.NAME)",
      pass_unroll},
+    {"pp-partition", "place layers on --pp stages x --vpp chunks (even, by cost, or --pp-layout); "
+     "insert pp_boundary messages; copy tied params", pass_pp_partition},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",
      pass_autodiff},
+    {"pp-tie", "all-reduce the gradients of tied param copies over the embedding group",
+     pass_pp_tie},
     {"memplan", "plan the offset of every buffer of the rank program by liveness", pass_memplan},
     {NULL, NULL, NULL},
 };

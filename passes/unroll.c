@@ -8,7 +8,11 @@
  * last iteration's yields. The body's parameters move to the top level as
  * h.i.NAME, in layer order after the parameters already there, keeping
  * their type and init; a repeat nested in a body composes its prefix with
- * the enclosing one (h.0.g.1.NAME). Counts must be folded: the pass checks
+ * the enclosing one (h.0.g.1.NAME). Each copied node records its layer
+ * (IrNode.layer): the iteration of its top-level repeat, numbered on over
+ * all top-level repeats in order, so that pp-partition can place layers
+ * on pipeline stages; a nested repeat's nodes belong to the enclosing
+ * layer. Counts must be folded: the pass checks
  * every repeat before it changes anything, so a failure leaves the graph as
  * it was. */
 #include <stdint.h>
@@ -109,6 +113,8 @@ static bool check_repeats(const IrGraph *g) {
 typedef struct Unroller {
   IrGraph *top;
   NameSet names;
+  int layer;      /* of the nodes being copied; -1 outside every repeat */
+  int next_layer; /* the next top-level iteration's */
   bool ok;
 } Unroller;
 
@@ -121,6 +127,7 @@ static void copy_node(Unroller *u, IrNode *n, ValMap *m, IrPhase phase) {
   for (int i = 0; i < n->nin; i++) in[i] = map_get(m, n->in[i]);
   IrNode *c = ir_add_node(u->top, n->op, in, n->nin, n->attrs, n->nattr, n->nout, n->loc);
   c->phase = n->phase > phase ? n->phase : phase;
+  c->layer = u->layer;
   for (int i = 0; i < n->nout; i++) {
     IrValue *from = n->out[i], *to = c->out[i];
     to->type = from->type;
@@ -142,13 +149,16 @@ static void expand_repeat(Unroller *u, IrNode *r, ValMap *outer, const char *pre
   IrPhase inner = r->phase > phase ? r->phase : phase;
   IrValue **cur = ir_alloc(sizeof(IrValue *) * (size_t)(r->nin ? r->nin : 1));
   for (int i = 0; i < r->nin; i++) cur[i] = map_get(outer, r->in[i]);
+  bool outermost = u->layer < 0;
   for (int64_t it = 0; it < count; it++) {
+    if (outermost) u->layer = u->next_layer++;
     ValMap m = {0};
     for (int i = 0; i < r->nin; i++) map_put(&m, body->args.items[i], cur[i]);
     copy_graph(u, body, &m, ir_fmt("%s%s.%lld.", prefix, r->label, (long long)it), inner);
     for (int i = 0; i < ncarried; i++) cur[i] = map_get(&m, body->outputs.items[i]);
     map_free(&m);
   }
+  if (outermost) u->layer = -1;
   for (int i = 0; i < ncarried; i++) map_put(outer, r->out[i], cur[i]);
 }
 
@@ -188,7 +198,7 @@ bool pass_unroll(IrGraph **gp, const PassOptions *opt) {
   (void)opt;
   IrGraph *g = ir_top(*gp);
   if (!check_repeats(g)) return false;
-  Unroller u = {.top = g, .ok = true};
+  Unroller u = {.top = g, .layer = -1, .ok = true};
   for (int i = 0; i < g->params.len; i++) names_add(&u.names, g->params.items[i]);
   /* The top-level nodes are re-appended in order: the kept ones as they
    * are (with their inputs renamed), each repeat as its copies. */

@@ -317,6 +317,9 @@ static void exec(IrNode *n) {
     if (ir_attr_int(n, "size") != 1) die("gradcheck: %s over several ranks", ir_op_info(n->op)->name);
     memcpy(R(y), R(x), sizeof(real) * (size_t)numel(y));
     break;
+  case IR_OP_PP_BOUNDARY: /* one process runs every stage: the message is the value itself */
+    memcpy(R(y), R(x), sizeof(real) * (size_t)numel(y));
+    break;
   case IR_OP_REPEAT:
   case IR_OP_COUNT: die("gradcheck: %s is not interpreted", ir_op_info(n->op)->name);
   }

@@ -326,6 +326,7 @@ static void exec(IrNode *n) {
   case IR_OP_ALL_GATHER:
   case IR_OP_TP_SLICE:
   case IR_OP_REDUCE_SCATTER:
+  case IR_OP_PP_BOUNDARY:
     die("tpsim: %s runs across ranks", ir_op_info(n->op)->name);
   case IR_OP_REPEAT:
   case IR_OP_COUNT: die("tpsim: %s is not interpreted", ir_op_info(n->op)->name);
