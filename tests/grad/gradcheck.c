@@ -14,342 +14,29 @@
  * mask from (seed, site, index) like the generated programs, so the loss is
  * a deterministic function of the parameters. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir.h"
-#include "kernels.h"
+#include "interp.h"
 
 /* Central differences in f64: truncation ~ STEP^2, rounding ~ 1e-16 / STEP. */
 #define STEP 1e-5
 #define REL_TOL 1e-6
 #define ABS_TOL 1e-9
-#define SEED 1234
 
-typedef struct Tensor {
-  real *r;      /* float tensors */
-  int32_t *i;   /* integer tensors */
-  int64_t n;
-} Tensor;
-
-static Tensor *tensors; /* by value id */
-static real *scratch;
-
-static Tensor *T(const IrValue *v) { return &tensors[v->id]; }
-static real *R(const IrValue *v) { return T(v)->r; }
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-static int64_t last(const IrValue *v) { return v->type.shape[v->type.rank - 1]; }
-static int64_t dim(const IrValue *v, int d) {
-  return v->type.shape[d < 0 ? d + v->type.rank : d];
-}
-
-/* ------------------------------------------------------------- random */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-static double rng_uniform(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
-static double rng_normal(void) {
-  double u = rng_uniform() + 1e-300, v = rng_uniform();
-  return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-}
-
-/* --------------------------------------------------------- elementwise */
-
-/* The index into `in` (broadcast to `out`'s shape) of out's flat index. */
-static int64_t bcast(const IrType *out, const IrType *in, int64_t flat) {
-  int64_t idx = 0, stride = 1;
-  for (int d = 1; d <= out->rank; d++) {
-    int64_t c = flat % out->shape[out->rank - d];
-    flat /= out->shape[out->rank - d];
-    if (d > in->rank) continue;
-    int64_t n = in->shape[in->rank - d];
-    if (n != 1) idx += c * stride;
-    stride *= n;
-  }
-  return idx;
-}
-
-static void binary(IrNode *n) {
-  const IrType *o = &n->out[0]->type;
-  real *y = R(n->out[0]), *a = R(n->in[0]), *b = R(n->in[1]);
-  for (int64_t i = 0; i < numel(n->out[0]); i++) {
-    real x = a[bcast(o, &n->in[0]->type, i)], z = b[bcast(o, &n->in[1]->type, i)];
-    y[i] = n->op == IR_OP_ADD ? x + z : n->op == IR_OP_SUB ? x - z : x * z;
-  }
-}
-
-static void sum_to(IrNode *n) {
-  real *y = R(n->out[0]), *x = R(n->in[0]);
-  memset(y, 0, sizeof(real) * (size_t)numel(n->out[0]));
-  for (int64_t i = 0; i < numel(n->in[0]); i++)
-    y[bcast(&n->in[0]->type, &n->out[0]->type, i)] += x[i];
-}
-
-static void unary(IrNode *n) {
-  real *y = R(n->out[0]), *x = R(n->in[0]);
-  int64_t len = numel(n->out[0]);
-  for (int64_t i = 0; i < len; i++) {
-    switch (n->op) {
-    case IR_OP_SCALE: y[i] = x[i] * (real)ir_attr_float(n, "s"); break;
-    case IR_OP_GELU: y[i] = k_gelu(x[i]); break;
-    case IR_OP_SILU: y[i] = k_silu(x[i]); break;
-    case IR_OP_SWIGLU: y[i] = k_silu(x[i]) * R(n->in[1])[i]; break;
-    case IR_OP_GELU_GRAD: y[i] = k_gelu_grad(x[i], R(n->in[1])[i]); break;
-    case IR_OP_SILU_GRAD: y[i] = k_silu_grad(x[i], R(n->in[1])[i]); break;
-    default: die("not unary: %s", ir_op_info(n->op)->name);
-    }
-  }
-}
-
-static void swiglu_grad(IrNode *n) {
-  real *g = R(n->in[0]), *u = R(n->in[1]), *dy = R(n->in[2]);
-  for (int64_t i = 0; i < numel(n->in[0]); i++) {
-    R(n->out[0])[i] = k_silu_grad(g[i], dy[i] * u[i]);
-    R(n->out[1])[i] = dy[i] * k_silu(g[i]);
-  }
-}
-
-/* ------------------------------------------------------------- layout */
-
-/* x viewed as [outer, len, inner] around `axis`. */
-static void around(const IrValue *v, int64_t axis, int64_t *outer, int64_t *inner) {
-  int rank = v->type.rank;
-  if (axis < 0) axis += rank;
-  *outer = *inner = 1;
-  for (int d = 0; d < axis; d++) *outer *= v->type.shape[d];
-  for (int d = (int)axis + 1; d < rank; d++) *inner *= v->type.shape[d];
-}
-
-static void split_concat(IrNode *n, bool split) {
-  int64_t axis = ir_attr_int(n, "axis"), outer, inner;
-  const IrValue *whole = split ? n->in[0] : n->out[0];
-  around(whole, axis, &outer, &inner);
-  int64_t width = numel(whole) / outer, off = 0;
-  int parts = split ? n->nout : n->nin;
-  for (int p = 0; p < parts; p++) {
-    const IrValue *part = split ? n->out[p] : n->in[p];
-    int64_t cols = numel(part) / outer;
-    if (split)
-      k_copy2d(R(part), cols, R(whole) + off, width, outer, cols);
-    else
-      k_copy2d(R(whole) + off, width, R(part), cols, outer, cols);
-    off += cols;
-  }
-}
-
-static void transpose(IrNode *n) {
-  const IrValue *x = n->in[0];
-  int rank = x->type.rank;
-  int64_t d0 = ir_attr_int(n, "dim0"), d1 = ir_attr_int(n, "dim1");
-  if (d0 < 0) d0 += rank;
-  if (d1 < 0) d1 += rank;
-  if (d0 > d1) {
-    int64_t t = d0;
-    d0 = d1;
-    d1 = t;
-  }
-  int64_t outer = 1, mid = 1, inner = 1;
-  for (int d = 0; d < d0; d++) outer *= x->type.shape[d];
-  for (int d = (int)d0 + 1; d < d1; d++) mid *= x->type.shape[d];
-  for (int d = (int)d1 + 1; d < rank; d++) inner *= x->type.shape[d];
-  k_transpose(R(n->out[0]), R(x), outer, x->type.shape[d0], mid, x->type.shape[d1], inner);
-}
-
-/* ------------------------------------------------------------- GEMMs */
-
-static void matmul(IrNode *n) {
-  const IrValue *a = n->in[0], *b = n->in[1], *c = n->out[0];
-  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t M = dim(c, -2), N = dim(c, -1), K = ta ? dim(a, -2) : dim(a, -1);
-  int64_t batch = numel(c) / (M * N);
-  int64_t sb = b->type.rank == 2 ? 0 : K * N;
-  k_gemm_batched(ta, tb, batch, M, N, K, 1, R(a), ta ? M : K, M * K, R(b), tb ? K : N, sb, 0,
-                 R(c), N, M * N);
-}
-
-static void linear(IrNode *n) {
-  const IrValue *x = n->in[0], *w = n->in[1];
-  int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = last(x), out = last(n->out[0]), rows = numel(x) / in;
-  k_gemm(0, tr, rows, out, in, 1, R(x), in, R(w), tr ? in : out, 0, R(n->out[0]), out);
-  if (n->nin > 2) k_add_bias(R(n->out[0]), R(n->in[2]), rows, out);
-}
-
-/* dx = dy w^T ([in, out] weight) or dy w ([out, in]). */
-static void linear_dx(IrNode *n) {
-  const IrValue *dy = n->in[0], *w = n->in[1];
-  int tr = (int)ir_attr_int(n, "transposed");
-  int64_t out = last(dy), in = last(n->out[0]), rows = numel(dy) / out;
-  k_gemm(0, !tr, rows, in, out, 1, R(dy), out, R(w), tr ? in : out, 0, R(n->out[0]), in);
-}
-
-/* dw = x^T dy ([in, out]) or dy^T x ([out, in]), summed over all rows. */
-static void linear_dw(IrNode *n) {
-  const IrValue *x = n->in[0], *dy = n->in[1];
-  int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = last(x), out = last(dy), rows = numel(x) / in;
-  if (tr)
-    k_gemm(1, 0, out, in, rows, 1, R(dy), out, R(x), in, 0, R(n->out[0]), in);
-  else
-    k_gemm(1, 0, in, out, rows, 1, R(x), in, R(dy), out, 0, R(n->out[0]), out);
-}
-
-/* ------------------------------------------------------- the other ops */
-
-static void attention(IrNode *n, bool grad) {
-  const IrValue *q = n->in[0], *k = n->in[1];
-  int64_t heads = ir_attr_int(n, "heads"), kv = ir_attr_int(n, "kv_heads");
-  int64_t K = kv ? kv : heads, d = last(q) / heads;
-  int causal = (int)ir_attr_int(n, "causal");
-  if (dim(k, 1) != dim(q, 1)) die("gradcheck: attention with different q and k lengths");
-  if (!grad)
-    k_attention_fwd(R(n->out[0]), R(q), R(k), R(n->in[2]), dim(q, 0), dim(q, 1), heads, K, d,
-                    causal, scratch);
-  else
-    k_attention_bwd(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[4]), R(q), R(k),
-                    R(n->in[2]), R(n->in[3]), dim(q, 0), dim(q, 1), heads, K, d, causal, scratch);
-}
-
-static void norm(IrNode *n) {
-  const IrValue *x = n->in[0];
-  int64_t h = last(x), rows = numel(x) / h;
-  real eps = (real)ir_attr_float(n, "eps");
-  switch (n->op) {
-  case IR_OP_LAYERNORM:
-    k_layernorm_fwd(R(n->out[0]), R(x), R(n->in[1]), n->nin > 2 ? R(n->in[2]) : NULL, rows, h,
-                    eps);
-    break;
-  case IR_OP_RMSNORM: k_rmsnorm_fwd(R(n->out[0]), R(x), R(n->in[1]), rows, h, eps); break;
-  case IR_OP_LAYERNORM_GRAD:
-    k_layernorm_bwd(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[2]), R(x), R(n->in[1]),
-                    rows, h, eps);
-    break;
-  case IR_OP_RMSNORM_GRAD:
-    k_rmsnorm_bwd(R(n->out[0]), R(n->out[1]), R(n->in[2]), R(x), R(n->in[1]), rows, h, eps);
-    break;
-  default: die("not a norm");
-  }
-}
-
-static void exec(IrNode *n) {
-  const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
-  switch (n->op) {
-  case IR_OP_EMBEDDING: k_embedding_fwd(R(y), T(x)->i, R(n->in[1]), numel(x), last(y)); break;
-  case IR_OP_ARANGE: k_arange(T(y)->i, numel(y)); break;
-  case IR_OP_ZEROS: memset(R(y), 0, sizeof(real) * (size_t)numel(y)); break;
-  case IR_OP_MATMUL: matmul(n); break;
-  case IR_OP_LINEAR: linear(n); break;
-  case IR_OP_LINEAR_DX: linear_dx(n); break;
-  case IR_OP_LINEAR_DW: linear_dw(n); break;
-  case IR_OP_RESHAPE: memcpy(R(y), R(x), sizeof(real) * (size_t)numel(y)); break;
-  case IR_OP_TRANSPOSE: transpose(n); break;
-  case IR_OP_SPLIT_HEADS: {
-    int64_t H = dim(y, 1);
-    k_split_heads(R(y), R(x), dim(x, 0), dim(x, 1), H, last(x) / H);
-    break;
-  }
-  case IR_OP_MERGE_HEADS:
-    k_merge_heads(R(y), R(x), dim(x, 0), dim(x, 2), dim(x, 1), last(x));
-    break;
-  case IR_OP_SPLIT: split_concat(n, true); break;
-  case IR_OP_CONCAT: split_concat(n, false); break;
-  case IR_OP_ADD:
-  case IR_OP_SUB:
-  case IR_OP_MUL: binary(n); break;
-  case IR_OP_SUM_TO: sum_to(n); break;
-  case IR_OP_SCALE:
-  case IR_OP_GELU:
-  case IR_OP_SILU:
-  case IR_OP_SWIGLU:
-  case IR_OP_GELU_GRAD:
-  case IR_OP_SILU_GRAD: unary(n); break;
-  case IR_OP_SWIGLU_GRAD: swiglu_grad(n); break;
-  case IR_OP_DROPOUT:
-    k_dropout_fwd(R(y), R(x), numel(y), (real)ir_attr_float(n, "rate"), SEED,
-                  (uint64_t)ir_attr_int(n, "site"));
-    break;
-  case IR_OP_DROPOUT_GRAD:
-    k_dropout_bwd(R(y), R(x), numel(y), (real)ir_attr_float(n, "rate"), SEED,
-                  (uint64_t)ir_attr_int(n, "site"));
-    break;
-  case IR_OP_LAYERNORM:
-  case IR_OP_RMSNORM:
-  case IR_OP_LAYERNORM_GRAD:
-  case IR_OP_RMSNORM_GRAD: norm(n); break;
-  case IR_OP_SOFTMAX: k_softmax_fwd(R(y), R(x), numel(x) / last(x), last(x)); break;
-  case IR_OP_SOFTMAX_GRAD:
-    k_softmax_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
-    break;
-  case IR_OP_CAUSAL_MASK:
-    k_causal_mask(R(y), R(x), numel(x) / (last(x) * last(x)), last(x),
-                  (real)ir_attr_float(n, "fill"));
-    break;
-  case IR_OP_ROPE: {
-    int64_t H = ir_attr_int(n, "heads");
-    k_rope(R(y), R(x), dim(x, 0), dim(x, 1), H, last(x) / H, (real)ir_attr_float(n, "theta"),
-           (int)ir_attr_int(n, "inverse"));
-    break;
-  }
-  case IR_OP_ATTENTION: attention(n, false); break;
-  case IR_OP_ATTENTION_GRAD: attention(n, true); break;
-  case IR_OP_EMBEDDING_GRAD:
-    k_embedding_bwd(R(y), T(x)->i, R(n->in[1]), numel(x), dim(y, 0), last(y));
-    break;
-  case IR_OP_CROSS_ENTROPY:
-    k_cross_entropy_fwd(R(y), R(x), T(n->in[1])->i, numel(x) / last(x), last(x), last(x));
-    break;
-  case IR_OP_CROSS_ENTROPY_GRAD:
-    k_cross_entropy_bwd(R(y), R(x), T(n->in[1])->i, R(n->in[2]), numel(x) / last(x), last(x),
-                        last(x));
-    break;
-  case IR_OP_ALL_REDUCE:
-  case IR_OP_TP_COPY:
-  case IR_OP_ALL_GATHER:
-  case IR_OP_TP_SLICE:
-  case IR_OP_REDUCE_SCATTER:
-    /* One rank: every collective over an axis of size 1 is the identity. */
-    if (ir_attr_int(n, "size") != 1) die("gradcheck: %s over several ranks", ir_op_info(n->op)->name);
-    memcpy(R(y), R(x), sizeof(real) * (size_t)numel(y));
-    break;
-  case IR_OP_PP_BOUNDARY: /* one process runs every stage: the message is the value itself */
-    memcpy(R(y), R(x), sizeof(real) * (size_t)numel(y));
-    break;
-  case IR_OP_REPEAT:
-  case IR_OP_COUNT: die("gradcheck: %s is not interpreted", ir_op_info(n->op)->name);
-  }
-}
+/* Short names for the shared interpreter's. */
+#define T(v) ti_t(v)
+#define R(v) ti_r(v)
 
 /* ------------------------------------------------------------- driver */
 
-static void alloc_value(const IrValue *v) {
-  Tensor *t = T(v);
-  if (v->type.dtype != IR_F64 && v->type.dtype != IR_F32 && v->type.dtype != IR_I32)
-    die("gradcheck: %s values are not interpreted", ir_dtype_name(v->type.dtype));
-  t->n = numel(v);
-  if (v->type.dtype == IR_I32)
-    t->i = calloc((size_t)(t->n ? t->n : 1), sizeof(int32_t));
-  else
-    t->r = calloc((size_t)(t->n ? t->n : 1), sizeof(real));
-}
-
-/* Integer inputs are ids: below every table and vocabulary they index. */
-static int64_t id_bound(const IrGraph *g, const IrValue *v) {
-  int64_t bound = INT32_MAX;
-  for (int i = 0; i < g->nodes.len; i++) {
-    const IrNode *n = g->nodes.items[i];
-    int64_t b = INT32_MAX;
-    if (n->op == IR_OP_EMBEDDING && n->in[0] == v) b = dim(n->in[1], 0);
-    if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) && n->in[1] == v)
-      b = last(n->in[0]);
-    if (b < bound) bound = b;
-  }
-  return bound == INT32_MAX ? 2 : bound;
+/* One rank: every collective over an axis of size 1 is the identity, and
+ * one process runs every pipeline stage (the message is the value itself). */
+static void exec(IrNode *n) {
+  if (ti_exec(n)) return;
+  if (n->op != IR_OP_PP_BOUNDARY && ir_attr_int(n, "size") != 1)
+    die("gradcheck: %s over several ranks", ir_op_info(n->op)->name);
+  memcpy(R(n->out[0]), R(n->in[0]), sizeof(real) * (size_t)ti_numel(n->out[0]));
 }
 
 /* Runs the forward nodes (and the backward ones too when asked); returns
@@ -361,14 +48,6 @@ static double run(const IrGraph *g, const IrValue *loss, bool backward) {
     exec(n);
   }
   return R(loss)[0];
-}
-
-static const IrValue *find_loss(const IrGraph *g) {
-  for (int i = 0; i < g->outputs.len; i++) {
-    const IrValue *v = g->outputs.items[i];
-    if (v->type.rank == 0) return v;
-  }
-  die("gradcheck: no scalar output");
 }
 
 /* Checks one coordinate; returns whether it agrees. */
@@ -396,38 +75,19 @@ int main(int argc, char **argv) {
     return 2;
   }
   int coords = argc > 2 ? atoi(argv[2]) : 4;
-  FILE *f = fopen(argv[1], "rb");
-  if (!f) {
-    perror(argv[1]);
-    return 2;
-  }
   char *text = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&text, &len);
-  for (int c; (c = fgetc(f)) != EOF;) fputc(c, mem);
-  fclose(mem);
-  fclose(f);
-  IrGraph *g = ir_parse(argv[1], text, len);
-  if (!g || !ir_verify(g, NULL)) return 1;
-
-  tensors = calloc((size_t)g->next_id + 1, sizeof *tensors);
-  scratch = calloc((size_t)(k_attention_scratch(4096) * omp_get_max_threads()), sizeof(real));
-  const IrVec *decls[] = {&g->inputs, &g->params};
-  for (int l = 0; l < 2; l++)
-    for (int i = 0; i < decls[l]->len; i++) alloc_value(decls[l]->items[i]);
-  for (int i = 0; i < g->nodes.len; i++) {
-    IrNode *n = g->nodes.items[i];
-    for (int j = 0; j < n->nout; j++) alloc_value(n->out[j]);
-  }
+  IrGraph *g = ti_load(argv[1], &text);
+  ti_init("gradcheck");
+  ti_tensors = ti_alloc_graph(g);
   for (int i = 0; i < g->inputs.len; i++) {
     IrValue *v = g->inputs.items[i];
     if (strcmp(v->name, "d_loss") == 0) {
       R(v)[0] = 1;
     } else if (T(v)->i) {
-      int64_t bound = id_bound(g, v);
-      for (int64_t k = 0; k < T(v)->n; k++) T(v)->i[k] = (int32_t)(rng_next() % (uint64_t)bound);
+      int64_t bound = ti_id_bound(g, v);
+      for (int64_t k = 0; k < T(v)->n; k++) T(v)->i[k] = (int32_t)(ti_rng_next() % (uint64_t)bound);
     } else {
-      for (int64_t k = 0; k < T(v)->n; k++) R(v)[k] = rng_normal();
+      for (int64_t k = 0; k < T(v)->n; k++) R(v)[k] = ti_rng_normal();
     }
   }
   /* Parameters well away from their init, so that no gradient vanishes by
@@ -435,10 +95,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g->params.len; i++) {
     IrValue *p = g->params.items[i];
     double base = p->init.kind == IR_INIT_ONES ? 1 : 0;
-    for (int64_t k = 0; k < T(p)->n; k++) R(p)[k] = base + 0.5 * rng_normal();
+    for (int64_t k = 0; k < T(p)->n; k++) R(p)[k] = base + 0.5 * ti_rng_normal();
   }
 
-  const IrValue *loss = find_loss(g);
+  const IrValue *loss = ti_find_loss(g);
   double l = run(g, loss, true);
   printf("%s: loss %.10g\n", argv[1], l);
   int failures = 0, checked = 0;
@@ -454,7 +114,7 @@ int main(int argc, char **argv) {
     double worst = 0;
     int bad = 0;
     for (int c = 0; c <= coords; c++) {
-      int64_t k = c == 0 ? best : (int64_t)(rng_next() % (uint64_t)n);
+      int64_t k = c == 0 ? best : (int64_t)(ti_rng_next() % (uint64_t)n);
       bad += !check_coord(g, loss, p, k, grad[k], &worst);
       checked++;
     }
@@ -465,11 +125,11 @@ int main(int argc, char **argv) {
   }
   printf("%s: %d coordinates checked, %d wrong\n", argv[1], checked, failures);
   for (int i = 0; i < g->next_id; i++) {
-    free(tensors[i].r);
-    free(tensors[i].i);
+    free(ti_tensors[i].r);
+    free(ti_tensors[i].i);
   }
-  free(tensors);
-  free(scratch);
+  free(ti_tensors);
+  free(ti_scratch);
   free(text);
   ir_arena_free_all();
   return failures ? 1 : 0;

@@ -5,7 +5,7 @@
 # op semantics) bug.
 set(GRAD_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_executable(gradcheck ${GRAD_DIR}/gradcheck.c)
-target_link_libraries(gradcheck PRIVATE shard_ir shard_kernels_f64)
+target_link_libraries(gradcheck PRIVATE shard_test_interp)
 
 # grad_test(NAME INPUT ARGS...): compile INPUT with ARGS through autodiff,
 # then check the gradients of what it printed.

@@ -136,7 +136,7 @@ endforeach()
 # needs padding, t = 2 and 4, with and without sequence parallelism, and the
 # plans of the annotated models.
 add_executable(tpsim ${TP_DIR}/tpsim.c)
-target_link_libraries(tpsim PRIVATE shard_ir shard_kernels_f64)
+target_link_libraries(tpsim PRIVATE shard_test_interp)
 function(tpsim_test name model t)
   string(REPLACE ";" " " args "${ARGN}")
   set(ref ${CMAKE_CURRENT_BINARY_DIR}/tpsim-${name}-ref.ir)
