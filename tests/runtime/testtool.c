@@ -49,7 +49,9 @@ int main(int argc, char **argv) {
     uint16_t *t = malloc((size_t)n * 2 + 2);
     for (long i = 0; i < n; i++)
       t[i] = (uint16_t)(i % mod);
-    return rt_data_write_shard(out, t, n) != 0;
+    int rc = rt_data_write_shard(out, t, n) != 0;
+    free(t);
+    return rc;
   }
   if (!strcmp(cmd, "text")) {
     size_t len = strlen(argv[3]);
@@ -57,7 +59,9 @@ int main(int argc, char **argv) {
     uint16_t *t = malloc((size_t)n * 2 + 2);
     for (long i = 0; i < n; i++)
       t[i] = (unsigned char)argv[3][i % (long)len];
-    return rt_data_write_shard(out, t, n) != 0;
+    int rc = rt_data_write_shard(out, t, n) != 0;
+    free(t);
+    return rc;
   }
   if (!strcmp(cmd, "header")) {
     int32_t v = (int32_t)atol(argv[4]);
