@@ -66,7 +66,7 @@ if [[ ! -x $SHARDC ]]; then
   cmake --build "$BUILD" -j"$(nproc)" >/dev/null
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cpu_train.XXXXXX")
+WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 DATA=$WORK/corpus.bin
 "$PY" "$ORACLE/shard_data.py" text data/corpus.txt -o "$DATA" >/dev/null

@@ -41,7 +41,7 @@ if [[ ! -x $SHARDC ]]; then
   cmake --build "$BUILD" -j"$CORES" >/dev/null
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/tp_overhead.XXXXXX")
+WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 DATA=$WORK/corpus.bin
 "$SHARDC" data data/corpus.txt -o "$DATA" >/dev/null

@@ -567,8 +567,10 @@ static void emit_loss(CgEmitter *e, const IrNode *n) {
 
 /* embedding_grad straight into the gradient slot: dy's rows added to the
  * rows the ids picked. Threads split the columns, so that two equal ids
- * never race and every element sums its rows in the same order. */
-static void emit_embedding_scatter(CgEmitter *e, const IrNode *n) {
+ * never race and every element sums its rows in the same order. With
+ * vp_rows > 0 the slot is this rank's rows [tp * vp_rows, (tp + 1) * vp_rows)
+ * of a vocabulary-parallel table, and ids outside it add nothing. */
+void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
   const IrValue *ids = n->in[0], *dy = n->in[1], *y = n->out[0];
   int64_t rows = numel(ids), h = dim(y, -1);
   emit(e, "{");
@@ -576,13 +578,20 @@ static void emit_embedding_scatter(CgEmitter *e, const IrNode *n) {
   emit(e, "real *restrict g = %s;", ref(e, y));
   emit(e, "const int32_t *restrict ids = %s;", ref(e, ids));
   emit(e, "const real *restrict dy = %s;", ref(e, dy));
+  if (vp_rows) emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)vp_rows);
   if (rows * h >= PAR_MIN) emit(e, "#pragma omp parallel for schedule(static)");
   emit(e, "for (int64_t c = 0; c < %lld; c += 64) {", (long long)h);
   e->depth++;
   emit(e, "const int64_t end = c + 64 < %lld ? c + 64 : %lld;", (long long)h, (long long)h);
   emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)rows);
   e->depth++;
-  emit(e, "real *restrict gr = g + (int64_t)ids[r] * %lld;", (long long)h);
+  if (vp_rows) {
+    emit(e, "const int64_t row = (int64_t)ids[r] - lo;");
+    emit(e, "if (row < 0 || row >= %lld) continue;", (long long)vp_rows);
+    emit(e, "real *restrict gr = g + row * %lld;", (long long)h);
+  } else {
+    emit(e, "real *restrict gr = g + (int64_t)ids[r] * %lld;", (long long)h);
+  }
   emit(e, "const real *restrict dr = dy + r * %lld;", (long long)h);
   emit(e, "#pragma omp simd");
   emit(e, "for (int64_t j = c; j < end; j++) gr[j] += dr[j];");
@@ -602,7 +611,7 @@ static void emit_embedding(CgEmitter *e, const IrNode *n) {
          e->chunk_rows ? " + r0" : "", ref(e, n->in[1]),
          (long long)(e->chunk_rows ? e->chunk_rows : numel(ids)), (long long)dim(y, -1));
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
-    emit_embedding_scatter(e, n);
+    cg_cpu_embedding_scatter(e, n, 0);
   else
     emit(e, "k_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));

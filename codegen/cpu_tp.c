@@ -164,32 +164,7 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
          (long long)V);
     return;
   }
-  /* Straight into the gradient slot, as the one-rank scatter of cpu.c:
-   * threads split the columns, every element adds its rows in order. */
-  emit(e, "{");
-  e->depth++;
-  emit(e, "real *restrict g = %s;", cg_ref(e, y));
-  emit(e, "const int32_t *restrict ids = %s;", cg_ref(e, ids));
-  emit(e, "const real *restrict dy = %s;", cg_ref(e, dy));
-  emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
-  if (rows * h >= 32768) emit(e, "#pragma omp parallel for schedule(static)");
-  emit(e, "for (int64_t c = 0; c < %lld; c += 64) {", (long long)h);
-  e->depth++;
-  emit(e, "const int64_t end = c + 64 < %lld ? c + 64 : %lld;", (long long)h, (long long)h);
-  emit(e, "for (int64_t r = 0; r < %lld; r++) {", (long long)rows);
-  e->depth++;
-  emit(e, "const int64_t row = (int64_t)ids[r] - lo;");
-  emit(e, "if (row < 0 || row >= %lld) continue;", (long long)V);
-  emit(e, "real *restrict gr = g + row * %lld;", (long long)h);
-  emit(e, "const real *restrict dr = dy + r * %lld;", (long long)h);
-  emit(e, "#pragma omp simd");
-  emit(e, "for (int64_t j = c; j < end; j++) gr[j] += dr[j];");
-  e->depth--;
-  emit(e, "}");
-  e->depth--;
-  emit(e, "}");
-  e->depth--;
-  emit(e, "}");
+  cg_cpu_embedding_scatter(e, n, V); /* straight into the gradient slot */
 }
 
 /* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits:

@@ -88,5 +88,8 @@ extern const CgTarget cg_target_cpu;
  * loss, per-rank dropout); false for any other node. */
 void cg_cpu_tp_prologue(CgEmitter *e);
 bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
+/* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the
+ * rank's rows of a vocabulary-parallel table. */
+void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows);
 
 #endif

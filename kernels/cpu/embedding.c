@@ -22,21 +22,7 @@ void k_embedding_bwd(real *dtable, const int32_t *ids, const real *dout, int64_t
   for (int64_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= V)
       kcpu_die("embedding id %d at %lld outside [0, %lld)", ids[i], (long long)i, (long long)V);
-#pragma omp parallel for schedule(static) if (kcpu_par(V * h))
-  for (int64_t v = 0; v < V; v++)
-    memset(dtable + v * h, 0, (size_t)h * sizeof(real));
-  int64_t blocks = (h + EMB_COLS - 1) / EMB_COLS;
-#pragma omp parallel for schedule(static) if (kcpu_par(n * h))
-  for (int64_t blk = 0; blk < blocks; blk++) {
-    int64_t c0 = blk * EMB_COLS, w = h - c0 < EMB_COLS ? h - c0 : EMB_COLS;
-    for (int64_t i = 0; i < n; i++) {
-      real *dst = dtable + (int64_t)ids[i] * h + c0;
-      const real *src = dout + i * h + c0;
-#pragma omp simd
-      for (int64_t j = 0; j < w; j++)
-        dst[j] += src[j];
-    }
-  }
+  k_embedding_bwd_vp(dtable, ids, dout, n, V, h, 0); /* every id is in range */
 }
 
 void k_arange(int32_t *out, int64_t n) {

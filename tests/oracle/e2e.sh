@@ -58,7 +58,7 @@ if [[ -n ${3:-} ]]; then
   W=$3
   mkdir -p "$W"
 else
-  W=$(mktemp -d "${TMPDIR:-/tmp}/oracle-e2e.XXXXXX")
+  W=$(mktemp -d)
   trap 'rm -rf "$W"' EXIT
 fi
 # The compiled program's cache (.shardc/) goes into the work folder.

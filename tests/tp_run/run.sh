@@ -18,7 +18,7 @@ SHARDC=$1
 TOOL=$2
 MODELS=$3
 MODEL=$4
-WORK=$(mktemp -d /tmp/tp_run.XXXXXX)
+WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
 # One thread a rank: small shapes, and ranks that share two cores.

@@ -1,55 +1,9 @@
 # shellcheck shell=sh disable=SC2034
 # Shared by the real-program tests: sourced with the compiler, the file
-# maker (rt_testtool) and the repository root as $1 $2 $3. Runs in a fresh
-# temporary folder, where `shardc run` keeps its compiled programs (.shardc/).
+# maker (rt_testtool) and the repository root as $1 $2 $3. They run in a
+# fresh temporary folder, where `shardc run` keeps its compiled programs
+# (.shardc/).
 SHARDC=$1
 TOOL=$2
 ROOT=$3
-WORK=$(mktemp -d /tmp/train_test.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-# One thread: runs are compared bit for bit and must not crawl on a loaded
-# machine (thread-count independence is the kernels' business).
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-export OMP_NUM_THREADS
-FAILS=0
-
-ok() { echo "ok:   $*"; }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-
-# check "what" command...: the command must succeed.
-check() {
-  what=$1; shift
-  if "$@" >cmd.txt 2>&1; then
-    ok "$what"
-  else
-    fail "$what: exit $?"
-    sed 's/^/      /' cmd.txt | tail -5
-  fi
-}
-
-# expect_error "what" "message fragment" command...: exit status 1, the
-# fragment in an error line; the first error lines are shown.
-expect_error() {
-  what=$1 frag=$2; shift 2
-  "$@" >out.txt 2>&1
-  st=$?
-  msg=$(grep 'error' out.txt | head -1)
-  if [ $st -eq 1 ] && grep 'error' out.txt | grep -qF -- "$frag"; then
-    ok "$what: exit 1: $msg"
-  else
-    fail "$what: exit $st, expected 1 and '$frag'; got:"
-    sed 's/^/      /' out.txt | tail -5
-  fi
-}
-
-# The JSON log without the timing field, which differs from run to run.
-strip_timing() { sed 's/,"tokens_per_s":[^,}]*//' "$1"; }
-# The loss fields of a JSON log, one a line, as printed (17 digits: exact).
-losses() { sed 's/.*"loss":\([^,}]*\).*/\1/' "$1"; }
-
-finish() {
-  if [ $FAILS -eq 0 ]; then echo "passed"; exit 0; fi
-  echo "FAILED: $FAILS check(s)"
-  exit 1
-}
+. "$(dirname "$0")/../common/checks.sh"

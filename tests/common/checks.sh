@@ -1,0 +1,53 @@
+# shellcheck shell=sh
+# What the shell tests share: a fresh temporary folder to run in (removed
+# at exit), one OpenMP thread unless the caller sets more (runs are compared
+# bit for bit and must not crawl on a loaded machine; thread-count
+# independence is the kernels' business), and the check helpers below.
+# Sourced by tests/runtime/lib.sh, tests/train/lib.sh and tests/tp_run.
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export OMP_NUM_THREADS
+FAILS=0
+
+ok() { echo "ok:   $*"; }
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+
+# check "what" command...: the command must succeed (its output goes to
+# cmd.txt, shown when it fails).
+check() {
+  what=$1; shift
+  if "$@" >cmd.txt 2>&1; then
+    ok "$what"
+  else
+    fail "$what: exit $?"
+    sed 's/^/      /' cmd.txt | tail -5
+  fi
+}
+
+# expect_error "what" "message fragment" command...: the command must exit
+# with status 1 and print the fragment in an error line; the message is shown.
+expect_error() {
+  what=$1 frag=$2; shift 2
+  "$@" >out.txt 2>&1
+  st=$?
+  msg=$(grep 'error' out.txt | head -3)
+  if [ $st -eq 1 ] && grep 'error' out.txt | grep -qF -- "$frag"; then
+    ok "$what: exit 1: $msg"
+  else
+    fail "$what: exit $st, expected 1 and '$frag'; got:"
+    sed 's/^/      /' out.txt | tail -5
+  fi
+}
+
+# The JSON log without the timing field, which differs from run to run.
+strip_timing() { sed 's/,"tokens_per_s":[^,}]*//' "$1"; }
+# The loss fields of a JSON log, one a line, as printed (17 digits: exact).
+losses() { sed 's/.*"loss":\([^,}]*\).*/\1/' "$1"; }
+
+finish() {
+  if [ $FAILS -eq 0 ]; then echo "passed"; exit 0; fi
+  echo "FAILED: $FAILS check(s)"
+  exit 1
+}
