@@ -240,17 +240,27 @@ static void recv_next_grad(SchedBuilder *b, Interleave *s, int total) {
 
 /* One of Megatron's batched exchanges: send_prev (gradient), recv_prev
  * (activation), send_next (activation), recv_next (gradient), each only
- * when asked for (k < 0: nothing to send). */
+ * when asked for (k < 0: nothing to send).
+ *
+ * With p = 2 the previous and the next stage are one peer, and messages
+ * to one peer match in posting order (there are no tags): Megatron's
+ * order would send the gradient before the activation while the peer
+ * receives the activation first, swapping the two tensors (Megatron
+ * avoids the case by refusing interleaving for p <= 2). There the
+ * gradient is received first, as it is sent. For p > 2 each kind has its
+ * own peer and Megatron's order stands. */
 static void exchange(SchedBuilder *b, Interleave *s, int total, int send_grad_k, bool recv_prev,
                      int send_act_k, bool recv_next) {
   int r = s->r;
+  bool grad_first = s->p == 2;
   sched_batch_begin(b, r);
   if (send_grad_k >= 0)
     sched_send(b, r, RT_SCHED_GRAD, bchunk(s, send_grad_k), step_mb(s, send_grad_k));
+  if (recv_next && grad_first) recv_next_grad(b, s, total);
   if (recv_prev && s->p > 1) recv_next_act(b, s, total);
   if (send_act_k >= 0)
     sched_send(b, r, RT_SCHED_ACT, fchunk(s, send_act_k), step_mb(s, send_act_k));
-  if (recv_next && s->p > 1) recv_next_grad(b, s, total);
+  if (recv_next && !grad_first && s->p > 1) recv_next_grad(b, s, total);
   sched_batch_end(b, r);
 }
 

@@ -7,6 +7,11 @@
  *     peer (the placement fixes it); each message (kind, destination
  *     virtual stage, microbatch) is sent exactly once and received exactly
  *     once, with the same shape; batches join only SEND/RECV actions.
+ *     Then posting order: the runtime's messages carry no tags, so the
+ *     k-th send from stage a to stage b meets the k-th receive on b from
+ *     a, whatever they name; the two sequences must name the same
+ *     messages in the same order, or a receive silently gets another
+ *     message's tensor (of the same shape: nothing at run time notices).
  *  2. Order on each stage: each F has its input (received, or produced by
  *     the previous chunk on the same stage when p = 1) before it runs,
  *     each B follows its F and has its output gradient, each W follows its
@@ -23,7 +28,9 @@
  *     that can never continue is reported with the action it waits at and
  *     what its peer is blocked on. Compute takes the configured times and
  *     messages none, which gives each action's start and end, the step's
- *     makespan and the bubble.
+ *     makespan and the bubble. The simulation pairs operations by message,
+ *     which is what the runtime does only when the posting orders agree,
+ *     so it runs only when they do.
  *
  * The simulation is a worklist over stages: each runs until it blocks,
  * and the posting of a matching operation wakes it. Every action is
@@ -208,6 +215,71 @@ static void check_messages(Verifier *V) {
   }
 }
 
+/* 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, ..., 21st */
+static const char *ordinal(int64_t k, char *buf, int size) {
+  const char *suffix = k % 100 / 10 == 1 ? "th" : k % 10 == 1 ? "st" : k % 10 == 2 ? "nd"
+                     : k % 10 == 3 ? "rd" : "th";
+  snprintf(buf, (size_t)size, "%lld%s", (long long)k, suffix);
+  return buf;
+}
+
+/* The next action of t at or after i that is a `kind` (SEND or RECV) with
+ * peer q; the table's length when there is none. */
+static int next_op(const RtSchedTable *t, int i, int kind, int q) {
+  while (i < t->n && (t->actions[i].kind != kind || t->actions[i].peer != q)) i++;
+  return i;
+}
+
+static Slot *slot_of(Verifier *V, int r, int i) {
+  /* Phase 1 passed, so the key is valid; recomputing it is cheaper than
+   * storing one per action. */
+  const RtSchedAction *a = &V->s->stages[r].actions[i];
+  int vs = a->chunk * V->p + r;
+  bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
+  int dest = send ? (act ? vs + 1 : vs - 1) : vs;
+  return &V->slots[((int64_t)a->msg * V->pv + dest) * V->m + a->mb];
+}
+
+/* The messages from stage a to stage b in posting order on both sides
+ * (within a batch, the batch's order: the executor posts its operations
+ * in that order). Reports the first position at which the k-th send and
+ * the k-th receive name different messages; false then. */
+static bool check_channel(Verifier *V, int a, int b) {
+  const RtSchedTable *ta = &V->s->stages[a], *tb = &V->s->stages[b];
+  int i = next_op(ta, 0, RT_SCHED_SEND, b), j = next_op(tb, 0, RT_SCHED_RECV, a);
+  /* Phase 1 paired every message and fixed its two stages, so both sides
+   * hold the same number of them and run out together. */
+  for (int64_t k = 1; i < ta->n && j < tb->n; k++) {
+    if (slot_of(V, a, i) != slot_of(V, b, j)) {
+      char w[160], w2[160], nth[32];
+      err(&V->errs, "%s sends its %s message to stage %d, but %s receives its %s from stage %d: "
+          "messages between two stages match in posting order (no tags)",
+          where(V->s, a, i, w, sizeof w), ordinal(k, nth, sizeof nth), b,
+          where(V->s, b, j, w2, sizeof w2), nth, a);
+      return false;
+    }
+    i = next_op(ta, i + 1, RT_SCHED_SEND, b);
+    j = next_op(tb, j + 1, RT_SCHED_RECV, a);
+  }
+  return true;
+}
+
+/* Every stage talks only to its neighbours r - 1 and r + 1 (mod p; phase 1
+ * checked each peer against the placement), so each table is scanned at
+ * most four times, twice as a sender and twice as a receiver: O(actions).
+ * With p = 2 both neighbours are one stage and each pair of stages is one
+ * channel carrying activations and gradients alike, the case where the
+ * order between the two kinds matters. */
+static bool check_posting_order(Verifier *V) {
+  bool ok = true;
+  for (int a = 0; a < V->p; a++) {
+    int next = (a + 1) % V->p, prev = (a + V->p - 1) % V->p;
+    if (next != a) ok = check_channel(V, a, next) && ok;
+    if (prev != a && prev != next) ok = check_channel(V, a, prev) && ok;
+  }
+  return ok;
+}
+
 /* ------------------------------------------------- phase 2: stage order */
 
 enum { IN_ACT = 1, DONE_F = 2, IN_GRAD = 4, DONE_B = 8, DONE_W = 16 };
@@ -353,16 +425,6 @@ typedef struct Run {
   bool waiting;
   double t, busy;
 } Run;
-
-static Slot *slot_of(Verifier *V, int r, int i) {
-  /* Phase 1 passed, so the key is valid; recomputing it is cheaper than
-   * storing one per action. */
-  const RtSchedAction *a = &V->s->stages[r].actions[i];
-  int vs = a->chunk * V->p + r;
-  bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
-  int dest = send ? (act ? vs + 1 : vs - 1) : vs;
-  return &V->slots[((int64_t)a->msg * V->pv + dest) * V->m + a->mb];
-}
 
 /* Posts the batch starting at run->pc: each operation that finds its
  * match already posted releases one pending operation of the peer (which
@@ -527,10 +589,12 @@ bool sched_verify(const RtSchedule *s, const SchedTimes *times, bool timeline, S
   check_messages(&V);
   for (int r = 0; r < V.p; r++)
     for (int i = 0; i < s->stages[r].n; i++) rep->messages += s->stages[r].actions[i].kind == RT_SCHED_SEND;
-  /* The simulation needs every message paired; the per-stage order does
-   * not, and its errors are worth reporting alongside. */
+  /* The simulation needs every message paired, and paired with the
+   * operation the runtime pairs it with, which holds when the posting
+   * orders agree; the per-stage order needs neither, and its errors are
+   * worth reporting alongside. */
   bool paired = V.errs.count == 0;
-  if (paired) simulate(&V, &tm, rep);
+  if (paired && check_posting_order(&V)) simulate(&V, &tm, rep);
   check_order(&V, rep);
   if (V.errs.count > MAX_ERROR_LINES) {
     char more[64];

@@ -9,10 +9,12 @@
  *                         B = F and B = 2F; stashes and message counts
  *   sched_test example    the interleaved order for p=2, v=2, m=4 equals
  *                         REFERENCE.md's worked example
- *   sched_test broken     two swapped receives: rejected, naming the stage
- *                         and action (the output is checked as a golden)
+ *   sched_test broken     two swapped receives, and two sends to one peer
+ *                         swapped in a batch: rejected, naming the stages
+ *                         and actions (the output is checked as a golden)
  *   sched_test unbatched  1F1B with every batch split into lone messages
  *                         hangs under rendezvous, as Megatron's would
+ *                         (golden: the deadlock report)
  *   sched_test custom     the schedule docs/schedules.md adds as its worked
  *                         example builds and verifies
  *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
@@ -177,13 +179,13 @@ static int example(void) {
 
 /* ------------------------------------------------------- broken tables */
 
-/* Swaps the n-th and (n+1)-th receive of stage r, keeping each position's
- * batch flag, as a careless edit of a table would. */
-static void swap_receives(RtSchedule *s, int r, int n) {
+/* Swaps the n-th and (n+1)-th `kind` (SEND or RECV) of stage r, keeping
+ * each position's batch flag, as a careless edit of a table would. */
+static void swap_ops(RtSchedule *s, int r, RtSchedKind kind, int n) {
   RtSchedAction *a = (RtSchedAction *)s->stages[r].actions;
   int at[2], found = 0, seen = 0;
   for (int i = 0; i < s->stages[r].n && found < 2; i++)
-    if (a[i].kind == RT_SCHED_RECV && seen++ >= n) at[found++] = i;
+    if (a[i].kind == kind && seen++ >= n) at[found++] = i;
   if (found < 2) abort();
   RtSchedAction x = a[at[0]];
   uint8_t f0 = a[at[0]].flags, f1 = a[at[1]].flags;
@@ -204,14 +206,48 @@ static int broken(void) {
   SchedOptions o = {.pp = 4, .vpp = 1, .microbatches = 8};
   RtSchedule *s = sched_build_unverified(sched_find("1f1b"), &o, &error);
   CHECK(verify_and_print("1f1b p=4 m=8", s), "the intact table must verify");
-  swap_receives(s, 2, 0);
+  swap_ops(s, 2, RT_SCHED_RECV, 0);
   CHECK(!verify_and_print("1f1b p=4 m=8, stage 2's first two receives swapped", s), "accepted");
   sched_free(s);
   SchedOptions oi = {.pp = 2, .vpp = 2, .microbatches = 4};
   s = sched_build_unverified(sched_find("interleaved"), &oi, &error);
-  swap_receives(s, 0, 1);
+  swap_ops(s, 0, RT_SCHED_RECV, 1);
   CHECK(!verify_and_print("interleaved p=2 v=2 m=4, stage 0's 2nd and 3rd receives swapped", s),
         "accepted");
+  sched_free(s);
+  /* With p = 2 the messages each way between the two stages are
+   * activations and gradients mixed, matched by position. Stage 0's 5th and 6th sends (actions 13 and 15) share a batch and
+   * both go to stage 1: swapped, every message is still sent and received
+   * once, after what it sends is computed, and the batch still completes,
+   * so only the posting order tells that stage 1's 5th receive (a
+   * gradient) would get the activation. Swapping stage 1's matching
+   * receives (actions 14 and 15, one batch) as well restores agreement:
+   * the table then verifies with the intact one's step, which shows the
+   * keys all pair and nothing hangs. */
+  s = sched_build_unverified(sched_find("interleaved"), &oi, &error);
+  SchedReport rep;
+  bool ok = sched_verify(s, NULL, false, &rep);
+  double intact = rep.makespan;
+  CHECK(ok, "the intact table must verify: %s", rep.error);
+  sched_report_free(&rep);
+  swap_ops(s, 0, RT_SCHED_SEND, 4);
+  ok = sched_verify(s, NULL, false, &rep);
+  int lines = 0;
+  for (const char *c = rep.error; c && *c; c++) lines += *c == '\n';
+  printf("interleaved p=2 v=2 m=4, stage 0's 5th and 6th sends (one batch, both to stage 1) "
+         "swapped: %s, %d error line\n%s", ok ? "verifies" : "rejected", lines,
+         rep.error ? rep.error : "");
+  CHECK(!ok && lines == 1 && strstr(rep.error, "its 5th message to stage 1") &&
+        strstr(rep.error, "RECV(grad, from 0, c0, mb0) receives its 5th from stage 0"),
+        "want one posting-order error at the 5th message");
+  sched_report_free(&rep);
+  swap_ops(s, 1, RT_SCHED_RECV, 4);
+  ok = sched_verify(s, NULL, false, &rep);
+  printf("and stage 1's 5th and 6th receives swapped to match: %s, step %g (intact: %g)\n%s",
+         ok ? "verifies" : "rejected", rep.makespan, intact, rep.error ? rep.error : "");
+  CHECK(ok && rep.makespan == intact && intact == (4 * 2 + 2 - 1) * 2, "step %g, intact %g",
+        rep.makespan, intact);
+  sched_report_free(&rep);
   sched_free(s);
   return failures > 0;
 }

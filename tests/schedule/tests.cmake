@@ -10,12 +10,17 @@ add_executable(sched_test ${SCHED_DIR}/sched_test.c)
 target_include_directories(sched_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(sched_test PRIVATE shard_passes shard_ir m)
 
-foreach(mode props example unbatched custom scale)
+foreach(mode props example custom scale)
   add_test(NAME schedule/${mode} COMMAND sched_test ${mode})
 endforeach()
-# The rejection names the stage and the action; its text is the golden.
-add_test(NAME schedule/broken
-         COMMAND ${EXPECT} ${SCHED_DIR}/broken.expected 0 -- $<TARGET_FILE:sched_test> broken)
+# The rejection names the stages and the actions; its text is the golden.
+# broken's tables break the posting order, which the verifier reports
+# without simulating; unbatched's is in order and hangs, so it holds the
+# golden of the deadlock report.
+foreach(mode broken unbatched)
+  add_test(NAME schedule/${mode}
+           COMMAND ${EXPECT} ${SCHED_DIR}/${mode}.expected 0 -- $<TARGET_FILE:sched_test> ${mode})
+endforeach()
 
 # The command on the worked example: summary, JSON, SVG and Chrome trace.
 set(SCHED_EXAMPLE gpt2.shard --pp 2 --vpp 2 --global-batch 4)
