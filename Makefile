@@ -6,6 +6,8 @@
 #   make test       build and run the test suite
 #   make test-asan  the same with clang, AddressSanitizer and UBSan, fuzz
 #                   corpus replay included
+#   make test-full  the whole 3D-parallel equivalence grid (tests/pp_run),
+#                   of which make test runs a representative part
 #   make fuzz       run libFuzzer on the readers for FUZZ_TIME seconds
 #   make bench      time compiles of the paper's 1T model (bench/compile.sh)
 #   make clean      remove the build folders
@@ -19,7 +21,7 @@ ASAN      := build-asan
 FUZZ_TIME ?= 60
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build demo test build-asan test-asan fuzz bench clean
+.PHONY: all deps build demo test test-full build-asan test-asan fuzz bench clean
 
 all: build
 
@@ -33,8 +35,14 @@ build: deps
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# -LE full: the full grid stays out even in a folder test-full configured.
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j2
+	ctest --test-dir $(BUILD) --output-on-failure -j2 -LE full
+
+test-full: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDC_TEST_FULL=ON
+	cmake --build $(BUILD) -j$(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -L full
 
 # A separate folder: the sanitizers and clang's libFuzzer need their own
 # objects. ctest there replays the fuzz corpus twice, through fuzz_replay

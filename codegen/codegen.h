@@ -14,6 +14,8 @@
 #ifndef SHARDC_CODEGEN_H
 #define SHARDC_CODEGEN_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../ir/ir.h"
@@ -27,12 +29,26 @@ typedef struct CgOptions {
   int ndefines;
   int threads;             /* kernel scratch is planned for this many threads; 0: PASS_MEMPLAN_THREADS */
   FILE *plan_out;          /* when not NULL, the memory plan's bytes per region are printed here */
+  /* Data parallelism: replicas d (0 or 1: none), ZeRO-1 (shard the optimizer
+   * state over them), the size of a gradient bucket in MiB (0: 25). */
+  int dp;
+  bool zero;
+  double bucket_mb;
+  /* Pipeline parallelism (a graph partitioned by pp-partition): the
+   * schedule's name (NULL: 1f1b, interleaved with v > 1) and the global
+   * batch in sequences, which fixes the microbatches per step m = global
+   * batch / (batch x d) the action tables are built for (0: m =
+   * CG_DEFAULT_MICROBATCHES). */
+  const char *schedule;
+  int64_t global_batch;
 } CgOptions;
 
+#define CG_DEFAULT_MICROBATCHES 8
+
 /* The pass pipeline a graph must go through before cg_compile for a
- * target ("fold,shape,unroll,autodiff,verify,memplan" for cpu); NULL for
- * an unknown target. */
-const char *cg_pipeline(const char *target);
+ * target, with pipeline partitioning or without; NULL for an unknown
+ * target. */
+const char *cg_pipeline(const char *target, bool pipelined);
 
 /* Writes the rank programs of g (after cg_pipeline) into o->out_dir. The
  * memory plan is made again when g has none or one for another real type.

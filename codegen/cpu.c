@@ -483,7 +483,7 @@ static bool need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
 }
 
 static const char *scratch(CgEmitter *e, int index) {
-  return ir_fmt("ACT(%lld)", (long long)(e->plan->activations + e->plan->scratch_offset[index]));
+  return ir_fmt("TMP(%lld)", (long long)e->plan->scratch_offset[index]);
 }
 
 /* Query heads, kv heads and the head size of attention over q[b, s, H*d]. */
@@ -683,12 +683,13 @@ static void cpu_node(CgEmitter *e, int index) {
 /* ---------------------------------------------------- gradients, program */
 
 static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
-  const PassBuf *p = cg_buf(e, param);
   int64_t n = numel(grad);
   if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
   emit(e, "{");
   e->depth++;
-  emit(e, "real *restrict g = GRD(%lld);", (long long)(p->offset / e->plan->real_bytes));
+  /* The param's slot in the gradients: where WGT(...) is in the weights. */
+  const char *w = cg_ref(e, param);
+  emit(e, "real *restrict g = GRD%s;", w + 3);
   emit(e, "const real *restrict x = %s;", ref(e, grad));
   emit(e, n >= PAR_MIN ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
   emit(e, "for (int64_t i = 0; i < %lld; i++) g[i] += x[i];", (long long)n);
@@ -787,9 +788,10 @@ static void cpu_entry(CgEmitter *e) {
   e->depth++;
   int64_t seen[64];
   int nseen = 0;
-  for (int i = 0; i < e->g->nodes.len; i++) {
-    const IrNode *n = node_at(e, i);
-    if (e->plan->scratch_offset[i] < 0) continue;
+  for (int c = 0; c < e->nchunks; c++)
+  for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
+    const IrNode *n = e->chunks[c].g->nodes.items[i];
+    if (e->chunks[c].plan->scratch_offset[i] < 0) continue;
     int64_t s = dim(n->in[0], 1);
     bool dup = false;
     for (int k = 0; k < nseen; k++) dup |= seen[k] == s;

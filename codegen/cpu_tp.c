@@ -57,8 +57,9 @@ static int64_t scratch_need(const IrNode *n) {
 void cg_cpu_tp_prologue(CgEmitter *e) {
   int64_t need = 0;
   bool per_rank = false;
-  for (int i = 0; i < e->g->nodes.len; i++) {
-    const IrNode *n = e->g->nodes.items[i];
+  for (int c = 0; c < e->nchunks; c++)
+  for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
+    const IrNode *n = e->chunks[c].g->nodes.items[i];
     int64_t s = scratch_need(n);
     if (s > need) need = s;
     per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");

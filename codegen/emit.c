@@ -5,12 +5,15 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
+#include "../passes/pp_split.h"
+#include "../passes/schedule.h"
 #include "../runtime/mesh.h"
 #include "target.h"
 
@@ -55,13 +58,13 @@ const PassBuf *cg_buf(CgEmitter *e, const IrValue *v) {
 const char *cg_ref(CgEmitter *e, const IrValue *v) {
   const PassBuf *b = cg_buf(e, v);
   int64_t r = e->plan->real_bytes;
+  int64_t base = e->chunk ? e->chunk->weight_base : 0;
+  bool ids = v->type.dtype == IR_I32;
   switch (b->region) {
-  case PASS_REGION_WEIGHTS: return ir_fmt("WGT(%lld)", (long long)(b->offset / r));
-  case PASS_REGION_GRADS: return ir_fmt("GRD(%lld)", (long long)(b->offset / r));
-  case PASS_REGION_ACTIVATIONS:
-  case PASS_REGION_TEMPORARIES:
-    return ir_fmt("%s(%lld)", v->type.dtype == IR_I32 ? "I32" : "ACT",
-                  (long long)pass_memplan_act_offset(e->plan, b));
+  case PASS_REGION_WEIGHTS: return ir_fmt("WGT(%lld)", (long long)(base + b->offset / r));
+  case PASS_REGION_GRADS: return ir_fmt("GRD(%lld)", (long long)(base + b->offset / r));
+  case PASS_REGION_ACTIVATIONS: return ir_fmt("%s(%lld)", ids ? "I32" : "ACT", (long long)b->offset);
+  case PASS_REGION_TEMPORARIES: return ir_fmt("%s(%lld)", ids ? "I32T" : "TMP", (long long)b->offset);
   case PASS_REGION_NONE: break;
   }
   die("value %s lives in no memory", cg_name(e, v));
@@ -208,19 +211,34 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
  * prologue that in a profiling build (-DSHARD_PROFILE) charges the time
  * since the previous one (or since PROF_START() at the top of the
  * function) to the label, and is empty otherwise. */
+/* After nodes first..last of the backward: the data-parallel buckets whose
+ * last gradient they completed, and a chance for reductions in flight to
+ * progress. */
+static void emit_after_backward(CgEmitter *e, int first, int last) {
+  const CgChunk *c = e->chunk;
+  if (!c || !c->nbuckets || first < e->plan->boundary) return;
+  for (int b = 0; b < c->nbuckets; b++)
+    if (c->buckets[b].ready >= first && c->buckets[b].ready <= last)
+      emit(e, "BUCKET_READY(%d);", c->first_bucket + b);
+  emit(e, "POLL();");
+}
+
 static void emit_nodes(CgEmitter *e, int from, int to) {
   const PassMemPlan *p = e->plan;
   for (int i = from; i < to; i++) {
     if (p->view[i]) {
       emit_ir_comment(e, i, "  (a view: no code)");
+      emit_after_backward(e, i, i);
       continue;
     }
     if (p->absorbed[i]) {
       emit_ir_comment(e, i, "  (no code: both parts were added into the gradient's slot)");
+      emit_after_backward(e, i, i);
       continue;
     }
     if (p->chunked[i]) {
       emit_chunks(e, i, p->region_last[i]);
+      emit_after_backward(e, i, p->region_last[i]);
       i = p->region_last[i];
       continue;
     }
@@ -237,6 +255,7 @@ static void emit_nodes(CgEmitter *e, int from, int to) {
           emit(e, "PROF(\"B accumulate_grad\");");
         }
     }
+    emit_after_backward(e, i, last);
     i = last;
   }
 }
@@ -256,11 +275,20 @@ static bool has_code(CgEmitter *e, int from, int to) {
   return false;
 }
 
+/* The names of a chunk's functions: forward and backward in a program of
+ * one chunk, forward_c1 and backward_c1 for chunk 1 of a pipeline stage. */
+static const char *fn_name(const CgEmitter *e, const char *what, const CgChunk *c) {
+  return e->nchunks > 1 ? ir_fmt("%s_c%d", what, c->index) : what;
+}
+
 static void emit_functions(CgEmitter *e) {
   int N = e->g->nodes.len, B = e->plan->boundary;
+  const CgChunk *c = e->chunk;
+  if (e->nchunks > 1)
+    emit(e, "/* Chunk %d: virtual stage %d. */", c->index, c->vstage);
   emit(e, "/* The forward pass of one microbatch: the loss, the logits and");
   emit(e, " * everything backward() reads. */");
-  emit(e, "static void forward(RtCtx *ctx) {");
+  emit(e, "static void %s(RtCtx *ctx) {", fn_name(e, "forward", c));
   e->depth++;
   if (!has_code(e, 0, B)) emit(e, "(void)ctx;");
   emit(e, "PROF_START();");
@@ -269,11 +297,13 @@ static void emit_functions(CgEmitter *e) {
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* The backward pass: adds this microbatch's gradients into ctx->grads. */");
-  emit(e, "static void backward(RtCtx *ctx) {");
+  emit(e, "static void %s(RtCtx *ctx) {", fn_name(e, "backward", c));
   e->depth++;
   emit(e, "(void)ctx;");
   emit(e, "PROF_START();");
   emit_early_grads(e);
+  for (int b = 0; b < c->nbuckets; b++)
+    if (c->buckets[b].ready < 0) emit(e, "BUCKET_READY(%d);", c->first_bucket + b);
   emit_nodes(e, B, N);
   e->depth--;
   emit(e, "}");
@@ -281,6 +311,21 @@ static void emit_functions(CgEmitter *e) {
 }
 
 /* --------------------------------------------------------------- tables */
+
+/* One rank program: a pipeline stage's chunks (the whole model when p = 1)
+ * and what the program holds besides them. */
+typedef struct CgProgram {
+  int stage;
+  const char *name;      /* "rank0" when p = 1, else "stage0", "stage1", ... */
+  int64_t nweights;      /* elements of the weights region */
+  int64_t regions[5];    /* bytes: weights, grads, optimizer, activations, temporaries */
+  CgBucket *buckets;
+  int nbuckets;
+  const RtSchedTable *table; /* the stage's actions; NULL when p = 1 */
+  const char *schedule;
+  int microbatches;
+  IrPtrMap *tied;        /* parameters another stage holds a copy of */
+} CgProgram;
 
 /* What the runtime needs to know of the model's data flow. */
 typedef struct ModelInfo {
@@ -387,61 +432,162 @@ static const char *shape_init(const IrType *t) {
   return ir_fmt("%s}", s);
 }
 
-static void emit_params(CgEmitter *e) {
+/* The name a parameter is initialised and checkpointed under: a stage's
+ * copy of a tied parameter carries the original's. */
+static const char *param_name(const IrValue *v) { return v->tied ? v->tied->name : v->name; }
+
+static void emit_params(CgEmitter *e, const CgProgram *pr) {
   static const char *init[] = {[IR_INIT_NONE] = "RT_INIT_ZEROS", [IR_INIT_NORMAL] = "RT_INIT_NORMAL",
                                [IR_INIT_ZEROS] = "RT_INIT_ZEROS", [IR_INIT_ONES] = "RT_INIT_ONES"};
   emit(e, "/* name, rank, shape, numel, offset (elements), init, mean, std, weight decay;");
   emit(e, " * split over the tensor axis, its dim and blocks, the whole (padded) shape;");
-  emit(e, " * the padded dim and its real size (0: not padded) */");
+  emit(e, " * the padded dim and its real size (0: not padded); tied across stages */");
   emit(e, "static const RtParam params[] = {");
   e->depth++;
-  for (int i = 0; i < e->g->params.len; i++) {
-    IrValue *v = e->g->params.items[i];
-    if (v->type.rank > 8) die("param of rank %d", v->type.rank);
-    const PassBuf *b = cg_buf(e, v);
-    bool normal = v->init.kind == IR_INIT_NORMAL;
-    bool split = v->shard.kind == IR_SPLIT;
-    IrType whole = v->type;
-    if (split) whole.shape[v->shard.dim] *= mesh_size(e->g, IR_AXIS_TENSOR);
-    emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld},",
-         cstr(v->name), v->type.rank, shape_init(&v->type), (long long)ir_type_numel(&v->type),
-         (long long)(b->offset / e->plan->real_bytes), init[v->init.kind],
-         normal ? literal(v->init.mean) : 0.0, normal ? literal(v->init.std) : 0.0,
-         v->type.rank >= 2, split, split ? v->shard.dim : 0,
-         split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
-         v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0));
+  int total = 0;
+  for (int c = 0; c < e->nchunks; c++) {
+    const CgChunk *ch = &e->chunks[c];
+    e->chunk = ch, e->g = ch->g, e->plan = ch->plan;
+    for (int i = 0; i < ch->g->params.len; i++, total++) {
+      IrValue *v = ch->g->params.items[i];
+      if (v->type.rank > 8) die("param of rank %d", v->type.rank);
+      const PassBuf *b = cg_buf(e, v);
+      bool normal = v->init.kind == IR_INIT_NORMAL;
+      bool split = v->shard.kind == IR_SPLIT;
+      IrType whole = v->type;
+      if (split) whole.shape[v->shard.dim] *= mesh_size(e->g, IR_AXIS_TENSOR);
+      emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld, %d},",
+           cstr(param_name(v)), v->type.rank, shape_init(&v->type),
+           (long long)ir_type_numel(&v->type),
+           (long long)(ch->weight_base + b->offset / e->plan->real_bytes), init[v->init.kind],
+           normal ? literal(v->init.mean) : 0.0, normal ? literal(v->init.std) : 0.0,
+           v->type.rank >= 2, split, split ? v->shard.dim : 0,
+           split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
+           v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0),
+           v->tied || ir_ptrmap_get(pr->tied, v) ? 1 : 0);
+    }
   }
-  if (e->g->params.len == 0) emit(e, "{0},");
+  if (total == 0) emit(e, "{0},");
   e->depth--;
   emit(e, "};");
   emit_blank(e);
 }
 
-static void emit_inputs(CgEmitter *e, const ModelInfo *mi) {
-  emit(e, "/* name, rank, shape, numel, offset (bytes into the activations), is the target */");
-  emit(e, "static const RtInput inputs[] = {");
-  e->depth++;
+static int64_t location(CgEmitter *e, const IrValue *v) {
+  return pass_memplan_act_offset(e->plan, cg_buf(e, v));
+}
+
+static bool in_vec(const IrVec *vec, const void *x) {
+  for (int i = 0; i < vec->len; i++)
+    if (vec->items[i] == x) return true;
+  return false;
+}
+
+/* Whether input v of chunk c is a received message rather than a model input. */
+static bool is_message(const CgChunk *c, const IrValue *v) {
+  return in_vec(&c->recv_act, v) || in_vec(&c->recv_grad, v);
+}
+
+/* The model inputs chunk c reads; returns how many. */
+static int emit_inputs(CgEmitter *e, const ModelInfo *mi) {
+  const CgChunk *c = e->chunk;
+  int n = 0;
   for (int i = 0; i < e->g->inputs.len; i++) {
     IrValue *v = e->g->inputs.items[i];
-    if (v == mi->dloss) continue;
+    if (v == mi->dloss || is_message(c, v)) continue;
+    if (!n++) {
+      emit(e, "/* name, rank, shape, numel, location (bytes), is the target */");
+      emit(e, "static const RtInput inputs_c%d[] = {", c->index);
+      e->depth++;
+    }
     emit(e, "{%s, %d, %s, %lld, %lld, %d},", cstr(v->name), v->type.rank, shape_init(&v->type),
-         (long long)ir_type_numel(&v->type),
-         (long long)pass_memplan_act_offset(e->plan, cg_buf(e, v)), v == mi->targets);
+         (long long)ir_type_numel(&v->type), (long long)location(e, v), v == mi->targets);
+  }
+  if (n) {
+    e->depth--;
+    emit(e, "};");
+    emit_blank(e);
+  }
+  return n;
+}
+
+/* One message's part list: returns whether it has parts. */
+static bool emit_parts(CgEmitter *e, const char *what, const IrVec *parts) {
+  if (!parts->len) return false;
+  emit(e, "static const RtMsgPart %s_c%d[] = {", what, e->chunk->index);
+  e->depth++;
+  for (int i = 0; i < parts->len; i++) {
+    const IrValue *v = parts->items[i];
+    emit(e, "{%lld, %lld}, /* %s */", (long long)location(e, v),
+         (long long)ir_type_numel(&v->type), cg_name(e, v));
+  }
+  e->depth--;
+  emit(e, "};");
+  return true;
+}
+
+static const char *table_ref(bool have, const char *what, int c) {
+  return have ? ir_fmt("%s_c%d", what, c) : "NULL";
+}
+
+/* The chunk's inputs and messages, then its entry of the chunk table
+ * (written into `entry`). */
+static const char *emit_chunk_tables(CgEmitter *e, const ModelInfo *mi) {
+  const CgChunk *c = e->chunk;
+  int nin = emit_inputs(e, mi);
+  bool ra = emit_parts(e, "recv_act", &c->recv_act), sa = emit_parts(e, "send_act", &c->send_act);
+  bool rg = emit_parts(e, "recv_grad", &c->recv_grad), sg = emit_parts(e, "send_grad", &c->send_grad);
+  if (ra || sa || rg || sg) emit_blank(e);
+  bool loss = false;
+  for (int i = 0; i < e->g->outputs.len; i++) loss |= e->g->outputs.items[i] == mi->loss;
+  const PassMemPlan *p = e->plan;
+  int64_t lo = loss ? location(e, mi->loss) : 0, lg = loss ? location(e, mi->logits) : 0;
+  /* Without a backward there is no seed to read; any real of the plan does. */
+  int64_t dl = loss && mi->dloss && pass_memplan_find(p, mi->dloss) ? location(e, mi->dloss) : lo;
+  return ir_fmt("{%d, %s, %s, %lldLL, %lldLL, %s, %d, %d, %lldLL, %lldLL, %lldLL, %s, %s, %s, %s, "
+                "%d, %d, %d, %d, %lldLL, %lldLL},",
+                c->vstage, fn_name(e, "forward", c), fn_name(e, "backward", c),
+                (long long)p->activations, (long long)p->temporaries,
+                table_ref(nin, "inputs", c->index), nin, loss, (long long)lo, (long long)lg,
+                (long long)dl, table_ref(ra, "recv_act", c->index),
+                table_ref(sa, "send_act", c->index), table_ref(rg, "recv_grad", c->index),
+                table_ref(sg, "send_grad", c->index), c->recv_act.len, c->send_act.len,
+                c->recv_grad.len, c->send_grad.len, (long long)c->weight_base,
+                (long long)(c->weight_base + c->nweights));
+}
+
+static void emit_buckets(CgEmitter *e, const CgProgram *pr) {
+  if (!pr->nbuckets) return;
+  emit(e, "/* Data-parallel gradient buckets: chunk, tied, offset and numel (elements). */");
+  emit(e, "static const RtBucket buckets[] = {");
+  e->depth++;
+  for (int b = 0; b < pr->nbuckets; b++)
+    emit(e, "{%d, %d, %lldLL, %lldLL},", pr->buckets[b].chunk, pr->buckets[b].tied,
+         (long long)pr->buckets[b].offset, (long long)pr->buckets[b].numel);
+  e->depth--;
+  emit(e, "};");
+  emit_blank(e);
+}
+
+static void emit_actions(CgEmitter *e, const CgProgram *pr) {
+  if (!pr->table) return;
+  emit(e, "/* This stage's action table of the %s schedule (runtime/schedule.h):", pr->schedule);
+  emit(e, " * kind, msg, flags, shape, chunk, peer, microbatch. */");
+  emit(e, "static const RtSchedAction actions[] = {");
+  e->depth++;
+  for (int i = 0; i < pr->table->n; i++) {
+    const RtSchedAction *a = &pr->table->actions[i];
+    emit(e, "{%d, %d, %d, %d, %d, %d, %d},", a->kind, a->msg, a->flags, a->shape, a->chunk,
+         a->peer, a->mb);
   }
   e->depth--;
   emit(e, "};");
   emit_blank(e);
 }
 
-static int ninputs(CgEmitter *e, const ModelInfo *mi) {
-  return e->g->inputs.len - (mi->dloss ? 1 : 0);
-}
-
-static void emit_model(CgEmitter *e, const ModelInfo *mi) {
-  const PassMemPlan *p = e->plan;
-  int64_t loss = pass_memplan_act_offset(p, cg_buf(e, mi->loss));
-  /* Without a backward there is no seed to read; any real of the plan does. */
-  int64_t dloss = mi->dloss ? pass_memplan_act_offset(p, cg_buf(e, mi->dloss)) : loss;
+static void emit_model(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr) {
+  int nparams = 0;
+  for (int c = 0; c < e->nchunks; c++) nparams += e->chunks[c].g->params.len;
   emit(e, "const RtModel rt_model = {");
   e->depth++;
   emit(e, ".name = %s,", cstr(e->g->name ? e->g->name : "model"));
@@ -451,20 +597,27 @@ static void emit_model(CgEmitter *e, const ModelInfo *mi) {
   emit(e, ".seq = %lld,", (long long)mi->seq);
   emit(e, ".vocab = %lld,", (long long)mi->vocab);
   emit(e, ".params = params,");
-  emit(e, ".nparams = %d,", e->g->params.len);
-  emit(e, ".nweights = %lld,", (long long)p->nweights);
-  emit(e, ".inputs = inputs,");
-  emit(e, ".ninputs = %d,", ninputs(e, mi));
+  emit(e, ".nparams = %d,", nparams);
+  emit(e, ".nweights = %lld,", (long long)pr->nweights);
   emit(e, ".plan = {PLAN_WEIGHTS, PLAN_GRADS, PLAN_OPTIMIZER, PLAN_ACTIVATIONS, PLAN_TEMPORARIES},");
-  emit(e, ".loss_offset = %lld,", (long long)loss);
-  emit(e, ".logits_offset = %lld,", (long long)pass_memplan_act_offset(p, cg_buf(e, mi->logits)));
-  emit(e, ".dloss_offset = %lld,", (long long)dloss);
-  emit(e, ".forward = forward,");
-  emit(e, ".backward = backward,");
+  emit(e, ".chunks = chunks,");
+  emit(e, ".nchunks = %d,", e->nchunks);
   emit(e, ".mesh_tp = %d,", mesh_size(e->g, IR_AXIS_TENSOR));
   emit(e, ".mesh_pp = %d,", mesh_size(e->g, IR_AXIS_PIPELINE));
-  emit(e, ".mesh_dp = %d,", mesh_size(e->g, IR_AXIS_DATA));
+  emit(e, ".mesh_dp = %d,", e->opt->dp > 1 ? e->opt->dp : 1);
+  emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
+  if (pr->table) {
+    emit(e, ".schedule = %s,", cstr(pr->schedule));
+    emit(e, ".actions = actions,");
+    emit(e, ".nactions = %d,", pr->table->n);
+    emit(e, ".microbatches = %d,", pr->microbatches);
+  }
+  if (pr->nbuckets) {
+    emit(e, ".buckets = buckets,");
+    emit(e, ".nbuckets = %d,", pr->nbuckets);
+    emit(e, ".zero = %d,", e->opt->zero ? 1 : 0);
+  }
   e->depth--;
   emit(e, "};");
   emit_blank(e);
@@ -472,39 +625,57 @@ static void emit_model(CgEmitter *e, const ModelInfo *mi) {
 
 /* ------------------------------------------------------------ the program */
 
-static void emit_plan(CgEmitter *e) {
-  const PassMemPlan *p = e->plan;
+static void emit_plan(CgEmitter *e, const CgProgram *pr) {
   emit(e, "/* The memory plan, in bytes per region. The runtime allocates it once;");
   emit(e, " * activations (kept for backward) and temporaries form one buffer. */");
-  emit(e, "#define PLAN_WEIGHTS %lldLL", (long long)p->weights);
-  emit(e, "#define PLAN_GRADS %lldLL", (long long)p->grads);
-  emit(e, "#define PLAN_OPTIMIZER %lldLL", (long long)p->optimizer);
-  emit(e, "#define PLAN_ACTIVATIONS %lldLL", (long long)p->activations);
-  emit(e, "#define PLAN_TEMPORARIES %lldLL", (long long)p->temporaries);
+  emit(e, "#define PLAN_WEIGHTS %lldLL", (long long)pr->regions[0]);
+  emit(e, "#define PLAN_GRADS %lldLL", (long long)pr->regions[1]);
+  emit(e, "#define PLAN_OPTIMIZER %lldLL", (long long)pr->regions[2]);
+  emit(e, "#define PLAN_ACTIVATIONS %lldLL", (long long)pr->regions[3]);
+  emit(e, "#define PLAN_TEMPORARIES %lldLL", (long long)pr->regions[4]);
+  int64_t scratch = 0;
+  for (int c = 0; c < e->nchunks; c++)
+    if (e->chunks[c].plan->scratch_per_thread > scratch) scratch = e->chunks[c].plan->scratch_per_thread;
   emit(e, "/* Kernel scratch is planned for this many threads, of this many reals each. */");
-  emit(e, "#define PLAN_THREADS %d", p->threads);
-  emit(e, "#define PLAN_ATTENTION_SCRATCH %lldLL", (long long)p->scratch_per_thread);
+  emit(e, "#define PLAN_THREADS %d", e->plan->threads);
+  emit(e, "#define PLAN_ATTENTION_SCRATCH %lldLL", (long long)scratch);
   emit_blank(e);
   emit(e, "/* Storage: WGT and GRD take elements of real into the weights and the");
-  emit(e, " * gradients, ACT and I32 bytes into the activation buffer. */");
+  emit(e, " * gradients; ACT and I32 bytes into the running microbatch's kept");
+  emit(e, " * activations, TMP and I32T bytes into the temporaries. */");
   emit(e, "#define WGT(elems) (ctx->weights + (elems))");
   emit(e, "#define GRD(elems) (ctx->grads + (elems))");
   emit(e, "#define ACT(bytes) ((real *)(ctx->activations + (bytes)))");
   emit(e, "#define I32(bytes) ((int32_t *)(ctx->activations + (bytes)))");
+  emit(e, "#define TMP(bytes) ((real *)(ctx->temporaries + (bytes)))");
+  emit(e, "#define I32T(bytes) ((int32_t *)(ctx->temporaries + (bytes)))");
+  if (pr->nbuckets) {
+    emit(e, "/* Data parallelism: the runtime starts a bucket's reduction once its");
+    emit(e, " * gradients are complete, and progresses reductions between nodes. */");
+    emit(e, "#define BUCKET_READY(b) (ctx->bucket_ready ? ctx->bucket_ready(ctx, (b)) : (void)0)");
+    emit(e, "#define POLL() (ctx->poll ? ctx->poll(ctx) : (void)0)");
+  }
   emit_blank(e);
 }
 
-static void emit_program(CgEmitter *e, const ModelInfo *mi) {
+static void emit_program(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr) {
   bool f64 = e->plan->real_bytes == 8;
   const char *defs = defines_flags(e->opt);
-  int t = mesh_size(e->g, IR_AXIS_TENSOR);
-  if (t > 1)
-    emit(e, "/* %s: the rank program of all %d tensor-parallel ranks (each learns its rank from "
+  int t = mesh_size(e->g, IR_AXIS_TENSOR), p = mesh_size(e->g, IR_AXIS_PIPELINE);
+  int d = e->opt->dp > 1 ? e->opt->dp : 1;
+  const char *name = e->g->name ? e->g->name : "model", *ty = f64 ? "f64" : "f32";
+  if (p > 1)
+    emit(e, "/* %s: the rank program of pipeline stage %d of %d (its %d chunk%s), run by its %d "
+            "tensor- and data-parallel rank%s, %s, for the %s target.",
+         name, pr->stage, p, e->nchunks, e->nchunks == 1 ? "" : "s", t * d, t * d == 1 ? "" : "s",
+         ty, e->target->name);
+  else if (t * d > 1)
+    emit(e, "/* %s: the rank program of all %d ranks (t=%d, d=%d; each learns its place from "
             "the runtime), %s, for the %s target.",
-         e->g->name ? e->g->name : "model", t, f64 ? "f64" : "f32", e->target->name);
+         name, t * d, t, d, ty, e->target->name);
   else
-    emit(e, "/* %s: the rank program of rank 0 (of 1), %s, for the %s target.",
-         e->g->name ? e->g->name : "model", f64 ? "f64" : "f32", e->target->name);
+    emit(e, "/* %s: the rank program of rank 0 (of 1), %s, for the %s target.", name, ty,
+         e->target->name);
   emit(e, " * Generated by shardc from %s%s; edits are lost when it is compiled again. */",
        e->opt->model_path ? e->opt->model_path : "an IR graph", defs);
   e->target->prologue(e);
@@ -513,11 +684,29 @@ static void emit_program(CgEmitter *e, const ModelInfo *mi) {
        f64 ? "" : "out");
   emit(e, "#endif");
   emit_blank(e);
-  emit_plan(e);
-  emit_functions(e);
-  emit_params(e);
-  emit_inputs(e, mi);
-  emit_model(e, mi);
+  emit_plan(e, pr);
+  for (int c = 0; c < e->nchunks; c++) {
+    e->chunk = &e->chunks[c], e->g = e->chunk->g, e->plan = e->chunk->plan;
+    emit_functions(e);
+  }
+  emit_params(e, pr);
+  const char **entries = ir_alloc(sizeof(char *) * (size_t)e->nchunks);
+  for (int c = 0; c < e->nchunks; c++) {
+    e->chunk = &e->chunks[c], e->g = e->chunk->g, e->plan = e->chunk->plan;
+    entries[c] = emit_chunk_tables(e, mi);
+  }
+  emit(e, "/* vstage, forward, backward, activations and temporaries (bytes), inputs,");
+  emit(e, " * has_loss and the loss, logits and d_loss locations, the message parts");
+  emit(e, " * and their counts, weights_begin, weights_end (runtime/model.h) */");
+  emit(e, "static const RtChunk chunks[] = {");
+  e->depth++;
+  for (int c = 0; c < e->nchunks; c++) emit(e, "%s", entries[c]);
+  e->depth--;
+  emit(e, "};");
+  emit_blank(e);
+  emit_buckets(e, pr);
+  emit_actions(e, pr);
+  emit_model(e, mi, pr);
   e->target->entry(e);
 }
 
@@ -583,9 +772,9 @@ static bool write_emitter(CgEmitter *e, const char *name) {
  * runtime/mesh.h (which the runtime builds its communicators from), runs
  * the one program: ranks that differ only in their tensor-parallel index
  * share it. */
-static bool write_manifest(CgEmitter *e, const char *program) {
+static bool write_manifest(CgEmitter *e, const CgProgram *progs, int nprogs) {
   RtMesh mesh = {mesh_size(e->g, IR_AXIS_TENSOR), mesh_size(e->g, IR_AXIS_PIPELINE),
-                 mesh_size(e->g, IR_AXIS_DATA)};
+                 e->opt->dp > 1 ? e->opt->dp : 1};
   int world = rt_mesh_size(mesh);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "model", e->g->name ? e->g->name : "model");
@@ -596,17 +785,26 @@ static bool write_manifest(CgEmitter *e, const char *program) {
   cJSON_AddNumberToObject(mj, "tp", mesh.tp);
   cJSON_AddNumberToObject(mj, "pp", mesh.pp);
   cJSON_AddNumberToObject(mj, "dp", mesh.dp);
-  cJSON *progs = cJSON_AddArrayToObject(m, "programs");
-  cJSON *pr = cJSON_CreateObject();
-  cJSON_AddStringToObject(pr, "name", program);
-  cJSON_AddStringToObject(pr, "source", ir_fmt("%s%s", program, e->target->source_ext));
-  cJSON_AddItemToArray(progs, pr);
+  cJSON_AddNumberToObject(mj, "vpp", e->g->vpp > 1 ? e->g->vpp : 1);
+  if (progs[0].table) {
+    cJSON_AddStringToObject(m, "schedule", progs[0].schedule);
+    cJSON_AddNumberToObject(m, "microbatches", progs[0].microbatches);
+  }
+  cJSON_AddNumberToObject(m, "zero", e->opt->zero ? 1 : 0);
+  cJSON *pj = cJSON_AddArrayToObject(m, "programs");
+  for (int i = 0; i < nprogs; i++) {
+    cJSON *pr = cJSON_CreateObject();
+    cJSON_AddStringToObject(pr, "name", progs[i].name);
+    cJSON_AddStringToObject(pr, "source", ir_fmt("%s%s", progs[i].name, e->target->source_ext));
+    cJSON_AddNumberToObject(pr, "stage", progs[i].stage);
+    cJSON_AddItemToArray(pj, pr);
+  }
   cJSON *ranks = cJSON_AddArrayToObject(m, "ranks");
   for (int rank = 0; rank < world; rank++) {
     RtCoord c = rt_mesh_coord(mesh, rank);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "rank", rank);
-    cJSON_AddStringToObject(r, "program", program);
+    cJSON_AddStringToObject(r, "program", progs[c.pp].name);
     cJSON_AddNumberToObject(r, "tp", c.tp);
     cJSON_AddNumberToObject(r, "pp", c.pp);
     cJSON_AddNumberToObject(r, "dp", c.dp);
@@ -653,16 +851,132 @@ static bool write_model_files(const CgOptions *o) {
 
 /* ----------------------------------------------------------------- entry */
 
-const char *cg_pipeline(const char *target) {
-  if (!target || strcmp(target, "cpu") == 0)
-    return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,"
-           "memplan";
-  return NULL;
+const char *cg_pipeline(const char *target, bool pipelined) {
+  if (target && strcmp(target, "cpu") != 0) return NULL;
+  /* With pipeline stages the plan is made per chunk, after pp-split: the
+   * tied copies' gradients are summed by the runtime once per step. */
+  if (pipelined)
+    return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,"
+           "tp-fuse,verify";
+  return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,"
+         "memplan";
 }
 
 static const CgTarget *find_target(const char *name) {
   if (!name || strcmp(name, cg_target_cpu.name) == 0) return &cg_target_cpu;
   return NULL;
+}
+
+/* ------------------------------------------------------------- layout */
+
+static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+
+/* The data-parallel buckets of chunk c (d > 1): its weights cut, from the
+ * last parameter back (the order in which the backward completes them),
+ * into runs of at least bucket_elems, each cut at a multiple of `quantum`
+ * elements (so that with ZeRO-1 every bucket splits evenly over d); a
+ * parameter cut in two belongs to both buckets. Each bucket is ready after
+ * the node that finalises the last gradient of a parameter it overlaps. */
+static int make_buckets(CgChunk *c, int64_t quantum, int64_t bucket_elems, IrPtrMap *tied,
+                        CgBucket *out) {
+  IrGraph *g = c->g;
+  int np = g->params.len, rb = c->plan->real_bytes;
+  if (np == 0 || c->nweights == 0) return 0;
+  IrPtrMap index = {0};
+  for (int i = 0; i < g->nodes.len; i++) ir_ptrmap_put(&index, g->nodes.items[i], (void *)(intptr_t)(i + 1));
+  int n = 0;
+  int64_t hi = c->nweights, acc = 0;
+  for (int i = np - 1; i >= 0; i--) {
+    const IrValue *v = g->params.items[i];
+    acc += ir_type_numel(&v->type);
+    int64_t cut = pass_memplan_find(c->plan, v)->offset / rb / quantum * quantum;
+    if (acc >= bucket_elems && i > 0 && cut > 0 && cut < hi) {
+      out[n++] = (CgBucket){.chunk = c->index, .offset = cut, .numel = hi - cut};
+      hi = cut, acc = 0;
+    }
+  }
+  out[n++] = (CgBucket){.chunk = c->index, .offset = 0, .numel = hi};
+  for (int i = 0; i < n / 2; i++) {
+    CgBucket t = out[i];
+    out[i] = out[n - 1 - i], out[n - 1 - i] = t;
+  }
+  for (int b = 0; b < n; b++) {
+    CgBucket *k = &out[b];
+    k->ready = -1;
+    for (int i = 0; i < np; i++) {
+      const IrValue *v = g->params.items[i];
+      int64_t lo = pass_memplan_find(c->plan, v)->offset / rb, end = lo + ir_type_numel(&v->type);
+      if (end <= k->offset || lo >= k->offset + k->numel) continue;
+      k->tied |= v->tied || ir_ptrmap_get(tied, v);
+      const IrValue *gr = v->grad;
+      if (gr && gr->kind == IR_VAL_NODE && gr->def->phase == IR_PHASE_BACKWARD) {
+        int at = (int)(intptr_t)ir_ptrmap_get(&index, gr->def) - 1;
+        if (at > k->ready) k->ready = at;
+      }
+    }
+    k->offset += c->weight_base;
+  }
+  ir_ptrmap_free(&index);
+  return n;
+}
+
+/* Places stage r's chunks in its weights, makes its buckets and sums its
+ * memory plan. */
+static void lay_out(CgProgram *pr, CgChunk *ch, int nch, const CgOptions *o, IrPtrMap *tied) {
+  int rb = ch[0].plan->real_bytes, d = o->dp > 1 ? o->dp : 1;
+  int64_t quantum = (64 / rb) * (o->zero ? d : 1), base = 0;
+  double mb = o->bucket_mb > 0 ? o->bucket_mb : 25;
+  int64_t bucket_elems = (int64_t)(mb * 1024 * 1024 / rb);
+  if (bucket_elems < 1) bucket_elems = 1;
+  int max_buckets = 0;
+  for (int c = 0; c < nch; c++) max_buckets += ch[c].g->params.len + 1;
+  pr->buckets = ir_alloc(sizeof(CgBucket) * (size_t)(max_buckets + 1));
+  memset(pr->regions, 0, sizeof pr->regions);
+  for (int c = 0; c < nch; c++) {
+    ch[c].weight_base = base;
+    ch[c].nweights = d > 1 ? round_up(ch[c].plan->nweights, quantum) : ch[c].plan->nweights;
+    base += ch[c].nweights;
+    if (d > 1) {
+      ch[c].buckets = pr->buckets + pr->nbuckets;
+      ch[c].first_bucket = pr->nbuckets;
+      ch[c].nbuckets = make_buckets(&ch[c], quantum, bucket_elems, tied, pr->buckets + pr->nbuckets);
+      pr->nbuckets += ch[c].nbuckets;
+    }
+    pr->regions[3] += ch[c].plan->activations;
+    if (ch[c].plan->temporaries > pr->regions[4]) pr->regions[4] = ch[c].plan->temporaries;
+  }
+  int64_t state = base;
+  if (o->zero && d > 1) {
+    state = 0;
+    for (int b = 0; b < pr->nbuckets; b++) state += pr->buckets[b].numel / d;
+  }
+  pr->nweights = base;
+  pr->regions[0] = pr->regions[1] = base * rb;
+  pr->regions[2] = 2 * state * rb;
+}
+
+/* The shape of the messages for the schedule's verifier: the activation
+ * virtual stage 0 sends ([b, s, h], or [b, s/t, h] with sequence
+ * parallelism); a flat count when it has several parts. */
+static RtSchedShape message_shape(const CgChunk *c) {
+  RtSchedShape sh = {0};
+  if (c->send_act.len == 1) {
+    const IrType *t = &((const IrValue *)c->send_act.items[0])->type;
+    if (t->rank <= RT_SCHED_MAX_RANK) {
+      sh.rank = t->rank;
+      for (int i = 0; i < t->rank; i++) sh.dims[i] = t->shape[i];
+      return sh;
+    }
+  }
+  int64_t n = 0;
+  for (int i = 0; i < c->send_act.len; i++) n += ir_type_numel(&((const IrValue *)c->send_act.items[i])->type);
+  sh.rank = 1, sh.dims[0] = n;
+  return sh;
+}
+
+static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool several) {
+  if (several) fprintf(out, "%s: ", pr->name);
+  pass_memplan_print_regions(out, rb, threads, pr->regions);
 }
 
 int cg_compile(IrGraph *g, const CgOptions *o) {
@@ -682,27 +996,110 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
     return 1;
   }
   int rb = o->dtype == IR_F64 ? 8 : 4, threads = o->threads > 0 ? o->threads : PASS_MEMPLAN_THREADS;
-  PassMemPlan *p = g->memplan;
-  if (!p || p->real_bytes != rb || p->threads != threads) p = pass_memplan_build(g, rb, threads);
-  if (!p) return 1;
-  CgEmitter e = {.g = g, .plan = p, .opt = o, .target = t};
-  ModelInfo mi;
-  if (!model_info(&e, &mi)) return 1;
-  if (o->plan_out) pass_memplan_print(o->plan_out, p);
-  emitter_open(&e);
-  emit_program(&e, &mi);
-  if (e.errors) {
-    fclose(e.out);
-    free(e.buf);
+  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1, nv = p * v;
+  int d = o->dp > 1 ? o->dp : 1;
+  if (p == 1 && v > 1) {
+    ir_error(cmd, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run one "
+             "after the other", v);
     return 1;
   }
+  if (o->zero && d == 1) {
+    ir_error(cmd, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+    return 1;
+  }
+  CgEmitter e = {.g = g, .opt = o, .target = t};
+  ModelInfo mi;
+  if (!model_info(&e, &mi)) return 1;
+  IrPtrMap *tied = ir_alloc(sizeof *tied);
+  for (int i = 0; i < g->params.len; i++) {
+    IrValue *prm = g->params.items[i];
+    if (prm->tied) ir_ptrmap_put(tied, prm->tied, prm);
+  }
+  CgChunk *all = ir_alloc(sizeof(CgChunk) * (size_t)nv);
+  if (nv == 1) {
+    PassMemPlan *plan = g->memplan;
+    if (!plan || plan->real_bytes != rb || plan->threads != threads)
+      plan = pass_memplan_build(g, rb, threads);
+    if (!plan) return 1;
+    all[0].g = g, all[0].plan = plan;
+  } else {
+    PassPpChunk *pc = ir_alloc(sizeof(PassPpChunk) * (size_t)nv);
+    if (!pass_pp_split(g, pc, nv)) return 1;
+    for (int k = 0; k < nv; k++) {
+      all[k].g = pc[k].g;
+      all[k].recv_act = pc[k].recv_act, all[k].send_act = pc[k].send_act;
+      all[k].recv_grad = pc[k].recv_grad, all[k].send_grad = pc[k].send_grad;
+      if (!(all[k].plan = pass_memplan_build(pc[k].g, rb, threads))) return 1;
+    }
+  }
+  RtSchedule *sched = NULL;
+  int m = 0;
+  if (p > 1) {
+    int64_t per = mi.batch * d;
+    if (o->global_batch > 0 && o->global_batch % per) {
+      ir_error(cmd, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
+               (long long)o->global_batch, (long long)mi.batch, d);
+      return 1;
+    }
+    m = o->global_batch > 0 ? (int)(o->global_batch / per) : CG_DEFAULT_MICROBATCHES;
+    const char *name = o->schedule ? o->schedule : sched_default_name(v);
+    const SchedDef *def = sched_find(name);
+    if (!def) {
+      ir_error(cmd, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved)", name);
+      return 1;
+    }
+    SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .buckets_per_chunk = 1,
+                       .shape = message_shape(&all[0])};
+    SchedReport rep;
+    sched = sched_build(def, &so, NULL, false, &rep);
+    if (!sched) {
+      ir_error(cmd, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
+               rep.error ? rep.error : "failed");
+      sched_report_free(&rep);
+      return 1;
+    }
+    sched_report_free(&rep);
+  }
+  CgProgram *progs = ir_alloc(sizeof(CgProgram) * (size_t)p);
+  const char **names = ir_alloc(sizeof(char *) * (size_t)p);
   if (!make_dirs(o->out_dir)) return 1;
-  const char *program = "rank0";
-  if (!write_emitter(&e, ir_fmt("%s%s", program, t->source_ext))) return 1;
-  CgEmitter b = {.g = g, .plan = p, .opt = o, .target = t};
+  bool ok = true;
+  for (int r = 0; r < p && ok; r++) {
+    CgChunk *ch = ir_alloc(sizeof(CgChunk) * (size_t)v);
+    for (int c = 0; c < v; c++) {
+      ch[c] = all[c * p + r];
+      ch[c].vstage = c * p + r, ch[c].index = c;
+    }
+    CgProgram *pr = &progs[r];
+    pr->stage = r;
+    pr->name = names[r] = p > 1 ? ir_fmt("stage%d", r) : "rank0";
+    pr->tied = tied;
+    if (sched) {
+      pr->table = &sched->stages[r];
+      pr->schedule = sched->name;
+      pr->microbatches = m;
+    }
+    lay_out(pr, ch, v, o, tied);
+    if (o->plan_out) print_plan(o->plan_out, pr, rb, threads, p > 1);
+    CgEmitter pe = {.g = ch[0].g, .plan = ch[0].plan, .chunk = &ch[0], .chunks = ch, .nchunks = v,
+                    .opt = o, .target = t};
+    emitter_open(&pe);
+    emit_program(&pe, &mi, pr);
+    if (pe.errors) {
+      fclose(pe.out);
+      free(pe.buf);
+      ok = false;
+      break;
+    }
+    ok = write_emitter(&pe, ir_fmt("%s%s", pr->name, t->source_ext));
+  }
+  if (sched) sched_free(sched);
+  if (!ok) return 1;
+  CgEmitter b = {.g = all[0].g, .plan = all[0].plan, .chunks = all, .nchunks = 1, .opt = o,
+                 .target = t};
   emitter_open(&b);
-  t->buildfile(&b, &program, 1);
+  t->buildfile(&b, names, p);
   if (!write_emitter(&b, t->buildfile_name)) return 1;
-  if (!write_manifest(&e, program) || !write_model_files(o)) return 1;
+  if (!write_manifest(&b, progs, p) || !write_model_files(o)) return 1;
   return 0;
 }

@@ -11,6 +11,31 @@
 
 typedef struct CgTarget CgTarget;
 
+/* A gradient bucket of data parallelism (runtime/model.h RtBucket):
+ * elements [offset, offset + numel) of the rank's weights. */
+typedef struct CgBucket {
+  int chunk; /* index of the chunk on its stage */
+  bool tied;
+  int64_t offset, numel;
+  int ready; /* the chunk's node after which its last gradient is final; -1: at backward's start */
+} CgBucket;
+
+/* One model chunk of a rank program: a graph of its own (the whole model
+ * without pipeline parallelism; one virtual stage's part with it) with its
+ * memory plan, placed in the rank's weights at weight_base. */
+typedef struct CgChunk {
+  IrGraph *g;
+  PassMemPlan *plan;
+  int vstage;          /* c * p + stage */
+  int index;           /* c: the chunk's index on its stage */
+  int64_t weight_base; /* elements */
+  int64_t nweights;    /* elements, padded to the bucket quantum */
+  IrVec recv_act, send_act, recv_grad, send_grad; /* IrValue*: message parts */
+  const CgBucket *buckets; /* the rank's buckets of this chunk */
+  int nbuckets;
+  int first_bucket;    /* the rank's index of buckets[0] */
+} CgChunk;
+
 /* One output file under construction: lines go to an in-memory buffer,
  * indented by `depth`, and the file is written once at the end. */
 typedef struct CgEmitter {
@@ -21,6 +46,11 @@ typedef struct CgEmitter {
   int counter; /* for unique names in the generated code */
   IrGraph *g;
   const PassMemPlan *plan;
+  /* The chunk being written (g and plan are its), and all chunks of the
+   * program, for what the program holds once (includes, scratch, main). */
+  const CgChunk *chunk;
+  const CgChunk *chunks;
+  int nchunks;
   const CgOptions *opt;
   const CgTarget *target;
   int errors;
@@ -42,7 +72,9 @@ void cg_error(CgEmitter *e, const IrNode *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Where a value lives, as a pointer expression of the generated code:
- * WGT(elems), GRD(elems), ACT(bytes) for reals, I32(bytes) for ids. */
+ * WGT(elems), GRD(elems) into the rank's weights and gradients; ACT(bytes)
+ * and TMP(bytes) into the chunk's kept activations and the temporaries for
+ * reals; I32(bytes) and I32T(bytes) likewise for ids. */
 const char *cg_ref(CgEmitter *e, const IrValue *v);
 const PassBuf *cg_buf(CgEmitter *e, const IrValue *v);
 /* The value as the IR text names it: %tokens, @wte.weight, %12. */

@@ -7,8 +7,8 @@
 #include "../codegen/codegen.h"
 #include "driver.h"
 
-/* The target's passes with the pipeline partition: what `compile --pp`
- * shows until a target runs pipeline stages. */
+/* The passes with the pipeline partition and without a target: what
+ * `compile --pp` shows (--emit-ir, --report pp). */
 static const char *const drv_pp_pipeline =
     "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,pp-tie,"
     "tp-fuse,verify";
@@ -37,12 +37,14 @@ const DrvCommand drv_compile_command = {
     "Reads MODEL, applies -D overrides and runs the pass pipeline: without a\n"
     "target fold,shape,verify; with --target cpu -o DIR the target's pipeline\n"
     "(fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,\n"
-    "tp-fuse,verify,memplan), then writes one C file per distinct rank program,\n"
-    "manifest.json and a Makefile into DIR and prints the memory plan. `shardc\n"
-    "build DIR` (or make -C DIR) builds them. Without a target, --tp N > 1 or\n"
-    "--report comm run the target's pipeline too (writing nothing); --pp,\n"
-    "--vpp, --pp-layout or --report pp run it with pp-partition and pp-tie\n"
-    "(no target runs pipeline stages yet).\n"
+    "tp-fuse,verify,memplan; with --pp > 1, pp-partition after unroll and a\n"
+    "memory plan per model chunk), then writes one C file per distinct rank\n"
+    "program (rank0.c; with pipeline stages stage0.c, stage1.c, ... with each\n"
+    "stage's verified schedule table), manifest.json and a Makefile into DIR\n"
+    "and prints the memory plan. `shardc build DIR` (or make -C DIR) builds\n"
+    "them. Without a target, --tp N > 1 or --report comm run the target's\n"
+    "pipeline too (writing nothing); --pp, --vpp, --pp-layout or --report pp\n"
+    "run it with pp-partition and pp-tie.\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -81,16 +83,50 @@ static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const 
   return g;
 }
 
+/* --zero, --bucket-mb, --schedule and --global-batch into o; false after
+ * a usage error of cmd. */
+static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassOptions *opt,
+                     CgOptions *o) {
+  o->dp = opt->dp;
+  o->schedule = drv_value(nargs, args, "--schedule");
+  const char *z = drv_value(nargs, args, "--zero"), *b = drv_value(nargs, args, "--bucket-mb"),
+             *gb = drv_value(nargs, args, "--global-batch");
+  if (z && strcmp(z, "0") != 0 && strcmp(z, "1") != 0) {
+    drv_usage_error(cmd, "--zero: expected 0 or 1, got '%s'", z);
+    return false;
+  }
+  o->zero = z && strcmp(z, "1") == 0;
+  char *end;
+  if (b) {
+    o->bucket_mb = strtod(b, &end);
+    if (*end || end == b || !(o->bucket_mb > 0) || o->bucket_mb > 1e6) {
+      drv_usage_error(cmd, "--bucket-mb: expected a positive number of MiB, got '%s'", b);
+      return false;
+    }
+  }
+  if (gb) {
+    long long n = strtoll(gb, &end, 10);
+    if (*end || end == gb || n <= 0 || n > (1LL << 40)) {
+      drv_usage_error(cmd, "--global-batch: expected a positive integer, got '%s'", gb);
+      return false;
+    }
+    o->global_batch = n;
+  }
+  return true;
+}
+
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
                        const char *out_dir, IrDType dtype, FILE *plan_out) {
+  PassOptions opt;
+  if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
+  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out};
+  if (!cg_flags(&drv_compile_command, nargs, args, &opt, &o)) return 1;
   const char *pipeline = drv_value(nargs, args, "--passes");
-  if (!pipeline) pipeline = cg_pipeline(target);
+  if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
   if (!pipeline) {
     ir_error((IrLoc){"<command line>", 0, 0}, "unknown target '%s' (known: cpu)", target);
     return 1;
   }
-  PassOptions opt;
-  if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
   IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);
   if (!g) return 1;
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
@@ -101,8 +137,9 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
    * which may run from another folder: record it absolute. */
   char real[PATH_MAX];
   const char *model_abs = realpath(model, real) ? ir_strdup(real) : model;
-  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .model_path = model_abs,
-                 .defines = defines, .ndefines = ndefines, .plan_out = plan_out};
+  o.model_path = model_abs;
+  o.defines = defines;
+  o.ndefines = ndefines;
   return cg_compile(g, &o);
 }
 
@@ -123,9 +160,6 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   if (report && strcmp(report, "comm") != 0 && strcmp(report, "pp") != 0)
     return drv_usage_error(cmd, "--report: expected comm or pp, got '%s'", report);
   bool pipelined = opt.pp > 1 || opt.vpp > 1 || opt.pp_layout || (report && strcmp(report, "pp") == 0);
-  if (pipelined && (target || out))
-    return drv_usage_error(cmd, "--pp, --vpp and --pp-layout are not supported by a target yet "
-                           "(without -o they show the partition: --emit-ir, --report pp)");
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
     return drv_compile_to_dir(model, nargs, args, target ? target : "cpu", out, dtype, stdout);
@@ -136,7 +170,7 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
    * partition: the target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline && pipelined) pipeline = drv_pp_pipeline;
-  if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline("cpu") : pass_default_pipeline;
+  if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline("cpu", false) : pass_default_pipeline;
   return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
 }
 

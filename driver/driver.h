@@ -62,17 +62,23 @@ const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
        "how params are split: Megatron-LM's placement (default), or only the model's annotations"}, \
       {"--vocab-multiple", "M", "pad the vocabulary to a multiple of M * t (default 128; 0: no padding)"}
 
-/* The pipeline flags of `shardc compile` (the pp-partition pass; no
- * target runs pipeline stages yet). */
+/* The pipeline and data-parallel flags of `shardc compile` and `shardc run`. */
 #define DRV_PP_OPTIONS                                                                         \
-  {"--pp", "P", "pipeline stages for pp-partition (default 1)"},                               \
+  {"--pp", "P", "pipeline stages (default 1)"},                                                \
       {"--vpp", "V", "model chunks per pipeline stage, interleaving (default 1)"},             \
       {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
-       "even, else balanced by cost)"}
+       "even, else balanced by cost)"},                                                        \
+      {"--schedule", "NAME", "pipeline schedule: gpipe, 1f1b or interleaved (default 1f1b; "   \
+       "interleaved when V > 1)"},                                                             \
+      {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
+       "microbatches (default m = 8)"},                                                        \
+      {"--dp", "D", "data-parallel replicas (default 1)"},                                     \
+      {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"}, \
+      {"--bucket-mb", "MB", "size of a data-parallel gradient bucket in MiB (default 25)"}
 
 /* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple, --pp,
- * --vpp, --pp-layout and --world-size into pass options; false after a
- * usage error of cmd. */
+ * --vpp, --pp-layout, --dp and --world-size into pass options; false after
+ * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 
 /* --dtype f32|f64 (default f32); false after a usage error. */

@@ -155,6 +155,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   ok = int_flag(cmd, nargs, args, "--world-size", 0, false, 1 << 30, &out->world) && ok;
   ok = int_flag(cmd, nargs, args, "--pp", 1, false, 1 << 15, &out->pp) && ok;
   ok = int_flag(cmd, nargs, args, "--vpp", 1, false, 1 << 15, &out->vpp) && ok;
+  ok = int_flag(cmd, nargs, args, "--dp", 1, false, 1 << 20, &out->dp) && ok;
   out->pp_layout = drv_value(nargs, args, "--pp-layout");
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   const char *strategy = drv_value(nargs, args, "--tp-strategy");

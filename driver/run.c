@@ -90,14 +90,15 @@ static const char *cache_dir(const char *model, int nargs, DrvArg *args, IrDType
   return ir_fmt(".shardc/%.*s-%016llx", (int)len, base, (unsigned long long)h);
 }
 
-/* Compiles (quietly unless asked) and builds; returns the program's path. */
+/* Compiles (quietly unless asked) and builds; returns the folder of the
+ * programs (rank0, or stage0, stage1, ... with pipeline stages). */
 static const char *compile_and_build(const char *model, int nargs, DrvArg *args, IrDType dtype,
                                      bool show_plan) {
   const char *dir = cache_dir(model, nargs, args, dtype);
   FILE *plan = show_plan ? stdout : NULL;
   if (drv_compile_to_dir(model, nargs, args, "cpu", dir, dtype, plan) != 0) return NULL;
   if (run_make(dir) != 0) return NULL;
-  return ir_fmt("%s/rank0", dir);
+  return dir;
 }
 
 /* OpenMP threads that spin while they wait for work steal the cores that
@@ -129,7 +130,12 @@ static int exec_program(const char *program, char **argv) {
 #define SHARDC_MPIEXEC "mpirun"
 #endif
 
-static int exec_ranks(const char *program, char **argv, int ranks) {
+/* `programs` of `per` ranks each, in rank order: with pipeline stages
+ * stage r's ranks are the r-th block of t x d (runtime/mesh.h), so an MPMD
+ * launch `-np t*d stage0 ARGS : -np t*d stage1 ARGS ...` gives every rank
+ * its stage's program. */
+static int exec_ranks(const char *const *programs, int nprograms, int per, char **argv) {
+  int ranks = per * nprograms;
   if (getuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -142,11 +148,9 @@ static int exec_ranks(const char *program, char **argv, int ranks) {
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)(argc + 16));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 16));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
-  mv[n++] = "-np";
-  mv[n++] = (char *)ir_fmt("%d", ranks);
   mv[n++] = "--oversubscribe";
   mv[n++] = "--bind-to";
   mv[n++] = "none";
@@ -158,8 +162,13 @@ static int exec_ranks(const char *program, char **argv, int ranks) {
   default_wait_policy();
   mv[n++] = "-x";
   mv[n++] = "OMP_WAIT_POLICY";
-  mv[n++] = (char *)program;
-  for (int i = 1; i < argc; i++) mv[n++] = argv[i];
+  for (int p = 0; p < nprograms; p++) {
+    if (p) mv[n++] = ":";
+    mv[n++] = "-np";
+    mv[n++] = (char *)ir_fmt("%d", per);
+    mv[n++] = (char *)programs[p];
+    for (int i = 1; i < argc; i++) mv[n++] = argv[i];
+  }
   mv[n] = NULL;
   fflush(stdout);
   fflush(stderr);
@@ -177,6 +186,7 @@ static const DrvOption run_options[] = {
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
     DRV_TP_OPTIONS,
+    DRV_PP_OPTIONS,
     {NULL, NULL, NULL},
 };
 
@@ -184,15 +194,17 @@ const DrvCommand drv_run_command = {
     "run", "MODEL [compile options] [training options]",
     "compile, build and start training a model",
     "The model file comes first. -D, --microbatch, --dtype, --out and the\n"
-    "tensor-parallel flags (--tp, --sequence-parallel, --tp-strategy,\n"
-    "--vocab-multiple) are shardc's; every other option goes to the training\n"
-    "program, whose own --help lists them (data, steps, optimizer, logging,\n"
-    "checkpoints, sampling):\n"
+    "parallel flags (--tp, --sequence-parallel, --tp-strategy, --vocab-multiple,\n"
+    "--pp, --vpp, --pp-layout, --schedule, --dp, --zero, --bucket-mb) are\n"
+    "shardc's; --global-batch goes to both (the schedule is built for it);\n"
+    "every other option goes to the training program, whose own --help lists\n"
+    "them (data, steps, optimizer, logging, checkpoints, sampling):\n"
     "  shardc run MODEL --help\n"
-    "With --tp N > 1 the program runs on N ranks of this machine under mpirun\n"
-    "(as root too, with OMP_NUM_THREADS = cores / N unless it is set); rank 0\n"
-    "prints the progress, any failing rank its error, and the exit status is\n"
-    "non-zero when a rank fails.",
+    "With t x p x d > 1 the programs run on that many ranks of this machine\n"
+    "under mpirun (as root too, with OMP_NUM_THREADS = cores / ranks unless it\n"
+    "is set), each pipeline stage's ranks its own program; rank 0 prints the\n"
+    "progress, any failing rank its error, and the exit status is non-zero\n"
+    "when a rank fails.",
     run_options, NULL};
 
 /* Splits argv into shardc's options and the program's. A value that
@@ -218,8 +230,14 @@ int drv_cmd_run(int argc, char **argv) {
       size_t n = strlen(o->name);
       if (strncmp(a, o->name, n) == 0 && (a[n] == 0 || a[n] == '=' || (n == 2 && a[n]))) {
         ours = true;
+        /* The program checks its global batch against the schedule's. */
+        bool both = strcmp(o->name, "--global-batch") == 0;
+        if (both) theirs[ntheirs++] = argv[i];
         mine[nmine++] = argv[i];
-        if (a[n] == 0 && o->value && i + 1 < argc) mine[nmine++] = argv[++i];
+        if (a[n] == 0 && o->value && i + 1 < argc) {
+          if (both) theirs[ntheirs++] = argv[i + 1];
+          mine[nmine++] = argv[++i];
+        }
         break;
       }
     }
@@ -238,14 +256,17 @@ int drv_cmd_run(int argc, char **argv) {
   if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
-  const char *program = compile_and_build(model, nargs, args, dtype, !help);
-  if (!program) return 1;
-  theirs[0] = (char *)program;
+  const char *dir = compile_and_build(model, nargs, args, dtype, !help);
+  if (!dir) return 1;
+  /* One program per pipeline stage serves its t x d ranks. */
+  const char **programs = ir_alloc(sizeof(char *) * (size_t)opt.pp);
+  for (int r = 0; r < opt.pp; r++)
+    programs[r] = opt.pp > 1 ? ir_fmt("%s/stage%d", dir, r) : ir_fmt("%s/rank0", dir);
+  theirs[0] = (char *)programs[0];
   theirs[ntheirs] = NULL;
-  /* One program serves every rank of the mesh (t x p x d). */
-  int ranks = opt.tp * opt.pp * opt.dp;
-  if (ranks > 1 && !usage) return exec_ranks(program, theirs, ranks);
-  return exec_program(program, theirs);
+  int per = opt.tp * opt.dp;
+  if (per * opt.pp > 1 && !usage) return exec_ranks(programs, opt.pp, per, theirs);
+  return exec_program(programs[0], theirs);
 }
 
 /* ----------------------------------------------------------------- sample */
@@ -320,8 +341,9 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     if (nm < 128) margs[nm++] = (DrvArg){&define, tok, -1};
   margs[nm++] = (DrvArg){&define, "batch=1", -1};
   IrDType dtype = real && strcmp(real, "f64") == 0 ? IR_F64 : IR_F32;
-  const char *program = compile_and_build(source, nm, margs, dtype, false);
-  if (!program) return 1;
+  const char *built = compile_and_build(source, nm, margs, dtype, false);
+  if (!built) return 1;
+  const char *program = ir_fmt("%s/rank0", built);
   const char *prompt = drv_value(nargs, args, "--prompt");
   const char *tokens = drv_value(nargs, args, "--tokens");
   char **argv = ir_alloc(sizeof(char *) * 20);

@@ -314,6 +314,11 @@ struct IrNode {
    * them in order) `unroll` copied the node from; -1 for the nodes outside
    * every repeat. Not printed: pp-partition runs in the same pipeline. */
   int layer;
+  /* A backward pp_boundary (the message of a gradient back to the stage
+   * that sent the activation): the forward pp_boundary it is the adjoint
+   * of, so that codegen pairs each activation with its gradient. NULL
+   * elsewhere. Not printed. */
+  IrNode *adjoint_of;
 };
 
 /* ---------------------------------------------------------------- graphs */

@@ -456,8 +456,10 @@ static bool ad_reduce_scatter(Ad *ad, IrNode *n, IrValue **dy) {
  * where it is accumulated (so it runs on src). */
 static bool ad_pp_boundary(Ad *ad, IrNode *n, IrValue **dy) {
   ad->stage = (int)ir_attr_int(n, "src");
-  give(ad, n->in[0], emit1(ad, IR_OP_PP_BOUNDARY, INS(dy[0]),
-                           ATTRS({"src", fwd_attr(n, "dst")}, {"dst", fwd_attr(n, "src")})));
+  IrValue *dx = emit1(ad, IR_OP_PP_BOUNDARY, INS(dy[0]),
+                      ATTRS({"src", fwd_attr(n, "dst")}, {"dst", fwd_attr(n, "src")}));
+  dx->def->adjoint_of = n;
+  give(ad, n->in[0], dx);
   return true;
 }
 

@@ -562,9 +562,14 @@ static void plan_liveness(Planner *pl) {
       extend(root_of(pl, b), p->region_last[i] + 1);
     }
   }
+  /* Outputs survive the end of the function that computes them: forward
+   * values the boundary, and the outputs of a pipeline chunk that backward()
+   * computes (the gradient it sends back) or relays (a received value
+   * passed on) the whole backward. */
   for (int i = 0; i < pl->g->outputs.len; i++) {
     IrValue *v = pl->g->outputs.items[i];
-    extend(root_of(pl, buf_of(pl, v)), bpos);
+    bool to_end = v->kind == IR_VAL_INPUT || (v->kind == IR_VAL_NODE && is_backward(v->def));
+    extend(root_of(pl, buf_of(pl, v)), to_end ? pl->g->nodes.len : bpos);
     if (v->kind == IR_VAL_NODE && v->def->op == IR_OP_CROSS_ENTROPY)
       extend(root_of(pl, buf_of(pl, v->def->in[0])), bpos);
   }
@@ -756,15 +761,20 @@ static void print_line(FILE *out, const char *what, int64_t bytes) {
           (double)bytes / (1024.0 * 1024.0));
 }
 
+void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t r[5]) {
+  fprintf(out, "memory plan (%s, kernel scratch for %d threads):\n", real_bytes == 8 ? "f64" : "f32",
+          threads);
+  print_line(out, "weights", r[0]);
+  print_line(out, "gradients", r[1]);
+  print_line(out, "optimizer state (AdamW m, v)", r[2]);
+  print_line(out, "activations kept for backward", r[3]);
+  print_line(out, "temporaries", r[4]);
+  print_line(out, "total", r[0] + r[1] + r[2] + r[3] + r[4]);
+}
+
 void pass_memplan_print(FILE *out, const PassMemPlan *p) {
-  fprintf(out, "memory plan (%s, kernel scratch for %d threads):\n",
-          p->real_bytes == 8 ? "f64" : "f32", p->threads);
-  print_line(out, "weights", p->weights);
-  print_line(out, "gradients", p->grads);
-  print_line(out, "optimizer state (AdamW m, v)", p->optimizer);
-  print_line(out, "activations kept for backward", p->activations);
-  print_line(out, "temporaries", p->temporaries);
-  print_line(out, "total", p->weights + p->grads + p->optimizer + p->activations + p->temporaries);
+  int64_t r[5] = {p->weights, p->grads, p->optimizer, p->activations, p->temporaries};
+  pass_memplan_print_regions(out, p->real_bytes, p->threads, r);
 }
 
 bool pass_memplan(IrGraph **g, const PassOptions *opt) {

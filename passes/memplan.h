@@ -107,6 +107,9 @@ int64_t pass_memplan_act_offset(const PassMemPlan *p, const PassBuf *b);
 int64_t pass_memplan_elem_bytes(const PassMemPlan *p, IrDType t);
 /* The bytes of each region and their total, one per line. */
 void pass_memplan_print(FILE *out, const PassMemPlan *p);
+/* The same lines for the five regions' bytes of a whole rank program
+ * (weights, gradients, optimizer state, activations, temporaries). */
+void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t regions[5]);
 
 /* The registered pass: plans for f32 and PASS_MEMPLAN_THREADS threads
  * (codegen plans again for another real type). */

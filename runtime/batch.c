@@ -1,84 +1,113 @@
 /* Windows of tokens into the model's inputs, and the forward/backward
- * calls of one step. */
+ * calls of one step of a program of one chunk (a pipeline stage's steps
+ * are exec.c's). */
 #include <string.h>
 
+#include "comm.h"
+#include "dp.h"
+#include "exec.h"
 #include "rt.h"
+#include "tp.h"
 #include "util.h"
 
-static real *act_real(Rt *rt, int64_t offset_bytes) {
-  return (real *)(rt->ctx.activations + offset_bytes);
-}
-
-void rt_load_micro(Rt *rt, const int32_t *window, int64_t m) {
-  const RtModel *model = rt->model;
-  const int32_t *base = window + m * rt->rows;
-  for (int i = 0; i < model->ninputs; i++) {
-    const RtInput *in = &model->inputs[i];
-    int32_t *dst = (int32_t *)(rt->ctx.activations + in->offset_bytes);
+void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g) {
+  const int32_t *base = window + g * rt->rows;
+  for (int i = 0; i < c->ninputs; i++) {
+    const RtInput *in = &c->inputs[i];
+    int32_t *dst = (int32_t *)rt_loc(&rt->ctx, c, in->offset_bytes);
     memcpy(dst, base + (in->is_target ? 1 : 0), (size_t)rt->rows * sizeof *dst);
   }
 }
 
-/* The loss the forward just computed. */
-static double forward_loss(Rt *rt) {
-  rt->model->forward(&rt->ctx);
-  return (double)*act_real(rt, rt->model->loss_offset);
+void rt_load_micro(Rt *rt, const int32_t *window, int64_t m) {
+  rt_load_inputs(rt, &rt->model->chunks[0], window, m);
 }
 
-static uint64_t dropout_seed(Rt *rt, int64_t step, int64_t m) {
-  return rt_key3((uint64_t)rt->f.seed, (uint64_t)step, (uint64_t)m);
+uint64_t rt_dropout_seed(const Rt *rt, int64_t step, int64_t g) {
+  return rt_key3((uint64_t)rt->f.seed, (uint64_t)step, (uint64_t)g);
+}
+
+/* The loss the forward just computed. */
+static double forward_loss(Rt *rt) {
+  const RtChunk *c = &rt->model->chunks[0];
+  c->forward(&rt->ctx);
+  return (double)*(const real *)rt_loc(&rt->ctx, c, c->loss_offset);
+}
+
+double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
+  if (rt->mesh.pp == 1 && rt->mesh.dp == 1) return sum / (double)count;
+  /* Each data-parallel replica's last stage holds its part of the sum
+   * (every tensor-parallel rank of it the same value: one of them speaks
+   * for the group); one reduction over the world hands the mean to all. */
+  int holds = rt->coord.tp == 0 && rt->coord.pp == rt->mesh.pp - 1;
+  double part = holds ? sum / (double)count : 0;
+  RtComms *cs = rt_tp_comms();
+  if (cs) rt_comm_allreduce(cs->world, &part, &part, 1, RT_COMM_F64, RT_COMM_SUM);
+  return part;
 }
 
 /* The per-op timer (log.c); a no-op unless the program asked for it. */
 void rt_prof_add(const char *what, double seconds);
 
 double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
+  const RtChunk *c = &rt->model->chunks[0];
   double t0 = rt_now();
   memset(rt->ctx.grads, 0, (size_t)rt->model->nweights * sizeof(real));
   rt_prof_add("S zero_grads", rt_now() - t0);
+  if (rt->dp) rt_dp_step_begin(rt);
   rt->ctx.training = 1;
+  /* The seed 1/(m*d): the data-parallel sum of the replicas' gradients is
+   * then the gradient of the whole window's mean loss. */
+  const real dloss = (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
   double sum = 0;
-  for (int64_t m = 0; m < rt->micro; m++) {
-    rt->ctx.seed = dropout_seed(rt, step, m);
+  for (int64_t k = 0; k < rt->micro; k++) {
+    int64_t g = rt_global_mb(rt, k);
+    rt->ctx.seed = rt_dropout_seed(rt, step, g);
     /* Inputs and the seed are written before every call: the memory plan
      * may reuse their bytes once the last reader is done. */
-    rt_load_micro(rt, window, m);
+    rt_load_micro(rt, window, g);
     sum += forward_loss(rt);
-    *act_real(rt, rt->model->dloss_offset) = (real)(1.0 / (double)rt->micro);
-    rt->model->backward(&rt->ctx);
+    *(real *)rt_loc(&rt->ctx, c, c->dloss_offset) = dloss;
+    if (rt->dp) rt_dp_backward_begin(rt, 0, k == rt->micro - 1);
+    c->backward(&rt->ctx);
   }
-  return sum / (double)rt->micro;
+  if (rt->dp) rt_dp_backward_done(rt);
+  return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);
 }
 
 double rt_window_loss(Rt *rt, const int32_t *window, int64_t step, int training) {
+  if (rt->exec) return rt_exec_window_loss(rt, window, step, training);
   rt->ctx.training = training;
   double sum = 0;
-  for (int64_t m = 0; m < rt->micro; m++) {
-    rt->ctx.seed = dropout_seed(rt, step, m);
-    rt_load_micro(rt, window, m);
+  for (int64_t k = 0; k < rt->micro; k++) {
+    int64_t g = rt_global_mb(rt, k);
+    rt->ctx.seed = rt_dropout_seed(rt, step, g);
+    rt_load_micro(rt, window, g);
     sum += forward_loss(rt);
   }
   rt->ctx.training = 1;
-  return sum / (double)rt->micro;
+  return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);
 }
 
 double rt_eval(Rt *rt) {
   int64_t n = rt->f.eval_batches, have = rt_data_windows(rt->val);
   if (n > have) n = have;
+  if (rt->exec) return rt_exec_eval(rt, n);
   rt->ctx.training = 0;
   double sum = 0;
-  for (int64_t k = 0; k < n; k++) {
-    /* The same first windows every time, so evaluations compare. */
+  /* The same first windows every time, so evaluations compare; replica i
+   * of d takes windows i, i + d, ... */
+  for (int64_t k = rt->coord.dp; k < n; k += rt->mesh.dp) {
     rt_data_read(rt->val, k, rt->window);
     rt_load_micro(rt, rt->window, 0);
     sum += forward_loss(rt);
   }
   rt->ctx.training = 1;
-  return sum / (double)n;
+  return rt_mesh_mean(rt, sum, n);
 }
 
 void rt_fetch_window(Rt *rt, int64_t step) {
-  int64_t n = rt->micro * rt->rows + 1;
+  int64_t n = rt->f.global_batch * rt->model->seq + 1;
   if (!rt->train) {
     uint64_t key = rt_key2((uint64_t)rt->f.seed, 0x746f6b656e73 /* "tokens" */);
     for (int64_t i = 0; i < n; i++)

@@ -1,6 +1,26 @@
-/* Saving and loading checkpoints (see checkpoint.h). */
+/* Saving and loading checkpoints (see checkpoint.h).
+ *
+ * Files hold whole unpadded tensors by name, whatever the layout (t, p, d,
+ * v, ZeRO) of the job that wrote them or reads them:
+ *
+ * - Saving runs in three hops. With ZeRO, each data-parallel rank holds
+ *   only its part of the Adam state (and of the reduced gradients): the
+ *   data-parallel rank 0 of each (stage, tp) collects the others' parts.
+ *   Then the dp 0 ranks of each stage gather every tensor over the tensor
+ *   axis (rt_tp_gather) onto tensor rank 0, the stage's leader. Then each
+ *   leader sends its stage's tensors, with their names and shapes, to world
+ *   rank 0 (which runs another program when p > 1, so it cannot know them),
+ *   which sorts them by name and writes the file.
+ * - Loading needs no communication: every rank reads the file and keeps
+ *   its stage's tensors, its tensor-parallel part of each, and with ZeRO
+ *   its own part of the Adam state.
+ *
+ * The point-to-point messages go over the world communicator, so that the
+ * counters of the mesh axes (--comm-stats) only ever count training
+ * traffic; between two ranks they match in posting order. */
 #include "checkpoint.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,10 +28,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm.h"
 #include "tp.h"
 #include "util.h"
+#include "zero.h"
 
 #define STATE_FORMAT "shardc-state-1"
+
+#ifdef SHARD_REAL_F64
+#define RT_COMM_REAL RT_COMM_F64
+#else
+#define RT_COMM_REAL RT_COMM_F32
+#endif
 
 /* mkdir -p */
 static void make_dirs(const char *dir) {
@@ -36,15 +64,362 @@ static char *join(const char *dir, const char *file) {
   return s;
 }
 
+/* ------------------------------------------------------------- the mesh */
+
+/* Where this rank stands. Without MPI (one rank) the mesh is 1 x 1 x 1. */
+typedef struct Place {
+  RtComms *c; /* NULL without MPI */
+  RtMesh mesh;
+  RtCoord at;
+  int rank; /* in the world */
+} Place;
+
+static Place place_of(void) {
+  Place L = {rt_tp_comms(), {1, 1, 1}, {0, 0, 0}, 0};
+  if (L.c) {
+    L.mesh = L.c->mesh;
+    L.at = L.c->coord;
+    L.rank = L.c->rank;
+  }
+  return L;
+}
+
+/* Whether the optimizer state (and, after the reduction, the gradient) is
+ * sharded over the data-parallel ranks (runtime/zero.h). */
+static int sharded(const RtModel *m, const Place *L) { return m->zero && L->mesh.dp > 1; }
+
+/* MPI counts are ints: long arrays go as several messages, cut the same
+ * way on both sides. */
+#define PIECE ((int64_t)1 << 28)
+
+static void send_reals(const Place *L, const real *buf, int64_t n, int peer) {
+  for (int64_t i = 0; i < n; i += PIECE)
+    rt_comm_send(L->c->world, buf + i, n - i < PIECE ? n - i : PIECE, RT_COMM_REAL, peer);
+}
+
+static void recv_reals(const Place *L, real *buf, int64_t n, int peer) {
+  for (int64_t i = 0; i < n; i += PIECE)
+    rt_comm_recv(L->c->world, buf + i, n - i < PIECE ? n - i : PIECE, RT_COMM_REAL, peer);
+}
+
+/* ------------------------------------------------- ZeRO: the owned parts */
+
+/* Elements of a weights-shaped array that cover every bucket. */
+static int64_t span_of(const RtModel *m) {
+  int64_t n = m->nweights;
+  for (int j = 0; j < m->nbuckets; j++)
+    if (m->buckets[j].offset + m->buckets[j].numel > n)
+      n = m->buckets[j].offset + m->buckets[j].numel;
+  return n;
+}
+
+/* Between a weights-shaped array and data-parallel rank i's packed parts
+ * (runtime/zero.h: the owned part of every bucket, in bucket order), one
+ * way (to_packed: src is weights-shaped) or the other. */
+static void move_parts(const RtModel *m, int i, int d, const real *src, real *dst, int to_packed) {
+  int64_t base = 0;
+  for (int j = 0; j < m->nbuckets; j++) {
+    int64_t b, e;
+    rt_zero_part(&m->buckets[j], i, d, &b, &e);
+    memcpy(dst + (to_packed ? base : b), src + (to_packed ? b : base), (size_t)(e - b) * sizeof *dst);
+    base += e - b;
+  }
+}
+
+/* The whole of a sharded array, as a weights-shaped array, on the
+ * data-parallel rank 0 of this (stage, tp); the other data-parallel ranks
+ * send their parts and get NULL. `packed` is this rank's packed parts;
+ * elements in no bucket come out 0. */
+static real *collect_shards(const RtModel *m, const Place *L, const real *packed) {
+  int d = L->mesh.dp;
+  int64_t n = rt_zero_state_numel(m, d);
+  RtCoord root = L->at;
+  root.dp = 0;
+  if (L->at.dp != 0) {
+    send_reals(L, packed, n, rt_mesh_rank(L->mesh, root));
+    return NULL;
+  }
+  real *full = rt_xcalloc((size_t)span_of(m), sizeof *full);
+  move_parts(m, 0, d, packed, full, 0);
+  real *part = rt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *part);
+  for (int i = 1; i < d; i++) {
+    RtCoord from = L->at;
+    from.dp = i;
+    recv_reals(L, part, n, rt_mesh_rank(L->mesh, from));
+    move_parts(m, i, d, part, full, 0);
+  }
+  free(part);
+  return full;
+}
+
+/* ------------------------------------------------------ tensors to write */
+
+/* One whole tensor of a file. `group` orders the file: the weights (or
+ * gradients) first, then exp_avg, then exp_avg_sq. */
+typedef struct Tensor {
+  char *name;
+  int group;
+  int rank;
+  int64_t shape[RT_MAX_RANK];
+  int64_t numel;
+  const real *data;
+  real *owned; /* data, when the list allocated it */
+} Tensor;
+
+typedef struct List {
+  Tensor *t;
+  int n, cap;
+  real **keep; /* arrays the tensors point into */
+  int nkeep;
+} List;
+
+static Tensor *list_add(List *l) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 64;
+    Tensor *t = rt_xcalloc((size_t)l->cap, sizeof *t);
+    if (l->n) memcpy(t, l->t, (size_t)l->n * sizeof *t);
+    free(l->t);
+    l->t = t;
+  }
+  Tensor *t = &l->t[l->n++];
+  memset(t, 0, sizeof *t);
+  return t;
+}
+
+static void list_keep(List *l, real *a) {
+  if (!a) return;
+  real **k = rt_xmalloc((size_t)(l->nkeep + 1) * sizeof *k);
+  if (l->nkeep) memcpy(k, l->keep, (size_t)l->nkeep * sizeof *k);
+  free(l->keep);
+  l->keep = k;
+  l->keep[l->nkeep++] = a;
+}
+
+static void list_free(List *l) {
+  for (int i = 0; i < l->n; i++) {
+    free(l->t[i].name);
+    free(l->t[i].owned);
+  }
+  for (int i = 0; i < l->nkeep; i++)
+    free(l->keep[i]);
+  free(l->t);
+  free(l->keep);
+  memset(l, 0, sizeof *l);
+}
+
+static const char *const suffixes[3] = {"", ".exp_avg", ".exp_avg_sq"};
+
+/* Whether p is stored as a whole tensor this rank does not hold as it is:
+ * split over the tensor-parallel ranks, or padded (runtime/tp.h). */
+static int gathered(const RtParam *p) { return p->split || p->unpadded > 0; }
+
+/* Whether this stage writes p: the copy of a tied parameter that the last
+ * pipeline stage holds is the first stage's under the same name. */
+static int writes(const RtParam *p, const Place *L) { return !p->tied || L->at.pp == 0; }
+
+/* The whole tensors of this stage's parameters in `base` (a weights-shaped
+ * array of this rank's parts) onto tensor-parallel rank 0, appended to l
+ * there. Collective over the tensor axis. */
+static void stage_tensors(const Rt *rt, const Place *L, List *l, const real *base, int group) {
+  const RtModel *m = rt->model;
+  int leader = L->at.tp == 0;
+  for (int p = 0; p < m->nparams; p++) {
+    const RtParam *prm = &m->params[p];
+    if (!writes(prm, L)) continue;
+    const real *data = base + prm->offset;
+    real *full = NULL;
+    int64_t numel = prm->numel;
+    if (gathered(prm)) {
+      numel = rt_tp_full_numel(prm);
+      full = leader ? rt_xmalloc((size_t)(numel > 0 ? numel : 1) * sizeof *full) : NULL;
+      rt_tp_gather(prm, data, full);
+      data = full;
+    }
+    if (!leader) continue;
+    Tensor *t = list_add(l);
+    size_t len = strlen(prm->name) + strlen(suffixes[group]) + 1;
+    t->name = rt_xmalloc(len);
+    snprintf(t->name, len, "%s%s", prm->name, suffixes[group]);
+    t->group = group;
+    t->rank = prm->rank;
+    rt_tp_full_shape(prm, t->shape);
+    t->numel = numel;
+    t->data = data;
+    t->owned = full;
+  }
+}
+
+/* A stage's tensors travel to world rank 0 as: two int32 (the count of
+ * tensors and the int32 words of the description), the description (per
+ * tensor: group, rank, name length, the shape as int64, the name), then
+ * every tensor's data in the same order. */
+static void put(unsigned char **p, const void *v, size_t n) {
+  memcpy(*p, v, n);
+  *p += n;
+}
+
+static void get(const unsigned char **p, void *v, size_t n) {
+  memcpy(v, *p, n);
+  *p += n;
+}
+
+static void send_stage(const Place *L, const List *l) {
+  size_t bytes = 0;
+  for (int i = 0; i < l->n; i++)
+    bytes += 3 * sizeof(int32_t) + (size_t)l->t[i].rank * sizeof(int64_t) + strlen(l->t[i].name);
+  size_t words = (bytes + 3) / 4;
+  unsigned char *desc = rt_xcalloc(words + 1, 4), *p = desc;
+  for (int i = 0; i < l->n; i++) {
+    const Tensor *t = &l->t[i];
+    int32_t head[3] = {t->group, t->rank, (int32_t)strlen(t->name)};
+    put(&p, head, sizeof head);
+    put(&p, t->shape, (size_t)t->rank * sizeof(int64_t));
+    put(&p, t->name, (size_t)head[2]);
+  }
+  int32_t sizes[2] = {l->n, (int32_t)words};
+  rt_comm_send(L->c->world, sizes, 2, RT_COMM_I32, 0);
+  rt_comm_send(L->c->world, desc, (int64_t)words, RT_COMM_I32, 0);
+  for (int i = 0; i < l->n; i++)
+    send_reals(L, l->t[i].data, l->t[i].numel, 0);
+  free(desc);
+}
+
+static void recv_stage(const Place *L, int stage, List *l) {
+  RtCoord c = {0, 0, stage};
+  int from = rt_mesh_rank(L->mesh, c);
+  int32_t sizes[2];
+  rt_comm_recv(L->c->world, sizes, 2, RT_COMM_I32, from);
+  unsigned char *desc = rt_xcalloc((size_t)sizes[1] + 1, 4);
+  rt_comm_recv(L->c->world, desc, sizes[1], RT_COMM_I32, from);
+  const unsigned char *p = desc;
+  int first = l->n;
+  for (int i = 0; i < sizes[0]; i++) {
+    Tensor *t = list_add(l);
+    int32_t head[3];
+    get(&p, head, sizeof head);
+    t->group = head[0];
+    t->rank = head[1];
+    get(&p, t->shape, (size_t)t->rank * sizeof(int64_t));
+    t->name = rt_xmalloc((size_t)head[2] + 1);
+    get(&p, t->name, (size_t)head[2]);
+    t->name[head[2]] = 0;
+    t->numel = 1;
+    for (int k = 0; k < t->rank; k++)
+      t->numel *= t->shape[k];
+  }
+  free(desc);
+  for (int i = first; i < l->n; i++) {
+    Tensor *t = &l->t[i];
+    t->owned = rt_xmalloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof *t->owned);
+    t->data = t->owned;
+    recv_reals(L, t->owned, t->numel, from);
+  }
+}
+
+/* Names in natural order: runs of digits compare as numbers, so that h.2
+ * comes before h.10. */
+static int natural_cmp(const char *a, const char *b) {
+  while (*a && *b) {
+    if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+      while (*a == '0') a++;
+      while (*b == '0') b++;
+      size_t na = 0, nb = 0;
+      while (isdigit((unsigned char)a[na])) na++;
+      while (isdigit((unsigned char)b[nb])) nb++;
+      if (na != nb) return na < nb ? -1 : 1;
+      int c = strncmp(a, b, na);
+      if (c) return c;
+      a += na, b += nb;
+      continue;
+    }
+    if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    a++, b++;
+  }
+  return *a ? 1 : *b ? -1 : 0;
+}
+
+static int tensor_cmp(const void *x, const void *y) {
+  const Tensor *a = x, *b = y;
+  if (a->group != b->group) return a->group < b->group ? -1 : 1;
+  int c = natural_cmp(a->name, b->name);
+  return c ? c : strcmp(a->name, b->name);
+}
+
+/* What a file is made of, in this program: per group a weights-shaped
+ * array that is the same on every data-parallel rank (the weights, and
+ * without ZeRO the optimizer state and the reduced gradients), or with
+ * ZeRO the packed Adam state, or the gradients valid on the owned parts
+ * only. */
+typedef enum Kind { WHOLE, PACKED, OWNED } Kind;
+
+typedef struct Source {
+  const real *data;
+  Kind kind;
+} Source;
+
+/* Every tensor of the model, in file order, into `out` on world rank 0
+ * (empty elsewhere). Collective over the world: every rank calls it. */
+static void collect(const Rt *rt, const Source *src, int nsrc, List *out) {
+  const RtModel *m = rt->model;
+  Place L = place_of();
+  int d = L.mesh.dp;
+  const real *base[3];
+  real *whole[3] = {NULL, NULL, NULL};
+  for (int s = 0; s < nsrc; s++) {
+    base[s] = src[s].data;
+    if (src[s].kind == WHOLE || !sharded(m, &L)) continue;
+    const real *packed = src[s].data;
+    real *tmp = NULL;
+    if (src[s].kind == OWNED) {
+      tmp = rt_xmalloc((size_t)(rt_zero_state_numel(m, d) + 1) * sizeof *tmp);
+      move_parts(m, L.at.dp, d, src[s].data, tmp, 1);
+      packed = tmp;
+    }
+    whole[s] = collect_shards(m, &L, packed);
+    base[s] = whole[s];
+    free(tmp);
+  }
+  /* Without ZeRO the data-parallel replicas hold the same values; with it
+   * dp 0 now holds the whole. */
+  if (L.at.dp == 0) {
+    List mine = {0};
+    for (int s = 0; s < nsrc; s++)
+      stage_tensors(rt, &L, &mine, base[s], s);
+    if (L.at.tp == 0 && L.rank != 0) send_stage(&L, &mine);
+    if (L.rank == 0) {
+      *out = mine;
+      memset(&mine, 0, sizeof mine);
+      for (int r = 1; r < L.mesh.pp; r++)
+        recv_stage(&L, r, out);
+    }
+    list_free(&mine);
+  }
+  if (L.rank != 0) {
+    for (int s = 0; s < nsrc; s++)
+      free(whole[s]);
+    return;
+  }
+  for (int s = 0; s < nsrc; s++)
+    list_keep(out, whole[s]);
+  qsort(out->t, (size_t)out->n, sizeof *out->t, tensor_cmp);
+  for (int i = 1; i < out->n; i++)
+    if (!strcmp(out->t[i].name, out->t[i - 1].name))
+      rt_fatal(m->name, "internal error: two pipeline stages hold tensor %s", out->t[i].name);
+}
+
+/* ------------------------------------------------------------ metadata */
+
 /* Metadata as key/value pairs; the values live in one arena per save. */
+#define META_MAX 64
 typedef struct Meta {
-  const char *kv[2 * 64];
+  const char *kv[2 * META_MAX];
   int n;
-  char text[64][64];
+  char text[META_MAX][1024]; /* flag values hold paths */
+  char keys[META_MAX][48];
 } Meta;
 
 static void meta_add(Meta *m, const char *key, const char *value) {
-  if (m->n >= 64) abort(); /* the table below is fixed: a bug, not input */
+  if (m->n >= META_MAX) abort(); /* the table below is fixed: a bug, not input */
   m->kv[2 * m->n] = key;
   m->kv[2 * m->n + 1] = value ? value : "";
   m->n++;
@@ -55,7 +430,7 @@ static void meta_addf(Meta *m, const char *key, const char *fmt, long long v) {
   meta_add(m, key, m->text[m->n]);
 }
 
-static void model_meta(Rt *rt, Meta *m) {
+static void model_meta(const Rt *rt, Meta *m) {
   meta_add(m, "model", rt->model->name);
   meta_add(m, "source", rt->model->source);
   meta_add(m, "defines", rt->model->defines);
@@ -63,116 +438,96 @@ static void model_meta(Rt *rt, Meta *m) {
   meta_addf(m, "step", "%lld", (long long)rt->step);
 }
 
-/* Whether p is stored as a whole tensor this rank does not hold as it is:
- * split over the tensor-parallel ranks, or padded (runtime/tp.h). */
-static int gathered(const RtParam *p) { return p->split || p->unpadded > 0; }
+static int axis(int n) { return n > 0 ? n : 1; }
 
-/* The tensors of one file: per parameter (+ suffix) the whole unpadded
- * tensor, read in place from `base` when this rank holds it whole, else
- * gathered from the tensor-parallel ranks into a buffer of its own. */
-typedef struct Outs {
-  RtStOut *out;
-  char **names;
-  int64_t (*shapes)[RT_MAX_RANK];
-  real **owned;
-  int n;
-} Outs;
-
-static void add_params(Rt *rt, Outs *o, const real *base, const char *suffix) {
-  int writer = rt_tp_world_rank() == 0;
-  for (int p = 0; p < rt->model->nparams; p++) {
-    const RtParam *prm = &rt->model->params[p];
-    size_t len = strlen(prm->name) + strlen(suffix) + 1;
-    char *name = rt_xmalloc(len);
-    snprintf(name, len, "%s%s", prm->name, suffix);
-    int k = o->n++;
-    o->names[k] = name;
-    rt_tp_full_shape(prm, o->shapes[k]);
-    const real *data = base + prm->offset;
-    int64_t numel = prm->numel;
-    if (gathered(prm)) {
-      /* Every rank takes part in the gather; rank 0 keeps the result. */
-      numel = rt_tp_full_numel(prm);
-      real *full = writer ? rt_xmalloc((size_t)numel * sizeof *full) : NULL;
-      rt_tp_gather(prm, data, full);
-      o->owned[k] = full;
-      data = full;
-    }
-    o->out[k] = (RtStOut){name, prm->rank, o->shapes[k], data, numel};
-  }
+/* The layout a program was compiled for, "t=2 p=2 d=1 v=1 zero=0". */
+static void layout_str(const RtModel *m, char *buf, size_t len) {
+  snprintf(buf, len, "t=%d p=%d d=%d v=%d zero=%d", axis(m->mesh_tp), axis(m->mesh_pp),
+           axis(m->mesh_dp), axis(m->nchunks), m->zero ? 1 : 0);
 }
 
-/* Collective over the tensor-parallel ranks; only rank 0 of the job
- * writes the file. */
-static void write_params(Rt *rt, const char *path, const real *const *bases,
-                         const char *const *suffixes, int nbases, Meta *meta) {
-  size_t total = (size_t)(rt->model->nparams * nbases);
-  Outs o = {rt_xcalloc(total, sizeof *o.out), rt_xcalloc(total, sizeof *o.names),
-            rt_xcalloc(total, sizeof *o.shapes), rt_xcalloc(total, sizeof *o.owned), 0};
-  for (int b = 0; b < nbases; b++)
-    add_params(rt, &o, bases[b], suffixes[b]);
-  if (rt_tp_world_rank() == 0) rt_st_write(path, o.out, o.n, meta->kv, meta->n);
-  for (int i = 0; i < o.n; i++) {
-    free(o.names[i]);
-    free(o.owned[i]);
-  }
-  free(o.names);
-  free(o.shapes);
-  free(o.owned);
-  free(o.out);
-}
-
-static void save_state(Rt *rt, const char *path) {
+/* The metadata of the state file: the step, the RNG, the flags that
+ * decide the next steps, and (for information) the layout it was saved
+ * under. */
+static Meta *state_meta(const Rt *rt) {
   Meta *m = rt_xcalloc(1, sizeof *m);
   meta_add(m, "format", STATE_FORMAT);
   model_meta(rt, m);
-  char rng[4 * 17];
-  snprintf(rng, sizeof rng, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, rt->rng.s[0],
-           rt->rng.s[1], rt->rng.s[2], rt->rng.s[3]);
-  meta_add(m, "rng", rng);
+  snprintf(m->text[m->n], sizeof m->text[0], "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64,
+           rt->rng.s[0], rt->rng.s[1], rt->rng.s[2], rt->rng.s[3]);
+  meta_add(m, "rng", m->text[m->n]);
   /* The data position is the step: the window order is a function of
    * (seed, epoch), so the flags below and the step rebuild it. */
   meta_addf(m, "data_position", "%lld", (long long)rt->step);
-  char names[64][48];
+  layout_str(rt->model, m->text[m->n], sizeof m->text[0]);
+  meta_add(m, "layout", m->text[m->n]);
   for (int i = 0; i < rt_flags_saved_count(); i++) {
-    snprintf(names[i], sizeof names[i], "flag.%s", rt_flags_saved_name(i));
+    snprintf(m->keys[m->n], sizeof m->keys[0], "flag.%s", rt_flags_saved_name(i));
     rt_flags_saved_value(&rt->f, i, m->text[m->n], sizeof m->text[0]);
-    meta_add(m, names[i], m->text[m->n]);
+    meta_add(m, m->keys[m->n], m->text[m->n]);
   }
-  const real *bases[3] = {rt->ctx.weights, rt->adam_m, rt->adam_v};
-  const char *suffixes[3] = {"", ".exp_avg", ".exp_avg_sq"};
-  write_params(rt, path, bases, suffixes, rt->adam_m ? 3 : 1, m);
-  free(m);
+  return m;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+/* Writes the tensors of groups [0, ngroups) of l. */
+static void write_file(const char *path, const List *l, int ngroups, const Meta *meta) {
+  RtStOut *out = rt_xcalloc((size_t)l->n + 1, sizeof *out);
+  int n = 0;
+  for (int i = 0; i < l->n; i++)
+    if (l->t[i].group < ngroups)
+      out[n++] = (RtStOut){l->t[i].name, l->t[i].rank, l->t[i].shape, l->t[i].data,
+                           l->t[i].numel};
+  rt_st_write(path, out, n, meta->kv, meta->n);
+  free(out);
 }
 
 void rt_ckpt_save(Rt *rt) {
-  if (rt_tp_world_rank() == 0) make_dirs(rt->f.save);
-  char *state = join(rt->f.save, "state.safetensors");
-  char *model = join(rt->f.save, "model.safetensors");
-  save_state(rt, state);
-  Meta *m = rt_xcalloc(1, sizeof *m);
-  meta_add(m, "format", "pt"); /* what Hugging Face's loaders look for */
-  model_meta(rt, m);
-  const real *bases[1] = {rt->ctx.weights};
-  const char *suffixes[1] = {""};
-  write_params(rt, model, bases, suffixes, 1, m);
-  free(m);
-  free(state);
-  free(model);
+  Place L = place_of();
+  Source src[3] = {{rt->ctx.weights, WHOLE}, {rt->adam_m, PACKED}, {rt->adam_v, PACKED}};
+  List l = {0};
+  collect(rt, src, rt->adam_m ? 3 : 1, &l);
+  if (L.rank == 0) {
+    make_dirs(rt->f.save);
+    char *state = join(rt->f.save, "state.safetensors");
+    char *model = join(rt->f.save, "model.safetensors");
+    /* The state first: a crash between the two renames leaves a new state
+     * (complete by itself) beside the old weights, never the reverse. */
+    Meta *m = state_meta(rt);
+    write_file(state, &l, 3, m);
+    memset(m, 0, sizeof *m);
+    meta_add(m, "format", "pt"); /* what Hugging Face's loaders look for */
+    model_meta(rt, m);
+    write_file(model, &l, 1, m);
+    free(m);
+    free(state);
+    free(model);
+  }
+  list_free(&l);
 }
 
 void rt_ckpt_dump_grads(Rt *rt, const char *path) {
-  Meta *m = rt_xcalloc(1, sizeof *m);
-  model_meta(rt, m);
-  const real *bases[1] = {rt->ctx.grads};
-  const char *suffixes[1] = {""};
-  write_params(rt, path, bases, suffixes, 1, m);
-  free(m);
+  Place L = place_of();
+  Source src[1] = {{rt->ctx.grads, OWNED}};
+  List l = {0};
+  collect(rt, src, 1, &l);
+  if (L.rank == 0) {
+    Meta *m = rt_xcalloc(1, sizeof *m);
+    model_meta(rt, m);
+    write_file(path, &l, 1, m);
+    free(m);
+  }
+  list_free(&l);
 }
 
+/* ---------------------------------------------------------------- reading */
+
 /* Finds NAME+suffix (or, for weights from Hugging Face files, with a
- * "transformer." prefix) and checks its shape; 0 after reporting an error. */
-static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix) {
+ * "transformer." prefix) and checks its shape; NULL with the problem in
+ * `err` otherwise. */
+static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix,
+                                    char *err, size_t errlen) {
   char name[512], alt[540], want[200], got[200];
   int64_t shape[RT_MAX_RANK];
   rt_tp_full_shape(prm, shape);
@@ -182,42 +537,81 @@ static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const
   if (!t && !*suffix) t = rt_st_find(f, alt);
   rt_st_shape_str(want, sizeof want, prm->rank, shape);
   if (!t) {
-    rt_error(f->path, "missing tensor %s (the model expects %s)", name, want);
+    snprintf(err, errlen, "missing tensor %s (the model expects %s)", name, want);
     return NULL;
   }
   int same = t->rank == prm->rank;
   for (int d = 0; same && d < prm->rank; d++)
     same = t->shape[d] == shape[d];
   if (!same) {
-    rt_error(f->path, "tensor %s has shape %s, the model expects %s", name,
+    snprintf(err, errlen, "tensor %s has shape %s, the model expects %s", name,
              rt_st_shape_str(got, sizeof got, t->rank, t->shape), want);
     return NULL;
   }
   return t;
 }
 
-/* Reads every parameter (+ suffix) into base; all problems are reported
- * before exiting. Files hold whole unpadded tensors: every rank reads them
- * (checkpoints live where all ranks see them) and keeps its part. */
+/* Whether any rank found a problem: each stage checks its own tensors, so
+ * one stage may fail while the others would go on (and, with nothing left
+ * to do, finish and leave MPI while the failing ranks bring the job down).
+ * Ranks without a problem wait here for the failing ranks' rt_fatal to end
+ * the job. Collective over the world. */
+static void agree(int errors) {
+  Place L = place_of();
+  if (!L.c || rt_comm_size(L.c->world) == 1) return;
+  int32_t any = errors > 0;
+  rt_comm_allreduce(L.c->world, &any, &any, 1, RT_COMM_I32, RT_COMM_MAX);
+  if (any && !errors) rt_comm_barrier(L.c->world); /* never completes */
+}
+
+/* Reads every parameter of this program (+ suffix) into base, a
+ * weights-shaped array: this rank's part of each whole tensor. The tied
+ * copy of a later stage reads the tensor of its name like the original.
+ * All problems are reported, then the run stops on every rank. */
 static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, real *base) {
   const RtModel *m = rt->model;
-  const RtStTensor **found = rt_xcalloc((size_t)m->nparams, sizeof *found);
+  const RtStTensor **found = rt_xcalloc((size_t)m->nparams + 1, sizeof *found);
+  /* Every problem is reported; the last one stops the run, on every rank.
+   * The ranks of a stage find the same problems: only its first says the
+   * earlier ones. */
+  Place L = place_of();
+  int speaks = L.at.tp == 0 && L.at.dp == 0;
+  char err[1024], last[1024];
   int errors = 0;
-  for (int p = 0; p < m->nparams; p++)
-    errors += !(found[p] = find_param(f, &m->params[p], suffix));
-  if (errors) exit(1);
+  for (int p = 0; p < m->nparams; p++) {
+    found[p] = find_param(f, &m->params[p], suffix, err, sizeof err);
+    if (found[p]) continue;
+    if (errors++ > 0 && speaks) rt_error(f->path, "%s", last);
+    memcpy(last, err, sizeof last);
+  }
+  agree(errors);
+  if (errors) rt_fatal(f->path, "%s", last);
   for (int p = 0; p < m->nparams; p++) {
     const RtParam *prm = &m->params[p];
     if (!gathered(prm)) {
       rt_st_read(f, found[p], base + prm->offset);
       continue;
     }
-    real *full = rt_xmalloc((size_t)rt_tp_full_numel(prm) * sizeof *full);
+    real *full = rt_xmalloc((size_t)(rt_tp_full_numel(prm) + 1) * sizeof *full);
     rt_st_read(f, found[p], full);
     rt_tp_take(prm, full, base + prm->offset);
     free(full);
   }
   free(found);
+}
+
+/* AdamW's m or v: with ZeRO only this data-parallel rank's parts. */
+static void load_state(const Rt *rt, const RtStFile *f, const char *suffix, real *state) {
+  const RtModel *m = rt->model;
+  Place L = place_of();
+  if (!sharded(m, &L)) {
+    load_params(rt, f, suffix, state);
+    return;
+  }
+  real *full = rt_xcalloc((size_t)span_of(m), sizeof *full);
+  load_params(rt, f, suffix, full);
+  move_parts(m, L.at.dp, L.mesh.dp, full, state, 1);
+  free(full);
 }
 
 void rt_ckpt_init_from(Rt *rt, const char *path) {
@@ -254,7 +648,7 @@ static void restore_rng(Rt *rt, const RtStFile *f) {
  * ones that differ get a note, since the run will not repeat the original. */
 static void restore_flags(Rt *rt, const RtStFile *f) {
   for (int i = 0; i < rt_flags_saved_count(); i++) {
-    char key[64], now[256], origin[600];
+    char key[64], now[1024], origin[600];
     snprintf(key, sizeof key, "flag.%s", rt_flags_saved_name(i));
     const char *v = rt_st_meta(f, key);
     if (!v) continue;
@@ -279,19 +673,27 @@ void rt_ckpt_resume_open(Rt *rt) {
   rt->step = meta_int(f, "step");
   restore_rng(rt, f);
   restore_flags(rt, f);
+  /* Any layout loads any other's checkpoint; say when they differ. */
+  const char *saved = rt_st_meta(f, "layout");
+  char now[128];
+  layout_str(rt->model, now, sizeof now);
+  if (saved && strcmp(saved, now))
+    rt_say("note: the checkpoint was saved under %s, this program runs %s\n", saved, now);
   free(path);
 }
 
 void rt_ckpt_resume_load(Rt *rt) {
   RtStFile *f = &rt->resume;
   load_params(rt, f, "", rt->ctx.weights);
-  if (rt->adam_m && rt->model->nparams > 0) {
+  if (rt->adam_m) {
     char probe[512];
-    snprintf(probe, sizeof probe, "%s.exp_avg", rt->model->params[0].name);
-    if (!rt_st_find(f, probe))
-      rt_fatal(f->path, "no AdamW state in this checkpoint (saved with --optimizer sgd?)");
-    load_params(rt, f, ".exp_avg", rt->adam_m);
-    load_params(rt, f, ".exp_avg_sq", rt->adam_v);
+    if (rt->model->nparams > 0) {
+      snprintf(probe, sizeof probe, "%s.exp_avg", rt->model->params[0].name);
+      if (!rt_st_find(f, probe))
+        rt_fatal(f->path, "no AdamW state in this checkpoint (saved with --optimizer sgd?)");
+    }
+    load_state(rt, f, ".exp_avg", rt->adam_m);
+    load_state(rt, f, ".exp_avg_sq", rt->adam_v);
   }
   rt_st_close(f);
 }

@@ -2,10 +2,23 @@
  * parameter names (what --init-from and other tools read);
  * DIR/state.safetensors holds everything --resume needs on its own: the
  * weights again, AdamW's m and v (NAME.exp_avg, NAME.exp_avg_sq), and in
- * its metadata the step, the sampling RNG and the flags that decide the
- * next steps. Each file is replaced atomically and each is complete by
- * itself, so a crash at any moment leaves a loadable checkpoint (and never
- * a new model.safetensors paired with an old optimizer state). */
+ * its metadata the step, the sampling RNG, the flags that decide the next
+ * steps and (for information) the layout it was saved under. Each file is
+ * replaced atomically and each is complete by itself, so a crash at any
+ * moment leaves a loadable checkpoint (and never a new model.safetensors
+ * paired with an old optimizer state).
+ *
+ * Files do not depend on the layout (t, p, d, v, ZeRO) of the job: they
+ * hold every parameter of the model (all pipeline stages; a tied parameter
+ * once) as a whole, unpadded tensor, in the order of their names, so that
+ * the same model gives the same tensors whatever the layout, and a job of
+ * any layout loads them.
+ *
+ * Saving (rt_ckpt_save, rt_ckpt_dump_grads) is collective over the world:
+ * every rank calls it at the same point, with no operation of the mesh's
+ * communicators in flight; world rank 0 writes. Loading needs no
+ * communication: every rank reads the file (checkpoints live where all
+ * ranks see them) and keeps its part. */
 #ifndef SHARD_RT_CHECKPOINT_H
 #define SHARD_RT_CHECKPOINT_H
 
@@ -16,12 +29,15 @@ void rt_ckpt_save(Rt *rt);
 /* Opens DIR/state.safetensors of --resume: restores the flags the command
  * line did not give, the step and the RNG. Runs before memory exists. */
 void rt_ckpt_resume_open(Rt *rt);
-/* Reads the weights and the optimizer state of the opened state file. */
+/* Reads the weights and the optimizer state of the opened state file (with
+ * ZeRO, this data-parallel rank's parts of the state). */
 void rt_ckpt_resume_load(Rt *rt);
 /* --init-from: weights only; every parameter must be present with its
  * shape. */
 void rt_ckpt_init_from(Rt *rt, const char *path);
-/* --dump-grads: the gradients region as safetensors, by parameter name. */
+/* --dump-grads: the gradients region as safetensors, by parameter name.
+ * With d > 1 call it after the data-parallel reduction: it writes the
+ * reduced gradients (with ZeRO, each rank's owned parts of the buckets). */
 void rt_ckpt_dump_grads(Rt *rt, const char *path);
 
 #endif

@@ -37,8 +37,10 @@ static const Flag flags[] = {
     {"steps", K_INT, F(steps), "N", "-1", 0, -1, BIG, NULL, 1,
      "optimizer steps in all (default: one pass over --data; 0 with --data absent)"},
     {"global-batch", K_INT, F(global_batch), "B", "0", 0, 0, BIG, NULL, 1,
-     "sequences per step, a multiple of the model's batch: B/batch microbatches "
-     "whose gradients add up (default: the model's batch)"},
+     "sequences per step, a multiple of the model's batch times the data-parallel "
+     "replicas d: B/(batch*d) microbatches on each replica, whose gradients add up "
+     "(default: batch*d; a pipeline stage's schedule fixes it at its microbatches times "
+     "batch*d)"},
     {"lr", K_REAL, F(lr), "X", "6e-4", 1, 0, BIG, NULL, 1, "peak learning rate"},
     {"beta1", K_REAL, F(beta1), "X", "0.9", 1, 0, 0.999999999, NULL, 1, "AdamW beta1"},
     {"beta2", K_REAL, F(beta2), "X", "0.95", 1, 0, 0.999999999, NULL, 1, "AdamW beta2"},
@@ -95,6 +97,13 @@ static const Flag flags[] = {
      "after every step, each rank prints the bytes it sent per mesh axis: the program's "
      "collectives (the compiler's --report comm times the microbatches) and the runtime's "
      "own (the gradient norm)"},
+    {"no-overlap", K_SWITCH, F(no_overlap), NULL, "0", 0, 0, 0, NULL, 0,
+     "start the data-parallel gradient reductions only after the whole backward instead of "
+     "as each bucket's gradients complete (the same results; measures what overlapping "
+     "saves)"},
+    {"dp-stats", K_SWITCH, F(dp_stats), NULL, "0", 0, 0, 0, NULL, 0,
+     "after training, each data-parallel rank prints the mean time per step its gradient "
+     "reductions ran behind the backward and the time it then waited for them"},
     {"dump-grads", K_STR, F(dump_grads), "FILE", NULL, 0, 0, 0, NULL, 0,
      "write the gradients of the first step (before clipping) as safetensors"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,

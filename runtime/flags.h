@@ -29,6 +29,8 @@ typedef struct RtFlags {
   const char *dump_grads;
   int64_t quiet;
   int64_t comm_stats; /* print the bytes each rank sent, per mesh axis and step */
+  int64_t no_overlap; /* data-parallel reductions only after the whole backward */
+  int64_t dp_stats;   /* print the data-parallel reduction's timers at the end */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

@@ -1,5 +1,6 @@
-/* rt_main: the flags, the one allocation of the memory plan, and the
- * training loop of a rank program. */
+/* rt_main: the flags, the checks of the compiler's tables, the one
+ * allocation of the memory plan, and the training loop of a rank program
+ * (the microbatches of one chunk here, a pipeline stage's table in exec.c). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -7,6 +8,8 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "dp.h"
+#include "exec.h"
 #include "gradcheck.h"
 #include "log.h"
 #include "optim.h"
@@ -14,6 +17,7 @@
 #include "sample.h"
 #include "tp.h"
 #include "util.h"
+#include "zero.h"
 
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
 #define NORM_CHUNK 65536
@@ -26,37 +30,196 @@ void rt_prof_add(const char *what, double seconds);
 void rt_prof_report(int64_t steps);
 
 /* The tables come from the compiler; a mismatch here is its bug, but a
- * message beats writing outside the plan. */
+ * message beats writing outside the plan or hanging a job. */
+
+/* Whether `bytes` at location `off` of chunk c lie inside one of its two
+ * buffers (model.h: activations below c->activations, temporaries above). */
+static int in_chunk(const RtChunk *c, int64_t off, int64_t bytes) {
+  if (off < 0 || bytes < 0) return 0;
+  if (off < c->activations) return off + bytes <= c->activations;
+  return off + bytes <= c->activations + c->temporaries;
+}
+
+static int parts_inside(const RtChunk *c, const RtMsgPart *p, int n) {
+  if (n < 0 || (n > 0 && !p)) return 0;
+  for (int i = 0; i < n; i++)
+    if (p[i].numel <= 0 || !in_chunk(c, p[i].offset, p[i].numel * (int64_t)sizeof(real)))
+      return 0;
+  return 1;
+}
+
+static void check_chunk(const RtModel *m, int c, int p) {
+  const char *what = m->name;
+  const RtChunk *ch = &m->chunks[c];
+  int nv = p * m->nchunks, vs = ch->vstage, last = vs == nv - 1;
+  if (!ch->forward || !ch->backward)
+    rt_fatal(what, "internal error: chunk %d has no forward or backward", c);
+  if (vs != c * p + m->stage)
+    rt_fatal(what, "internal error: chunk %d of stage %d is virtual stage %d, not %d", c, m->stage,
+             vs, c * p + m->stage);
+  if (ch->activations < 0 || ch->temporaries < 0 || ch->temporaries > m->plan.temporaries)
+    rt_fatal(what, "internal error: chunk %d needs %lld bytes of temporaries, the plan has %lld", c,
+             (long long)ch->temporaries, (long long)m->plan.temporaries);
+  if (ch->weights_begin < 0 || ch->weights_begin > ch->weights_end ||
+      ch->weights_end > m->nweights)
+    rt_fatal(what, "internal error: chunk %d's weights lie outside the weights", c);
+  if (ch->ninputs < 0 || (ch->ninputs > 0 && !ch->inputs))
+    rt_fatal(what, "internal error: bad input table of chunk %d", c);
+  for (int i = 0; i < ch->ninputs; i++) {
+    const RtInput *in = &ch->inputs[i];
+    if (in->numel != m->batch * m->seq || !in_chunk(ch, in->offset_bytes, in->numel * 4))
+      rt_fatal(what, "internal error: input %s is not [batch, seq] inside chunk %d's memory",
+               in->name, c);
+  }
+  if (ch->has_loss != last)
+    rt_fatal(what, "internal error: chunk %d (virtual stage %d of %d) %s the loss", c, vs, nv,
+             ch->has_loss ? "computes" : "does not compute");
+  if (ch->has_loss) {
+    int64_t logits = m->batch * m->seq * rt_logits_cols(m) * (int64_t)sizeof(real);
+    if (!in_chunk(ch, ch->loss_offset, sizeof(real)) ||
+        !in_chunk(ch, ch->dloss_offset, sizeof(real)) || !in_chunk(ch, ch->logits_offset, logits))
+      rt_fatal(what, "internal error: loss, d_loss or logits lie outside chunk %d's memory", c);
+  }
+  /* Messages: an activation in from the previous virtual stage (but on the
+   * first), out to the next (but on the last); gradients the other way. */
+  int in = p > 1 && vs > 0, out = p > 1 && !last;
+  if (!parts_inside(ch, ch->recv_act, ch->nrecv_act) ||
+      !parts_inside(ch, ch->send_act, ch->nsend_act) ||
+      !parts_inside(ch, ch->recv_grad, ch->nrecv_grad) ||
+      !parts_inside(ch, ch->send_grad, ch->nsend_grad) || (ch->nrecv_act > 0) != in ||
+      (ch->nsend_grad > 0) != in || (ch->nsend_act > 0) != out || (ch->nrecv_grad > 0) != out)
+    rt_fatal(what, "internal error: the message parts of chunk %d (virtual stage %d) are wrong", c,
+             vs);
+}
+
+/* Buckets: disjoint, in order, inside their chunk's weights, covering
+ * every parameter; with ZeRO-1 a multiple of d; marked tied when they hold
+ * a tied parameter (whose sum over the embedding group must come first). */
+static void check_buckets(const RtModel *m, int d) {
+  const char *what = m->name;
+  if (d <= 1) return;
+  if (m->nbuckets < 1 || !m->buckets)
+    rt_fatal(what, "internal error: a data-parallel program without gradient buckets");
+  for (int j = 0; j < m->nbuckets; j++) {
+    const RtBucket *b = &m->buckets[j];
+    if (b->chunk < 0 || b->chunk >= m->nchunks || b->numel <= 0 ||
+        b->offset < m->chunks[b->chunk].weights_begin ||
+        b->offset + b->numel > m->chunks[b->chunk].weights_end ||
+        (j > 0 && b->offset < m->buckets[j - 1].offset + m->buckets[j - 1].numel) ||
+        (m->zero && b->numel % d))
+      rt_fatal(what, "internal error: bucket %d [%lld, +%lld) of chunk %d is out of place", j,
+               (long long)b->offset, (long long)b->numel, b->chunk);
+  }
+  for (int i = 0; i < m->nparams; i++) {
+    const RtParam *q = &m->params[i];
+    int64_t covered = 0;
+    for (int j = 0; j < m->nbuckets; j++) {
+      const RtBucket *b = &m->buckets[j];
+      int64_t lo = b->offset > q->offset ? b->offset : q->offset;
+      int64_t hi = b->offset + b->numel < q->offset + q->numel ? b->offset + b->numel
+                                                               : q->offset + q->numel;
+      if (lo >= hi) continue;
+      covered += hi - lo;
+      if (q->tied && !b->tied)
+        rt_fatal(what, "internal error: bucket %d holds tied %s but is not marked tied", j,
+                 q->name);
+    }
+    if (covered != q->numel)
+      rt_fatal(what, "internal error: the buckets cover %lld of the %lld elements of %s",
+               (long long)covered, (long long)q->numel, q->name);
+  }
+}
+
+static int is_message(int kind) { return kind == RT_SCHED_SEND || kind == RT_SCHED_RECV; }
+
+/* The stage's action table: what the executor relies on. The compiler's
+ * verifier proved the tables deadlock-free together; this checks the one
+ * the runtime got. */
+static void check_actions(const RtModel *m, int p) {
+  const char *what = m->name;
+  int v = m->nchunks, mb = m->microbatches, nv = p * v;
+  if (!m->actions || m->nactions <= 0 || mb < 1)
+    rt_fatal(what, "internal error: a pipeline stage without an action table");
+  /* 1: F done, 2: B done, per (chunk, microbatch) */
+  unsigned char *done = rt_xcalloc((size_t)(v * mb), 1);
+  int opt = 0;
+  for (int32_t i = 0; i < m->nactions; i++) {
+    const RtSchedAction *a = &m->actions[i];
+    int k = a->kind, c = a->chunk, bad = 0;
+    if (k == RT_SCHED_W)
+      rt_fatal(what, "this runtime has no separate weight-gradient pass (W actions); compile "
+                     "with another --schedule");
+    if (k < 0 || k >= RT_SCHED_NKINDS || k == RT_SCHED_W) bad = 1;
+    else if (k == RT_SCHED_REDUCE_GRADS) bad = c < -1 || c >= v;
+    else if (k == RT_SCHED_OPT_STEP) bad = opt++ > 0;
+    else if (c < 0 || c >= v || a->mb < 0 || a->mb >= mb) bad = 1;
+    if (!bad && (a->flags & RT_SCHED_JOIN))
+      bad = !is_message(k) || i == 0 || !is_message(m->actions[i - 1].kind);
+    if (!bad && (k == RT_SCHED_F || k == RT_SCHED_B)) {
+      unsigned char *st = &done[c * mb + a->mb];
+      bad = k == RT_SCHED_F ? *st != 0 : *st != 1;
+      *st = k == RT_SCHED_F ? 1 : 2;
+    }
+    if (!bad && is_message(k)) {
+      int vs = m->chunks[c].vstage, act = a->msg == RT_SCHED_ACT;
+      /* An activation comes from vs - 1 and goes to vs + 1; gradients the
+       * other way. */
+      int from_prev = (k == RT_SCHED_RECV) == act;
+      int other = from_prev ? vs - 1 : vs + 1;
+      bad = (a->msg != RT_SCHED_ACT && a->msg != RT_SCHED_GRAD) || other < 0 || other >= nv ||
+            a->peer != other % p;
+    }
+    /* The optimizer after every backward; a chunk's reduction after its
+     * last one (an earlier backward would still add to the buckets). */
+    if (!bad && k == RT_SCHED_OPT_STEP)
+      for (int j = 0; j < v * mb && !bad; j++) bad = done[j] != 2;
+    if (!bad && k == RT_SCHED_REDUCE_GRADS)
+      for (int j = 0; j < v * mb && !bad; j++) bad = (c < 0 || j / mb == c) && done[j] != 2;
+    if (bad)
+      rt_fatal(what, "internal error: action %d (%s chunk %d microbatch %d peer %d) of stage %d's "
+                     "table is invalid here",
+               (int)i, rt_sched_kind_name(k), c, a->mb, a->peer, m->stage);
+  }
+  for (int j = 0; j < v * mb; j++)
+    if (done[j] != 2)
+      rt_fatal(what, "internal error: stage %d's table misses F or B of chunk %d, microbatch %d",
+               m->stage, j / mb, j % mb);
+  if (opt != 1) rt_fatal(what, "internal error: stage %d's table has %d optimizer steps", m->stage, opt);
+  free(done);
+}
+
 static void check_model(const RtModel *m) {
   const char *what = m->name;
-  int64_t region = m->plan.activations + m->plan.temporaries,
-          wbytes = m->nweights * (int64_t)sizeof(real);
-  if (m->batch <= 0 || m->seq <= 0 || m->vocab <= 0 || !m->forward || !m->backward)
-    rt_fatal(what, "internal error: bad model tables (batch, seq, vocab or functions)");
+  int p = m->mesh_pp > 0 ? m->mesh_pp : 1, d = m->mesh_dp > 0 ? m->mesh_dp : 1;
+  int64_t wbytes = m->nweights * (int64_t)sizeof(real);
+  if (m->batch <= 0 || m->seq <= 0 || m->vocab <= 0 || !m->chunks || m->nchunks < 1)
+    rt_fatal(what, "internal error: bad model tables (batch, seq, vocab or chunks)");
+  if ((p == 1 && (m->nchunks != 1 || m->stage != 0)) || m->stage < 0 || m->stage >= p)
+    rt_fatal(what, "internal error: stage %d of %d with %d chunks", m->stage, p, m->nchunks);
   if (m->plan.weights < wbytes || m->plan.grads < wbytes)
     rt_fatal(what, "internal error: the memory plan holds fewer bytes than the %lld weights",
              (long long)m->nweights);
-  for (int p = 0; p < m->nparams; p++) {
-    const RtParam *q = &m->params[p];
+  for (int i = 0; i < m->nparams; i++) {
+    const RtParam *q = &m->params[i];
     int64_t n = 1;
-    for (int d = 0; d < q->rank; d++)
-      n *= q->shape[d];
+    for (int k = 0; k < q->rank; k++)
+      n *= q->shape[k];
     if (q->rank < 0 || q->rank > RT_MAX_RANK || n != q->numel || q->offset < 0 ||
         q->offset + q->numel > m->nweights)
       rt_fatal(what, "internal error: parameter %s lies outside the weights", q->name);
+    if (q->tied && p == 1)
+      rt_fatal(what, "internal error: parameter %s is tied in a program of one stage", q->name);
   }
-  for (int i = 0; i < m->ninputs; i++) {
-    const RtInput *in = &m->inputs[i];
-    if (in->numel != m->batch * m->seq || in->offset_bytes < 0 ||
-        in->offset_bytes + in->numel * 4 > region)
-      rt_fatal(what, "internal error: input %s is not [batch, seq] inside the activations",
-               in->name);
+  int64_t activations = 0;
+  for (int c = 0; c < m->nchunks; c++) {
+    check_chunk(m, c, p);
+    activations += m->chunks[c].activations;
   }
-  int64_t logits = m->batch * m->seq * rt_logits_cols(m) * (int64_t)sizeof(real);
-  if (m->loss_offset < 0 || m->loss_offset + (int64_t)sizeof(real) > region ||
-      m->dloss_offset < 0 || m->dloss_offset + (int64_t)sizeof(real) > region ||
-      m->logits_offset < 0 || m->logits_offset + logits > region)
-    rt_fatal(what, "internal error: loss, d_loss or logits lie outside the activations");
+  if (activations > m->plan.activations)
+    rt_fatal(what, "internal error: the chunks keep %lld bytes, the plan's activations are %lld",
+             (long long)activations, (long long)m->plan.activations);
+  check_buckets(m, d);
+  if (p > 1) check_actions(m, p);
 }
 
 /* Cheap checks of flag combinations, all reported before exiting. */
@@ -70,28 +233,54 @@ static void check_flags(const RtFlags *f) {
   if (errors) exit(1);
 }
 
+/* The microbatches per replica: with a pipeline the table's m, which
+ * --global-batch must match; without, what --global-batch makes of it. */
 static void open_data(Rt *rt) {
   const RtModel *m = rt->model;
   RtFlags *f = &rt->f;
-  if (f->global_batch == 0) f->global_batch = m->batch;
-  if (f->global_batch % m->batch)
-    rt_fatal("--global-batch", "%lld is not a multiple of the model's batch %lld",
-             (long long)f->global_batch, (long long)m->batch);
-  rt->micro = f->global_batch / m->batch;
+  int d = rt->mesh.dp;
+  int64_t per = m->batch * d; /* sequences of one microbatch on every replica */
+  if (rt->mesh.pp > 1) {
+    int64_t want = (int64_t)m->microbatches * per;
+    if (f->global_batch == 0) f->global_batch = want;
+    if (f->global_batch != want)
+      rt_fatal("--global-batch",
+               "this pipeline stage's schedule runs %d microbatch%s of %lld sequence%s on each "
+               "of %d data-parallel replica%s, a global batch of %lld, not %lld (recompile with "
+               "`shardc compile ... --global-batch %lld`)",
+               m->microbatches, m->microbatches == 1 ? "" : "es", (long long)m->batch,
+               m->batch == 1 ? "" : "s", d, d == 1 ? "" : "s", (long long)want,
+               (long long)f->global_batch, (long long)f->global_batch);
+    rt->micro = m->microbatches;
+  } else {
+    if (f->global_batch == 0) f->global_batch = (m->microbatches > 0 ? m->microbatches : 1) * per;
+    if (f->global_batch % per) {
+      if (d == 1)
+        rt_fatal("--global-batch", "%lld is not a multiple of the model's batch %lld",
+                 (long long)f->global_batch, (long long)m->batch);
+      rt_fatal("--global-batch",
+               "%lld is not a multiple of the model's batch %lld times the %d data-parallel "
+               "replicas (%lld)",
+               (long long)f->global_batch, (long long)m->batch, d, (long long)per);
+    }
+    rt->micro = f->global_batch / per;
+  }
   rt->rows = m->batch * m->seq;
   if (f->data) rt->train = rt_data_open(f->data, f->global_batch, m->seq, m->vocab);
   if (f->val_data) rt->val = rt_data_open(f->val_data, m->batch, m->seq, m->vocab);
   if (f->steps < 0) f->steps = rt->train ? rt_data_windows(rt->train) : 0;
 }
 
-/* The one allocation: weights, gradients, optimizer state, activations and
- * temporaries, each at a 64-byte boundary, all zero (and touched, so the
- * resident size shows the plan from the start). */
+/* The one allocation: weights, gradients, optimizer state and (one chunk)
+ * activations and temporaries, each at a 64-byte boundary, all zero (and
+ * touched, so the resident size shows the plan from the start). A
+ * pipeline stage's activations and temporaries are the executor's. */
 static void allocate(Rt *rt) {
   const RtModel *m = rt->model;
   const RtPlan *p = &m->plan;
+  int one_chunk = rt->mesh.pp == 1;
   int64_t w = ALIGN64(p->weights), g = ALIGN64(p->grads), o = ALIGN64(p->optimizer);
-  int64_t total = w + g + o + ALIGN64(p->activations + p->temporaries);
+  int64_t total = w + g + o + (one_chunk ? ALIGN64(p->activations + p->temporaries) : 0);
   void *mem = NULL;
   if (posix_memalign(&mem, 64, (size_t)total) != 0)
     rt_fatal(NULL, "out of memory allocating the memory plan (%lld bytes)", (long long)total);
@@ -100,17 +289,22 @@ static void allocate(Rt *rt) {
   rt->ctx.model = m;
   rt->ctx.weights = (real *)rt->mem;
   rt->ctx.grads = (real *)(rt->mem + w);
-  rt->ctx.activations = rt->mem + w + g + o;
+  if (one_chunk) {
+    rt->ctx.activations = rt->mem + w + g + o;
+    rt->ctx.temporaries = rt->ctx.activations + m->chunks[0].activations;
+  }
   rt->ctx.training = 1;
   if (rt->f.optimizer == RT_OPT_ADAMW) {
-    int64_t need = 2 * m->nweights * (int64_t)sizeof(real);
+    /* With ZeRO-1 this replica's shard of m and v only (zero.h). */
+    int64_t state = rt_zero_state_numel(m, rt->mesh.dp);
+    int64_t need = 2 * state * (int64_t)sizeof(real);
     if (p->optimizer < need)
       rt_fatal("--optimizer",
                "AdamW needs %lld bytes of state, the memory plan has %lld "
                "(use --optimizer sgd)",
                (long long)need, (long long)p->optimizer);
     rt->adam_m = (real *)(rt->mem + w + g);
-    rt->adam_v = rt->adam_m + m->nweights;
+    rt->adam_v = rt->adam_m + state;
   }
   rt->window = rt_xmalloc((size_t)(rt->f.global_batch * m->seq + 1) * sizeof *rt->window);
   rt->norm_chunks = (m->nweights + NORM_CHUNK - 1) / NORM_CHUNK;
@@ -124,19 +318,26 @@ static void print_data(const char *what, const char *pattern, RtData *d, const c
          (long long)rt_data_windows(d), order);
 }
 
+/* Collective over the pipeline communicator (the stages' peaks). */
 static void print_banner(Rt *rt) {
   const RtModel *m = rt->model;
   const RtPlan *p = &m->plan;
-  char b[6][32], n[32];
+  char b[6][32], n[32], line[768];
   int64_t nparam = 0;
   for (int i = 0; i < m->nparams; i++)
     nparam += m->params[i].numel;
   rt_say("model %s (%s%s%s) | %s | %s parameters in %d tensors | %d threads\n", m->name, m->source,
          *m->defines ? " " : "", m->defines, RT_REAL_NAME, rt_fmt_thousands(n, sizeof n, nparam),
          m->nparams, omp_get_max_threads());
-  rt_say("batch %lld x seq %lld | global batch %lld (%lld microbatch%s) | %lld steps\n",
-         (long long)m->batch, (long long)m->seq, (long long)rt->f.global_batch,
-         (long long)rt->micro, rt->micro == 1 ? "" : "es", (long long)rt->f.steps);
+  if (rt->mesh.dp == 1)
+    rt_say("batch %lld x seq %lld | global batch %lld (%lld microbatch%s) | %lld steps\n",
+           (long long)m->batch, (long long)m->seq, (long long)rt->f.global_batch,
+           (long long)rt->micro, rt->micro == 1 ? "" : "es", (long long)rt->f.steps);
+  else
+    rt_say("batch %lld x seq %lld | global batch %lld (%lld microbatch%s on each of %d replicas) "
+           "| %lld steps\n",
+           (long long)m->batch, (long long)m->seq, (long long)rt->f.global_batch,
+           (long long)rt->micro, rt->micro == 1 ? "" : "es", rt->mesh.dp, (long long)rt->f.steps);
   rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s | temporaries %s | "
          "total %s\n",
          rt_fmt_bytes(b[0], 32, p->weights), rt_fmt_bytes(b[1], 32, p->grads),
@@ -144,6 +345,14 @@ static void print_banner(Rt *rt) {
          rt_fmt_bytes(b[4], 32, p->temporaries),
          rt_fmt_bytes(b[5], 32,
                       p->weights + p->grads + p->optimizer + p->activations + p->temporaries));
+  if (rt->exec) {
+    rt_exec_describe(rt, line, sizeof line);
+    rt_say("pipeline: %s\n", line);
+  }
+  if (rt->dp) {
+    rt_dp_describe(rt, line, sizeof line);
+    rt_say("data parallel: %s\n", line);
+  }
   if (rt->train)
     print_data("train data", rt->f.data, rt->train, rt->f.no_shuffle ? ", in order" : ", shuffled");
   if (rt->val) print_data("val data", rt->f.val_data, rt->val, "");
@@ -169,36 +378,64 @@ static void save(Rt *rt) {
   fflush(stdout);
 }
 
-/* One optimizer step; fills in what the logs report. */
-static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
+void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   const RtModel *m = rt->model;
-  double t0 = rt_now(), skipped = 0;
-  rt_tp_step_begin(rt);
-  rt_fetch_window(rt, s);
-  rt_prof_add("S data", rt_now() - t0);
-  info->loss = rt_window_grads(rt, rt->window, s);
-  rt_tp_step_mark(rt);
+  if (rt->dp) {
+    rt_dp_start_tied(rt);
+    rt_dp_wait(rt);
+  }
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
-    skipped = rt_now() - t;
+    rt->skipped += rt_now() - t;
   }
   double t1 = rt_now();
-  info->grad_norm = rt_tp_size() > 1 ? rt_tp_grad_norm(rt)
-                                      : rt_grad_norm(rt->ctx.grads, m->nweights, NORM_CHUNK,
-                                                     rt->norm_partials);
+  /* One stage and one replica keep their own paths, bit for bit as
+   * before; anything larger sums over the mesh. */
+  if (rt->mesh.pp > 1 || rt->mesh.dp > 1)
+    info->grad_norm = rt_mesh_grad_norm(rt);
+  else if (rt_tp_size() > 1)
+    info->grad_norm = rt_tp_grad_norm(rt);
+  else
+    info->grad_norm = rt_grad_norm(rt->ctx.grads, m->nweights, NORM_CHUNK, rt->norm_partials);
   double scale = rt_clip_scale(info->grad_norm, rt->f.clip);
   info->lr = rt_lr_at(&rt->f, s);
   double t2 = rt_now();
   rt_prof_add("S grad_norm", t2 - t1);
-  if (rt->f.optimizer == RT_OPT_ADAMW)
-    rt_adamw_step(m, rt->ctx.weights, rt->ctx.grads, rt->adam_m, rt->adam_v, s + 1, info->lr, scale,
-                  &rt->f);
-  else
-    rt_sgd_step(m, rt->ctx.weights, rt->ctx.grads, info->lr, scale, &rt->f);
+  int zero = rt->dp && m->zero;
+  if (rt->f.optimizer == RT_OPT_ADAMW) {
+    if (zero)
+      rt_dp_zero_adamw(rt, s + 1, info->lr, scale);
+    else
+      rt_adamw_step(m, rt->ctx.weights, rt->ctx.grads, rt->adam_m, rt->adam_v, s + 1, info->lr,
+                    scale, &rt->f);
+  } else {
+    if (zero)
+      rt_dp_zero_sgd(rt, info->lr, scale);
+    else
+      rt_sgd_step(m, rt->ctx.weights, rt->ctx.grads, info->lr, scale, &rt->f);
+  }
   rt_prof_add("S optimizer", rt_now() - t2);
+}
+
+/* One optimizer step; fills in what the logs report. */
+static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
+  const RtModel *m = rt->model;
+  double t0 = rt_now();
+  rt->skipped = 0;
+  rt_tp_step_begin(rt);
+  rt_fetch_window(rt, s);
+  rt_prof_add("S data", rt_now() - t0);
+  if (rt->exec) {
+    /* The table's OPT_STEP runs rt_update. */
+    info->loss = rt_exec_step(rt, s, dump, info);
+  } else {
+    info->loss = rt_window_grads(rt, rt->window, s);
+    rt_tp_step_mark(rt);
+    rt_update(rt, s, dump, info);
+  }
   rt->step = s + 1;
-  double dt = rt_now() - t0 - skipped;
+  double dt = rt_now() - t0 - rt->skipped;
   info->step = s + 1;
   info->steps = rt->f.steps;
   info->tokens_per_s = dt > 0 ? (double)(rt->f.global_batch * m->seq) / dt : 0;
@@ -231,6 +468,7 @@ static void train(Rt *rt) {
   }
   rt_log_close(&log);
   rt_prof_report(rt->step - first);
+  rt_dp_report(rt);
   int trained = rt->step > first;
   if (f->save && (trained || !f->resume)) save(rt);
   if (rt->val && !info.has_val) info.has_val = 1, info.val_loss = rt_eval(rt);
@@ -243,6 +481,24 @@ static void train(Rt *rt) {
   fflush(stdout);
 }
 
+/* Sampling and gradient checks run the whole model on one rank's
+ * memory: a pipeline stage or a replica that must talk to others cannot. */
+static void check_mesh_flags(Rt *rt) {
+  if (rt->mesh.pp == 1 && rt->mesh.dp == 1) return;
+  if (rt->f.sample_prompt)
+    rt_fatal("--sample-prompt",
+             "needs a program of one pipeline stage and one data-parallel replica (this one was "
+             "compiled for p=%d, d=%d); sample from the saved checkpoint with a p=1 program "
+             "(compile without --pp and --dp, run it with --init-from DIR/model.safetensors "
+             "--steps 0)",
+             rt->mesh.pp, rt->mesh.dp);
+  if (rt->f.gradcheck)
+    rt_fatal("--gradcheck",
+             "runs on one rank: compile the model without --tp, --pp and --dp (this program was "
+             "compiled for p=%d, d=%d)",
+             rt->mesh.pp, rt->mesh.dp);
+}
+
 int rt_main(const RtModel *model, int argc, char **argv) {
   static Rt state;
   Rt *rt = &state;
@@ -251,6 +507,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   rt_flags_parse(&rt->f, argc, argv, argc > 0 ? argv[0] : "rank0");
   rt_quiet = (int)rt->f.quiet;
   rt_tp_init(rt, &argc, &argv);
+  check_mesh_flags(rt);
   if (rt->f.init_from && rt->f.resume)
     rt_fatal("--init-from", "cannot be combined with --resume (which loads weights too)");
   if (rt->f.resume)
@@ -260,6 +517,8 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   check_flags(&rt->f);
   open_data(rt);
   allocate(rt);
+  rt_dp_init(rt);
+  rt_exec_init(rt);
   print_banner(rt);
   initial_weights(rt);
   if (rt->f.gradcheck) return rt_gradcheck(rt);
@@ -267,6 +526,8 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   if (rt->f.sample_prompt) rt_sample(rt);
   rt_data_close(rt->train);
   rt_data_close(rt->val);
+  rt_exec_free(rt);
+  rt_dp_free(rt);
   free(rt->window);
   free(rt->norm_partials);
   free(rt->mem);

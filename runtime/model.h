@@ -1,8 +1,10 @@
 /* The contract between a generated rank program and the runtime library.
  *
- * codegen writes, for each distinct rank program, a C file that defines one
- * `const RtModel rt_model` (tables as data: parameters, inputs, the memory
- * plan) plus the forward and backward functions, and whose main() calls
+ * codegen writes, for each distinct rank program (one per pipeline
+ * stage), a C file that defines one `const RtModel rt_model` (tables as
+ * data: parameters, the memory plan, the model chunks with their inputs
+ * and messages, the gradient buckets, the stage's schedule) plus each
+ * chunk's forward and backward functions, and whose main() calls
  * rt_main(). The runtime (training loop, data, optimizer, checkpoints,
  * sampling) only ever sees this struct, so it never depends on the model and
  * the compiler never includes the runtime's sources.
@@ -14,6 +16,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "schedule.h"
 
 #ifdef SHARD_REAL_F64
 typedef double real;
@@ -52,10 +56,15 @@ typedef struct RtParam {
   int64_t global_shape[RT_MAX_RANK];
   int pad_dim;
   int64_t unpadded;
+  /* Pipeline parallelism: 1 when the first and the last pipeline stage
+   * each hold a copy of this parameter (the tied GPT-2 embedding; both
+   * copies carry the same name); their gradients are summed over the
+   * embedding group every step, so the copies stay identical. */
+  int tied;
 } RtParam;
 
-/* A model input (token ids, targets): int32 at `offset` bytes into the
- * activation region, shape [batch, seq]. */
+/* A model input (token ids, targets): int32 at location `offset_bytes` of
+ * the chunk that reads it (see Locations below), shape [batch, seq]. */
 typedef struct RtInput {
   const char *name;
   int rank;
@@ -66,40 +75,124 @@ typedef struct RtInput {
 } RtInput;
 
 /* Bytes of each region of the memory plan, as `shardc compile` prints them.
- * The program allocates exactly their sum, once. */
+ * activations: one microbatch's kept values of every chunk together (the
+ * sum of the chunks' `activations`); temporaries: the largest chunk's. A
+ * program of one chunk allocates exactly the sum of the five, once; a
+ * pipeline stage holds one set of a chunk's activations per microbatch it
+ * has in flight (see RtChunk). */
 typedef struct RtPlan {
   int64_t weights, grads, optimizer, activations, temporaries;
 } RtPlan;
 
+/* Locations. Every byte offset of a chunk below (inputs, loss, logits,
+ * d_loss, message parts) counts through the chunk's activations and then
+ * its temporaries, as if they were one buffer: an offset o below
+ * RtChunk.activations is ctx->activations + o, any other is
+ * ctx->temporaries + (o - RtChunk.activations). In a program of one chunk
+ * the runtime allocates the two back to back, so o is simply
+ * ctx->activations + o. */
+
+/* One tensor of a pipeline message: `numel` reals at `offset`. A message
+ * is the concatenation of its parts, in order. */
+typedef struct RtMsgPart {
+  int64_t offset;
+  int64_t numel;
+} RtMsgPart;
+
 struct RtCtx;
+
+/* One model chunk: the layers of one virtual stage (chunk c of pipeline
+ * stage r is virtual stage c*p + r; a program without pipeline
+ * parallelism is one chunk, virtual stage 0 of 1). forward() runs one
+ * microbatch through it and keeps in the chunk's activations what
+ * backward() reads; backward() adds this microbatch's gradients of the
+ * chunk's parameters into the grads region.
+ *
+ * Each (chunk, microbatch) in flight has its own copy of the chunk's
+ * activations (`activations` bytes; RtCtx.activations points at it during
+ * the calls); the temporaries are one buffer that every chunk reuses
+ * (RtCtx.temporaries), valid from a call's start to its end only.
+ *
+ * Messages (p > 1): the received activation's parts must be written at
+ * recv_act before forward() (their bytes may be temporaries, so the
+ * runtime receives into a buffer of its own and copies just before the
+ * call); right after forward(), send_act holds the activation for the next
+ * virtual stage. Likewise recv_grad is written just before backward(), and
+ * right after it send_grad holds the gradient of the received activation
+ * for the previous virtual stage. The loss gradient seed is written just
+ * before backward() too. A part list is empty where the chunk has no such
+ * message (the first virtual stage receives no activation, the last sends
+ * none). */
+typedef struct RtChunk {
+  int vstage;
+  void (*forward)(struct RtCtx *ctx);
+  void (*backward)(struct RtCtx *ctx);
+  int64_t activations; /* bytes of one microbatch's kept values */
+  int64_t temporaries; /* bytes of temporaries it needs */
+  const RtInput *inputs; /* the model inputs it reads (ids, targets) */
+  int ninputs;
+  /* The last virtual stage computes the loss: has_loss, and the locations
+   * of the loss (one real), of the logits
+   * [batch, seq, logits_cols] as they stand after forward() and of the
+   * loss gradient seed d(loss) that backward() reads. */
+  int has_loss;
+  int64_t loss_offset, logits_offset, dloss_offset;
+  const RtMsgPart *recv_act, *send_act, *recv_grad, *send_grad;
+  int nrecv_act, nsend_act, nrecv_grad, nsend_grad;
+  /* Its parameters: elements [weights_begin, weights_end) of the weights. */
+  int64_t weights_begin, weights_end;
+} RtChunk;
+
+/* A gradient bucket of data parallelism: elements [offset, offset+numel)
+ * of the grads region, reduced over the data-parallel group in one call
+ * as soon as every gradient in it is final (the generated backward calls
+ * RtCtx.bucket_ready after the node that completes the last of them). With
+ * ZeRO-1 numel is a multiple of the data-parallel size d and the bucket is
+ * reduce-scattered: data-parallel rank i owns elements
+ * [offset + i*numel/d, offset + (i+1)*numel/d). Buckets are disjoint,
+ * in order of offset, and cover every parameter; `chunk` is the chunk
+ * whose parameters it holds; `tied` is 1 when it holds a tied parameter
+ * (whose gradient is summed over the embedding group first). */
+typedef struct RtBucket {
+  int chunk;
+  int tied;
+  int64_t offset, numel;
+} RtBucket;
 
 typedef struct RtModel {
   const char *name;          /* model name */
   const char *source;        /* model file it was compiled from */
   const char *defines;       /* the -D overrides, "layers=4 hidden=128" */
   int64_t batch, seq, vocab; /* microbatch shape and (real, unpadded) vocabulary */
-  const RtParam *params;
+  const RtParam *params;     /* every chunk's, in chunk order */
   int nparams;
   int64_t nweights;          /* elements of real in the weights region */
-  const RtInput *inputs;
-  int ninputs;
   RtPlan plan;
-  /* Offsets (bytes into the activation region) of the loss (one real) and
-   * of the logits [batch, seq, vocab] as they stand after forward(). */
-  int64_t loss_offset, logits_offset;
-  /* Offset of the scalar loss gradient seed d(loss) read by backward. */
-  int64_t dloss_offset;
-  /* forward() computes the loss (and keeps what backward needs);
-   * backward() adds this microbatch's gradients into the grads region. */
-  void (*forward)(struct RtCtx *ctx);
-  void (*backward)(struct RtCtx *ctx);
+  /* The chunks this program runs, by chunk index c (virtual stage c*p + stage). */
+  const RtChunk *chunks;
+  int nchunks;
   /* The mesh the program was compiled for: t, p, d ranks along the tensor,
-   * pipeline and data axes (0 means 1). All t tensor-parallel ranks run
-   * this one program; their rank is RtCtx.tp. */
+   * pipeline and data axes (0 means 1). All t*d ranks of one pipeline
+   * stage run one program; `stage` is the stage it is for. */
   int mesh_tp, mesh_pp, mesh_dp;
+  int stage;
   /* Columns of this rank's logits: vocab, or with tensor parallelism its
    * part of the padded vocabulary (0 means vocab). */
   int64_t logits_cols;
+  /* Pipeline parallelism (p > 1): this stage's action table
+   * (runtime/schedule.h), built for `microbatches` microbatches per step
+   * on each data-parallel replica. NULL when p = 1: the runtime then runs
+   * the microbatches one after the other. */
+  const char *schedule;      /* "1f1b", "interleaved", ... */
+  const RtSchedAction *actions;
+  int32_t nactions;
+  int microbatches;
+  /* Data parallelism (d > 1): the gradient buckets; zero = 1 with ZeRO-1
+   * (the optimizer state holds this rank's shard of every bucket:
+   * plan.optimizer = 2 * sum(numel / d) reals). */
+  const RtBucket *buckets;
+  int nbuckets;
+  int zero;
 } RtModel;
 
 /* What the generated functions see. */
@@ -107,7 +200,8 @@ typedef struct RtCtx {
   const RtModel *model;
   real *weights;              /* nweights elements */
   real *grads;                /* nweights elements */
-  unsigned char *activations; /* plan.activations + plan.temporaries bytes */
+  unsigned char *activations; /* the running (chunk, microbatch)'s kept values */
+  unsigned char *temporaries; /* shared scratch */
   uint64_t seed;              /* dropout: per step and microbatch */
   int training;               /* 0 in evaluation: dropout off */
   /* Tensor parallelism: this rank's index and the group's size (0 and 1
@@ -115,6 +209,13 @@ typedef struct RtCtx {
    * runtime/comm.h that the generated collectives use (NULL when t = 1). */
   int tp, tp_size;
   struct RtComm *tp_comm;
+  /* Data parallelism: the generated backward calls bucket_ready(ctx, b)
+   * once bucket b's gradients of this microbatch are complete, and poll()
+   * between its nodes, so that reductions in flight progress. Either may
+   * be NULL. */
+  void (*bucket_ready)(struct RtCtx *ctx, int bucket);
+  void (*poll)(struct RtCtx *ctx);
+  void *runtime; /* the runtime's state, for the hooks */
 } RtCtx;
 
 /* The runtime's entry point: flags, training loop, checkpoints, sampling. */

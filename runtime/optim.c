@@ -68,11 +68,17 @@ static int param_part(const RtParam *prm, int64_t at, int64_t lo, int64_t hi, in
   return s < t;
 }
 
-void rt_adamw_step(const RtModel *m, real *w, const real *g, real *mom, real *vel, int64_t t,
-                   double lr, double grad_scale, const RtFlags *f) {
+/* The constants of one AdamW step. */
+static KAdamW adamw_consts(int64_t t, double lr, double grad_scale, const RtFlags *f) {
   const double bc1 = 1 - pow(f->beta1, (double)t), bc2 = 1 - pow(f->beta2, (double)t);
   KAdamW h = {.grad_scale = (real)grad_scale, .beta1 = (real)f->beta1, .beta2 = (real)f->beta2,
               .eps = (real)f->eps, .step_size = (real)(lr / bc1), .bc2_sqrt = (real)sqrt(bc2)};
+  return h;
+}
+
+void rt_adamw_step(const RtModel *m, real *w, const real *g, real *mom, real *vel, int64_t t,
+                   double lr, double grad_scale, const RtFlags *f) {
+  KAdamW h = adamw_consts(t, lr, grad_scale, f);
 #pragma omp parallel firstprivate(h)
   {
     int64_t lo, hi, at = 0, b, e;
@@ -103,5 +109,30 @@ void rt_sgd_step(const RtModel *m, real *w, const real *g, double lr, double gra
       for (int64_t i = b; i < e; i++)
         pw[i] = pw[i] * decay - rate * pg[i] * scale;
     }
+  }
+}
+
+/* The ranges are the unit of work: the caller cuts them small enough to
+ * share out (every element is updated alone, so no cut changes a result). */
+void rt_adamw_ranges(const RtOptRange *r, int64_t nr, real *w, const real *g, real *mom,
+                     real *vel, int64_t t, double lr, double grad_scale, const RtFlags *f) {
+  KAdamW h = adamw_consts(t, lr, grad_scale, f);
+#pragma omp parallel for schedule(dynamic, 1) firstprivate(h)
+  for (int64_t i = 0; i < nr; i++) {
+    h.decay = (real)(r[i].decay ? 1 - lr * f->weight_decay : 1);
+    k_adamw(w + r[i].w, g + r[i].w, mom + r[i].s, vel + r[i].s, r[i].n, &h);
+  }
+}
+
+void rt_sgd_ranges(const RtOptRange *r, int64_t nr, real *w, const real *g, double lr,
+                   double grad_scale, const RtFlags *f) {
+  const real scale = (real)grad_scale, rate = (real)lr;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < nr; i++) {
+    const real decay = (real)(r[i].decay ? 1 - lr * f->weight_decay : 1);
+    real *pw = w + r[i].w;
+    const real *pg = g + r[i].w;
+    for (int64_t k = 0; k < r[i].n; k++)
+      pw[k] = pw[k] * decay - rate * pg[k] * scale;
   }
 }

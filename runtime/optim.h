@@ -30,4 +30,18 @@ void rt_adamw_step(const RtModel *m, real *w, const real *g, real *mom, real *ve
 void rt_sgd_step(const RtModel *m, real *w, const real *g, double lr, double grad_scale,
                  const RtFlags *f);
 
+/* A run of n weight elements from w on, inside one parameter (whose
+ * RtParam.weight_decay is `decay`), whose optimizer state starts at index
+ * s of m and v: ZeRO-1's shards (dp.c) in pieces. */
+typedef struct RtOptRange {
+  int64_t w, s, n;
+  int decay;
+} RtOptRange;
+/* rt_adamw_step and rt_sgd_step over the given ranges only, element by
+ * element the same arithmetic. */
+void rt_adamw_ranges(const RtOptRange *r, int64_t nr, real *w, const real *g, real *mom,
+                     real *vel, int64_t t, double lr, double grad_scale, const RtFlags *f);
+void rt_sgd_ranges(const RtOptRange *r, int64_t nr, real *w, const real *g, double lr,
+                   double grad_scale, const RtFlags *f);
+
 #endif

@@ -50,14 +50,15 @@ int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k,
  * its columns with the others' into `whole`. */
 static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole) {
   const RtModel *m = rt->model;
+  const RtChunk *c = &m->chunks[0]; /* one chunk: rt_main refuses pipelines */
   int64_t start = len > m->seq ? len - m->seq : 0, n = len - start;
   memset(rt->window, 0, (size_t)(rt->rows + 1) * sizeof *rt->window);
   memcpy(rt->window, ctx + start, (size_t)n * sizeof *ctx);
   rt->ctx.training = 0;
   rt_load_micro(rt, rt->window, 0);
-  m->forward(&rt->ctx);
+  c->forward(&rt->ctx);
   rt->ctx.training = 1;
-  const real *logits = (const real *)(rt->ctx.activations + m->logits_offset);
+  const real *logits = (const real *)rt_loc(&rt->ctx, c, c->logits_offset);
   int64_t cols = rt_logits_cols(m);
   return rt_tp_gather_row(logits + (n - 1) * cols, cols, whole);
 }

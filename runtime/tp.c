@@ -37,6 +37,7 @@ static struct {
 int rt_tp_world_rank(void) { return tp.world_rank; }
 int rt_tp_rank(void) { return tp.tp; }
 int rt_tp_size(void) { return tp.t; }
+RtComms *rt_tp_comms(void) { return tp.comms; }
 
 /* ------------------------------------------------------------- starting */
 
@@ -70,6 +71,8 @@ void rt_tp_init(Rt *rt, int *argc, char ***argv) {
   rt->ctx.tp = 0;
   rt->ctx.tp_size = 1;
   rt->ctx.tp_comm = NULL;
+  rt->mesh = tp.mesh;
+  rt->coord = (RtCoord){0, 0, 0};
   if (!rt_mesh_valid(tp.mesh))
     rt_fatal(m->name, "internal error: the program's mesh t=%d p=%d d=%d is invalid", tp.mesh.tp,
              tp.mesh.pp, tp.mesh.dp);
@@ -80,16 +83,25 @@ void rt_tp_init(Rt *rt, int *argc, char ***argv) {
   tp.world_rank = rt_comm_world_rank();
   tp.world_size = rt_comm_world_size();
   if (tp.world_size > 1) rt_fatal_hook = fatal_hook;
-  if (tp.world_size != need)
+  if (tp.world_size != need && tp.mesh.pp == 1)
     rt_fatal(NULL,
              "this program was compiled for t=%d x p=%d x d=%d = %d rank%s, but the job has %d "
-             "(start it with `shardc run MODEL --tp %d ...` or mpirun -np %d)",
+             "(start it with `shardc run MODEL --tp %d --dp %d ...` or mpirun -np %d)",
              tp.mesh.tp, tp.mesh.pp, tp.mesh.dp, need, need == 1 ? "" : "s", tp.world_size,
-             tp.mesh.tp, need);
+             tp.mesh.tp, tp.mesh.dp, need);
+  /* A pipeline runs one program per stage, each on t*d ranks. */
+  if (tp.world_size != need)
+    rt_fatal(NULL,
+             "this program was compiled for t=%d x p=%d x d=%d = %d ranks, but the job has %d "
+             "(start it with `shardc run`, or mpirun -np %d DIR/stage0 ARGS : -np %d DIR/stage1 "
+             "ARGS ... with all %d stages)",
+             tp.mesh.tp, tp.mesh.pp, tp.mesh.dp, need, tp.world_size, tp.mesh.tp * tp.mesh.dp,
+             tp.mesh.tp * tp.mesh.dp, tp.mesh.pp);
   if (rt->f.gradcheck && tp.world_size > 1)
-    rt_fatal("--gradcheck", "runs on one rank: compile the model without --tp");
+    rt_fatal("--gradcheck", "runs on one rank: compile the model without --tp, --pp and --dp");
   tp.comms = rt_comms_new(tp.mesh);
   tp.tp = tp.comms->coord.tp;
+  rt->coord = tp.comms->coord;
   tp.t = tp.mesh.tp;
   tp.tensor = tp.t > 1 ? tp.comms->axis[RT_AXIS_TENSOR] : NULL;
   rt->ctx.tp = tp.tp;

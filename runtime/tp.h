@@ -14,7 +14,8 @@
 
 /* Starts the communication layer when the mesh has more than one rank or
  * the program runs under mpirun; checks that the job has t * p * d ranks;
- * builds the mesh's communicators and fills ctx.tp, tp_size and tp_comm.
+ * builds the mesh's communicators and fills rt->mesh, rt->coord and
+ * ctx.tp, tp_size and tp_comm.
  * Ranks other than 0 print only errors (and --comm-stats), and only rank 0
  * writes --log-json. Fatal errors then name the rank and bring every rank
  * down. Call after the flags are parsed. */
@@ -27,6 +28,10 @@ void rt_tp_finalize(Rt *rt);
 int rt_tp_world_rank(void);
 int rt_tp_rank(void);
 int rt_tp_size(void);
+/* The communicators of the mesh (world, tensor, pipeline, data, embed) and
+ * this rank's coordinates; NULL when the program runs without MPI (one
+ * rank). */
+struct RtComms *rt_tp_comms(void);
 
 /* Columns of the logits this rank computes. */
 static inline int64_t rt_logits_cols(const RtModel *m) {

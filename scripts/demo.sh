@@ -1,8 +1,11 @@
 #!/bin/bash
 # The demo: trains a tiny GPT-2 (4 layers, hidden 128, 4 heads, seq 128,
-# byte-level vocabulary) on the bundled Jane Austen corpus, shows the
-# progress lines, checks that the validation loss ends clearly below the
-# corpus's unigram entropy, draws the loss curve and prints a sample.
+# byte-level vocabulary) on the bundled Jane Austen corpus on 4 ranks of
+# this machine: tensor parallelism t=2 times pipeline parallelism p=2 with
+# v=2 chunks per stage (Megatron's interleaved schedule). It draws the
+# schedule, checks on a short run that the 4 ranks compute the losses of a
+# single rank, trains, checks that the validation loss ends clearly below
+# the corpus's unigram entropy, draws the loss curve and prints a sample.
 #
 #   scripts/demo.sh BUILD_DIR      (make demo calls it with build/)
 set -euo pipefail
@@ -21,13 +24,41 @@ shape=(-D layers=4 -D hidden=128 -D heads=4 -D seq=128 -D vocab=256)
 # byte frequencies would reach this loss; a real one must go clearly below.
 entropy=$(python3 data/entropy.py --json data/corpus.txt |
   python3 -c "import json, sys; print('%.4f' % json.load(sys.stdin)['nats_per_byte'])")
+# The cluster shape: 4 ranks, microbatches of 4 sequences, 4 a step.
+mesh=(--tp 2 --pp 2 --vpp 2 --microbatch 4)
+train=(--data "$build/data/austen_train.bin" --global-batch 16 --lr 2e-3 --warmup 20
+  --lr-min 2e-4 --weight-decay 0.1)
+
 echo
-echo "== training $steps steps (the unigram entropy of the corpus is $entropy nats/byte)"
-"$shardc" run models/gpt2.shard "${shape[@]}" --microbatch 8 --out "$out/program" \
-  --data "$build/data/austen_train.bin" --val-data "$build/data/austen_val.bin" \
-  --global-batch 16 --steps "$steps" --lr 2e-3 --warmup 20 --lr-min 2e-4 \
-  --weight-decay 0.1 --log-every 25 --eval-every 100 --eval-batches 20 \
-  --log-json "$out/log.jsonl" --save "$out/checkpoint" --save-every "$steps"
+echo "== the schedule of one step: $out/schedule.svg (Chrome trace: $out/schedule.json)"
+"$shardc" schedule models/gpt2.shard "${shape[@]}" "${mesh[@]}" --global-batch 16 \
+  --svg "$out/schedule.svg" --trace "$out/schedule.json"
+
+# The same short run on one rank and on the 4: every step's loss must agree.
+check=20
+echo
+echo "== $check steps on 1 rank and on t=2 x p=2 (v=2): the losses must agree"
+"$shardc" run models/gpt2.shard "${shape[@]}" --microbatch 4 --out "$out/program-1" "${train[@]}" \
+  --steps "$check" --log-every "$check" --log-json "$out/check-1.jsonl" --quiet
+"$shardc" run models/gpt2.shard "${shape[@]}" "${mesh[@]}" --out "$out/program" "${train[@]}" \
+  --steps "$check" --log-every "$check" --log-json "$out/check-4.jsonl" --quiet
+python3 - "$out/check-1.jsonl" "$out/check-4.jsonl" <<'PY'
+import json, sys
+one, four = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+worst = max(abs(a - b) / abs(a) for a, b in zip(one, four))
+print("step  1 rank              4 ranks             rel. diff")
+for s in (0, len(one) // 2, len(one) - 1):
+    print("%4d  %.15f  %.15f  %.1e" % (s + 1, one[s], four[s], abs(one[s] - four[s]) / abs(one[s])))
+if len(one) != len(four) or worst > 1e-4:
+    sys.exit("demo: FAILED: the 4 ranks' losses differ from one rank's by %.1e" % worst)
+print("the 4 ranks match one rank over %d steps: largest relative difference %.1e" % (len(one), worst))
+PY
+
+echo
+echo "== training $steps steps on t=2 x p=2 (v=2) (the unigram entropy of the corpus is $entropy nats/byte)"
+"$shardc" run models/gpt2.shard "${shape[@]}" "${mesh[@]}" --out "$out/program" "${train[@]}" \
+  --val-data "$build/data/austen_val.bin" --steps "$steps" --log-every 25 --eval-every 100 \
+  --eval-batches 20 --log-json "$out/log.jsonl" --save "$out/checkpoint" --save-every "$steps"
 
 python3 scripts/loss_curve.py "$out/log.jsonl" --svg "$out/loss.svg" --csv "$out/loss.csv" \
   --entropy "$entropy"

@@ -338,7 +338,7 @@ int main(int argc, char **argv) {
   }
   bool compile = strcmp(argv[1], "compile") == 0;
   const char *model = argv[2], *out = compile && argc > 3 ? argv[3] : NULL;
-  const char *pipeline = cg_pipeline("cpu");
+  const char *pipeline = cg_pipeline("cpu", false);
   const char *defines[64];
   int ndefines = 0, threads = 0;
   bool print = false, corrupt_plan = false;

@@ -43,5 +43,11 @@ pp_test(err_layout_empty_middle 1 ${PP_GPT2} -D layers=5 --pp 2 --vpp 2 --pp-lay
 pp_test(err_shared_param 1 shared.shard --pp 3)
 pp_test(err_rolled 1 ${PP_GPT2} --pp 2 --passes=fold,shape,pp-partition)
 pp_test(err_after_autodiff 1 ${PP_GPT2} -D layers=2 --pp 2 --passes=fold,shape,unroll,autodiff,pp-partition)
-pp_test(err_target 1 ${PP_GPT2} --pp 2 --target cpu -o unused)
+# What the target refuses, before writing anything.
+pp_test(err_target_vpp 1 ${PP_GPT2} -D layers=4 --vpp 2 --target cpu -o unused)
+pp_test(err_target_zero 1 ${PP_GPT2} -D layers=4 --zero 1 --target cpu -o unused)
+pp_test(err_target_schedule 1 ${PP_GPT2} -D layers=4 --pp 2 --schedule zigzag --target cpu -o unused)
+pp_test(err_target_interleaved 1 ${PP_GPT2} -D layers=4 --pp 2 --schedule interleaved --target cpu
+        -o unused)
+pp_test(err_target_batch 1 ${PP_GPT2} -D layers=4 --pp 2 --dp 2 --global-batch 3 --target cpu -o unused)
 pp_test(err_verify_cross 1 cross.ir --passes=shape,verify)

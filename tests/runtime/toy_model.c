@@ -25,7 +25,9 @@ enum { BATCH = 4, SEQ = 8, V = 256, H = 16, N = BATCH * SEQ };
 #define OFF_X AL(OFF_DLOSS + R)
 #define OFF_LOGITS AL(OFF_X + N * H * R)
 #define ACT_BYTES AL(OFF_LOGITS + N * V * R)
-/* Temporaries of the backward, after the activations. */
+/* Temporaries of the backward, after the activations: the locations of
+ * runtime/model.h count through both (a program of one chunk gets them as
+ * one block, so ctx->activations reaches them too). */
 #define OFF_DLOGITS ACT_BYTES
 #define OFF_DX AL(OFF_DLOGITS + N * V * R)
 #define OFF_DWTE AL(OFF_DX + N * H * R)
@@ -75,14 +77,30 @@ static void backward(RtCtx *ctx) {
 }
 
 static const RtParam params[] = {
-    {"wte.weight", 2, {V, H}, V *H, W_WTE, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0},
-    {"head.weight", 2, {V, H}, V *H, W_HEAD, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0},
-    {"head.bias", 1, {V}, V, W_BIAS, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0},
+    {"wte.weight", 2, {V, H}, V *H, W_WTE, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
+    {"head.weight", 2, {V, H}, V *H, W_HEAD, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
+    {"head.bias", 1, {V}, V, W_BIAS, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
 };
 
 static const RtInput inputs[] = {
     {"tokens", 2, {BATCH, SEQ}, N, OFF_TOKENS, 0},
     {"targets", 2, {BATCH, SEQ}, N, OFF_TARGETS, 1},
+};
+
+static const RtChunk chunk = {
+    .vstage = 0,
+    .forward = forward,
+    .backward = backward,
+    .activations = ACT_BYTES,
+    .temporaries = TMP_BYTES,
+    .inputs = inputs,
+    .ninputs = 2,
+    .has_loss = 1,
+    .loss_offset = OFF_LOSS,
+    .logits_offset = OFF_LOGITS,
+    .dloss_offset = OFF_DLOSS,
+    .weights_begin = 0,
+    .weights_end = NWEIGHTS,
 };
 
 static const RtModel toy = {
@@ -95,14 +113,9 @@ static const RtModel toy = {
     .params = params,
     .nparams = 3,
     .nweights = NWEIGHTS,
-    .inputs = inputs,
-    .ninputs = 2,
     .plan = {NWEIGHTS * R, NWEIGHTS *R, 2 * NWEIGHTS *R, ACT_BYTES, TMP_BYTES},
-    .loss_offset = OFF_LOSS,
-    .logits_offset = OFF_LOGITS,
-    .dloss_offset = OFF_DLOSS,
-    .forward = forward,
-    .backward = backward,
+    .chunks = &chunk,
+    .nchunks = 1,
 };
 
 int main(int argc, char **argv) { return rt_main(&toy, argc, argv); }

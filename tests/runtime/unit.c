@@ -66,8 +66,8 @@ static void test_lr(void) {
 
 /* Two parameters, the first decayed, the second not. */
 static const RtParam two_params[] = {
-    {"w", 1, {3}, 3, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0},
-    {"b", 1, {2}, 2, 3, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0},
+    {"w", 1, {3}, 3, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0},
+    {"b", 1, {2}, 2, 3, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
 };
 static const RtModel two_model = {.name = "two", .params = two_params, .nparams = 2, .nweights = 5};
 
@@ -214,7 +214,8 @@ static void test_data(void) {
 /* Inputs take window[m*rows + i], targets the token after it. */
 static void test_shift(void) {
   static const RtInput in[2] = {{"tokens", 2, {2, 4}, 8, 0, 0}, {"targets", 2, {2, 4}, 8, 64, 1}};
-  RtModel m = {.name = "shift", .batch = 2, .seq = 4, .inputs = in, .ninputs = 2};
+  RtChunk c = {.activations = 128, .inputs = in, .ninputs = 2};
+  RtModel m = {.name = "shift", .batch = 2, .seq = 4, .chunks = &c, .nchunks = 1};
   int32_t act[32], window[17];
   for (int i = 0; i < 17; i++)
     window[i] = 100 + i;
@@ -229,11 +230,11 @@ static void test_shift(void) {
 static void test_init(void) {
   /* The same names at other offsets and in another order. */
   static const RtParam p1[] = {
-      {"x", 1, {4000}, 4000, 0, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0},
-      {"y", 1, {10}, 10, 4000, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0}};
+      {"x", 1, {4000}, 4000, 0, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
+      {"y", 1, {10}, 10, 4000, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0}};
   static const RtParam p2[] = {
-      {"y", 1, {10}, 10, 0, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0},
-      {"x", 1, {4000}, 4000, 64, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0}};
+      {"y", 1, {10}, 10, 0, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
+      {"x", 1, {4000}, 4000, 64, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0}};
   RtModel m1 = {.params = p1, .nparams = 2, .nweights = 4010};
   RtModel m2 = {.params = p2, .nparams = 2, .nweights = 4064};
   static real w1[4010], w2[4064];

@@ -1,0 +1,501 @@
+/* The pipeline executor (see exec.h). */
+#include "exec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dp.h"
+#include "tp.h"
+#include "util.h"
+
+#ifdef SHARD_REAL_F64
+#define RT_COMM_REAL RT_COMM_F64
+#else
+#define RT_COMM_REAL RT_COMM_F32
+#endif
+
+#define ALIGN64(x) (((x) + 63) / 64 * 64)
+
+/* A message of one (chunk, microbatch): its buffer while it exists and
+ * the operation while in flight. */
+typedef struct Msg {
+  real *buf;
+  RtCommReq *req;
+} Msg;
+
+/* One chunk's slots: those not in use, and how many exist. */
+typedef struct Pool {
+  unsigned char **free;
+  int nfree, made;
+} Pool;
+
+struct RtExec {
+  int p, v, m, stage, nvstages;
+  RtComm *pipe, *embed;
+  unsigned char *temps;
+  Pool *pool;                /* per chunk */
+  unsigned char **slot;      /* [c * m + mb]: the slot of (c, mb) in flight */
+  int live, peak_live;       /* slots in use, now and at most */
+  int peak_table;            /* the most the table ever holds */
+  int64_t peak_bytes;        /* their bytes, chunk by chunk */
+  int64_t *numel[2][2];      /* per chunk: [0 recv, 1 send][RtSchedMsg] */
+  Msg *recv[2], *send[2];    /* [RtSchedMsg][c * m + mb] */
+  int *bdone;                /* per chunk: backwards run this step */
+  Msg **pending;             /* sends in flight, in posting order */
+  int npending, head;
+  int reads_inputs;          /* some chunk reads the model's inputs */
+  /* The forward-only pass's buffers, one per chunk (a microbatch at a
+   * time). */
+  real **fwd_in, **fwd_out;
+  RtCommReq **fwd_req;
+  int *tied;                 /* parameters tied across stages, by name */
+  int ntied;
+  double loss_sum;
+  int opt_steps;
+};
+
+static int64_t parts_numel(const RtMsgPart *p, int n) {
+  int64_t s = 0;
+  for (int i = 0; i < n; i++) s += p[i].numel;
+  return s;
+}
+
+/* The message's tensor out of the chunk's locations into buf ... */
+static void parts_out(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n, real *buf) {
+  for (int i = 0; i < n; i++) {
+    memcpy(buf, rt_loc(ctx, c, p[i].offset), (size_t)p[i].numel * sizeof(real));
+    buf += p[i].numel;
+  }
+}
+
+/* ... and from buf into them. */
+static void parts_in(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n,
+                     const real *buf) {
+  for (int i = 0; i < n; i++) {
+    memcpy(rt_loc(ctx, c, p[i].offset), buf, (size_t)p[i].numel * sizeof(real));
+    buf += p[i].numel;
+  }
+}
+
+static void *aligned_zeroed(int64_t bytes, const char *what) {
+  void *mem = NULL;
+  size_t n = (size_t)ALIGN64(bytes > 0 ? bytes : 1);
+  if (posix_memalign(&mem, 64, n) != 0)
+    rt_fatal(NULL, "out of memory allocating %s (%lld bytes)", what, (long long)n);
+  memset(mem, 0, n);
+  return mem;
+}
+
+/* ------------------------------------------------------------- slots */
+
+static unsigned char *acquire(RtExec *x, const RtModel *m, int c) {
+  Pool *p = &x->pool[c];
+  unsigned char *s =
+      p->nfree ? p->free[--p->nfree] : (p->made++, aligned_zeroed(m->chunks[c].activations, "a "
+                                                                                          "stash slot"));
+  if (++x->live > x->peak_live) x->peak_live = x->live;
+  return s;
+}
+
+static void release(RtExec *x, int c, unsigned char *s) {
+  Pool *p = &x->pool[c];
+  p->free[p->nfree++] = s;
+  x->live--;
+}
+
+/* ------------------------------------------------------------- setup */
+
+static const RtModel *sort_model;
+static int by_name(const void *a, const void *b) {
+  return strcmp(sort_model->params[*(const int *)a].name, sort_model->params[*(const int *)b].name);
+}
+
+/* The stage's peak of (chunk, microbatch) in flight, from its table. */
+static void table_peak(RtExec *x, const RtModel *m) {
+  int *live = rt_xcalloc((size_t)x->v, sizeof *live), *most = rt_xcalloc((size_t)x->v, sizeof *most);
+  int total = 0;
+  for (int32_t i = 0; i < m->nactions; i++) {
+    const RtSchedAction *a = &m->actions[i];
+    if (a->kind == RT_SCHED_F) {
+      total++;
+      if (++live[a->chunk] > most[a->chunk]) most[a->chunk] = live[a->chunk];
+    } else if (a->kind == RT_SCHED_B) {
+      total--, live[a->chunk]--;
+    }
+    if (total > x->peak_table) x->peak_table = total;
+  }
+  for (int c = 0; c < x->v; c++) x->peak_bytes += most[c] * m->chunks[c].activations;
+  free(live);
+  free(most);
+}
+
+/* Both ends of the embedding group must sum the same tensors: a mismatch
+ * is the compiler's bug, and it would make the sum hang or garble. */
+static void check_tied(Rt *rt, RtExec *x) {
+  const RtModel *m = rt->model;
+  int32_t mine[2] = {x->ntied, 0}, both[4];
+  int64_t numel = 0;
+  for (int i = 0; i < x->ntied; i++) numel += m->params[x->tied[i]].numel;
+  mine[1] = (int32_t)(numel % 2147483647);
+  rt_comm_allgather(x->embed, mine, both, 2, RT_COMM_I32);
+  if (both[0] != both[2] || both[1] != both[3])
+    rt_fatal(m->name,
+             "internal error: the first stage ties %d parameters (%d elements), the last %d (%d)",
+             both[0], both[1], both[2], both[3]);
+}
+
+void rt_exec_init(Rt *rt) {
+  const RtModel *m = rt->model;
+  rt->exec = NULL;
+  if (rt->mesh.pp <= 1) return;
+  RtExec *x = rt_xcalloc(1, sizeof *x);
+  RtComms *cs = rt_tp_comms();
+  x->p = rt->mesh.pp;
+  x->v = m->nchunks;
+  x->m = m->microbatches;
+  x->stage = rt->coord.pp;
+  x->nvstages = x->p * x->v;
+  x->pipe = cs->axis[RT_AXIS_PIPELINE];
+  x->embed = cs->axis[RT_AXIS_EMBED];
+  x->temps = aligned_zeroed(m->plan.temporaries, "the temporaries");
+  rt->ctx.temporaries = x->temps;
+  rt->ctx.activations = NULL;
+  int keys = x->v * x->m;
+  x->pool = rt_xcalloc((size_t)x->v, sizeof *x->pool);
+  for (int c = 0; c < x->v; c++)
+    x->pool[c].free = rt_xcalloc((size_t)x->m + 1, sizeof *x->pool[c].free);
+  x->slot = rt_xcalloc((size_t)keys, sizeof *x->slot);
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 2; k++) x->numel[d][k] = rt_xcalloc((size_t)x->v, sizeof(int64_t));
+  for (int c = 0; c < x->v; c++) {
+    const RtChunk *ch = &m->chunks[c];
+    x->numel[0][RT_SCHED_ACT][c] = parts_numel(ch->recv_act, ch->nrecv_act);
+    x->numel[1][RT_SCHED_ACT][c] = parts_numel(ch->send_act, ch->nsend_act);
+    x->numel[0][RT_SCHED_GRAD][c] = parts_numel(ch->recv_grad, ch->nrecv_grad);
+    x->numel[1][RT_SCHED_GRAD][c] = parts_numel(ch->send_grad, ch->nsend_grad);
+    if (ch->ninputs) x->reads_inputs = 1;
+  }
+  for (int k = 0; k < 2; k++) {
+    x->recv[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
+    x->send[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
+  }
+  x->bdone = rt_xcalloc((size_t)x->v, sizeof *x->bdone);
+  x->pending = rt_xcalloc((size_t)(2 * keys), sizeof *x->pending);
+  x->fwd_in = rt_xcalloc((size_t)x->v, sizeof *x->fwd_in);
+  x->fwd_out = rt_xcalloc((size_t)x->v, sizeof *x->fwd_out);
+  x->fwd_req = rt_xcalloc((size_t)x->v, sizeof *x->fwd_req);
+  table_peak(x, m);
+  /* Tied parameters in name order, the same on the first and the last
+   * stage whatever order their tables list them in. */
+  x->tied = rt_xcalloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *x->tied);
+  for (int i = 0; i < m->nparams; i++)
+    if (m->params[i].tied) x->tied[x->ntied++] = i;
+  sort_model = m;
+  qsort(x->tied, (size_t)x->ntied, sizeof *x->tied, by_name);
+  if (x->ntied && !x->embed)
+    rt_fatal(m->name, "internal error: stage %d holds tied parameters but is not the first or "
+                      "the last stage", x->stage);
+  if (x->embed) check_tied(rt, x);
+  rt->exec = x;
+}
+
+void rt_exec_free(Rt *rt) {
+  RtExec *x = rt->exec;
+  if (!x) return;
+  for (int c = 0; c < x->v; c++) {
+    for (int i = 0; i < x->pool[c].nfree; i++) free(x->pool[c].free[i]);
+    free(x->pool[c].free);
+    free(x->fwd_in[c]);
+    free(x->fwd_out[c]);
+  }
+  free(x->pool);
+  free(x->slot);
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 2; k++) free(x->numel[d][k]);
+  for (int k = 0; k < 2; k++) free(x->recv[k]), free(x->send[k]);
+  free(x->bdone);
+  free(x->pending);
+  free(x->fwd_in);
+  free(x->fwd_out);
+  free(x->fwd_req);
+  free(x->tied);
+  free(x->temps);
+  free(x);
+  rt->exec = NULL;
+}
+
+void rt_exec_describe(Rt *rt, char *buf, int len) {
+  RtExec *x = rt->exec;
+  const RtModel *m = rt->model;
+  int32_t mine = x->peak_table, *all = rt_xcalloc((size_t)x->p, sizeof *all);
+  rt_comm_allgather(x->pipe, &mine, all, 1, RT_COMM_I32);
+  char vs[128] = "", peaks[256] = "", bytes[32];
+  int n = 0;
+  for (int c = 0; c < x->v && n < (int)sizeof vs - 12; c++)
+    n += snprintf(vs + n, sizeof vs - (size_t)n, "%s%d", c ? ", " : "", m->chunks[c].vstage);
+  n = 0;
+  for (int r = 0; r < x->p && n < (int)sizeof peaks - 12; r++)
+    n += snprintf(peaks + n, sizeof peaks - (size_t)n, "%s%d", r ? " " : "", all[r]);
+  snprintf(buf, (size_t)len,
+           "stage %d of %d, %d chunk%s (virtual stage%s %s), schedule %s, %d microbatches; peak "
+           "stash %d (%s of activations; by stage: %s)",
+           x->stage, x->p, x->v, x->v == 1 ? "" : "s", x->v == 1 ? "" : "s", vs,
+           m->schedule ? m->schedule : "?", x->m, x->peak_table,
+           rt_fmt_bytes(bytes, sizeof bytes, x->peak_bytes), peaks);
+  free(all);
+}
+
+/* ---------------------------------------------------------- messages */
+
+static Msg *msg_at(RtExec *x, Msg *table, int c, int mb) { return &table[c * x->m + mb]; }
+
+static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
+  Msg *r = msg_at(x, x->recv[a->msg], a->chunk, a->mb);
+  if (r->buf)
+    rt_fatal(rt->model->name, "internal error: RECV(%s, chunk %d, microbatch %d) posted twice",
+             rt_sched_msg_name(a->msg), a->chunk, a->mb);
+  int64_t n = x->numel[0][a->msg][a->chunk];
+  r->buf = rt_xmalloc((size_t)n * sizeof(real));
+  r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
+}
+
+/* The received tensor of (c, mb) into the chunk's recv parts, once here. */
+static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
+  const RtChunk *ch = &rt->model->chunks[c];
+  Msg *r = msg_at(x, x->recv[msg], c, mb);
+  if (!r->buf)
+    rt_fatal(rt->model->name,
+             "internal error: %s(chunk %d, microbatch %d) runs before its RECV(%s) is posted",
+             msg == RT_SCHED_ACT ? "F" : "B", c, mb, rt_sched_msg_name(msg));
+  rt_comm_wait(r->req);
+  if (msg == RT_SCHED_ACT)
+    parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, r->buf);
+  else
+    parts_in(&rt->ctx, ch, ch->recv_grad, ch->nrecv_grad, r->buf);
+  free(r->buf);
+  *r = (Msg){0};
+}
+
+/* The tensor (c, mb) sends, copied right after the call that computed it:
+ * its bytes may be temporaries, and the SEND may come much later. */
+static void keep(Rt *rt, RtExec *x, int msg, int c, int mb) {
+  const RtChunk *ch = &rt->model->chunks[c];
+  Msg *s = msg_at(x, x->send[msg], c, mb);
+  if (s->buf)
+    rt_fatal(rt->model->name, "internal error: the %s of chunk %d, microbatch %d, is still unsent",
+             rt_sched_msg_name(msg), c, mb);
+  s->buf = rt_xmalloc((size_t)x->numel[1][msg][c] * sizeof(real));
+  if (msg == RT_SCHED_ACT)
+    parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, s->buf);
+  else
+    parts_out(&rt->ctx, ch, ch->send_grad, ch->nsend_grad, s->buf);
+}
+
+static void post_send(Rt *rt, RtExec *x, const RtSchedAction *a) {
+  Msg *s = msg_at(x, x->send[a->msg], a->chunk, a->mb);
+  if (!s->buf || s->req)
+    rt_fatal(rt->model->name,
+             "internal error: SEND(%s, chunk %d, microbatch %d) before its %s, or twice",
+             rt_sched_msg_name(a->msg), a->chunk, a->mb, a->msg == RT_SCHED_ACT ? "F" : "B");
+  s->req = rt_comm_isend(x->pipe, s->buf, x->numel[1][a->msg][a->chunk], RT_COMM_REAL, a->peer);
+  x->pending[x->npending++] = s;
+}
+
+static void send_done(Msg *s) {
+  free(s->buf);
+  *s = (Msg){0};
+}
+
+void rt_exec_poll(Rt *rt) {
+  RtExec *x = rt->exec;
+  /* The oldest send first: MPI progresses the others inside the test. */
+  if (x->head < x->npending && rt_comm_test(x->pending[x->head]->req))
+    send_done(x->pending[x->head++]);
+}
+
+/* ---------------------------------------------------------- a step */
+
+static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
+  const RtChunk *ch = &rt->model->chunks[c];
+  unsigned char **slot = &x->slot[c * x->m + mb];
+  if (*slot)
+    rt_fatal(rt->model->name, "internal error: F(chunk %d, microbatch %d) twice", c, mb);
+  *slot = acquire(x, rt->model, c);
+  rt->ctx.activations = *slot;
+  int64_t g = rt_global_mb(rt, mb);
+  if (ch->ninputs) rt_load_inputs(rt, ch, rt->window, g);
+  if (ch->nrecv_act) take(rt, x, RT_SCHED_ACT, c, mb);
+  rt->ctx.seed = rt_dropout_seed(rt, step, g);
+  ch->forward(&rt->ctx);
+  if (ch->has_loss) x->loss_sum += (double)*(const real *)rt_loc(&rt->ctx, ch, ch->loss_offset);
+  if (ch->nsend_act) keep(rt, x, RT_SCHED_ACT, c, mb);
+}
+
+static void backward(Rt *rt, RtExec *x, int c, int mb) {
+  const RtChunk *ch = &rt->model->chunks[c];
+  unsigned char **slot = &x->slot[c * x->m + mb];
+  if (!*slot)
+    rt_fatal(rt->model->name, "internal error: B(chunk %d, microbatch %d) without its F", c, mb);
+  rt->ctx.activations = *slot;
+  if (ch->has_loss)
+    *(real *)rt_loc(&rt->ctx, ch, ch->dloss_offset) =
+        (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
+  else if (ch->nrecv_grad)
+    take(rt, x, RT_SCHED_GRAD, c, mb);
+  /* The chunk's buckets may start reducing during its last backward of
+   * the step, whichever microbatch the schedule runs last. */
+  int last = ++x->bdone[c] == x->m;
+  if (rt->dp) rt_dp_backward_begin(rt, c, last);
+  ch->backward(&rt->ctx);
+  if (rt->dp) rt_dp_backward_begin(rt, c, 0);
+  if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
+  release(x, c, *slot);
+  *slot = NULL;
+}
+
+/* The two copies of each tied parameter get the sum of their gradients:
+ * after every backward of the step (inside one it would wait for a stage
+ * that waits for this one). */
+static void sum_tied(Rt *rt, RtExec *x) {
+  if (!x->embed || rt_comm_size(x->embed) < 2) return;
+  for (int i = 0; i < x->ntied; i++) {
+    const RtParam *p = &rt->model->params[x->tied[i]];
+    real *g = rt->ctx.grads + p->offset;
+    rt_comm_allreduce(x->embed, g, g, p->numel, RT_COMM_REAL, RT_COMM_SUM);
+  }
+}
+
+/* With more than two data-parallel replicas the two copies of a tied
+ * parameter sit at different places in differently cut buckets, and MPI
+ * may add the replicas' parts in another order for each: the copies would
+ * drift apart in the last bits, step after step. The first stage's copy,
+ * after the update, is made the last stage's too. */
+static void sync_tied(Rt *rt, RtExec *x) {
+  if (!x->embed || rt_comm_size(x->embed) < 2 || rt->mesh.dp <= 2) return;
+  for (int i = 0; i < x->ntied; i++) {
+    const RtParam *p = &rt->model->params[x->tied[i]];
+    rt_comm_broadcast(x->embed, rt->ctx.weights + p->offset, p->numel, RT_COMM_REAL, 0);
+  }
+}
+
+static void opt_step(Rt *rt, RtExec *x, int64_t step, int dump, RtStepInfo *info) {
+  rt_tp_step_mark(rt);
+  if (rt->dp) rt_dp_backward_done(rt);
+  sum_tied(rt, x);
+  if (rt->dp) rt_dp_start_tied(rt);
+  rt_update(rt, step, dump, info);
+  sync_tied(rt, x);
+  x->opt_steps++;
+}
+
+/* The per-op timer (log.c); a no-op unless the program asked for it. */
+void rt_prof_add(const char *what, double seconds);
+
+double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
+  RtExec *x = rt->exec;
+  const RtModel *m = rt->model;
+  double t0 = rt_now();
+  memset(rt->ctx.grads, 0, (size_t)m->nweights * sizeof(real));
+  rt_prof_add("S zero_grads", rt_now() - t0);
+  if (rt->dp) rt_dp_step_begin(rt);
+  memset(x->bdone, 0, (size_t)x->v * sizeof *x->bdone);
+  x->loss_sum = 0;
+  x->npending = x->head = 0;
+  x->opt_steps = 0;
+  rt->ctx.training = 1;
+  rt->ctx.temporaries = x->temps;
+  for (int32_t i = 0; i < m->nactions; i++) {
+    const RtSchedAction *a = &m->actions[i];
+    switch ((RtSchedKind)a->kind) {
+    case RT_SCHED_F: forward(rt, x, a->chunk, a->mb, step); break;
+    case RT_SCHED_B: backward(rt, x, a->chunk, a->mb); break;
+    case RT_SCHED_SEND: post_send(rt, x, a); break;
+    case RT_SCHED_RECV: post_recv(rt, x, a); break;
+    case RT_SCHED_REDUCE_GRADS:
+      if (rt->dp) rt_dp_start_chunk(rt, a->chunk);
+      break;
+    case RT_SCHED_OPT_STEP: opt_step(rt, x, step, dump, info); break;
+    default: /* W and unknown kinds are refused by check_model */
+      rt_fatal(m->name, "internal error: action %d of kind %d", (int)i, (int)a->kind);
+    }
+  }
+  /* Sends finish before their buffers go; everything sent or received
+   * belongs to this step. */
+  for (; x->head < x->npending; x->head++) {
+    rt_comm_wait(x->pending[x->head]->req);
+    send_done(x->pending[x->head]);
+  }
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < x->v * x->m; i++)
+      if (x->recv[k][i].buf || x->send[k][i].buf)
+        rt_fatal(m->name, "internal error: the %s of chunk %d, microbatch %d, was never %s",
+                 rt_sched_msg_name(k), i / x->m, i % x->m, x->recv[k][i].buf ? "used" : "sent");
+  if (x->live || x->opt_steps != 1)
+    rt_fatal(m->name, "internal error: %d microbatches left stashed, %d optimizer steps", x->live,
+             x->opt_steps);
+  return rt_mesh_mean(rt, x->loss_sum, rt->micro * rt->mesh.dp);
+}
+
+/* ------------------------------------------------------- forward only */
+
+/* One microbatch forward through the stage's chunks, messages forward
+ * only and in the same order on both ends, so that blocking receives are
+ * safe; sends are waited for before the next microbatch reuses their
+ * buffers. Returns the loss, on the last stage. */
+static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, uint64_t seed) {
+  const RtModel *m = rt->model;
+  double loss = 0;
+  rt->ctx.temporaries = x->temps;
+  for (int c = 0; c < x->v; c++) {
+    const RtChunk *ch = &m->chunks[c];
+    unsigned char *s = acquire(x, m, c);
+    rt->ctx.activations = s;
+    if (ch->ninputs) rt_load_inputs(rt, ch, window, g);
+    if (ch->nrecv_act) {
+      int64_t n = x->numel[0][RT_SCHED_ACT][c];
+      if (!x->fwd_in[c]) x->fwd_in[c] = rt_xmalloc((size_t)n * sizeof(real));
+      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL, (ch->vstage - 1) % x->p);
+      parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
+    }
+    rt->ctx.seed = seed;
+    ch->forward(&rt->ctx);
+    if (ch->has_loss) loss += (double)*(const real *)rt_loc(&rt->ctx, ch, ch->loss_offset);
+    if (ch->nsend_act) {
+      int64_t n = x->numel[1][RT_SCHED_ACT][c];
+      if (!x->fwd_out[c]) x->fwd_out[c] = rt_xmalloc((size_t)n * sizeof(real));
+      parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
+      x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, (ch->vstage + 1) % x->p);
+    }
+    release(x, c, s);
+  }
+  rt_comm_waitall(x->fwd_req, x->v);
+  return loss;
+}
+
+double rt_exec_window_loss(Rt *rt, const int32_t *window, int64_t step, int training) {
+  RtExec *x = rt->exec;
+  rt->ctx.training = training;
+  double sum = 0;
+  for (int64_t k = 0; k < rt->micro; k++) {
+    int64_t g = rt_global_mb(rt, k);
+    sum += forward_one(rt, x, window, g, rt_dropout_seed(rt, step, g));
+  }
+  rt->ctx.training = 1;
+  return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);
+}
+
+double rt_exec_eval(Rt *rt, int64_t n) {
+  RtExec *x = rt->exec;
+  rt->ctx.training = 0;
+  double sum = 0;
+  /* Replica i of d takes windows i, i + d, ...; only stages that read the
+   * model's inputs need the tokens. */
+  for (int64_t k = rt->coord.dp; k < n; k += rt->mesh.dp) {
+    if (x->reads_inputs) rt_data_read(rt->val, k, rt->window);
+    sum += forward_one(rt, x, rt->window, 0, rt_dropout_seed(rt, 0, k));
+  }
+  rt->ctx.training = 1;
+  return rt_mesh_mean(rt, sum, n);
+}

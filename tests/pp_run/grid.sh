@@ -1,0 +1,128 @@
+#!/bin/sh
+# grid.sh SHARDC TPTOOL MODELS_DIR MODEL quick|full: 3D-parallel training
+# (tensor x pipeline x data, virtual chunks, every schedule, ZeRO-1,
+# sequence parallelism) over MPI against one rank, with real programs
+# (`shardc run`).
+#
+# The shape is tiny and its 9 layers (17 in the full grid) need an uneven
+# split over most p x v (balanced by cost). Every configuration trains 10 steps of 8 microbatches
+# (global batch 16 of microbatch 2, --no-shuffle) and must give the losses
+# of the one-rank run: within 1e-5 relative at step 1 and 1e-4 at step 10;
+# where the configuration has the reduced step-1 gradients (--dump-grads),
+# they must be within 1e-5 of each tensor's largest entry too.
+#
+# quick: a representative part of the grid (make test); full: every
+# t x p x d <= 8 with v in {1, 2}, every schedule that suits v, --zero 0/1
+# when d > 1, --sequence-parallel on/off when t > 1 (make test-full).
+# Prints one line per configuration and a summary.
+SHARDC=$1
+TOOL=$2
+MODELS=$3
+MODEL=$4
+MODE=${5:-quick}
+. "$(dirname "$0")/../common/checks.sh"
+STEPS=10
+GB=16
+# The full grid reaches t = 8 (heads and kv heads divisible by 8) and
+# p x v = 16 (17 layers).
+case $MODEL-$MODE in
+gpt2-quick) DEFS="-D vocab=97 -D seq=8 -D hidden=16 -D heads=4 -D layers=9 -D batch=2" ;;
+gpt2-full) DEFS="-D vocab=97 -D seq=8 -D hidden=32 -D heads=8 -D layers=17 -D batch=2" ;;
+llama-quick) DEFS="-D vocab=65 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=9 -D batch=2" ;;
+llama-full) DEFS="-D vocab=65 -D seq=8 -D hidden=64 -D heads=16 -D kv_heads=8 -D ffn=48 -D layers=17 -D batch=2" ;;
+*)
+  echo "grid.sh: unknown model $MODEL"
+  exit 2
+  ;;
+esac
+
+# A configuration: t p d v schedule zero sp (sp: 1 or 0).
+quick_configs() {
+  cat <<EOF
+1 2 1 1 1f1b 0 0
+1 2 1 1 gpipe 0 0
+1 2 1 2 interleaved 0 0
+1 4 1 2 interleaved 0 0
+1 1 2 1 - 0 0
+1 1 4 1 - 1 0
+1 2 2 1 gpipe 1 0
+2 2 1 2 interleaved 0 1
+2 2 2 2 interleaved 1 1
+EOF
+}
+
+full_configs() {
+  for t in 1 2 4 8; do for p in 1 2 4 8; do for d in 1 2 4 8; do
+    [ $((t * p * d)) -le 8 ] || continue
+    [ $((t * p * d)) -gt 1 ] || continue
+    for v in 1 2; do
+      [ "$v" = 1 ] || [ "$p" -gt 1 ] || continue
+      # Each replica's microbatches must fill the schedule: m = 8 / d.
+      m=$((GB / 2 / d))
+      if [ "$p" = 1 ]; then scheds="-"; elif [ "$v" = 1 ]; then scheds="1f1b gpipe"; else scheds="interleaved"; fi
+      [ "$v" = 1 ] || [ $((m % p)) = 0 ] || continue
+      for s in $scheds; do
+        for z in 0 1; do
+          [ "$z" = 0 ] || [ "$d" -gt 1 ] || continue
+          for sp in 0 1; do
+            [ "$sp" = 0 ] || [ "$t" -gt 1 ] || continue
+            echo "$t $p $d $v $s $z $sp"
+          done
+        done
+      done
+    done
+  done; done; done
+}
+
+"$TOOL" data data.bin 40000 61 || exit 1
+
+# train NAME [FLAGS...]: 10 steps; leaves NAME.json, NAME.grads, NAME.out.
+train() {
+  name=$1
+  shift
+  # shellcheck disable=SC2086
+  "$SHARDC" run "$MODELS/$MODEL.shard" $DEFS --vocab-multiple 8 "$@" --out "prog-$name" \
+    --data data.bin --steps $STEPS --no-shuffle --global-batch $GB --lr 1e-2 --log-every $STEPS \
+    --log-json "$name.json" --dump-grads "$name.grads" >"$name.out" 2>&1 </dev/null
+}
+
+loss_at() { sed -n "$2p" "$1.json" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
+relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+if ! train ref; then
+  fail "one rank: exit $?"
+  tail -5 ref.out
+  finish
+fi
+r1=$(loss_at ref 1) r10=$(loss_at ref $STEPS)
+printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "$MODEL" "$MODE" \
+  $STEPS $GB "$r1" $STEPS "$r10"
+printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
+n=0
+configs=$(if [ "$MODE" = full ]; then full_configs; else quick_configs; fi)
+echo "$configs" | while read -r t p d v s z sp; do
+  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp"
+  set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
+  [ "$s" = - ] || set -- "$@" --schedule "$s"
+  [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
+  if ! train "$name" "$@"; then
+    echo "FAIL: $name: exit"
+    sed 's/^/      /' "$name.out" | tail -5
+    echo x >>fails
+    continue
+  fi
+  e1=$(relerr "$(loss_at "$name" 1)" "$r1") e10=$(relerr "$(loss_at "$name" $STEPS)" "$r10")
+  g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
+  gst=$?
+  ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
+  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp" "$e1" "$e10" "${ge:-?}"
+  le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
+  le "$e10" 1e-4 || { echo "FAIL: $name: loss at step $STEPS"; echo x >>fails; }
+  [ $gst -eq 0 ] || { echo "FAIL: $name: gradients: $g"; echo x >>fails; }
+  rm -rf "prog-$name"
+done
+n=$(echo "$configs" | wc -l)
+FAILS=$(cat fails 2>/dev/null | wc -l)
+echo "$MODEL: $n configurations against one rank"
+finish

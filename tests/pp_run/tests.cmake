@@ -1,0 +1,35 @@
+# Pipeline and data parallelism over MPI against one rank, with real
+# programs (`shardc run --tp T --pp P --dp D --vpp V ...`): the losses of 10
+# steps and the reduced step-1 gradients (grid.sh), and checkpoints that
+# move between layouts (reshard.sh). The quick grid is a representative
+# part of the full one, which `make test-full` runs (label `full`, not run
+# by plain ctest). They hold the lock `mpirun` with tests/comm and tp_run.
+if(TARGET shard_comm_mpi)
+  set(pp_run_tests)
+  foreach(model gpt2 llama)
+    add_test(NAME pp_run/grid_${model}
+             COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+                     ${model} quick)
+    list(APPEND pp_run_tests pp_run/grid_${model})
+    if(SHARDC_TEST_FULL)
+      add_test(NAME pp_run/full_${model}
+               COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+                       ${model} full)
+      set_tests_properties(pp_run/full_${model} PROPERTIES TIMEOUT 7200 LABELS full
+                           RESOURCE_LOCK mpirun)
+    endif()
+  endforeach()
+  add_test(NAME pp_run/reshard
+           COMMAND sh ${TESTS_DIR}/pp_run/reshard.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR})
+  list(APPEND pp_run_tests pp_run/reshard)
+  # Checkpoints under seven layouts: the same files, gradients, a save
+  # killed midway, a tensor missing on one stage.
+  add_test(NAME pp_run/checkpoint
+           COMMAND sh ${TESTS_DIR}/pp_run/checkpoint.sh ${SHARDC} $<TARGET_FILE:tptool>
+                   ${CMAKE_SOURCE_DIR})
+  list(APPEND pp_run_tests pp_run/checkpoint)
+  set_tests_properties(${pp_run_tests} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpirun LABELS pp_run)
+  if(SHARDC_SANITIZE)
+    set_tests_properties(${pp_run_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
+  endif()
+endif()
