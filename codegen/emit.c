@@ -979,6 +979,9 @@ static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool
   pass_memplan_print_regions(out, rb, threads, pr->regions);
 }
 
+static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, const ModelInfo *mi,
+                          IrPtrMap *tied, int rb, int threads);
+
 int cg_compile(IrGraph *g, const CgOptions *o) {
   const CgTarget *t = find_target(o->target);
   IrLoc cmd = {"<command line>", 0, 0};
@@ -996,7 +999,7 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
     return 1;
   }
   int rb = o->dtype == IR_F64 ? 8 : 4, threads = o->threads > 0 ? o->threads : PASS_MEMPLAN_THREADS;
-  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1, nv = p * v;
+  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1;
   int d = o->dp > 1 ? o->dp : 1;
   if (p == 1 && v > 1) {
     ir_error(cmd, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run one "
@@ -1010,11 +1013,23 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
   CgEmitter e = {.g = g, .opt = o, .target = t};
   ModelInfo mi;
   if (!model_info(&e, &mi)) return 1;
-  IrPtrMap *tied = ir_alloc(sizeof *tied);
+  IrPtrMap tied = {0};
   for (int i = 0; i < g->params.len; i++) {
     IrValue *prm = g->params.items[i];
-    if (prm->tied) ir_ptrmap_put(tied, prm->tied, prm);
+    if (prm->tied) ir_ptrmap_put(&tied, prm->tied, prm);
   }
+  int status = write_programs(g, o, t, &mi, &tied, rb, threads);
+  ir_ptrmap_free(&tied);
+  return status;
+}
+
+/* The programs of g, one per pipeline stage, and the files around them;
+ * `tied` holds the parameters another stage has a copy of. */
+static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, const ModelInfo *mi,
+                          IrPtrMap *tied, int rb, int threads) {
+  IrLoc cmd = {"<command line>", 0, 0};
+  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1, nv = p * v;
+  int d = o->dp > 1 ? o->dp : 1;
   CgChunk *all = ir_alloc(sizeof(CgChunk) * (size_t)nv);
   if (nv == 1) {
     PassMemPlan *plan = g->memplan;
@@ -1035,10 +1050,10 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
   RtSchedule *sched = NULL;
   int m = 0;
   if (p > 1) {
-    int64_t per = mi.batch * d;
+    int64_t per = mi->batch * d;
     if (o->global_batch > 0 && o->global_batch % per) {
       ir_error(cmd, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
-               (long long)o->global_batch, (long long)mi.batch, d);
+               (long long)o->global_batch, (long long)mi->batch, d);
       return 1;
     }
     m = o->global_batch > 0 ? (int)(o->global_batch / per) : CG_DEFAULT_MICROBATCHES;
@@ -1084,7 +1099,7 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
     CgEmitter pe = {.g = ch[0].g, .plan = ch[0].plan, .chunk = &ch[0], .chunks = ch, .nchunks = v,
                     .opt = o, .target = t};
     emitter_open(&pe);
-    emit_program(&pe, &mi, pr);
+    emit_program(&pe, mi, pr);
     if (pe.errors) {
       fclose(pe.out);
       free(pe.buf);

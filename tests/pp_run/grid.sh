@@ -1,5 +1,5 @@
 #!/bin/sh
-# grid.sh SHARDC TPTOOL MODELS_DIR MODEL quick|full: 3D-parallel training
+# grid.sh SHARDC TPTOOL MODELS_DIR MODEL smoke|quick|full: 3D-parallel training
 # (tensor x pipeline x data, virtual chunks, every schedule, ZeRO-1,
 # sequence parallelism) over MPI against one rank, with real programs
 # (`shardc run`).
@@ -11,7 +11,10 @@
 # where the configuration has the reduced step-1 gradients (--dump-grads),
 # they must be within 1e-5 of each tensor's largest entry too.
 #
-# quick: a representative part of the grid (make test); full: every
+# smoke: three configurations that together take every path (interleaved
+# chunks, ZeRO-1, all three axes with sequence parallelism), for the
+# sanitizer build, whose programs run ten times slower; quick: a
+# representative part of the grid (make test); full: every
 # t x p x d <= 8 with v in {1, 2}, every schedule that suits v, --zero 0/1
 # when d > 1, --sequence-parallel on/off when t > 1 (make test-full).
 # Prints one line per configuration and a summary.
@@ -26,9 +29,9 @@ GB=16
 # The full grid reaches t = 8 (heads and kv heads divisible by 8) and
 # p x v = 16 (17 layers).
 case $MODEL-$MODE in
-gpt2-quick) DEFS="-D vocab=97 -D seq=8 -D hidden=16 -D heads=4 -D layers=9 -D batch=2" ;;
+gpt2-quick | gpt2-smoke) DEFS="-D vocab=97 -D seq=8 -D hidden=16 -D heads=4 -D layers=9 -D batch=2" ;;
 gpt2-full) DEFS="-D vocab=97 -D seq=8 -D hidden=32 -D heads=8 -D layers=17 -D batch=2" ;;
-llama-quick) DEFS="-D vocab=65 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=9 -D batch=2" ;;
+llama-quick | llama-smoke) DEFS="-D vocab=65 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=9 -D batch=2" ;;
 llama-full) DEFS="-D vocab=65 -D seq=8 -D hidden=64 -D heads=16 -D kv_heads=8 -D ffn=48 -D layers=17 -D batch=2" ;;
 *)
   echo "grid.sh: unknown model $MODEL"
@@ -47,6 +50,14 @@ quick_configs() {
 1 1 4 1 - 1 0
 1 2 2 1 gpipe 1 0
 2 2 1 2 interleaved 0 1
+2 2 2 2 interleaved 1 1
+EOF
+}
+
+smoke_configs() {
+  cat <<EOF
+1 2 1 2 interleaved 0 0
+1 1 2 1 - 1 0
 2 2 2 2 interleaved 1 1
 EOF
 }
@@ -100,7 +111,7 @@ printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "
   $STEPS $GB "$r1" $STEPS "$r10"
 printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
 n=0
-configs=$(if [ "$MODE" = full ]; then full_configs; else quick_configs; fi)
+configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_configs ;; esac)
 echo "$configs" | while read -r t p d v s z sp; do
   name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"

@@ -1,15 +1,22 @@
 # Pipeline and data parallelism over MPI against one rank, with real
 # programs (`shardc run --tp T --pp P --dp D --vpp V ...`): the losses of 10
 # steps and the reduced step-1 gradients (grid.sh), and checkpoints that
-# move between layouts (reshard.sh). The quick grid is a representative
-# part of the full one, which `make test-full` runs (label `full`, not run
-# by plain ctest). They hold the lock `mpirun` with tests/comm and tp_run.
+# move between layouts (reshard.sh, checkpoint.sh). The quick grid is a
+# representative part of the full one, which `make test-full` runs (label
+# `full`, which `make test` leaves out). They hold the lock `mpirun` with tests/comm and tp_run.
 if(TARGET shard_comm_mpi)
   set(pp_run_tests)
+  # Under the sanitizers the programs run about ten times slower: there the
+  # grid is cut to the configurations that take every path once.
+  if(SHARDC_SANITIZE)
+    set(grid_mode smoke)
+  else()
+    set(grid_mode quick)
+  endif()
   foreach(model gpt2 llama)
     add_test(NAME pp_run/grid_${model}
              COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
-                     ${model} quick)
+                     ${model} ${grid_mode})
     list(APPEND pp_run_tests pp_run/grid_${model})
     if(SHARDC_TEST_FULL)
       add_test(NAME pp_run/full_${model}
