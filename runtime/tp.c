@@ -107,6 +107,13 @@ void rt_tp_init(Rt *rt, int *argc, char ***argv) {
   rt->ctx.tp = tp.tp;
   rt->ctx.tp_size = tp.t;
   rt->ctx.tp_comm = tp.tensor;
+  /* Stage programs launched out of order would talk to the wrong peers. */
+  if (rt->coord.pp != m->stage)
+    rt_fatal(NULL,
+             "this rank is pipeline stage %d but runs the program of stage %d: launch the "
+             "stage programs in order (mpirun -np %d DIR/stage0 ARGS : -np %d DIR/stage1 ARGS ...)",
+             rt->coord.pp, m->stage, tp.mesh.tp * tp.mesh.dp,
+             tp.mesh.tp * tp.mesh.dp);
   /* Every rank computes the same losses: one of them reports. */
   if (tp.world_rank != 0) {
     rt_quiet = 1;

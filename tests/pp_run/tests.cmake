@@ -35,6 +35,11 @@ if(TARGET shard_comm_mpi)
            COMMAND sh ${TESTS_DIR}/pp_run/checkpoint.sh ${SHARDC} $<TARGET_FILE:tptool>
                    ${CMAKE_SOURCE_DIR})
   list(APPEND pp_run_tests pp_run/checkpoint)
+  # Launch mistakes: a stage alone, stages out of order, another global batch.
+  add_test(NAME pp_run/errors
+           COMMAND sh ${TESTS_DIR}/pp_run/errors.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+                   ${TESTS_DIR}/comm/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  list(APPEND pp_run_tests pp_run/errors)
   set_tests_properties(${pp_run_tests} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpirun LABELS pp_run)
   if(SHARDC_SANITIZE)
     set_tests_properties(${pp_run_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
