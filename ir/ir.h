@@ -37,12 +37,15 @@ typedef struct IrVec {
 } IrVec;
 void ir_vec_push(IrVec *v, void *item);
 
-/* A map from pointers to non-NULL pointers, malloc'ed so that a pass can
- * free it when done (ptrmap.c). */
+/* A map from pointers to non-NULL pointers (ptrmap.c), malloc'ed so that a
+ * pass can free it when done; one made with `arena` set takes its memory
+ * from the IR arena instead and lives as long as the graph it describes
+ * (ir_ptrmap_free is then not needed). */
 typedef struct IrPtrMap {
   const void **keys;
   void **vals;
   size_t cap, len;
+  bool arena;
 } IrPtrMap;
 void ir_ptrmap_put(IrPtrMap *m, const void *key, void *val);
 void *ir_ptrmap_get(const IrPtrMap *m, const void *key); /* NULL when absent */

@@ -26,13 +26,20 @@ void ir_ptrmap_put(IrPtrMap *m, const void *key, void *val) {
     IrPtrMap old = *m;
     m->cap = old.cap ? old.cap * 2 : 64;
     m->len = 0;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->vals = calloc(m->cap, sizeof *m->vals);
+    if (m->arena) {
+      m->keys = ir_alloc(m->cap * sizeof *m->keys);
+      m->vals = ir_alloc(m->cap * sizeof *m->vals);
+    } else {
+      m->keys = calloc(m->cap, sizeof *m->keys);
+      m->vals = calloc(m->cap, sizeof *m->vals);
+    }
     if (!m->keys || !m->vals) die("out of memory");
     for (size_t i = 0; i < old.cap; i++)
       if (old.keys[i]) ir_ptrmap_put(m, old.keys[i], old.vals[i]);
-    free(old.keys);
-    free(old.vals);
+    if (!m->arena) {
+      free(old.keys);
+      free(old.vals);
+    }
   }
   size_t i = probe(m, key);
   if (!m->keys[i]) m->len++;
@@ -47,7 +54,9 @@ void *ir_ptrmap_get(const IrPtrMap *m, const void *key) {
 }
 
 void ir_ptrmap_free(IrPtrMap *m) {
-  free(m->keys);
-  free(m->vals);
+  if (!m->arena) {
+    free(m->keys);
+    free(m->vals);
+  }
   *m = (IrPtrMap){0};
 }

@@ -12,36 +12,11 @@ static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* ------------------------------------------------------ value -> buffer map */
 
-/* Open addressing from value to its index in bufs: an unrolled GPT-2 has
- * thousands of values and codegen looks each up several times. */
-struct PassBufMap {
-  const IrValue **keys;
-  int *idx;
-  size_t cap;
-};
-
-static size_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (size_t)x;
-}
-
-static void map_put(struct PassBufMap *m, const IrValue *v, int index) {
-  size_t i = hash_ptr(v) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != v) i = (i + 1) & (m->cap - 1);
-  m->keys[i] = v;
-  m->idx[i] = index;
-}
-
-static int map_get(const struct PassBufMap *m, const IrValue *v) {
-  size_t i = hash_ptr(v) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (m->keys[i] == v) return m->idx[i];
-    i = (i + 1) & (m->cap - 1);
-  }
-  return -1;
+/* PassMemPlan.map holds each value's index in bufs plus one (the map's
+ * values are non-NULL pointers): an unrolled GPT-2 has thousands of values
+ * and codegen looks each up several times. */
+static int map_get(const IrPtrMap *m, const IrValue *v) {
+  return (int)(intptr_t)ir_ptrmap_get(m, v) - 1;
 }
 
 const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v) {
@@ -139,7 +114,7 @@ static void add_buf(Planner *pl, const IrValue *v, int def) {
   b->bytes = ir_type_numel(&v->type) * pass_memplan_elem_bytes(p, v->type.dtype);
   b->first = b->last = 0;
   pl->def[p->nbufs] = def;
-  map_put(p->map, v, p->nbufs++);
+  ir_ptrmap_put(p->map, v, (void *)(intptr_t)(++p->nbufs));
 }
 
 static void index_values(Planner *pl) {
@@ -150,10 +125,7 @@ static void index_values(Planner *pl) {
   if (n == 0) n = 1;
   p->bufs = ir_alloc((size_t)n * sizeof *p->bufs);
   p->map = ir_alloc(sizeof *p->map);
-  p->map->cap = 16;
-  while (p->map->cap < 2 * (size_t)n) p->map->cap *= 2;
-  p->map->keys = ir_alloc(p->map->cap * sizeof *p->map->keys);
-  p->map->idx = ir_alloc(p->map->cap * sizeof *p->map->idx);
+  p->map->arena = true;
   pl->def = calloc((size_t)n, sizeof *pl->def);
   pl->delta = calloc((size_t)n, sizeof *pl->delta);
   pl->outside = calloc((size_t)n, sizeof *pl->outside);

@@ -91,7 +91,7 @@ typedef struct PassMemPlan {
   PassBuf *bufs;
   int nbufs;
   int nleaves;            /* inputs + params: bufs[nleaves..] are node outputs */
-  struct PassBufMap *map;
+  IrPtrMap *map;          /* value -> index in bufs + 1 (memplan.c) */
 } PassMemPlan;
 
 /* Plans g (unrolled, every type known) for reals of `real_bytes` bytes and

@@ -88,6 +88,11 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt);
  * is not, naming `who`, and returns false. */
 bool pass_check_typed(IrGraph *g, const char *who);
 
+/* The weight of a GEMM with a 2-D parameter weight (linear, or matmul whose
+ * b is a parameter), with the weight dims that are its input (when in_dim
+ * is not NULL) and output features; NULL for any other node. */
+IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim);
+
 /* The communication report (`shardc compile --report comm`): every
  * collective one microbatch runs (forward and backward), per mesh axis,
  * with the bytes each rank sends by the runtime's counting rules

@@ -22,18 +22,19 @@ static void add_output(IrGraph *c, IrValue *v, const char *name) {
   ir_add_output(c, ir_strdup(name), v);
 }
 
-/* Marks every value a chunk node reads; checks that each is the chunk's
- * own (a model input, a parameter, one of its nodes' results or a received
- * message). */
-static bool collect_reads(IrGraph *g, int k, IrPtrMap *local, IrPtrMap *read) {
+/* Marks every value a chunk node reads, in the map of its chunk; checks
+ * that each is the chunk's own (a model input, a parameter, one of its
+ * nodes' results or a received message). One pass over all nodes. */
+static bool collect_reads(IrGraph *g, IrPtrMap *local, IrPtrMap *read) {
   bool ok = true;
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
-    if (n->stage != k || is_boundary(n)) continue;
+    if (is_boundary(n)) continue;
+    int k = n->stage;
     for (int j = 0; j < n->nin; j++) {
       IrValue *v = n->in[j];
-      ir_ptrmap_put(read, v, v);
-      if (v->kind == IR_VAL_NODE && !ir_ptrmap_get(local, v)) {
+      ir_ptrmap_put(&read[k], v, v);
+      if (v->kind == IR_VAL_NODE && !ir_ptrmap_get(&local[k], v)) {
         ir_error(n->loc, "pp-split: a value computed on virtual stage %d is read on virtual "
                  "stage %d without a pp_boundary message", v->def ? v->def->stage : -1, k);
         ok = false;
@@ -74,15 +75,13 @@ bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
     }
     for (int j = 0; j < n->nout; j++) ir_ptrmap_put(&local[n->stage], n->out[j], n);
   }
-  for (int k = 0; k < nchunks; k++) {
-    /* A message's result belongs to the stage it arrives on. */
-    for (int f = 0; f < fwd.len; f++) {
-      IrNode *n = fwd.items[f], *b = ir_ptrmap_get(&back, n);
-      if ((int)ir_attr_int(n, "dst") == k) ir_ptrmap_put(&local[k], n->out[0], n);
-      if (b && (int)ir_attr_int(n, "src") == k) ir_ptrmap_put(&local[k], b->out[0], b);
-    }
-    ok &= collect_reads(g, k, &local[k], &read[k]);
+  /* A message's result belongs to the stage it arrives on. */
+  for (int f = 0; f < fwd.len; f++) {
+    IrNode *n = fwd.items[f], *b = ir_ptrmap_get(&back, n);
+    ir_ptrmap_put(&local[ir_attr_int(n, "dst")], n->out[0], n);
+    if (b) ir_ptrmap_put(&local[ir_attr_int(n, "src")], b->out[0], b);
   }
+  ok &= collect_reads(g, local, read);
   for (int k = 0; ok && k < nchunks; k++) {
     PassPpChunk *c = &chunks[k];
     memset(c, 0, sizeof *c);
@@ -96,15 +95,16 @@ bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
       if (ir_ptrmap_get(&read[k], g->inputs.items[i])) ir_vec_push(&s->inputs, g->inputs.items[i]);
     for (int i = 0; i < g->params.len; i++)
       if (ir_ptrmap_get(&read[k], g->params.items[i])) ir_vec_push(&s->params, g->params.items[i]);
-    for (int i = 0; i < g->nodes.len; i++) {
-      IrNode *n = g->nodes.items[i];
-      if (n->stage == k && !is_boundary(n)) ir_vec_push(&s->nodes, n);
-    }
-    for (int i = 0; i < g->outputs.len; i++) {
-      IrValue *v = g->outputs.items[i];
-      if (v->kind == IR_VAL_NODE && v->def->stage == k && !is_boundary(v->def))
-        ir_add_output(s, g->output_names.items[i], v);
-    }
+  }
+  /* Each node to its chunk, in order: one pass over the whole graph. */
+  for (int i = 0; ok && i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (!is_boundary(n)) ir_vec_push(&chunks[n->stage].g->nodes, n);
+  }
+  for (int i = 0; ok && i < g->outputs.len; i++) {
+    IrValue *v = g->outputs.items[i];
+    if (v->kind == IR_VAL_NODE && !is_boundary(v->def))
+      ir_add_output(chunks[v->def->stage].g, g->output_names.items[i], v);
   }
   /* Now the messages: results that arrive become inputs, operands that
    * leave become outputs, in the order of the forward messages. */

@@ -106,10 +106,8 @@ static void propose(Annot *a, IrValue *p, IrShard spec, int group) {
 
 /* ------------------------------------------------------------ the graph */
 
-/* The weight of a GEMM with a 2-D parameter weight (linear, or matmul whose
- * b is a parameter), with the weight dims that are its input and output
- * features; NULL for any other node. */
-static IrValue *gemm_weight(const IrNode *n, int *in_dim, int *out_dim) {
+/* Shared by tp-partition and vocab-pad (passes.h). */
+IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim) {
   IrValue *w = n->nin >= 2 ? n->in[1] : NULL;
   if (!w || w->kind != IR_VAL_PARAM || w->type.rank != 2) return NULL;
   bool tr;
@@ -119,7 +117,7 @@ static IrValue *gemm_weight(const IrNode *n, int *in_dim, int *out_dim) {
     tr = ir_attr_int(n, "transpose_b") != 0;
   else
     return NULL;
-  *in_dim = tr ? 1 : 0;
+  if (in_dim) *in_dim = tr ? 1 : 0;
   *out_dim = tr ? 0 : 1;
   return w;
 }
@@ -143,7 +141,7 @@ static bool passes_through(const IrNode *n) {
   case IR_OP_CAUSAL_MASK: return true;
   case IR_OP_MATMUL: {
     int i, o;
-    return !gemm_weight(n, &i, &o) && n->in[1]->kind != IR_VAL_PARAM;
+    return !pass_gemm_weight(n, &i, &o) && n->in[1]->kind != IR_VAL_PARAM;
   }
   default: return false;
   }
@@ -162,7 +160,7 @@ static void reached_gemms(IrGraph *g, int from, IrVec *found) {
     bool hit = false;
     for (int j = 0; j < n->nin && !hit; j++) hit = n->in[j]->graph == g && reached[n->in[j]->id];
     if (!hit) continue;
-    if (gemm_weight(n, &in_dim, &out_dim)) {
+    if (pass_gemm_weight(n, &in_dim, &out_dim)) {
       if (n->in[0]->graph == g && reached[n->in[0]->id]) ir_vec_push(found, n);
     } else if (passes_through(n)) {
       for (int k = 0; k < n->nout; k++) reached[n->out[k]->id] = true;
@@ -199,7 +197,7 @@ static void annotate_pairs(Annot *a, IrGraph *g) {
   for (int i = 0; i < n; i++) {
     IrNode *col = g->nodes.items[i];
     int in_dim, out_dim;
-    IrValue *w = gemm_weight(col, &in_dim, &out_dim);
+    IrValue *w = pass_gemm_weight(col, &in_dim, &out_dim);
     if (!w || role[i] != 0 || feeds_loss(g, col->out[0], 0)) continue;
     IrVec found = {0};
     reached_gemms(g, i, &found);
@@ -213,8 +211,8 @@ static void annotate_pairs(Annot *a, IrGraph *g) {
       if (role[j] == 2) join(a, group[j], grp);
       role[j] = 2;
       group[j] = grp;
-      int rin = 0, rout = 0; /* set whenever gemm_weight finds a weight */
-      IrValue *rw = gemm_weight(row, &rin, &rout);
+      int rin = 0, rout = 0; /* set whenever pass_gemm_weight finds a weight */
+      IrValue *rw = pass_gemm_weight(row, &rin, &rout);
       propose(a, rw, split_spec(rin, 1), grp);
       if (row->op == IR_OP_LINEAR && row->nin > 2)
         propose(a, row->in[2], (IrShard){IR_REPLICATED, IR_AXIS_TENSOR, 0, 0, false}, grp);
@@ -241,7 +239,7 @@ static void annotate_graph(Annot *a, IrGraph *g) {
       IrValue *ids = n->in[0];
       bool positions = ids->kind == IR_VAL_NODE && ids->def->op == IR_OP_ARANGE;
       if (!positions) propose(a, n->in[1], split_spec(0, 1), new_group(a));
-    } else if ((w = gemm_weight(n, &in_dim, &out_dim)) && feeds_loss(g, n->out[0], 0)) {
+    } else if ((w = pass_gemm_weight(n, &in_dim, &out_dim)) && feeds_loss(g, n->out[0], 0)) {
       propose(a, w, split_spec(out_dim, 1), new_group(a));
     }
   }

@@ -650,19 +650,6 @@ static const char *named_size(IrGraph *top, int64_t n) {
   return count == 1 ? ir_fmt("%s = %lld", found, (long long)n) : ir_fmt("%lld", (long long)n);
 }
 
-/* The weight of a GEMM with a 2-D parameter weight, and its output dim. */
-static const IrValue *gemm_weight(const IrNode *n, int *out_dim) {
-  const IrValue *w = n->nin >= 2 ? n->in[1] : NULL;
-  if (!w || w->kind != IR_VAL_PARAM || w->type.rank != 2) return NULL;
-  if (n->op == IR_OP_LINEAR)
-    *out_dim = ir_attr_int(n, "transposed") ? 0 : 1;
-  else if (n->op == IR_OP_MATMUL && n->in[0]->type.rank >= 2)
-    *out_dim = ir_attr_int(n, "transpose_b") ? 0 : 1;
-  else
-    return NULL;
-  return w;
-}
-
 /* Whether dim of p is a vocabulary: the rows of an embedding table, or the
  * output dim of the GEMM that makes a cross_entropy's logits. */
 static bool is_vocab_dim(const IrGraph *g, const IrValue *p, int dim) {
@@ -672,7 +659,7 @@ static bool is_vocab_dim(const IrGraph *g, const IrValue *p, int dim) {
     if (n->body && is_vocab_dim(n->body, p, dim)) return true;
     if (n->op == IR_OP_EMBEDDING && n->in[1] == p && dim == 0) return true;
     if (n->op != IR_OP_CROSS_ENTROPY || n->in[0]->kind != IR_VAL_NODE) continue;
-    if (gemm_weight(n->in[0]->def, &out_dim) == p && out_dim == dim) return true;
+    if (pass_gemm_weight(n->in[0]->def, NULL, &out_dim) == p && out_dim == dim) return true;
   }
   return false;
 }

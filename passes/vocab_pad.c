@@ -18,19 +18,6 @@
 
 #include "passes.h"
 
-/* The weight of a GEMM with a 2-D parameter weight, and its output dim. */
-static IrValue *gemm_weight(const IrNode *n, int *out_dim) {
-  IrValue *w = n->nin >= 2 ? n->in[1] : NULL;
-  if (!w || w->kind != IR_VAL_PARAM || w->type.rank != 2) return NULL;
-  if (n->op == IR_OP_LINEAR)
-    *out_dim = ir_attr_int(n, "transposed") ? 0 : 1;
-  else if (n->op == IR_OP_MATMUL && n->in[0]->type.rank >= 2)
-    *out_dim = ir_attr_int(n, "transpose_b") ? 0 : 1;
-  else
-    return NULL;
-  return w;
-}
-
 static bool split_on(const IrValue *p, int dim) {
   return p->shard.kind == IR_SPLIT && p->shard.dim == dim && ir_shard_blocks(&p->shard) == 1;
 }
@@ -63,7 +50,7 @@ static void pad_graph(IrGraph *g, int64_t m) {
       pad(n->in[1], 0, m);
     if (n->op != IR_OP_CROSS_ENTROPY) continue;
     const IrNode *gemm = logits_producer(n->in[0]);
-    IrValue *w = gemm ? gemm_weight(gemm, &out_dim) : NULL;
+    IrValue *w = gemm ? pass_gemm_weight(gemm, NULL, &out_dim) : NULL;
     if (w && split_on(w, out_dim)) pad(w, out_dim, m);
   }
 }

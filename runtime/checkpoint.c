@@ -35,12 +35,6 @@
 
 #define STATE_FORMAT "shardc-state-1"
 
-#ifdef SHARD_REAL_F64
-#define RT_COMM_REAL RT_COMM_F64
-#else
-#define RT_COMM_REAL RT_COMM_F32
-#endif
-
 /* mkdir -p */
 static void make_dirs(const char *dir) {
   char *p = rt_xstrdup(dir);

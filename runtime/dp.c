@@ -15,12 +15,6 @@
 #include "util.h"
 #include "zero.h"
 
-#ifdef SHARD_REAL_F64
-#define RT_COMM_REAL RT_COMM_F64
-#else
-#define RT_COMM_REAL RT_COMM_F32
-#endif
-
 /* The longest piece of a shard one thread updates or sums at a time. */
 #define PIECE 32768
 

@@ -10,14 +10,6 @@
 #include "tp.h"
 #include "util.h"
 
-#ifdef SHARD_REAL_F64
-#define RT_COMM_REAL RT_COMM_F64
-#else
-#define RT_COMM_REAL RT_COMM_F32
-#endif
-
-#define ALIGN64(x) (((x) + 63) / 64 * 64)
-
 /* A message of one (chunk, microbatch): its buffer while it exists and
  * the operation while in flight. */
 typedef struct Msg {
@@ -81,7 +73,7 @@ static void parts_in(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int
 
 static void *aligned_zeroed(int64_t bytes, const char *what) {
   void *mem = NULL;
-  size_t n = (size_t)ALIGN64(bytes > 0 ? bytes : 1);
+  size_t n = (size_t)RT_ALIGN64(bytes > 0 ? bytes : 1);
   if (posix_memalign(&mem, 64, n) != 0)
     rt_fatal(NULL, "out of memory allocating %s (%lld bytes)", what, (long long)n);
   memset(mem, 0, n);

@@ -22,8 +22,6 @@
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
 #define NORM_CHUNK 65536
 
-#define ALIGN64(x) (((x) + 63) / 64 * 64)
-
 /* The per-op timer (log.c): a no-op unless the program was built with
  * -DSHARD_PROFILE. */
 void rt_prof_add(const char *what, double seconds);
@@ -279,8 +277,8 @@ static void allocate(Rt *rt) {
   const RtModel *m = rt->model;
   const RtPlan *p = &m->plan;
   int one_chunk = rt->mesh.pp == 1;
-  int64_t w = ALIGN64(p->weights), g = ALIGN64(p->grads), o = ALIGN64(p->optimizer);
-  int64_t total = w + g + o + (one_chunk ? ALIGN64(p->activations + p->temporaries) : 0);
+  int64_t w = RT_ALIGN64(p->weights), g = RT_ALIGN64(p->grads), o = RT_ALIGN64(p->optimizer);
+  int64_t total = w + g + o + (one_chunk ? RT_ALIGN64(p->activations + p->temporaries) : 0);
   void *mem = NULL;
   if (posix_memalign(&mem, 64, (size_t)total) != 0)
     rt_fatal(NULL, "out of memory allocating the memory plan (%lld bytes)", (long long)total);

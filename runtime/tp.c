@@ -11,12 +11,6 @@
 #include "kernels.h"
 #include "util.h"
 
-#ifdef SHARD_REAL_F64
-#define RT_COMM_REAL RT_COMM_F64
-#else
-#define RT_COMM_REAL RT_COMM_F32
-#endif
-
 /* Byte counts of the tensor axis (the one the program talks on). */
 typedef struct Count {
   int64_t sent, calls;

@@ -12,6 +12,13 @@
 
 #include "rt.h"
 
+/* The runtime/comm.h element type of `real`. */
+#ifdef SHARD_REAL_F64
+#define RT_COMM_REAL RT_COMM_F64
+#else
+#define RT_COMM_REAL RT_COMM_F32
+#endif
+
 /* Starts the communication layer when the mesh has more than one rank or
  * the program runs under mpirun; checks that the job has t * p * d ranks;
  * builds the mesh's communicators and fills rt->mesh, rt->coord and

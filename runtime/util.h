@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* x rounded up to a multiple of 64 (bytes: a cache line, the alignment of
+ * every region the runtime allocates). */
+#define RT_ALIGN64(x) (((x) + 63) / 64 * 64)
+
 /* Prints `shardc: error: WHAT: message` (WHAT is a file or a flag; NULL
  * leaves it out) and exits with status 1: a user error. */
 _Noreturn void rt_fatal(const char *what, const char *fmt, ...)
