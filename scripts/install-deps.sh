@@ -15,7 +15,7 @@ set -euo pipefail
 #   python3 python3-numpy python3-torch: reference numerics in the tests
 #     (tests/oracle runs the same models in PyTorch, Debian's build, under
 #     /usr/bin/python3)
-#   time: peak memory of a run in bench/cpu_train.sh
+#   time: peak memory of a run in bench/cpu_train.sh and bench/compile.sh
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
           libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
           python3-numpy python3-torch time)
