@@ -8,3 +8,13 @@ foreach(script resume errors)
                    ${CMAKE_SOURCE_DIR})
   set_tests_properties(train/${script} PROPERTIES TIMEOUT 300 LABELS train)
 endforeach()
+# The demo shape on 1, 4 and 8 ranks against losses recorded to the bit.
+if(TARGET shard_comm_mpi)
+  add_test(NAME train/demo_bits
+           COMMAND sh ${TESTS_DIR}/train/demo_bits.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+                   ${TESTS_DIR}/train/demo_bits.expected)
+  set_tests_properties(train/demo_bits PROPERTIES TIMEOUT 600 LABELS train RESOURCE_LOCK mpirun)
+  if(SHARDC_SANITIZE)
+    set_tests_properties(train/demo_bits PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
+  endif()
+endif()
