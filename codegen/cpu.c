@@ -762,7 +762,7 @@ static void cpu_prologue(CgEmitter *e) {
   emit(e, "#include <string.h>");
   emit_blank(e);
   emit(e, "#include \"kernels/cpu/kernels.h\"");
-  emit(e, "#include \"runtime/model.h\"");
+  emit(e, "#include \"abi/model.h\"");
   emit_blank(e);
   cg_cpu_tp_prologue(e);
   emit(e, "/* The per-op timer: built with -DSHARD_PROFILE (make EXTRA_CFLAGS=-DSHARD_PROFILE),");

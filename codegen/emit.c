@@ -14,7 +14,7 @@
 
 #include "../passes/pp_split.h"
 #include "../passes/schedule.h"
-#include "../runtime/mesh.h"
+#include "../abi/mesh.h"
 #include "target.h"
 
 /* --------------------------------------------------------------- emitter */
@@ -571,7 +571,7 @@ static void emit_buckets(CgEmitter *e, const CgProgram *pr) {
 
 static void emit_actions(CgEmitter *e, const CgProgram *pr) {
   if (!pr->table) return;
-  emit(e, "/* This stage's action table of the %s schedule (runtime/schedule.h):", pr->schedule);
+  emit(e, "/* This stage's action table of the %s schedule (abi/schedule.h):", pr->schedule);
   emit(e, " * kind, msg, flags, shape, chunk, peer, microbatch. */");
   emit(e, "static const RtSchedAction actions[] = {");
   e->depth++;
@@ -697,7 +697,7 @@ static void emit_program(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr)
   }
   emit(e, "/* vstage, forward, backward, activations and temporaries (bytes), inputs,");
   emit(e, " * has_loss and the loss, logits and d_loss locations, the message parts");
-  emit(e, " * and their counts, weights_begin, weights_end (runtime/model.h) */");
+  emit(e, " * and their counts, weights_begin, weights_end (abi/model.h) */");
   emit(e, "static const RtChunk chunks[] = {");
   e->depth++;
   for (int c = 0; c < e->nchunks; c++) emit(e, "%s", entries[c]);
@@ -769,7 +769,7 @@ static bool write_emitter(CgEmitter *e, const char *name) {
 }
 
 /* Every rank of the mesh, with its coordinates by the layout of
- * runtime/mesh.h (which the runtime builds its communicators from), runs
+ * abi/mesh.h (which the runtime builds its communicators from), runs
  * the one program: ranks that differ only in their tensor-parallel index
  * share it. */
 static bool write_manifest(CgEmitter *e, const CgProgram *progs, int nprogs) {
@@ -984,17 +984,16 @@ static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, con
 
 int cg_compile(IrGraph *g, const CgOptions *o) {
   const CgTarget *t = find_target(o->target);
-  IrLoc cmd = {"<command line>", 0, 0};
   if (!t) {
-    ir_error(cmd, "unknown target '%s' (known: cpu)", o->target);
+    ir_error(ir_cmdline, "unknown target '%s' (known: cpu)", o->target);
     return 1;
   }
   if (!o->out_dir || !*o->out_dir) {
-    ir_error(cmd, "no output directory for the %s target (-o DIR)", t->name);
+    ir_error(ir_cmdline, "no output directory for the %s target (-o DIR)", t->name);
     return 1;
   }
   if (o->dtype != IR_F32 && o->dtype != IR_F64) {
-    ir_error(cmd, "the %s target builds f32 or f64 programs, not %s", t->name,
+    ir_error(ir_cmdline, "the %s target builds f32 or f64 programs, not %s", t->name,
              ir_dtype_name(o->dtype));
     return 1;
   }
@@ -1002,12 +1001,12 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
   int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1;
   int d = o->dp > 1 ? o->dp : 1;
   if (p == 1 && v > 1) {
-    ir_error(cmd, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run one "
+    ir_error(ir_cmdline, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run one "
              "after the other", v);
     return 1;
   }
   if (o->zero && d == 1) {
-    ir_error(cmd, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+    ir_error(ir_cmdline, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
     return 1;
   }
   CgEmitter e = {.g = g, .opt = o, .target = t};
@@ -1027,7 +1026,6 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
  * `tied` holds the parameters another stage has a copy of. */
 static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, const ModelInfo *mi,
                           IrPtrMap *tied, int rb, int threads) {
-  IrLoc cmd = {"<command line>", 0, 0};
   int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1, nv = p * v;
   int d = o->dp > 1 ? o->dp : 1;
   CgChunk *all = ir_alloc(sizeof(CgChunk) * (size_t)nv);
@@ -1052,7 +1050,7 @@ static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, con
   if (p > 1) {
     int64_t per = mi->batch * d;
     if (o->global_batch > 0 && o->global_batch % per) {
-      ir_error(cmd, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
+      ir_error(ir_cmdline, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
                (long long)o->global_batch, (long long)mi->batch, d);
       return 1;
     }
@@ -1060,7 +1058,7 @@ static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, con
     const char *name = o->schedule ? o->schedule : sched_default_name(v);
     const SchedDef *def = sched_find(name);
     if (!def) {
-      ir_error(cmd, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved)", name);
+      ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", name, sched_names());
       return 1;
     }
     SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .buckets_per_chunk = 1,
@@ -1068,7 +1066,7 @@ static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, con
     SchedReport rep;
     sched = sched_build(def, &so, NULL, false, &rep);
     if (!sched) {
-      ir_error(cmd, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
+      ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
                rep.error ? rep.error : "failed");
       sched_report_free(&rep);
       return 1;

@@ -11,7 +11,7 @@
 
 typedef struct CgTarget CgTarget;
 
-/* A gradient bucket of data parallelism (runtime/model.h RtBucket):
+/* A gradient bucket of data parallelism (abi/model.h RtBucket):
  * elements [offset, offset + numel) of the rank's weights. */
 typedef struct CgBucket {
   int chunk; /* index of the chunk on its stage */

@@ -124,7 +124,7 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
   if (!pipeline) {
-    ir_error((IrLoc){"<command line>", 0, 0}, "unknown target '%s' (known: cpu)", target);
+    ir_error(ir_cmdline, "unknown target '%s' (known: cpu)", target);
     return 1;
   }
   IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);

@@ -1,15 +1,14 @@
 /* `shardc data`: turns a text file into byte-level token shards (vocab 256)
  * in llm.c's format, so the demo corpus, and any text a user has, trains
- * without other tools. The format is written here rather than borrowed from
- * the runtime: the compiler side never links the runtime. */
+ * without other tools. Its constants come from abi/formats.h, which the runtime
+ * reads them from too. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../abi/formats.h"
 #include "driver.h"
-
-enum { SHARD_MAGIC = 20240520, SHARD_VERSION = 1, SHARD_HEADER_INTS = 256 };
 
 static const DrvOption data_options[] = {
     {"-o", "OUT.bin", "the training shard to write (required)"},

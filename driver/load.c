@@ -51,7 +51,7 @@ static bool apply_overrides(IrGraph *g, int nargs, DrvArg *args) {
   for (int i = 0; i < nargs; i++) {
     if (!args[i].opt || strcmp(args[i].opt->name, "-D") != 0) continue;
     const char *def = args[i].value, *eq = strchr(def, '=');
-    IrLoc where = {ir_fmt("<command line>: -D %s", def), 0, 0};
+    IrLoc where = {ir_fmt(IR_CMDLINE_FILE ": -D %s", def), 0, 0};
     if (!eq || eq == def) {
       ir_error(where, "expected -D NAME=VALUE");
       ok = false;

@@ -131,7 +131,7 @@ static int exec_program(const char *program, char **argv) {
 #endif
 
 /* `programs` of `per` ranks each, in rank order: with pipeline stages
- * stage r's ranks are the r-th block of t x d (runtime/mesh.h), so an MPMD
+ * stage r's ranks are the r-th block of t x d (abi/mesh.h), so an MPMD
  * launch `-np t*d stage0 ARGS : -np t*d stage1 ARGS ...` gives every rank
  * its stage's program. */
 static int exec_ranks(const char *const *programs, int nprograms, int per, char **argv) {

@@ -89,10 +89,8 @@ static bool parse_flags(int nargs, DrvArg *args, Config *c) {
   c->seq_parallel = drv_flag(nargs, args, "--sequence-parallel");
   c->name = drv_value(nargs, args, "--schedule");
   if (c->name && !sched_find(c->name)) {
-    char list[256] = "";
-    for (const SchedDef *d = sched_registry; d->name; d++)
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", d->name);
-    drv_usage_error(&drv_schedule_command, "--schedule: unknown schedule '%s' (known: %s)", c->name, list);
+    drv_usage_error(&drv_schedule_command, "--schedule: unknown schedule '%s' (known: %s)", c->name,
+                    sched_names());
     ok = false;
   }
   if (!c->name) c->name = sched_default_name(c->vpp);

@@ -6,6 +6,8 @@
 
 #include "ir.h"
 
+const IrLoc ir_cmdline = {IR_CMDLINE_FILE, 0, 0};
+
 typedef struct Source {
   const char *file;
   const char *text;

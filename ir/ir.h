@@ -59,6 +59,10 @@ typedef struct IrLoc {
   int line, col;
 } IrLoc;
 
+/* Where flags and -D values are reported: they have no file. */
+#define IR_CMDLINE_FILE "<command line>"
+extern const IrLoc ir_cmdline;
+
 /* Sources are registered so that errors can print the line and a caret. */
 void ir_diag_add_source(const char *file, const char *text, size_t len);
 /* Forgets every registered source (their names live in the arena): for a

@@ -4,7 +4,6 @@
 
 #include "passes.h"
 
-static const IrLoc command_line = {"<command line>", 0, 0};
 
 /* "fold, shape, verify" as text, for the message about an unknown name. */
 static char *registered_names(void) {
@@ -31,7 +30,7 @@ static int parse_pipeline(const char *pipeline, const Pass ***out) {
     const char *name = ir_strndup(p, len);
     const Pass *pass = pass_find(name);
     if (!pass) {
-      ir_error(command_line, "--passes: %s (the passes are %s)",
+      ir_error(ir_cmdline, "--passes: %s (the passes are %s)",
                len ? ir_fmt("no pass named '%s'", name) : "empty pass name", registered_names());
       ok = false;
     }

@@ -38,7 +38,6 @@
 
 #include "passes.h"
 
-static const IrLoc cmdline = {"<command line>", 0, 0};
 
 typedef struct Part {
   IrGraph *g;
@@ -107,7 +106,7 @@ static bool parse_layout(Part *P, const char *text) {
     char *end;
     long c = strtol(s, &end, 10);
     if (end == s || c < 0 || c > 1 << 20 || (*end && *end != ',')) {
-      ir_error(cmdline, "--pp-layout '%s': expected layer counts separated by commas, one per "
+      ir_error(ir_cmdline, "--pp-layout '%s': expected layer counts separated by commas, one per "
                "virtual stage (e.g. %s)", text,
                P->nv == 2 ? "3,2" : P->nv == 4 ? "2,3,3,2" : "4,4");
       return false;
@@ -119,18 +118,18 @@ static bool parse_layout(Part *P, const char *text) {
     s = end + 1;
   }
   if (n != P->nv) {
-    ir_error(cmdline, "--pp-layout '%s' has %d count%s, but p x v = %d x %d = %d virtual stages "
+    ir_error(ir_cmdline, "--pp-layout '%s' has %d count%s, but p x v = %d x %d = %d virtual stages "
              "need one each", text, n, n == 1 ? "" : "s", P->p, P->v, P->nv);
     return false;
   }
   if (sum != P->layers) {
-    ir_error(cmdline, "--pp-layout '%s' places %d layers, but the model has %d", text, sum,
+    ir_error(ir_cmdline, "--pp-layout '%s' places %d layers, but the model has %d", text, sum,
              P->layers);
     ok = false;
   }
   for (int k = 1; k < P->nv - 1; k++)
     if (P->count[k] == 0) {
-      ir_error(cmdline, "--pp-layout '%s': virtual stage %d has no layer (only the first and the "
+      ir_error(ir_cmdline, "--pp-layout '%s': virtual stage %d has no layer (only the first and the "
                "last, which hold the embedding and the output layer, may have none)", text, k);
       ok = false;
     }
@@ -194,7 +193,7 @@ static bool choose_layout(Part *P, const char *layout) {
         also = ir_fmt("%s%s%d", also, k ? "," : "", c);
       }
     }
-    ir_error(cmdline, "pipeline partition: the model has %d layer%s, fewer than the p x v = %d x "
+    ir_error(ir_cmdline, "pipeline partition: the model has %d layer%s, fewer than the p x v = %d x "
              "%d = %d virtual stages, each of which needs one; use p x v <= %d (p x v one of "
              "%s splits the layers evenly)%s", P->layers, P->layers == 1 ? "" : "s", P->p, P->v,
              P->nv, P->layers, divisors(P->layers), also);
@@ -335,7 +334,7 @@ static int insert_boundaries(Part *P) {
  * partitioned into stages, with layers recorded by unroll. */
 static bool check_input(IrGraph *g, int *layers) {
   if (g->mesh[IR_AXIS_PIPELINE] > 1 || g->vpp > 1) {
-    ir_error(cmdline, "pp-partition: the graph is partitioned into pipeline stages already");
+    ir_error(ir_cmdline, "pp-partition: the graph is partitioned into pipeline stages already");
     return false;
   }
   *layers = 0;
@@ -353,7 +352,7 @@ static bool check_input(IrGraph *g, int *layers) {
     if (n->layer + 1 > *layers) *layers = n->layer + 1;
   }
   if (*layers == 0) {
-    ir_error(cmdline, "pp-partition: the model has no layers to place (they are the iterations "
+    ir_error(ir_cmdline, "pp-partition: the model has no layers to place (they are the iterations "
              "of its repeats, which unroll records: run unroll in the same pipeline)");
     return false;
   }

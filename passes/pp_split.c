@@ -3,7 +3,6 @@
 
 #include "pp_split.h"
 
-static const IrLoc cmdline = {"<command line>", 0, 0};
 
 static bool is_boundary(const IrNode *n) { return n->op == IR_OP_PP_BOUNDARY; }
 
@@ -47,7 +46,7 @@ static bool collect_reads(IrGraph *g, IrPtrMap *local, IrPtrMap *read) {
 bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
   int pv = (g->mesh[IR_AXIS_PIPELINE] > 1 ? g->mesh[IR_AXIS_PIPELINE] : 1) * (g->vpp > 1 ? g->vpp : 1);
   if (pv != nchunks) {
-    ir_error(cmdline, "pp-split: the graph has %d virtual stages, asked for %d", pv, nchunks);
+    ir_error(ir_cmdline, "pp-split: the graph has %d virtual stages, asked for %d", pv, nchunks);
     return false;
   }
   /* The forward messages in node order, and each one's gradient message. */

@@ -340,6 +340,14 @@ const SchedDef *sched_find(const char *name) {
 
 const char *sched_default_name(int vpp) { return vpp > 1 ? "interleaved" : "1f1b"; }
 
+const char *sched_names(void) {
+  static char list[512];
+  if (!list[0])
+    for (const SchedDef *d = sched_registry; d->name; d++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", d->name);
+  return list;
+}
+
 /* ----------------------------------------------------------------- core */
 
 /* Inserts REDUCE_GRADS for each chunk's buckets right after the last

@@ -1,7 +1,7 @@
 /* Pipeline schedules: building every stage's action table (schedule.c) and
  * verifying all of them together (schedule_verify.c).
  *
- * The tables are in the runtime's format (runtime/schedule.h). A schedule
+ * The tables are in the runtime's format (abi/schedule.h). A schedule
  * is one entry of sched_registry: a name, a line of description and a
  * builder, which calls the sched_* emitters below for every stage. The
  * builder writes forwards, backwards and messages only; the data-parallel
@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../runtime/schedule.h"
+#include "../abi/schedule.h"
 
 /* What a schedule is built for. */
 typedef struct SchedOptions {
@@ -50,7 +50,7 @@ typedef struct SchedReport {
 } SchedReport;
 
 /* Checks every table of s and simulates them together (the semantics are
- * in runtime/schedule.h and docs/schedules.md). Fills rep (free it with
+ * in abi/schedule.h and docs/schedules.md). Fills rep (free it with
  * sched_report_free) and returns whether the tables verify. */
 bool sched_verify(const RtSchedule *s, const SchedTimes *times, bool timeline, SchedReport *rep);
 void sched_report_free(SchedReport *rep);
@@ -73,6 +73,8 @@ extern const SchedDef sched_registry[];
 const SchedDef *sched_find(const char *name);
 /* The schedule used when none is named: 1f1b for v = 1, else interleaved. */
 const char *sched_default_name(int vpp);
+/* The registered names, "gpipe, 1f1b, ...", for messages and help. */
+const char *sched_names(void);
 
 /* Emitters for stage r. F, B and W take the stage's chunk c and the
  * microbatch. sched_send and sched_recv name the tensor the same way

@@ -31,7 +31,6 @@
 
 #include "passes.h"
 
-static const IrLoc command_line = {"<command line>", 0, 0};
 
 /* A parameter spec the model fixed: any split or partial spec, or a
  * replicated one marked so. */
@@ -277,7 +276,7 @@ static void clear_specs(IrGraph *g) {
 static bool check_world(const PassOptions *opt) {
   int t = pass_tp(opt), p = opt && opt->pp > 1 ? opt->pp : 1, d = opt && opt->dp > 1 ? opt->dp : 1;
   if (!opt || opt->world <= 0 || (long long)t * p * d == opt->world) return true;
-  ir_error(command_line, "the world size must be t * p * d: %d ranks, but t * p * d = %d * %d * %d "
+  ir_error(ir_cmdline, "the world size must be t * p * d: %d ranks, but t * p * d = %d * %d * %d "
            "= %lld", opt->world, t, p, d, (long long)t * p * d);
   return false;
 }

@@ -28,12 +28,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../abi/formats.h"
 #include "comm.h"
 #include "tp.h"
 #include "util.h"
 #include "zero.h"
 
-#define STATE_FORMAT "shardc-state-1"
 
 /* mkdir -p */
 static void make_dirs(const char *dir) {
@@ -445,7 +445,7 @@ static void layout_str(const RtModel *m, char *buf, size_t len) {
  * under. */
 static Meta *state_meta(const Rt *rt) {
   Meta *m = rt_xcalloc(1, sizeof *m);
-  meta_add(m, "format", STATE_FORMAT);
+  meta_add(m, "format", CKPT_STATE_FORMAT);
   model_meta(rt, m);
   snprintf(m->text[m->n], sizeof m->text[0], "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64,
            rt->rng.s[0], rt->rng.s[1], rt->rng.s[2], rt->rng.s[3]);
@@ -484,8 +484,8 @@ void rt_ckpt_save(Rt *rt) {
   collect(rt, src, rt->adam_m ? 3 : 1, &l);
   if (L.rank == 0) {
     make_dirs(rt->f.save);
-    char *state = join(rt->f.save, "state.safetensors");
-    char *model = join(rt->f.save, "model.safetensors");
+    char *state = join(rt->f.save, CKPT_STATE_FILE);
+    char *model = join(rt->f.save, CKPT_MODEL_FILE);
     /* The state first: a crash between the two renames leaves a new state
      * (complete by itself) beside the old weights, never the reverse. */
     Meta *m = state_meta(rt);
@@ -655,11 +655,11 @@ static void restore_flags(Rt *rt, const RtStFile *f) {
 }
 
 void rt_ckpt_resume_open(Rt *rt) {
-  char *path = join(rt->f.resume, "state.safetensors");
+  char *path = join(rt->f.resume, CKPT_STATE_FILE);
   RtStFile *f = &rt->resume;
   rt_st_open(f, path);
   const char *format = rt_st_meta(f, "format"), *name = rt_st_meta(f, "model");
-  if (!format || strcmp(format, STATE_FORMAT))
+  if (!format || strcmp(format, CKPT_STATE_FORMAT))
     rt_fatal(path, "not a training state written by --save (format '%s')", format ? format : "");
   if (!name || strcmp(name, rt->model->name))
     rt_fatal(path, "a checkpoint of model '%s', this program trains '%s'", name ? name : "",

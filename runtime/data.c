@@ -13,13 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../abi/formats.h"
 #include "rng.h"
 #include "util.h"
 
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
-#define HEADER_INTS 256
-#define HEADER_BYTES (HEADER_INTS * 4)
 
 typedef struct Shard {
   char *path;
@@ -77,17 +74,17 @@ static int64_t check_header(int fd, const char *path) {
   struct stat st;
   if (fstat(fd, &st) != 0) rt_fatal(path, "cannot stat: %s", strerror(errno));
   if (!S_ISREG(st.st_mode)) rt_fatal(path, "not a regular file");
-  if (st.st_size < HEADER_BYTES)
+  if (st.st_size < SHARD_HEADER_BYTES)
     rt_fatal(path, "truncated: %lld bytes, shorter than the %d-byte shard header",
-             (long long)st.st_size, HEADER_BYTES);
-  int32_t h[HEADER_INTS];
+             (long long)st.st_size, SHARD_HEADER_BYTES);
+  int32_t h[SHARD_HEADER_INTS];
   read_exact(fd, h, sizeof h, 0, path);
   if (h[0] != SHARD_MAGIC)
     rt_fatal(path, "not a token shard: magic %" PRId32 ", expected %d", h[0], SHARD_MAGIC);
   if (h[1] != SHARD_VERSION)
     rt_fatal(path, "unsupported shard version %" PRId32 ", expected %d", h[1], SHARD_VERSION);
   if (h[2] < 0) rt_fatal(path, "bad token count %" PRId32 " in the header", h[2]);
-  int64_t body = (int64_t)st.st_size - HEADER_BYTES, want = 2 * (int64_t)h[2];
+  int64_t body = (int64_t)st.st_size - SHARD_HEADER_BYTES, want = 2 * (int64_t)h[2];
   if (body < want)
     rt_fatal(path,
              "truncated: the header says %" PRId32 " tokens (%lld bytes), the file holds %lld",
@@ -105,7 +102,7 @@ static void check_ids(int fd, const char *path, int64_t ntok, int64_t vocab) {
   uint16_t *buf = rt_xmalloc(CHUNK * sizeof *buf);
   for (int64_t at = 0; at < ntok; at += CHUNK) {
     int64_t n = ntok - at < CHUNK ? ntok - at : CHUNK;
-    read_exact(fd, buf, (size_t)n * 2, HEADER_BYTES + 2 * at, path);
+    read_exact(fd, buf, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * at, path);
     for (int64_t i = 0; i < n; i++)
       if (buf[i] >= vocab)
         rt_fatal(path, "token %lld has id %u, outside the vocabulary of %lld", (long long)(at + i),
@@ -206,7 +203,7 @@ void rt_data_read(RtData *d, int64_t w, int32_t *out) {
   int64_t start = (w - s->first_window) * d->stride, n = d->stride + 1;
   int fd = open(s->path, O_RDONLY);
   if (fd < 0) rt_fatal(s->path, "cannot open: %s", strerror(errno));
-  read_exact(fd, d->stage, (size_t)n * 2, HEADER_BYTES + 2 * start, s->path);
+  read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path);
   close(fd);
   for (int64_t i = 0; i < n; i++)
     out[i] = d->stage[i];
@@ -217,7 +214,7 @@ int rt_data_write_shard(const char *path, const uint16_t *tokens, int64_t n) {
     rt_error(path, "%lld tokens do not fit in one shard (at most %d)", (long long)n, INT32_MAX);
     return -1;
   }
-  int32_t h[HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n};
+  int32_t h[SHARD_HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)n};
   FILE *f = fopen(path, "wb");
   if (!f) {
     rt_error(path, "cannot create: %s", strerror(errno));

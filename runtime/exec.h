@@ -1,4 +1,4 @@
-/* The pipeline executor: runs a stage's action table (runtime/schedule.h)
+/* The pipeline executor: runs a stage's action table (abi/schedule.h)
  * once per training step, and the forward-only pipeline of evaluations.
  *
  * Memory. Every (chunk, microbatch) between its forward and its backward

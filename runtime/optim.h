@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "flags.h"
-#include "model.h"
+#include "../abi/model.h"
 
 /* The learning rate of 0-based step s: linear warmup lr*(s+1)/warmup over
  * the first --warmup steps, then cosine from lr to --lr-min over the rest

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "model.h"
+#include "../abi/model.h"
 
 typedef struct RtStTensor {
   char *name;

@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ndefines; i++) {
     const char *eq = strchr(defines[i], '=');
     if (!eq || !pass_override_config(g, ir_strndup(defines[i], (size_t)(eq - defines[i])), eq + 1,
-                                      (IrLoc){"<command line>", 0, 0}))
+                                      ir_cmdline))
       return 1;
   }
   PassOptions opt = {0};

@@ -1,5 +1,5 @@
 /* Tests of the communication layer (runtime/comm.h) and the rank layout
- * (runtime/mesh.h), run under mpirun by tests/comm/tests.cmake.
+ * (abi/mesh.h), run under mpirun by tests/comm/tests.cmake.
  *
  *   comm_test layout     the layout arithmetic alone (no MPI)
  *   comm_test check      every collective, blocking and non-blocking, on the

@@ -1,5 +1,5 @@
 # Tests of the communication layer (runtime/comm.h, MPI backend) and of the
-# rank layout (runtime/mesh.h). Each run under mpirun goes through
+# rank layout (abi/mesh.h). Each run under mpirun goes through
 # mpirun.sh, which applies the launch recipe of comm.h; they hold the lock
 # `mpirun` so that ctest -j does not pile 8-rank jobs onto a small machine.
 if(TARGET shard_comm_mpi)

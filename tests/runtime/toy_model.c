@@ -7,7 +7,7 @@
  *   loss   = cross_entropy(logits, targets)
  */
 #include "kernels.h"
-#include "model.h"
+#include "../../abi/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +26,7 @@ enum { BATCH = 4, SEQ = 8, V = 256, H = 16, N = BATCH * SEQ };
 #define OFF_LOGITS AL(OFF_X + N * H * R)
 #define ACT_BYTES AL(OFF_LOGITS + N * V * R)
 /* Temporaries of the backward, after the activations: the locations of
- * runtime/model.h count through both (a program of one chunk gets them as
+ * abi/model.h count through both (a program of one chunk gets them as
  * one block, so ctx->activations reaches them too). */
 #define OFF_DLOGITS ACT_BYTES
 #define OFF_DX AL(OFF_DLOGITS + N * V * R)

@@ -180,7 +180,7 @@ typedef struct RtModel {
    * part of the padded vocabulary (0 means vocab). */
   int64_t logits_cols;
   /* Pipeline parallelism (p > 1): this stage's action table
-   * (runtime/schedule.h), built for `microbatches` microbatches per step
+   * (abi/schedule.h), built for `microbatches` microbatches per step
    * on each data-parallel replica. NULL when p = 1: the runtime then runs
    * the microbatches one after the other. */
   const char *schedule;      /* "1f1b", "interleaved", ... */

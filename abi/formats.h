@@ -1,0 +1,25 @@
+/* The file formats that a rank program reads and writes and that the
+ * compiler's tools write too: token shards and checkpoints. Constants
+ * only, so that the compiler side (`shardc data`) and the runtime agree by
+ * construction without either linking the other.
+ *
+ * Token shards are llm.c's format, so data prepared for llm.c trains here
+ * unchanged: a header of SHARD_HEADER_INTS int32 (SHARD_MAGIC,
+ * SHARD_VERSION, the token count, the rest zero), then the tokens as
+ * uint16. docs/formats.md describes both formats in full. */
+#ifndef SHARD_ABI_FORMATS_H
+#define SHARD_ABI_FORMATS_H
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_INTS 256
+#define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
+
+/* A checkpoint is a folder: the weights by parameter name in
+ * CKPT_MODEL_FILE, the optimizer state and the run's metadata (its
+ * "format" key is CKPT_STATE_FORMAT) in CKPT_STATE_FILE. */
+#define CKPT_MODEL_FILE "model.safetensors"
+#define CKPT_STATE_FILE "state.safetensors"
+#define CKPT_STATE_FORMAT "shardc-state-1"
+
+#endif
