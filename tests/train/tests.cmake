@@ -10,9 +10,13 @@ foreach(script resume errors)
 endforeach()
 # The demo shape on 1, 4 and 8 ranks against losses recorded to the bit.
 if(TARGET shard_comm_mpi)
+  set(demo_bits_build "${CMAKE_C_COMPILER_ID}-${CMAKE_C_COMPILER_VERSION}")
+  if(SHARDC_SANITIZE)
+    string(APPEND demo_bits_build "-sanitize")
+  endif()
   add_test(NAME train/demo_bits
            COMMAND sh ${TESTS_DIR}/train/demo_bits.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
-                   ${TESTS_DIR}/train/demo_bits.expected)
+                   ${TESTS_DIR}/train/demo_bits.expected ${demo_bits_build})
   set_tests_properties(train/demo_bits PROPERTIES TIMEOUT 600 LABELS train RESOURCE_LOCK mpirun)
   if(SHARDC_SANITIZE)
     set_tests_properties(train/demo_bits PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
