@@ -195,7 +195,8 @@ const char *ir_axis_name(IrMeshAxis a); /* "tensor", "pipeline", "data", "embed"
 /* ------------------------------------------------------------------ ops */
 
 typedef enum IrOp {
-#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) IR_OP_##id,
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) \
+  IR_OP_##id,
 #include "ops.def"
 #undef OP
   IR_OP_COUNT

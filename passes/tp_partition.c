@@ -7,11 +7,12 @@
  * rule per op: a column-parallel linear turns a replicated x into a result
  * split on its last dim, a row-parallel one a split x into a partial sum,
  * attention split by heads stays split by heads, and so on (the `tp`
- * column of ir/ops.def names each op's rule, `tp_*` below). Where an input's spec is not what the rule needs, it inserts the
- * conversion: all_reduce (partial -> replicated), all_gather (split ->
- * replicated), tp_slice (replicated -> split, no message), and
- * tp_slice(all_reduce(x)) for partial -> split, which tp-fuse turns into one
- * reduce_scatter. An op without a rule reads replicated inputs. A
+ * column of ir/ops.def names each op's rule, `tp_*` below). Where an
+ * input's spec is not what the rule needs, it inserts the conversion:
+ * all_reduce (partial -> replicated), all_gather (split -> replicated),
+ * tp_slice (replicated -> split, no message), and tp_slice(all_reduce(x))
+ * for partial -> split, which tp-fuse turns into one reduce_scatter. An op
+ * whose rule is tp_whole reads replicated inputs. A
  * replicated float input of an op whose result is split or partial reads
  * it through tp_copy, the identity whose adjoint all-reduces the gradient:
  * each rank's gradient of such an input covers its own part of the result.
