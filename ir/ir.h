@@ -222,9 +222,9 @@ enum {
  * its row-shaped inputs. A value's rows are its elements over its last dim. */
 typedef enum IrRowRule {
   IR_ROWS_NONE,      /* not cut */
-  IR_ROWS_SAME,      /* input 0 and output 0 have the R rows (linear, the norms) */
+  IR_ROWS_SAME,      /* input 0 and output 0 have R rows each (linear, the norms) */
   IR_ROWS_GEMM,      /* matmul: a's rows against a shared 2-D b, a not transposed */
-  IR_ROWS_PARTS,     /* split and concat along the last axis: every input and output has R rows */
+  IR_ROWS_PARTS,     /* split, concat along the last axis: all inputs and outputs R rows */
   IR_ROWS_SEQUENCES, /* whole sequences: input 0 is [b, s, width] and a chunk holds whole s */
   IR_ROWS_IDS,       /* embedding: one integer id per row */
 } IrRowRule;
@@ -254,8 +254,8 @@ typedef struct IrOpInfo {
   IrShapeFn shape;
   const char *attrs;  /* "n axis=-1": positional order after the tensors */
   unsigned flags;
-  IrRowRule rows;
-  IrFlopsFn flops;
+  IrRowRule rows;     /* how memplan may cut it into chunks of rows */
+  IrFlopsFn flops;    /* its forward FLOPs */
   const char *doc;
   IrAttrSpec attr[8];
   int nattr;
