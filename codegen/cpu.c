@@ -203,25 +203,52 @@ static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
   unreachable();
 }
 
-/* The value of output `out` of an elementwise node, from its operands. */
-static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a) {
-  switch (n->op) {
-  case IR_OP_ADD: return ir_fmt("%s + %s", a[0], a[1]);
-  case IR_OP_SUB: return ir_fmt("%s - %s", a[0], a[1]);
-  case IR_OP_MUL: return ir_fmt("%s * %s", a[0], a[1]);
-  case IR_OP_SCALE: return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
-  case IR_OP_GELU: return ir_fmt("k_gelu(%s)", a[0]);
-  case IR_OP_SILU: return ir_fmt("k_silu(%s)", a[0]);
-  case IR_OP_SWIGLU: return ir_fmt("k_silu(%s) * %s", a[0], a[1]);
-  case IR_OP_GELU_GRAD: return ir_fmt("k_gelu_grad(%s, %s)", a[0], a[1]);
-  case IR_OP_SILU_GRAD: return ir_fmt("k_silu_grad(%s, %s)", a[0], a[1]);
-  /* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
-  case IR_OP_SWIGLU_GRAD:
-    return out == 0 ? ir_fmt("k_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
-                    : ir_fmt("%s * k_silu(%s)", a[2], a[0]);
-  default: cg_error(e, n, "no inline form for this elementwise op"); return "0";
-  }
+/* The inline forms of the elementwise ops (CpuKernel.inline_expr): the
+ * value of output `out` of node n from its operands a[]. */
+static const char *inline_add(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("%s + %s", a[0], a[1]);
 }
+static const char *inline_sub(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("%s - %s", a[0], a[1]);
+}
+static const char *inline_mul(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("%s * %s", a[0], a[1]);
+}
+static const char *inline_scale(const IrNode *n, int out, const char **a) {
+  (void)out;
+  return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
+}
+static const char *inline_gelu(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("k_gelu(%s)", a[0]);
+}
+static const char *inline_silu(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("k_silu(%s)", a[0]);
+}
+static const char *inline_swiglu(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("k_silu(%s) * %s", a[0], a[1]);
+}
+static const char *inline_gelu_grad(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("k_gelu_grad(%s, %s)", a[0], a[1]);
+}
+static const char *inline_silu_grad(const IrNode *n, int out, const char **a) {
+  (void)n, (void)out;
+  return ir_fmt("k_silu_grad(%s, %s)", a[0], a[1]);
+}
+/* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
+static const char *inline_swiglu_grad(const IrNode *n, int out, const char **a) {
+  (void)n;
+  return out == 0 ? ir_fmt("k_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
+                  : ir_fmt("%s * k_silu(%s)", a[2], a[0]);
+}
+
+static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a);
 
 static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
   int nstore = 0;
@@ -309,7 +336,8 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
  * contiguous, a batched GEMM otherwise (a shared operand has stride 0). */
-static void emit_matmul(CgEmitter *e, const IrNode *n) {
+static void emit_matmul(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
   if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
     cg_error(e, n, "operands of rank below 2");
@@ -338,7 +366,8 @@ static void emit_matmul(CgEmitter *e, const IrNode *n) {
 }
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */
-static void emit_linear(CgEmitter *e, const IrNode *n) {
+static void emit_linear(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t in = dim(x, -1), out = dim(y, -1), rows = rrows(e, x);
@@ -349,7 +378,8 @@ static void emit_linear(CgEmitter *e, const IrNode *n) {
 }
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
-static void emit_linear_dx(CgEmitter *e, const IrNode *n) {
+static void emit_linear_dx(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rrows(e, dy);
@@ -359,7 +389,8 @@ static void emit_linear_dx(CgEmitter *e, const IrNode *n) {
 
 /* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
  * every leading dim by the GEMM's inner dimension. */
-static void emit_linear_dw(CgEmitter *e, const IrNode *n) {
+static void emit_linear_dw(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
@@ -377,7 +408,8 @@ static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
   emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)numel(x));
 }
 
-static void emit_transpose(CgEmitter *e, const IrNode *n) {
+static void emit_transpose(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
   const IrType *t = &x->type;
   int d0 = norm_axis(ir_attr_int(n, "dim0"), t->rank), d1 = norm_axis(ir_attr_int(n, "dim1"), t->rank);
@@ -395,7 +427,7 @@ static void emit_transpose(CgEmitter *e, const IrNode *n) {
 }
 
 /* [b, s, H*d] <-> [b, H, s, d]. */
-static void emit_heads(CgEmitter *e, const IrNode *n, bool split) {
+static void heads_layout(CgEmitter *e, const IrNode *n, bool split) {
   const IrValue *x = n->in[0], *y = n->out[0], *h4 = split ? y : x;
   if (h4->type.rank != 4) {
     cg_error(e, n, "expected [b, H, s, d] of rank 4");
@@ -406,8 +438,12 @@ static void emit_heads(CgEmitter *e, const IrNode *n, bool split) {
        (long long)dim(h4, 3));
 }
 
+static void emit_split_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), true); }
+static void emit_merge_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), false); }
+
 /* A split that is not a view: one strided block copy per part. */
-static void emit_split(CgEmitter *e, const IrNode *n) {
+static void emit_split(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
   int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
@@ -418,7 +454,8 @@ static void emit_split(CgEmitter *e, const IrNode *n) {
          (long long)outer, (long long)part);
 }
 
-static void emit_concat(CgEmitter *e, const IrNode *n) {
+static void emit_concat(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
   int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
@@ -433,7 +470,8 @@ static void emit_concat(CgEmitter *e, const IrNode *n) {
 }
 
 /* sum_to: x summed down to the shape broadcasting stretched it from. */
-static void emit_sum_to(CgEmitter *e, const IrNode *n) {
+static void emit_sum_to(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
   Bc bc = classify(&y->type, &x->type);
   int64_t N = numel(x), M = numel(y);
@@ -494,7 +532,8 @@ static void attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) 
   *d = dim(n->in[0], -1) / *H;
 }
 
-static void emit_attention(CgEmitter *e, const IrNode *n, int index) {
+static void emit_attention(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
   attention_dims(n, &H, &K, &d);
@@ -512,39 +551,77 @@ static void emit_attention(CgEmitter *e, const IrNode *n, int index) {
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
 }
 
-static void emit_norm(CgEmitter *e, const IrNode *n) {
+static void emit_layernorm(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  int64_t h = dim(x, -1), rows = rows_of(x);
-  const char *eps = cg_real(ir_attr_float(n, "eps"));
-  switch (n->op) {
-  case IR_OP_LAYERNORM:
-    emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-         ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
-         (long long)h, eps);
-    return;
-  case IR_OP_RMSNORM:
-    emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-         ref(e, n->in[1]), (long long)rrows(e, x), (long long)h, eps);
-    return;
-  case IR_OP_LAYERNORM_GRAD: {
-    /* A layernorm without a bias has no use for db. */
-    const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
-    bool want_db = db && (db->uses > 0 || db->grad_of);
-    emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-         ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
-         ref(e, n->in[1]), (long long)rows, (long long)h, eps);
-    return;
-  }
-  case IR_OP_RMSNORM_GRAD:
-    emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-         ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows,
-         (long long)h, eps);
-    return;
-  default: unreachable();
-  }
+  emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+       ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
+       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
-static void emit_dropout(CgEmitter *e, const IrNode *n) {
+static void emit_rmsnorm(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+       ref(e, n->in[1]), (long long)rrows(e, x), (long long)dim(x, -1),
+       cg_real(ir_attr_float(n, "eps")));
+}
+
+static void emit_layernorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  /* A layernorm without a bias has no use for db. */
+  const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
+  bool want_db = db && (db->uses > 0 || db->grad_of);
+  emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
+       ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
+       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       cg_real(ir_attr_float(n, "eps")));
+}
+
+static void emit_rmsnorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
+       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+}
+
+static void emit_softmax(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+       (long long)rows_of(x), (long long)dim(x, -1));
+}
+
+static void emit_softmax_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
+}
+
+static void emit_causal_mask(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  int64_t s = dim(x, -1);
+  emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+       (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+}
+
+/* In a chunk: its whole sequences (memplan's row_local). */
+static void emit_rope(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  int64_t H = ir_attr_int(n, "heads");
+  int64_t b = e->chunk_rows ? e->chunk_rows / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
+  emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]), rref(e, x),
+       (long long)b, (long long)dim(x, -2), (long long)H, (long long)(dim(x, -1) / H),
+       cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
+}
+
+static void emit_dropout(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   /* In evaluation the rate is 0: the kernel copies. */
   emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
@@ -552,7 +629,8 @@ static void emit_dropout(CgEmitter *e, const IrNode *n) {
        (long long)ir_attr_int(n, "site"));
 }
 
-static void emit_loss(CgEmitter *e, const IrNode *n) {
+static void emit_loss(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets);
@@ -603,7 +681,8 @@ void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
   emit(e, "}");
 }
 
-static void emit_embedding(CgEmitter *e, const IrNode *n) {
+static void emit_embedding(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
@@ -617,67 +696,91 @@ static void emit_embedding(CgEmitter *e, const IrNode *n) {
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
 }
 
+static void emit_arange(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *y = n->out[0];
+  if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
+  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+}
+
+static void emit_zeros(CgEmitter *e, int index) {
+  const IrValue *y = node_at(e, index)->out[0];
+  emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)numel(y),
+       y->type.dtype == IR_I32 ? "int32_t" : "real");
+}
+
+/* A view unless the plan says otherwise. */
+static void emit_reshape(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  emit_copy(e, n->out[0], n->in[0]);
+}
+
+/* ------------------------------------------------------------ the op table */
+
+/* How the CPU target writes an op: `node` writes the kernel calls of a node
+ * that runs on its own (or on one chunk of rows, memplan's row_local);
+ * `inline_expr` is an elementwise op's value inside a fused loop. An op
+ * with neither (collectives, tp_copy, pp_boundary) is cpu_tp.c's or the
+ * core's; a node that reaches neither is not supported. */
+typedef struct CpuKernel {
+  void (*node)(CgEmitter *e, int index);
+  const char *(*inline_expr)(const IrNode *n, int out, const char **a);
+} CpuKernel;
+
+/* One line per op of ir/ops.def: a new op adds its line here. */
+static const CpuKernel cpu_kernels[IR_OP_COUNT] = {
+    [IR_OP_EMBEDDING] = {emit_embedding, NULL},
+    [IR_OP_ARANGE] = {emit_arange, NULL},
+    [IR_OP_ZEROS] = {emit_zeros, NULL},
+    [IR_OP_MATMUL] = {emit_matmul, NULL},
+    [IR_OP_LINEAR] = {emit_linear, NULL},
+    [IR_OP_RESHAPE] = {emit_reshape, NULL},
+    [IR_OP_TRANSPOSE] = {emit_transpose, NULL},
+    [IR_OP_SPLIT_HEADS] = {emit_split_heads, NULL},
+    [IR_OP_MERGE_HEADS] = {emit_merge_heads, NULL},
+    [IR_OP_SPLIT] = {emit_split, NULL},
+    [IR_OP_CONCAT] = {emit_concat, NULL},
+    [IR_OP_ADD] = {NULL, inline_add},
+    [IR_OP_SUB] = {NULL, inline_sub},
+    [IR_OP_MUL] = {NULL, inline_mul},
+    [IR_OP_SCALE] = {NULL, inline_scale},
+    [IR_OP_GELU] = {NULL, inline_gelu},
+    [IR_OP_SILU] = {NULL, inline_silu},
+    [IR_OP_SWIGLU] = {NULL, inline_swiglu},
+    [IR_OP_DROPOUT] = {emit_dropout, NULL},
+    [IR_OP_LAYERNORM] = {emit_layernorm, NULL},
+    [IR_OP_RMSNORM] = {emit_rmsnorm, NULL},
+    [IR_OP_SOFTMAX] = {emit_softmax, NULL},
+    [IR_OP_CAUSAL_MASK] = {emit_causal_mask, NULL},
+    [IR_OP_ROPE] = {emit_rope, NULL},
+    [IR_OP_ATTENTION] = {emit_attention, NULL},
+    [IR_OP_CROSS_ENTROPY] = {emit_loss, NULL},
+    [IR_OP_LINEAR_DX] = {emit_linear_dx, NULL},
+    [IR_OP_LINEAR_DW] = {emit_linear_dw, NULL},
+    [IR_OP_SUM_TO] = {emit_sum_to, NULL},
+    [IR_OP_GELU_GRAD] = {NULL, inline_gelu_grad},
+    [IR_OP_SILU_GRAD] = {NULL, inline_silu_grad},
+    [IR_OP_SWIGLU_GRAD] = {NULL, inline_swiglu_grad},
+    [IR_OP_DROPOUT_GRAD] = {emit_dropout, NULL},
+    [IR_OP_LAYERNORM_GRAD] = {emit_layernorm_grad, NULL},
+    [IR_OP_RMSNORM_GRAD] = {emit_rmsnorm_grad, NULL},
+    [IR_OP_SOFTMAX_GRAD] = {emit_softmax_grad, NULL},
+    [IR_OP_ATTENTION_GRAD] = {emit_attention, NULL},
+    [IR_OP_EMBEDDING_GRAD] = {emit_embedding, NULL},
+    [IR_OP_CROSS_ENTROPY_GRAD] = {emit_loss, NULL},
+};
+
+static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a) {
+  if (cpu_kernels[n->op].inline_expr) return cpu_kernels[n->op].inline_expr(n, out, a);
+  cg_error(e, n, "no inline form for this elementwise op");
+  return "0";
+}
+
 static void cpu_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
   if (cg_cpu_tp_node(e, n)) return; /* collectives, vocabulary-parallel and per-rank ops */
-  switch (n->op) {
-  case IR_OP_EMBEDDING:
-  case IR_OP_EMBEDDING_GRAD: emit_embedding(e, n); return;
-  case IR_OP_ARANGE:
-    if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-    else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)numel(y));
-    return;
-  case IR_OP_ZEROS:
-    emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)numel(y),
-         y->type.dtype == IR_I32 ? "int32_t" : "real");
-    return;
-  case IR_OP_MATMUL: emit_matmul(e, n); return;
-  case IR_OP_LINEAR: emit_linear(e, n); return;
-  case IR_OP_LINEAR_DX: emit_linear_dx(e, n); return;
-  case IR_OP_LINEAR_DW: emit_linear_dw(e, n); return;
-  case IR_OP_RESHAPE: emit_copy(e, y, x); return; /* a view unless the plan says otherwise */
-  case IR_OP_TRANSPOSE: emit_transpose(e, n); return;
-  case IR_OP_SPLIT_HEADS: emit_heads(e, n, true); return;
-  case IR_OP_MERGE_HEADS: emit_heads(e, n, false); return;
-  case IR_OP_SPLIT: emit_split(e, n); return;
-  case IR_OP_CONCAT: emit_concat(e, n); return;
-  case IR_OP_SUM_TO: emit_sum_to(e, n); return;
-  case IR_OP_DROPOUT:
-  case IR_OP_DROPOUT_GRAD: emit_dropout(e, n); return;
-  case IR_OP_LAYERNORM:
-  case IR_OP_RMSNORM:
-  case IR_OP_LAYERNORM_GRAD:
-  case IR_OP_RMSNORM_GRAD: emit_norm(e, n); return;
-  case IR_OP_SOFTMAX:
-    emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)rows_of(x),
-         (long long)dim(x, -1));
-    return;
-  case IR_OP_SOFTMAX_GRAD:
-    emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, x), ref(e, n->in[1]),
-         (long long)rows_of(x), (long long)dim(x, -1));
-    return;
-  case IR_OP_CAUSAL_MASK: {
-    int64_t s = dim(x, -1);
-    emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, y), ref(e, x),
-         (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
-    return;
-  }
-  case IR_OP_ROPE: {
-    int64_t H = ir_attr_int(n, "heads");
-    int64_t b = e->chunk_rows ? e->chunk_rows / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
-    emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, y), rref(e, x),
-         (long long)b, (long long)dim(x, -2), (long long)H,
-         (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
-         (int)ir_attr_int(n, "inverse"));
-    return;
-  }
-  case IR_OP_ATTENTION:
-  case IR_OP_ATTENTION_GRAD: emit_attention(e, n, index); return;
-  case IR_OP_CROSS_ENTROPY:
-  case IR_OP_CROSS_ENTROPY_GRAD: emit_loss(e, n); return;
-  default: cg_error(e, n, "not supported"); return;
-  }
+  if (cpu_kernels[n->op].node) cpu_kernels[n->op].node(e, index);
+  else cg_error(e, n, "not supported");
 }
 
 /* ---------------------------------------------------- gradients, program */
@@ -750,7 +853,7 @@ static void cpu_team_node(CgEmitter *e, int index) {
   }
   if (n->op != IR_OP_LINEAR_DW) unreachable();
   e->team = true;
-  emit_linear_dw(e, n);
+  emit_linear_dw(e, index);
   e->team = false;
 }
 

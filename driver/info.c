@@ -111,29 +111,6 @@ typedef struct Counts {
   cJSON *layers;        /* one object per repeat region */
 } Counts;
 
-static double node_flops(const IrNode *n) {
-  const IrType *out = &n->out[0]->type;
-  switch (n->op) {
-  case IR_OP_LINEAR: {
-    const IrType *x = &n->in[0]->type;
-    return 2.0 * (double)ir_type_numel(out) * (double)x->shape[x->rank - 1];
-  }
-  case IR_OP_MATMUL: {
-    const IrType *a = &n->in[0]->type;
-    int64_t k = ir_attr_int(n, "transpose_a") ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
-    return 2.0 * (double)ir_type_numel(out) * (double)k;
-  }
-  case IR_OP_ATTENTION: {
-    /* q k^T and p v: 2 * (2 * b * H * s * s * d) with q [b, s, H*d]. */
-    const IrType *q = &n->in[0]->type;
-    double s = (double)q->shape[q->rank - 2];
-    return 4.0 * (double)ir_type_numel(q) * s;
-  }
-  default:
-    return 0;
-  }
-}
-
 static void count_graph(const IrGraph *g, int64_t mult, Counts *c, int64_t *own) {
   for (int i = 0; i < g->params.len; i++) {
     const IrValue *p = g->params.items[i];
@@ -148,7 +125,7 @@ static void count_graph(const IrGraph *g, int64_t mult, Counts *c, int64_t *own)
       c->tokens = ir_type_numel(&n->in[1]->type);
     if (n->op != IR_OP_REPEAT) {
       /* Only the forward counts: model FLOPs are 3x the forward by definition. */
-      if (n->phase == IR_PHASE_FORWARD) c->forward_flops += node_flops(n) * (double)mult;
+      if (n->phase == IR_PHASE_FORWARD) c->forward_flops += ir_op_info(n->op)->flops(n) * (double)mult;
       continue;
     }
     int64_t count = ir_attr_int(n, "count"), per = 0;

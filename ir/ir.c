@@ -224,8 +224,8 @@ const char *ir_axis_name(IrMeshAxis a) {
 /* ---------------------------------------------------------------- op table */
 
 static IrOpInfo op_table[] = {
-#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) \
-  {name, min_in, max_in, nout, shape, attrs, flags, doc, {{0}}, 0},
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) \
+  {name, min_in, max_in, nout, shape, attrs, flags, rows, flops, doc, {{0}}, 0},
 #include "ops.def"
 #undef OP
 };

@@ -195,7 +195,8 @@ const char *ir_axis_name(IrMeshAxis a); /* "tensor", "pipeline", "data", "embed"
 /* ------------------------------------------------------------------ ops */
 
 typedef enum IrOp {
-#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) IR_OP_##id,
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) \
+  IR_OP_##id,
 #include "ops.def"
 #undef OP
   IR_OP_COUNT
@@ -204,7 +205,7 @@ typedef enum IrOp {
 /* Op flags (the `flags` column of ops.def). */
 enum {
   IR_OPF_ELEMENTWISE = 1 << 0, /* output[i] depends only on inputs[i]: fusable */
-  IR_OPF_GEMM = 1 << 1,        /* a matrix multiply: counted in FLOPs */
+  IR_OPF_GEMM = 1 << 1,        /* a matrix multiply */
   IR_OPF_REGION = 1 << 2,      /* holds a body graph */
   IR_OPF_SOURCE = 1 << 3,      /* no tensor inputs (arange) */
   IR_OPF_MULTI_OUT = 1 << 4,   /* output count is attribute `n` */
@@ -215,10 +216,26 @@ enum {
   IR_OPF_COLLECTIVE = 1 << 8,  /* exchanges data between the ranks of mesh axis `axis` */
 };
 
+/* How the memory plan may cut a node into chunks of rows (the `rows`
+ * column of ops.def), so that codegen runs it on one chunk of R rows at a
+ * time: rows r0 .. r0 + C - 1 of every output come from the same rows of
+ * its row-shaped inputs. A value's rows are its elements over its last dim. */
+typedef enum IrRowRule {
+  IR_ROWS_NONE,      /* not cut */
+  IR_ROWS_SAME,      /* input 0 and output 0 have R rows each (linear, the norms) */
+  IR_ROWS_GEMM,      /* matmul: a's rows against a shared 2-D b, a not transposed */
+  IR_ROWS_PARTS,     /* split, concat along the last axis: all inputs and outputs R rows */
+  IR_ROWS_SEQUENCES, /* whole sequences: input 0 is [b, s, width] and a chunk holds whole s */
+  IR_ROWS_IDS,       /* embedding: one integer id per row */
+} IrRowRule;
+
 typedef struct IrNode IrNode;
 typedef struct IrGraph IrGraph;
 typedef struct IrValue IrValue;
 typedef bool (*IrShapeFn)(IrNode *n);
+/* The forward FLOPs of a typed node (the `flops` column of ops.def): the
+ * multiply-adds of its matrix products, 2 each; 0 for ops without any. */
+typedef double (*IrFlopsFn)(const IrNode *n);
 
 /* One attribute of an op's spec: `name` or `name=default`. */
 typedef struct IrAttrSpec {
@@ -237,6 +254,8 @@ typedef struct IrOpInfo {
   IrShapeFn shape;
   const char *attrs;  /* "n axis=-1": positional order after the tensors */
   unsigned flags;
+  IrRowRule rows;     /* how memplan may cut it into chunks of rows */
+  IrFlopsFn flops;    /* its forward FLOPs */
   const char *doc;
   IrAttrSpec attr[8];
   int nattr;

@@ -1038,6 +1038,36 @@ bool ir_shape_repeat(IrNode *n) {
   return true;
 }
 
+/* -------------------------------------------------------------- FLOP rules */
+
+/* The `flops` column of ops.def: forward FLOPs of a typed node, 2 per
+ * multiply-add of its matrix products. Only forward ops have one: model
+ * FLOPs count a training step as 3x the forward by definition. */
+double ir_flops_none(const IrNode *n) {
+  (void)n;
+  return 0;
+}
+
+/* x[..., in] @ w: every output element is a dot product of length in. */
+double ir_flops_linear(const IrNode *n) {
+  const IrType *x = in_type(n, 0);
+  return 2.0 * (double)ir_type_numel(&n->out[0]->type) * (double)x->shape[x->rank - 1];
+}
+
+/* a[..., m, k] @ b[..., k, n]; a transposed is [..., k, m]. */
+double ir_flops_matmul(const IrNode *n) {
+  const IrType *a = in_type(n, 0);
+  int64_t k = ir_attr_int(n, "transpose_a") ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
+  return 2.0 * (double)ir_type_numel(&n->out[0]->type) * (double)k;
+}
+
+/* q k^T and p v: 2 * (2 * b * H * s * s * d) with q [b, s, H*d], without
+ * the causal halving (as Narayanan et al. count them). */
+double ir_flops_attention(const IrNode *n) {
+  const IrType *q = in_type(n, 0);
+  return 4.0 * (double)ir_type_numel(q) * (double)q->shape[q->rank - 2];
+}
+
 /* ------------------------------------------------------------------ walker */
 
 static void forget_outputs(IrNode *n) {

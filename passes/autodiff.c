@@ -465,7 +465,7 @@ static bool ad_pp_boundary(Ad *ad, IrNode *n, IrValue **dy) {
 
 /* The adjoint column of ops.def as a table. */
 static const AdjointFn adjoints[IR_OP_COUNT] = {
-#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, doc) \
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) \
   [IR_OP_##id] = adjoint,
 #include "../ir/ops.def"
 #undef OP

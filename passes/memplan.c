@@ -325,39 +325,36 @@ static bool last_axis(const IrNode *n, const IrValue *v) {
   return axis == -1 || axis == v->type.rank - 1;
 }
 
+/* Whether every input and output of n has R rows. */
+static bool all_rows(const IrNode *n, int64_t R) {
+  for (int j = 0; j < n->nin; j++)
+    if (value_rows(n->in[j]) != R) return false;
+  for (int j = 0; j < n->nout; j++)
+    if (value_rows(n->out[j]) != R) return false;
+  return true;
+}
+
 /* Whether node n computes rows r0 .. r0 + C - 1 of every output from the
  * same rows of its row-shaped inputs (R rows in all), so that codegen can
- * run it on one chunk. The cases here are the ones codegen's CPU target
- * knows how to cut (codegen/cpu.c, chunk_*). */
+ * run it on one chunk: the `rows` column of ops.def (IrRowRule), checked
+ * against the node's shapes. The CPU target cuts each of these (codegen/
+ * cpu.c, rref and chunk_rows). */
 static bool row_local(const IrNode *n, int64_t R, int64_t C) {
   const IrValue *x = n->nin ? n->in[0] : NULL, *y = n->out[0];
-  switch (n->op) {
-  case IR_OP_LINEAR:
-  case IR_OP_LINEAR_DX:
-  case IR_OP_LAYERNORM:
-  case IR_OP_RMSNORM: return value_rows(x) == R && value_rows(y) == R;
-  case IR_OP_MATMUL:
+  switch (ir_op_info(n->op)->rows) {
+  case IR_ROWS_SAME: return value_rows(x) == R && value_rows(y) == R;
+  case IR_ROWS_GEMM:
     /* One GEMM over the rows of a against a shared 2-D b. */
     return !ir_attr_int(n, "transpose_a") && n->in[1]->type.rank == 2 && x->type.rank >= 2 &&
            value_rows(x) == R && value_rows(y) == R;
-  case IR_OP_SPLIT:
-    if (!last_axis(n, x)) return false;
-    for (int j = 0; j < n->nout; j++)
-      if (value_rows(n->out[j]) != R) return false;
-    return value_rows(x) == R;
-  case IR_OP_CONCAT:
-    if (!last_axis(n, y)) return false;
-    for (int j = 0; j < n->nin; j++)
-      if (value_rows(n->in[j]) != R) return false;
-    return value_rows(y) == R;
-  case IR_OP_ATTENTION:
-  case IR_OP_ATTENTION_GRAD:
-  case IR_OP_ROPE:
+  case IR_ROWS_PARTS: return last_axis(n, y) && all_rows(n, R);
+  case IR_ROWS_SEQUENCES:
     /* Whole sequences: x is [b, s, width]. */
     return x->type.rank == 3 && value_rows(x) == R && C % x->type.shape[1] == 0;
-  case IR_OP_EMBEDDING: return x->type.dtype == IR_I32 && ir_type_numel(&x->type) == R;
-  default: return false;
+  case IR_ROWS_IDS: return x->type.dtype == IR_I32 && ir_type_numel(&x->type) == R;
+  case IR_ROWS_NONE: return false;
   }
+  return false;
 }
 
 /* A fused loop (or a node) that can run on a chunk: the right rows, and no

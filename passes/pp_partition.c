@@ -51,26 +51,15 @@ typedef struct Part {
 /* ---------------------------------------------------------------- cost */
 
 /* Forward FLOPs of one node from its shapes: the GEMMs and attention
- * dominate; everything else costs one per output element. */
+ * dominate (their ops.def FLOP rules); everything else costs one per output
+ * element. */
 static double node_flops(const IrNode *n) {
   if (n->nout < 1 || !ir_type_known(&n->out[0]->type)) return 0;
-  double out = (double)ir_type_numel(&n->out[0]->type);
-  const IrType *x = n->nin ? &n->in[0]->type : NULL;
-  switch (n->op) {
-  case IR_OP_LINEAR: return 2 * out * (double)x->shape[x->rank - 1];
-  case IR_OP_MATMUL: {
-    bool ta = ir_attr_int(n, "transpose_a");
-    return 2 * out * (double)x->shape[x->rank - (ta ? 2 : 1)];
-  }
-  case IR_OP_ATTENTION: /* q k^T and p v: 2 * 2 * b * s * s * (H d) */
-    return 4 * out * (double)x->shape[x->rank - 2];
-  default: {
-    double sum = 0;
-    for (int i = 0; i < n->nout; i++)
-      if (ir_type_known(&n->out[i]->type)) sum += (double)ir_type_numel(&n->out[i]->type);
-    return sum;
-  }
-  }
+  double flops = ir_op_info(n->op)->flops(n), sum = 0;
+  if (flops > 0) return flops;
+  for (int i = 0; i < n->nout; i++)
+    if (ir_type_known(&n->out[i]->type)) sum += (double)ir_type_numel(&n->out[i]->type);
+  return sum;
 }
 
 /* The cost of the pre-layer nodes, of each layer and of the post-layer

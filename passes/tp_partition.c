@@ -6,12 +6,13 @@
  * inputs), it walks the nodes in order and gives every value a spec by a
  * rule per op: a column-parallel linear turns a replicated x into a result
  * split on its last dim, a row-parallel one a split x into a partial sum,
- * attention split by heads stays split by heads, and so on (`rule_*`
- * below). Where an input's spec is not what the rule needs, it inserts the
- * conversion: all_reduce (partial -> replicated), all_gather (split ->
- * replicated), tp_slice (replicated -> split, no message), and
- * tp_slice(all_reduce(x)) for partial -> split, which tp-fuse turns into one
- * reduce_scatter. An op without a rule reads replicated inputs. A
+ * attention split by heads stays split by heads, and so on (the `tp`
+ * column of ir/ops.def names each op's rule, `tp_*` below). Where an
+ * input's spec is not what the rule needs, it inserts the conversion:
+ * all_reduce (partial -> replicated), all_gather (split -> replicated),
+ * tp_slice (replicated -> split, no message), and tp_slice(all_reduce(x))
+ * for partial -> split, which tp-fuse turns into one reduce_scatter. An op
+ * whose rule is tp_whole reads replicated inputs. A
  * replicated float input of an op whose result is split or partial reads
  * it through tp_copy, the identity whose adjoint all-reduces the gradient:
  * each rank's gradient of such an input covers its own part of the result.
@@ -255,11 +256,23 @@ static IrShard whole(Part *P, const IrValue *v, IrLoc loc) {
 
 /* -------------------------------------------------------------- rules */
 
-/* What a rule decides: the spec each input must have and each result's. */
-typedef struct Plan {
+typedef struct Plan Plan;
+
+/* What a rule decides: the spec each input must have and each result's,
+ * and what else the node needs. */
+struct Plan {
   IrShard *want; /* per input */
   IrShard out;
-} Plan;
+  /* Run after the inputs are converted: the attributes that name global
+   * counts become this rank's (heads, vocab_parallel, per_rank). */
+  void (*localize)(Part *P, IrNode *n);
+  /* Run instead of the conversions: a node that becomes other nodes (a
+   * row-parallel linear's bias is added after the reduction). */
+  void (*rewrite)(Part *P, IrGraph *g, IrNode *n, Plan *pl);
+};
+
+/* The `tp` column of ops.def: the sharding rule of an op. */
+typedef void TpRule(Part *P, IrNode *n, Plan *pl);
 
 static void want_all(Plan *pl, const IrNode *n, IrShard s) {
   for (int i = 0; i < n->nin; i++) pl->want[i] = s;
@@ -281,15 +294,16 @@ static bool heads_ok(Part *P, const IrNode *n, const char *attr, const char *why
 
 /* Elementwise ops with numpy broadcasting (add, sub, mul, swiglu): split
  * inputs must agree on the result dim they cut; a replicated input that
- * spans that dim is sliced, one that is broadcast along it is read whole. */
-static void rule_elementwise(Part *P, IrNode *n, Plan *pl) {
+ * spans that dim is sliced, one that is broadcast along it is read whole.
+ * With `sums` (add, sub) partial inputs give a partial result. */
+static void elementwise(Part *P, IrNode *n, Plan *pl, bool sums) {
   int rank = 0;
   bool all_p = true;
   for (int i = 0; i < n->nin; i++) {
     if (rank_of(n->in[i]) > rank) rank = rank_of(n->in[i]);
     all_p = all_p && is_p(spec_of(n->in[i]));
   }
-  if (all_p && (n->op == IR_OP_ADD || n->op == IR_OP_SUB)) {
+  if (all_p && sums) {
     want_all(pl, n, spec_p());
     return;
   }
@@ -315,17 +329,34 @@ static void rule_elementwise(Part *P, IrNode *n, Plan *pl) {
   }
 }
 
+static void tp_elementwise(Part *P, IrNode *n, Plan *pl) { elementwise(P, n, pl, false); }
+static void tp_sum(Part *P, IrNode *n, Plan *pl) { elementwise(P, n, pl, true); }
+
 /* Unary ops that keep the layout; a partial input stays partial only
  * through linear ones (scale). */
-static void rule_unary(Part *P, IrNode *n, Plan *pl, bool linear) {
+static void unary(Part *P, IrNode *n, Plan *pl, bool linear) {
   IrShard s = linear ? spec_of(n->in[0]) : whole(P, n->in[0], n->loc);
   pl->want[0] = s;
   pl->out = s;
 }
 
+static void tp_linear_map(Part *P, IrNode *n, Plan *pl) { unary(P, n, pl, true); }
+static void tp_pointwise(Part *P, IrNode *n, Plan *pl) { unary(P, n, pl, false); }
+
+/* Dropout in a split region draws its mask per rank. */
+static void local_dropout(Part *P, IrNode *n) {
+  (void)P;
+  if (!is_r(spec_of(n->out[0]))) set_attr(n, "per_rank", 1);
+}
+
+static void tp_dropout(Part *P, IrNode *n, Plan *pl) {
+  unary(P, n, pl, false);
+  pl->localize = local_dropout;
+}
+
 /* Ops that work along the last `tail` dims (norms, softmax, causal_mask):
  * split along a leading dim they stay split; the weights are replicated. */
-static void rule_rows(Part *P, IrNode *n, Plan *pl, int tail) {
+static void last_dims(Part *P, IrNode *n, Plan *pl, int tail) {
   IrShard s = whole(P, n->in[0], n->loc);
   if (is_s(s) && s.dim >= rank_of(n->in[0]) - tail) s = spec_r();
   want_all(pl, n, spec_r());
@@ -333,9 +364,15 @@ static void rule_rows(Part *P, IrNode *n, Plan *pl, int tail) {
   pl->out = s;
 }
 
+static void tp_last_dim(Part *P, IrNode *n, Plan *pl) { last_dims(P, n, pl, 1); }
+static void tp_last_two_dims(Part *P, IrNode *n, Plan *pl) { last_dims(P, n, pl, 2); }
+
+static void split_row_bias(Part *P, IrGraph *g, IrNode *n, Plan *pl);
+
 /* linear(x, w, bias): column-parallel (w split on out), row-parallel (w
- * split on in: a partial result), or a replicated w that follows x. */
-static void rule_linear(Part *P, IrNode *n, Plan *pl) {
+ * split on in: a partial result, its bias added after the reduction), or
+ * a replicated w that follows x. */
+static void tp_linear(Part *P, IrNode *n, Plan *pl) {
   bool tr = ir_attr_int(n, "transposed") != 0;
   int in_dim = tr ? 1 : 0, out_dim = tr ? 0 : 1, last = rank_of(n->in[0]) - 1;
   IrShard ws = spec_of(n->in[1]);
@@ -350,6 +387,7 @@ static void rule_linear(Part *P, IrNode *n, Plan *pl) {
     pl->want[0] = spec_s(last, k);
     if (n->nin > 2) pl->want[2] = spec_r();
     pl->out = spec_p();
+    if (n->nin > 2) pl->rewrite = split_row_bias;
   } else {
     IrShard xs = whole(P, n->in[0], n->loc);
     if (is_s(xs) && xs.dim == last) xs = spec_r();
@@ -361,7 +399,7 @@ static void rule_linear(Part *P, IrNode *n, Plan *pl) {
 
 /* matmul(a, b): a 2-D b is a weight (as in linear); batched, a and b split
  * on the same batch dim stay so. */
-static void rule_matmul(Part *P, IrNode *n, Plan *pl) {
+static void tp_matmul(Part *P, IrNode *n, Plan *pl) {
   int ra = rank_of(n->in[0]), rb = rank_of(n->in[1]);
   bool ta = ir_attr_int(n, "transpose_a") != 0, tb = ir_attr_int(n, "transpose_b") != 0;
   IrShard as = whole(P, n->in[0], n->loc), bs = whole(P, n->in[1], n->loc);
@@ -390,11 +428,17 @@ static void rule_matmul(Part *P, IrNode *n, Plan *pl) {
   want_all(pl, n, spec_r());
 }
 
+static void local_embedding(Part *P, IrNode *n) {
+  (void)P;
+  if (is_p(spec_of(n->out[0]))) set_attr(n, "vocab_parallel", 1);
+}
+
 /* embedding(ids, table): a table split on the vocabulary gives a partial
  * sum (vocab_parallel), one split on the hidden dim a split result. */
-static void rule_embedding(Part *P, IrNode *n, Plan *pl) {
+static void tp_embedding(Part *P, IrNode *n, Plan *pl) {
   (void)P;
   IrShard ts = spec_of(n->in[1]);
+  pl->localize = local_embedding;
   pl->want[0] = spec_r();
   pl->want[1] = is_p(ts) ? spec_r() : ts;
   if (is_s_dim(ts, 0) && ir_shard_blocks(&ts) == 1)
@@ -405,29 +449,58 @@ static void rule_embedding(Part *P, IrNode *n, Plan *pl) {
     want_all(pl, n, spec_r());
 }
 
+static void local_cross_entropy(Part *P, IrNode *n) {
+  (void)P;
+  if (is_s(spec_of(n->in[0]))) set_attr(n, "vocab_parallel", 1);
+}
+
 /* cross_entropy(logits, targets): logits split on the vocabulary stay so
  * (vocab_parallel); any other layout is gathered. */
-static void rule_cross_entropy(Part *P, IrNode *n, Plan *pl) {
+static void tp_cross_entropy(Part *P, IrNode *n, Plan *pl) {
   IrShard ls = whole(P, n->in[0], n->loc);
+  pl->localize = local_cross_entropy;
   want_all(pl, n, spec_r());
   if (is_s_dim(ls, rank_of(n->in[0]) - 1) && ir_shard_blocks(&ls) == 1) pl->want[0] = ls;
 }
 
 /* rope and attention: split by heads (the last dim of [b, s, H*d]) or by
  * batch; a sequence split would shift positions and the causal mask. */
-static void rule_heads(Part *P, IrNode *n, Plan *pl) {
+static void heads(Part *P, IrNode *n, Plan *pl) {
   IrShard s = whole(P, n->in[0], n->loc);
   bool ok = is_s(s) && ((s.dim == 2 && ir_shard_blocks(&s) == 1) || s.dim == 0);
   for (int i = 1; ok && i < n->nin; i++) ok = same(whole(P, n->in[i], n->loc), s);
   want_all(pl, n, ok ? s : spec_r());
 }
 
-/* split_heads [b, s, H*d] -> [b, H, s, d] and merge_heads back: a
- * permutation of dims, partial sums included. */
-static void rule_head_layout(Part *P, IrNode *n, Plan *pl) {
-  (void)P;
+/* Split by heads, `heads` counts this rank's. */
+static void local_heads(Part *P, IrNode *n) {
+  if (is_s_dim(spec_of(n->in[0]), 2) && heads_ok(P, n, "heads", "heads are split over the ranks"))
+    set_attr(n, "heads", ir_attr_int(n, "heads") / P->t);
+}
+
+static void local_attention(Part *P, IrNode *n) {
+  if (!is_s_dim(spec_of(n->in[0]), 2)) return;
+  if (heads_ok(P, n, "heads", "attention is split by heads"))
+    set_attr(n, "heads", ir_attr_int(n, "heads") / P->t);
+  if (ir_attr_int(n, "kv_heads") > 0 && heads_ok(P, n, "kv_heads", "grouped-query attention "
+                                                 "is split by query groups"))
+    set_attr(n, "kv_heads", ir_attr_int(n, "kv_heads") / P->t);
+}
+
+static void tp_rope(Part *P, IrNode *n, Plan *pl) {
+  heads(P, n, pl);
+  pl->localize = local_heads;
+}
+
+static void tp_attention(Part *P, IrNode *n, Plan *pl) {
+  heads(P, n, pl);
+  pl->localize = local_attention;
+}
+
+/* split_heads [b, s, H*d] -> [b, H, s, d] and merge_heads back (to4
+ * false): a permutation of dims, partial sums included. */
+static void head_layout(IrNode *n, Plan *pl, bool to4) {
   IrShard s = spec_of(n->in[0]);
-  bool to4 = n->op == IR_OP_SPLIT_HEADS;
   static const int map3[3] = {0, 2, 1}, map4[4] = {0, 2, 1, -1};
   if (is_s(s) && ir_shard_blocks(&s) == 1) {
     int d = to4 ? map3[s.dim] : map4[s.dim];
@@ -439,7 +512,18 @@ static void rule_head_layout(Part *P, IrNode *n, Plan *pl) {
   want_all(pl, n, is_s(s) ? spec_r() : s);
 }
 
-static void rule_transpose(Part *P, IrNode *n, Plan *pl) {
+static void tp_split_heads(Part *P, IrNode *n, Plan *pl) {
+  (void)P;
+  head_layout(n, pl, true);
+  pl->localize = local_heads;
+}
+
+static void tp_merge_heads(Part *P, IrNode *n, Plan *pl) {
+  (void)P;
+  head_layout(n, pl, false);
+}
+
+static void tp_transpose(Part *P, IrNode *n, Plan *pl) {
   (void)P;
   IrShard s = spec_of(n->in[0]);
   int r = rank_of(n->in[0]);
@@ -453,7 +537,7 @@ static void rule_transpose(Part *P, IrNode *n, Plan *pl) {
 
 /* split(x){n, axis}: a dim other than axis stays split; along axis, a
  * block split with a multiple of n blocks gives each part n times fewer. */
-static void rule_split(Part *P, IrNode *n, Plan *pl) {
+static void tp_split(Part *P, IrNode *n, Plan *pl) {
   (void)P;
   IrShard s = spec_of(n->in[0]);
   int r = rank_of(n->in[0]), parts = (int)ir_attr_int(n, "n");
@@ -469,7 +553,7 @@ static void rule_split(Part *P, IrNode *n, Plan *pl) {
     want_all(pl, n, spec_r());
 }
 
-static void rule_concat(Part *P, IrNode *n, Plan *pl) {
+static void tp_concat(Part *P, IrNode *n, Plan *pl) {
   (void)P;
   int r = rank_of(n->in[0]), axis = (int)ir_attr_int(n, "axis");
   axis = axis < 0 ? axis + r : axis;
@@ -480,73 +564,24 @@ static void rule_concat(Part *P, IrNode *n, Plan *pl) {
 }
 
 /* reshape keeps a partial sum; a split is gathered (the dims may move). */
-static void rule_reshape(Part *P, IrNode *n, Plan *pl) {
+static void tp_reshape(Part *P, IrNode *n, Plan *pl) {
   (void)P;
   want_all(pl, n, is_p(spec_of(n->in[0])) ? spec_p() : spec_r());
 }
 
-static void plan_node(Part *P, IrNode *n, Plan *pl) {
-  switch (n->op) {
-  case IR_OP_ADD:
-  case IR_OP_SUB:
-  case IR_OP_MUL:
-  case IR_OP_SWIGLU: rule_elementwise(P, n, pl); return;
-  case IR_OP_SCALE: rule_unary(P, n, pl, true); return;
-  case IR_OP_GELU:
-  case IR_OP_SILU:
-  case IR_OP_DROPOUT: rule_unary(P, n, pl, false); return;
-  case IR_OP_LAYERNORM:
-  case IR_OP_RMSNORM:
-  case IR_OP_SOFTMAX: rule_rows(P, n, pl, 1); return;
-  case IR_OP_CAUSAL_MASK: rule_rows(P, n, pl, 2); return;
-  case IR_OP_LINEAR: rule_linear(P, n, pl); return;
-  case IR_OP_MATMUL: rule_matmul(P, n, pl); return;
-  case IR_OP_EMBEDDING: rule_embedding(P, n, pl); return;
-  case IR_OP_CROSS_ENTROPY: rule_cross_entropy(P, n, pl); return;
-  case IR_OP_ROPE:
-  case IR_OP_ATTENTION: rule_heads(P, n, pl); return;
-  case IR_OP_SPLIT_HEADS:
-  case IR_OP_MERGE_HEADS: rule_head_layout(P, n, pl); return;
-  case IR_OP_TRANSPOSE: rule_transpose(P, n, pl); return;
-  case IR_OP_SPLIT: rule_split(P, n, pl); return;
-  case IR_OP_CONCAT: rule_concat(P, n, pl); return;
-  case IR_OP_RESHAPE: rule_reshape(P, n, pl); return;
-  default: want_all(pl, n, spec_r()); return; /* no rule: everything whole */
-  }
+/* Ops without a better rule read every input whole. */
+static void tp_whole(Part *P, IrNode *n, Plan *pl) {
+  (void)P;
+  want_all(pl, n, spec_r());
 }
 
-/* --------------------------------------------------------- local attrs */
-
-/* The attributes that name global counts become this rank's. */
-static void localize_attrs(Part *P, IrNode *n) {
-  if (n->nin < 1 || n->nout < 1) return;
-  IrShard in = spec_of(n->in[0]), out = spec_of(n->out[0]);
-  switch (n->op) {
-  case IR_OP_ATTENTION:
-    if (!is_s_dim(in, 2)) return;
-    if (heads_ok(P, n, "heads", "attention is split by heads"))
-      set_attr(n, "heads", ir_attr_int(n, "heads") / P->t);
-    if (ir_attr_int(n, "kv_heads") > 0 && heads_ok(P, n, "kv_heads", "grouped-query attention "
-                                                   "is split by query groups"))
-      set_attr(n, "kv_heads", ir_attr_int(n, "kv_heads") / P->t);
-    return;
-  case IR_OP_ROPE:
-  case IR_OP_SPLIT_HEADS:
-    if (is_s_dim(in, 2) && heads_ok(P, n, "heads", "heads are split over the ranks"))
-      set_attr(n, "heads", ir_attr_int(n, "heads") / P->t);
-    return;
-  case IR_OP_EMBEDDING:
-    if (is_p(out)) set_attr(n, "vocab_parallel", 1);
-    return;
-  case IR_OP_CROSS_ENTROPY:
-    if (is_s(in)) set_attr(n, "vocab_parallel", 1);
-    return;
-  case IR_OP_DROPOUT:
-    if (!is_r(out)) set_attr(n, "per_rank", 1);
-    return;
-  default: return;
-  }
-}
+/* The tp column of ops.def as a table. */
+static TpRule *const rules[IR_OP_COUNT] = {
+#define OP(id, name, min_in, max_in, nout, shape, attrs, flags, adjoint, tp, rows, flops, doc) \
+  [IR_OP_##id] = tp,
+#include "../ir/ops.def"
+#undef OP
+};
 
 /* ---------------------------------------------------------- the walk */
 
@@ -583,8 +618,8 @@ static void split_row_bias(Part *P, IrGraph *g, IrNode *n, Plan *pl) {
   n->attrs = NULL;
   n->nattr = 0;
   IrShard want[2];
-  Plan add = {want, spec_r()};
-  rule_elementwise(P, n, &add);
+  Plan add = {want, spec_r(), NULL, NULL};
+  tp_sum(P, n, &add);
   apply_plan(P, g, n, &add);
 }
 
@@ -614,15 +649,14 @@ static void part_node(Part *P, IrGraph *g, IrNode *n) {
     return;
   }
   IrShard *want = ir_alloc(sizeof(IrShard) * (size_t)(n->nin ? n->nin : 1));
-  Plan pl = {want, spec_r()};
-  plan_node(P, n, &pl);
-  if (n->op == IR_OP_LINEAR && n->nin > 2 && is_p(pl.out)) {
-    split_row_bias(P, g, n, &pl);
-    ir_vec_push(&g->nodes, n);
-    return;
+  Plan pl = {want, spec_r(), NULL, NULL};
+  rules[n->op](P, n, &pl);
+  if (pl.rewrite) {
+    pl.rewrite(P, g, n, &pl);
+  } else {
+    apply_plan(P, g, n, &pl);
+    if (pl.localize) pl.localize(P, n);
   }
-  apply_plan(P, g, n, &pl);
-  localize_attrs(P, n);
   ir_vec_push(&g->nodes, n);
 }
 

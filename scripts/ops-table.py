@@ -16,6 +16,11 @@ OPS_DEF = os.path.join(ROOT, "ir", "ops.def")
 DOC = os.path.join(ROOT, "docs", "language.md")
 BEGIN, END = "<!-- ops:begin -->", "<!-- ops:end -->"
 
+# The arguments of OP(...) in ir/ops.def, in order (its header comment says
+# what each holds); the script stops when an entry has other columns.
+COLUMNS = ["id", "name", "min_in", "max_in", "nout", "shape", "attrs", "flags", "adjoint",
+           "tp", "rows", "flops", "doc"]
+
 FLAG_WORDS = {
     "IR_OPF_ELEMENTWISE": "elementwise",
     "IR_OPF_GEMM": "matrix multiply",
@@ -67,15 +72,18 @@ def read_ops():
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     ops = []
     for m in re.finditer(r"^OP\((.*?)\)\s*$", text, flags=re.S | re.M):
-        a = split_args(m.group(1))
-        # ID, name, min_in, max_in, nout, shape, attrs, flags, then any further
-        # columns (the adjoint rule), and the description last.
-        if len(a) < 9 or not a[-1].startswith('"'):
-            sys.exit(f"ops-table: cannot read OP({m.group(1)[:40]}...)")
-        flags = [FLAG_WORDS.get(f.strip(), f.strip()) for f in a[7].split("|") if f.strip() != "0"]
-        ops.append(dict(name=c_string(a[1]), min_in=int(a[2]), max_in=int(a[3]),
-                        nout=int(a[4]), attrs=c_string(a[6]).split(), flags=flags,
-                        doc=c_string(a[-1])))
+        # The manual shows name, arity, attributes, flags and the description;
+        # adjoint, tp, rows and flops are the passes' business.
+        args = split_args(m.group(1))
+        if len(args) != len(COLUMNS) or not args[-1].startswith('"'):
+            sys.exit(f"ops-table: cannot read OP({m.group(1)[:40]}...): it should have the "
+                     f"{len(COLUMNS)} columns {', '.join(COLUMNS)}")
+        a = dict(zip(COLUMNS, args))
+        flags = [FLAG_WORDS.get(f.strip(), f.strip()) for f in a["flags"].split("|")
+                 if f.strip() != "0"]
+        ops.append(dict(name=c_string(a["name"]), min_in=int(a["min_in"]),
+                        max_in=int(a["max_in"]), nout=int(a["nout"]),
+                        attrs=c_string(a["attrs"]).split(), flags=flags, doc=c_string(a["doc"])))
     return ops
 
 

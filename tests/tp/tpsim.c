@@ -74,7 +74,7 @@ static int64_t count(const IrValue *v) { return ir_type_numel(&v->type); }
 /* all_reduce, tp_copy, all_gather, tp_slice, reduce_scatter over the ranks. */
 static void collective(IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
-  int d = n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_TP_COPY ? 0 : (int)ir_attr_int(n, "dim");
+  int d = ir_attr_has(n, "dim") ? (int)ir_attr_int(n, "dim") : 0; /* all_reduce, tp_copy: none */
   if (d < 0) d += x->type.rank;
   if (ir_attr_int(n, "size") != nranks) die("tpsim: %s over %lld ranks, not %d",
                                            ir_op_info(n->op)->name, (long long)ir_attr_int(n, "size"), nranks);
