@@ -46,9 +46,6 @@ double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
   return part;
 }
 
-/* The per-op timer (log.c); a no-op unless the program asked for it. */
-void rt_prof_add(const char *what, double seconds);
-
 double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
   const RtChunk *c = &rt->model->chunks[0];
   double t0 = rt_now();

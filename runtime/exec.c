@@ -382,9 +382,6 @@ static void opt_step(Rt *rt, RtExec *x, int64_t step, int dump, RtStepInfo *info
   x->opt_steps++;
 }
 
-/* The per-op timer (log.c); a no-op unless the program asked for it. */
-void rt_prof_add(const char *what, double seconds);
-
 double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   RtExec *x = rt->exec;
   const RtModel *m = rt->model;

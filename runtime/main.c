@@ -22,11 +22,6 @@
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
 #define NORM_CHUNK 65536
 
-/* The per-op timer (log.c): a no-op unless the program was built with
- * -DSHARD_PROFILE. */
-void rt_prof_add(const char *what, double seconds);
-void rt_prof_report(int64_t steps);
-
 /* The tables come from the compiler; a mismatch here is its bug, but a
  * message beats writing outside the plan or hanging a job. */
 
