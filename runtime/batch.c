@@ -1,9 +1,9 @@
 /* Windows of tokens into the model's inputs, and the forward/backward
  * calls of one step of a program of one chunk (a pipeline stage's steps
  * are exec.c's). */
-#include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "dp.h"
 #include "exec.h"
 #include "rt.h"
@@ -14,8 +14,8 @@ void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g) 
   const int32_t *base = window + g * rt->rows;
   for (int i = 0; i < c->ninputs; i++) {
     const RtInput *in = &c->inputs[i];
-    int32_t *dst = (int32_t *)rt_loc(&rt->ctx, c, in->offset_bytes);
-    memcpy(dst, base + (in->is_target ? 1 : 0), (size_t)rt->rows * sizeof *dst);
+    rt_dev_from_host(rt_loc(&rt->ctx, c, in->offset_bytes), base + (in->is_target ? 1 : 0),
+                     rt->rows * (int64_t)sizeof *base);
   }
 }
 
@@ -27,11 +27,30 @@ uint64_t rt_dropout_seed(const Rt *rt, int64_t step, int64_t g) {
   return rt_key3((uint64_t)rt->f.seed, (uint64_t)step, (uint64_t)g);
 }
 
+double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c) {
+  real loss;
+  rt_dev_to_host(&loss, rt_loc(ctx, c, c->loss_offset), sizeof loss);
+  return (double)loss;
+}
+
+void rt_seed_dloss(Rt *rt, const RtChunk *c) {
+  /* The seed 1/(m*d): the data-parallel sum of the replicas' gradients is
+   * then the gradient of the whole window's mean loss. */
+  const real dloss = (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
+  rt_dev_from_host(rt_loc(&rt->ctx, c, c->dloss_offset), &dloss, sizeof dloss);
+}
+
+void rt_zero_grads(Rt *rt) {
+  double t0 = rt_now();
+  rt_dev_zero(rt->ctx.grads, rt->model->nweights * (int64_t)sizeof(real));
+  rt_prof_add("S zero_grads", rt_now() - t0);
+}
+
 /* The loss the forward just computed. */
 static double forward_loss(Rt *rt) {
   const RtChunk *c = &rt->model->chunks[0];
   c->forward(&rt->ctx);
-  return (double)*(const real *)rt_loc(&rt->ctx, c, c->loss_offset);
+  return rt_chunk_loss(&rt->ctx, c);
 }
 
 double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
@@ -46,19 +65,11 @@ double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
   return part;
 }
 
-/* The per-op timer (log.c); a no-op unless the program asked for it. */
-void rt_prof_add(const char *what, double seconds);
-
 double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
   const RtChunk *c = &rt->model->chunks[0];
-  double t0 = rt_now();
-  memset(rt->ctx.grads, 0, (size_t)rt->model->nweights * sizeof(real));
-  rt_prof_add("S zero_grads", rt_now() - t0);
+  rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   rt->ctx.training = 1;
-  /* The seed 1/(m*d): the data-parallel sum of the replicas' gradients is
-   * then the gradient of the whole window's mean loss. */
-  const real dloss = (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
   double sum = 0;
   for (int64_t k = 0; k < rt->micro; k++) {
     int64_t g = rt_global_mb(rt, k);
@@ -67,7 +78,7 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
      * may reuse their bytes once the last reader is done. */
     rt_load_micro(rt, window, g);
     sum += forward_loss(rt);
-    *(real *)rt_loc(&rt->ctx, c, c->dloss_offset) = dloss;
+    rt_seed_dloss(rt, c);
     if (rt->dp) rt_dp_backward_begin(rt, 0, k == rt->micro - 1);
     c->backward(&rt->ctx);
   }

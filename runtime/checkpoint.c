@@ -17,7 +17,12 @@
  *
  * The point-to-point messages go over the world communicator, so that the
  * counters of the mesh axes (--comm-stats) only ever count training
- * traffic; between two ranks they match in posting order. */
+ * traffic; between two ranks they match in posting order.
+ *
+ * Everything here works on host arrays: the entry points at the end copy
+ * the model memory they read out of the device first (device.h), and what
+ * they load back into it last, so a checkpoint does not depend on the
+ * device that wrote it. */
 #include "checkpoint.h"
 
 #include <ctype.h>
@@ -30,6 +35,7 @@
 
 #include "../abi/formats.h"
 #include "comm.h"
+#include "device.h"
 #include "tp.h"
 #include "util.h"
 #include "zero.h"
@@ -477,9 +483,38 @@ static void write_file(const char *path, const List *l, int ngroups, const Meta 
   free(out);
 }
 
+/* ---------------------------------------------------- the device's side */
+
+/* Reals of the weights and the grads regions that a checkpoint moves:
+ * every parameter and every bucket. */
+static int64_t region_numel(const RtModel *m) { return span_of(m); }
+
+/* A host copy of n reals of model memory. */
+static real *to_host(const real *dev, int64_t n) {
+  real *host = rt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *host);
+  rt_dev_to_host(host, dev, n * (int64_t)sizeof *host);
+  return host;
+}
+
+typedef void Loader(const Rt *rt, const RtStFile *f, const char *suffix, real *base);
+
+/* Runs a loader of this file on a host copy of n reals of model memory
+ * and puts the copy back: what the file does not cover keeps its value. */
+static void load_into(const Rt *rt, const RtStFile *f, const char *suffix, Loader *load, real *dev,
+                      int64_t n) {
+  real *host = to_host(dev, n);
+  load(rt, f, suffix, host);
+  rt_dev_from_host(dev, host, n * (int64_t)sizeof *host);
+  free(host);
+}
+
 void rt_ckpt_save(Rt *rt) {
   Place L = place_of();
-  Source src[3] = {{rt->ctx.weights, WHOLE}, {rt->adam_m, PACKED}, {rt->adam_v, PACKED}};
+  int64_t nw = region_numel(rt->model), ns = rt_zero_state_numel(rt->model, rt->mesh.dp);
+  real *w = to_host(rt->ctx.weights, nw);
+  real *am = rt->adam_m ? to_host(rt->adam_m, ns) : NULL;
+  real *av = rt->adam_v ? to_host(rt->adam_v, ns) : NULL;
+  Source src[3] = {{w, WHOLE}, {am, PACKED}, {av, PACKED}};
   List l = {0};
   collect(rt, src, rt->adam_m ? 3 : 1, &l);
   if (L.rank == 0) {
@@ -498,12 +533,16 @@ void rt_ckpt_save(Rt *rt) {
     free(state);
     free(model);
   }
-  list_free(&l);
+  list_free(&l); /* its tensors may point into the host copies */
+  free(w);
+  free(am);
+  free(av);
 }
 
 void rt_ckpt_dump_grads(Rt *rt, const char *path) {
   Place L = place_of();
-  Source src[1] = {{rt->ctx.grads, OWNED}};
+  real *g = to_host(rt->ctx.grads, region_numel(rt->model));
+  Source src[1] = {{g, OWNED}};
   List l = {0};
   collect(rt, src, 1, &l);
   if (L.rank == 0) {
@@ -513,6 +552,7 @@ void rt_ckpt_dump_grads(Rt *rt, const char *path) {
     free(m);
   }
   list_free(&l);
+  free(g);
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -611,7 +651,7 @@ static void load_state(const Rt *rt, const RtStFile *f, const char *suffix, real
 void rt_ckpt_init_from(Rt *rt, const char *path) {
   RtStFile f;
   rt_st_open(&f, path);
-  load_params(rt, &f, "", rt->ctx.weights);
+  load_into(rt, &f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   rt_st_close(&f);
 }
 
@@ -678,7 +718,7 @@ void rt_ckpt_resume_open(Rt *rt) {
 
 void rt_ckpt_resume_load(Rt *rt) {
   RtStFile *f = &rt->resume;
-  load_params(rt, f, "", rt->ctx.weights);
+  load_into(rt, f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   if (rt->adam_m) {
     char probe[512];
     if (rt->model->nparams > 0) {
@@ -686,8 +726,9 @@ void rt_ckpt_resume_load(Rt *rt) {
       if (!rt_st_find(f, probe))
         rt_fatal(f->path, "no AdamW state in this checkpoint (saved with --optimizer sgd?)");
     }
-    load_state(rt, f, ".exp_avg", rt->adam_m);
-    load_state(rt, f, ".exp_avg_sq", rt->adam_v);
+    int64_t ns = rt_zero_state_numel(rt->model, rt->mesh.dp);
+    load_into(rt, f, ".exp_avg", load_state, rt->adam_m, ns);
+    load_into(rt, f, ".exp_avg_sq", load_state, rt->adam_v, ns);
   }
   rt_st_close(f);
 }

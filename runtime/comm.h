@@ -36,6 +36,15 @@
  * sides, as NCCL does it. Code that works on one backend therefore works on
  * the other.
  *
+ * Memory. Tensor data passed here is model memory of the device the
+ * program links (device.h): gradient buckets, weights, tied parameters,
+ * pipeline message buffers, a row of logits. The runtime also passes host
+ * memory: a few scalars (losses, norms, checks) and the host copies that
+ * checkpoints gather. On the CPU device the two are the same memory; a
+ * backend paired with a device of its own memory (NCCL) takes device
+ * pointers for the first kind and moves the host ones itself (staged, or
+ * over MPI).
+ *
  * Launching (the recipe `shardc run` follows; tests/comm/mpirun.sh applies it):
  *
  *     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -9,7 +9,6 @@
 
 #include "comm.h"
 #include "exec.h"
-#include "kernels.h"
 #include "optim.h"
 #include "tp.h"
 #include "util.h"
@@ -32,7 +31,7 @@ struct RtDp {
   /* ZeRO-1: this replica's shard of every bucket, cut at parameter
    * boundaries (and every PIECE elements); ranges[i].decay is the
    * parameter's weight_decay, param[i] the parameter. */
-  RtOptRange *ranges;
+  RtDevRange *ranges;
   int *param;
   int64_t nranges;
   /* Timers: this step's, and the sums over the run (the first step
@@ -61,7 +60,7 @@ static void add_range(RtDp *dp, int64_t *cap, int64_t w, int64_t s, int64_t n, i
       if (!dp->ranges || !dp->param) rt_fatal(NULL, "out of memory (ZeRO-1 shard table)");
     }
     int64_t len = n - at < PIECE ? n - at : PIECE;
-    dp->ranges[dp->nranges] = (RtOptRange){w + at, s + at, len, decay};
+    dp->ranges[dp->nranges] = (RtDevRange){w + at, s + at, len, decay};
     dp->param[dp->nranges++] = param;
   }
 }
@@ -265,9 +264,7 @@ double rt_mesh_grad_norm(Rt *rt) {
   double v[2] = {0, 0}; /* split over the tensor axis, replicated */
   if (dp && dp->zero) {
     double *sq = rt_xmalloc((size_t)(dp->nranges > 0 ? dp->nranges : 1) * sizeof *sq);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < dp->nranges; i++)
-      sq[i] = k_sum_squares(rt->ctx.grads + dp->ranges[i].w, dp->ranges[i].n);
+    rt_dev_sum_squares(rt->ctx.grads, dp->ranges, dp->nranges, sq);
     /* In a fixed order, so that every run adds the same way. */
     for (int64_t i = 0; i < dp->nranges; i++) {
       const RtParam *p = &m->params[dp->param[i]];
@@ -278,9 +275,7 @@ double rt_mesh_grad_norm(Rt *rt) {
     rt_comm_allreduce(dp->comm, v, v, 2, RT_COMM_F64, RT_COMM_SUM);
   } else {
     double *sq = rt_xmalloc((size_t)(m->nparams > 0 ? m->nparams : 1) * sizeof *sq);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int p = 0; p < m->nparams; p++)
-      sq[p] = k_sum_squares(rt->ctx.grads + m->params[p].offset, m->params[p].numel);
+    rt_param_sum_squares(m, rt->ctx.grads, sq);
     for (int p = 0; p < m->nparams; p++) {
       if (m->params[p].tied && !count_tied) continue;
       v[m->params[p].split ? 0 : 1] += sq[p];
@@ -309,17 +304,23 @@ static void all_gather_weights(Rt *rt) {
   rt_comm_waitall(dp->req, dp->nb);
 }
 
-void rt_dp_zero_adamw(Rt *rt, int64_t t, double lr, double grad_scale) {
+/* This replica's shard of the step (the state of zero.h) and then the
+ * weights' all-gather. */
+static void zero_update(Rt *rt, const RtDevOpt *o) {
   RtDp *dp = rt->dp;
-  rt_adamw_ranges(dp->ranges, dp->nranges, rt->ctx.weights, rt->ctx.grads, rt->adam_m, rt->adam_v,
-                  t, lr, grad_scale, &rt->f);
+  rt_dev_update_ranges(dp->ranges, dp->nranges, rt->ctx.weights, rt->ctx.grads, rt->adam_m,
+                       rt->adam_v, o);
   all_gather_weights(rt);
 }
 
+void rt_dp_zero_adamw(Rt *rt, int64_t t, double lr, double grad_scale) {
+  RtDevOpt o = rt_opt_consts(&rt->f, 1, t, lr, grad_scale);
+  zero_update(rt, &o);
+}
+
 void rt_dp_zero_sgd(Rt *rt, double lr, double grad_scale) {
-  RtDp *dp = rt->dp;
-  rt_sgd_ranges(dp->ranges, dp->nranges, rt->ctx.weights, rt->ctx.grads, lr, grad_scale, &rt->f);
-  all_gather_weights(rt);
+  RtDevOpt o = rt_opt_consts(&rt->f, 0, 0, lr, grad_scale);
+  zero_update(rt, &o);
 }
 
 /* ------------------------------------------------------------- report */

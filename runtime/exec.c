@@ -6,12 +6,14 @@
 #include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "dp.h"
 #include "tp.h"
 #include "util.h"
 
-/* A message of one (chunk, microbatch): its buffer while it exists and
- * the operation while in flight. */
+/* A message of one (chunk, microbatch): its buffer (model memory, which
+ * comm.h sends and receives) while it exists and the operation while in
+ * flight. */
 typedef struct Msg {
   real *buf;
   RtCommReq *req;
@@ -57,7 +59,7 @@ static int64_t parts_numel(const RtMsgPart *p, int n) {
 /* The message's tensor out of the chunk's locations into buf ... */
 static void parts_out(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n, real *buf) {
   for (int i = 0; i < n; i++) {
-    memcpy(buf, rt_loc(ctx, c, p[i].offset), (size_t)p[i].numel * sizeof(real));
+    rt_dev_copy(buf, rt_loc(ctx, c, p[i].offset), p[i].numel * (int64_t)sizeof(real));
     buf += p[i].numel;
   }
 }
@@ -66,27 +68,28 @@ static void parts_out(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, in
 static void parts_in(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n,
                      const real *buf) {
   for (int i = 0; i < n; i++) {
-    memcpy(rt_loc(ctx, c, p[i].offset), buf, (size_t)p[i].numel * sizeof(real));
+    rt_dev_copy(rt_loc(ctx, c, p[i].offset), buf, p[i].numel * (int64_t)sizeof(real));
     buf += p[i].numel;
   }
 }
 
-static void *aligned_zeroed(int64_t bytes, const char *what) {
-  void *mem = NULL;
-  size_t n = (size_t)RT_ALIGN64(bytes > 0 ? bytes : 1);
-  if (posix_memalign(&mem, 64, n) != 0)
-    rt_fatal(NULL, "out of memory allocating %s (%lld bytes)", what, (long long)n);
-  memset(mem, 0, n);
+/* Zeroed model memory: the temporaries and the stash slots start as the
+ * one allocation of a program of one chunk does. */
+static void *dev_zeroed(int64_t bytes, const char *what) {
+  void *mem = rt_dev_alloc(bytes, what);
+  rt_dev_zero(mem, RT_ALIGN64(bytes > 0 ? bytes : 1));
   return mem;
 }
+
+/* A message buffer of n reals. */
+static real *msg_buf(int64_t n) { return rt_dev_alloc(n * (int64_t)sizeof(real), "a message"); }
 
 /* ------------------------------------------------------------- slots */
 
 static unsigned char *acquire(RtExec *x, const RtModel *m, int c) {
   Pool *p = &x->pool[c];
-  unsigned char *s =
-      p->nfree ? p->free[--p->nfree] : (p->made++, aligned_zeroed(m->chunks[c].activations, "a "
-                                                                                          "stash slot"));
+  unsigned char *s = p->nfree ? p->free[--p->nfree]
+                              : (p->made++, dev_zeroed(m->chunks[c].activations, "a stash slot"));
   if (++x->live > x->peak_live) x->peak_live = x->live;
   return s;
 }
@@ -151,7 +154,7 @@ void rt_exec_init(Rt *rt) {
   x->nvstages = x->p * x->v;
   x->pipe = cs->axis[RT_AXIS_PIPELINE];
   x->embed = cs->axis[RT_AXIS_EMBED];
-  x->temps = aligned_zeroed(m->plan.temporaries, "the temporaries");
+  x->temps = dev_zeroed(m->plan.temporaries, "the temporaries");
   rt->ctx.temporaries = x->temps;
   rt->ctx.activations = NULL;
   int keys = x->v * x->m;
@@ -197,10 +200,10 @@ void rt_exec_free(Rt *rt) {
   RtExec *x = rt->exec;
   if (!x) return;
   for (int c = 0; c < x->v; c++) {
-    for (int i = 0; i < x->pool[c].nfree; i++) free(x->pool[c].free[i]);
+    for (int i = 0; i < x->pool[c].nfree; i++) rt_dev_free(x->pool[c].free[i]);
     free(x->pool[c].free);
-    free(x->fwd_in[c]);
-    free(x->fwd_out[c]);
+    rt_dev_free(x->fwd_in[c]);
+    rt_dev_free(x->fwd_out[c]);
   }
   free(x->pool);
   free(x->slot);
@@ -213,7 +216,7 @@ void rt_exec_free(Rt *rt) {
   free(x->fwd_out);
   free(x->fwd_req);
   free(x->tied);
-  free(x->temps);
+  rt_dev_free(x->temps);
   free(x);
   rt->exec = NULL;
 }
@@ -249,7 +252,7 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
     rt_fatal(rt->model->name, "internal error: RECV(%s, chunk %d, microbatch %d) posted twice",
              rt_sched_msg_name(a->msg), a->chunk, a->mb);
   int64_t n = x->numel[0][a->msg][a->chunk];
-  r->buf = rt_xmalloc((size_t)n * sizeof(real));
+  r->buf = msg_buf(n);
   r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
 }
 
@@ -266,7 +269,7 @@ static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
     parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, r->buf);
   else
     parts_in(&rt->ctx, ch, ch->recv_grad, ch->nrecv_grad, r->buf);
-  free(r->buf);
+  rt_dev_free(r->buf);
   *r = (Msg){0};
 }
 
@@ -278,7 +281,7 @@ static void keep(Rt *rt, RtExec *x, int msg, int c, int mb) {
   if (s->buf)
     rt_fatal(rt->model->name, "internal error: the %s of chunk %d, microbatch %d, is still unsent",
              rt_sched_msg_name(msg), c, mb);
-  s->buf = rt_xmalloc((size_t)x->numel[1][msg][c] * sizeof(real));
+  s->buf = msg_buf(x->numel[1][msg][c]);
   if (msg == RT_SCHED_ACT)
     parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, s->buf);
   else
@@ -296,7 +299,7 @@ static void post_send(Rt *rt, RtExec *x, const RtSchedAction *a) {
 }
 
 static void send_done(Msg *s) {
-  free(s->buf);
+  rt_dev_free(s->buf);
   *s = (Msg){0};
 }
 
@@ -321,7 +324,7 @@ static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   if (ch->nrecv_act) take(rt, x, RT_SCHED_ACT, c, mb);
   rt->ctx.seed = rt_dropout_seed(rt, step, g);
   ch->forward(&rt->ctx);
-  if (ch->has_loss) x->loss_sum += (double)*(const real *)rt_loc(&rt->ctx, ch, ch->loss_offset);
+  if (ch->has_loss) x->loss_sum += rt_chunk_loss(&rt->ctx, ch);
   if (ch->nsend_act) keep(rt, x, RT_SCHED_ACT, c, mb);
 }
 
@@ -332,8 +335,7 @@ static void backward(Rt *rt, RtExec *x, int c, int mb) {
     rt_fatal(rt->model->name, "internal error: B(chunk %d, microbatch %d) without its F", c, mb);
   rt->ctx.activations = *slot;
   if (ch->has_loss)
-    *(real *)rt_loc(&rt->ctx, ch, ch->dloss_offset) =
-        (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
+    rt_seed_dloss(rt, ch);
   else if (ch->nrecv_grad)
     take(rt, x, RT_SCHED_GRAD, c, mb);
   /* The chunk's buckets may start reducing during its last backward of
@@ -382,15 +384,10 @@ static void opt_step(Rt *rt, RtExec *x, int64_t step, int dump, RtStepInfo *info
   x->opt_steps++;
 }
 
-/* The per-op timer (log.c); a no-op unless the program asked for it. */
-void rt_prof_add(const char *what, double seconds);
-
 double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   RtExec *x = rt->exec;
   const RtModel *m = rt->model;
-  double t0 = rt_now();
-  memset(rt->ctx.grads, 0, (size_t)m->nweights * sizeof(real));
-  rt_prof_add("S zero_grads", rt_now() - t0);
+  rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   memset(x->bdone, 0, (size_t)x->v * sizeof *x->bdone);
   x->loss_sum = 0;
@@ -447,16 +444,16 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
     if (ch->ninputs) rt_load_inputs(rt, ch, window, g);
     if (ch->nrecv_act) {
       int64_t n = x->numel[0][RT_SCHED_ACT][c];
-      if (!x->fwd_in[c]) x->fwd_in[c] = rt_xmalloc((size_t)n * sizeof(real));
+      if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(n);
       rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL, (ch->vstage - 1) % x->p);
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
     }
     rt->ctx.seed = seed;
     ch->forward(&rt->ctx);
-    if (ch->has_loss) loss += (double)*(const real *)rt_loc(&rt->ctx, ch, ch->loss_offset);
+    if (ch->has_loss) loss += rt_chunk_loss(&rt->ctx, ch);
     if (ch->nsend_act) {
       int64_t n = x->numel[1][RT_SCHED_ACT][c];
-      if (!x->fwd_out[c]) x->fwd_out[c] = rt_xmalloc((size_t)n * sizeof(real));
+      if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(n);
       parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
       x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, (ch->vstage + 1) % x->p);
     }

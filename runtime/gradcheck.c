@@ -16,8 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
+#include "device.h"
 #include "util.h"
 
 #ifdef SHARD_REAL_F64
@@ -26,17 +25,18 @@
 #define STEP 1e-2
 #endif
 
-/* The numeric derivative of the window's loss by weight i. */
+/* The numeric derivative of the window's loss by weight i, which is set
+ * on the device one element at a time. */
 static double central_difference(Rt *rt, int64_t i) {
-  real *w = rt->ctx.weights;
-  real w0 = w[i];
+  real *w = rt->ctx.weights + i, w0;
+  rt_dev_to_host(&w0, w, sizeof w0);
   double e = STEP * (fabs((double)w0) > 1 ? fabs((double)w0) : 1);
   real plus = (real)(w0 + e), minus = (real)(w0 - e);
-  w[i] = plus;
+  rt_dev_from_host(w, &plus, sizeof plus);
   double lp = rt_window_loss(rt, rt->window, 0, 1);
-  w[i] = minus;
+  rt_dev_from_host(w, &minus, sizeof minus);
   double lm = rt_window_loss(rt, rt->window, 0, 1);
-  w[i] = w0;
+  rt_dev_from_host(w, &w0, sizeof w0);
   /* Divide by the step the stored weights actually took. */
   return (lp - lm) / ((double)plus - (double)minus);
 }
@@ -67,7 +67,7 @@ int rt_gradcheck(Rt *rt) {
   rt_fetch_window(rt, 0);
   double loss = rt_window_grads(rt, rt->window, 0);
   real *analytic = rt_xmalloc((size_t)m->nweights * sizeof *analytic);
-  memcpy(analytic, rt->ctx.grads, (size_t)m->nweights * sizeof *analytic);
+  rt_dev_to_host(analytic, rt->ctx.grads, m->nweights * (int64_t)sizeof *analytic);
   printf("gradcheck: loss %.10f, %lld coordinates per tensor, tolerance %.1e, floor %.1e (%s)\n",
          loss, (long long)rt->f.gradcheck, rt->f.gradcheck_tol, rt->f.gradcheck_floor,
          RT_REAL_NAME);

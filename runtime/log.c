@@ -108,17 +108,7 @@ void rt_log_json(RtLog *l, const RtStepInfo *s) {
 
 /* ------------------------------------------------------------ profiling */
 
-/* The per-op timer of a rank program built with -DSHARD_PROFILE (make
- * EXTRA_CFLAGS=-DSHARD_PROFILE in its directory): the generated code times
- * every node (or fused loop) and reports it here under a label "PHASE OP
- * SHAPE"; the runtime adds its own parts of a step (zeroing gradients, the
- * norm, the optimizer). The table goes to stderr at the end of training.
- * These are declared by their callers, not in a header: nothing but a
- * profiling build uses them. */
-void rt_prof_enable(void);
-void rt_prof_add(const char *what, double seconds);
-void rt_prof_report(int64_t steps);
-
+/* The per-op timer (see log.h). */
 #define PROF_MAX 1024
 
 typedef struct ProfEntry {

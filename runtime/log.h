@@ -37,4 +37,16 @@ void rt_log_json(RtLog *l, const RtStepInfo *s);
 /* "1m23s" */
 const char *rt_fmt_duration(char *buf, int len, double seconds);
 
+/* The per-op timer of a rank program built with -DSHARD_PROFILE (make
+ * EXTRA_CFLAGS=-DSHARD_PROFILE in its directory): the generated code times
+ * every node (or fused loop) and reports it under a label "PHASE OP SHAPE";
+ * the runtime adds its own parts of a step ("S zero_grads", "S grad_norm",
+ * ...). Until rt_prof_enable, which only a profiling build calls, adding
+ * is a no-op. rt_prof_report prints the table to stderr at the end of
+ * training. The generated code declares the two it calls itself, since it
+ * includes no runtime header. */
+void rt_prof_enable(void);
+void rt_prof_add(const char *what, double seconds);
+void rt_prof_report(int64_t steps);
+
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "device.h"
 #include "dp.h"
 #include "exec.h"
 #include "gradcheck.h"
@@ -21,11 +22,6 @@
 
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
 #define NORM_CHUNK 65536
-
-/* The per-op timer (log.c): a no-op unless the program was built with
- * -DSHARD_PROFILE. */
-void rt_prof_add(const char *what, double seconds);
-void rt_prof_report(int64_t steps);
 
 /* The tables come from the compiler; a mismatch here is its bug, but a
  * message beats writing outside the plan or hanging a job. */
@@ -269,21 +265,19 @@ static void open_data(Rt *rt) {
   if (f->steps < 0) f->steps = rt->train ? rt_data_windows(rt->train) : 0;
 }
 
-/* The one allocation: weights, gradients, optimizer state and (one chunk)
- * activations and temporaries, each at a 64-byte boundary, all zero (and
- * touched, so the resident size shows the plan from the start). A
- * pipeline stage's activations and temporaries are the executor's. */
+/* The one allocation of model memory (device.h): weights, gradients,
+ * optimizer state and (one chunk) activations and temporaries, each at a
+ * 64-byte boundary, all zero (and touched, so the resident size shows the
+ * plan from the start). A pipeline stage's activations and temporaries are
+ * the executor's. */
 static void allocate(Rt *rt) {
   const RtModel *m = rt->model;
   const RtPlan *p = &m->plan;
   int one_chunk = rt->mesh.pp == 1;
   int64_t w = RT_ALIGN64(p->weights), g = RT_ALIGN64(p->grads), o = RT_ALIGN64(p->optimizer);
   int64_t total = w + g + o + (one_chunk ? RT_ALIGN64(p->activations + p->temporaries) : 0);
-  void *mem = NULL;
-  if (posix_memalign(&mem, 64, (size_t)total) != 0)
-    rt_fatal(NULL, "out of memory allocating the memory plan (%lld bytes)", (long long)total);
-  memset(mem, 0, (size_t)total);
-  rt->mem = mem;
+  rt->mem = rt_dev_alloc(total, "the memory plan");
+  rt_dev_zero(rt->mem, total);
   rt->ctx.model = m;
   rt->ctx.weights = (real *)rt->mem;
   rt->ctx.grads = (real *)(rt->mem + w);
@@ -363,7 +357,13 @@ static void initial_weights(Rt *rt) {
     rt_say("resumed from %s at step %lld\n", rt->f.resume, (long long)rt->step);
     return;
   }
-  rt_init_params(rt->model, rt->ctx.weights, (uint64_t)rt->f.seed);
+  /* Computed on the host and copied over; the region's elements that no
+   * parameter covers stay zero. */
+  int64_t bytes = rt->model->nweights * (int64_t)sizeof(real);
+  real *w = rt_xcalloc((size_t)(rt->model->nweights > 0 ? rt->model->nweights : 1), sizeof *w);
+  rt_init_params(rt->model, w, (uint64_t)rt->f.seed);
+  rt_dev_from_host(rt->ctx.weights, w, bytes);
+  free(w);
   if (rt->f.init_from) {
     rt_ckpt_init_from(rt, rt->f.init_from);
     rt_say("weights from %s\n", rt->f.init_from);
@@ -433,6 +433,7 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_update(rt, s, dump, info);
   }
   rt->step = s + 1;
+  rt_dev_sync(); /* the step's time includes all of its work */
   double dt = rt_now() - t0 - rt->skipped;
   info->step = s + 1;
   info->steps = rt->f.steps;
@@ -528,7 +529,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   rt_dp_free(rt);
   free(rt->window);
   free(rt->norm_partials);
-  free(rt->mem);
+  rt_dev_free(rt->mem);
   rt_tp_finalize(rt);
   return 0;
 }

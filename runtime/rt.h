@@ -59,6 +59,14 @@ static inline unsigned char *rt_loc(const RtCtx *ctx, const RtChunk *c, int64_t 
 void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g);
 /* rt_load_inputs of a program of one chunk. */
 void rt_load_micro(Rt *rt, const int32_t *window, int64_t m);
+/* The loss chunk c (the last virtual stage) left after its forward, copied
+ * out of the device. */
+double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c);
+/* Writes the loss gradient seed 1/(m*d) that chunk c's backward reads. */
+void rt_seed_dloss(Rt *rt, const RtChunk *c);
+/* Zeroes the grads region at the start of a step (profiled as
+ * "S zero_grads"). */
+void rt_zero_grads(Rt *rt);
 /* The dropout seed of global microbatch g of a step: the same whatever the
  * mesh, so that every layout trains the same model. */
 uint64_t rt_dropout_seed(const Rt *rt, int64_t step, int64_t g);
@@ -94,7 +102,9 @@ void rt_fetch_window(Rt *rt, int64_t step);
  * Fills info->grad_norm and info->lr. */
 void rt_update(Rt *rt, int64_t step, int dump, RtStepInfo *info);
 
-/* init.c: the initial weights, a function of --seed and each name. */
+/* init.c: the initial weights, a function of --seed and each name, into a
+ * host array laid out like the weights region (main.c copies it to the
+ * device). */
 void rt_init_params(const RtModel *m, real *weights, uint64_t seed);
 
 #endif

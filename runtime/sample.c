@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "tp.h"
 #include "util.h"
 
@@ -46,21 +47,23 @@ int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k,
 }
 
 /* Runs the model on the last (at most seq) tokens of the context and
- * returns the logits of the last of them; a tensor-parallel rank joins
- * its columns with the others' into `whole`. */
-static const real *next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole) {
+ * copies the first n logits of the last of them into `out` (host); a
+ * tensor-parallel rank joins its columns with the others' on the device,
+ * in `whole`, first. */
+static void next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole, real *out, int n) {
   const RtModel *m = rt->model;
   const RtChunk *c = &m->chunks[0]; /* one chunk: rt_main refuses pipelines */
-  int64_t start = len > m->seq ? len - m->seq : 0, n = len - start;
+  int64_t start = len > m->seq ? len - m->seq : 0, k = len - start;
   memset(rt->window, 0, (size_t)(rt->rows + 1) * sizeof *rt->window);
-  memcpy(rt->window, ctx + start, (size_t)n * sizeof *ctx);
+  memcpy(rt->window, ctx + start, (size_t)k * sizeof *ctx);
   rt->ctx.training = 0;
   rt_load_micro(rt, rt->window, 0);
   c->forward(&rt->ctx);
   rt->ctx.training = 1;
   const real *logits = (const real *)rt_loc(&rt->ctx, c, c->logits_offset);
   int64_t cols = rt_logits_cols(m);
-  return rt_tp_gather_row(logits + (n - 1) * cols, cols, whole);
+  const real *row = rt_tp_gather_row(logits + (k - 1) * cols, cols, whole);
+  rt_dev_to_host(out, row, n * (int64_t)sizeof *out);
 }
 
 void rt_sample(Rt *rt) {
@@ -72,7 +75,9 @@ void rt_sample(Rt *rt) {
   int nbytes = m->vocab < 256 ? (int)m->vocab : 256;
   int32_t *ctx = rt_xmalloc((size_t)(plen + ntok + 1) * sizeof *ctx);
   double *scratch = rt_xmalloc(2 * 256 * sizeof *scratch);
-  real *whole = rt_xmalloc((size_t)(rt_logits_cols(m) * rt_tp_size()) * sizeof *whole);
+  real *whole = rt_dev_alloc(rt_logits_cols(m) * rt_tp_size() * (int64_t)sizeof *whole,
+                             "the logits of a row");
+  real *logits = rt_xmalloc((size_t)nbytes * sizeof *logits);
   /* Every tensor-parallel rank runs the model and draws the same tokens
    * (the same logits and the same random stream); rank 0 prints them. */
   FILE *out = rt_tp_world_rank() == 0 ? stdout : NULL;
@@ -87,13 +92,14 @@ void rt_sample(Rt *rt) {
   }
   if (out) fputs(prompt, out);
   for (int64_t i = 0; i < ntok; i++) {
-    const real *logits = next_logits(rt, ctx, len, whole);
+    next_logits(rt, ctx, len, whole, logits, nbytes);
     int t = rt_sample_pick(logits, nbytes, rt->f.temperature, rt->f.top_k, &rt->rng, scratch);
     ctx[len++] = t;
     if (out) putc(t, out), fflush(out);
   }
   if (out) putc('\n', out);
-  free(whole);
+  rt_dev_free(whole);
+  free(logits);
   free(ctx);
   free(scratch);
 }

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "comm.h"
-#include "kernels.h"
+#include "optim.h"
 #include "util.h"
 
 /* Byte counts of the tensor axis (the one the program talks on). */
@@ -225,9 +225,7 @@ void rt_tp_take(const RtParam *p, const real *full, real *part) {
 double rt_tp_grad_norm(Rt *rt) {
   const RtModel *m = rt->model;
   double *sq = rt_xmalloc((size_t)(m->nparams > 0 ? m->nparams : 1) * sizeof *sq);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int p = 0; p < m->nparams; p++)
-    sq[p] = k_sum_squares(rt->ctx.grads + m->params[p].offset, m->params[p].numel);
+  rt_param_sum_squares(m, rt->ctx.grads, sq);
   /* In parameter order, so that every run adds the same way. */
   double split = 0, replicated = 0;
   for (int p = 0; p < m->nparams; p++) {

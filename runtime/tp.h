@@ -56,7 +56,8 @@ int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i);
 /* Gathers the whole unpadded tensor of p from the ranks' parts (`part` is
  * this rank's: p->numel reals). Collective over the tensor axis; `full`
  * (rt_tp_full_numel reals) is written on tensor-parallel rank 0 only and
- * may be NULL elsewhere. */
+ * may be NULL elsewhere. Both are host memory (checkpoints stage their
+ * tensors out of the device first), and so is the pair of rt_tp_take. */
 void rt_tp_gather(const RtParam *p, const real *part, real *full);
 /* This rank's part of p from the whole unpadded tensor; padding gets 0. */
 void rt_tp_take(const RtParam *p, const real *full, real *part);
@@ -79,7 +80,8 @@ void rt_tp_step_end(Rt *rt, int64_t step);
 
 /* The whole row of logits (all t parts joined, rt_logits_cols * t reals)
  * from this rank's `cols` columns. Collective over the tensor axis; with
- * t = 1 it returns `part` itself. */
+ * t = 1 it returns `part` itself. part and whole are model memory (the
+ * logits where the forward left them, device.h). */
 const real *rt_tp_gather_row(const real *part, int64_t cols, real *whole);
 
 #endif

@@ -1,8 +1,10 @@
 /* Unit tests of the runtime's parts, in f32 and f64: the learning-rate
  * schedule, AdamW and SGD against hand computations, the gradient norm and
  * clipping, safetensors round trips, the data windows (order, shift,
- * wrap-around over two shards, shuffling), the initialisation and the
- * sampler. Every check prints the numbers it compares. */
+ * wrap-around over two shards, shuffling), the initialisation, the
+ * sampler and the device layer (copies; the ranged optimizer and sums of
+ * squares against the whole-model ones, to the bit). Every check prints the
+ * numbers it compares. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "device.h"
 #include "optim.h"
 #include "rt.h"
 #include "safetensors.h"
@@ -268,6 +271,57 @@ static void test_sample(void) {
         want);
 }
 
+/* The device layer: copies round trip, and ZeRO-1's ranged update and sums
+ * of squares give the bits of the whole-model ones, whatever the cuts. */
+enum { DEV_A = 1000, DEV_B = 300, DEV_N = DEV_A + DEV_B };
+static const RtParam dev_params[] = {
+    {"a", 1, {DEV_A}, DEV_A, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0},
+    {"b", 1, {DEV_B}, DEV_B, DEV_A, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
+};
+static const RtModel dev_model = {.name = "dev", .params = dev_params, .nparams = 2,
+                                  .nweights = DEV_N};
+
+static void test_device(void) {
+  real host[DEV_N], back[DEV_N];
+  for (int i = 0; i < DEV_N; i++)
+    host[i] = (real)(0.001 * (i % 29) - 0.01);
+  real *w[2], *g = rt_dev_alloc(DEV_N * (int64_t)sizeof(real), "gradients");
+  real *m[2], *v[2];
+  rt_dev_from_host(g, host, sizeof host);
+  rt_dev_to_host(back, g, sizeof back);
+  CHECK(!memcmp(host, back, sizeof host), "device copies round trip %d reals", DEV_N);
+  /* Runs cut at odd places, never across the parameters' boundary. */
+  const RtDevRange r[] = {{0, 0, 333, 1}, {333, 333, 667, 1}, {DEV_A, DEV_A, 1, 0},
+                          {DEV_A + 1, DEV_A + 1, DEV_B - 1, 0}};
+  RtFlags f = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  for (int adamw = 0; adamw <= 1; adamw++) {
+    for (int k = 0; k < 2; k++) {
+      w[k] = rt_dev_alloc(DEV_N * (int64_t)sizeof(real), "weights");
+      m[k] = rt_dev_alloc(DEV_N * (int64_t)sizeof(real), "m");
+      v[k] = rt_dev_alloc(DEV_N * (int64_t)sizeof(real), "v");
+      rt_dev_from_host(w[k], back, sizeof back);
+      rt_dev_zero(m[k], DEV_N * (int64_t)sizeof(real));
+      rt_dev_zero(v[k], DEV_N * (int64_t)sizeof(real));
+    }
+    RtDevOpt o = rt_opt_consts(&f, adamw, 3, 1e-2, 0.5);
+    rt_dev_update_params(&dev_model, w[0], g, m[0], v[0], &o);
+    rt_dev_update_ranges(r, 4, w[1], g, m[1], v[1], &o);
+    rt_dev_to_host(host, w[0], sizeof host);
+    rt_dev_to_host(back, w[1], sizeof back);
+    CHECK(!memcmp(host, back, sizeof host), "%s over 4 ranges = over the parameters, to the bit",
+          adamw ? "adamw" : "sgd");
+    for (int k = 0; k < 2; k++)
+      rt_dev_free(w[k]), rt_dev_free(m[k]), rt_dev_free(v[k]);
+  }
+  const RtDevRange chunks[] = {{0, 0, 512, 0}, {512, 0, 512, 0}, {1024, 0, DEV_N - 1024, 0}};
+  double a[3], b[3];
+  rt_dev_sum_squares(g, chunks, 3, a);
+  rt_dev_sum_squares_chunked(g, DEV_N, 512, b);
+  CHECK(!memcmp(a, b, sizeof a), "sums of squares over ranges = over chunks: %.15f %.15f %.15f",
+        a[0], a[1], a[2]);
+  rt_dev_free(g);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/rt_unit_XXXXXX");
   if (!mkdtemp(tmpdir)) return perror("mkdtemp"), 1;
@@ -281,6 +335,7 @@ int main(void) {
   test_shift();
   test_init();
   test_sample();
+  test_device();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

@@ -1,0 +1,108 @@
+/* The device layer: where a rank program's model memory lives, and every
+ * operation the runtime performs on it.
+ *
+ * Model memory is the memory plan's regions (weights, gradients, optimizer
+ * state, activations, temporaries), a pipeline stage's stash slots and
+ * message buffers, and nothing else. It is addressed by the same pointers
+ * the generated programs get in RtCtx, so a target's generated code and
+ * its device agree on what a pointer means: on the CPU device they are
+ * host addresses, on a GPU they would be device addresses. Above this layer
+ * the runtime (training loop, executor, data parallelism, ZeRO-1,
+ * checkpoints, sampling, gradient checks) never dereferences, copies or
+ * zeroes model memory itself; it calls these functions, or comm.h, which
+ * moves model memory between ranks.
+ *
+ * Host data (token windows, checkpoint tensors, logits being sampled,
+ * losses, norms) crosses the layer explicitly with rt_dev_to_host and
+ * rt_dev_from_host into or out of a host staging buffer, so that what is
+ * written to a file never depends on the device that wrote it.
+ *
+ * Pointers below say where they live: `dev` (or a region name) is model
+ * memory, `host` is ordinary host memory. Byte counts are int64_t; element
+ * counts are of `real`. Every function may be called only from the thread
+ * that runs the training loop (the one that calls comm.h). Operations that
+ * write host memory are complete when they return; the others may still be
+ * running on the device until rt_dev_sync (the CPU device finishes every
+ * call before returning).
+ *
+ * A program links exactly one device: device_cpu.c for the CPU target. */
+#ifndef SHARD_RT_DEVICE_H
+#define SHARD_RT_DEVICE_H
+
+#include <stdint.h>
+
+#include "../abi/model.h"
+
+/* ------------------------------------------------------------ memory */
+
+/* `bytes` of model memory, 64-byte aligned, its contents undefined (call
+ * rt_dev_zero for zeros). `what` names it in the message when there is not
+ * enough memory, which ends the run. The memory plan is one such
+ * allocation, split by offsets (main.c); the pipeline executor allocates
+ * its temporaries, stash slots and message buffers here too. */
+void *rt_dev_alloc(int64_t bytes, const char *what);
+/* Frees what rt_dev_alloc returned; NULL is allowed. */
+void rt_dev_free(void *dev);
+/* Sets `bytes` of model memory from dev on to zero. */
+void rt_dev_zero(void *dev, int64_t bytes);
+
+/* ------------------------------------------------------------- copies */
+
+/* Model memory to host memory: `bytes` from dev into host. */
+void rt_dev_to_host(void *host, const void *dev, int64_t bytes);
+/* Host memory to model memory: `bytes` from host into dev. */
+void rt_dev_from_host(void *dev, const void *host, int64_t bytes);
+/* Model memory to model memory: `bytes` from src into dst, which do not
+ * overlap (pipeline messages in and out of a chunk's locations). */
+void rt_dev_copy(void *dst, const void *src, int64_t bytes);
+
+/* Waits until every operation issued so far is complete. */
+void rt_dev_sync(void);
+
+/* ---------------------------------------------- the optimizer and norms */
+
+/* A run of n elements of the weights (and gradients) from element w on,
+ * inside one parameter whose RtParam.weight_decay is `decay`; its AdamW
+ * state starts at element s of m and v. ZeRO-1 updates its shard as such
+ * runs (dp.c); the sums of squares below read only w and n. */
+typedef struct RtDevRange {
+  int64_t w, s, n;
+  int decay;
+} RtDevRange;
+
+/* The constants of one optimizer step, computed on the host (optim.c) and
+ * the same for every element. */
+typedef struct RtDevOpt {
+  int adamw;         /* 1: AdamW, 0: SGD */
+  real grad_scale;   /* clipping: the gradient is taken times this */
+  real decay;        /* 1 - lr * weight_decay: the factor of a decayed weight */
+  real lr;           /* SGD's rate */
+  real beta1, beta2, eps;
+  real step_size;    /* AdamW: lr / (1 - beta1^t) */
+  real bc2_sqrt;     /* AdamW: sqrt(1 - beta2^t) */
+} RtDevOpt;
+
+/* One optimizer step over every parameter of m, in place: w (weights),
+ * g (gradients), mom and vel (AdamW's m and v, laid out like the weights;
+ * unused and possibly NULL for SGD) are all model memory. A parameter
+ * whose weight_decay is 0 is updated with a decay factor of exactly 1.
+ * AdamW follows torch.optim.AdamW (kernels' k_adamw); SGD is
+ * w = w * decay - lr * g * grad_scale. */
+void rt_dev_update_params(const RtModel *m, real *w, const real *g, real *mom, real *vel,
+                          const RtDevOpt *o);
+/* The same step over the nr runs r (a host array) only; each run's state
+ * is at r->s of mom and vel. Element by element the same arithmetic as
+ * rt_dev_update_params, so ZeRO-1 and the unsharded update agree. */
+void rt_dev_update_ranges(const RtDevRange *r, int64_t nr, real *w, const real *g, real *mom,
+                          real *vel, const RtDevOpt *o);
+
+/* out[i] (host) = the sum of x[r[i].w + k]^2 over k < r[i].n, in double,
+ * for i < nr: x is model memory, r a host array. Each sum is added in an
+ * order fixed by its n alone, so the results do not depend on the thread
+ * count or on the other runs; callers add them up in a fixed order. */
+void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *out);
+/* The same over the fixed chunks [c * chunk, min((c + 1) * chunk, n)) of
+ * x[0, n): out (host) holds ceil(n / chunk) doubles. */
+void rt_dev_sum_squares_chunked(const real *x, int64_t n, int64_t chunk, double *out);
+
+#endif
