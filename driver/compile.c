@@ -7,12 +7,6 @@
 #include "../codegen/codegen.h"
 #include "driver.h"
 
-/* The passes with the pipeline partition and without a target: what
- * `compile --pp` shows (--emit-ir, --report pp). */
-static const char *const drv_pp_pipeline =
-    "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,pp-tie,"
-    "tp-fuse,verify";
-
 static const DrvOption compile_options[] = {
     DRV_DEFINE_OPTION,
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
@@ -43,7 +37,9 @@ const DrvCommand drv_compile_command = {
     "build file into DIR and prints the memory plan. `shardc build DIR` (or\n"
     "make -C DIR) builds them. Without a target, --tp N > 1 or --report comm\n"
     "run the first target's pipeline too (writing nothing); --pp, --vpp,\n"
-    "--pp-layout or --report pp run it with pp-partition and pp-tie.\n"
+    "--pp-layout or --report pp run it with pp-partition: the IR is the one\n"
+    "the programs run (the runtime sums the gradients of tied copies once\n"
+    "per step).\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -178,8 +174,8 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   /* Partitioning or a report only mean something with the passes that
    * partition: the first target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
-  if (!pipeline && pipelined) pipeline = drv_pp_pipeline;
-  if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline(NULL, false) : pass_default_pipeline;
+  if (!pipeline && (pipelined || report || opt.tp > 1)) pipeline = cg_pipeline(NULL, pipelined);
+  if (!pipeline) pipeline = pass_default_pipeline;
   return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
 }
 
