@@ -8,9 +8,14 @@
  * file and the -D overrides it was compiled with, for sampling and resuming;
  * a copy of the model file sits next to it).
  *
- * The emitter core (emit.c) writes what every target shares: the memory
- * plan, the model tables, the forward and backward functions node by node;
- * a target (target.h; cpu.c) writes only kernel calls, loops and includes. */
+ * It runs in two steps: the layout of the program set (layout.c: stages,
+ * chunk memory plans, schedule, data-parallel buckets, weight placement),
+ * built and checked once, then the printing of every file from it
+ * (emit.c). The emitter core writes what every target shares: the memory
+ * plan, the model tables, the collectives (collectives.c), the forward and
+ * backward functions node by node; a target (target.h; cpu.c; the table
+ * in targets.c) owns its pass pipeline and memory policy and writes only
+ * kernel calls, loops and includes. */
 #ifndef SHARDC_CODEGEN_H
 #define SHARDC_CODEGEN_H
 
@@ -20,18 +25,20 @@
 
 #include "../ir/ir.h"
 
+struct PassMemPolicy;
+
 typedef struct CgOptions {
-  const char *target;      /* "cpu" (the only target so far); NULL means cpu */
+  const char *target;      /* a name of the table of targets (targets.c); NULL: the first, cpu */
   const char *out_dir;     /* created when missing; existing files are replaced */
   IrDType dtype;           /* the program's real: IR_F32 (default) or IR_F64 (gradient checks) */
   const char *model_path;  /* the model file, as recorded in the program and in model.txt */
   const char *const *defines; /* the -D overrides, "name=value" each, in command-line order */
   int ndefines;
-  int threads;             /* kernel scratch is planned for this many threads; 0: PASS_MEMPLAN_THREADS */
+  int threads;             /* kernel scratch is planned for this many threads; 0: the target's */
   FILE *plan_out;          /* when not NULL, the memory plan's bytes per region are printed here */
-  /* Data parallelism: replicas d (0 or 1: none), ZeRO-1 (shard the optimizer
-   * state over them), the size of a gradient bucket in MiB (0: 25). */
-  int dp;
+  /* Data parallelism over the graph's mesh[IR_AXIS_DATA] replicas: ZeRO-1
+   * (shard the optimizer state over them), the size of a gradient bucket
+   * in MiB (0: 25). */
   bool zero;
   double bucket_mb;
   /* Pipeline parallelism (a graph partitioned by pp-partition): the
@@ -46,14 +53,25 @@ typedef struct CgOptions {
 #define CG_DEFAULT_MICROBATCHES 8
 
 /* The pass pipeline a graph must go through before cg_compile for a
- * target, with pipeline partitioning or without; NULL for an unknown
- * target. */
+ * target (NULL: the first), with pipeline partitioning or without; NULL
+ * for an unknown target. */
 const char *cg_pipeline(const char *target, bool pipelined);
+/* The target's memory policy, for the memplan pass (PassOptions.memplan);
+ * NULL for an unknown target. */
+const struct PassMemPolicy *cg_memplan_policy(const char *target);
+/* Whether the table of targets has one of that name; reports an error
+ * that lists the known ones otherwise. */
+bool cg_target_known(const char *name);
+/* The names of the targets, "cpu, ..." */
+const char *cg_target_names(void);
+/* Each target with its description and pipelines, two spaces in. */
+void cg_print_targets(FILE *out);
 
-/* Writes the rank programs of g (after cg_pipeline) into o->out_dir. The
- * memory plan is made again when g has none or one for another real type.
- * Returns 0, or 1 after reporting errors (an unknown target, a model the
- * target cannot run, a file that cannot be written). */
+/* Lays out the rank programs of g (after cg_pipeline) and writes them into
+ * o->out_dir. The memory plan is made again when g has none or one for
+ * another real type or policy. Returns 0, or 1 after reporting errors (an
+ * unknown target, a model the target cannot run, a file that cannot be
+ * written). */
 int cg_compile(IrGraph *g, const CgOptions *o);
 
 #endif

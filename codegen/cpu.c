@@ -40,6 +40,24 @@
  * own loops do (K_PAR_MIN): waking a team costs more than the work. */
 #define PAR_MIN 32768
 
+/* Reals of attention scratch one thread needs at sequence length s. It must
+ * equal k_attention_scratch(s) of kernels/cpu; the generated program checks
+ * that it does before it runs. */
+#define CPU_ATTENTION_SCRATCH(s) (2 * 64 * (int64_t)(s))
+
+/* The threads whose kernel scratch the plan holds. Rank programs run with
+ * at most this many OpenMP threads, so that the plan (and hence the bytes
+ * `shardc compile` prints) does not depend on the machine. */
+#define CPU_THREADS 32
+
+/* What the CPU target keeps while it writes one program. */
+typedef struct CpuState {
+  int chunk_state; /* which braces of a run of row chunks are open (cpu_chunks_begin) */
+  bool team;       /* writing a sunk node: GEMMs in their team form */
+} CpuState;
+
+static CpuState *cpu_state(CgEmitter *e) { return e->state; }
+
 /* ---------------------------------------------------------------- shapes */
 
 static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
@@ -329,7 +347,7 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
   /* Alone, the GEMM is cut into blocks the threads share; in a row chunk it
    * runs on the chunk's thread. */
   emit(e, "%s(%d, %d, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, %s, %s, %lld);",
-       e->chunk_rows ? "k_gemm" : e->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
+       e->chunk_rows ? "k_gemm" : cpu_state(e)->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
        (long long)M, (long long)N,
        (long long)K, A, (long long)lda, B, (long long)ldb, beta, C, (long long)ldc);
 }
@@ -778,7 +796,7 @@ static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char 
 
 static void cpu_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  if (cg_cpu_tp_node(e, n)) return; /* collectives, vocabulary-parallel and per-rank ops */
+  if (cg_cpu_tp_node(e, n)) return; /* tp_slice, vocabulary-parallel and per-rank ops */
   if (cpu_kernels[n->op].node) cpu_kernels[n->op].node(e, index);
   else cg_error(e, n, "not supported");
 }
@@ -823,23 +841,23 @@ static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
   e->depth++;
   emit(e, "const int64_t r0 = chunk * %lld;", (long long)e->plan->chunk_rows);
   emit(e, "(void)r0;");
-  e->chunk_state = sunk ? 2 : 1;
+  cpu_state(e)->chunk_state = sunk ? 2 : 1;
 }
 
 static void cpu_chunks_after(CgEmitter *e) {
   e->depth--;
   emit(e, "}"); /* the loop over chunks; the region stays open */
-  e->chunk_state = 3;
+  cpu_state(e)->chunk_state = 3;
 }
 
 static void cpu_chunks_end(CgEmitter *e) {
-  if (e->chunk_state == 2) cpu_chunks_after(e);
+  if (cpu_state(e)->chunk_state == 2) cpu_chunks_after(e);
   e->depth--;
   emit(e, "}"); /* the loop over chunks (1) or the parallel region (3) */
   emit(e, "k_blas_serial_end(blas);");
   e->depth--;
   emit(e, "}");
-  e->chunk_state = 0;
+  cpu_state(e)->chunk_state = 0;
 }
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */
@@ -852,9 +870,9 @@ static void cpu_team_node(CgEmitter *e, int index) {
     return;
   }
   if (n->op != IR_OP_LINEAR_DW) unreachable();
-  e->team = true;
+  cpu_state(e)->team = true;
   emit_linear_dw(e, index);
-  e->team = false;
+  cpu_state(e)->team = false;
 }
 
 static void cpu_prologue(CgEmitter *e) {
@@ -901,7 +919,7 @@ static void cpu_entry(CgEmitter *e) {
     if (dup || nseen == 64) continue;
     seen[nseen++] = s;
     emit(e, "if (k_attention_scratch(%lld) > %lldLL) {", (long long)s,
-         (long long)PASS_ATTENTION_SCRATCH(s));
+         (long long)CPU_ATTENTION_SCRATCH(s));
     e->depth++;
     emit(e, "fprintf(stderr, \"%%s: internal error: attention wants more scratch than the "
             "memory plan holds\\n\", argv[0]);");
@@ -973,10 +991,58 @@ static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprogra
   emit(e, ".PHONY: all clean");
 }
 
+/* ---------------------------------------------------------------- policy */
+
+/* The kernel scratch of a node: attention (forward and backward) holds one
+ * block of CPU_ATTENTION_SCRATCH reals per thread; q is [b, s, H*d]. */
+static int64_t cpu_scratch_reals(const IrNode *n) {
+  if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_GRAD) return 0;
+  return CPU_ATTENTION_SCRATCH(n->in[0]->type.shape[1]);
+}
+
+static const PassMemPolicy cpu_memplan = {
+    .threads = CPU_THREADS,
+    .scratch_reals = cpu_scratch_reals,
+    .row_chunks = true,
+};
+
+static void *cpu_state_new(CgEmitter *e) {
+  (void)e;
+  CpuState *st = ir_alloc(sizeof *st);
+  memset(st, 0, sizeof *st);
+  return st;
+}
+
+/* The plan's threads and the scratch each holds, which main() checks
+ * against the kernels' and caps OpenMP at. */
+static void cpu_plan_defines(CgEmitter *e) {
+  int64_t scratch = 0;
+  for (int c = 0; c < e->nchunks; c++)
+    if (e->chunks[c].plan->scratch_per_thread > scratch) scratch = e->chunks[c].plan->scratch_per_thread;
+  emit(e, "/* Kernel scratch is planned for this many threads, of this many reals each. */");
+  emit(e, "#define PLAN_THREADS %d", e->plan->threads);
+  emit(e, "#define PLAN_ATTENTION_SCRATCH %lldLL", (long long)scratch);
+}
+
+static void cpu_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
+                        int64_t part) {
+  emit(e, "k_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a, (long long)b,
+       (long long)part);
+}
+
 const CgTarget cg_target_cpu = {
     .name = "cpu",
+    .doc = "C with OpenMP and OpenBLAS; ranks talk through MPI",
     .source_ext = ".c",
+    .buildfile_name = "Makefile",
+    .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
+                "verify,memplan",
+    .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
+                   "autodiff,tp-fuse,verify",
+    .memplan = &cpu_memplan,
+    .state_new = cpu_state_new,
     .prologue = cpu_prologue,
+    .plan_defines = cpu_plan_defines,
     .node = cpu_node,
     .fused = cpu_fused,
     .chunks_begin = cpu_chunks_begin,
@@ -984,7 +1050,8 @@ const CgTarget cg_target_cpu = {
     .team_node = cpu_team_node,
     .chunks_end = cpu_chunks_end,
     .accumulate = cpu_accumulate,
+    .permute = cpu_permute,
+    .comm_scratch = "tp_scratch",
     .entry = cpu_entry,
     .buildfile = cpu_buildfile,
-    .buildfile_name = "Makefile",
 };

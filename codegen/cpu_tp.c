@@ -1,9 +1,8 @@
-/* The CPU target's code for tensor parallelism: the collectives of the
- * partitioned graph as calls of runtime/comm.h on the tensor-axis
- * communicator (ctx->tp_comm), tp_slice as a local copy of this rank's part,
- * and the vocabulary-parallel embedding and loss and per-rank dropout,
- * which need the rank (ctx->tp) at run time. One program serves every
- * tensor-parallel rank.
+/* The CPU target's kernel code for tensor parallelism: tp_slice as a local
+ * copy of this rank's part, and the vocabulary-parallel embedding and loss
+ * and per-rank dropout, which need the rank (ctx->tp) at run time. One
+ * program serves every tensor-parallel rank. The collectives themselves
+ * are the core's (collectives.c).
  *
  * Scratch. all_gather and reduce_scatter along a dim with anything but 1s
  * before it need the rank-major layout of comm.h next to the tensor's (a
@@ -19,18 +18,6 @@
 static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
 static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
 
-/* The product of the dims before d. */
-static int64_t outer(const IrValue *v, int d) {
-  int64_t p = 1;
-  for (int k = 0; k < d; k++) p *= v->type.shape[k];
-  return p;
-}
-
-static int norm_dim(const IrNode *n, const IrValue *v) {
-  int64_t d = ir_attr_int(n, "dim");
-  return (int)(d < 0 ? d + v->type.rank : d);
-}
-
 static bool flag(const IrNode *n, const char *name) {
   return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
 }
@@ -42,16 +29,8 @@ static bool is_vocab_loss(const IrNode *n) {
 
 /* Reals of tp_scratch that node n needs. */
 static int64_t scratch_need(const IrNode *n) {
-  if (n->op == IR_OP_ALL_GATHER) {
-    const IrValue *x = n->in[0];
-    return outer(x, norm_dim(n, x)) > 1 ? numel(n->out[0]) : 0;
-  }
-  if (n->op == IR_OP_REDUCE_SCATTER) {
-    const IrValue *y = n->out[0];
-    return outer(y, norm_dim(n, y)) > 1 ? numel(n->in[0]) : 0;
-  }
   if (is_vocab_loss(n)) return 3 * (numel(n->in[0]) / dim(n->in[0], -1));
-  return 0;
+  return cg_comm_scratch_reals(n);
 }
 
 void cg_cpu_tp_prologue(CgEmitter *e) {
@@ -64,15 +43,8 @@ void cg_cpu_tp_prologue(CgEmitter *e) {
     if (s > need) need = s;
     per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");
   }
-  int t = e->g->mesh[IR_AXIS_TENSOR];
-  if (t <= 1 && need == 0 && !per_rank) return;
-  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h). */");
-  emit(e, "#include \"runtime/comm.h\"");
-  emit(e, "#ifdef SHARD_REAL_F64");
-  emit(e, "#define RT_COMM_REAL RT_COMM_F64");
-  emit(e, "#else");
-  emit(e, "#define RT_COMM_REAL RT_COMM_F32");
-  emit(e, "#endif");
+  if (!cg_comm_used(e) && need == 0 && !per_rank) return;
+  cg_comm_includes(e);
   if (need > 0) {
     emit(e, "/* Rank-major copies for gathers and scatters along inner dims, and the");
     emit(e, " * per-row reductions of the vocabulary-parallel loss. */");
@@ -87,54 +59,12 @@ void cg_cpu_tp_prologue(CgEmitter *e) {
   emit_blank(e);
 }
 
-/* ------------------------------------------------------------ collectives */
-
-static bool tensor_axis(CgEmitter *e, const IrNode *n) {
-  if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
-  cg_error(e, n, "only the tensor axis is supported, not axis %lld", (long long)ir_attr_int(n, "axis"));
-  return false;
-}
-
-static void emit_all_reduce(CgEmitter *e, const IrNode *n) {
-  emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
-       cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), (long long)numel(n->in[0]));
-}
-
-/* The parts of x joined in rank order along dim: comm.h gathers rank-major
- * [t][outer][part]; with outer > 1 a transpose makes it [outer][t][part]. */
-static void emit_all_gather(CgEmitter *e, const IrNode *n) {
-  const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = outer(x, norm_dim(n, x)), t = ir_attr_int(n, "size"), part = numel(x) / o;
-  if (o == 1) {
-    emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x),
-         cg_ref(e, y), (long long)numel(x));
-    return;
-  }
-  emit(e, "rt_comm_allgather(ctx->tp_comm, %s, tp_scratch, %lld, RT_COMM_REAL);", cg_ref(e, x),
-       (long long)numel(x));
-  emit(e, "k_transpose(%s, tp_scratch, 1, %lld, 1, %lld, %lld);", cg_ref(e, y), (long long)t,
-       (long long)o, (long long)part);
-}
-
-/* Part r along dim of the sum: x [outer][t][part] is made rank-major first. */
-static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
-  const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = outer(y, norm_dim(n, y)), t = ir_attr_int(n, "size"), part = numel(y) / o;
-  if (o == 1) {
-    emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
-         cg_ref(e, x), cg_ref(e, y), (long long)numel(y));
-    return;
-  }
-  emit(e, "k_transpose(tp_scratch, %s, 1, %lld, 1, %lld, %lld);", cg_ref(e, x), (long long)o,
-       (long long)t, (long long)part);
-  emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, tp_scratch, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);",
-       cg_ref(e, y), (long long)numel(y));
-}
+/* -------------------------------------------------------------- slices */
 
 /* This rank's part along dim: no message, a strided copy. */
 static void emit_tp_slice(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = outer(x, norm_dim(n, x)), part = numel(y) / o, whole = numel(x) / o;
+  int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
   emit(e, "k_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", cg_ref(e, y),
        (long long)part, cg_ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
@@ -190,16 +120,13 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   emit(e, "real *mx = tp_scratch, *se = tp_scratch + %lld, *tg = tp_scratch + %lld;",
        (long long)rows, (long long)(2 * rows));
   emit(e, "k_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
-  emit(e, "rt_comm_allreduce(ctx->tp_comm, mx, mx, %lld, RT_COMM_REAL, RT_COMM_MAX);",
-       (long long)rows);
+  cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
   emit(e, "k_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
-  emit(e, "rt_comm_allreduce(ctx->tp_comm, se, se, %lld, RT_COMM_REAL, RT_COMM_SUM);",
-       (long long)rows);
+  cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
   if (n->op == IR_OP_CROSS_ENTROPY) {
     emit(e, "k_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
          (long long)V, (long long)valid);
-    emit(e, "rt_comm_allreduce(ctx->tp_comm, tg, tg, %lld, RT_COMM_REAL, RT_COMM_SUM);",
-         (long long)rows);
+    cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
     emit(e, "k_ce_vp_loss(%s, mx, se, tg, %lld);", cg_ref(e, n->out[0]), (long long)rows);
   } else {
     emit(e, "(void)tg;");
@@ -219,17 +146,8 @@ static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
 
 bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n) {
   switch (n->op) {
-  case IR_OP_ALL_REDUCE:
-    if (tensor_axis(e, n)) emit_all_reduce(e, n);
-    return true;
-  case IR_OP_ALL_GATHER:
-    if (tensor_axis(e, n)) emit_all_gather(e, n);
-    return true;
-  case IR_OP_REDUCE_SCATTER:
-    if (tensor_axis(e, n)) emit_reduce_scatter(e, n);
-    return true;
   case IR_OP_TP_SLICE:
-    if (tensor_axis(e, n)) emit_tp_slice(e, n);
+    if (cg_comm_tensor_axis(e, n)) emit_tp_slice(e, n);
     return true;
   case IR_OP_TP_COPY: /* the identity; memplan makes it a view, which runs no code */
     if (strcmp(cg_ref(e, n->in[0]), cg_ref(e, n->out[0])) != 0)

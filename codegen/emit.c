@@ -1,6 +1,9 @@
-/* The emitter core: the parts of a rank program every target shares (the
- * memory plan, the model tables, forward() and backward() node by node),
- * and the files around it (manifest.json, model.txt, the build file). */
+/* The emitter core: the printers of a laid-out program set (layout.h).
+ * It writes the parts of a rank program every target shares (the memory
+ * plan, the model tables, forward() and backward() node by node, the
+ * collectives through collectives.c), and the files around it
+ * (manifest.json, model.txt, the build file); it decides nothing the
+ * layout has not. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -12,10 +15,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "../passes/pp_split.h"
-#include "../passes/schedule.h"
 #include "../abi/mesh.h"
-#include "target.h"
+#include "layout.h"
 
 /* --------------------------------------------------------------- emitter */
 
@@ -122,6 +123,12 @@ static void emit_ir_comment(CgEmitter *e, int index, const char *note) {
 
 /* ------------------------------------------------------ forward, backward */
 
+/* A node that runs alone: a collective the core writes for every target
+ * (collectives.c), or the target's kernel calls. */
+static void emit_node(CgEmitter *e, int index) {
+  if (!cg_comm_node(e, e->g->nodes.items[index])) e->target->node(e, index);
+}
+
 static void emit_accumulate(CgEmitter *e, const IrValue *grad) {
   const PassBuf *b = cg_buf(e, grad);
   emit(e, "// grad %s = %s: added to its slot", cg_name(e, b->grad_of), cg_name(e, grad));
@@ -183,7 +190,7 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     int end = p->fused[i] ? p->group_last[i] : i;
     for (int k = i; k <= end; k++) emit_ir_comment(e, k, "");
     if (p->fused[i]) e->target->fused(e, i, end);
-    else e->target->node(e, i);
+    else emit_node(e, i);
     i = end;
   }
   e->chunk_rows = 0;
@@ -245,7 +252,7 @@ static void emit_nodes(CgEmitter *e, int from, int to) {
     int last = p->fused[i] ? p->group_last[i] : i;
     for (int k = i; k <= last; k++) emit_ir_comment(e, k, "");
     if (p->fused[i]) e->target->fused(e, i, last);
-    else e->target->node(e, i);
+    else emit_node(e, i);
     emit(e, "PROF(\"%s\");", prof_label(e, i, last));
     for (int k = i; k <= last; k++) {
       IrNode *n = e->g->nodes.items[k];
@@ -311,82 +318,6 @@ static void emit_functions(CgEmitter *e) {
 }
 
 /* --------------------------------------------------------------- tables */
-
-/* One rank program: a pipeline stage's chunks (the whole model when p = 1)
- * and what the program holds besides them. */
-typedef struct CgProgram {
-  int stage;
-  const char *name;      /* "rank0" when p = 1, else "stage0", "stage1", ... */
-  int64_t nweights;      /* elements of the weights region */
-  int64_t regions[5];    /* bytes: weights, grads, optimizer, activations, temporaries */
-  CgBucket *buckets;
-  int nbuckets;
-  const RtSchedTable *table; /* the stage's actions; NULL when p = 1 */
-  const char *schedule;
-  int microbatches;
-  IrPtrMap *tied;        /* parameters another stage holds a copy of */
-} CgProgram;
-
-/* What the runtime needs to know of the model's data flow. */
-typedef struct ModelInfo {
-  const IrValue *loss, *logits, *targets, *dloss;
-  int64_t batch, seq, vocab;
-  int64_t logits_cols; /* of this rank's logits: vocab, or its part of the padded vocabulary */
-} ModelInfo;
-
-/* The ranks along each mesh axis (1 when not partitioned). */
-static int mesh_size(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
-
-/* The real vocabulary of a loss over `cols` columns of logits: `valid`
- * when padding is masked, else the columns of every rank together. */
-static int64_t real_vocab(const IrGraph *g, const IrNode *loss, int64_t cols) {
-  int64_t valid = ir_attr_has(loss, "valid") ? ir_attr_int(loss, "valid") : 0;
-  if (valid > 0) return valid;
-  bool vp = ir_attr_has(loss, "vocab_parallel") && ir_attr_int(loss, "vocab_parallel");
-  return vp ? cols * mesh_size(g, IR_AXIS_TENSOR) : cols;
-}
-
-static bool model_info(CgEmitter *e, ModelInfo *mi) {
-  IrGraph *g = e->g;
-  const char *tn = e->target->name;
-  bool ok = true;
-  memset(mi, 0, sizeof *mi);
-  for (int i = 0; i < g->outputs.len; i++)
-    if (!mi->loss || strcmp(g->output_names.items[i], "loss") == 0) mi->loss = g->outputs.items[i];
-  if (!mi->loss || mi->loss->kind != IR_VAL_NODE || mi->loss->def->op != IR_OP_CROSS_ENTROPY) {
-    IrLoc loc = mi->loss && mi->loss->kind == IR_VAL_NODE ? mi->loss->def->loc
-                                                          : (IrLoc){e->opt->model_path, 0, 0};
-    ir_error(loc, "%s target: the model's output `loss` must be a cross_entropy", tn);
-    ok = false;
-  } else {
-    mi->logits = mi->loss->def->in[0];
-    mi->targets = mi->loss->def->in[1];
-    mi->logits_cols = mi->logits->type.shape[mi->logits->type.rank - 1];
-    mi->vocab = real_vocab(g, mi->loss->def, mi->logits_cols);
-    if (mi->targets->kind != IR_VAL_INPUT || mi->targets->type.rank != 2) {
-      ir_error(mi->loss->def->loc, "%s target: the targets of the loss must be an input [batch, seq]",
-               tn);
-      ok = false;
-    } else {
-      mi->batch = mi->targets->type.shape[0];
-      mi->seq = mi->targets->type.shape[1];
-    }
-  }
-  for (int i = 0; i < g->inputs.len; i++) {
-    IrValue *in = g->inputs.items[i];
-    if (strcmp(in->name, "d_loss") == 0) {
-      mi->dloss = in;
-      continue;
-    }
-    if (in->type.dtype != IR_I32 || in->type.rank != 2 ||
-        (mi->seq && (in->type.shape[0] != mi->batch || in->type.shape[1] != mi->seq))) {
-      ir_error(in->loc, "%s target: input %s must be i32[batch, seq] like the targets of the loss",
-               tn, in->name);
-      ok = false;
-    }
-  }
-  return ok;
-}
 
 static double literal(const IrExpr *x) {
   if (!x) return 0;
@@ -455,7 +386,7 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
       bool normal = v->init.kind == IR_INIT_NORMAL;
       bool split = v->shard.kind == IR_SPLIT;
       IrType whole = v->type;
-      if (split) whole.shape[v->shard.dim] *= mesh_size(e->g, IR_AXIS_TENSOR);
+      if (split) whole.shape[v->shard.dim] *= cg_mesh(e->g, IR_AXIS_TENSOR);
       emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld, %d},",
            cstr(param_name(v)), v->type.rank, shape_init(&v->type),
            (long long)ir_type_numel(&v->type),
@@ -489,7 +420,7 @@ static bool is_message(const CgChunk *c, const IrValue *v) {
 }
 
 /* The model inputs chunk c reads; returns how many. */
-static int emit_inputs(CgEmitter *e, const ModelInfo *mi) {
+static int emit_inputs(CgEmitter *e, const CgModelInfo *mi) {
   const CgChunk *c = e->chunk;
   int n = 0;
   for (int i = 0; i < e->g->inputs.len; i++) {
@@ -532,7 +463,7 @@ static const char *table_ref(bool have, const char *what, int c) {
 
 /* The chunk's inputs and messages, then its entry of the chunk table
  * (written into `entry`). */
-static const char *emit_chunk_tables(CgEmitter *e, const ModelInfo *mi) {
+static const char *emit_chunk_tables(CgEmitter *e, const CgModelInfo *mi) {
   const CgChunk *c = e->chunk;
   int nin = emit_inputs(e, mi);
   bool ra = emit_parts(e, "recv_act", &c->recv_act), sa = emit_parts(e, "send_act", &c->send_act);
@@ -585,7 +516,7 @@ static void emit_actions(CgEmitter *e, const CgProgram *pr) {
   emit_blank(e);
 }
 
-static void emit_model(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr) {
+static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr) {
   int nparams = 0;
   for (int c = 0; c < e->nchunks; c++) nparams += e->chunks[c].g->params.len;
   emit(e, "const RtModel rt_model = {");
@@ -602,9 +533,9 @@ static void emit_model(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr) {
   emit(e, ".plan = {PLAN_WEIGHTS, PLAN_GRADS, PLAN_OPTIMIZER, PLAN_ACTIVATIONS, PLAN_TEMPORARIES},");
   emit(e, ".chunks = chunks,");
   emit(e, ".nchunks = %d,", e->nchunks);
-  emit(e, ".mesh_tp = %d,", mesh_size(e->g, IR_AXIS_TENSOR));
-  emit(e, ".mesh_pp = %d,", mesh_size(e->g, IR_AXIS_PIPELINE));
-  emit(e, ".mesh_dp = %d,", e->opt->dp > 1 ? e->opt->dp : 1);
+  emit(e, ".mesh_tp = %d,", cg_mesh(e->g, IR_AXIS_TENSOR));
+  emit(e, ".mesh_pp = %d,", cg_mesh(e->g, IR_AXIS_PIPELINE));
+  emit(e, ".mesh_dp = %d,", cg_mesh(e->g, IR_AXIS_DATA));
   emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
   if (pr->table) {
@@ -633,12 +564,7 @@ static void emit_plan(CgEmitter *e, const CgProgram *pr) {
   emit(e, "#define PLAN_OPTIMIZER %lldLL", (long long)pr->regions[2]);
   emit(e, "#define PLAN_ACTIVATIONS %lldLL", (long long)pr->regions[3]);
   emit(e, "#define PLAN_TEMPORARIES %lldLL", (long long)pr->regions[4]);
-  int64_t scratch = 0;
-  for (int c = 0; c < e->nchunks; c++)
-    if (e->chunks[c].plan->scratch_per_thread > scratch) scratch = e->chunks[c].plan->scratch_per_thread;
-  emit(e, "/* Kernel scratch is planned for this many threads, of this many reals each. */");
-  emit(e, "#define PLAN_THREADS %d", e->plan->threads);
-  emit(e, "#define PLAN_ATTENTION_SCRATCH %lldLL", (long long)scratch);
+  if (e->target->plan_defines) e->target->plan_defines(e);
   emit_blank(e);
   emit(e, "/* Storage: WGT and GRD take elements of real into the weights and the");
   emit(e, " * gradients; ACT and I32 bytes into the running microbatch's kept");
@@ -658,11 +584,11 @@ static void emit_plan(CgEmitter *e, const CgProgram *pr) {
   emit_blank(e);
 }
 
-static void emit_program(CgEmitter *e, const ModelInfo *mi, const CgProgram *pr) {
+static void emit_program(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr) {
   bool f64 = e->plan->real_bytes == 8;
   const char *defs = defines_flags(e->opt);
-  int t = mesh_size(e->g, IR_AXIS_TENSOR), p = mesh_size(e->g, IR_AXIS_PIPELINE);
-  int d = e->opt->dp > 1 ? e->opt->dp : 1;
+  int t = cg_mesh(e->g, IR_AXIS_TENSOR), p = cg_mesh(e->g, IR_AXIS_PIPELINE);
+  int d = cg_mesh(e->g, IR_AXIS_DATA);
   const char *name = e->g->name ? e->g->name : "model", *ty = f64 ? "f64" : "f32";
   if (p > 1)
     emit(e, "/* %s: the rank program of pipeline stage %d of %d (its %d chunk%s), run by its %d "
@@ -773,8 +699,8 @@ static bool write_emitter(CgEmitter *e, const char *name) {
  * the one program: ranks that differ only in their tensor-parallel index
  * share it. */
 static bool write_manifest(CgEmitter *e, const CgProgram *progs, int nprogs) {
-  RtMesh mesh = {mesh_size(e->g, IR_AXIS_TENSOR), mesh_size(e->g, IR_AXIS_PIPELINE),
-                 e->opt->dp > 1 ? e->opt->dp : 1};
+  RtMesh mesh = {cg_mesh(e->g, IR_AXIS_TENSOR), cg_mesh(e->g, IR_AXIS_PIPELINE),
+                 cg_mesh(e->g, IR_AXIS_DATA)};
   int world = rt_mesh_size(mesh);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "model", e->g->name ? e->g->name : "model");
@@ -851,268 +777,54 @@ static bool write_model_files(const CgOptions *o) {
 
 /* ----------------------------------------------------------------- entry */
 
-const char *cg_pipeline(const char *target, bool pipelined) {
-  if (target && strcmp(target, "cpu") != 0) return NULL;
-  /* With pipeline stages the plan is made per chunk, after pp-split: the
-   * tied copies' gradients are summed by the runtime once per step. */
-  if (pipelined)
-    return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,"
-           "tp-fuse,verify";
-  return "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,"
-         "memplan";
-}
-
-static const CgTarget *find_target(const char *name) {
-  if (!name || strcmp(name, cg_target_cpu.name) == 0) return &cg_target_cpu;
-  return NULL;
-}
-
-/* ------------------------------------------------------------- layout */
-
-static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
-
-/* The data-parallel buckets of chunk c (d > 1): its weights cut, from the
- * last parameter back (the order in which the backward completes them),
- * into runs of at least bucket_elems, each cut at a multiple of `quantum`
- * elements (so that with ZeRO-1 every bucket splits evenly over d); a
- * parameter cut in two belongs to both buckets. Each bucket is ready after
- * the node that finalises the last gradient of a parameter it overlaps. */
-static int make_buckets(CgChunk *c, int64_t quantum, int64_t bucket_elems, IrPtrMap *tied,
-                        CgBucket *out) {
-  IrGraph *g = c->g;
-  int np = g->params.len, rb = c->plan->real_bytes;
-  if (np == 0 || c->nweights == 0) return 0;
-  IrPtrMap index = {0};
-  for (int i = 0; i < g->nodes.len; i++) ir_ptrmap_put(&index, g->nodes.items[i], (void *)(intptr_t)(i + 1));
-  int n = 0;
-  int64_t hi = c->nweights, acc = 0;
-  for (int i = np - 1; i >= 0; i--) {
-    const IrValue *v = g->params.items[i];
-    acc += ir_type_numel(&v->type);
-    int64_t cut = pass_memplan_find(c->plan, v)->offset / rb / quantum * quantum;
-    if (acc >= bucket_elems && i > 0 && cut > 0 && cut < hi) {
-      out[n++] = (CgBucket){.chunk = c->index, .offset = cut, .numel = hi - cut};
-      hi = cut, acc = 0;
-    }
-  }
-  out[n++] = (CgBucket){.chunk = c->index, .offset = 0, .numel = hi};
-  for (int i = 0; i < n / 2; i++) {
-    CgBucket t = out[i];
-    out[i] = out[n - 1 - i], out[n - 1 - i] = t;
-  }
-  for (int b = 0; b < n; b++) {
-    CgBucket *k = &out[b];
-    k->ready = -1;
-    for (int i = 0; i < np; i++) {
-      const IrValue *v = g->params.items[i];
-      int64_t lo = pass_memplan_find(c->plan, v)->offset / rb, end = lo + ir_type_numel(&v->type);
-      if (end <= k->offset || lo >= k->offset + k->numel) continue;
-      k->tied |= v->tied || ir_ptrmap_get(tied, v);
-      const IrValue *gr = v->grad;
-      if (gr && gr->kind == IR_VAL_NODE && gr->def->phase == IR_PHASE_BACKWARD) {
-        int at = (int)(intptr_t)ir_ptrmap_get(&index, gr->def) - 1;
-        if (at > k->ready) k->ready = at;
-      }
-    }
-    k->offset += c->weight_base;
-  }
-  ir_ptrmap_free(&index);
-  return n;
-}
-
-/* Places stage r's chunks in its weights, makes its buckets and sums its
- * memory plan. */
-static void lay_out(CgProgram *pr, CgChunk *ch, int nch, const CgOptions *o, IrPtrMap *tied) {
-  int rb = ch[0].plan->real_bytes, d = o->dp > 1 ? o->dp : 1;
-  int64_t quantum = (64 / rb) * (o->zero ? d : 1), base = 0;
-  double mb = o->bucket_mb > 0 ? o->bucket_mb : 25;
-  int64_t bucket_elems = (int64_t)(mb * 1024 * 1024 / rb);
-  if (bucket_elems < 1) bucket_elems = 1;
-  int max_buckets = 0;
-  for (int c = 0; c < nch; c++) max_buckets += ch[c].g->params.len + 1;
-  pr->buckets = ir_alloc(sizeof(CgBucket) * (size_t)(max_buckets + 1));
-  memset(pr->regions, 0, sizeof pr->regions);
-  for (int c = 0; c < nch; c++) {
-    ch[c].weight_base = base;
-    ch[c].nweights = d > 1 ? round_up(ch[c].plan->nweights, quantum) : ch[c].plan->nweights;
-    base += ch[c].nweights;
-    if (d > 1) {
-      ch[c].buckets = pr->buckets + pr->nbuckets;
-      ch[c].first_bucket = pr->nbuckets;
-      ch[c].nbuckets = make_buckets(&ch[c], quantum, bucket_elems, tied, pr->buckets + pr->nbuckets);
-      pr->nbuckets += ch[c].nbuckets;
-    }
-    pr->regions[3] += ch[c].plan->activations;
-    if (ch[c].plan->temporaries > pr->regions[4]) pr->regions[4] = ch[c].plan->temporaries;
-  }
-  int64_t state = base;
-  if (o->zero && d > 1) {
-    state = 0;
-    for (int b = 0; b < pr->nbuckets; b++) state += pr->buckets[b].numel / d;
-  }
-  pr->nweights = base;
-  pr->regions[0] = pr->regions[1] = base * rb;
-  pr->regions[2] = 2 * state * rb;
-}
-
-/* The shape of the messages for the schedule's verifier: the activation
- * virtual stage 0 sends ([b, s, h], or [b, s/t, h] with sequence
- * parallelism); a flat count when it has several parts. */
-static RtSchedShape message_shape(const CgChunk *c) {
-  RtSchedShape sh = {0};
-  if (c->send_act.len == 1) {
-    const IrType *t = &((const IrValue *)c->send_act.items[0])->type;
-    if (t->rank <= RT_SCHED_MAX_RANK) {
-      sh.rank = t->rank;
-      for (int i = 0; i < t->rank; i++) sh.dims[i] = t->shape[i];
-      return sh;
-    }
-  }
-  int64_t n = 0;
-  for (int i = 0; i < c->send_act.len; i++) n += ir_type_numel(&((const IrValue *)c->send_act.items[i])->type);
-  sh.rank = 1, sh.dims[0] = n;
-  return sh;
-}
-
 static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool several) {
   if (several) fprintf(out, "%s: ", pr->name);
   pass_memplan_print_regions(out, rb, threads, pr->regions);
 }
 
-static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, const ModelInfo *mi,
-                          IrPtrMap *tied, int rb, int threads);
-
-int cg_compile(IrGraph *g, const CgOptions *o) {
-  const CgTarget *t = find_target(o->target);
-  if (!t) {
-    ir_error(ir_cmdline, "unknown target '%s' (known: cpu)", o->target);
-    return 1;
-  }
-  if (!o->out_dir || !*o->out_dir) {
-    ir_error(ir_cmdline, "no output directory for the %s target (-o DIR)", t->name);
-    return 1;
-  }
-  if (o->dtype != IR_F32 && o->dtype != IR_F64) {
-    ir_error(ir_cmdline, "the %s target builds f32 or f64 programs, not %s", t->name,
-             ir_dtype_name(o->dtype));
-    return 1;
-  }
-  int rb = o->dtype == IR_F64 ? 8 : 4, threads = o->threads > 0 ? o->threads : PASS_MEMPLAN_THREADS;
-  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1;
-  int d = o->dp > 1 ? o->dp : 1;
-  if (p == 1 && v > 1) {
-    ir_error(ir_cmdline, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run one "
-             "after the other", v);
-    return 1;
-  }
-  if (o->zero && d == 1) {
-    ir_error(ir_cmdline, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
-    return 1;
-  }
-  CgEmitter e = {.g = g, .opt = o, .target = t};
-  ModelInfo mi;
-  if (!model_info(&e, &mi)) return 1;
-  IrPtrMap tied = {0};
-  for (int i = 0; i < g->params.len; i++) {
-    IrValue *prm = g->params.items[i];
-    if (prm->tied) ir_ptrmap_put(&tied, prm->tied, prm);
-  }
-  int status = write_programs(g, o, t, &mi, &tied, rb, threads);
-  ir_ptrmap_free(&tied);
-  return status;
+static void emitter_begin(CgEmitter *e, const CgLayout *l, CgChunk *chunks, int nchunks) {
+  *e = (CgEmitter){.g = chunks[0].g, .plan = chunks[0].plan, .chunk = &chunks[0],
+                   .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target};
+  emitter_open(e);
+  if (l->target->state_new) e->state = l->target->state_new(e);
 }
 
-/* The programs of g, one per pipeline stage, and the files around them;
- * `tied` holds the parameters another stage has a copy of. */
-static int write_programs(IrGraph *g, const CgOptions *o, const CgTarget *t, const ModelInfo *mi,
-                          IrPtrMap *tied, int rb, int threads) {
-  int p = mesh_size(g, IR_AXIS_PIPELINE), v = g->vpp > 1 ? g->vpp : 1, nv = p * v;
-  int d = o->dp > 1 ? o->dp : 1;
-  CgChunk *all = ir_alloc(sizeof(CgChunk) * (size_t)nv);
-  if (nv == 1) {
-    PassMemPlan *plan = g->memplan;
-    if (!plan || plan->real_bytes != rb || plan->threads != threads)
-      plan = pass_memplan_build(g, rb, threads);
-    if (!plan) return 1;
-    all[0].g = g, all[0].plan = plan;
-  } else {
-    PassPpChunk *pc = ir_alloc(sizeof(PassPpChunk) * (size_t)nv);
-    if (!pass_pp_split(g, pc, nv)) return 1;
-    for (int k = 0; k < nv; k++) {
-      all[k].g = pc[k].g;
-      all[k].recv_act = pc[k].recv_act, all[k].send_act = pc[k].send_act;
-      all[k].recv_grad = pc[k].recv_grad, all[k].send_grad = pc[k].send_grad;
-      if (!(all[k].plan = pass_memplan_build(pc[k].g, rb, threads))) return 1;
-    }
-  }
-  RtSchedule *sched = NULL;
-  int m = 0;
-  if (p > 1) {
-    int64_t per = mi->batch * d;
-    if (o->global_batch > 0 && o->global_batch % per) {
-      ir_error(ir_cmdline, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
-               (long long)o->global_batch, (long long)mi->batch, d);
-      return 1;
-    }
-    m = o->global_batch > 0 ? (int)(o->global_batch / per) : CG_DEFAULT_MICROBATCHES;
-    const char *name = o->schedule ? o->schedule : sched_default_name(v);
-    const SchedDef *def = sched_find(name);
-    if (!def) {
-      ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", name, sched_names());
-      return 1;
-    }
-    SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .buckets_per_chunk = 1,
-                       .shape = message_shape(&all[0])};
-    SchedReport rep;
-    sched = sched_build(def, &so, NULL, false, &rep);
-    if (!sched) {
-      ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
-               rep.error ? rep.error : "failed");
-      sched_report_free(&rep);
-      return 1;
-    }
-    sched_report_free(&rep);
-  }
-  CgProgram *progs = ir_alloc(sizeof(CgProgram) * (size_t)p);
-  const char **names = ir_alloc(sizeof(char *) * (size_t)p);
-  if (!make_dirs(o->out_dir)) return 1;
-  bool ok = true;
-  for (int r = 0; r < p && ok; r++) {
-    CgChunk *ch = ir_alloc(sizeof(CgChunk) * (size_t)v);
-    for (int c = 0; c < v; c++) {
-      ch[c] = all[c * p + r];
-      ch[c].vstage = c * p + r, ch[c].index = c;
-    }
-    CgProgram *pr = &progs[r];
-    pr->stage = r;
-    pr->name = names[r] = p > 1 ? ir_fmt("stage%d", r) : "rank0";
-    pr->tied = tied;
-    if (sched) {
-      pr->table = &sched->stages[r];
-      pr->schedule = sched->name;
-      pr->microbatches = m;
-    }
-    lay_out(pr, ch, v, o, tied);
-    if (o->plan_out) print_plan(o->plan_out, pr, rb, threads, p > 1);
-    CgEmitter pe = {.g = ch[0].g, .plan = ch[0].plan, .chunk = &ch[0], .chunks = ch, .nchunks = v,
-                    .opt = o, .target = t};
-    emitter_open(&pe);
-    emit_program(&pe, mi, pr);
+/* The programs, one per pipeline stage (each after its memory plan when
+ * asked), then the build file, the manifest and the model files. */
+bool cg_emit(const CgLayout *l) {
+  const CgOptions *o = l->opt;
+  const CgTarget *t = l->target;
+  if (!make_dirs(o->out_dir)) return false;
+  const char **names = ir_alloc(sizeof(char *) * (size_t)l->nprograms);
+  for (int r = 0; r < l->nprograms; r++) {
+    const CgProgram *pr = &l->programs[r];
+    names[r] = pr->name;
+    if (o->plan_out) print_plan(o->plan_out, pr, l->real_bytes, l->policy.threads, l->pp > 1);
+    CgEmitter pe;
+    emitter_begin(&pe, l, pr->chunks, pr->nchunks);
+    emit_program(&pe, &l->model, pr);
     if (pe.errors) {
       fclose(pe.out);
       free(pe.buf);
-      ok = false;
-      break;
+      return false;
     }
-    ok = write_emitter(&pe, ir_fmt("%s%s", pr->name, t->source_ext));
+    if (!write_emitter(&pe, ir_fmt("%s%s", pr->name, t->source_ext))) return false;
   }
-  if (sched) sched_free(sched);
-  if (!ok) return 1;
-  CgEmitter b = {.g = all[0].g, .plan = all[0].plan, .chunks = all, .nchunks = 1, .opt = o,
-                 .target = t};
-  emitter_open(&b);
-  t->buildfile(&b, names, p);
-  if (!write_emitter(&b, t->buildfile_name)) return 1;
-  if (!write_manifest(&b, progs, p) || !write_model_files(o)) return 1;
-  return 0;
+  CgEmitter b;
+  emitter_begin(&b, l, l->chunks, 1);
+  b.chunk = NULL;
+  t->buildfile(&b, names, l->nprograms);
+  if (!write_emitter(&b, t->buildfile_name)) return false;
+  return write_manifest(&b, l->programs, l->nprograms) && write_model_files(o);
+}
+
+/* The last stage of the compiler: the layout of the program set, built
+ * and verified once, then every file printed from it. */
+int cg_compile(IrGraph *g, const CgOptions *o) {
+  if (!cg_target_known(o->target)) return 1;
+  CgLayout *l = cg_layout_build(g, o, cg_find_target(o->target));
+  if (!l) return 1;
+  bool ok = cg_emit(l);
+  cg_layout_free(l);
+  return ok ? 0 : 1;
 }

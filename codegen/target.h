@@ -56,11 +56,14 @@ typedef struct CgEmitter {
   int errors;
   /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
    * chunk, whose first row the generated code holds in `r0` (and its
-   * number in `chunk`); 0 elsewhere. */
+   * number in `chunk`); 0 elsewhere. The core walks the runs the plan
+   * holds; only a target whose policy asks for row chunks sees any. */
   int64_t chunk_rows;
-  int chunk_state; /* the CPU target's: which braces of a run are open */
-  bool team;       /* writing a sunk node: GEMMs in their team form */
+  void *state; /* the target's own (CgTarget.state_new), for one program */
 } CgEmitter;
+
+/* The ranks along mesh axis a of g (1 when not partitioned). */
+static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
 
 /* One line: `depth` levels of two spaces, the formatted text, a newline. */
 void emit(CgEmitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -82,15 +85,36 @@ const char *cg_name(CgEmitter *e, const IrValue *v);
 /* A real constant of the generated code: (real)0.5, -INFINITY. */
 const char *cg_real(double x);
 
-/* A target writes kernel calls, loops and includes; the core writes the
- * rest. `node` and `fused` run inside forward() or backward(), where `ctx`
- * is the RtCtx. */
+/* A target: the policy a program is built under (its pass pipeline, its
+ * memory plan's scratch and threads) and the code it writes: kernel calls,
+ * loops and includes. The core (emit.c, collectives.c) writes the rest,
+ * the collectives and the tables of pipeline messages included. `node` and
+ * `fused` run inside forward() or backward(), where `ctx` is the RtCtx.
+ * A new target is one file defining one of these, and a line in the table
+ * of targets.c. */
 struct CgTarget {
   const char *name;
+  const char *doc;        /* one line, for `shardc passes` */
   const char *source_ext; /* of the rank programs: ".c" */
+  const char *buildfile_name; /* "Makefile" */
+  /* The pass pipeline a graph goes through before codegen, without and
+   * with pipeline partitioning (the memory plan is then made per chunk,
+   * after the layout splits the graph). */
+  const char *pipeline, *pipeline_pp;
+  /* The memory plan's policy: kernel scratch per node, threads or streams,
+   * whether runs of row chunks are planned (then chunks_* and team_node
+   * must be set). */
+  const PassMemPolicy *memplan;
+  /* The target's state for one program, made when its emitter opens; NULL
+   * when the target keeps none. */
+  void *(*state_new)(CgEmitter *e);
   /* Includes and helpers at the top of a rank program. */
   void (*prologue)(CgEmitter *e);
-  /* The kernel calls of node `index` (neither a view nor fused). */
+  /* After the memory plan's regions: what the target's kernels need of the
+   * plan (the CPU target: its threads and their attention scratch). */
+  void (*plan_defines)(CgEmitter *e);
+  /* The kernel calls of node `index` (neither a view nor fused, nor a
+   * collective, which the core writes). */
   void (*node)(CgEmitter *e, int index);
   /* One loop over the elementwise nodes first..last. */
   void (*fused)(CgEmitter *e, int first, int last);
@@ -105,19 +129,51 @@ struct CgTarget {
   void (*chunks_end)(CgEmitter *e);
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
+  /* For the collectives along inner dims: writes dst [b][a][part] from
+   * src [a][b][part] (pointer expressions of the generated code), and the
+   * name of the program's buffer of cg_comm_scratch_reals reals that holds
+   * the rank-major copy. */
+  void (*permute)(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
+                  int64_t part);
+  const char *comm_scratch;
   /* The program's entry point, after the tables (`rt_model`). */
   void (*entry)(CgEmitter *e);
   /* The build file that compiles the programs named by `programs`. */
   void (*buildfile)(CgEmitter *e, const char *const *programs, int nprograms);
-  const char *buildfile_name; /* "Makefile" */
 };
 
 extern const CgTarget cg_target_cpu;
 
-/* Tensor parallelism on the CPU target (cpu_tp.c): the includes, scratch
- * and helpers the rank program needs, and the code of a node that is a
- * collective or depends on the rank (vocabulary-parallel embedding and
- * loss, per-rank dropout); false for any other node. */
+/* The target of that name in the table (targets.c), the first one for
+ * NULL; NULL for an unknown name. */
+const CgTarget *cg_find_target(const char *name);
+
+/* ------------------------------------------------------- collectives.c */
+
+/* The collectives of a partitioned graph as calls of runtime/comm.h, the
+ * same for every target: whether the program needs comm.h, and its include
+ * with the RT_COMM_REAL of the program's real (written by a target's
+ * prologue where it wants it). */
+bool cg_comm_used(const CgEmitter *e);
+void cg_comm_includes(CgEmitter *e);
+/* The code of a collective node (all_reduce, all_gather, reduce_scatter);
+ * false for any other node. */
+bool cg_comm_node(CgEmitter *e, const IrNode *n);
+/* Whether node n works over the tensor axis; reports the node otherwise. */
+bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n);
+/* The product of v's dims before the dim that node n gathers, scatters or
+ * slices along (its `dim`). */
+int64_t cg_comm_outer(const IrNode *n, const IrValue *v);
+/* Reals of CgTarget.comm_scratch that collective n needs. */
+int64_t cg_comm_scratch_reals(const IrNode *n);
+/* An all-reduce over the tensor axis of n reals at src into dst with
+ * operation op ("RT_COMM_SUM", "RT_COMM_MAX"). */
+void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op);
+
+/* Tensor parallelism on the CPU target (cpu_tp.c): the scratch and helpers
+ * the rank program needs, and the code of a node that depends on the rank
+ * (tp_slice, vocabulary-parallel embedding and loss, per-rank dropout);
+ * false for any other node. */
 void cg_cpu_tp_prologue(CgEmitter *e);
 bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
 /* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the

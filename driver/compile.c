@@ -7,12 +7,6 @@
 #include "../codegen/codegen.h"
 #include "driver.h"
 
-/* The passes with the pipeline partition and without a target: what
- * `compile --pp` shows (--emit-ir, --report pp). */
-static const char *const drv_pp_pipeline =
-    "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,pp-tie,"
-    "tp-fuse,verify";
-
 static const DrvOption compile_options[] = {
     DRV_DEFINE_OPTION,
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
@@ -35,16 +29,17 @@ static const DrvOption compile_options[] = {
 const DrvCommand drv_compile_command = {
     "compile", "MODEL [options]", "compile a model (.shard, or printed IR .ir) through the passes",
     "Reads MODEL, applies -D overrides and runs the pass pipeline: without a\n"
-    "target fold,shape,verify; with --target cpu -o DIR the target's pipeline\n"
-    "(fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,\n"
-    "tp-fuse,verify,memplan; with --pp > 1, pp-partition after unroll and a\n"
-    "memory plan per model chunk), then writes one C file per distinct rank\n"
-    "program (rank0.c; with pipeline stages stage0.c, stage1.c, ... with each\n"
-    "stage's verified schedule table), manifest.json and a Makefile into DIR\n"
-    "and prints the memory plan. `shardc build DIR` (or make -C DIR) builds\n"
-    "them. Without a target, --tp N > 1 or --report comm run the target's\n"
-    "pipeline too (writing nothing); --pp, --vpp, --pp-layout or --report pp\n"
-    "run it with pp-partition and pp-tie.\n"
+    "target fold,shape,verify; with --target NAME -o DIR the target's pipeline\n"
+    "(`shardc passes` lists each target's, without and with pp-partition; with\n"
+    "--pp > 1 a memory plan per model chunk), then writes one source file per\n"
+    "distinct rank program (rank0.c; with pipeline stages stage0.c, stage1.c,\n"
+    "... with each stage's verified schedule table), manifest.json and a\n"
+    "build file into DIR and prints the memory plan. `shardc build DIR` (or\n"
+    "make -C DIR) builds them. Without a target, --tp N > 1 or --report comm\n"
+    "run the first target's pipeline too (writing nothing); --pp, --vpp,\n"
+    "--pp-layout or --report pp run it with pp-partition: the IR is the one\n"
+    "the programs run (the runtime sums the gradients of tied copies once\n"
+    "per step).\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -60,13 +55,25 @@ bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *ou
   return false;
 }
 
+/* Data parallelism is an axis of the graph's mesh like the other two,
+ * which their passes set: --dp sets it here, or a printed graph brings it. */
+static bool set_data_axis(IrGraph *g, const PassOptions *opt) {
+  int *d = &g->mesh[IR_AXIS_DATA];
+  if (opt->dp > 1 && *d > 1 && *d != opt->dp) {
+    ir_error(ir_cmdline, "--dp %d: the graph's mesh has %d data-parallel replicas", opt->dp, *d);
+    return false;
+  }
+  if (opt->dp > 1) *d = opt->dp;
+  return true;
+}
+
 /* Loads the model and runs the pipeline with the flags' printing and
  * options; prints the IR (--emit-ir) and the comm report (--report comm,
  * reals of real_bytes bytes). NULL after errors. */
 static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const char *pipeline,
                               const PassOptions *opt, int real_bytes) {
   IrGraph *g = drv_load_model(model, nargs, args);
-  if (!g) return NULL;
+  if (!g || !set_data_axis(g, opt)) return NULL;
   PassManagerFlags flags = {
       .print_after = drv_value(nargs, args, "--print-after"),
       .print_after_all = drv_flag(nargs, args, "--print-after-all"),
@@ -87,7 +94,7 @@ static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const 
  * a usage error of cmd. */
 static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassOptions *opt,
                      CgOptions *o) {
-  o->dp = opt->dp;
+  (void)opt;
   o->schedule = drv_value(nargs, args, "--schedule");
   const char *z = drv_value(nargs, args, "--zero"), *b = drv_value(nargs, args, "--bucket-mb"),
              *gb = drv_value(nargs, args, "--global-batch");
@@ -121,12 +128,10 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
   CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out};
   if (!cg_flags(&drv_compile_command, nargs, args, &opt, &o)) return 1;
+  if (!cg_target_known(target)) return 1;
+  opt.memplan = cg_memplan_policy(target);
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
-  if (!pipeline) {
-    ir_error(ir_cmdline, "unknown target '%s' (known: cpu)", target);
-    return 1;
-  }
   IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);
   if (!g) return 1;
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
@@ -162,15 +167,15 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   bool pipelined = opt.pp > 1 || opt.vpp > 1 || opt.pp_layout || (report && strcmp(report, "pp") == 0);
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
-    return drv_compile_to_dir(model, nargs, args, target ? target : "cpu", out, dtype, stdout);
+    return drv_compile_to_dir(model, nargs, args, target, out, dtype, stdout);
   }
   if (drv_value(nargs, args, "--dtype"))
     return drv_usage_error(cmd, "--dtype applies to a target (--target cpu -o DIR)");
   /* Partitioning or a report only mean something with the passes that
-   * partition: the target's pipeline, without writing programs. */
+   * partition: the first target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
-  if (!pipeline && pipelined) pipeline = drv_pp_pipeline;
-  if (!pipeline) pipeline = report || opt.tp > 1 ? cg_pipeline("cpu", false) : pass_default_pipeline;
+  if (!pipeline && (pipelined || report || opt.tp > 1)) pipeline = cg_pipeline(NULL, pipelined);
+  if (!pipeline) pipeline = pass_default_pipeline;
   return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
 }
 
@@ -184,5 +189,7 @@ int drv_cmd_passes(int nargs, DrvArg *args) {
     return drv_usage_error(&drv_passes_command, "unexpected argument '%s'", args[0].value);
   printf("registered passes (default pipeline: %s):\n", pass_default_pipeline);
   for (const Pass *p = pass_registry; p->name; p++) printf("  %-12s %s\n", p->name, p->doc);
+  printf("targets (--target NAME) and their pipelines:\n");
+  cg_print_targets(stdout);
   return 0;
 }

@@ -453,6 +453,9 @@ static void plan_chunks(Planner *pl) {
     p->region_first[i] = p->group_first[i];
     p->region_last[i] = p->group_last[i];
   }
+  /* Row chunks are the CPU target's way to run a layer's token rows in
+   * parallel; a target whose policy does not ask for them gets none. */
+  if (!p->policy.row_chunks) return;
   int64_t R, C;
   /* SHARDC_CHUNKS=0 in the compiler's environment plans without runs: for
    * comparing the two, and per-op profiles of every node. */
@@ -619,13 +622,6 @@ static void place_weights(Planner *pl) {
   p->optimizer = 2 * p->weights;
 }
 
-/* Sequence length of an attention node: q is [b, s, H*d]. */
-static int64_t attention_seq(const IrNode *n) { return n->in[0]->type.shape[1]; }
-
-static bool needs_scratch(const IrNode *n) {
-  return n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_GRAD;
-}
-
 static void place_buffers(Planner *pl) {
   PassMemPlan *p = pl->p;
   int N = pl->g->nodes.len;
@@ -653,8 +649,8 @@ static void place_buffers(Planner *pl) {
   for (int i = 0; i < N; i++) {
     IrNode *n = pl->g->nodes.items[i];
     p->scratch_offset[i] = -1;
-    if (!needs_scratch(n)) continue;
-    int64_t per_thread = PASS_ATTENTION_SCRATCH(attention_seq(n));
+    int64_t per_thread = p->policy.scratch_reals ? p->policy.scratch_reals(n) : 0;
+    if (per_thread <= 0) continue;
     if (per_thread > p->scratch_per_thread) p->scratch_per_thread = per_thread;
     p->scratch_bytes[i] = per_thread * p->threads * p->real_bytes;
     tmp[ntmp++] = (Item){align_up(p->scratch_bytes[i]), 0, p->region_first[i] + 1,
@@ -684,13 +680,28 @@ static void place_views(Planner *pl) {
 
 /* ----------------------------------------------------------------- entry */
 
-PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads) {
+/* The policy a plan is made under: no scratch and no row chunks unless
+ * asked, PASS_MEMPLAN_THREADS when no threads are. */
+static PassMemPolicy policy_of(const PassMemPolicy *policy) {
+  PassMemPolicy p = policy ? *policy : (PassMemPolicy){0};
+  if (p.threads <= 0) p.threads = PASS_MEMPLAN_THREADS;
+  return p;
+}
+
+bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPolicy *policy) {
+  PassMemPolicy q = policy_of(policy);
+  return p && p->real_bytes == real_bytes && p->policy.threads == q.threads &&
+         p->policy.scratch_reals == q.scratch_reals && p->policy.row_chunks == q.row_chunks;
+}
+
+PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy) {
   if (real_bytes != 4 && real_bytes != 8) die("real of %d bytes", real_bytes);
   if (!check_graph(g)) return NULL;
   PassMemPlan *p = ir_alloc(sizeof *p);
   int N = g->nodes.len;
   p->real_bytes = real_bytes;
-  p->threads = threads > 0 ? threads : PASS_MEMPLAN_THREADS;
+  p->policy = policy_of(policy);
+  p->threads = p->policy.threads;
   p->nnodes = N;
   p->boundary = N;
   for (int i = N - 1; i >= 0; i--)
@@ -747,6 +758,5 @@ void pass_memplan_print(FILE *out, const PassMemPlan *p) {
 }
 
 bool pass_memplan(IrGraph **g, const PassOptions *opt) {
-  (void)opt;
-  return pass_memplan_build(*g, 4, PASS_MEMPLAN_THREADS) != NULL;
+  return pass_memplan_build(*g, 4, opt ? opt->memplan : NULL) != NULL;
 }

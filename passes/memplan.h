@@ -45,19 +45,28 @@ typedef struct PassBuf {
                            * it) this value is; NULL otherwise */
 } PassBuf;
 
-/* Reals of attention scratch one thread needs at sequence length s. It must
- * equal k_attention_scratch(s) of kernels/cpu; the generated program checks
- * that it does before it runs. */
-#define PASS_ATTENTION_SCRATCH(s) (2 * 64 * (int64_t)(s))
+/* What a target asks of the memory plan (codegen/target.h CgTarget.memplan):
+ * the kernel scratch of each node, how many copies of it run at once, and
+ * whether runs of row chunks may be planned. The plan itself assumes no
+ * target: the CPU target's OpenMP threads and attention scratch are its
+ * policy (codegen/cpu.c), a device target's would be streams. */
+typedef struct PassMemPolicy {
+  int threads; /* copies of the kernel scratch: threads on the CPU, streams on a device */
+  /* Reals of the kernel scratch one copy of node n needs; 0: none. NULL:
+   * no node needs scratch. */
+  int64_t (*scratch_reals)(const IrNode *n);
+  /* Whether runs of row chunks are planned (PassMemPlan.chunked): the CPU
+   * target writes them as parallel loops over chunks. */
+  bool row_chunks;
+} PassMemPolicy;
 
-/* The number of threads whose kernel scratch the plan holds. Rank programs
- * run with at most this many OpenMP threads, so that the plan (and hence the
- * bytes `shardc compile` prints) does not depend on the machine. */
+/* The plan's threads when a policy asks for none. */
 #define PASS_MEMPLAN_THREADS 32
 
 typedef struct PassMemPlan {
   int real_bytes;         /* 4 (f32) or 8 (f64): the element size of every real tensor */
-  int threads;            /* kernel scratch is held for this many threads */
+  int threads;            /* kernel scratch is held for this many threads (policy.threads) */
+  PassMemPolicy policy;   /* what the plan was made for */
   /* Bytes of each region, each a multiple of 64. */
   int64_t weights, grads, optimizer, activations, temporaries;
   int64_t nweights;       /* elements of real in the weights region (padding included) */
@@ -73,12 +82,13 @@ typedef struct PassMemPlan {
   /* Per node index: its kernel scratch (bytes into the temporaries region)
    * and size in bytes, or -1 and 0 when it needs none. */
   int64_t *scratch_offset, *scratch_bytes;
-  int64_t scratch_per_thread; /* reals, PASS_ATTENTION_SCRATCH of the longest sequence; 0: none */
-  /* Row chunks: a run of nodes that each compute rows of their outputs from
-   * the same rows of their inputs (the token rows of the model: a linear
-   * layer, a norm, an elementwise loop; attention when a chunk holds whole
-   * sequences) runs as one parallel loop over chunks of `chunk_rows` rows,
-   * each chunk going through every node of the run. Per node index: the
+  int64_t scratch_per_thread; /* reals: the most one node's scratch needs per thread; 0: none */
+  /* Row chunks, planned only when the policy asks (PassMemPolicy.row_chunks,
+   * the CPU target's): a run of nodes that each compute rows of their
+   * outputs from the same rows of their inputs (the token rows of the
+   * model: a linear layer, a norm, an elementwise loop; attention when a
+   * chunk holds whole sequences) runs as one parallel loop over chunks of
+   * `chunk_rows` rows, each chunk going through every node of the run. Per node index: the
    * first and last node of its run (its fused loop's when it is in none),
    * and whether it is in one. Every buffer a run touches is live for the
    * whole run, since chunks reach its nodes at different times.
@@ -94,10 +104,13 @@ typedef struct PassMemPlan {
   IrPtrMap *map;          /* value -> index in bufs + 1 (memplan.c) */
 } PassMemPlan;
 
-/* Plans g (unrolled, every type known) for reals of `real_bytes` bytes and
- * scratch for `threads` threads, and hangs the result on g->memplan.
- * Reports user errors (an unrolled graph is required) and returns NULL. */
-PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, int threads);
+/* Plans g (unrolled, every type known) for reals of `real_bytes` bytes
+ * under `policy` (NULL: no scratch, no row chunks, PASS_MEMPLAN_THREADS
+ * threads), and hangs the result on g->memplan. Reports user errors (an
+ * unrolled graph is required) and returns NULL. */
+PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy);
+/* Whether plan p was made for reals of real_bytes under policy. */
+bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPolicy *policy);
 /* The placement of a value of the planned graph; NULL for a foreign one. */
 const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v);
 /* Bytes into the runtime's activation buffer (activations, then
@@ -111,8 +124,9 @@ void pass_memplan_print(FILE *out, const PassMemPlan *p);
  * (weights, gradients, optimizer state, activations, temporaries). */
 void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t regions[5]);
 
-/* The registered pass: plans for f32 and PASS_MEMPLAN_THREADS threads
- * (codegen plans again for another real type). */
+/* The registered pass: plans for f32 under opt->memplan, the policy of the
+ * target the pipeline runs for (codegen plans again for another real type
+ * or policy). */
 bool pass_memplan(IrGraph **g, const PassOptions *opt);
 
 #endif

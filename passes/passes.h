@@ -29,6 +29,7 @@ typedef struct PassOptions {
                            * 0: no padding (the driver's default is 128) */
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
+  const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
 } PassOptions;
 
 /* The tensor-parallel size of the options, at least 1. */

@@ -30,9 +30,13 @@
  *
  * Shared parameters: with p > 1 a parameter read on the first and on the
  * last virtual stage gets a second parameter for the last stage, NAME.stageK
- * tied(@NAME), read by that stage's nodes; pp-tie, after autodiff, makes
- * each copy's gradient the all-reduce of both over the embedding group
- * (all_reduce axis 3). Any other sharing across stages is an error. */
+ * tied(@NAME), read by that stage's nodes. The rank programs sum the two
+ * copies' gradients in the runtime, once per step (runtime/exec.c
+ * sum_tied), so no target pipeline runs pp-tie; run by hand (--passes),
+ * it writes the same sum into the IR, each copy's gradient the all-reduce
+ * of both over the embedding group (all_reduce axis 3), for a graph that
+ * is not compiled to programs. Any other sharing across stages is an
+ * error. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -460,10 +464,11 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
   for (int i = 0; i < g->params.len; i++) {
     IrValue *w = g->params.items[i];
     if (w->tied)
-      fprintf(out, "tied: @%s (virtual stage %d) copies @%s (virtual stage 0); gradients "
-              "all-reduced over the embedding group%s\n", w->name, nv - 1, w->tied->name,
+      fprintf(out, "tied: @%s (virtual stage %d) copies @%s (virtual stage 0); gradients %s\n",
+              w->name, nv - 1, w->tied->name,
               w->grad && w->grad->kind == IR_VAL_NODE && w->grad->def->op == IR_OP_ALL_REDUCE
-                  ? "" : " (after pp-tie)");
+                  ? "all-reduced over the embedding group"
+                  : "summed over the embedding group by the runtime, once per step");
   }
   return true;
 }

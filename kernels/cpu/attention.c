@@ -12,8 +12,9 @@
 
 /* Query rows per block: enough for the GEMMs to run near their peak, small
  * enough that a block's scores stay in the core's L2 cache. The memory plan
- * sizes the scratch with the same number (PASS_ATTENTION_SCRATCH in
- * passes/memplan.h), and the rank program checks that the two agree. */
+ * sizes the scratch with the same number (CPU_ATTENTION_SCRATCH of the CPU
+ * target's memory policy, codegen/cpu.c), and the rank program checks that
+ * the two agree. */
 #define ATT_BQ 64
 /* Query rows per task: the scratch holds ATT_BQ of them, but the loops cut
  * the queries finer. Under a causal mask a block computes scores against

@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
                                       ir_cmdline))
       return 1;
   }
-  PassOptions opt = {0};
+  PassOptions opt = {.memplan = cg_memplan_policy("cpu")};
   PassManagerFlags flags = {.print_stream = stdout};
   if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count()) return 1;
   CgOptions o = {.target = "cpu", .out_dir = out, .dtype = dtype, .model_path = model,
@@ -382,7 +382,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   int rb = dtype == IR_F64 ? 8 : 4;
-  PassMemPlan *p = pass_memplan_build(g, rb, threads);
+  PassMemPolicy policy = *cg_memplan_policy("cpu");
+  if (threads > 0) policy.threads = threads;
+  PassMemPlan *p = pass_memplan_build(g, rb, &policy);
   if (!p) return 1;
   pass_memplan_print(stdout, p);
   if (corrupt_plan && !corrupt(p)) {

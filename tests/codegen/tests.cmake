@@ -59,3 +59,7 @@ add_test(NAME codegen/run_train_gpt2
 add_test(NAME codegen/err_unsupported_model
          COMMAND ${EXPECT} ${CG_TESTS_DIR}/err_unsupported_model.expected 1 --cd ${CG_TESTS_DIR}
                  -- ${CGTOOL} compile err_loss.shard ${CG_WORK}/err ${CG_FWD_ONLY})
+# An unknown target names the ones the table of targets has.
+add_test(NAME codegen/err_unknown_target
+         COMMAND ${EXPECT} ${CG_TESTS_DIR}/err_unknown_target.expected 1 --cd ${MODELS_DIR}
+                 -- ${SHARDC} compile gpt2.shard --target nosuch -o ${CG_WORK}/unknown)

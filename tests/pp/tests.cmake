@@ -1,6 +1,6 @@
 # Pipeline partition on the compiler side: placement of layers on p stages x
 # v chunks (even, balanced by cost, --pp-layout), pp_boundary messages and
-# their adjoints, the tied embedding's gradient all-reduce, the verifier's
+# their adjoints, the tied embedding's copy, the verifier's
 # stage rules, and every placement error. Golden outputs regenerate with
 #   UPDATE=1 ctest -R '^pp/' && git diff tests/pp
 # (read every changed line before keeping it).

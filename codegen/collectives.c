@@ -1,0 +1,99 @@
+/* The collectives of a partitioned graph, written once for every target:
+ * each is a call of runtime/comm.h on the tensor-axis communicator
+ * (ctx->tp_comm). The runtime's comm backend (MPI on the CPU, NCCL on a
+ * GPU) behind comm.h does the work; the target only supplies, for
+ * gathers and scatters along a dim with anything but 1s before it, the
+ * permuting copy between comm.h's rank-major layout and the tensor's
+ * (CgTarget.permute) and the buffer that holds it (CgTarget.comm_scratch).
+ * The messages between pipeline stages are tables the core writes
+ * (emit.c), which the runtime sends and receives. */
+#include "target.h"
+
+static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
+
+int64_t cg_comm_outer(const IrNode *n, const IrValue *v) {
+  int64_t d = ir_attr_int(n, "dim"), p = 1;
+  if (d < 0) d += v->type.rank;
+  for (int k = 0; k < d; k++) p *= v->type.shape[k];
+  return p;
+}
+
+bool cg_comm_used(const CgEmitter *e) { return e->g->mesh[IR_AXIS_TENSOR] > 1; }
+
+void cg_comm_includes(CgEmitter *e) {
+  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h). */");
+  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "#ifdef SHARD_REAL_F64");
+  emit(e, "#define RT_COMM_REAL RT_COMM_F64");
+  emit(e, "#else");
+  emit(e, "#define RT_COMM_REAL RT_COMM_F32");
+  emit(e, "#endif");
+}
+
+int64_t cg_comm_scratch_reals(const IrNode *n) {
+  if (n->op == IR_OP_ALL_GATHER) {
+    const IrValue *x = n->in[0];
+    return cg_comm_outer(n, x) > 1 ? numel(n->out[0]) : 0;
+  }
+  if (n->op == IR_OP_REDUCE_SCATTER) {
+    const IrValue *y = n->out[0];
+    return cg_comm_outer(n, y) > 1 ? numel(n->in[0]) : 0;
+  }
+  return 0;
+}
+
+void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op) {
+  emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, %s);", src, dst,
+       (long long)n, op);
+}
+
+/* The parts of x joined in rank order along dim: comm.h gathers rank-major
+ * [t][outer][part]; with outer > 1 a permutation makes it [outer][t][part]. */
+static void emit_all_gather(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = cg_comm_outer(n, x), t = ir_attr_int(n, "size"), part = numel(x) / o;
+  if (o == 1) {
+    emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x),
+         cg_ref(e, y), (long long)numel(x));
+    return;
+  }
+  const char *tmp = e->target->comm_scratch;
+  emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x), tmp,
+       (long long)numel(x));
+  e->target->permute(e, cg_ref(e, y), tmp, t, o, part);
+}
+
+/* Part r along dim of the sum: x [outer][t][part] is made rank-major first. */
+static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = cg_comm_outer(n, y), t = ir_attr_int(n, "size"), part = numel(y) / o;
+  const char *src = cg_ref(e, x);
+  if (o > 1) {
+    src = e->target->comm_scratch;
+    e->target->permute(e, src, cg_ref(e, x), o, t, part);
+  }
+  emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);", src,
+       cg_ref(e, y), (long long)numel(y));
+}
+
+bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
+  if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
+  cg_error(e, n, "only the tensor axis is supported, not axis %lld", (long long)ir_attr_int(n, "axis"));
+  return false;
+}
+
+bool cg_comm_node(CgEmitter *e, const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_ALL_REDUCE:
+    if (cg_comm_tensor_axis(e, n))
+      cg_comm_allreduce(e, cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), numel(n->in[0]), "RT_COMM_SUM");
+    return true;
+  case IR_OP_ALL_GATHER:
+    if (cg_comm_tensor_axis(e, n)) emit_all_gather(e, n);
+    return true;
+  case IR_OP_REDUCE_SCATTER:
+    if (cg_comm_tensor_axis(e, n)) emit_reduce_scatter(e, n);
+    return true;
+  default: return false;
+  }
+}
