@@ -54,9 +54,15 @@
 typedef struct CpuState {
   int chunk_state; /* which braces of a run of row chunks are open (cpu_chunks_begin) */
   bool team;       /* writing a sunk node: GEMMs in their team form */
+  /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
+   * chunk, whose first row the generated code holds in `r0` (and its
+   * number in `chunk`); 0 elsewhere, and for the sunk nodes after it. */
+  int64_t chunk_rows;
 } CpuState;
 
 static CpuState *cpu_state(CgEmitter *e) { return e->state; }
+
+int64_t cg_cpu_chunk_rows(CgEmitter *e) { return cpu_state(e)->chunk_rows; }
 
 /* ---------------------------------------------------------------- shapes */
 
@@ -79,15 +85,15 @@ static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
 
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
 
-/* Inside a run of row chunks (e->chunk_rows > 0) a node works on rows
+/* Inside a run of row chunks (cg_cpu_chunk_rows(e) > 0) a node works on rows
  * r0 .. r0 + chunk_rows - 1 of its row-shaped operands: rrows is how many
  * rows it sees, rref where its first one starts. Outside, the whole. */
 static int64_t rrows(CgEmitter *e, const IrValue *v) {
-  return e->chunk_rows ? e->chunk_rows : rows_of(v);
+  return cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : rows_of(v);
 }
 
 static const char *rref(CgEmitter *e, const IrValue *v) {
-  if (!e->chunk_rows) return ref(e, v);
+  if (!cg_cpu_chunk_rows(e)) return ref(e, v);
   return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)dim(v, -1));
 }
 
@@ -289,7 +295,7 @@ static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
 static void cpu_fused(CgEmitter *e, int first, int last) {
   /* In a chunk: its elements, [chunk * per, (chunk + 1) * per), by rows
    * when a chunk holds whole rows of the loop. */
-  int64_t per = e->chunk_rows * dim(node_at(e, first)->out[0], -1);
+  int64_t per = cg_cpu_chunk_rows(e) * dim(node_at(e, first)->out[0], -1);
   Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type, .per = per};
   collect_loads(e, &f);
   int64_t N = ir_type_numel(f.shape);
@@ -307,10 +313,10 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
         emit(e, "real *restrict %s = %s;", store[nstore++], ref(e, n->out[j]));
       }
   }
-  bool par = N >= PAR_MIN && !e->chunk_rows;
+  bool par = N >= PAR_MIN && !cg_cpu_chunk_rows(e);
   if (f.two_level) {
     if (par) emit(e, "#pragma omp parallel for schedule(static)");
-    if (e->chunk_rows)
+    if (cg_cpu_chunk_rows(e))
       emit(e, "for (int64_t r = chunk * %lld; r < (chunk + 1) * %lld; r++) {",
            (long long)(per / f.cols), (long long)(per / f.cols));
     else
@@ -325,7 +331,7 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
     emit(e, "}");
   } else {
     emit(e, par ? "#pragma omp parallel for simd schedule(static)" : "#pragma omp simd");
-    if (e->chunk_rows)
+    if (cg_cpu_chunk_rows(e))
       emit(e, "for (int64_t i = chunk * %lld; i < (chunk + 1) * %lld; i++) {", (long long)per,
            (long long)per);
     else
@@ -347,7 +353,7 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
   /* Alone, the GEMM is cut into blocks the threads share; in a row chunk it
    * runs on the chunk's thread. */
   emit(e, "%s(%d, %d, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, %s, %s, %lld);",
-       e->chunk_rows ? "k_gemm" : cpu_state(e)->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
+       cg_cpu_chunk_rows(e) ? "k_gemm" : cpu_state(e)->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
        (long long)M, (long long)N,
        (long long)K, A, (long long)lda, B, (long long)ldb, beta, C, (long long)ldc);
 }
@@ -366,8 +372,8 @@ static void emit_matmul(CgEmitter *e, int index) {
   int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
   int64_t lda = ta ? m : k, ldb = tb ? k : nn;
   const char *beta = beta_of(e, y);
-  if (e->chunk_rows) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
-    gemm(e, 0, tb, e->chunk_rows, nn, k, rref(e, a), lda, ref(e, b), ldb, beta, rref(e, y), nn);
+  if (cg_cpu_chunk_rows(e)) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
+    gemm(e, 0, tb, cg_cpu_chunk_rows(e), nn, k, rref(e, a), lda, ref(e, b), ldb, beta, rref(e, y), nn);
   } else if (batch == 1) {
     gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
   } else if (bb == 1 && !ta && ba == batch) {
@@ -465,7 +471,7 @@ static void emit_split(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
   int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
-  if (e->chunk_rows) outer = e->chunk_rows; /* along the last axis (memplan's row_local) */
+  if (cg_cpu_chunk_rows(e)) outer = cg_cpu_chunk_rows(e); /* along the last axis (memplan's row_local) */
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
          rref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
@@ -477,7 +483,7 @@ static void emit_concat(CgEmitter *e, int index) {
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
   int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
-  int64_t rows = e->chunk_rows ? e->chunk_rows : outer; /* along the last axis in a chunk */
+  int64_t rows = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : outer; /* along the last axis in a chunk */
   for (int j = 0; j < n->nin; j++) {
     int64_t c = numel(n->in[j]) / outer;
     emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", rref(e, y),
@@ -557,7 +563,7 @@ static void emit_attention(CgEmitter *e, int index) {
   attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   /* In a chunk: its whole sequences (memplan's row_local). */
-  int64_t b = e->chunk_rows ? e->chunk_rows / dim(q, 1) : dim(q, 0);
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(q, 1) : dim(q, 0);
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
@@ -632,7 +638,7 @@ static void emit_rope(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
-  int64_t b = e->chunk_rows ? e->chunk_rows / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
   emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]), rref(e, x),
        (long long)b, (long long)dim(x, -2), (long long)H, (long long)(dim(x, -1) / H),
        cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
@@ -705,8 +711,8 @@ static void emit_embedding(CgEmitter *e, int index) {
   if (!need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
     emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
-         e->chunk_rows ? " + r0" : "", ref(e, n->in[1]),
-         (long long)(e->chunk_rows ? e->chunk_rows : numel(ids)), (long long)dim(y, -1));
+         cg_cpu_chunk_rows(e) ? " + r0" : "", ref(e, n->in[1]),
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : numel(ids)), (long long)dim(y, -1));
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
     cg_cpu_embedding_scatter(e, n, 0);
   else
@@ -842,12 +848,14 @@ static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
   emit(e, "const int64_t r0 = chunk * %lld;", (long long)e->plan->chunk_rows);
   emit(e, "(void)r0;");
   cpu_state(e)->chunk_state = sunk ? 2 : 1;
+  cpu_state(e)->chunk_rows = e->plan->chunk_rows;
 }
 
 static void cpu_chunks_after(CgEmitter *e) {
   e->depth--;
   emit(e, "}"); /* the loop over chunks; the region stays open */
   cpu_state(e)->chunk_state = 3;
+  cpu_state(e)->chunk_rows = 0;
 }
 
 static void cpu_chunks_end(CgEmitter *e) {
@@ -858,6 +866,7 @@ static void cpu_chunks_end(CgEmitter *e) {
   e->depth--;
   emit(e, "}");
   cpu_state(e)->chunk_state = 0;
+  cpu_state(e)->chunk_rows = 0;
 }
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */

@@ -79,11 +79,11 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
     int64_t V = dim(table, 0), h = dim(y, -1);
-    const char *out = e->chunk_rows ? ir_fmt("(%s + r0 * %lld)", cg_ref(e, y), (long long)h)
+    const char *out = cg_cpu_chunk_rows(e) ? ir_fmt("(%s + r0 * %lld)", cg_ref(e, y), (long long)h)
                                     : cg_ref(e, y);
     emit(e, "k_embedding_fwd_vp(%s, %s%s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);", out,
-         cg_ref(e, ids), e->chunk_rows ? " + r0" : "", cg_ref(e, table),
-         (long long)(e->chunk_rows ? e->chunk_rows : numel(ids)), (long long)h, (long long)V,
+         cg_ref(e, ids), cg_cpu_chunk_rows(e) ? " + r0" : "", cg_ref(e, table),
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : numel(ids)), (long long)h, (long long)V,
          (long long)V);
     return;
   }

@@ -180,7 +180,6 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
   emit(e, "// rows in %lld chunks of %lld: nodes below through the closing brace",
        (long long)p->nchunks, (long long)p->chunk_rows);
   e->target->chunks_begin(e, first, last);
-  e->chunk_rows = p->chunk_rows;
   for (int i = first; i <= last; i++) {
     if (p->sunk[i]) continue;
     if (p->view[i]) {
@@ -193,7 +192,6 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     else emit_node(e, i);
     i = end;
   }
-  e->chunk_rows = 0;
   if (sunk) {
     e->target->chunks_after(e);
     for (int i = first; i <= last; i++) {

@@ -54,11 +54,6 @@ typedef struct CgEmitter {
   const CgOptions *opt;
   const CgTarget *target;
   int errors;
-  /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
-   * chunk, whose first row the generated code holds in `r0` (and its
-   * number in `chunk`); 0 elsewhere. The core walks the runs the plan
-   * holds; only a target whose policy asks for row chunks sees any. */
-  int64_t chunk_rows;
   void *state; /* the target's own (CgTarget.state_new), for one program */
 } CgEmitter;
 
@@ -179,5 +174,8 @@ bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
 /* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the
  * rank's rows of a vocabulary-parallel table. */
 void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows);
+/* Inside a run of row chunks: the rows of one chunk (the CPU target's
+ * state, set by its chunks_begin); 0 elsewhere. */
+int64_t cg_cpu_chunk_rows(CgEmitter *e);
 
 #endif
