@@ -51,6 +51,27 @@ void ir_ptrmap_put(IrPtrMap *m, const void *key, void *val);
 void *ir_ptrmap_get(const IrPtrMap *m, const void *key); /* NULL when absent */
 void ir_ptrmap_free(IrPtrMap *m);
 
+/* A map from strings to non-NULL pointers (strmap.c), malloc'ed or, with
+ * `arena` set, taken from the IR arena like IrPtrMap. Keys are not copied:
+ * they must live as long as the map. */
+typedef struct IrStrMap {
+  const char **keys; /* NULL: empty slot */
+  void **vals;
+  size_t cap, len;
+  bool arena;
+} IrStrMap;
+/* Stores val under key, replacing what was there; returns the old value. */
+void *ir_strmap_put(IrStrMap *m, const char *key, void *val);
+/* Stores val unless key is there already; returns the value found, or NULL. */
+void *ir_strmap_add(IrStrMap *m, const char *key, void *val);
+void *ir_strmap_get(const IrStrMap *m, const char *key); /* NULL when absent */
+void *ir_strmap_getn(const IrStrMap *m, const char *name, size_t n); /* key name[0..n) */
+void ir_strmap_free(IrStrMap *m);
+
+/* FNV-1a over n bytes, continuing from h (start with IR_HASH_SEED). */
+#define IR_HASH_SEED 14695981039346656037ull
+uint64_t ir_hash_bytes(uint64_t h, const void *data, size_t n);
+
 /* ----------------------------------------------------------- diagnostics */
 
 /* A source position; line and col are 1-based, line 0 means "no location". */

@@ -115,37 +115,9 @@ static void check_use(Verifier *vf, const IrGraph *g, const IrValue *v, IrLoc lo
 
 /* ------------------------------------------------------- unique names */
 
-typedef struct NameSet {
-  const char **names;
-  size_t cap, len;
-} NameSet;
-
-static size_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return (size_t)h;
-}
-
 /* Adds name; false when it was there already. */
-static bool name_add(NameSet *set, const char *name) {
-  if (2 * (set->len + 1) > set->cap) {
-    NameSet old = *set;
-    set->cap = old.cap ? old.cap * 2 : 64;
-    set->len = 0;
-    set->names = calloc(set->cap, sizeof *set->names);
-    if (!set->names) die("out of memory");
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.names[i]) name_add(set, old.names[i]);
-    free(old.names);
-  }
-  size_t i = hash_str(name) & (set->cap - 1);
-  while (set->names[i]) {
-    if (strcmp(set->names[i], name) == 0) return false;
-    i = (i + 1) & (set->cap - 1);
-  }
-  set->names[i] = name;
-  set->len++;
-  return true;
+static bool name_add(IrStrMap *set, const char *name) {
+  return !ir_strmap_add(set, name, (void *)name);
 }
 
 /* -------------------------------------------------------- declarations */
@@ -153,7 +125,7 @@ static bool name_add(NameSet *set, const char *name) {
 /* Inputs, params and args: the right kind, owned by g, named uniquely. */
 static void check_decls(Verifier *vf, const IrGraph *g, const IrVec *vals, IrValueKind kind,
                         const char *what) {
-  NameSet names = {0};
+  IrStrMap names = {0};
   for (int i = 0; i < vals->len; i++) {
     const IrValue *v = vals->items[i];
     IrLoc loc = g->owner ? g->owner->loc : (IrLoc){0};
@@ -173,7 +145,7 @@ static void check_decls(Verifier *vf, const IrGraph *g, const IrVec *vals, IrVal
     Slot *s = slot(vf, v, -1);
     s->defined = true;
   }
-  free(names.names);
+  ir_strmap_free(&names);
 }
 
 /* ---------------------------------------------------------------- nodes */
