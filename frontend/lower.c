@@ -111,16 +111,6 @@ static void lower_items(Ctx *c, Scope *s, AstStmt **items, int n, Val *ret);
 
 /* ------------------------------------------------------------ messages */
 
-static char *vfmt(const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
-  va_end(ap2);
-  char *p = ir_alloc((size_t)n + 1);
-  vsnprintf(p, (size_t)n + 1, fmt, ap);
-  return p;
-}
-
 /* Reports an error unless the same one was already shown; returns whether
  * it was shown, so that its notes follow it or not. */
 static bool __attribute__((format(printf, 3, 4))) lerr(Ctx *c, IrLoc loc, const char *fmt, ...) {
@@ -131,7 +121,7 @@ static bool __attribute__((format(printf, 3, 4))) lerr(Ctx *c, IrLoc loc, const 
   }
   va_list ap;
   va_start(ap, fmt);
-  char *msg = vfmt(fmt, ap);
+  char *msg = ir_vfmt(fmt, ap);
   va_end(ap);
   char *key = ir_fmt("%d:%d:%s", loc.line, loc.col, msg);
   for (int i = 0; i < c->reported.len; i++)

@@ -183,8 +183,7 @@ void ir_type_set_shape(IrType *t, IrDType dt, int rank, const int64_t *shape) {
   }
 }
 
-void ir_type_print(FILE *out, const IrType *t) {
-  fputs(ir_dtype_name(t->dtype), out);
+static void print_shape(FILE *out, const IrType *t) {
   fputc('[', out);
   for (int i = 0; i < t->rank; i++) {
     if (i) fputs(", ", out);
@@ -196,24 +195,60 @@ void ir_type_print(FILE *out, const IrType *t) {
   fputc(']', out);
 }
 
-char *ir_shape_str(const IrType *t) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
+void ir_type_print(FILE *out, const IrType *t) {
+  fputs(ir_dtype_name(t->dtype), out);
+  print_shape(out, t);
+}
+
+bool ir_dtype_is_float(IrDType t) {
+  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
+}
+
+bool ir_type_same(const IrType *a, const IrType *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+/* Printing into an arena string: open, print, then close. */
+static FILE *str_open(char **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  FILE *f = open_memstream(buf, len);
   if (!f) die("open_memstream failed");
-  fputc('[', f);
-  for (int i = 0; i < t->rank; i++) {
-    if (i) fputs(", ", f);
-    if (t->dims[i] && t->dims[i]->kind != IR_EX_INT)
-      ir_expr_print(f, t->dims[i]);
-    else
-      fprintf(f, "%lld", (long long)t->shape[i]);
-  }
-  fputc(']', f);
+  return f;
+}
+
+static char *str_close(FILE *f, char **buf) {
   fclose(f);
-  char *s = ir_strdup(buf);
-  free(buf);
+  char *s = ir_strdup(*buf);
+  free(*buf);
   return s;
+}
+
+char *ir_shape_str(const IrType *t) {
+  char *buf;
+  size_t len;
+  FILE *f = str_open(&buf, &len);
+  print_shape(f, t);
+  return str_close(f, &buf);
+}
+
+char *ir_type_str(const IrType *t) {
+  char *buf;
+  size_t len;
+  FILE *f = str_open(&buf, &len);
+  ir_type_print(f, t);
+  return str_close(f, &buf);
+}
+
+char *ir_expr_str(const IrExpr *e) {
+  char *buf;
+  size_t len;
+  FILE *f = str_open(&buf, &len);
+  ir_expr_print(f, e);
+  return str_close(f, &buf);
 }
 
 const char *ir_axis_name(IrMeshAxis a) {

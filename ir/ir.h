@@ -28,6 +28,7 @@ void *ir_alloc(size_t size); /* zeroed, aborts when out of memory */
 char *ir_strdup(const char *s);
 char *ir_strndup(const char *s, size_t n);
 char *ir_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *ir_vfmt(const char *fmt, va_list ap); /* ir_fmt with a va_list */
 void ir_arena_free_all(void); /* called once at exit */
 
 /* A growable array of pointers, grown from the arena. */
@@ -146,6 +147,7 @@ IrExpr *ir_expr_list(IrExpr **items, int n, IrLoc loc);
 bool ir_expr_is_literal(const IrExpr *e);
 /* Prints fully parenthesised infix that ir_parse reads back. */
 void ir_expr_print(FILE *out, const IrExpr *e);
+char *ir_expr_str(const IrExpr *e); /* what ir_expr_print writes, in the arena */
 
 /* ---------------------------------------------------------------- config */
 
@@ -178,6 +180,9 @@ int64_t ir_type_numel(const IrType *t);      /* requires ir_type_known */
 void ir_type_set_shape(IrType *t, IrDType dt, int rank, const int64_t *shape);
 void ir_type_print(FILE *out, const IrType *t); /* f32[1, (3 * hidden)] */
 char *ir_shape_str(const IrType *t);            /* "[1, 1024, 768]" for messages */
+char *ir_type_str(const IrType *t);             /* "f32[1, 1024, 768]", in the arena */
+bool ir_type_same(const IrType *a, const IrType *b); /* dtype, rank and shape[] */
+bool ir_dtype_is_float(IrDType t);
 
 /* ---------------------------------------------------------------- sharding */
 

@@ -72,11 +72,7 @@ static void verr(Verifier *vf, IrLoc loc, const char *fmt, ...)
 static void verr(Verifier *vf, IrLoc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *msg = ir_alloc((size_t)n + 1);
-  va_start(ap, fmt);
-  vsnprintf(msg, (size_t)n + 1, fmt, ap);
+  char *msg = ir_vfmt(fmt, ap);
   va_end(ap);
   if (vf->who)
     ir_error(loc, "after pass '%s': %s", vf->who, msg);
@@ -191,17 +187,6 @@ static void check_counts(Verifier *vf, const IrNode *n, const IrOpInfo *info) {
 
 static const char *label(const IrNode *n) { return n->label ? n->label : "?"; }
 
-static bool same_type(const IrType *a, const IrType *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return false;
-  return true;
-}
-
-static const char *type_str(const IrType *t) {
-  return ir_fmt("%s%s", ir_dtype_name(t->dtype), ir_shape_str(t));
-}
-
 /* Once types are inferred, a carried value keeps its type from one
  * iteration to the next: yield i and result i match arg i. */
 static void check_carried_types(Verifier *vf, const IrNode *n, int ncarried) {
@@ -209,12 +194,12 @@ static void check_carried_types(Verifier *vf, const IrNode *n, int ncarried) {
   for (int i = 0; i < ncarried; i++) {
     const IrValue *arg = b->args.items[i], *y = b->outputs.items[i], *out = n->out[i];
     if (!arg || !ir_type_known(&arg->type)) continue;
-    if (y && ir_type_known(&y->type) && !same_type(&y->type, &arg->type))
+    if (y && ir_type_known(&y->type) && !ir_type_same(&y->type, &arg->type))
       verr(vf, n->loc, "repeat '%s': yield %d has type %s but carried arg %d has type %s",
-           label(n), i, type_str(&y->type), i, type_str(&arg->type));
-    if (out && ir_type_known(&out->type) && !same_type(&out->type, &arg->type))
+           label(n), i, ir_type_str(&y->type), i, ir_type_str(&arg->type));
+    if (out && ir_type_known(&out->type) && !ir_type_same(&out->type, &arg->type))
       verr(vf, n->loc, "repeat '%s': result %d has type %s but carried arg %d has type %s",
-           label(n), i, type_str(&out->type), i, type_str(&arg->type));
+           label(n), i, ir_type_str(&out->type), i, ir_type_str(&arg->type));
   }
 }
 
@@ -332,9 +317,9 @@ static void check_grads(Verifier *vf, const IrGraph *g) {
     const char *what = ir_fmt("the gradient of %s", vname(vf, p));
     check_use(vf, g, p->grad, p->loc, what);
     const IrType *t = &p->grad->type;
-    if (ir_type_known(t) && ir_type_known(&p->type) && !same_type(t, &p->type))
+    if (ir_type_known(t) && ir_type_known(&p->type) && !ir_type_same(t, &p->type))
       verr(vf, p->loc, "%s (%s) has type %s, not the parameter's %s", what, vname(vf, p->grad),
-           type_str(t), type_str(&p->type));
+           ir_type_str(t), ir_type_str(&p->type));
   }
   for (int i = 0; i < g->inputs.len; i++) {
     const IrValue *v = g->inputs.items[i];

@@ -55,15 +55,8 @@ static void env_init(Env *env, IrGraph *g) {
 static char *num_str(PassNum v);
 
 static char *expr_str(const IrExpr *e) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) die("open_memstream failed");
-  ir_expr_print(f, e);
-  fclose(f);
-  if (len > 80) strcpy(buf + 72, " ...");
-  char *s = ir_strdup(buf);
-  free(buf);
+  char *s = ir_expr_str(e);
+  if (strlen(s) > 80) strcpy(s + 72, " ...");
   return s;
 }
 

@@ -59,15 +59,8 @@ static bool check_repeats(const IrGraph *g) {
     if (n->op != IR_OP_REPEAT) continue;
     IrAttr *count = ir_node_attr(n, "count"), *nc = ir_node_attr(n, "ncarried");
     if (!count || count->expr->kind != IR_EX_INT || count->expr->i <= 0) {
-      char *buf = NULL;
-      size_t len = 0;
-      FILE *f = open_memstream(&buf, &len);
-      if (!f) die("open_memstream failed");
-      if (count) ir_expr_print(f, count->expr);
-      fclose(f);
       ir_error(n->loc, "unroll: repeat '%s' has count = %s, not a positive integer (run the fold "
-               "pass first)", label(n), count ? buf : "?");
-      free(buf);
+               "pass first)", label(n), count ? ir_expr_str(count->expr) : "?");
       ok = false;
     }
     IrGraph *b = n->body;
