@@ -471,3 +471,45 @@ int64_t ir_graph_multiplicity(const IrGraph *g) {
   for (; g->parent; g = g->parent) m *= ir_attr_int(g->owner, "count");
   return m;
 }
+
+int *ir_count_uses(const IrGraph *g) {
+  int *uses = ir_alloc(sizeof(int) * (size_t)(g->next_id + 1));
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->graph == g) uses[n->in[j]->id]++;
+  }
+  for (int i = 0; i < g->outputs.len; i++) {
+    const IrValue *v = g->outputs.items[i];
+    if (v->graph == g) uses[v->id]++;
+  }
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *p = g->params.items[i];
+    if (p->grad && p->grad->graph == g) uses[p->grad->id]++;
+  }
+  return uses;
+}
+
+static int replace(IrValue **slot, const IrValue *old, IrValue *new_value) {
+  if (*slot != old) return 0;
+  *slot = new_value;
+  return 1;
+}
+
+int ir_replace_uses(IrGraph *g, const IrValue *old, IrValue *new_value) {
+  int count = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++) count += replace(&n->in[j], old, new_value);
+  }
+  for (int i = 0; i < g->outputs.len; i++)
+    if (g->outputs.items[i] == old) {
+      g->outputs.items[i] = new_value;
+      count++;
+    }
+  for (int i = 0; i < g->params.len; i++) {
+    IrValue *p = g->params.items[i];
+    count += replace(&p->grad, old, new_value);
+  }
+  return count;
+}

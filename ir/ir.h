@@ -404,6 +404,15 @@ IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, i
 IrNode *ir_add_repeat(IrGraph *g, const char *label, IrExpr *count, IrValue **in, int nin,
                       int ncarried, IrGraph *body, IrLoc loc);
 void ir_add_output(IrGraph *g, const char *name, IrValue *v);
+
+/* For rewrites. The reads of a value are node inputs, outputs (yields in a
+ * body) and param gradients, all in the graph that owns it: a body reads an
+ * outer value only through its repeat node's inputs. */
+/* How many times each value of g is read, indexed by id (g->next_id + 1
+ * entries, in the arena); values of other graphs are not counted. */
+int *ir_count_uses(const IrGraph *g);
+/* Makes every read of old in g read new instead; returns how many. */
+int ir_replace_uses(IrGraph *g, const IrValue *old, IrValue *new_value);
 IrAttr *ir_node_attr(const IrNode *n, const char *name);
 /* The default of an attribute spec as an expression ("1e-5" -> 1e-05). */
 IrExpr *ir_attr_default(const IrAttrSpec *spec, IrLoc loc);
