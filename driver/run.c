@@ -179,6 +179,7 @@ static const DrvOption run_options[] = {
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
+    {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     {NULL, NULL, NULL},
@@ -187,7 +188,7 @@ static const DrvOption run_options[] = {
 const DrvCommand drv_run_command = {
     "run", "MODEL [compile options] [training options]",
     "compile, build and start training a model",
-    "The model file comes first. -D, --microbatch, --dtype, --out and the\n"
+    "The model file comes first. -D, --microbatch, --dtype, --out, --passes and the\n"
     "parallel flags (--tp, --sequence-parallel, --tp-strategy, --vocab-multiple,\n"
     "--pp, --vpp, --pp-layout, --schedule, --dp, --zero, --bucket-mb) are\n"
     "shardc's; --global-batch goes to both (the schedule is built for it);\n"
