@@ -212,43 +212,44 @@ bool ir_type_same(const IrType *a, const IrType *b) {
 }
 
 /* Printing into an arena string: open, print, then close. */
-static FILE *str_open(char **buf, size_t *len) {
-  *buf = NULL;
-  *len = 0;
-  FILE *f = open_memstream(buf, len);
-  if (!f) die("open_memstream failed");
-  return f;
+typedef struct StrOut {
+  FILE *f;
+  char *buf;
+  size_t len;
+} StrOut;
+
+static void str_open(StrOut *o) {
+  *o = (StrOut){0};
+  o->f = open_memstream(&o->buf, &o->len);
+  if (!o->f) die("open_memstream failed");
 }
 
-static char *str_close(FILE *f, char **buf) {
-  fclose(f);
-  char *s = ir_strdup(*buf);
-  free(*buf);
+static char *str_close(StrOut *o) {
+  fclose(o->f);
+  char *s = ir_strdup(o->buf);
+  free(o->buf);
   return s;
 }
 
 char *ir_shape_str(const IrType *t) {
-  char *buf;
-  size_t len;
-  FILE *f = str_open(&buf, &len);
-  print_shape(f, t);
-  return str_close(f, &buf);
+  StrOut o;
+  str_open(&o);
+  print_shape(o.f, t);
+  return str_close(&o);
 }
 
 char *ir_type_str(const IrType *t) {
-  char *buf;
-  size_t len;
-  FILE *f = str_open(&buf, &len);
-  ir_type_print(f, t);
-  return str_close(f, &buf);
+  StrOut o;
+  str_open(&o);
+  ir_type_print(o.f, t);
+  return str_close(&o);
 }
 
 char *ir_expr_str(const IrExpr *e) {
-  char *buf;
-  size_t len;
-  FILE *f = str_open(&buf, &len);
-  ir_expr_print(f, e);
-  return str_close(f, &buf);
+  StrOut o;
+  str_open(&o);
+  ir_expr_print(o.f, e);
+  return str_close(&o);
 }
 
 const char *ir_axis_name(IrMeshAxis a) {

@@ -300,22 +300,11 @@ static bool build_gpipe_lifo(SchedBuilder *b, const SchedOptions *o) {
   return true;
 }
 
-/* Its promises: GPipe's bubble, and every forward before the backwards. */
-static int lifo_bubble(int p, int v, int m) {
-  (void)v;
-  (void)m;
-  return p - 1;
-}
-
-static int lifo_warmup(int p, int v, int m, int r) {
-  (void)p;
-  (void)r;
-  return v * m;
-}
-
 static int custom(void) {
-  static const SchedDef lifo = {"gpipe-lifo", "GPipe, backwards last microbatch first",
-                                build_gpipe_lifo, lifo_bubble, lifo_warmup};
+  /* Its promises are GPipe's: the same bubble, every forward first. */
+  const SchedDef *gpipe = sched_find("gpipe");
+  const SchedDef lifo = {"gpipe-lifo", "GPipe, backwards last microbatch first",
+                         build_gpipe_lifo, gpipe->bubble, gpipe->warmup};
   long cases = 0;
   for (int p = 1; p <= 8; p++)
     for (int m = 1; m <= 16; m++)
