@@ -434,7 +434,8 @@ static int list_schedules(void) {
   int width = 0;
   for (const SchedDef *d = sched_registry; d->name; d++)
     if ((int)strlen(d->name) > width) width = (int)strlen(d->name);
-  for (const SchedDef *d = sched_registry; d->name; d++) printf("%-*s  %s\n", width, d->name, d->doc);
+  for (const SchedDef *d = sched_registry; d->name; d++)
+    printf("%-*s  %s\n", width, d->name, d->doc);
   return 0;
 }
 

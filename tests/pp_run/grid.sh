@@ -56,7 +56,11 @@ quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
   # takes v = 1, else on two chunks.
   for s in $SCHEDULES; do
-    if suits "$s" 2 1 2; then echo "1 2 2 1 $s 1 0"; elif suits "$s" 2 2 1; then echo "1 2 1 2 $s 0 0"; fi
+    if suits "$s" 2 1 2; then
+      echo "1 2 2 1 $s 1 0"
+    elif suits "$s" 2 2 1; then
+      echo "1 2 1 2 $s 0 0"
+    fi
   done
   cat <<EOF
 1 2 1 1 - 0 0

@@ -62,8 +62,8 @@ expect_error "--init-from a truncated weights file" "cut.safetensors: tensor" \
 # --passes reaches the compiler as in `shardc compile`: the target's own
 # pipeline, named, trains; an unknown pass is the compiler's error.
 check "--passes with the target's pipeline trains" \
-  gpt2 --passes fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,memplan \
-  --data good.bin --steps 1
+  gpt2 --data good.bin --steps 1 \
+  --passes fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,memplan
 expect_error "--passes with an unknown pass" "--passes: no pass named 'nope'" \
   gpt2 --passes fold,nope --steps 1
 finish
