@@ -188,7 +188,8 @@ int drv_cmd_passes(int nargs, DrvArg *args) {
   if (nargs > 0)
     return drv_usage_error(&drv_passes_command, "unexpected argument '%s'", args[0].value);
   printf("registered passes (default pipeline: %s):\n", pass_default_pipeline);
-  for (const Pass *p = pass_registry; p->name; p++) printf("  %-12s %s\n", p->name, p->doc);
+  for (const Pass *p = pass_registry; p->name; p++)
+    printf("  %-*s %s\n", pass_name_width(), p->name, p->doc);
   printf("targets (--target NAME) and their pipelines:\n");
   cg_print_targets(stdout);
   return 0;

@@ -12,7 +12,7 @@
 typedef struct DrvOption {
   const char *name;  /* "--emit-ir", "-D" */
   const char *value; /* NULL for a switch, else the value's name in --help ("NAME=VALUE") */
-  const char *help;
+  const char *help;  /* DRV_SCHEDULE_HELP stands for the --schedule line */
 } DrvOption;
 
 /* A parsed flag. */
@@ -62,14 +62,18 @@ const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
        "how params are split: Megatron-LM's placement (default), or only the model's annotations"}, \
       {"--vocab-multiple", "M", "pad the vocabulary to a multiple of M * t (default 128; 0: no padding)"}
 
+/* The help of --schedule is built when printed, from the schedule
+ * registry (its names and defaults), so that a new schedule is listed
+ * without an edit here; drv_print_help knows this string by its address. */
+extern const char DRV_SCHEDULE_HELP[];
+
 /* The pipeline and data-parallel flags of `shardc compile` and `shardc run`. */
 #define DRV_PP_OPTIONS                                                                         \
   {"--pp", "P", "pipeline stages (default 1)"},                                                \
       {"--vpp", "V", "model chunks per pipeline stage, interleaving (default 1)"},             \
       {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
        "even, else balanced by cost)"},                                                        \
-      {"--schedule", "NAME", "pipeline schedule: gpipe, 1f1b or interleaved (default 1f1b; "   \
-       "interleaved when V > 1)"},                                                             \
+      {"--schedule", "NAME", DRV_SCHEDULE_HELP},                                               \
       {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
        "microbatches (default m = 8)"},                                                        \
       {"--dp", "D", "data-parallel replicas (default 1)"},                                     \

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/schedule.h"
 #include "driver.h"
 
 int drv_usage_error(const DrvCommand *cmd, const char *fmt, ...) {
@@ -13,6 +14,13 @@ int drv_usage_error(const DrvCommand *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\n(see `shardc %s --help`)\n", cmd->name);
   return 1;
+}
+
+const char DRV_SCHEDULE_HELP[] = "pipeline schedule";
+
+static const char *schedule_help(void) {
+  return ir_fmt("pipeline schedule: %s (default %s; %s when V > 1)", sched_names(),
+                sched_default_name(1), sched_default_name(2));
 }
 
 void drv_print_help(const DrvCommand *cmd) {
@@ -28,7 +36,8 @@ void drv_print_help(const DrvCommand *cmd) {
       snprintf(left, sizeof left, "%s=%s", o->name, o->value);
     else
       snprintf(left, sizeof left, "%s %s", o->name, o->value);
-    printf("  %-26s %s\n", left, o->help);
+    const char *help = o->help == DRV_SCHEDULE_HELP ? schedule_help() : o->help;
+    printf("  %-26s %s\n", left, help);
   }
   printf("  %-26s %s\n", "--help", "show this help");
 }

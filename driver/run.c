@@ -51,19 +51,12 @@ int drv_cmd_build(int nargs, DrvArg *args) {
 
 /* --------------------------------------------------------------- the cache */
 
-/* FNV-1a, enough to tell configurations apart in a folder name. */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 static uint64_t hash_file(uint64_t h, const char *path) {
   FILE *f = fopen(path, "rb");
-  if (!f) return hash_bytes(h, path, strlen(path));
+  if (!f) return ir_hash_bytes(h, path, strlen(path));
   char buf[65536];
   size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0) h = hash_bytes(h, buf, got);
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) h = ir_hash_bytes(h, buf, got);
   fclose(f);
   return h;
 }
@@ -75,14 +68,15 @@ static uint64_t hash_file(uint64_t h, const char *path) {
 static const char *cache_dir(const char *model, int nargs, DrvArg *args, IrDType dtype) {
   const char *out = drv_value(nargs, args, "--out");
   if (out) return out;
-  uint64_t h = hash_file(1469598103934665603ull, model);
+  /* FNV-1a is enough to tell configurations apart in a folder name. */
+  uint64_t h = hash_file(IR_HASH_SEED, model);
   /* Every compile option shapes the programs: -D and the parallel flags. */
   for (int i = 0; i < nargs; i++) {
     if (!args[i].opt || strcmp(args[i].opt->name, "--out") == 0) continue;
-    h = hash_bytes(h, args[i].opt->name, strlen(args[i].opt->name) + 1);
-    if (args[i].value) h = hash_bytes(h, args[i].value, strlen(args[i].value) + 1);
+    h = ir_hash_bytes(h, args[i].opt->name, strlen(args[i].opt->name) + 1);
+    if (args[i].value) h = ir_hash_bytes(h, args[i].value, strlen(args[i].value) + 1);
   }
-  h = hash_bytes(h, &dtype, sizeof dtype);
+  h = ir_hash_bytes(h, &dtype, sizeof dtype);
   h = hash_file(h, "/proc/self/exe");
   const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
   const char *dot = strrchr(base, '.');
@@ -185,6 +179,7 @@ static const DrvOption run_options[] = {
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
+    {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     {NULL, NULL, NULL},
@@ -193,7 +188,7 @@ static const DrvOption run_options[] = {
 const DrvCommand drv_run_command = {
     "run", "MODEL [compile options] [training options]",
     "compile, build and start training a model",
-    "The model file comes first. -D, --microbatch, --dtype, --out and the\n"
+    "The model file comes first. -D, --microbatch, --dtype, --out, --passes and the\n"
     "parallel flags (--tp, --sequence-parallel, --tp-strategy, --vocab-multiple,\n"
     "--pp, --vpp, --pp-layout, --schedule, --dp, --zero, --bucket-mb) are\n"
     "shardc's; --global-batch goes to both (the schedule is built for it);\n"

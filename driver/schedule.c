@@ -24,7 +24,8 @@ static const DrvOption schedule_options[] = {
     {"--sequence-parallel", NULL, "messages carry [b, s/t, h]"},
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--global-batch", "N", "sequences per step; m = N / (microbatch * dp) (default: m = 8)"},
-    {"--schedule", "NAME", "gpipe, 1f1b or interleaved (default: 1f1b, interleaved when V > 1)"},
+    {"--schedule", "NAME", DRV_SCHEDULE_HELP},
+    {"--list", NULL, "print the registered schedules, one a line: its name and what it does"},
     {"--fb-ratio", "R", "a backward takes R times a forward in the timeline (default 1)"},
     {"--svg", "FILE", "draw the timeline of every stage as SVG"},
     {"--trace", "FILE", "write the timeline as a Chrome trace (JSON)"},
@@ -33,7 +34,7 @@ static const DrvOption schedule_options[] = {
 };
 
 const DrvCommand drv_schedule_command = {
-    "schedule", "MODEL [options]",
+    "schedule", "MODEL [options] | --list",
     "build, verify and draw the pipeline schedule of a cluster shape",
     "Builds every stage's action table for p stages, v chunks per stage and\n"
     "m microbatches, verifies all of them together (no stage waits forever,\n"
@@ -41,7 +42,7 @@ const DrvCommand drv_schedule_command = {
     "its forward) and reports the bubble of a step in unit time (a forward\n"
     "takes 1, a backward R): bubble_fraction is (step - ideal) / ideal, the\n"
     "paper's definition, which is (p - 1)/(v m) for the schedules here.\n"
-    "Schedules: gpipe, 1f1b, interleaved (see docs/schedules.md).",
+    "--list shows the registered schedules (see docs/schedules.md).",
     schedule_options, drv_cmd_schedule};
 
 /* A positive integer flag up to limit. */
@@ -427,8 +428,20 @@ static void print_error(const char *msg) {
   fprintf(stderr, "shardc schedule: error: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
 }
 
+/* The registry, names aligned, for people and for scripts (the first
+ * word of each line is a name). */
+static int list_schedules(void) {
+  int width = 0;
+  for (const SchedDef *d = sched_registry; d->name; d++)
+    if ((int)strlen(d->name) > width) width = (int)strlen(d->name);
+  for (const SchedDef *d = sched_registry; d->name; d++)
+    printf("%-*s  %s\n", width, d->name, d->doc);
+  return 0;
+}
+
 int drv_cmd_schedule(int nargs, DrvArg *args) {
   const DrvCommand *cmd = &drv_schedule_command;
+  if (drv_flag(nargs, args, "--list")) return list_schedules();
   Config c = {0};
   if (!(c.model = drv_model_arg(cmd, nargs, args)) || !parse_flags(nargs, args, &c)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;

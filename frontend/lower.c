@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "ast.h"
-#include "map.h"
 
 /* Deeper than any model nests; keeps the C stack safe on adversarial
  * inputs such as `1+1+...+1` with a million terms. */
@@ -61,20 +60,20 @@ struct Capture {
 
 typedef struct Block {
   AstStmt *def;
-  FeMap params; /* parameter name -> index + 1 */
-  bool active; /* being inlined: calling it again is recursion */
+  IrStrMap params; /* parameter name -> index + 1 */
+  bool active;     /* being inlined: calling it again is recursion */
   bool called;
 } Block;
 
 typedef struct Scope Scope;
 struct Scope {
-  Scope *parent;     /* repeat bodies: the enclosing scope, reached by capture */
-  IrVec syms;        /* Sym*, in definition order (for suggestions) */
-  FeMap by_name;     /* name -> the latest Sym*: later lets shadow */
-  IrGraph *g;        /* where nodes and params go */
+  Scope *parent;      /* repeat bodies: the enclosing scope, reached by capture */
+  IrVec syms;         /* Sym*, in definition order (for suggestions) */
+  IrStrMap by_name;   /* name -> the latest Sym*: later lets shadow */
+  IrGraph *g;         /* where nodes and params go */
   const char *prefix; /* prepended to param names: "" or "attn.c_attn." */
-  IrVec captures;    /* repeat bodies: Capture* */
-  bool top;          /* the file scope: static lets are configs */
+  IrVec captures;     /* repeat bodies: Capture* */
+  bool top;           /* the file scope: static lets are configs */
 };
 
 typedef struct CallSite {
@@ -82,17 +81,18 @@ typedef struct CallSite {
   IrLoc loc;
 } CallSite;
 
+/* Its maps take their memory from the arena (.arena set where made). */
 typedef struct Ctx {
   AstFile *ast;
   IrGraph *top;
-  IrVec blocks;   /* Block*, in file order */
-  FeMap block_map; /* name -> Block* */
-  FeMap configs;  /* name -> IrConfig* */
-  FeMap params;   /* graph_key() -> IrValue*: parameters per graph */
-  FeMap labels;   /* graph_key() -> AstStmt*: repeat labels per graph */
-  FeMap outputs;  /* name -> AstStmt* */
-  IrVec calls;    /* CallSite*: the blocks being inlined */
-  IrVec reported; /* char*: "line:col:message" of each error shown */
+  IrVec blocks;       /* Block*, in file order */
+  IrStrMap block_map; /* name -> Block* */
+  IrStrMap configs;   /* name -> IrConfig* */
+  IrStrMap params;    /* graph_key() -> IrValue*: parameters per graph */
+  IrStrMap labels;    /* graph_key() -> AstStmt*: repeat labels per graph */
+  IrStrMap outputs;   /* name -> AstStmt* */
+  IrVec calls;        /* CallSite*: the blocks being inlined */
+  IrVec reported;     /* char*: "line:col:message" of each error shown */
   int depth;
   bool too_deep; /* the nesting error was reported */
 } Ctx;
@@ -111,16 +111,6 @@ static void lower_items(Ctx *c, Scope *s, AstStmt **items, int n, Val *ret);
 
 /* ------------------------------------------------------------ messages */
 
-static char *vfmt(const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
-  va_end(ap2);
-  char *p = ir_alloc((size_t)n + 1);
-  vsnprintf(p, (size_t)n + 1, fmt, ap);
-  return p;
-}
-
 /* Reports an error unless the same one was already shown; returns whether
  * it was shown, so that its notes follow it or not. */
 static bool __attribute__((format(printf, 3, 4))) lerr(Ctx *c, IrLoc loc, const char *fmt, ...) {
@@ -131,7 +121,7 @@ static bool __attribute__((format(printf, 3, 4))) lerr(Ctx *c, IrLoc loc, const 
   }
   va_list ap;
   va_start(ap, fmt);
-  char *msg = vfmt(fmt, ap);
+  char *msg = ir_vfmt(fmt, ap);
   va_end(ap);
   char *key = ir_fmt("%d:%d:%s", loc.line, loc.col, msg);
   for (int i = 0; i < c->reported.len; i++)
@@ -260,9 +250,9 @@ static Val scale(Scope *s, IrValue *x, IrExpr *factor, IrLoc loc) {
 
 /* -------------------------------------------------------------- scopes */
 
-static Sym *lookup_local(Scope *s, const char *name) { return fe_map_get(&s->by_name, name); }
+static Sym *lookup_local(Scope *s, const char *name) { return ir_strmap_get(&s->by_name, name); }
 
-static IrConfig *find_config(Ctx *c, const char *name) { return fe_map_get(&c->configs, name); }
+static IrConfig *find_config(Ctx *c, const char *name) { return ir_strmap_get(&c->configs, name); }
 
 /* Parameter names and repeat labels are unique per graph. */
 static const char *graph_key(const IrGraph *g, const char *name) {
@@ -276,7 +266,7 @@ static Sym *push_sym(Scope *s, const char *name, SymKind kind, Val v, IrLoc loc)
   sym->val = v;
   sym->loc = loc;
   ir_vec_push(&s->syms, sym);
-  fe_map_put(&s->by_name, name, sym);
+  ir_strmap_put(&s->by_name, name, sym);
   return sym;
 }
 
@@ -363,7 +353,7 @@ static void assign(Ctx *c, Scope *s, const char *name, IrLoc loc, Val v) {
   sym->val = v;
 }
 
-static Block *find_block(Ctx *c, const char *name) { return fe_map_get(&c->block_map, name); }
+static Block *find_block(Ctx *c, const char *name) { return ir_strmap_get(&c->block_map, name); }
 
 static int find_math(const char *name) {
   for (int i = 0; i < NMATH; i++)
@@ -723,7 +713,7 @@ static bool block_args(Ctx *c, Scope *s, AstExpr *e, Block *b, Val *vals) {
     int idx = -1;
     if (a->kw) {
       has_kw = true;
-      idx = (int)(intptr_t)fe_map_get(&b->params, a->kw) - 1;
+      idx = (int)(intptr_t)ir_strmap_get(&b->params, a->kw) - 1;
       if (idx < 0) {
         lerr(c, a->kw_loc, "block '%s' has no parameter '%s'", e->name, show(a->kw));
         ok = false;
@@ -758,7 +748,7 @@ static bool block_args(Ctx *c, Scope *s, AstExpr *e, Block *b, Val *vals) {
 /* Inlines block b with its parameters bound to vals. */
 static Val inline_block(Ctx *c, Scope *s, Block *b, Val *vals, const char *prefix, IrLoc loc) {
   AstStmt *def = b->def;
-  Scope bs = {.g = s->g, .prefix = prefix};
+  Scope bs = {.by_name.arena = true, .g = s->g, .prefix = prefix};
   for (int j = 0; j < def->nparams; j++)
     push_sym(&bs, def->params[j], vals[j].kind == V_STATIC ? SYM_CONST : SYM_VAR, vals[j],
              def->param_locs[j]);
@@ -936,13 +926,13 @@ static bool check_new_name(Ctx *c, Scope *s, const char *name, IrLoc loc, bool s
 static void lower_let(Ctx *c, Scope *s, AstStmt *st) {
   int n = st->nnames;
   Val v = st->e->kind == AST_CALL ? lower_call(c, s, st->e, n) : lower_expr(c, s, st->e);
-  FeMap seen = {0};
+  IrStrMap seen = {.arena = true};
   for (int i = 0; n > 1 && i < n; i++) {
-    if (fe_map_get(&seen, st->names[i])) {
+    if (ir_strmap_get(&seen, st->names[i])) {
       lerr(c, st->name_locs[i], "'%s' is bound twice", show(st->names[i]));
       v = err_val;
     }
-    fe_map_put(&seen, st->names[i], st);
+    ir_strmap_put(&seen, st->names[i], st);
   }
   if (n > 1 && v.kind != V_MULTI && v.kind != V_ERR) {
     lerr(c, st->name_locs[1], "%s cannot be bound to %d names",
@@ -960,7 +950,7 @@ static void lower_let(Ctx *c, Scope *s, AstStmt *st) {
       if (lerr(c, st->name_locs[0], "'%s' is already defined", show(name)))
         ir_note(sym->loc, "'%s' is defined here", show(name));
     } else {
-      fe_map_put(&c->configs, name, ir_add_config(c->top, name, v.e, st->name_locs[0]));
+      ir_strmap_put(&c->configs, name, ir_add_config(c->top, name, v.e, st->name_locs[0]));
     }
     return;
   }
@@ -1048,7 +1038,7 @@ static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
   ok = lower_init(c, s, &st->init, &init) && ok;
   ok = lower_shard(c, &st->shard, st->type.ndims, &shard) && ok;
   const char *key = graph_key(s->g, full);
-  IrValue *old = fe_map_get(&c->params, key);
+  IrValue *old = ir_strmap_get(&c->params, key);
   if (old) {
     if (lerr(c, loc, "parameter '%s' is declared twice", show(full))) {
       note_call_site(c);
@@ -1066,7 +1056,7 @@ static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
   }
   IrValue *v = ir_add_param(s->g, full, t, init, loc);
   v->shard = shard;
-  fe_map_put(&c->params, key, v);
+  ir_strmap_put(&c->params, key, v);
   push_sym(s, path, SYM_PARAM, tensor_val(v), loc);
 }
 
@@ -1074,13 +1064,13 @@ static void lower_param(Ctx *c, Scope *s, AstStmt *st) {
 static void lower_output(Ctx *c, Scope *s, AstStmt *st) {
   const char *name = st->names[0];
   Val v = lower_expr(c, s, st->e);
-  AstStmt *old = fe_map_get(&c->outputs, name);
+  AstStmt *old = ir_strmap_get(&c->outputs, name);
   if (old) {
     if (lerr(c, st->name_locs[0], "output '%s' is defined twice", show(name)))
       ir_note(old->name_locs[0], "first defined here");
     return;
   }
-  fe_map_put(&c->outputs, name, st);
+  ir_strmap_put(&c->outputs, name, st);
   if (v.kind == V_STATIC) lerr(c, st->e->loc, "output '%s' must be a tensor, not a number", show(name));
   if (v.kind == V_TENSOR) ir_add_output(c->top, name, v.t);
 }
@@ -1114,16 +1104,16 @@ static void lower_repeat(Ctx *c, Scope *s, AstStmt *st) {
   Val count = lower_static(c, s, st->e, "the repeat count");
   const char *label = ir_fmt("%s%s", s->prefix, st->names[0]);
   const char *key = graph_key(s->g, label);
-  AstStmt *old = fe_map_get(&c->labels, key);
+  AstStmt *old = ir_strmap_get(&c->labels, key);
   if (old) {
     if (lerr(c, st->name_locs[0], "repeat '%s' is defined twice", show(label)))
       ir_note(old->name_locs[0], "first defined here");
     count = err_val;
   } else {
-    fe_map_put(&c->labels, key, st);
+    ir_strmap_put(&c->labels, key, st);
   }
   if (!enter(c, st->loc, "repeats, expressions and block calls")) return;
-  Scope bs = {.parent = s, .g = ir_body_new(s->g), .prefix = ""};
+  Scope bs = {.parent = s, .by_name.arena = true, .g = ir_body_new(s->g), .prefix = ""};
   lower_items(c, &bs, st->body, st->nbody, NULL);
   c->depth--;
   bool ok = count.kind == V_STATIC;
@@ -1228,13 +1218,14 @@ static void register_block(Ctx *c, AstStmt *st) {
     lerr(c, loc, "block '%s' has the name of a built-in %s", name,
          find_math(name) >= 0 ? "function" : "op");
   Block *b = ir_alloc(sizeof *b);
+  b->params.arena = true;
   b->def = st;
   for (int i = 0; i < st->nparams; i++) {
-    if (fe_map_get(&b->params, st->params[i]))
+    if (ir_strmap_get(&b->params, st->params[i]))
       lerr(c, st->param_locs[i], "block '%s' has two parameters named '%s'", name,
            show(st->params[i]));
     else
-      fe_map_put(&b->params, st->params[i], (void *)(intptr_t)(i + 1));
+      ir_strmap_put(&b->params, st->params[i], (void *)(intptr_t)(i + 1));
   }
   check_placement(c, st->body, st->nbody, IN_BLOCK, 1);
   /* A return that is not last was reported by check_placement. */
@@ -1244,7 +1235,7 @@ static void register_block(Ctx *c, AstStmt *st) {
   if (!has_return)
     lerr(c, st->end_loc, "missing 'return' at the end of block '%s'", show(name));
   ir_vec_push(&c->blocks, b);
-  fe_map_put(&c->block_map, name, b);
+  ir_strmap_put(&c->block_map, name, b);
 }
 
 /* A block nobody calls is still checked, in a scratch graph, with its
@@ -1253,7 +1244,7 @@ static void check_uncalled(Ctx *c) {
   for (int i = 0; i < c->blocks.len; i++) {
     Block *b = c->blocks.items[i];
     if (b->called) continue;
-    Scope s = {.g = ir_graph_new("scratch"), .prefix = ""};
+    Scope s = {.by_name.arena = true, .g = ir_graph_new("scratch"), .prefix = ""};
     Val *vals = ir_alloc(sizeof(Val) * (size_t)(b->def->nparams + 1));
     for (int j = 0; j < b->def->nparams; j++) vals[j] = err_val;
     inline_block(c, &s, b, vals, "", b->def->name_locs[0]);
@@ -1280,13 +1271,19 @@ static const char *model_name(AstFile *ast) {
 
 IrGraph *fe_lower(AstFile *ast) {
   int before = ir_error_count();
-  Ctx c = {.ast = ast, .top = ir_graph_new(model_name(ast))};
+  Ctx c = {.ast = ast,
+           .top = ir_graph_new(model_name(ast)),
+           .block_map.arena = true,
+           .configs.arena = true,
+           .params.arena = true,
+           .labels.arena = true,
+           .outputs.arena = true};
   /* Structure first, in file order: placement, then each block's shape. */
   for (int i = 0; i < ast->nitems; i++) {
     check_placement(&c, &ast->items[i], 1, AT_TOP, 0);
     if (ast->items[i]->kind == AST_BLOCK) register_block(&c, ast->items[i]);
   }
-  Scope top = {.g = c.top, .prefix = "", .top = true};
+  Scope top = {.by_name.arena = true, .g = c.top, .prefix = "", .top = true};
   lower_items(&c, &top, ast->items, ast->nitems, NULL);
   check_uncalled(&c);
   bool any_output = false;

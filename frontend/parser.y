@@ -1,5 +1,5 @@
-/* The grammar of the model language (see docs and PLAN: file, item, type,
- * init, expr, primary, args). The parser only builds the tree; lowering
+/* The grammar of the model language (docs/language.md; the rules: file,
+ * item, type, init, expr, primary, args). The parser only builds the tree; lowering
  * checks meaning. Errors recover at the item level only: the parser skips to
  * the next keyword that starts a statement (or a closing brace), so one run
  * reports every syntax error. Recovering inside brackets as well would skip

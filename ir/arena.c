@@ -46,14 +46,20 @@ char *ir_strndup(const char *s, size_t n) {
 
 char *ir_strdup(const char *s) { return ir_strndup(s, strlen(s)); }
 
+char *ir_vfmt(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  char *p = ir_alloc((size_t)n + 1);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  return p;
+}
+
 char *ir_fmt(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *p = ir_alloc((size_t)n + 1);
-  va_start(ap, fmt);
-  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  char *p = ir_vfmt(fmt, ap);
   va_end(ap);
   return p;
 }

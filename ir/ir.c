@@ -183,8 +183,7 @@ void ir_type_set_shape(IrType *t, IrDType dt, int rank, const int64_t *shape) {
   }
 }
 
-void ir_type_print(FILE *out, const IrType *t) {
-  fputs(ir_dtype_name(t->dtype), out);
+static void print_shape(FILE *out, const IrType *t) {
   fputc('[', out);
   for (int i = 0; i < t->rank; i++) {
     if (i) fputs(", ", out);
@@ -196,24 +195,61 @@ void ir_type_print(FILE *out, const IrType *t) {
   fputc(']', out);
 }
 
-char *ir_shape_str(const IrType *t) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) die("open_memstream failed");
-  fputc('[', f);
-  for (int i = 0; i < t->rank; i++) {
-    if (i) fputs(", ", f);
-    if (t->dims[i] && t->dims[i]->kind != IR_EX_INT)
-      ir_expr_print(f, t->dims[i]);
-    else
-      fprintf(f, "%lld", (long long)t->shape[i]);
-  }
-  fputc(']', f);
-  fclose(f);
-  char *s = ir_strdup(buf);
-  free(buf);
+void ir_type_print(FILE *out, const IrType *t) {
+  fputs(ir_dtype_name(t->dtype), out);
+  print_shape(out, t);
+}
+
+bool ir_dtype_is_float(IrDType t) {
+  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
+}
+
+bool ir_type_same(const IrType *a, const IrType *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+/* Printing into an arena string: open, print, then close. */
+typedef struct StrOut {
+  FILE *f;
+  char *buf;
+  size_t len;
+} StrOut;
+
+static void str_open(StrOut *o) {
+  *o = (StrOut){0};
+  o->f = open_memstream(&o->buf, &o->len);
+  if (!o->f) die("open_memstream failed");
+}
+
+static char *str_close(StrOut *o) {
+  fclose(o->f);
+  char *s = ir_strdup(o->buf);
+  free(o->buf);
   return s;
+}
+
+char *ir_shape_str(const IrType *t) {
+  StrOut o;
+  str_open(&o);
+  print_shape(o.f, t);
+  return str_close(&o);
+}
+
+char *ir_type_str(const IrType *t) {
+  StrOut o;
+  str_open(&o);
+  ir_type_print(o.f, t);
+  return str_close(&o);
+}
+
+char *ir_expr_str(const IrExpr *e) {
+  StrOut o;
+  str_open(&o);
+  ir_expr_print(o.f, e);
+  return str_close(&o);
 }
 
 const char *ir_axis_name(IrMeshAxis a) {
@@ -435,4 +471,46 @@ int64_t ir_graph_multiplicity(const IrGraph *g) {
   int64_t m = 1;
   for (; g->parent; g = g->parent) m *= ir_attr_int(g->owner, "count");
   return m;
+}
+
+int *ir_count_uses(const IrGraph *g) {
+  int *uses = ir_alloc(sizeof(int) * (size_t)(g->next_id + 1));
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->graph == g) uses[n->in[j]->id]++;
+  }
+  for (int i = 0; i < g->outputs.len; i++) {
+    const IrValue *v = g->outputs.items[i];
+    if (v->graph == g) uses[v->id]++;
+  }
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *p = g->params.items[i];
+    if (p->grad && p->grad->graph == g) uses[p->grad->id]++;
+  }
+  return uses;
+}
+
+static int replace(IrValue **slot, const IrValue *old, IrValue *new_value) {
+  if (*slot != old) return 0;
+  *slot = new_value;
+  return 1;
+}
+
+int ir_replace_uses(IrGraph *g, const IrValue *old, IrValue *new_value) {
+  int count = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++) count += replace(&n->in[j], old, new_value);
+  }
+  for (int i = 0; i < g->outputs.len; i++)
+    if (g->outputs.items[i] == old) {
+      g->outputs.items[i] = new_value;
+      count++;
+    }
+  for (int i = 0; i < g->params.len; i++) {
+    IrValue *p = g->params.items[i];
+    count += replace(&p->grad, old, new_value);
+  }
+  return count;
 }

@@ -28,6 +28,7 @@ void *ir_alloc(size_t size); /* zeroed, aborts when out of memory */
 char *ir_strdup(const char *s);
 char *ir_strndup(const char *s, size_t n);
 char *ir_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *ir_vfmt(const char *fmt, va_list ap); /* ir_fmt with a va_list */
 void ir_arena_free_all(void); /* called once at exit */
 
 /* A growable array of pointers, grown from the arena. */
@@ -50,6 +51,27 @@ typedef struct IrPtrMap {
 void ir_ptrmap_put(IrPtrMap *m, const void *key, void *val);
 void *ir_ptrmap_get(const IrPtrMap *m, const void *key); /* NULL when absent */
 void ir_ptrmap_free(IrPtrMap *m);
+
+/* A map from strings to non-NULL pointers (strmap.c), malloc'ed or, with
+ * `arena` set, taken from the IR arena like IrPtrMap. Keys are not copied:
+ * they must live as long as the map. */
+typedef struct IrStrMap {
+  const char **keys; /* NULL: empty slot */
+  void **vals;
+  size_t cap, len;
+  bool arena;
+} IrStrMap;
+/* Stores val under key, replacing what was there; returns the old value. */
+void *ir_strmap_put(IrStrMap *m, const char *key, void *val);
+/* Stores val unless key is there already; returns the value found, or NULL. */
+void *ir_strmap_add(IrStrMap *m, const char *key, void *val);
+void *ir_strmap_get(const IrStrMap *m, const char *key); /* NULL when absent */
+void *ir_strmap_getn(const IrStrMap *m, const char *name, size_t n); /* key name[0..n) */
+void ir_strmap_free(IrStrMap *m);
+
+/* FNV-1a over n bytes, continuing from h (start with IR_HASH_SEED). */
+#define IR_HASH_SEED 14695981039346656037ull
+uint64_t ir_hash_bytes(uint64_t h, const void *data, size_t n);
 
 /* ----------------------------------------------------------- diagnostics */
 
@@ -125,6 +147,7 @@ IrExpr *ir_expr_list(IrExpr **items, int n, IrLoc loc);
 bool ir_expr_is_literal(const IrExpr *e);
 /* Prints fully parenthesised infix that ir_parse reads back. */
 void ir_expr_print(FILE *out, const IrExpr *e);
+char *ir_expr_str(const IrExpr *e); /* what ir_expr_print writes, in the arena */
 
 /* ---------------------------------------------------------------- config */
 
@@ -157,6 +180,9 @@ int64_t ir_type_numel(const IrType *t);      /* requires ir_type_known */
 void ir_type_set_shape(IrType *t, IrDType dt, int rank, const int64_t *shape);
 void ir_type_print(FILE *out, const IrType *t); /* f32[1, (3 * hidden)] */
 char *ir_shape_str(const IrType *t);            /* "[1, 1024, 768]" for messages */
+char *ir_type_str(const IrType *t);             /* "f32[1, 1024, 768]", in the arena */
+bool ir_type_same(const IrType *a, const IrType *b); /* dtype, rank and shape[] */
+bool ir_dtype_is_float(IrDType t);
 
 /* ---------------------------------------------------------------- sharding */
 
@@ -397,6 +423,15 @@ IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, i
 IrNode *ir_add_repeat(IrGraph *g, const char *label, IrExpr *count, IrValue **in, int nin,
                       int ncarried, IrGraph *body, IrLoc loc);
 void ir_add_output(IrGraph *g, const char *name, IrValue *v);
+
+/* For rewrites. The reads of a value are node inputs, outputs (yields in a
+ * body) and param gradients, all in the graph that owns it: a body reads an
+ * outer value only through its repeat node's inputs. */
+/* How many times each value of g is read, indexed by id (g->next_id + 1
+ * entries, in the arena); values of other graphs are not counted. */
+int *ir_count_uses(const IrGraph *g);
+/* Makes every read of old in g read new instead; returns how many. */
+int ir_replace_uses(IrGraph *g, const IrValue *old, IrValue *new_value);
 IrAttr *ir_node_attr(const IrNode *n, const char *name);
 /* The default of an attribute spec as an expression ("1e-5" -> 1e-05). */
 IrExpr *ir_attr_default(const IrAttrSpec *spec, IrLoc loc);

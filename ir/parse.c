@@ -159,56 +159,39 @@ static Token lex(Lexer *lx) {
 static const char scope_values, scope_configs, scope_outputs;
 
 typedef struct Sym {
-  const void *scope;
-  const char *name;
-  size_t len;
   IrValue *v;
   IrLoc loc;
 } Sym;
 
+/* One map of names to Sym* per scope, all in the arena. */
 typedef struct SymTab {
-  Sym *slots;
-  size_t cap, len;
+  IrStrMap values, configs, outputs;
+  IrPtrMap params; /* IrGraph* -> IrStrMap* of its param names */
 } SymTab;
 
-static size_t sym_hash(const void *scope, const char *name, size_t len) {
-  uint64_t h = 1469598103934665603ULL ^ (uint64_t)(uintptr_t)scope;
-  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
-  return (size_t)(h ^ (h >> 29));
-}
-
-static Sym *sym_slot(SymTab *t, const void *scope, const char *name, size_t len) {
-  size_t i = sym_hash(scope, name, len) & (t->cap - 1);
-  while (t->slots[i].name) {
-    Sym *s = &t->slots[i];
-    if (s->scope == scope && s->len == len && memcmp(s->name, name, len) == 0) return s;
-    i = (i + 1) & (t->cap - 1);
+static IrStrMap *scope_map(SymTab *t, const void *scope) {
+  if (scope == &scope_values) return &t->values;
+  if (scope == &scope_configs) return &t->configs;
+  if (scope == &scope_outputs) return &t->outputs;
+  IrStrMap *m = ir_ptrmap_get(&t->params, scope);
+  if (!m) {
+    m = ir_alloc(sizeof *m);
+    m->arena = true;
+    ir_ptrmap_put(&t->params, scope, m);
   }
-  return &t->slots[i];
+  return m;
 }
 
 static Sym *sym_find(SymTab *t, const void *scope, const char *name, size_t len) {
-  if (!t->cap) return NULL;
-  Sym *s = sym_slot(t, scope, name, len);
-  return s->name ? s : NULL;
+  return ir_strmap_getn(scope_map(t, scope), name, len);
 }
 
 /* Adds a name known to be absent. */
 static Sym *sym_add(SymTab *t, const void *scope, const char *name, size_t len, IrValue *v,
                     IrLoc loc) {
-  if (2 * (t->len + 1) > t->cap) {
-    SymTab old = *t;
-    t->cap = old.cap ? old.cap * 2 : 256;
-    t->slots = calloc(t->cap, sizeof *t->slots);
-    if (!t->slots) die("out of memory");
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.slots[i].name)
-        *sym_slot(t, old.slots[i].scope, old.slots[i].name, old.slots[i].len) = old.slots[i];
-    free(old.slots);
-  }
-  Sym *s = sym_slot(t, scope, name, len);
-  *s = (Sym){scope, ir_strndup(name, len), len, v, loc};
-  t->len++;
+  Sym *s = ir_alloc(sizeof *s);
+  *s = (Sym){v, loc};
+  ir_strmap_put(scope_map(t, scope), ir_strndup(name, len), s);
   return s;
 }
 
@@ -1359,6 +1342,10 @@ IrGraph *ir_parse(const char *file, const char *text, size_t len) {
   if (!text) text = "";
   ir_diag_add_source(file, text, len);
   Parser *p = ir_alloc(sizeof *p);
+  p->syms = (SymTab){.values.arena = true,
+                     .configs.arena = true,
+                     .outputs.arena = true,
+                     .params.arena = true};
   p->file = ir_strdup(file);
   p->lx = (Lexer){text, len, 0, 1, 1, true};
   p->errors0 = ir_error_count();
@@ -1366,6 +1353,5 @@ IrGraph *ir_parse(const char *file, const char *text, size_t len) {
     next(p);
     parse_module(p);
   }
-  free(p->syms.slots);
   return ir_error_count() > p->errors0 ? NULL : p->result;
 }

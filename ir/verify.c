@@ -72,11 +72,7 @@ static void verr(Verifier *vf, IrLoc loc, const char *fmt, ...)
 static void verr(Verifier *vf, IrLoc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *msg = ir_alloc((size_t)n + 1);
-  va_start(ap, fmt);
-  vsnprintf(msg, (size_t)n + 1, fmt, ap);
+  char *msg = ir_vfmt(fmt, ap);
   va_end(ap);
   if (vf->who)
     ir_error(loc, "after pass '%s': %s", vf->who, msg);
@@ -115,37 +111,9 @@ static void check_use(Verifier *vf, const IrGraph *g, const IrValue *v, IrLoc lo
 
 /* ------------------------------------------------------- unique names */
 
-typedef struct NameSet {
-  const char **names;
-  size_t cap, len;
-} NameSet;
-
-static size_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return (size_t)h;
-}
-
 /* Adds name; false when it was there already. */
-static bool name_add(NameSet *set, const char *name) {
-  if (2 * (set->len + 1) > set->cap) {
-    NameSet old = *set;
-    set->cap = old.cap ? old.cap * 2 : 64;
-    set->len = 0;
-    set->names = calloc(set->cap, sizeof *set->names);
-    if (!set->names) die("out of memory");
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.names[i]) name_add(set, old.names[i]);
-    free(old.names);
-  }
-  size_t i = hash_str(name) & (set->cap - 1);
-  while (set->names[i]) {
-    if (strcmp(set->names[i], name) == 0) return false;
-    i = (i + 1) & (set->cap - 1);
-  }
-  set->names[i] = name;
-  set->len++;
-  return true;
+static bool name_add(IrStrMap *set, const char *name) {
+  return !ir_strmap_add(set, name, (void *)name);
 }
 
 /* -------------------------------------------------------- declarations */
@@ -153,7 +121,7 @@ static bool name_add(NameSet *set, const char *name) {
 /* Inputs, params and args: the right kind, owned by g, named uniquely. */
 static void check_decls(Verifier *vf, const IrGraph *g, const IrVec *vals, IrValueKind kind,
                         const char *what) {
-  NameSet names = {0};
+  IrStrMap names = {0};
   for (int i = 0; i < vals->len; i++) {
     const IrValue *v = vals->items[i];
     IrLoc loc = g->owner ? g->owner->loc : (IrLoc){0};
@@ -173,7 +141,7 @@ static void check_decls(Verifier *vf, const IrGraph *g, const IrVec *vals, IrVal
     Slot *s = slot(vf, v, -1);
     s->defined = true;
   }
-  free(names.names);
+  ir_strmap_free(&names);
 }
 
 /* ---------------------------------------------------------------- nodes */
@@ -219,17 +187,6 @@ static void check_counts(Verifier *vf, const IrNode *n, const IrOpInfo *info) {
 
 static const char *label(const IrNode *n) { return n->label ? n->label : "?"; }
 
-static bool same_type(const IrType *a, const IrType *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return false;
-  return true;
-}
-
-static const char *type_str(const IrType *t) {
-  return ir_fmt("%s%s", ir_dtype_name(t->dtype), ir_shape_str(t));
-}
-
 /* Once types are inferred, a carried value keeps its type from one
  * iteration to the next: yield i and result i match arg i. */
 static void check_carried_types(Verifier *vf, const IrNode *n, int ncarried) {
@@ -237,12 +194,12 @@ static void check_carried_types(Verifier *vf, const IrNode *n, int ncarried) {
   for (int i = 0; i < ncarried; i++) {
     const IrValue *arg = b->args.items[i], *y = b->outputs.items[i], *out = n->out[i];
     if (!arg || !ir_type_known(&arg->type)) continue;
-    if (y && ir_type_known(&y->type) && !same_type(&y->type, &arg->type))
+    if (y && ir_type_known(&y->type) && !ir_type_same(&y->type, &arg->type))
       verr(vf, n->loc, "repeat '%s': yield %d has type %s but carried arg %d has type %s",
-           label(n), i, type_str(&y->type), i, type_str(&arg->type));
-    if (out && ir_type_known(&out->type) && !same_type(&out->type, &arg->type))
+           label(n), i, ir_type_str(&y->type), i, ir_type_str(&arg->type));
+    if (out && ir_type_known(&out->type) && !ir_type_same(&out->type, &arg->type))
       verr(vf, n->loc, "repeat '%s': result %d has type %s but carried arg %d has type %s",
-           label(n), i, type_str(&out->type), i, type_str(&arg->type));
+           label(n), i, ir_type_str(&out->type), i, ir_type_str(&arg->type));
   }
 }
 
@@ -360,9 +317,9 @@ static void check_grads(Verifier *vf, const IrGraph *g) {
     const char *what = ir_fmt("the gradient of %s", vname(vf, p));
     check_use(vf, g, p->grad, p->loc, what);
     const IrType *t = &p->grad->type;
-    if (ir_type_known(t) && ir_type_known(&p->type) && !same_type(t, &p->type))
+    if (ir_type_known(t) && ir_type_known(&p->type) && !ir_type_same(t, &p->type))
       verr(vf, p->loc, "%s (%s) has type %s, not the parameter's %s", what, vname(vf, p->grad),
-           type_str(t), type_str(&p->type));
+           ir_type_str(t), ir_type_str(&p->type));
   }
   for (int i = 0; i < g->inputs.len; i++) {
     const IrValue *v = g->inputs.items[i];

@@ -20,51 +20,25 @@
  * unfolded table) or expressions nested deeper are refused, not recursed. */
 #define MAX_DEPTH 2000
 
-/* Config names to their index, so that a model with many config values
- * folds in linear time. Open addressing over a power-of-two table. */
-typedef struct NameIndex {
-  const IrVec *configs;
-  int *slots; /* config index + 1; 0 is empty */
-  size_t mask;
-} NameIndex;
-
+/* Config names map to their index + 1, so that a model with many config
+ * values folds in linear time. */
 typedef struct Env {
   IrGraph *top;
-  NameIndex index;
+  IrStrMap index;     /* config name -> index + 1, in the arena */
   int limit;          /* configs below this index are visible */
   const bool *failed; /* configs whose evaluation failed (fold only) */
   int depth;
 } Env;
 
-static size_t hash_name(const char *s) {
-  size_t h = 14695981039346656037u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
-  return h;
-}
-
-static const char *config_name(const NameIndex *ix, int i) {
-  return ((IrConfig *)ix->configs->items[i])->name;
-}
-
 /* The first definition of a name wins; the verifier reports duplicates. */
-static void index_build(NameIndex *ix, const IrVec *configs) {
-  size_t cap = 16;
-  while (cap < (size_t)configs->len * 2) cap *= 2;
-  ix->configs = configs;
-  ix->slots = ir_alloc(sizeof(int) * cap);
-  ix->mask = cap - 1;
-  for (int i = 0; i < configs->len; i++) {
-    size_t h = hash_name(config_name(ix, i)) & ix->mask;
-    while (ix->slots[h] && strcmp(config_name(ix, ix->slots[h] - 1), config_name(ix, i)) != 0)
-      h = (h + 1) & ix->mask;
-    if (!ix->slots[h]) ix->slots[h] = i + 1;
-  }
+static void index_build(IrStrMap *ix, const IrVec *configs) {
+  *ix = (IrStrMap){.arena = true};
+  for (int i = 0; i < configs->len; i++)
+    ir_strmap_add(ix, ((IrConfig *)configs->items[i])->name, (void *)(intptr_t)(i + 1));
 }
 
-static int index_find(const NameIndex *ix, const char *name) {
-  for (size_t h = hash_name(name) & ix->mask; ix->slots[h]; h = (h + 1) & ix->mask)
-    if (strcmp(config_name(ix, ix->slots[h] - 1), name) == 0) return ix->slots[h] - 1;
-  return -1;
+static int index_find(const IrStrMap *ix, const char *name) {
+  return (int)(intptr_t)ir_strmap_get(ix, name) - 1;
 }
 
 static void env_init(Env *env, IrGraph *g) {
@@ -81,15 +55,8 @@ static void env_init(Env *env, IrGraph *g) {
 static char *num_str(PassNum v);
 
 static char *expr_str(const IrExpr *e) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) die("open_memstream failed");
-  ir_expr_print(f, e);
-  fclose(f);
-  if (len > 80) strcpy(buf + 72, " ...");
-  char *s = ir_strdup(buf);
-  free(buf);
+  char *s = ir_expr_str(e);
+  if (strlen(s) > 80) strcpy(s + 72, " ...");
   return s;
 }
 

@@ -44,6 +44,8 @@ typedef struct Pass {
 /* The registry, ending with a {NULL} entry. */
 extern const Pass pass_registry[];
 const Pass *pass_find(const char *name);
+/* The longest registered name, for listings that align the descriptions. */
+int pass_name_width(void);
 /* The default pipeline, comma separated. */
 extern const char *const pass_default_pipeline;
 

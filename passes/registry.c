@@ -30,6 +30,13 @@ const Pass pass_registry[] = {
 
 const char *const pass_default_pipeline = "fold,shape,verify";
 
+int pass_name_width(void) {
+  int width = 0;
+  for (const Pass *p = pass_registry; p->name; p++)
+    if ((int)strlen(p->name) > width) width = (int)strlen(p->name);
+  return width;
+}
+
 const Pass *pass_find(const char *name) {
   for (const Pass *p = pass_registry; p->name; p++)
     if (strcmp(p->name, name) == 0) return p;

@@ -206,7 +206,8 @@ static bool build_1f1b(SchedBuilder *b, const SchedOptions *o) {
 }
 
 /* The interleaved schedule's bookkeeping for one stage: the k-th forward
- * step and the k-th backward step (REFERENCE.md, "Order on each rank"), and
+ * step and the k-th backward step (Megatron-LM's order, which
+ * docs/schedules.md describes under "interleaved"), and
  * the receives in the order the stage's peers send (see interleaved). */
 typedef struct Interleave {
   int p, v, r;
@@ -266,7 +267,7 @@ static void exchange(SchedBuilder *b, Interleave *s, int total, int send_grad_k,
 
 /* Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_
  * interleaving, batched p2p without overlap), for one stage. The order of
- * compute is REFERENCE.md's: W = 2(p - r - 1) + (v - 1)p warm-up forwards
+ * compute is Megatron-LM's: W = 2(p - r - 1) + (v - 1)p warm-up forwards
  * (at most m*v), then one forward and one backward at a time, then the
  * remaining backwards. Each step ends with ONE batch that sends what the
  * step produced and receives for later steps; receives are posted in the
@@ -322,14 +323,42 @@ static bool build_interleaved(SchedBuilder *b, const SchedOptions *o) {
   return true;
 }
 
+/* Every schedule here idles for p - 1 forward-backward pairs a step: the
+ * last stage starts p - 1 forwards late and the first ends p - 1
+ * backwards late. */
+static int bubble_p_minus_1(int p, int v, int m) {
+  (void)v;
+  (void)m;
+  return p - 1;
+}
+
+static int warmup_gpipe(int p, int v, int m, int r) {
+  (void)p;
+  (void)r;
+  return v * m;
+}
+
+static int warmup_1f1b(int p, int v, int m, int r) {
+  (void)v;
+  (void)m;
+  return p - r - 1;
+}
+
+/* Megatron-LM's: two per later stage, and a round of p per extra chunk. */
+static int warmup_interleaved(int p, int v, int m, int r) {
+  (void)m;
+  return 2 * (p - r - 1) + (v - 1) * p;
+}
+
 const SchedDef sched_registry[] = {
     {"gpipe", "all forwards, then all backwards (GPipe); v = 1; stashes m microbatches",
-     build_gpipe},
+     build_gpipe, bubble_p_minus_1, warmup_gpipe},
     {"1f1b", "one forward, one backward after a warm-up of p - r - 1 (PipeDream-Flush, "
-     "Megatron-LM); v = 1; the default for v = 1", build_1f1b},
+     "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b},
     {"interleaved", "Megatron-LM's interleaved 1F1B over v > 1 chunks per stage; m a multiple "
-     "of p; bubble (p - 1)/(v m); the default for v > 1", build_interleaved},
-    {NULL, NULL, NULL},
+     "of p; bubble (p - 1)/(v m); the default for v > 1", build_interleaved, bubble_p_minus_1,
+     warmup_interleaved},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 const SchedDef *sched_find(const char *name) {

@@ -65,6 +65,14 @@ typedef struct SchedDef {
   /* Appends every stage's actions through the emitters below. Returns
    * false after sched_fail when p, v, m do not suit the schedule. */
   bool (*build)(SchedBuilder *b, const SchedOptions *o);
+  /* What the schedule promises, with a forward and a backward of one unit
+   * each; the property test (sched_test props) checks both on every
+   * (p, v, m) the builder accepts. The idle time of a step, in units of one
+   * forward plus one backward: the bubble fraction is bubble / (v m). */
+  int (*bubble)(int p, int v, int m);
+  /* The forwards stage r runs before its first backward (capped at v m);
+   * its peak stash is one more, at most v m. */
+  int (*warmup)(int p, int v, int m, int r);
 } SchedDef;
 
 /* The registry, ending with a {NULL} entry; sched_find returns NULL for an

@@ -12,26 +12,6 @@
 
 #include "passes.h"
 
-/* How many times each value of g (by id) is read: by nodes, as an output or
- * yield, or as a parameter's gradient. */
-static int *count_uses(IrGraph *g) {
-  int *uses = ir_alloc(sizeof(int) * (size_t)(g->next_id + 1));
-  for (int i = 0; i < g->nodes.len; i++) {
-    IrNode *n = g->nodes.items[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j]->graph == g) uses[n->in[j]->id]++;
-  }
-  for (int i = 0; i < g->outputs.len; i++) {
-    IrValue *v = g->outputs.items[i];
-    if (v->graph == g) uses[v->id]++;
-  }
-  for (int i = 0; i < g->params.len; i++) {
-    IrValue *p = g->params.items[i];
-    if (p->grad && p->grad->graph == g) uses[p->grad->id]++;
-  }
-  return uses;
-}
-
 /* Both nodes have attribute `name` as the same integer (a hand-written
  * graph may hold anything else, which is then left alone). */
 static bool same_attr(const IrNode *a, const IrNode *b, const char *name) {
@@ -41,7 +21,7 @@ static bool same_attr(const IrNode *a, const IrNode *b, const char *name) {
 }
 
 static void fuse_graph(IrGraph *g) {
-  int *uses = count_uses(g);
+  int *uses = ir_count_uses(g);
   IrVec kept = {0};
   bool *dead = ir_alloc(sizeof(bool) * (size_t)(g->nodes.len + 1));
   for (int i = 0; i < g->nodes.len; i++) {

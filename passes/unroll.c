@@ -39,37 +39,11 @@ static void map_free(ValMap *m) { ir_ptrmap_free(m); }
 
 /* ------------------------------------------------------------ name set */
 
-/* The top-level parameter names, so that a body parameter whose new name
- * is taken already is reported rather than silently duplicated. */
-typedef struct NameSet {
-  const IrValue **params;
-  size_t cap, len;
-} NameSet;
-
-static size_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return (size_t)h;
-}
-
-/* Adds p; returns the parameter that holds its name already, or NULL. */
-static const IrValue *names_add(NameSet *set, const IrValue *p) {
-  if (2 * (set->len + 1) > set->cap) {
-    NameSet old = *set;
-    set->cap = old.cap ? old.cap * 2 : 64;
-    set->len = 0;
-    set->params = calloc(set->cap, sizeof *set->params);
-    if (!set->params) die("out of memory");
-    for (size_t i = 0; i < old.cap; i++)
-      if (old.params[i]) names_add(set, old.params[i]);
-    free(old.params);
-  }
-  size_t i = hash_str(p->name) & (set->cap - 1);
-  for (; set->params[i]; i = (i + 1) & (set->cap - 1))
-    if (strcmp(set->params[i]->name, p->name) == 0) return set->params[i];
-  set->params[i] = p;
-  set->len++;
-  return NULL;
+/* The top-level parameter names are kept, so that a body parameter whose
+ * new name is taken already is reported rather than silently duplicated.
+ * Adds p; returns the parameter that holds its name already, or NULL. */
+static const IrValue *names_add(IrStrMap *set, const IrValue *p) {
+  return ir_strmap_add(set, p->name, (void *)p);
 }
 
 /* --------------------------------------------------------------- checks */
@@ -85,15 +59,8 @@ static bool check_repeats(const IrGraph *g) {
     if (n->op != IR_OP_REPEAT) continue;
     IrAttr *count = ir_node_attr(n, "count"), *nc = ir_node_attr(n, "ncarried");
     if (!count || count->expr->kind != IR_EX_INT || count->expr->i <= 0) {
-      char *buf = NULL;
-      size_t len = 0;
-      FILE *f = open_memstream(&buf, &len);
-      if (!f) die("open_memstream failed");
-      if (count) ir_expr_print(f, count->expr);
-      fclose(f);
       ir_error(n->loc, "unroll: repeat '%s' has count = %s, not a positive integer (run the fold "
-               "pass first)", label(n), count ? buf : "?");
-      free(buf);
+               "pass first)", label(n), count ? ir_expr_str(count->expr) : "?");
       ok = false;
     }
     IrGraph *b = n->body;
@@ -112,7 +79,7 @@ static bool check_repeats(const IrGraph *g) {
 
 typedef struct Unroller {
   IrGraph *top;
-  NameSet names;
+  IrStrMap names; /* param name -> IrValue* */
   int layer;      /* of the nodes being copied; -1 outside every repeat */
   int next_layer; /* the next top-level iteration's */
   bool ok;
@@ -220,6 +187,6 @@ bool pass_unroll(IrGraph **gp, const PassOptions *opt) {
     if (p->grad) p->grad = map_get(&top, p->grad);
   }
   map_free(&top);
-  free(u.names.params);
+  ir_strmap_free(&u.names);
   return u.ok;
 }

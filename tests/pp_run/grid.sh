@@ -15,7 +15,8 @@
 # chunks, ZeRO-1, all three axes with sequence parallelism), for the
 # sanitizer build, whose programs run ten times slower; quick: a
 # representative part of the grid (make test); full: every
-# t x p x d <= 8 with v in {1, 2}, every schedule that suits v, --zero 0/1
+# t x p x d <= 8 with v in {1, 2}, every registered schedule that suits
+# the shape (`shardc schedule --list`, each tried), --zero 0/1
 # when d > 1, --sequence-parallel on/off when t > 1 (make test-full).
 # Prints one line per configuration and a summary.
 SHARDC=$1
@@ -39,26 +40,43 @@ llama-full) DEFS="-D vocab=65 -D seq=8 -D hidden=64 -D heads=16 -D kv_heads=8 -D
   ;;
 esac
 
-# A configuration: t p d v schedule zero sp (sp: 1 or 0).
+# The schedules come from shardc's registry, so that a new one is trained
+# here without an edit: SCHEDULES lists them, and suits tells whether one
+# takes p stages of v chunks with d replicas (m = GB / (2 d) microbatches).
+SCHEDULES=$("$SHARDC" schedule --list | awk '{ print $1 }')
+suits() {
+  # shellcheck disable=SC2086
+  "$SHARDC" schedule "$MODELS/$MODEL.shard" $DEFS --pp "$2" --vpp "$3" --dp "$4" \
+    --global-batch $GB --schedule "$1" >/dev/null 2>&1
+}
+
+# A configuration: t p d v schedule zero sp (sp: 1 or 0); schedule - is the
+# default (1f1b for v = 1, interleaved for v > 1).
 quick_configs() {
+  # Every registered schedule once, with ZeRO-1 over two replicas where it
+  # takes v = 1, else on two chunks.
+  for s in $SCHEDULES; do
+    if suits "$s" 2 1 2; then
+      echo "1 2 2 1 $s 1 0"
+    elif suits "$s" 2 2 1; then
+      echo "1 2 1 2 $s 0 0"
+    fi
+  done
   cat <<EOF
-1 2 1 1 1f1b 0 0
-1 2 1 1 gpipe 0 0
-1 2 1 2 interleaved 0 0
-1 4 1 2 interleaved 0 0
+1 2 1 1 - 0 0
+1 4 1 2 - 0 0
 1 1 2 1 - 0 0
 1 1 4 1 - 1 0
-1 2 2 1 gpipe 1 0
-2 2 1 2 interleaved 0 1
-2 2 2 2 interleaved 1 1
+2 2 1 2 - 0 1
+2 2 2 2 - 1 1
 EOF
 }
 
 smoke_configs() {
   cat <<EOF
-1 2 1 2 interleaved 0 0
+1 2 1 2 - 0 0
 1 1 2 1 - 1 0
-2 2 2 2 interleaved 1 1
+2 2 2 2 - 1 1
 EOF
 }
 
@@ -68,10 +86,13 @@ full_configs() {
     [ $((t * p * d)) -gt 1 ] || continue
     for v in 1 2; do
       [ "$v" = 1 ] || [ "$p" -gt 1 ] || continue
-      # Each replica's microbatches must fill the schedule: m = 8 / d.
-      m=$((GB / 2 / d))
-      if [ "$p" = 1 ]; then scheds="-"; elif [ "$v" = 1 ]; then scheds="1f1b gpipe"; else scheds="interleaved"; fi
-      [ "$v" = 1 ] || [ $((m % p)) = 0 ] || continue
+      # Every registered schedule that takes the shape (each replica's
+      # microbatches must fill it: m = 8 / d).
+      scheds=-
+      if [ "$p" -gt 1 ]; then
+        scheds=
+        for s in $SCHEDULES; do suits "$s" "$p" "$v" "$d" && scheds="$scheds $s"; done
+      fi
       for s in $scheds; do
         for z in 0 1; do
           [ "$z" = 0 ] || [ "$d" -gt 1 ] || continue

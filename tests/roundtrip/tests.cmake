@@ -1,7 +1,8 @@
 # IR text form: printing, parsing and printing again gives identical text,
 # for every model (lowered by the frontend, and again after the default
 # pipeline through the driver) and for the hand-written .ir files; malformed
-# .ir files give the expected errors; the verifier rejects broken graphs.
+# .ir files give the expected errors; the verifier rejects broken graphs;
+# the map and use helpers passes build on work.
 set(RT_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 add_executable(roundtrip ${RT_DIR}/roundtrip.c)
@@ -10,6 +11,9 @@ add_executable(verify_test ${RT_DIR}/verify_test.c)
 target_link_libraries(verify_test PRIVATE shard_ir)
 
 add_test(NAME roundtrip.verify COMMAND verify_test)
+add_executable(helpers_test ${RT_DIR}/helpers_test.c)
+target_link_libraries(helpers_test PRIVATE shard_ir)
+add_test(NAME roundtrip.helpers COMMAND helpers_test)
 
 file(GLOB RT_MODELS ${MODELS_DIR}/*.shard)
 foreach(model ${RT_MODELS})

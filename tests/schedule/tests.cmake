@@ -1,7 +1,7 @@
 # Pipeline schedules: the tables, their verifier and `shardc schedule`.
 # sched_test (sched_test.c) runs the property sweep and the table-level
 # checks in C; the goldens hold what the command prints and draws for the
-# worked example of REFERENCE.md (p=2, v=2, m=4) and its errors. Regenerate
+# worked example of docs/schedules.md (p=2, v=2, m=4) and its errors. Regenerate
 # a golden with UPDATE=1 (see tests/expect.sh) and check the result by eye;
 # an SVG golden is best looked at in a browser.
 set(SCHED_DIR ${TESTS_DIR}/schedule)

@@ -57,4 +57,13 @@ size=$(wc -c <ck/model.safetensors)
 head -c $((size - 1000)) ck/model.safetensors >cut.safetensors
 expect_error "--init-from a truncated weights file" "cut.safetensors: tensor" \
   gpt2 --init-from cut.safetensors --steps 0
+
+# --- the compiler's flags ------------------------------------------------------
+# --passes reaches the compiler as in `shardc compile`: the target's own
+# pipeline, named, trains; an unknown pass is the compiler's error.
+check "--passes with the target's pipeline trains" \
+  gpt2 --data good.bin --steps 1 \
+  --passes fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,memplan
+expect_error "--passes with an unknown pass" "--passes: no pass named 'nope'" \
+  gpt2 --passes fold,nope --steps 1
 finish
