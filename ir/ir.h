@@ -199,7 +199,8 @@ bool ir_dtype_is_float(IrDType t);
 typedef enum IrShardKind { IR_REPLICATED, IR_SPLIT, IR_PARTIAL } IrShardKind;
 /* IR_AXIS_EMBED is not an axis of the mesh (it has no size of its own)
  * but the group of each pipeline's first and last stage, which hold the
- * tied embedding: `pp-tie` all-reduces its gradient over it (axis = 3). */
+ * tied embedding. The runtime sums the tied gradients over it; no pass
+ * writes a collective on it, but the IR names it (axis = 3). */
 typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA, IR_AXIS_EMBED } IrMeshAxis;
 #define IR_MESH_AXES 3
 typedef struct IrShard {
@@ -329,8 +330,9 @@ struct IrValue {
   /* IR_VAL_PARAM made by `pp-partition`: this stage's copy of the
    * parameter `tied`, which another virtual stage holds (the tied GPT-2
    * embedding, read by the first and the last stage). It is initialised
-   * and checkpointed as `tied`, and `pp-tie` sums the two gradients so
-   * that both copies stay identical. Printed ` tied(@NAME)`. */
+   * and checkpointed as `tied`, and the runtime sums the two gradients
+   * once per step so that both copies stay identical. Printed
+   * ` tied(@NAME)`. */
   IrValue *tied;
 };
 
