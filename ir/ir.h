@@ -241,6 +241,10 @@ enum {
   IR_OPF_PARALLEL = 1 << 7,    /* written by the parallelism passes (tp_copy, collectives,
                                 * pp_boundary) */
   IR_OPF_COLLECTIVE = 1 << 8,  /* exchanges data between the ranks of mesh axis `axis` */
+  IR_OPF_ACCUMULATES = 1 << 9, /* can add its result into its destination instead of writing
+                                * it (a GEMM with beta = 1, embedding_grad's scatter): the
+                                * memory plan lets it write a param's gradient straight into
+                                * the gradient slot */
 };
 
 /* How the memory plan may cut a node into chunks of rows (the `rows`
@@ -254,6 +258,10 @@ typedef enum IrRowRule {
   IR_ROWS_PARTS,     /* split, concat along the last axis: all inputs and outputs R rows */
   IR_ROWS_SEQUENCES, /* whole sequences: input 0 is [b, s, width] and a chunk holds whole s */
   IR_ROWS_IDS,       /* embedding: one integer id per row */
+  /* Not cut, but sums over all rows, so that a run of chunks can carry it
+   * to the run's end (PassMemPlan.sunk): */
+  IR_ROWS_SUM,       /* linear_dw: a weight gradient, always */
+  IR_ROWS_SUM_TO,    /* sum_to: a bias gradient, when the result's dims are a suffix of x's */
 } IrRowRule;
 
 typedef struct IrNode IrNode;

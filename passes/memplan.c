@@ -177,11 +177,10 @@ static bool node_is_view(const IrNode *n) {
 }
 
 /* An elementwise node codegen writes inline in a loop: dropout needs its
- * kernel (the mask), sources have nothing to loop over. swiglu_grad is
- * elementwise with two results, which a loop writes as easily as one. */
+ * kernel (the mask), sources have nothing to loop over. An op with two
+ * results (swiglu_grad) a loop writes as easily as one. */
 static bool node_is_fusable(const IrNode *n) {
   unsigned f = ir_op_info(n->op)->flags;
-  if (n->op == IR_OP_SWIGLU_GRAD) f |= IR_OPF_ELEMENTWISE;
   if (!(f & IR_OPF_ELEMENTWISE) || (f & (IR_OPF_RANDOM | IR_OPF_SOURCE)) || n->nout < 1)
     return false;
   for (int j = 0; j < n->nout; j++)
@@ -248,8 +247,8 @@ static void mark_outside(Planner *pl) {
 }
 
 /* A param's gradient goes straight into its slot of the grads region when
- * its node can add into the destination (a GEMM with beta = 1, a fused loop
- * with +=, the scatter of embedding_grad) and nothing else reads it. The
+ * its node can add into the destination (an op flagged IR_OPF_ACCUMULATES,
+ * a fused loop with +=) and nothing else reads it. The
  * sum of such partial gradients (the tied embedding's two) needs no node at
  * all: each part adds itself into the slot. Any other gradient is computed
  * into a temporary and added to the slot after its node. Either way the
@@ -267,7 +266,7 @@ static bool can_direct(Planner *pl, const IrValue *v, const IrValue *prm, int us
       can_direct(pl, n->in[1], prm, 1))
     return true;
   if (!pl->p->view[d] && node_is_fusable(n)) return true;
-  return n->nout == 1 && ((ir_op_info(n->op)->flags & IR_OPF_GEMM) || n->op == IR_OP_EMBEDDING_GRAD);
+  return n->nout == 1 && (ir_op_info(n->op)->flags & IR_OPF_ACCUMULATES);
 }
 
 static void mark_direct(Planner *pl, const IrValue *v, const IrValue *prm) {
@@ -352,7 +351,9 @@ static bool row_local(const IrNode *n, int64_t R, int64_t C) {
     /* Whole sequences: x is [b, s, width]. */
     return x->type.rank == 3 && value_rows(x) == R && C % x->type.shape[1] == 0;
   case IR_ROWS_IDS: return x->type.dtype == IR_I32 && ir_type_numel(&x->type) == R;
-  case IR_ROWS_NONE: return false;
+  case IR_ROWS_NONE:
+  case IR_ROWS_SUM:
+  case IR_ROWS_SUM_TO: return false;
   }
   return false;
 }
@@ -389,12 +390,14 @@ static bool sum_of_rows(const IrNode *n) {
 }
 
 /* A reduction over all rows that a run can carry to its end (see
- * PassMemPlan.sunk): a weight gradient or a bias gradient. */
+ * PassMemPlan.sunk): the `rows` column says which ops sum over rows (a
+ * weight gradient, a bias gradient). */
 static bool sinkable(Planner *pl, int i) {
   PassMemPlan *p = pl->p;
   IrNode *n = pl->g->nodes.items[i];
   if (p->fused[i] || p->view[i] || p->absorbed[i]) return false;
-  return n->op == IR_OP_LINEAR_DW || (n->op == IR_OP_SUM_TO && sum_of_rows(n));
+  IrRowRule rule = ir_op_info(n->op)->rows;
+  return rule == IR_ROWS_SUM || (rule == IR_ROWS_SUM_TO && sum_of_rows(n));
 }
 
 /* Whether node i adds into the gradient slot of a param that a node sunk
