@@ -800,6 +800,10 @@ static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char 
   return "0";
 }
 
+static bool cpu_writes_op(IrOp op) {
+  return cpu_kernels[op].node || cpu_kernels[op].inline_expr || cg_cpu_tp_writes_op(op);
+}
+
 static void cpu_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   if (cg_cpu_tp_node(e, n)) return; /* tp_slice, vocabulary-parallel and per-rank ops */
@@ -1049,6 +1053,7 @@ const CgTarget cg_target_cpu = {
     .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
                    "autodiff,tp-fuse,verify",
     .memplan = &cpu_memplan,
+    .writes_op = cpu_writes_op,
     .state_new = cpu_state_new,
     .prologue = cpu_prologue,
     .plan_defines = cpu_plan_defines,

@@ -144,6 +144,8 @@ static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
        (long long)ir_attr_int(n, "site"));
 }
 
+bool cg_cpu_tp_writes_op(IrOp op) { return op == IR_OP_TP_SLICE || op == IR_OP_TP_COPY; }
+
 bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n) {
   switch (n->op) {
   case IR_OP_TP_SLICE:

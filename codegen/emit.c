@@ -123,10 +123,35 @@ static void emit_ir_comment(CgEmitter *e, int index, const char *note) {
 
 /* ------------------------------------------------------ forward, backward */
 
+bool cg_core_writes_op(IrOp op) {
+  unsigned f = ir_op_info(op)->flags;
+  return (f & (IR_OPF_COLLECTIVE | IR_OPF_REGION)) || op == IR_OP_PP_BOUNDARY ||
+         op == IR_OP_RESHAPE || op == IR_OP_TP_COPY;
+}
+
+/* Whether the target writes nodes first..last; reports each it does not,
+ * with the same message for every target and op. */
+static bool target_writes(CgEmitter *e, int first, int last) {
+  bool ok = true;
+  for (int i = first; i <= last; i++) {
+    const IrNode *n = e->g->nodes.items[i];
+    if (e->target->writes_op(n->op)) continue;
+    cg_error(e, n, "the target has no code for this op");
+    ok = false;
+  }
+  return ok;
+}
+
 /* A node that runs alone: a collective the core writes for every target
  * (collectives.c), or the target's kernel calls. */
 static void emit_node(CgEmitter *e, int index) {
-  if (!cg_comm_node(e, e->g->nodes.items[index])) e->target->node(e, index);
+  if (cg_comm_node(e, e->g->nodes.items[index])) return;
+  if (target_writes(e, index, index)) e->target->node(e, index);
+}
+
+/* One fused loop over the elementwise nodes first..last, by the target. */
+static void emit_fused(CgEmitter *e, int first, int last) {
+  if (target_writes(e, first, last)) e->target->fused(e, first, last);
 }
 
 static void emit_accumulate(CgEmitter *e, const IrValue *grad) {
@@ -188,7 +213,7 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     }
     int end = p->fused[i] ? p->group_last[i] : i;
     for (int k = i; k <= end; k++) emit_ir_comment(e, k, "");
-    if (p->fused[i]) e->target->fused(e, i, end);
+    if (p->fused[i]) emit_fused(e, i, end);
     else emit_node(e, i);
     i = end;
   }
@@ -197,7 +222,7 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     for (int i = first; i <= last; i++) {
       if (!p->sunk[i]) continue;
       emit_ir_comment(e, i, "  (after the chunks, shared by the team)");
-      e->target->team_node(e, i);
+      if (target_writes(e, i, i)) e->target->team_node(e, i);
     }
   }
   e->target->chunks_end(e);
@@ -249,7 +274,7 @@ static void emit_nodes(CgEmitter *e, int from, int to) {
     }
     int last = p->fused[i] ? p->group_last[i] : i;
     for (int k = i; k <= last; k++) emit_ir_comment(e, k, "");
-    if (p->fused[i]) e->target->fused(e, i, last);
+    if (p->fused[i]) emit_fused(e, i, last);
     else emit_node(e, i);
     emit(e, "PROF(\"%s\");", prof_label(e, i, last));
     for (int k = i; k <= last; k++) {

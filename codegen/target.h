@@ -100,6 +100,13 @@ struct CgTarget {
    * whether runs of row chunks are planned (then chunks_* and team_node
    * must be set). */
   const PassMemPolicy *memplan;
+  /* Whether the target writes nodes of op (cpu: its kernel table and the
+   * tensor-parallel ops of cpu_tp.c). The core asks before it hands a node
+   * to `node`, `fused` or `team_node`, and reports any other node with one
+   * message naming the target and the op. Every op is either written by
+   * the core (cg_core_writes_op) or by every target of the table, which
+   * tests/codegen/op_coverage.c checks. */
+  bool (*writes_op)(IrOp op);
   /* The target's state for one program, made when its emitter opens; NULL
    * when the target keeps none. */
   void *(*state_new)(CgEmitter *e);
@@ -142,6 +149,15 @@ extern const CgTarget cg_target_cpu;
 /* The target of that name in the table (targets.c), the first one for
  * NULL; NULL for an unknown name. */
 const CgTarget *cg_find_target(const char *name);
+/* The i-th target of the table; NULL past its end. */
+const CgTarget *cg_target_at(int i);
+
+/* Whether the core writes nodes of op for every target, so that no target
+ * needs to (emit.c): the collectives (collectives.c), the ops the memory
+ * plan always makes views (reshape, tp_copy: no code), and the ops passes
+ * remove before codegen (repeat: unroll; pp_boundary: the layout turns
+ * each into a message). */
+bool cg_core_writes_op(IrOp op);
 
 /* ------------------------------------------------------- collectives.c */
 
@@ -171,6 +187,9 @@ void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n
  * false for any other node. */
 void cg_cpu_tp_prologue(CgEmitter *e);
 bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
+/* Whether cg_cpu_tp_node writes every node of op (tp_slice, tp_copy); the
+ * ops it writes only with an attribute set are in cpu.c's table too. */
+bool cg_cpu_tp_writes_op(IrOp op);
 /* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the
  * rank's rows of a vocabulary-parallel table. */
 void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows);

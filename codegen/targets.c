@@ -18,6 +18,8 @@ const CgTarget *cg_find_target(const char *name) {
   return NULL;
 }
 
+const CgTarget *cg_target_at(int i) { return i >= 0 && i < NTARGETS ? targets[i] : NULL; }
+
 const char *cg_target_names(void) {
   char *s = ir_strdup("");
   for (int i = 0; i < NTARGETS; i++) s = ir_fmt("%s%s%s", s, i ? ", " : "", targets[i]->name);

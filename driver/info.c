@@ -28,7 +28,11 @@ static const char *const kind_names[K_COUNT] = {"embedding", "attention", "mlp",
                                                 "norm",      "output",    "other"};
 
 /* Ops that move or rescale values without mixing positions: attention
- * projections reach the attention op through them. */
+ * projections reach the attention op through them. This and
+ * is_attention_op are shardc info's pattern for telling attention
+ * parameters from MLP ones, not properties of the ops (gelu is as
+ * elementwise as scale but marks an MLP), so they stay here rather than in
+ * ops.def. */
 static bool transparent(IrOp op) {
   switch (op) {
   case IR_OP_SPLIT: case IR_OP_ROPE: case IR_OP_RESHAPE: case IR_OP_SPLIT_HEADS:

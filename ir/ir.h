@@ -199,7 +199,8 @@ bool ir_dtype_is_float(IrDType t);
 typedef enum IrShardKind { IR_REPLICATED, IR_SPLIT, IR_PARTIAL } IrShardKind;
 /* IR_AXIS_EMBED is not an axis of the mesh (it has no size of its own)
  * but the group of each pipeline's first and last stage, which hold the
- * tied embedding: `pp-tie` all-reduces its gradient over it (axis = 3). */
+ * tied embedding. The runtime sums the tied gradients over it; no pass
+ * writes a collective on it, but the IR names it (axis = 3). */
 typedef enum IrMeshAxis { IR_AXIS_TENSOR, IR_AXIS_PIPELINE, IR_AXIS_DATA, IR_AXIS_EMBED } IrMeshAxis;
 #define IR_MESH_AXES 3
 typedef struct IrShard {
@@ -240,6 +241,10 @@ enum {
   IR_OPF_PARALLEL = 1 << 7,    /* written by the parallelism passes (tp_copy, collectives,
                                 * pp_boundary) */
   IR_OPF_COLLECTIVE = 1 << 8,  /* exchanges data between the ranks of mesh axis `axis` */
+  IR_OPF_ACCUMULATES = 1 << 9, /* can add its result into its destination instead of writing
+                                * it (a GEMM with beta = 1, embedding_grad's scatter): the
+                                * memory plan lets it write a param's gradient straight into
+                                * the gradient slot */
 };
 
 /* How the memory plan may cut a node into chunks of rows (the `rows`
@@ -253,6 +258,10 @@ typedef enum IrRowRule {
   IR_ROWS_PARTS,     /* split, concat along the last axis: all inputs and outputs R rows */
   IR_ROWS_SEQUENCES, /* whole sequences: input 0 is [b, s, width] and a chunk holds whole s */
   IR_ROWS_IDS,       /* embedding: one integer id per row */
+  /* Not cut, but sums over all rows, so that a run of chunks can carry it
+   * to the run's end (PassMemPlan.sunk): */
+  IR_ROWS_SUM,       /* linear_dw: a weight gradient, always */
+  IR_ROWS_SUM_TO,    /* sum_to: a bias gradient, when the result's dims are a suffix of x's */
 } IrRowRule;
 
 typedef struct IrNode IrNode;
@@ -329,8 +338,9 @@ struct IrValue {
   /* IR_VAL_PARAM made by `pp-partition`: this stage's copy of the
    * parameter `tied`, which another virtual stage holds (the tied GPT-2
    * embedding, read by the first and the last stage). It is initialised
-   * and checkpointed as `tied`, and `pp-tie` sums the two gradients so
-   * that both copies stay identical. Printed ` tied(@NAME)`. */
+   * and checkpointed as `tied`, and the runtime sums the two gradients
+   * once per step so that both copies stay identical. Printed
+   * ` tied(@NAME)`. */
   IrValue *tied;
 };
 

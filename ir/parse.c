@@ -617,15 +617,21 @@ static bool is_numbered(Token t) {
   return true;
 }
 
+/* Whether the name of token t (its first `skip` characters left out) is
+ * defined in scope already; reports "redefinition of WHAT NAME" and where
+ * it was first defined when it is. */
+static bool redefined(Parser *p, const void *scope, Token t, size_t skip, const char *what) {
+  Sym *s = sym_find(&p->syms, scope, t.s + skip, t.len - skip);
+  if (!s) return false;
+  ir_error(tok_loc(p, t), "redefinition of %s%s", what, tok_desc(t));
+  ir_note(s->loc, "first defined here");
+  return true;
+}
+
 /* Declares %name (a result, an arg or an input). Returns NULL after
  * reporting a redefinition. */
 static Sym *declare_value(Parser *p, Token t, IrValue *v) {
-  Sym *s = sym_find(&p->syms, &scope_values, t.s + 1, t.len - 1);
-  if (s) {
-    ir_error(tok_loc(p, t), "redefinition of %s", tok_desc(t));
-    ir_note(s->loc, "first defined here");
-    return NULL;
-  }
+  if (redefined(p, &scope_values, t, 1, "")) return NULL;
   return sym_add(&p->syms, &scope_values, t.s + 1, t.len - 1, v, tok_loc(p, t));
 }
 
@@ -1060,22 +1066,24 @@ static bool declare_anyway(Parser *p, const void *scope, Token t, size_t skip) {
   return false;
 }
 
+/* The `NAME '='` after the keyword of a config or an output line: the
+ * name in *name; false after reporting what is missing. */
+static bool name_and_eq(Parser *p, Token *name, const char *what) {
+  next(p);
+  *name = p->tok;
+  if (name->kind != T_IDENT) return expected(p, what);
+  next(p);
+  return expect(p, '=', "'='");
+}
+
 /* config := 'config' NAME '=' expr */
 static bool parse_config(Parser *p) {
-  next(p);
-  Token name = p->tok;
-  if (name.kind != T_IDENT) return expected(p, "a config name");
-  next(p);
-  if (!expect(p, '=', "'='")) return false;
+  Token name;
+  if (!name_and_eq(p, &name, "a config name")) return false;
   IrExpr *e = parse_expr_top(p);
   if (!e || !end_of_line(p)) return false;
   IrLoc loc = tok_loc(p, name);
-  Sym *s = sym_find(&p->syms, &scope_configs, name.s, name.len);
-  if (s) {
-    ir_error(loc, "redefinition of config %s", tok_desc(name));
-    ir_note(s->loc, "first defined here");
-    return true;
-  }
+  if (redefined(p, &scope_configs, name, 0, "config ")) return true;
   ir_add_config(p->g, tok_str(name), e, loc);
   sym_add(&p->syms, &scope_configs, name.s, name.len, NULL, loc);
   return true;
@@ -1169,12 +1177,7 @@ static bool parse_param(Parser *p) {
       (accept(p, '=') && !parse_init(p, &init)) || !end_of_line(p))
     return declare_anyway(p, p->g, name, 1);
   IrLoc loc = tok_loc(p, name);
-  Sym *s = sym_find(&p->syms, p->g, name.s + 1, name.len - 1);
-  if (s) {
-    ir_error(loc, "redefinition of parameter %s", tok_desc(name));
-    ir_note(s->loc, "first defined here");
-    return true;
-  }
+  if (redefined(p, p->g, name, 1, "parameter ")) return true;
   IrValue *v = ir_add_param(p->g, tok_name(name), type, init, loc);
   v->shard = shard;
   v->pad_dim = pad.pad_dim;
@@ -1186,23 +1189,15 @@ static bool parse_param(Parser *p) {
 
 /* output := 'output' NAME '=' ref */
 static bool parse_output(Parser *p) {
-  next(p);
-  Token name = p->tok;
-  if (name.kind != T_IDENT) return expected(p, "an output name");
-  next(p);
-  if (!expect(p, '=', "'='")) return false;
+  Token name;
+  if (!name_and_eq(p, &name, "an output name")) return false;
   Token r = p->tok;
   if (r.kind != T_VALUE && r.kind != T_PARAM) return expected(p, "a value (%N, %input or @param)");
   next(p);
   if (!end_of_line(p)) return false;
   IrValue *v = resolve(p, r);
   IrLoc loc = tok_loc(p, name);
-  Sym *s = sym_find(&p->syms, &scope_outputs, name.s, name.len);
-  if (s) {
-    ir_error(loc, "redefinition of output %s", tok_desc(name));
-    ir_note(s->loc, "first defined here");
-    return true;
-  }
+  if (redefined(p, &scope_outputs, name, 0, "output ")) return true;
   sym_add(&p->syms, &scope_outputs, name.s, name.len, NULL, loc);
   if (v && v != POISON) ir_add_output(p->g, tok_str(name), v);
   return true;

@@ -9,7 +9,6 @@
  * user has to see the two sides to know which one to fix. A rule whose input
  * is still unknown returns false silently: an earlier error explains it. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
@@ -20,37 +19,9 @@
 
 static const char *op_name(const IrNode *n) { return ir_op_info(n->op)->name; }
 
-static bool is_float(IrDType t) {
-  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
-}
 static bool is_int(IrDType t) { return t == IR_I32 || t == IR_I64; }
 
 static IrType *in_type(const IrNode *n, int i) { return &n->in[i]->type; }
-
-/* "f32[1, 1024, 768]", for messages that are about dtypes as well. */
-static char *type_str(const IrType *t) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) die("open_memstream failed");
-  ir_type_print(f, t);
-  fclose(f);
-  char *s = ir_strdup(buf);
-  free(buf);
-  return s;
-}
-
-static char *expr_str(const IrExpr *e) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) die("open_memstream failed");
-  ir_expr_print(f, e);
-  fclose(f);
-  char *s = ir_strdup(buf);
-  free(buf);
-  return s;
-}
 
 #define S(t) ir_shape_str(t)
 
@@ -70,18 +41,11 @@ static void set_out(IrNode *n, int i, IrDType dt, int rank, const int64_t *shape
   ir_type_set_shape(&n->out[i]->type, dt, rank, shape);
 }
 
-static bool same_type(const IrType *a, const IrType *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return false;
-  return true;
-}
-
 /* Checks that input i has a float dtype (the math ops compute in floats). */
 static bool want_float(IrNode *n, int i, const char *what) {
   const IrType *t = in_type(n, i);
-  if (is_float(t->dtype)) return true;
-  ir_error(n->loc, "%s: %s must be a float tensor, got %s", op_name(n), what, type_str(t));
+  if (ir_dtype_is_float(t->dtype)) return true;
+  ir_error(n->loc, "%s: %s must be a float tensor, got %s", op_name(n), what, ir_type_str(t));
   return false;
 }
 
@@ -89,7 +53,7 @@ static bool want_int(IrNode *n, int i, const char *what) {
   const IrType *t = in_type(n, i);
   if (is_int(t->dtype)) return true;
   ir_error(n->loc, "%s: %s must be an integer tensor (i32 or i64), got %s", op_name(n), what,
-           type_str(t));
+           ir_type_str(t));
   return false;
 }
 
@@ -139,7 +103,7 @@ static const IrExpr *attr_expr(IrNode *n, const char *name) {
   if (!ir_expr_is_literal(e)) {
     ir_error(e->loc.line > 0 ? e->loc : n->loc,
              "%s: attribute %s = %s is not a number yet (run the fold pass first)", op_name(n),
-             name, expr_str(e));
+             name, ir_expr_str(e));
     return NULL;
   }
   return e;
@@ -153,7 +117,7 @@ static bool get_int(IrNode *n, const char *name, int64_t *out) {
   const IrExpr *e = attr_expr(n, name);
   if (!e) return false;
   if (e->kind != IR_EX_INT) {
-    ir_error(attr_loc(n, e), "%s: %s must be an integer, got %s", op_name(n), name, expr_str(e));
+    ir_error(attr_loc(n, e), "%s: %s must be an integer, got %s", op_name(n), name, ir_expr_str(e));
     return false;
   }
   *out = e->i;
@@ -197,7 +161,7 @@ static bool get_num(IrNode *n, const char *name, double *out) {
   else if (e->kind == IR_EX_FLOAT)
     *out = e->f;
   else {
-    ir_error(attr_loc(n, e), "%s: %s must be a number, got %s", op_name(n), name, expr_str(e));
+    ir_error(attr_loc(n, e), "%s: %s must be a number, got %s", op_name(n), name, ir_expr_str(e));
     return false;
   }
   return true;
@@ -211,7 +175,7 @@ static bool get_num_in(IrNode *n, const char *name, double lo, bool lo_open, dou
   double v = *out;
   if ((lo_open ? v > lo : v >= lo) && v < hi) return true;
   ir_error(attr_loc(n, attr_expr(n, name)), "%s: %s must be %s, got %s", op_name(n), name, range,
-           expr_str(attr_expr(n, name)));
+           ir_expr_str(attr_expr(n, name)));
   return false;
 }
 
@@ -254,14 +218,14 @@ static bool shape_attr(IrNode *n, int64_t *shape, int *rank) {
   IrExpr *const *items = e->kind == IR_EX_LIST ? e->args : (IrExpr *const *)&e;
   int count = e->kind == IR_EX_LIST ? e->nargs : 1;
   if (count > IR_MAX_RANK) {
-    ir_error(attr_loc(n, e), "%s: shape %s has more than %d dims", op_name(n), expr_str(e),
+    ir_error(attr_loc(n, e), "%s: shape %s has more than %d dims", op_name(n), ir_expr_str(e),
              IR_MAX_RANK);
     return false;
   }
   for (int i = 0; i < count; i++) {
     if (items[i]->kind != IR_EX_INT || items[i]->i <= 0) {
       ir_error(attr_loc(n, items[i]), "%s: shape %s must hold positive integers", op_name(n),
-               expr_str(e));
+               ir_expr_str(e));
       return false;
     }
     shape[i] = items[i]->i;
@@ -284,7 +248,7 @@ bool ir_shape_zeros(IrNode *n) {
   }
   if (!ok) return false;
   if (!numel(shape, rank, &total)) {
-    ir_error(n->loc, "zeros: shape %s has too many elements", expr_str(attr_expr(n, "shape")));
+    ir_error(n->loc, "zeros: shape %s has too many elements", ir_expr_str(attr_expr(n, "shape")));
     return false;
   }
   set_out(n, 0, (IrDType)dt, rank, shape);
@@ -375,7 +339,7 @@ static bool reshape_target(IrNode *n, int64_t *shape, int *rank, int *infer) {
   IrExpr *const *items = e->kind == IR_EX_LIST ? e->args : (IrExpr *const *)&e;
   int count = e->kind == IR_EX_LIST ? e->nargs : 1;
   if (count > IR_MAX_RANK) {
-    ir_error(attr_loc(n, e), "reshape: shape %s has more than %d dims", expr_str(e), IR_MAX_RANK);
+    ir_error(attr_loc(n, e), "reshape: shape %s has more than %d dims", ir_expr_str(e), IR_MAX_RANK);
     return false;
   }
   *infer = -1;
@@ -384,7 +348,7 @@ static bool reshape_target(IrNode *n, int64_t *shape, int *rank, int *infer) {
     bool bad = d->kind != IR_EX_INT || d->i == 0 || d->i < -1 || (d->i == -1 && *infer >= 0);
     if (bad) {
       ir_error(attr_loc(n, d), "reshape: shape %s must hold positive integers and at most one -1",
-               expr_str(e));
+               ir_expr_str(e));
       return false;
     }
     if (d->i == -1) *infer = i;
@@ -400,7 +364,7 @@ bool ir_shape_reshape(IrNode *n) {
   int64_t shape[IR_MAX_RANK], have, want = 1;
   int rank, infer;
   if (!reshape_target(n, shape, &rank, &infer)) return false;
-  char *target = expr_str(attr_expr(n, "shape"));
+  char *target = ir_expr_str(attr_expr(n, "shape"));
   bool ok = numel(x->shape, x->rank, &have);
   for (int i = 0; ok && i < rank; i++)
     if (i != infer) ok = !__builtin_mul_overflow(want, shape[i], &want);
@@ -511,7 +475,7 @@ bool ir_shape_concat(IrNode *n) {
     for (int d = 0; ok && d < x->rank; d++) ok = d == axis || t->shape[d] == x->shape[d];
     if (!ok) {
       ir_error(n->loc, "concat: x%d %s does not match x0 %s except along axis %lld", i,
-               type_str(t), type_str(x), (long long)axis);
+               ir_type_str(t), ir_type_str(x), (long long)axis);
       return false;
     }
     if (__builtin_add_overflow(shape[axis], t->shape[axis], &shape[axis])) {
@@ -531,8 +495,8 @@ bool ir_shape_broadcast(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *a = in_type(n, 0), *b = in_type(n, 1);
   if (a->dtype != b->dtype) {
-    ir_error(n->loc, "%s: a %s and b %s have different dtypes", op_name(n), type_str(a),
-             type_str(b));
+    ir_error(n->loc, "%s: a %s and b %s have different dtypes", op_name(n), ir_type_str(a),
+             ir_type_str(b));
     return false;
   }
   int rank = a->rank > b->rank ? a->rank : b->rank;
@@ -575,9 +539,9 @@ bool ir_shape_same2(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *a = in_type(n, 0), *b = in_type(n, 1);
   if (!((int)want_float(n, 0, "gate") & (int)want_float(n, 1, "up"))) return false;
-  if (!same_type(a, b)) {
-    ir_error(n->loc, "%s: gate %s and up %s must have the same type", op_name(n), type_str(a),
-             type_str(b));
+  if (!ir_type_same(a, b)) {
+    ir_error(n->loc, "%s: gate %s and up %s must have the same type", op_name(n), ir_type_str(a),
+             ir_type_str(b));
     return false;
   }
   set_out(n, 0, a->dtype, a->rank, a->shape);
@@ -675,7 +639,8 @@ static bool attention_kv(IrNode *n, int i, int64_t kvh, int64_t d, bool causal) 
  * attention and attention_grad. */
 static bool attention_inputs(IrNode *n) {
   const IrType *q = in_type(n, 0), *k = in_type(n, 1), *v = in_type(n, 2);
-  int64_t heads, kv;
+  /* kv = 0: read only where get_int set it, which gcc cannot see through the & chain. */
+  int64_t heads, kv = 0;
   bool causal;
   bool ok = (int)get_pos_int(n, "heads", &heads) & (int)get_int(n, "kv_heads", &kv) &
             (int)get_flag(n, "causal", &causal);
@@ -690,8 +655,8 @@ static bool attention_inputs(IrNode *n) {
          ok;
   if (!ok) return false;
   if (q->dtype != k->dtype || q->dtype != v->dtype) {
-    ir_error(n->loc, "%s: q %s, k %s and v %s must have one dtype", op_name(n), type_str(q),
-             type_str(k), type_str(v));
+    ir_error(n->loc, "%s: q %s, k %s and v %s must have one dtype", op_name(n), ir_type_str(q),
+             ir_type_str(k), ir_type_str(v));
     return false;
   }
   int64_t kvh = kv ? kv : heads;
@@ -767,9 +732,9 @@ bool ir_shape_cross_entropy(IrNode *n) {
 /* Inputs i and j of one type, named a and b in messages. */
 static bool want_same(IrNode *n, int i, const char *a, int j, const char *b) {
   const IrType *x = in_type(n, i), *y = in_type(n, j);
-  if (same_type(x, y)) return true;
-  ir_error(n->loc, "%s: %s %s and %s %s must have the same type", op_name(n), a, type_str(x), b,
-           type_str(y));
+  if (ir_type_same(x, y)) return true;
+  ir_error(n->loc, "%s: %s %s and %s %s must have the same type", op_name(n), a, ir_type_str(x), b,
+           ir_type_str(y));
   return false;
 }
 
@@ -831,7 +796,7 @@ bool ir_shape_sum_to(IrNode *n) {
     ok = shape[rank - i] == 1 || shape[rank - i] == x->shape[x->rank - i];
   if (!ok) {
     ir_error(n->loc, "sum_to: shape %s does not broadcast to x%s",
-             expr_str(attr_expr(n, "shape")), S(x));
+             ir_expr_str(attr_expr(n, "shape")), S(x));
     return false;
   }
   set_out(n, 0, x->dtype, rank, shape);
@@ -936,7 +901,8 @@ bool ir_shape_cross_entropy_grad(IrNode *n) {
 bool ir_shape_collective(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *x = in_type(n, 0);
-  int64_t axis, size, dim = 0;
+  /* axis = 0: read only where get_int set it (as kv in attention_inputs). */
+  int64_t axis = 0, size, dim = 0;
   bool has_dim = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_TP_SLICE ||
                  n->op == IR_OP_REDUCE_SCATTER;
   bool ok = (int)get_int(n, "axis", &axis) & (int)get_pos_int(n, "size", &size);
@@ -1024,9 +990,9 @@ bool ir_shape_repeat(IrNode *n) {
     if (!ir_type_known(y)) return false;
     for (int d = 0; d < y->rank; d++)
       if (y->dims[d]) y->shape[d] = y->dims[d]->i;
-    if (!same_type(y, in)) {
+    if (!ir_type_same(y, in)) {
       ir_error(n->loc, "repeat %s: the body yields %s for carried value %d, which enters as %s",
-               n->label ? n->label : "", type_str(y), i, type_str(in));
+               n->label ? n->label : "", ir_type_str(y), i, ir_type_str(in));
       ok = false;
     }
   }

@@ -52,20 +52,9 @@ static int vid(const Ad *ad, const IrValue *v) {
   return v->id;
 }
 
-static bool is_float(IrDType t) {
-  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
-}
-
-static bool same_type(const IrType *a, const IrType *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return false;
-  return true;
-}
-
 /* Whether v needs a gradient: a float value some parameter flows into. */
 static bool wants(const Ad *ad, const IrValue *v) {
-  return is_float(v->type.dtype) && ad->dep[vid(ad, v)];
+  return ir_dtype_is_float(v->type.dtype) && ad->dep[vid(ad, v)];
 }
 
 /* --------------------------------------------------------------- nodes */
@@ -126,7 +115,7 @@ static IrValue *emit1(Ad *ad, IrOp op, IrValue **in, int nin, const IrAttr *give
 /* Adds g to the gradient of v (when v wants one). */
 static void give(Ad *ad, IrValue *v, IrValue *g) {
   if (!g || !wants(ad, v)) return;
-  if (!same_type(&g->type, &v->type))
+  if (!ir_type_same(&g->type, &v->type))
     die("autodiff: gradient of type %s%s for a value of type %s%s", ir_dtype_name(g->type.dtype),
         ir_shape_str(&g->type), ir_dtype_name(v->type.dtype), ir_shape_str(&v->type));
   IrValue **slot = &ad->grad[vid(ad, v)];
@@ -136,7 +125,7 @@ static void give(Ad *ad, IrValue *v, IrValue *g) {
 /* dy reduced to the shape of `like` over the dims broadcasting stretched;
  * dy itself when no dim was. */
 static IrValue *sum_to(Ad *ad, IrValue *dy, const IrValue *like) {
-  if (same_type(&dy->type, &like->type)) return dy;
+  if (ir_type_same(&dy->type, &like->type)) return dy;
   return emit1(ad, IR_OP_SUM_TO, INS(dy), ATTRS({"shape", shape_list(ad, &like->type)}));
 }
 
@@ -516,10 +505,6 @@ static bool check_graph(IrGraph *g) {
   return ok;
 }
 
-static const char *type_str(const IrType *t) {
-  return ir_fmt("%s%s", ir_dtype_name(t->dtype), ir_shape_str(t));
-}
-
 /* The one scalar float output, the loss; NULL after reporting why not. */
 static IrValue *find_loss(IrGraph *g) {
   IrValue *loss = NULL;
@@ -528,7 +513,7 @@ static IrValue *find_loss(IrGraph *g) {
   for (int i = 0; i < g->outputs.len; i++) {
     IrValue *v = g->outputs.items[i];
     const char *name = g->output_names.items[i];
-    if (v->type.rank != 0 || !is_float(v->type.dtype)) continue;
+    if (v->type.rank != 0 || !ir_dtype_is_float(v->type.dtype)) continue;
     if (loss) {
       ir_error(v->loc, "autodiff: outputs '%s' and '%s' are both scalars; autodiff needs "
                "exactly one scalar output, the loss", loss_name, name);
@@ -542,7 +527,7 @@ static IrValue *find_loss(IrGraph *g) {
     IrValue *v = g->outputs.items[0];
     ir_error(v->loc, "autodiff: output '%s' is %s, not a scalar; autodiff needs exactly one "
              "scalar float output, the loss", (const char *)g->output_names.items[0],
-             type_str(&v->type));
+             ir_type_str(&v->type));
   } else if (!loss) {
     ir_error((IrLoc){0}, "autodiff: model '%s' has no output to differentiate", g->name);
   }

@@ -84,7 +84,7 @@ typedef struct PassMemPlan {
   int64_t *scratch_offset, *scratch_bytes;
   int64_t scratch_per_thread; /* reals: the most one node's scratch needs per thread; 0: none */
   /* Row chunks, planned only when the policy asks (PassMemPolicy.row_chunks,
-   * the CPU target's): a run of nodes that each compute rows of their
+   * the CPU target's; memplan_rows.c): a run of nodes that each compute rows of their
    * outputs from the same rows of their inputs (the token rows of the
    * model: a linear layer, a norm, an elementwise loop; attention when a
    * chunk holds whole sequences) runs as one parallel loop over chunks of

@@ -78,7 +78,6 @@ bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
 bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
-bool pass_pp_tie(IrGraph **g, const PassOptions *opt);
 
 /* The pipeline report (`shardc compile --report pp`): per virtual stage
  * its physical stage, chunk, layers, forward FLOPs and messages, and the

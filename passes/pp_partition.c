@@ -1,8 +1,7 @@
 /* Pipeline parallelism on the compiler side: `pp-partition` places the
  * unrolled forward graph on p stages x v chunks and inserts the messages
- * between them; `pp-tie` keeps the copies of a parameter that two stages
- * share (the tied GPT-2 embedding) identical; `--report pp` prints the
- * placement.
+ * between them and copies a parameter that two stages share (the tied
+ * GPT-2 embedding); `--report pp` prints the placement.
  *
  * Placement (Megatron-LM): chunk c of stage r is virtual stage c*p + r and
  * holds a contiguous run of layers; virtual stage 0 also holds everything
@@ -32,11 +31,9 @@
  * last virtual stage gets a second parameter for the last stage, NAME.stageK
  * tied(@NAME), read by that stage's nodes. The rank programs sum the two
  * copies' gradients in the runtime, once per step (runtime/exec.c
- * sum_tied), so no target pipeline runs pp-tie; run by hand (--passes),
- * it writes the same sum into the IR, each copy's gradient the all-reduce
- * of both over the embedding group (all_reduce axis 3), for a graph that
- * is not compiled to programs. Any other sharing across stages is an
- * error. */
+ * sum_tied), which is the one place the sum is made: the IR holds no
+ * all-reduce of them, so that it shows only what the programs run. Any
+ * other sharing across stages is an error. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -367,42 +364,6 @@ bool pass_pp_partition(IrGraph **gp, const PassOptions *opt) {
   if (P.p == 1) return true;
   if (!tie_params(&P)) return false;
   insert_boundaries(&P);
-  return true;
-}
-
-/* ------------------------------------------------------------- pp-tie */
-
-/* After autodiff: the gradient of each tied pair becomes, on both
- * stages, the all-reduce of its two contributions over the embedding
- * group, so that the optimizer steps both copies alike. */
-bool pass_pp_tie(IrGraph **gp, const PassOptions *opt) {
-  (void)opt;
-  IrGraph *g = ir_top(*gp);
-  for (int i = 0; i < g->params.len; i++) {
-    IrValue *copy = g->params.items[i];
-    if (!copy->tied) continue;
-    IrValue *pair[2] = {copy->tied, copy};
-    for (int k = 0; k < 2; k++) {
-      IrValue *w = pair[k], *gr = w->grad;
-      if (!gr || gr->kind != IR_VAL_NODE) {
-        ir_error(w->loc, "pp-tie: @%s has no gradient yet; run autodiff first", w->name);
-        return false;
-      }
-      if (gr->def->op == IR_OP_ALL_REDUCE && ir_attr_int(gr->def, "axis") == IR_AXIS_EMBED) {
-        ir_error(w->loc, "pp-tie: the gradient of @%s is all-reduced over the embedding group "
-                 "already", w->name);
-        return false;
-      }
-      IrAttr attrs[2] = {{"axis", ir_expr_int(IR_AXIS_EMBED, w->loc)},
-                         {"size", ir_expr_int(2, w->loc)}};
-      IrNode *n = ir_add_node(g, IR_OP_ALL_REDUCE, &gr, 1, attrs, 2, 1, w->loc);
-      n->phase = IR_PHASE_BACKWARD;
-      n->stage = gr->def->stage;
-      n->out[0]->type = gr->type;
-      n->out[0]->shard = gr->shard;
-      w->grad = n->out[0];
-    }
-  }
   return true;
 }
 

@@ -22,8 +22,6 @@ const Pass pass_registry[] = {
      "insert pp_boundary messages; copy tied params", pass_pp_partition},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",
      pass_autodiff},
-    {"pp-tie", "all-reduce the gradients of tied param copies over the embedding group",
-     pass_pp_tie},
     {"memplan", "plan the offset of every buffer of the rank program by liveness", pass_memplan},
     {NULL, NULL, NULL},
 };

@@ -122,7 +122,11 @@ IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim) {
 }
 
 /* Ops a column-parallel output passes through on its way to the row-
- * parallel GEMM: each works head by head or element by element. */
+ * parallel GEMM: each works head by head or element by element. This is
+ * the Megatron annotator's own pattern, not a property of the ops, so it
+ * stays here rather than in ops.def: it lists the ops inside one attention
+ * or MLP block, and leaves out ops that are as local (add, sub, the norms)
+ * because a residual add or a norm is where a block ends. */
 static bool passes_through(const IrNode *n) {
   switch (n->op) {
   case IR_OP_SPLIT:

@@ -68,10 +68,6 @@ static IrShard spec_of(const IrValue *v) {
   return s;
 }
 
-static bool is_float(IrDType t) {
-  return t == IR_F32 || t == IR_F64 || t == IR_BF16 || t == IR_F16;
-}
-
 /* -------------------------------------------------------- the rewriter */
 
 /* A conversion already made: the value `from` as spec `want`. Conversions
@@ -237,7 +233,7 @@ static IrValue *copy_of(Part *P, IrGraph *g, IrValue *v, IrLoc loc) {
  * sequence. */
 static IrShard resolved(Part *P, const IrValue *v, IrLoc loc) {
   const IrType *t = &v->type;
-  if (!P->sp || t->rank != 3 || !is_float(t->dtype)) return spec_r();
+  if (!P->sp || t->rank != 3 || !ir_dtype_is_float(t->dtype)) return spec_r();
   if (t->shape[1] % P->t == 0) return spec_s(1, 1);
   if (!P->seq_reported)
     ir_error(loc, "tensor parallelism: --sequence-parallel splits the sequence over t = %d ranks, "
@@ -594,7 +590,7 @@ static void apply_plan(Part *P, IrGraph *g, IrNode *n, Plan *pl) {
   for (int j = 0; j < n->nout; j++) n->out[j]->shard = pl->out;
   if (is_r(pl->out)) return;
   for (int i = 0; i < n->nin; i++)
-    if (is_r(spec_of(n->in[i])) && is_float(n->in[i]->type.dtype))
+    if (is_r(spec_of(n->in[i])) && ir_dtype_is_float(n->in[i]->type.dtype))
       n->in[i] = copy_of(P, g, n->in[i], n->loc);
 }
 

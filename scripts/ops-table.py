@@ -31,6 +31,7 @@ FLAG_WORDS = {
     "IR_OPF_INTERNAL": "internal",
     "IR_OPF_PARALLEL": "tensor parallel",
     "IR_OPF_COLLECTIVE": "collective",
+    "IR_OPF_ACCUMULATES": "accumulates",
 }
 
 

@@ -100,7 +100,7 @@ static void check_groups(Checker *c) {
     CHECK(f <= i && i <= l, "node %d outside its group [%d, %d]", i, f, l);
     if (f != i || l != i) CHECK(c->p->fused[i], "node %d grouped but not fused", i);
     if (c->p->fused[i])
-      CHECK((ir_op_info(n->op)->flags & IR_OPF_ELEMENTWISE) || n->op == IR_OP_SWIGLU_GRAD,
+      CHECK(ir_op_info(n->op)->flags & IR_OPF_ELEMENTWISE,
             "node %d (%s) fused but not elementwise", i, ir_op_info(n->op)->name);
     if (c->p->absorbed[i])
       CHECK(n->op == IR_OP_ADD && !c->p->fused[i] && !c->p->view[i], "node %d absorbed but not an add", i);

@@ -8,6 +8,11 @@ add_executable(cgtool ${CG_TESTS_DIR}/cgtool.c)
 target_link_libraries(cgtool PRIVATE shard_codegen shard_frontend shard_passes shard_ir)
 set(CGTOOL $<TARGET_FILE:cgtool>)
 
+# Every op of ops.def is written by the emitter core or by every target.
+add_executable(op_coverage ${CG_TESTS_DIR}/op_coverage.c)
+target_link_libraries(op_coverage PRIVATE shard_codegen shard_passes shard_ir)
+add_test(NAME codegen/op_coverage COMMAND op_coverage)
+
 # Small shapes of the shipped models: odd vocabulary, GQA for LLaMA.
 set(CG_GPT2_TINY -D vocab=61 -D seq=16 -D hidden=32 -D heads=2 -D layers=2 -D batch=2)
 set(CG_LLAMA_TINY -D vocab=61 -D seq=16 -D hidden=32 -D heads=4 -D kv_heads=2 -D layers=2

@@ -1,7 +1,7 @@
 #!/bin/sh
-# `shardc info --json` against the published numbers: GPT-2's four exact
-# parameter counts (REFERENCE.md), Llama-2-7B's and the 1T model's of the
-# Megatron-LM paper, and the GPT models' FLOPs per token against the paper's
+# `shardc info --json` against the published numbers: GPT-2's four published
+# parameter counts, Llama-2-7B's and the 1T model's of the Megatron-LM
+# paper, and the GPT models' FLOPs per token against the paper's
 # 72 l h^2 (1 + s/(6h) + V/(12 l h)) (per token: the per-step formula / B s).
 #   counts.sh SHARDC MODELS_DIR
 set -u

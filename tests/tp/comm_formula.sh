@@ -1,7 +1,7 @@
 #!/bin/sh
-# Checks the comm report against REFERENCE.md: one transformer layer's
-# tensor-parallel collectives send 8*b*s*h*(t-1)/t elements per rank and
-# microbatch (two all-reduces forward and two backward of b*s*h each, a
+# Checks the comm report against the formula in docs/parallelism.md: one
+# transformer layer's tensor-parallel collectives send 8*b*s*h*(t-1)/t
+# elements per rank and microbatch (two all-reduces forward and two backward of b*s*h each, a
 # ring all-reduce sending 2(t-1)/t of its buffer). The per-layer numbers are
 # the difference of the reports with layers=2 and layers=1. With sequence
 # parallelism the all-gathers and reduce-scatters that replace them send

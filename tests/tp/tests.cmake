@@ -1,6 +1,6 @@
 # Tensor and sequence parallelism on the compiler side: the partitioned IR
 # (golden, text out), the collectives one layer adds (counted), the comm
-# report against the formula of REFERENCE.md, model annotations, and every
+# report against the formula in docs/parallelism.md, model annotations, and every
 # configuration error. Golden outputs regenerate with
 #   UPDATE=1 ctest -R '^tp/' && git diff tests/tp
 # (read every changed line before keeping it).
