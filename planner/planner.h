@@ -1,0 +1,106 @@
+/* The planner: the cost of a rank program's ops and collectives (cost.c)
+ * and the simulator that replays the action tables with those costs
+ * (sim.c), on a hardware description (hw.h). It predicts the step time,
+ * throughput and memory of a configuration without running it;
+ * docs/planner.md describes the model and its calibration. */
+#ifndef SHARDC_PLANNER_H
+#define SHARDC_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+#include "hw.h"
+
+/* A configuration to simulate. */
+typedef struct PlConfig {
+  int tp, pp, dp, vpp;   /* t, p, d, v */
+  int microbatch;        /* b, sequences */
+  int global_batch;      /* B, sequences per step: m = B / (b d) */
+  const char *schedule;  /* a name of passes/schedule.h's registry; NULL: the default */
+  bool sequence_parallel;
+  int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
+} PlConfig;
+
+/* Where the ranks of each parallel group sit: the rank order is Megatron's
+ * (tensor fastest, then data, then pipeline), so a tensor group fills a
+ * node first and pipeline neighbours are t*d ranks apart. */
+typedef struct PlLink {
+  double bw;  /* bytes/s one member moves in one direction, efficiency included */
+  double lat; /* seconds per message step */
+} PlLink;
+PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
+PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
+PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
+
+/* Alpha-beta ring collectives over n members, `bytes` the whole tensor
+ * (the all-gather's result, the reduce-scatter's input). */
+double pl_all_reduce_s(PlLink l, int n, double bytes);
+double pl_all_gather_s(PlLink l, int n, double bytes);
+double pl_reduce_scatter_s(PlLink l, int n, double bytes);
+/* The roofline: a GEMM of `flops` on the efficiency curve, and an op that
+ * moves `bytes` through memory. */
+double pl_gemm_s(const PlHw *hw, double flops);
+double pl_memory_s(const PlHw *hw, double bytes);
+
+/* The cost of a part of one rank program for one microbatch. */
+typedef struct PlCost {
+  double fwd, bwd;             /* seconds: forward and backward */
+  double fwd_comm, bwd_comm;   /* the part of them spent in tensor-parallel collectives */
+  double fwd_flops, bwd_flops; /* matrix FLOPs one rank does */
+  int64_t params;              /* parameter elements one rank holds */
+} PlCost;
+
+/* A model as the planner sees it: its layer stack costed from ONE layer of
+ * the partitioned, differentiated rank program, which every layer repeats,
+ * and the parts before and after it. */
+typedef struct PlModel {
+  PlCost pre, layer, post; /* embedding side, one layer, head and loss */
+  int layers;              /* iterations of every top-level repeat together */
+  int64_t tied;            /* parameter elements read both before and after the layers */
+  int64_t b, s, h, heads;  /* the layer stack's activation [b, s, h] and attention heads */
+  int64_t msg_elems;       /* the activation one rank holds between layers */
+  double flops_per_mb;     /* forward matrix FLOPs of one microbatch, all tensor ranks */
+} PlModel;
+
+/* Builds the model from a folded, typed graph whose batch is the
+ * microbatch: partitions it for c's tensor parallelism, differentiates one
+ * layer and costs every node on hw. False after reporting errors. */
+bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out);
+
+/* What a pipeline stage's ranks need and do (all ranks of a stage alike). */
+typedef struct PlStage {
+  int layers;           /* layers of all its chunks */
+  int peak_stash;       /* most microbatch-chunks awaiting their backward */
+  double compute;       /* seconds of F, B and W in a step */
+  double finish;        /* when its step ends */
+  int64_t params;       /* parameter elements per rank */
+  double weights, grads, optimizer, activations, total; /* bytes per rank */
+} PlStage;
+
+typedef struct PlResult {
+  double step_time;      /* seconds */
+  double model_flops;    /* per step, all GPUs: 3x the forward, no recomputation */
+  double tflops_per_gpu; /* model_flops / (step_time * GPUs) / 1e12 */
+  double mfu;            /* of the bf16 peak */
+  double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
+  double memory_max;     /* bytes, the most of any rank */
+  double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
+  double p2p_s, dp_s, opt_s;  /* one pipeline message, one chunk's reduction, the optimizer */
+  int microbatches;
+  int nstages;
+  PlStage *stages;       /* p entries, malloc'ed (pl_result_free) */
+} PlResult;
+
+/* Replays every stage's action table with the model's costs. False with a
+ * message in *error (malloc'ed) when the configuration is impossible. */
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error);
+void pl_result_free(PlResult *r);
+
+/* Activation bytes of one layer for one microbatch (Korthikanti et al.,
+ * REFERENCE.md), 16-bit activations, no recomputation. */
+double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel);
+
+#endif

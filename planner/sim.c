@@ -1,0 +1,328 @@
+/* The simulator: replays every stage's action table (the same tables the
+ * runtime executes, from passes/schedule.c) with the cost model's times.
+ *
+ * Each stage walks its table in order with its own clock. F, B and W take
+ * their chunk's time. A batch of SEND/RECV actions is posted at the
+ * stage's clock and completes, as the runtime's rendezvous does, when every
+ * message of it has been posted at both ends and has crossed the link; the
+ * stage waits for that. REDUCE_GRADS starts a data-parallel reduction on
+ * the stage's communication stream, which overlaps the compute after it
+ * (the runtime waits for it at OPT_STEP); OPT_STEP waits for every
+ * reduction and then runs the optimizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/schedule.h"
+#include "planner.h"
+
+/* Bytes of what the optimizer touches per parameter: read the fp32
+ * gradient, read and write the fp32 master weight and both Adam moments,
+ * write the bf16 weight. */
+enum { OPT_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 };
+/* Bytes per gradient element the data-parallel reduction moves: 16-bit,
+ * as Megatron-LM's fp16 training of the paper all-reduced its gradients
+ * (docs/planner.md); the fp32 copy the memory counts is the optimizer's. */
+enum { GRAD_COMM_BYTES = 2 };
+
+/* What one replay needs besides the tables. */
+typedef struct Sim {
+  const RtSchedule *s;
+  int p, v, nv;
+  double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
+  double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
+  double msg;         /* one pipeline message */
+  double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
+  bool has_w;         /* the tables split backward into B and W */
+} Sim;
+
+/* Messages between an ordered pair of stages, in posting order: when each
+ * end posted message k (negative: not yet). */
+typedef struct Pair {
+  double *sent, *recvd;
+  int nsent, nrecvd, cap;
+} Pair;
+
+static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
+  Pair *q = &pairs[from * p + to];
+  if (!q->cap) {
+    q->cap = cap;
+    q->sent = malloc(sizeof(double) * (size_t)cap);
+    q->recvd = malloc(sizeof(double) * (size_t)cap);
+    for (int i = 0; i < cap; i++) q->sent[i] = q->recvd[i] = -1;
+  }
+  return q;
+}
+
+/* Posts the batch starting at action i of stage r at time `now`, giving
+ * each message its index in its pair's order (idx). Returns the batch's end. */
+static int post_batch(const RtSchedTable *t, int r, int i, double now, Pair *pairs, int p,
+                      int cap, int *idx) {
+  int j = i;
+  do {
+    const RtSchedAction *a = &t->actions[j];
+    bool send = a->kind == RT_SCHED_SEND;
+    Pair *q = pair(pairs, p, send ? r : a->peer, send ? a->peer : r, cap);
+    if (send) q->sent[idx[j] = q->nsent++] = now;
+    else q->recvd[idx[j] = q->nrecvd++] = now;
+    j++;
+  } while (j < t->n && (t->actions[j].flags & RT_SCHED_JOIN));
+  return j;
+}
+
+/* When the posted batch [i, end) of stage r completes, or -1 while a
+ * message's other end has not been posted. */
+static double batch_done(const Sim *S, const RtSchedTable *t, int r, int i, int end, Pair *pairs,
+                         const int *idx) {
+  double done = 0;
+  for (int j = i; j < end; j++) {
+    const RtSchedAction *a = &t->actions[j];
+    bool send = a->kind == RT_SCHED_SEND;
+    Pair *q = &pairs[(send ? r : a->peer) * S->p + (send ? a->peer : r)];
+    double other = send ? q->recvd[idx[j]] : q->sent[idx[j]];
+    double mine = send ? q->sent[idx[j]] : q->recvd[idx[j]];
+    if (other < 0) return -1;
+    double at = (other > mine ? other : mine) + S->msg;
+    if (at > done) done = at;
+  }
+  return done;
+}
+
+/* The time of a compute action of stage r. */
+static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
+  int k = rt_sched_vstage(S->s, r, a->chunk);
+  if (a->kind == RT_SCHED_F) return S->f[k];
+  if (!S->has_w) return S->b[k];
+  return S->b[k] / 2; /* B and W split the backward's GEMMs evenly */
+}
+
+/* Replays the tables: finish[r] is when stage r's step ends, pipe_end[r]
+ * when its last compute action does. False on a deadlock (tables that
+ * verified never have one). */
+static bool replay(const Sim *S, double *finish, double *pipe_end, double *compute) {
+  int p = S->p, cap = 0;
+  for (int r = 0; r < p; r++) cap = S->s->stages[r].n > cap ? S->s->stages[r].n : cap;
+  Pair *pairs = calloc((size_t)p * (size_t)p, sizeof(Pair));
+  int *pc = calloc((size_t)p, sizeof(int)), *posted_end = calloc((size_t)p, sizeof(int));
+  int **idx = calloc((size_t)p, sizeof(int *));
+  double *clock = calloc((size_t)p, sizeof(double)), *stream = calloc((size_t)p, sizeof(double));
+  for (int r = 0; r < p; r++) idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
+  bool progress = true, ok = true;
+  int left = p;
+  while (left > 0 && progress) {
+    progress = false;
+    for (int r = 0; r < p; r++) {
+      const RtSchedTable *t = &S->s->stages[r];
+      while (pc[r] < t->n) {
+        const RtSchedAction *a = &t->actions[pc[r]];
+        if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
+          if (!posted_end[r]) {
+            posted_end[r] = post_batch(t, r, pc[r], clock[r], pairs, p, cap, idx[r]);
+            progress = true; /* the peers may go on now */
+          }
+          double done = batch_done(S, t, r, pc[r], posted_end[r], pairs, idx[r]);
+          if (done < 0) break;
+          clock[r] = done > clock[r] ? done : clock[r];
+          pc[r] = posted_end[r], posted_end[r] = 0;
+        } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
+          int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
+          double start = stream[r] > clock[r] ? stream[r] : clock[r];
+          stream[r] = start + S->reduce[k];
+          pc[r]++;
+        } else if (a->kind == RT_SCHED_OPT_STEP) {
+          clock[r] = (stream[r] > clock[r] ? stream[r] : clock[r]) + S->opt + S->tail;
+          pc[r]++;
+        } else {
+          double d = compute_time(S, a, r);
+          clock[r] += d, compute[r] += d, pipe_end[r] = clock[r];
+          pc[r]++;
+        }
+        progress = true;
+        if (pc[r] == t->n) left--, finish[r] = clock[r];
+      }
+    }
+  }
+  if (left > 0) ok = false;
+  for (int i = 0; i < p * p; i++) free(pairs[i].sent), free(pairs[i].recvd);
+  for (int r = 0; r < p; r++) free(idx[r]);
+  free(pairs), free(pc), free(posted_end), free(idx), free(clock), free(stream);
+  return ok;
+}
+
+/* Layers per virtual stage: even where they divide, else the extra layers
+ * go to the middle stages, which hold neither the embedding nor the head. */
+static int *layout(int layers, int nv) {
+  int *count = malloc(sizeof(int) * (size_t)nv);
+  for (int k = 0; k < nv; k++) count[k] = layers / nv;
+  int extra = layers % nv;
+  for (int k = 1; k < nv - 1 && extra > 0; k++, extra--) count[k]++;
+  for (int k = 0; extra > 0; k = (k + 1) % nv, extra--) count[k]++;
+  return count;
+}
+
+static char *fmt_error(const char *fmt, int a, int b, int c) {
+  char *e = malloc(256);
+  snprintf(e, 256, fmt, a, b, c);
+  return e;
+}
+
+/* Checks the shape of the configuration; *error set when it fails. */
+static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
+  int bd = c->microbatch * c->dp;
+  if (c->global_batch % bd != 0) {
+    *error = fmt_error("global batch %d is not a multiple of microbatch x dp = %d x %d",
+                       c->global_batch, c->microbatch, c->dp);
+    return false;
+  }
+  if (m->layers < c->pp * c->vpp) {
+    *error = fmt_error("the model has %d layers, fewer than the p x v = %d x %d virtual stages",
+                       m->layers, c->pp, c->vpp);
+    return false;
+  }
+  return true;
+}
+
+/* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
+static void chunk_costs(const PlModel *m, int nv, const int *count, Sim *S, int64_t *params) {
+  for (int k = 0; k < nv; k++) {
+    S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * m->layer.bwd;
+    params[k] = count[k] * m->layer.params;
+    if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
+    if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
+  }
+  /* One virtual stage holds a tied parameter once. */
+  if (nv == 1) params[0] -= m->tied;
+}
+
+/* Memory of stage r per rank (REFERENCE.md): bf16 weights (2 bytes per
+ * parameter), fp32 gradients (4), fp32 master weights and Adam moments
+ * (12, or 12/d with ZeRO-1), and the activations of the schedule's peak
+ * stash of microbatch-chunks. */
+static void stage_memory(const PlModel *m, const PlConfig *c, PlStage *st, int max_chunk_layers) {
+  double P = (double)st->params;
+  st->weights = 2 * P;
+  st->grads = 4 * P;
+  st->optimizer = 12 * P / (c->zero && c->dp > 1 ? c->dp : 1);
+  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel) *
+                    max_chunk_layers * st->peak_stash;
+  st->total = st->weights + st->grads + st->optimizer + st->activations;
+}
+
+/* The one-off costs of a step: the optimizer over the state this rank
+ * updates, and what follows it (ZeRO-1 gathers the updated weights; the
+ * tied embedding's gradient is summed between the first and last stage). */
+static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int64_t max_params,
+                       Sim *S) {
+  int zd = c->zero && c->dp > 1 ? c->dp : 1;
+  S->opt = pl_memory_s(hw, (double)max_params / zd * OPT_BYTES_PER_PARAM);
+  S->tail = 0;
+  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, 2.0 * (double)max_params);
+  if (c->pp * c->vpp > 1 && m->tied)
+    S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, GRAD_COMM_BYTES * (double)m->tied);
+}
+
+/* One pipeline message: with t > 1 and no sequence parallelism each
+ * tensor rank sends its 1/t of the activation and the receiver gathers
+ * the rest inside its node (Megatron's scatter/gather). */
+static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
+  double bytes = 2.0 * (double)m->msg_elems;
+  PlLink l = pl_pp_link(hw, c);
+  if (c->tp <= 1 || c->sequence_parallel) return l.lat + bytes / l.bw;
+  return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
+}
+
+/* Fills the per-stage figures and the totals after the replay. */
+static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const Sim *S,
+                      const int *count, const int64_t *params, const SchedReport *rep,
+                      const double *pipe_end, PlResult *out) {
+  int p = S->p;
+  double ideal = 0, end = 0;
+  for (int r = 0; r < p; r++) {
+    PlStage *st = &out->stages[r];
+    int most = 0;
+    for (int ch = 0; ch < S->v; ch++) {
+      int k = ch * p + r;
+      st->layers += count[k], st->params += params[k];
+      most = count[k] > most ? count[k] : most;
+    }
+    st->peak_stash = rep->peak_stash ? rep->peak_stash[r] : 0;
+    stage_memory(m, c, st, most);
+    if (st->compute > ideal) ideal = st->compute;
+    if (pipe_end[r] > end) end = pipe_end[r];
+    if (st->finish > out->step_time) out->step_time = st->finish;
+    if (st->total > out->memory_max) out->memory_max = st->total;
+  }
+  double gpus = (double)c->tp * c->pp * c->dp;
+  out->bubble_fraction = ideal > 0 ? (end - ideal) / ideal : 0;
+  out->model_flops = 3.0 * m->flops_per_mb * ((double)c->global_batch / c->microbatch);
+  out->tflops_per_gpu = out->step_time > 0 ? out->model_flops / (out->step_time * gpus) / 1e12 : 0;
+  out->mfu = out->tflops_per_gpu * 1e12 / hw->peak_flops[PL_BF16];
+  int busiest = 0;
+  for (int k = 1; k < S->nv; k++)
+    if (S->f[k] + S->b[k] > S->f[busiest] + S->b[busiest]) busiest = k;
+  out->f_chunk = S->f[busiest], out->b_chunk = S->b[busiest];
+  out->p2p_s = S->msg, out->dp_s = S->reduce[busiest], out->opt_s = S->opt;
+}
+
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error) {
+  *out = (PlResult){0};
+  *error = NULL;
+  if (!check_config(m, c, error)) return false;
+  const char *name = c->schedule ? c->schedule : sched_default_name(c->vpp);
+  const SchedDef *def = sched_find(name);
+  if (!def) {
+    *error = malloc(256);
+    snprintf(*error, 256, "no schedule '%s' (schedules: %s)", name, sched_names());
+    return false;
+  }
+  int m_mb = c->global_batch / (c->microbatch * c->dp);
+  SchedOptions so = {.pp = c->pp, .vpp = c->vpp, .microbatches = m_mb, .dp = c->dp,
+                     .buckets_per_chunk = 1};
+  SchedReport rep = {0};
+  RtSchedule *s = sched_build(def, &so, NULL, false, &rep);
+  if (!s) {
+    *error = strdup(rep.error ? rep.error : "the schedule does not build");
+    sched_report_free(&rep);
+    return false;
+  }
+  int p = c->pp, nv = c->pp * c->vpp;
+  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
+  S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
+  S.reduce = calloc((size_t)nv, sizeof(double));
+  int64_t *params = calloc((size_t)nv, sizeof(int64_t)), max_params = 0;
+  int *count = layout(m->layers, nv);
+  chunk_costs(m, nv, count, &S, params);
+  for (int k = 0; k < nv; k++) {
+    double grad_bytes = GRAD_COMM_BYTES * (double)params[k];
+    S.reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
+                          : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
+  }
+  for (int r = 0; r < p; r++) {
+    int64_t sum = 0;
+    for (int ch = 0; ch < c->vpp; ch++) sum += params[ch * p + r];
+    max_params = sum > max_params ? sum : max_params;
+  }
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->stages[r].n; i++) S.has_w |= s->stages[r].actions[i].kind == RT_SCHED_W;
+  S.msg = message_time(m, c, hw);
+  step_costs(m, c, hw, max_params, &S);
+  out->nstages = p, out->microbatches = m_mb;
+  out->stages = calloc((size_t)p, sizeof(PlStage));
+  double *finish = calloc((size_t)p, sizeof(double)), *pipe_end = calloc((size_t)p, sizeof(double));
+  double *compute = calloc((size_t)p, sizeof(double));
+  bool ok = replay(&S, finish, pipe_end, compute);
+  for (int r = 0; r < p; r++) out->stages[r].finish = finish[r], out->stages[r].compute = compute[r];
+  if (ok) summarise(m, c, hw, &S, count, params, &rep, pipe_end, out);
+  else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
+  free(finish), free(pipe_end), free(compute), free(S.f), free(S.b), free(S.reduce);
+  free(params), free(count);
+  sched_free(s);
+  sched_report_free(&rep);
+  return ok;
+}
+
+void pl_result_free(PlResult *r) {
+  free(r->stages);
+  r->stages = NULL;
+}
