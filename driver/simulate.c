@@ -36,7 +36,7 @@ static const DrvOption simulate_options[] = {
     {"--pp", "P", "pipeline stages (default 1)"},
     {"--dp", "D", "data-parallel replicas (default 1)"},
     {"--vpp", "V", "model chunks per stage (default 1)"},
-    {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`; default 1)"},
+    {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`; default: the model's)"},
     {"--global-batch", "N", "sequences per step (default: 8 microbatches per pipeline)"},
     {"--schedule", "NAME", "pipeline schedule (default 1f1b, interleaved when V > 1)"},
     {"--sequence-parallel", NULL, "with --tp: norms, dropout and residuals on sequence slices"},
@@ -78,10 +78,9 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   ok = int_arg(nargs, args, "--pp", 1, &c->pp) && ok;
   ok = int_arg(nargs, args, "--dp", 1, &c->dp) && ok;
   ok = int_arg(nargs, args, "--vpp", 1, &c->vpp) && ok;
-  ok = int_arg(nargs, args, "--microbatch", 1, &c->microbatch) && ok;
+  ok = int_arg(nargs, args, "--microbatch", 0, &c->microbatch) && ok;
   ok = int_arg(nargs, args, "--zero", 0, &c->zero) && ok;
-  if (!ok) return false;
-  ok = int_arg(nargs, args, "--global-batch", 8 * c->microbatch * c->dp, &c->global_batch);
+  ok = int_arg(nargs, args, "--global-batch", 0, &c->global_batch) && ok;
   if (c->zero > 1) {
     drv_usage_error(&drv_simulate_command, "--zero: expected 0 or 1");
     return false;
@@ -160,6 +159,10 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
   IrGraph *g = drv_load_and_check(model, nargs, args);
   PlModel m;
   if (!g || !pl_model_build(g, &c, &hw, &m)) return 1;
+  /* Without --microbatch the model's own batch (or -D batch) is the
+   * microbatch; without --global-batch each pipeline runs 8 of them. */
+  if (!c.microbatch) c.microbatch = (int)m.b;
+  if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
   PlResult r;
   char *error = NULL;
   if (!pl_simulate(&m, &c, &hw, &r, &error)) {

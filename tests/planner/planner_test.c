@@ -17,6 +17,11 @@
  *                        per GPU, the ratios printed
  *   planner_test scale   the 1T model on 3072 GPUs (p=64, v=2, m=512):
  *                        loading, costing and the replay in under a second
+ *   planner_test units   the alpha-beta collectives, the roofline and the
+ *                        links the topology gives each group, by hand
+ *   planner_test interleave  the 175B model on 96 GPUs (t=8, p=12):
+ *                        interleaving beats 1F1B at small batches and the
+ *                        gain shrinks as the batch grows, as the paper says
  *
  * MODELS names the models folder (argv[2]). Exit status 0 when every check
  * holds; each check prints what it compared. */
@@ -253,6 +258,80 @@ static void test_scale(void) {
   if (ok) pl_result_free(&r);
 }
 
+/* ----------------------------------------------------------------- units */
+
+static void test_units(void) {
+  PlLink l = {.bw = 100, .lat = 1};
+  /* Ring all-reduce of 400 bytes over 4: 2(n-1) steps of latency and
+   * 2(n-1)/n of the bytes through each member's link. */
+  check(close_to(pl_all_reduce_s(l, 4, 400), 6 * 1 + 1.5 * 400 / 100),
+        "all-reduce n=4, 400 B, alpha 1, beta 1/100: %g = 6 alpha + 6 = 12", pl_all_reduce_s(l, 4, 400));
+  check(close_to(pl_all_gather_s(l, 4, 400), 3 + 3), "all-gather n=4: %g = 3 alpha + 3/4 x 4 = 6",
+        pl_all_gather_s(l, 4, 400));
+  check(pl_all_reduce_s(l, 1, 400) == 0, "a group of one costs nothing");
+  PlHw hw = *pl_hw_find("a100");
+  double big = 1e13, t = pl_gemm_s(&hw, big), rate = big / t / hw.peak_flops[PL_BF16];
+  double half = hw.gemm_half, th = pl_gemm_s(&hw, half);
+  check(fabs(rate - hw.gemm_eff * big / (big + half)) < 1e-12,
+        "a100 GEMM of 1e13 FLOPs at %.4f of peak = gemm_eff F/(F + half)", rate);
+  check(close_to(half / th / hw.peak_flops[PL_BF16], hw.gemm_eff / 2),
+        "a GEMM of gemm_half FLOPs runs at half of gemm_eff: %.4f", half / th / hw.peak_flops[PL_BF16]);
+  check(close_to(pl_memory_s(&hw, 1e9), 1e9 / (hw.mem_bw * hw.mem_eff)),
+        "1 GB through memory: %.4g s = bytes / (bw x mem_eff)", pl_memory_s(&hw, 1e9));
+  check(pl_memory_s(&hw, 1) == hw.kernel_s, "a tiny op costs one kernel launch, %g s", hw.kernel_s);
+  /* Links: t=8 fills a node; d=32 at t=1 spans 4 nodes, 8 members on each
+   * sharing the node's adapters; d at t=8 has one member per node. */
+  PlConfig c = {.tp = 8, .pp = 1, .dp = 32, .vpp = 1};
+  PlLink tp = pl_tp_link(&hw, &c), dp = pl_dp_link(&hw, &c), pp;
+  check(close_to(tp.bw, hw.intra_bw * hw.comm_eff) && tp.lat == hw.intra_lat,
+        "t=8: the tensor group is inside a node, %.0f GB/s", tp.bw / 1e9);
+  check(close_to(dp.bw, hw.inter_bw / 8 * hw.comm_eff) && dp.lat == hw.inter_lat,
+        "t=8 d=32: the data group has one member per node, %.0f GB/s (one adapter)", dp.bw / 1e9);
+  c.tp = 1;
+  dp = pl_dp_link(&hw, &c);
+  check(close_to(dp.bw, hw.inter_bw * hw.comm_eff),
+        "t=1 d=32: 8 members per node share its 8 adapters, %.0f GB/s", dp.bw / 1e9);
+  c = (PlConfig){.tp = 2, .pp = 4, .dp = 1, .vpp = 1};
+  pp = pl_pp_link(&hw, &c);
+  check(pp.lat == hw.intra_lat, "t=2 p=4: the pipeline stays inside a node");
+  c.pp = 8;
+  pp = pl_pp_link(&hw, &c);
+  check(pp.lat == hw.inter_lat && close_to(pp.bw, hw.inter_bw / 8 * hw.comm_eff),
+        "t=2 p=8: pipeline messages cross nodes, %.0f GB/s per GPU", pp.bw / 1e9);
+}
+
+/* ------------------------------------------------------------ interleave */
+
+static void test_interleave(void) {
+  static const char *const shape_175b[] = {"hidden=12288", "heads=96", "layers=96", NULL};
+  static const int batches[] = {12, 24, 48, 96, 192};
+  double last_gain = INFINITY;
+  bool beats = true, shrinks = true;
+  for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+    double tf[2] = {0};
+    for (int v = 1; v <= 2; v++) {
+      PlConfig c = {.tp = 8, .pp = 12, .dp = 1, .vpp = v, .microbatch = 1,
+                    .global_batch = batches[i]};
+      PlModel m;
+      PlResult r;
+      if (!simulate(shape_175b, &c, "a100", &m, &r)) {
+        check(false, "175B B=%d v=%d did not simulate", batches[i], v);
+        return;
+      }
+      tf[v - 1] = r.tflops_per_gpu;
+      pl_result_free(&r);
+    }
+    double gain = tf[1] / tf[0] - 1;
+    printf("175B t=8 p=12 B=%3d: 1f1b %.1f, interleaved v=2 %.1f TFLOP/s per GPU, gain %+.1f%%\n",
+           batches[i], tf[0], tf[1], 100 * gain);
+    beats &= gain > 0;
+    shrinks &= gain < last_gain;
+    last_gain = gain;
+  }
+  check(beats, "interleaving beats 1F1B at every batch");
+  check(shrinks, "and its gain shrinks as the batch grows");
+}
+
 int main(int argc, char **argv) {
   atexit(ir_arena_free_all);
   const char *mode = argc > 1 ? argv[1] : "";
@@ -261,8 +340,10 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "memory") == 0) test_memory();
   else if (strcmp(mode, "paper") == 0) test_paper();
   else if (strcmp(mode, "scale") == 0) test_scale();
+  else if (strcmp(mode, "units") == 0) test_units();
+  else if (strcmp(mode, "interleave") == 0) test_interleave();
   else {
-    fprintf(stderr, "usage: planner_test bubble|memory|paper|scale [MODELS]\n");
+    fprintf(stderr, "usage: planner_test bubble|memory|paper|scale|units|interleave [MODELS]\n");
     return 2;
   }
   if (failures) printf("%d check%s failed\n", failures, failures == 1 ? "" : "s");
