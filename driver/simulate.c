@@ -41,6 +41,8 @@ static const DrvOption simulate_options[] = {
     {"--schedule", "NAME", "pipeline schedule (default 1f1b, interleaved when V > 1)"},
     {"--sequence-parallel", NULL, "with --tp: norms, dropout and residuals on sequence slices"},
     {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
+    {"--recompute", "none|selective|full",
+     "recompute activations in the backward: none (default), the attention core, every layer"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
     {"--json", NULL, "print one JSON object"},
     {NULL, NULL, NULL},
@@ -53,8 +55,9 @@ const DrvCommand drv_simulate_command = {
     "the hardware (a roofline with a GEMM efficiency curve, alpha-beta\n"
     "collectives over the node topology) and replays every stage's action\n"
     "table with those costs. TFLOP/s count model FLOPs (3x the forward's\n"
-    "matrix FLOPs, no recomputation); memory follows REFERENCE.md's formulas\n"
-    "times the schedule's peak stash. docs/planner.md describes the model.",
+    "matrix FLOPs) plus the recomputed forwards, as the paper counts; MFU\n"
+    "counts model FLOPs only. Memory follows REFERENCE.md's formulas times\n"
+    "the schedule's peak stash. docs/planner.md describes the model.",
     simulate_options, drv_cmd_simulate};
 
 /* A positive integer flag. */
@@ -86,13 +89,23 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     return false;
   }
   c->schedule = drv_value(nargs, args, "--schedule");
+  const char *rc = drv_value(nargs, args, "--recompute");
+  if (rc && strcmp(rc, "full") == 0) c->recompute = PL_RECOMPUTE_FULL;
+  else if (rc && strcmp(rc, "selective") == 0) c->recompute = PL_RECOMPUTE_SELECTIVE;
+  else if (rc && strcmp(rc, "none") != 0) {
+    drv_usage_error(&drv_simulate_command, "--recompute: expected none, selective or full, got '%s'", rc);
+    return false;
+  }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   return ok;
 }
 
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
 static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
-  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs\n", hw->name, c->tp, c->pp, c->dp,
-         c->vpp, c->microbatch, c->global_batch, r->microbatches, c->tp * c->pp * c->dp);
+  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs, recompute %s\n", hw->name, c->tp,
+         c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
+         c->tp * c->pp * c->dp, recompute_names[c->recompute]);
   printf("step time        %10.4f s\n", r->step_time);
   printf("TFLOP/s per GPU  %10.1f  (MFU %.1f%% of %.0f)\n", r->tflops_per_gpu, 100 * r->mfu,
          hw->peak_flops[PL_BF16] / 1e12);
@@ -123,7 +136,9 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   cJSON_AddNumberToObject(o, "mfu", r->mfu);
   cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
   cJSON_AddNumberToObject(o, "memory_bytes_per_gpu", r->memory_max);
+  cJSON_AddStringToObject(o, "recompute", recompute_names[c->recompute]);
   cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
+  cJSON_AddNumberToObject(o, "counted_flops_per_step", r->counted_flops);
   cJSON *st = cJSON_AddArrayToObject(o, "stages");
   for (int i = 0; i < r->nstages; i++) {
     const PlStage *s = &r->stages[i];

@@ -210,6 +210,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
     if (n->phase == IR_PHASE_FORWARD) {
       r->fwd += t, r->fwd_flops += flops;
+      if (n->op == IR_OP_ATTENTION) r->attn_fwd += t, r->attn_flops += flops;
       if (comm) r->fwd_comm += t;
     } else {
       r->bwd += t, r->bwd_flops += flops;
@@ -227,10 +228,15 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
 
 /* Korthikanti et al. (REFERENCE.md): s b h (34 + 5 a s / h) without
  * parallelism; with t-way tensor parallelism the parts inside the
- * parallel regions divide by t, and sequence parallelism divides the rest. */
-double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel) {
+ * parallel regions divide by t, and sequence parallelism divides the rest.
+ * Selective recomputation drops the attention core's 5 a s / h; full
+ * recomputation keeps only the layer's input, 2 s b h (/t with SP). */
+double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel,
+                                 PlRecompute recompute) {
   double sbh = (double)m->s * (double)m->b * (double)m->h, t = tp > 1 ? tp : 1;
   double as_h = m->h ? 5.0 * (double)m->heads * (double)m->s / (double)m->h : 0;
+  if (recompute == PL_RECOMPUTE_SELECTIVE) as_h = 0;
+  if (recompute == PL_RECOMPUTE_FULL) return 2 * sbh / (sequence_parallel ? t : 1);
   if (sequence_parallel) return sbh * (34 + as_h) / t;
   return sbh * (10 + 24 / t + as_h / t);
 }

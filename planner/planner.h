@@ -13,6 +13,10 @@
 #include "../passes/passes.h"
 #include "hw.h"
 
+/* Activation recomputation: none, the attention core (selective), or each
+ * layer's whole forward again in its backward (full). */
+typedef enum PlRecompute { PL_RECOMPUTE_NONE, PL_RECOMPUTE_SELECTIVE, PL_RECOMPUTE_FULL } PlRecompute;
+
 /* A configuration to simulate. */
 typedef struct PlConfig {
   int tp, pp, dp, vpp;   /* t, p, d, v */
@@ -21,6 +25,7 @@ typedef struct PlConfig {
   const char *schedule;  /* a name of passes/schedule.h's registry; NULL: the default */
   bool sequence_parallel;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
+  PlRecompute recompute;
 } PlConfig;
 
 /* Where the ranks of each parallel group sit: the rank order is Megatron's
@@ -49,6 +54,8 @@ typedef struct PlCost {
   double fwd, bwd;             /* seconds: forward and backward */
   double fwd_comm, bwd_comm;   /* the part of them spent in tensor-parallel collectives */
   double fwd_flops, bwd_flops; /* matrix FLOPs one rank does */
+  double attn_fwd, attn_flops; /* the forward attention core's seconds and FLOPs (selective
+                                * recomputation reruns them) */
   int64_t params;              /* parameter elements one rank holds */
 } PlCost;
 
@@ -82,8 +89,9 @@ typedef struct PlStage {
 typedef struct PlResult {
   double step_time;      /* seconds */
   double model_flops;    /* per step, all GPUs: 3x the forward, no recomputation */
-  double tflops_per_gpu; /* model_flops / (step_time * GPUs) / 1e12 */
-  double mfu;            /* of the bf16 peak */
+  double counted_flops;  /* model_flops plus the recomputed forwards (the paper's count) */
+  double tflops_per_gpu; /* counted_flops / (step_time * GPUs) / 1e12 */
+  double mfu;            /* model_flops / (step_time * GPUs) of the bf16 peak */
   double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
   double memory_max;     /* bytes, the most of any rank */
   double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
@@ -99,8 +107,9 @@ bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *
                  char **error);
 void pl_result_free(PlResult *r);
 
-/* Activation bytes of one layer for one microbatch (Korthikanti et al.,
- * REFERENCE.md), 16-bit activations, no recomputation. */
-double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel);
+/* Activation bytes one layer keeps for one microbatch until its backward
+ * (Korthikanti et al., REFERENCE.md), 16-bit activations. */
+double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel,
+                                 PlRecompute recompute);
 
 #endif

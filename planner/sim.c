@@ -182,10 +182,20 @@ static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
   return true;
 }
 
+/* What recomputation adds to one layer's backward: its forward again
+ * (full), or the attention core's (selective); as seconds or FLOPs. */
+static double recomputed(const PlModel *m, PlRecompute r, bool flops) {
+  if (r == PL_RECOMPUTE_FULL) return flops ? m->layer.fwd_flops : m->layer.fwd;
+  if (r == PL_RECOMPUTE_SELECTIVE) return flops ? m->layer.attn_flops : m->layer.attn_fwd;
+  return 0;
+}
+
 /* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
-static void chunk_costs(const PlModel *m, int nv, const int *count, Sim *S, int64_t *params) {
+static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *count, Sim *S,
+                        int64_t *params) {
+  double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
   for (int k = 0; k < nv; k++) {
-    S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * m->layer.bwd;
+    S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
     params[k] = count[k] * m->layer.params;
     if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
     if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
@@ -197,14 +207,17 @@ static void chunk_costs(const PlModel *m, int nv, const int *count, Sim *S, int6
 /* Memory of stage r per rank (REFERENCE.md): bf16 weights (2 bytes per
  * parameter), fp32 gradients (4), fp32 master weights and Adam moments
  * (12, or 12/d with ZeRO-1), and the activations of the schedule's peak
- * stash of microbatch-chunks. */
+ * stash of microbatch-chunks; with full recomputation also the one layer
+ * whose forward the backward is rerunning. */
 static void stage_memory(const PlModel *m, const PlConfig *c, PlStage *st, int max_chunk_layers) {
   double P = (double)st->params;
   st->weights = 2 * P;
   st->grads = 4 * P;
   st->optimizer = 12 * P / (c->zero && c->dp > 1 ? c->dp : 1);
-  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel) *
+  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
                     max_chunk_layers * st->peak_stash;
+  if (c->recompute == PL_RECOMPUTE_FULL)
+    st->activations += pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   st->total = st->weights + st->grads + st->optimizer + st->activations;
 }
 
@@ -254,9 +267,12 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
   }
   double gpus = (double)c->tp * c->pp * c->dp;
   out->bubble_fraction = ideal > 0 ? (end - ideal) / ideal : 0;
-  out->model_flops = 3.0 * m->flops_per_mb * ((double)c->global_batch / c->microbatch);
-  out->tflops_per_gpu = out->step_time > 0 ? out->model_flops / (out->step_time * gpus) / 1e12 : 0;
-  out->mfu = out->tflops_per_gpu * 1e12 / hw->peak_flops[PL_BF16];
+  double mbs = (double)c->global_batch / c->microbatch, t = c->tp > 1 ? c->tp : 1;
+  out->model_flops = 3.0 * m->flops_per_mb * mbs;
+  out->counted_flops = out->model_flops + m->layers * recomputed(m, c->recompute, true) * t * mbs;
+  double per_gpu = out->step_time > 0 ? 1 / (out->step_time * gpus) : 0;
+  out->tflops_per_gpu = out->counted_flops * per_gpu / 1e12;
+  out->mfu = out->model_flops * per_gpu / hw->peak_flops[PL_BF16];
   int busiest = 0;
   for (int k = 1; k < S->nv; k++)
     if (S->f[k] + S->b[k] > S->f[busiest] + S->b[busiest]) busiest = k;
@@ -292,7 +308,7 @@ bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t)), max_params = 0;
   int *count = layout(m->layers, nv);
-  chunk_costs(m, nv, count, &S, params);
+  chunk_costs(m, c, nv, count, &S, params);
   for (int k = 0; k < nv; k++) {
     double grad_bytes = GRAD_COMM_BYTES * (double)params[k];
     S.reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
