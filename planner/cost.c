@@ -190,6 +190,29 @@ static void count_params(IrGraph *g, PlCost *cost, int64_t *tied) {
   }
 }
 
+static bool body_divides(const IrGraph *body, int t) {
+  for (int i = 0; i < body->nodes.len; i++) {
+    const IrNode *n = body->nodes.items[i];
+    if (n->op == IR_OP_REPEAT && !body_divides(n->body, t)) return false;
+    if (n->op == IR_OP_ATTENTION) {
+      if (ir_attr_int(n, "heads") % t || ir_attr_int(n, "kv_heads") % t) return false;
+    }
+    int in, out;
+    const IrValue *w = pass_gemm_weight(n, &in, &out);
+    if (w && (w->type.shape[0] % t || w->type.shape[1] % t)) return false;
+  }
+  return true;
+}
+
+bool pl_tp_divides(const IrGraph *g, int t) {
+  if (t <= 1) return true;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (n->op == IR_OP_REPEAT && !body_divides(n->body, t)) return false;
+  }
+  return true;
+}
+
 bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out) {
   *out = (PlModel){0};
   if (!one_layer(g, out)) return false;

@@ -71,6 +71,11 @@ typedef struct PlModel {
   double flops_per_mb;     /* forward matrix FLOPs of one microbatch, all tensor ranks */
 } PlModel;
 
+/* Whether t divides what tensor parallelism splits in the layer stack of
+ * the folded, typed graph g: the attention heads (and kv heads) and both
+ * dims of every GEMM weight. */
+bool pl_tp_divides(const IrGraph *g, int t);
+
 /* Builds the model from a folded, typed graph whose batch is the
  * microbatch: partitions it for c's tensor parallelism, differentiates one
  * layer and costs every node on hw. False after reporting errors. */
@@ -79,6 +84,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
 /* What a pipeline stage's ranks need and do (all ranks of a stage alike). */
 typedef struct PlStage {
   int layers;           /* layers of all its chunks */
+  int chunk_layers;     /* layers of its largest chunk */
   int peak_stash;       /* most microbatch-chunks awaiting their backward */
   double compute;       /* seconds of F, B and W in a step */
   double finish;        /* when its step ends */
@@ -106,10 +112,54 @@ typedef struct PlResult {
 bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
                  char **error);
 void pl_result_free(PlResult *r);
+/* The memory per rank of a stage of a replayed configuration, had it run
+ * with c's recomputation and ZeRO-1 instead (they change no stash): fills
+ * weights .. total of st. */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st);
 
 /* Activation bytes one layer keeps for one microbatch until its backward
  * (Korthikanti et al., REFERENCE.md), 16-bit activations. */
 double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel,
                                  PlRecompute recompute);
+
+/* ---------------------------------------------------------------- search */
+
+/* What the search asks of its caller: the model, folded and typed, with
+ * `microbatch` sequences per microbatch (a fresh graph each call, since
+ * costing partitions it). NULL after reporting errors. */
+typedef IrGraph *(*PlLoadFn)(void *ctx, int microbatch);
+
+/* Why a family of configurations was dropped. */
+typedef enum PlReject {
+  PL_REJ_NODE,       /* the tensor group would span nodes */
+  PL_REJ_DIVISIBLE,  /* heads, hidden or the batch do not divide */
+  PL_REJ_LAYERS,     /* fewer layers than virtual stages */
+  PL_REJ_SCHEDULE,   /* the schedule refuses (p, v, m) */
+  PL_REJ_MEMORY,     /* does not fit even with full recomputation and ZeRO-1 */
+  PL_NREJECTS
+} PlReject;
+
+typedef struct PlCandidate {
+  PlConfig c;
+  double step_time, tflops_per_gpu, mfu, memory;
+} PlCandidate;
+
+typedef struct PlSearch {
+  PlCandidate *configs; /* every configuration that fits, fastest first (malloc'ed) */
+  int n;
+  int rejected[PL_NREJECTS];         /* configurations dropped, by reason */
+  char example[PL_NREJECTS][160];    /* one of each, described */
+  int simulated;                     /* replays run */
+} PlSearch;
+
+/* Searches t (within a node), p, v, the microbatch, recomputation,
+ * sequence parallelism and ZeRO-1 for `gpus` GPUs and a global batch,
+ * keeping what needs at most mem_limit bytes per GPU. False after a load
+ * error. */
+bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
+               double mem_limit, PlSearch *out);
+void pl_search_free(PlSearch *s);
+extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
+extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */
 
 #endif

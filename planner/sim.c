@@ -209,13 +209,13 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
  * (12, or 12/d with ZeRO-1), and the activations of the schedule's peak
  * stash of microbatch-chunks; with full recomputation also the one layer
  * whose forward the backward is rerunning. */
-static void stage_memory(const PlModel *m, const PlConfig *c, PlStage *st, int max_chunk_layers) {
+void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
   double P = (double)st->params;
   st->weights = 2 * P;
   st->grads = 4 * P;
   st->optimizer = 12 * P / (c->zero && c->dp > 1 ? c->dp : 1);
   st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
-                    max_chunk_layers * st->peak_stash;
+                    st->chunk_layers * st->peak_stash;
   if (c->recompute == PL_RECOMPUTE_FULL)
     st->activations += pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   st->total = st->weights + st->grads + st->optimizer + st->activations;
@@ -259,7 +259,8 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
       most = count[k] > most ? count[k] : most;
     }
     st->peak_stash = rep->peak_stash ? rep->peak_stash[r] : 0;
-    stage_memory(m, c, st, most);
+    st->chunk_layers = most;
+    pl_stage_memory(m, c, st);
     if (st->compute > ideal) ideal = st->compute;
     if (pipe_end[r] > end) end = pipe_end[r];
     if (st->finish > out->step_time) out->step_time = st->finish;

@@ -20,6 +20,10 @@
  *                        loading, costing and the replay in under a second
  *   planner_test units   the alpha-beta collectives, the roofline and the
  *                        links the topology gives each group, by hand
+ *   planner_test search  `shardc plan`'s search for the 1T model on 3072
+ *                        GPUs: finishes in seconds (timed, limit 10 s),
+ *                        finds configurations that fit, ranked by step
+ *                        time, and drops the rest with their reasons
  *   planner_test interleave  the 175B model on 96 GPUs (t=8, p=12):
  *                        interleaving beats 1F1B at small batches and the
  *                        gain shrinks as the batch grows, as the paper says
@@ -324,6 +328,44 @@ static void test_units(void) {
         "t=2 p=8: pipeline messages cross nodes, %.0f GB/s per GPU", pp.bw / 1e9);
 }
 
+/* ---------------------------------------------------------------- search */
+
+static IrGraph *load_1t(void *ctx, int microbatch) {
+  (void)ctx;
+  return load_gpt3(shape_1t, microbatch);
+}
+
+static void test_search(void) {
+  PlHw hw = *pl_hw_find("a100");
+  PlSearch s;
+  double t0 = now();
+  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, 0.9 * hw.mem_bytes, &s);
+  double dt = now() - t0;
+  check(ok && dt < 10, "plan 1T on 3072 GPUs, B=3072: %d simulated, %d fit, in %.2f s (limit 10 s)",
+        ok ? s.simulated : 0, ok ? s.n : 0, dt);
+  if (!ok) return;
+  bool sorted = true, fit = true;
+  for (int i = 0; i < s.n; i++) {
+    if (i && s.configs[i].step_time < s.configs[i - 1].step_time) sorted = false;
+    if (s.configs[i].memory > 0.9 * hw.mem_bytes) fit = false;
+  }
+  check(s.n > 0 && sorted && fit, "the %d kept are ranked by step time and all fit in %.1f GiB",
+        s.n, 0.9 * hw.mem_bytes / 1073741824.0);
+  if (s.n) {
+    const PlCandidate *c = &s.configs[0];
+    printf("best: t=%d p=%d d=%d v=%d b=%d recompute %s%s%s: %.1f TFLOP/s per GPU, %.1f GiB\n",
+           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, c->c.microbatch, pl_recompute_names[c->c.recompute],
+           c->c.sequence_parallel ? ", SP" : "", c->c.zero ? ", ZeRO-1" : "", c->tflops_per_gpu,
+           c->memory / 1073741824.0);
+  }
+  for (int k = 0; k < PL_NREJECTS; k++)
+    if (s.rejected[k]) printf("dropped for %s: %d, e.g. %s\n", pl_reject_names[k], s.rejected[k],
+                              s.example[k]);
+  check(s.rejected[PL_REJ_MEMORY] > 0 && s.rejected[PL_REJ_NODE] > 0 && s.rejected[PL_REJ_LAYERS] > 0,
+        "memory, node size and layer count each dropped some");
+  pl_search_free(&s);
+}
+
 /* ------------------------------------------------------------ interleave */
 
 static void test_interleave(void) {
@@ -366,8 +408,9 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "scale") == 0) test_scale();
   else if (strcmp(mode, "units") == 0) test_units();
   else if (strcmp(mode, "interleave") == 0) test_interleave();
+  else if (strcmp(mode, "search") == 0) test_search();
   else {
-    fprintf(stderr, "usage: planner_test bubble|memory|paper|scale|units|interleave [MODELS]\n");
+    fprintf(stderr, "usage: planner_test bubble|memory|paper|scale|units|interleave|search [MODELS]\n");
     return 2;
   }
   if (failures) printf("%d check%s failed\n", failures, failures == 1 ? "" : "s");

@@ -8,7 +8,7 @@ add_executable(planner_test ${PLANNER_DIR}/planner_test.c)
 target_include_directories(planner_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(planner_test PRIVATE shard_planner shard_frontend shard_passes shard_ir m)
 
-foreach(mode bubble memory paper scale units interleave)
+foreach(mode bubble memory paper scale units interleave search)
   add_test(NAME planner/${mode} COMMAND planner_test ${mode} ${MODELS_DIR})
 endforeach()
 
@@ -28,3 +28,10 @@ planner_golden(simulate_gpt2_json 0 sh round.sh ${SHARDC} simulate ../../models/
                --pp 2 --vpp 2 --microbatch 4 --global-batch 16 --hw a100 --json)
 planner_golden(simulate_llama_text 0 sh round.sh ${SHARDC} simulate ../../models/llama.shard
                --tp 2 --sequence-parallel --pp 2 --dp 2 --zero 1 --global-batch 32 --hw h200)
+planner_golden(plan_gpt2_text 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw a100 --top 5)
+planner_golden(plan_gpt2_json 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw h200 --top 2 --json)
+planner_golden(err_plan_nothing_fits 1 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw a100 --memory-fraction 0.001)
+planner_golden(err_plan_flags 1 ${SHARDC} plan ../../models/gpt2.shard --gpus 8 --hw a100)
