@@ -158,7 +158,7 @@ bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw 
         try_pipelines(&S, &m, t, sp, b);
       }
   }
-  qsort(out->configs, (size_t)out->n, sizeof(PlCandidate), faster);
+  if (out->n) qsort(out->configs, (size_t)out->n, sizeof(PlCandidate), faster);
   return true;
 }
 

@@ -97,13 +97,15 @@ static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
 }
 
 /* Replays the tables: finish[r] is when stage r's step ends, pipe_end[r]
- * when its last compute action does. False on a deadlock (tables that
- * verified never have one). */
-static bool replay(const Sim *S, double *finish, double *pipe_end, double *compute) {
+ * when its last compute action does, stash[r] the most microbatch-chunks
+ * it holds between their F and B. False on a deadlock (a registered
+ * schedule's tables, which the schedule tests verify, never have one). */
+static bool replay(const Sim *S, double *finish, double *pipe_end, double *compute, int *stash) {
   int p = S->p, cap = 0;
   for (int r = 0; r < p; r++) cap = S->s->stages[r].n > cap ? S->s->stages[r].n : cap;
   Pair *pairs = calloc((size_t)p * (size_t)p, sizeof(Pair));
   int *pc = calloc((size_t)p, sizeof(int)), *posted_end = calloc((size_t)p, sizeof(int));
+  int *live = calloc((size_t)p, sizeof(int));
   int **idx = calloc((size_t)p, sizeof(int *));
   double *clock = calloc((size_t)p, sizeof(double)), *stream = calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
@@ -135,6 +137,8 @@ static bool replay(const Sim *S, double *finish, double *pipe_end, double *compu
         } else {
           double d = compute_time(S, a, r);
           clock[r] += d, compute[r] += d, pipe_end[r] = clock[r];
+          live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
+          if (live[r] > stash[r]) stash[r] = live[r];
           pc[r]++;
         }
         progress = true;
@@ -145,7 +149,7 @@ static bool replay(const Sim *S, double *finish, double *pipe_end, double *compu
   if (left > 0) ok = false;
   for (int i = 0; i < p * p; i++) free(pairs[i].sent), free(pairs[i].recvd);
   for (int r = 0; r < p; r++) free(idx[r]);
-  free(pairs), free(pc), free(posted_end), free(idx), free(clock), free(stream);
+  free(pairs), free(pc), free(posted_end), free(live), free(idx), free(clock), free(stream);
   return ok;
 }
 
@@ -246,7 +250,7 @@ static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) 
 
 /* Fills the per-stage figures and the totals after the replay. */
 static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const Sim *S,
-                      const int *count, const int64_t *params, const SchedReport *rep,
+                      const int *count, const int64_t *params, const int *stash,
                       const double *pipe_end, PlResult *out) {
   int p = S->p;
   double ideal = 0, end = 0;
@@ -258,7 +262,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
       st->layers += count[k], st->params += params[k];
       most = count[k] > most ? count[k] : most;
     }
-    st->peak_stash = rep->peak_stash ? rep->peak_stash[r] : 0;
+    st->peak_stash = stash[r];
     st->chunk_layers = most;
     pl_stage_memory(m, c, st);
     if (st->compute > ideal) ideal = st->compute;
@@ -281,61 +285,74 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
   out->p2p_s = S->msg, out->dp_s = S->reduce[busiest], out->opt_s = S->opt;
 }
 
-bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
-                 char **error) {
-  *out = (PlResult){0};
-  *error = NULL;
-  if (!check_config(m, c, error)) return false;
+/* The tables of c's schedule; NULL with *error set. They are not run
+ * through the verifier here: the schedule tests verify every registered
+ * schedule over many (p, v, m), the verifier would double the cost of a
+ * search, and a table that deadlocked would stall the replay, which says
+ * so. */
+static RtSchedule *build_tables(const PlConfig *c, char **error) {
   const char *name = c->schedule ? c->schedule : sched_default_name(c->vpp);
   const SchedDef *def = sched_find(name);
   if (!def) {
     *error = malloc(256);
     snprintf(*error, 256, "no schedule '%s' (schedules: %s)", name, sched_names());
-    return false;
+    return NULL;
   }
-  int m_mb = c->global_batch / (c->microbatch * c->dp);
-  SchedOptions so = {.pp = c->pp, .vpp = c->vpp, .microbatches = m_mb, .dp = c->dp,
-                     .buckets_per_chunk = 1};
-  SchedReport rep = {0};
-  RtSchedule *s = sched_build(def, &so, NULL, false, &rep);
-  if (!s) {
-    *error = strdup(rep.error ? rep.error : "the schedule does not build");
-    sched_report_free(&rep);
-    return false;
-  }
-  int p = c->pp, nv = c->pp * c->vpp;
-  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
-  S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
-  S.reduce = calloc((size_t)nv, sizeof(double));
-  int64_t *params = calloc((size_t)nv, sizeof(int64_t)), max_params = 0;
-  int *count = layout(m->layers, nv);
-  chunk_costs(m, c, nv, count, &S, params);
+  SchedOptions so = {.pp = c->pp, .vpp = c->vpp, .dp = c->dp, .buckets_per_chunk = 1,
+                     .microbatches = c->global_batch / (c->microbatch * c->dp)};
+  return sched_build_unverified(def, &so, error);
+}
+
+/* Every duration the replay needs: per virtual stage its F, B and
+ * reduction, the message, the optimizer and what follows it. */
+static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
+                    const int *count, int64_t *params) {
+  int p = S->p, nv = S->nv;
+  chunk_costs(m, c, nv, count, S, params);
   for (int k = 0; k < nv; k++) {
     double grad_bytes = GRAD_COMM_BYTES * (double)params[k];
-    S.reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
-                          : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
+    S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
+                           : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
   }
+  int64_t max_params = 0;
   for (int r = 0; r < p; r++) {
     int64_t sum = 0;
     for (int ch = 0; ch < c->vpp; ch++) sum += params[ch * p + r];
     max_params = sum > max_params ? sum : max_params;
   }
-  for (int r = 0; r < s->pp; r++)
-    for (int i = 0; i < s->stages[r].n; i++) S.has_w |= s->stages[r].actions[i].kind == RT_SCHED_W;
-  S.msg = message_time(m, c, hw);
-  step_costs(m, c, hw, max_params, &S);
-  out->nstages = p, out->microbatches = m_mb;
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < S->s->stages[r].n; i++)
+      S->has_w |= S->s->stages[r].actions[i].kind == RT_SCHED_W;
+  S->msg = message_time(m, c, hw);
+  step_costs(m, c, hw, max_params, S);
+}
+
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error) {
+  *out = (PlResult){0};
+  *error = NULL;
+  if (!check_config(m, c, error)) return false;
+  RtSchedule *s = build_tables(c, error);
+  if (!s) return false;
+  int p = c->pp, nv = c->pp * c->vpp;
+  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
+  S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
+  S.reduce = calloc((size_t)nv, sizeof(double));
+  int64_t *params = calloc((size_t)nv, sizeof(int64_t));
+  int *count = layout(m->layers, nv);
+  prepare(m, c, hw, &S, count, params);
+  out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));
   double *finish = calloc((size_t)p, sizeof(double)), *pipe_end = calloc((size_t)p, sizeof(double));
   double *compute = calloc((size_t)p, sizeof(double));
-  bool ok = replay(&S, finish, pipe_end, compute);
+  int *stash = calloc((size_t)p, sizeof(int));
+  bool ok = replay(&S, finish, pipe_end, compute, stash);
   for (int r = 0; r < p; r++) out->stages[r].finish = finish[r], out->stages[r].compute = compute[r];
-  if (ok) summarise(m, c, hw, &S, count, params, &rep, pipe_end, out);
+  if (ok) summarise(m, c, hw, &S, count, params, stash, pipe_end, out);
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   free(finish), free(pipe_end), free(compute), free(S.f), free(S.b), free(S.reduce);
-  free(params), free(count);
+  free(params), free(count), free(stash);
   sched_free(s);
-  sched_report_free(&rep);
   return ok;
 }
 
