@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../abi/schedule.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 #include "hw.h"
@@ -105,12 +106,21 @@ typedef struct PlResult {
   int microbatches;
   int nstages;
   PlStage *stages;       /* p entries, malloc'ed (pl_result_free) */
+  /* pl_simulate_timeline only (else NULL): the tables replayed, and when
+   * each action started and ended, [stage][action], in seconds (a batch's
+   * messages from posting to completion, a reduction on the stage's
+   * communication stream). */
+  RtSchedule *tables;
+  double **start, **end;
 } PlResult;
 
 /* Replays every stage's action table with the model's costs. False with a
  * message in *error (malloc'ed) when the configuration is impossible. */
 bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
                  char **error);
+/* The same, keeping the timeline in out->tables, start and end. */
+bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                          char **error);
 void pl_result_free(PlResult *r);
 /* The memory per rank of a stage of a replayed configuration, had it run
  * with c's recomputation and ZeRO-1 instead (they change no stash): fills

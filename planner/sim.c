@@ -96,61 +96,92 @@ static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
   return S->b[k] / 2; /* B and W split the backward's GEMMs evenly */
 }
 
-/* Replays the tables: finish[r] is when stage r's step ends, pipe_end[r]
- * when its last compute action does, stash[r] the most microbatch-chunks
- * it holds between their F and B. False on a deadlock (a registered
- * schedule's tables, which the schedule tests verify, never have one). */
-static bool replay(const Sim *S, double *finish, double *pipe_end, double *compute, int *stash) {
-  int p = S->p, cap = 0;
-  for (int r = 0; r < p; r++) cap = S->s->stages[r].n > cap ? S->s->stages[r].n : cap;
-  Pair *pairs = calloc((size_t)p * (size_t)p, sizeof(Pair));
-  int *pc = calloc((size_t)p, sizeof(int)), *posted_end = calloc((size_t)p, sizeof(int));
-  int *live = calloc((size_t)p, sizeof(int));
-  int **idx = calloc((size_t)p, sizeof(int *));
-  double *clock = calloc((size_t)p, sizeof(double)), *stream = calloc((size_t)p, sizeof(double));
-  for (int r = 0; r < p; r++) idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
-  bool progress = true, ok = true;
+/* The state of a replay and what it finds. start/end are NULL unless a
+ * timeline is wanted: then [stage][action], when each action starts and
+ * ends (a batch's messages from its posting to its completion; a
+ * reduction on the stage's communication stream). */
+typedef struct Replay {
+  Pair *pairs;
+  int cap;                     /* messages a pair can hold: the longest table */
+  int *pc, *posted_end, *live; /* per stage: next action, end of a posted batch, stash now */
+  int **idx;                   /* per action: a message's index in its pair's order */
+  double *clock, *stream;      /* per stage: compute clock, communication stream */
+  double *finish, *pipe_end, *compute;
+  int *stash;
+  double **start, **end;
+} Replay;
+
+static void mark(Replay *R, int r, int i, double from, double to) {
+  if (R->start) R->start[r][i] = from, R->end[r][i] = to;
+}
+
+/* Runs stage r's next action (or batch); false while the batch waits for
+ * a peer that has not posted its end. */
+static bool step(const Sim *S, Replay *R, int r, bool *progress) {
+  const RtSchedTable *t = &S->s->stages[r];
+  int i = R->pc[r];
+  const RtSchedAction *a = &t->actions[i];
+  double now = R->clock[r];
+  if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
+    if (!R->posted_end[r]) {
+      R->posted_end[r] = post_batch(t, r, i, now, R->pairs, S->p, R->cap, R->idx[r]);
+      *progress = true; /* the peers may go on now */
+    }
+    double done = batch_done(S, t, r, i, R->posted_end[r], R->pairs, R->idx[r]);
+    if (done < 0) return false;
+    R->clock[r] = done > now ? done : now;
+    for (int j = i; j < R->posted_end[r]; j++) mark(R, r, j, now, R->clock[r]);
+    R->pc[r] = R->posted_end[r], R->posted_end[r] = 0;
+  } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
+    int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
+    double from = R->stream[r] > now ? R->stream[r] : now;
+    R->stream[r] = from + S->reduce[k];
+    mark(R, r, i, from, R->stream[r]);
+    R->pc[r]++;
+  } else if (a->kind == RT_SCHED_OPT_STEP) {
+    double from = R->stream[r] > now ? R->stream[r] : now;
+    R->clock[r] = from + S->opt + S->tail;
+    mark(R, r, i, from, R->clock[r]);
+    R->pc[r]++;
+  } else {
+    double d = compute_time(S, a, r);
+    R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
+    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
+    if (R->live[r] > R->stash[r]) R->stash[r] = R->live[r];
+    mark(R, r, i, now, R->clock[r]);
+    R->pc[r]++;
+  }
+  *progress = true;
+  return true;
+}
+
+/* Replays the tables into R (finish, pipe_end, compute, stash and the
+ * timeline must be allocated). False on a deadlock: a registered
+ * schedule's tables, which the schedule tests verify, never have one. */
+static bool replay(const Sim *S, Replay *R) {
+  int p = S->p;
+  for (int r = 0; r < p; r++) R->cap = S->s->stages[r].n > R->cap ? S->s->stages[r].n : R->cap;
+  R->pairs = calloc((size_t)p * (size_t)p, sizeof(Pair));
+  R->pc = calloc((size_t)p, sizeof(int)), R->posted_end = calloc((size_t)p, sizeof(int));
+  R->live = calloc((size_t)p, sizeof(int));
+  R->idx = calloc((size_t)p, sizeof(int *));
+  R->clock = calloc((size_t)p, sizeof(double)), R->stream = calloc((size_t)p, sizeof(double));
+  for (int r = 0; r < p; r++) R->idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
+  bool progress = true;
   int left = p;
   while (left > 0 && progress) {
     progress = false;
     for (int r = 0; r < p; r++) {
-      const RtSchedTable *t = &S->s->stages[r];
-      while (pc[r] < t->n) {
-        const RtSchedAction *a = &t->actions[pc[r]];
-        if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
-          if (!posted_end[r]) {
-            posted_end[r] = post_batch(t, r, pc[r], clock[r], pairs, p, cap, idx[r]);
-            progress = true; /* the peers may go on now */
-          }
-          double done = batch_done(S, t, r, pc[r], posted_end[r], pairs, idx[r]);
-          if (done < 0) break;
-          clock[r] = done > clock[r] ? done : clock[r];
-          pc[r] = posted_end[r], posted_end[r] = 0;
-        } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
-          int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
-          double start = stream[r] > clock[r] ? stream[r] : clock[r];
-          stream[r] = start + S->reduce[k];
-          pc[r]++;
-        } else if (a->kind == RT_SCHED_OPT_STEP) {
-          clock[r] = (stream[r] > clock[r] ? stream[r] : clock[r]) + S->opt + S->tail;
-          pc[r]++;
-        } else {
-          double d = compute_time(S, a, r);
-          clock[r] += d, compute[r] += d, pipe_end[r] = clock[r];
-          live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
-          if (live[r] > stash[r]) stash[r] = live[r];
-          pc[r]++;
-        }
-        progress = true;
-        if (pc[r] == t->n) left--, finish[r] = clock[r];
-      }
+      int n = S->s->stages[r].n;
+      while (R->pc[r] < n && step(S, R, r, &progress))
+        if (R->pc[r] == n) left--, R->finish[r] = R->clock[r];
     }
   }
-  if (left > 0) ok = false;
-  for (int i = 0; i < p * p; i++) free(pairs[i].sent), free(pairs[i].recvd);
-  for (int r = 0; r < p; r++) free(idx[r]);
-  free(pairs), free(pc), free(posted_end), free(live), free(idx), free(clock), free(stream);
-  return ok;
+  for (int i = 0; i < p * p; i++) free(R->pairs[i].sent), free(R->pairs[i].recvd);
+  for (int r = 0; r < p; r++) free(R->idx[r]);
+  free(R->pairs), free(R->pc), free(R->posted_end), free(R->live), free(R->idx);
+  free(R->clock), free(R->stream);
+  return left == 0;
 }
 
 /* Layers per virtual stage: even where they divide, else the extra layers
@@ -327,8 +358,9 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   step_costs(m, c, hw, max_params, S);
 }
 
-bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
-                 char **error) {
+/* pl_simulate, and with `timeline` the tables and when each action ran. */
+static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool timeline,
+                     PlResult *out, char **error) {
   *out = (PlResult){0};
   *error = NULL;
   if (!check_config(m, c, error)) return false;
@@ -343,20 +375,39 @@ bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *
   prepare(m, c, hw, &S, count, params);
   out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));
-  double *finish = calloc((size_t)p, sizeof(double)), *pipe_end = calloc((size_t)p, sizeof(double));
-  double *compute = calloc((size_t)p, sizeof(double));
-  int *stash = calloc((size_t)p, sizeof(int));
-  bool ok = replay(&S, finish, pipe_end, compute, stash);
-  for (int r = 0; r < p; r++) out->stages[r].finish = finish[r], out->stages[r].compute = compute[r];
-  if (ok) summarise(m, c, hw, &S, count, params, stash, pipe_end, out);
+  Replay R = {.finish = calloc((size_t)p, sizeof(double)),
+              .pipe_end = calloc((size_t)p, sizeof(double)),
+              .compute = calloc((size_t)p, sizeof(double)), .stash = calloc((size_t)p, sizeof(int))};
+  if (timeline) {
+    R.start = calloc((size_t)p, sizeof(double *)), R.end = calloc((size_t)p, sizeof(double *));
+    for (int r = 0; r < p; r++)
+      R.start[r] = calloc((size_t)s->stages[r].n + 1, sizeof(double)),
+      R.end[r] = calloc((size_t)s->stages[r].n + 1, sizeof(double));
+  }
+  bool ok = replay(&S, &R);
+  for (int r = 0; r < p; r++) out->stages[r].finish = R.finish[r], out->stages[r].compute = R.compute[r];
+  if (ok) summarise(m, c, hw, &S, count, params, R.stash, R.pipe_end, out);
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
-  free(finish), free(pipe_end), free(compute), free(S.f), free(S.b), free(S.reduce);
-  free(params), free(count), free(stash);
-  sched_free(s);
+  out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
+  free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
+  free(S.f), free(S.b), free(S.reduce), free(params), free(count);
+  if (!timeline) sched_free(s);
   return ok;
 }
 
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error) {
+  return simulate(m, c, hw, false, out, error);
+}
+
+bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                          char **error) {
+  return simulate(m, c, hw, true, out, error);
+}
+
 void pl_result_free(PlResult *r) {
-  free(r->stages);
-  r->stages = NULL;
+  for (int i = 0; r->start && i < r->nstages; i++) free(r->start[i]), free(r->end[i]);
+  free(r->start), free(r->end), free(r->stages);
+  if (r->tables) sched_free(r->tables);
+  r->stages = NULL, r->start = r->end = NULL, r->tables = NULL;
 }

@@ -35,3 +35,7 @@ planner_golden(plan_gpt2_json 0 sh round.sh ${SHARDC} plan ../../models/gpt2.sha
 planner_golden(err_plan_nothing_fits 1 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
                --global-batch 64 --hw a100 --memory-fraction 0.001)
 planner_golden(err_plan_flags 1 ${SHARDC} plan ../../models/gpt2.shard --gpus 8 --hw a100)
+# The simulated timeline of a small 1F1B step with data parallelism:
+# compute, message waits, the reductions' stream and the optimizer.
+planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_trace.json
+               ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
