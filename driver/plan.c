@@ -2,6 +2,8 @@
  * and a global batch on a hardware description (planner/search.c) and
  * prints the fastest that fit, with why the others were dropped. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +19,7 @@ static const DrvOption plan_options[] = {
     {"--memory-fraction", "F", "the share of device memory a rank may plan for (default 0.9; "
      "the rest is workspaces, communication buffers and fragmentation)"},
     {"--json", NULL, "print one JSON object"},
+    {"--svg", "FILE", "draw every configuration tried: throughput against memory per GPU"},
     {NULL, NULL, NULL},
 };
 
@@ -104,6 +107,110 @@ static void print_json(const PlSearch *s, int top) {
   cJSON_Delete(o);
 }
 
+/* ------------------------------------------------------------------ SVG */
+
+/* The plot's frame: pixels of the axes and the ranges they show. */
+typedef struct Plot {
+  double x0, y0, w, h; /* the axes' box, y0 its top */
+  double xmax, ymax;   /* GiB and model TFLOP/s at the right and top edges */
+} Plot;
+
+static double px(const Plot *P, double gib) { return P->x0 + P->w * fmin(gib, P->xmax) / P->xmax; }
+static double py(const Plot *P, double tf) { return P->y0 + P->h * (1 - tf / P->ymax); }
+
+/* A tick step of 1, 2 or 5 times a power of ten giving about five ticks. */
+static double tick(double range) {
+  double raw = range / 5, p10 = pow(10, floor(log10(raw)));
+  return raw / p10 < 2 ? p10 : raw / p10 < 5 ? 2 * p10 : 5 * p10;
+}
+
+static void svg_axes(FILE *f, const Plot *P) {
+  fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#444'/>\n",
+          P->x0, P->y0, P->w, P->h);
+  double xs = tick(P->xmax), ys = tick(P->ymax);
+  for (double x = 0; x <= P->xmax + 1e-9; x += xs)
+    fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/><text x='%.1f' "
+            "y='%.1f' text-anchor='middle'>%g</text>\n", px(P, x), P->y0, px(P, x), P->y0 + P->h,
+            px(P, x), P->y0 + P->h + 18, x);
+  for (double y = 0; y <= P->ymax + 1e-9; y += ys)
+    fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/><text x='%.1f' "
+            "y='%.1f' text-anchor='end'>%g</text>\n", P->x0, py(P, y), P->x0 + P->w, py(P, y),
+            P->x0 - 6, py(P, y) + 4, y);
+  fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='middle'>memory per GPU (GiB)</text>\n",
+          P->x0 + P->w / 2, P->y0 + P->h + 42);
+  fprintf(f, "<text transform='translate(%.1f %.1f) rotate(-90)' text-anchor='middle'>model "
+          "TFLOP/s per GPU (no recomputation counted)</text>\n", P->x0 - 52, P->y0 + P->h / 2);
+}
+
+/* The legend's swatches are shapes of their own, not points of the plot. */
+static void svg_legend(FILE *f, double x, double y, int beyond, double limit) {
+  fprintf(f, "<rect x='%.1f' y='%.1f' width='230' height='%d' fill='#fff' stroke='#999'/>\n", x,
+          y, beyond ? 118 : 98);
+  fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='#1f77b4' fill-opacity='0.6'/><text x='%.1f' "
+          "y='%.1f'>fits in the limit</text>\n", x + 16, y + 20, x + 30, y + 24);
+  fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='none' stroke='#999'/><text x='%.1f' "
+          "y='%.1f'>does not fit</text>\n", x + 16, y + 42, x + 30, y + 46);
+  fprintf(f, "<circle cx='%.1f' cy='%.1f' r='7' fill='none' stroke='#d62728' stroke-width='2.5'/>"
+          "<text x='%.1f' y='%.1f'>the chosen configuration</text>\n", x + 16, y + 64, x + 30,
+          y + 68);
+  fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#d62728' "
+          "stroke-dasharray='5 3'/><text x='%.1f' y='%.1f'>memory limit, %.1f GiB</text>\n",
+          x + 10, y + 86, x + 24, y + 86, x + 30, y + 90, limit);
+  if (beyond)
+    fprintf(f, "<text x='%.1f' y='%.1f'>%d beyond the axis, at its edge</text>\n", x + 10,
+            y + 110, beyond);
+}
+
+static void write_svg(FILE *f, const PlSearch *s, const PlHw *hw, double limit) {
+  const double G = 1073741824.0;
+  Plot P = {90, 60, 640, 420, 2 * limit / G, 0};
+  int beyond = 0;
+  for (int i = 0; i < s->ntried; i++) {
+    double tf = s->tried[i].mfu * hw->peak_flops[PL_BF16] / 1e12;
+    if (tf > P.ymax) P.ymax = tf;
+    beyond += s->tried[i].memory / G > P.xmax;
+  }
+  P.ymax = P.ymax > 0 ? P.ymax * 1.1 : 1;
+  fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='1000' height='550' "
+          "font-family='sans-serif' font-size='13'>\n<rect width='100%%' height='100%%' "
+          "fill='#fff'/>\n<text x='90' y='24' font-size='16'>shardc plan on %s: %d configurations "
+          "replayed, %d fit</text>\n", hw->name, s->ntried, s->n);
+  svg_axes(f, &P);
+  for (int i = 0; i < s->ntried; i++) {
+    const PlCandidate *c = &s->tried[i];
+    double tf = c->mfu * hw->peak_flops[PL_BF16] / 1e12;
+    fprintf(f, c->fits ? "<circle cx='%.1f' cy='%.1f' r='3' fill='#1f77b4' fill-opacity='0.6'/>\n"
+                       : "<circle cx='%.1f' cy='%.1f' r='3' fill='none' stroke='#999'/>\n",
+            px(&P, c->memory / G), py(&P, tf));
+  }
+  fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#d62728' "
+          "stroke-dasharray='5 3'/>\n", px(&P, limit / G), P.y0, px(&P, limit / G), P.y0 + P.h);
+  /* The chosen one is ringed; its label goes under the title, where it
+   * cannot run off the plot or over other points. */
+  if (s->n) {
+    const PlCandidate *b = &s->configs[0];
+    fprintf(f, "<circle cx='%.1f' cy='%.1f' r='7' fill='none' stroke='#d62728' "
+            "stroke-width='2.5'/>\n<text x='90' y='44' fill='#d62728'>chosen: t=%d p=%d d=%d v=%d "
+            "b=%d, recompute %s%s%s: %.1f model TFLOP/s per GPU, %.1f GiB</text>\n",
+            px(&P, b->memory / G), py(&P, b->mfu * hw->peak_flops[PL_BF16] / 1e12), b->c.tp,
+            b->c.pp, b->c.dp, b->c.vpp, b->c.microbatch, pl_recompute_names[b->c.recompute],
+            b->c.sequence_parallel ? ", SP" : "", b->c.zero ? ", ZeRO-1" : "",
+            b->mfu * hw->peak_flops[PL_BF16] / 1e12, b->memory / G);
+  }
+  svg_legend(f, P.x0 + P.w + 20, P.y0, beyond, limit / G);
+  fprintf(f, "</svg>\n");
+}
+
+static bool save_svg(const char *path, const PlSearch *s, const PlHw *hw, double limit) {
+  FILE *f = fopen(path, "w");
+  if (f) write_svg(f, s, hw, limit);
+  if (!f || fclose(f) != 0) {
+    fprintf(stderr, "shardc plan: error: cannot write %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 int drv_cmd_plan(int nargs, DrvArg *args) {
   const DrvCommand *cmd = &drv_plan_command;
   const char *model = drv_model_arg(cmd, nargs, args);
@@ -126,9 +233,16 @@ int drv_cmd_plan(int nargs, DrvArg *args) {
   Loader L = {model, nargs, args};
   PlSearch s;
   if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, &s)) return 1;
-  if (drv_flag(nargs, args, "--json")) print_json(&s, top);
-  else print_text(&s, top, frac * hw.mem_bytes);
-  bool none = s.n == 0;
+  const char *svg = drv_value(nargs, args, "--svg");
+  bool ok = !svg || save_svg(svg, &s, &hw, frac * hw.mem_bytes);
+  if (!ok) {
+    /* save_svg said why. */
+  } else if (drv_flag(nargs, args, "--json")) {
+    print_json(&s, top);
+  } else {
+    print_text(&s, top, frac * hw.mem_bytes);
+  }
+  ok = ok && s.n > 0;
   pl_search_free(&s);
-  return none ? 1 : 0;
+  return ok ? 0 : 1;
 }

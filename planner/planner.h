@@ -152,11 +152,14 @@ typedef enum PlReject {
 typedef struct PlCandidate {
   PlConfig c;
   double step_time, tflops_per_gpu, mfu, memory;
+  bool fits; /* memory within the limit */
 } PlCandidate;
 
 typedef struct PlSearch {
   PlCandidate *configs; /* every configuration that fits, fastest first (malloc'ed) */
   int n;
+  PlCandidate *tried;   /* every replay, in the order run, fitting or not (malloc'ed) */
+  int ntried;
   int rejected[PL_NREJECTS];         /* configurations dropped, by reason */
   char example[PL_NREJECTS][160];    /* one of each, described */
   int simulated;                     /* replays run */

@@ -29,7 +29,7 @@ typedef struct Search {
   int gpus, batch;
   double limit; /* bytes per GPU */
   PlSearch *out;
-  int cap;
+  int cap, tried_cap;
 } Search;
 
 static void reject(Search *S, PlReject why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -41,14 +41,22 @@ static void reject(Search *S, PlReject why, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void keep(Search *S, const PlConfig *c, const PlResult *r) {
-  if (S->out->n == S->cap) {
-    S->cap = S->cap ? 2 * S->cap : 256;
-    S->out->configs = realloc(S->out->configs, sizeof(PlCandidate) * (size_t)S->cap);
-    if (!S->out->configs) die("out of memory in the configuration search");
+static void push(PlCandidate **list, int *n, int *cap, PlCandidate c) {
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 256;
+    *list = realloc(*list, sizeof(PlCandidate) * (size_t)*cap);
+    if (!*list) die("out of memory in the configuration search");
   }
-  S->out->configs[S->out->n++] =
-      (PlCandidate){*c, r->step_time, r->tflops_per_gpu, r->mfu, r->memory_max};
+  (*list)[(*n)++] = c;
+}
+
+static PlCandidate candidate(const Search *S, const PlConfig *c, const PlResult *r) {
+  return (PlCandidate){*c, r->step_time, r->tflops_per_gpu, r->mfu, r->memory_max,
+                       r->memory_max <= S->limit};
+}
+
+static void keep(Search *S, const PlConfig *c, const PlResult *r) {
+  push(&S->out->configs, &S->out->n, &S->cap, candidate(S, c, r));
 }
 
 /* The most memory any stage of r would need with c's recomputation and
@@ -66,7 +74,10 @@ static double memory_with(const PlModel *m, const PlConfig *c, const PlResult *r
 static bool replay(Search *S, const PlModel *m, const PlConfig *c, PlResult *r) {
   char *error = NULL;
   S->out->simulated++;
-  if (pl_simulate(m, c, S->hw, r, &error)) return true;
+  if (pl_simulate(m, c, S->hw, r, &error)) {
+    push(&S->out->tried, &S->out->ntried, &S->tried_cap, candidate(S, c, r));
+    return true;
+  }
   free(error);
   return false;
 }
@@ -133,7 +144,7 @@ static int faster(const void *a, const void *b) {
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
                double mem_limit, PlSearch *out) {
   *out = (PlSearch){0};
-  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, out, 0};
+  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, out, 0, 0};
   for (int t = 1; t <= gpus; t++) {
     if (gpus % t) continue;
     if (t > hw->gpus_per_node) {
@@ -163,6 +174,6 @@ bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw 
 }
 
 void pl_search_free(PlSearch *s) {
-  free(s->configs);
-  s->configs = NULL;
+  free(s->configs), free(s->tried);
+  s->configs = s->tried = NULL;
 }

@@ -39,3 +39,7 @@ planner_golden(err_plan_flags 1 ${SHARDC} plan ../../models/gpt2.shard --gpus 8 
 # compute, message waits, the reductions' stream and the optimizer.
 planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_trace.json
                ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
+# The search drawn: every replay's throughput against its memory, the
+# chosen one ringed, the limit as a line (render it to look: rsvg-convert).
+planner_golden(plan_svg 0 sh plan_svg.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
+               ../../models/gpt2.shard --gpus 4 --global-batch 16 --hw a100)
