@@ -9,6 +9,7 @@
  * the stage's communication stream, which overlaps the compute after it
  * (the runtime waits for it at OPT_STEP); OPT_STEP waits for every
  * reduction and then runs the optimizer. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,9 +196,14 @@ static int *layout(int layers, int nv) {
   return count;
 }
 
-static char *fmt_error(const char *fmt, int a, int b, int c) {
+/* A malloc'ed message, printf style. */
+static char *fmt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_error(const char *fmt, ...) {
   char *e = malloc(256);
-  snprintf(e, 256, fmt, a, b, c);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e, 256, fmt, ap);
+  va_end(ap);
   return e;
 }
 
@@ -325,8 +331,7 @@ static RtSchedule *build_tables(const PlConfig *c, char **error) {
   const char *name = c->schedule ? c->schedule : sched_default_name(c->vpp);
   const SchedDef *def = sched_find(name);
   if (!def) {
-    *error = malloc(256);
-    snprintf(*error, 256, "no schedule '%s' (schedules: %s)", name, sched_names());
+    *error = fmt_error("no schedule '%s' (schedules: %s)", name, sched_names());
     return NULL;
   }
   SchedOptions so = {.pp = c->pp, .vpp = c->vpp, .dp = c->dp, .buckets_per_chunk = 1,
