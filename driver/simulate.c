@@ -1,0 +1,273 @@
+/* `shardc hw` and `shardc simulate`: the planner's hardware descriptions,
+ * and the predicted step time, throughput and memory of a configuration
+ * from the replay of its action tables (planner/). */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/schedule.h"
+#include "../planner/planner.h"
+#include "driver.h"
+
+static const DrvOption hw_options[] = {{NULL, NULL, NULL}};
+
+const DrvCommand drv_hw_command = {
+    "hw", "[NAME|FILE]", "list the hardware presets of the planner, or print one description",
+    "Without an argument lists the presets; with a preset name or a description\n"
+    "file prints it in the file format (docs/planner.md), which --hw reads.",
+    hw_options, drv_cmd_hw};
+
+int drv_cmd_hw(int nargs, DrvArg *args) {
+  if (nargs > 1) return drv_usage_error(&drv_hw_command, "expected at most one preset or file");
+  if (nargs == 1) {
+    PlHw hw;
+    if (!pl_hw_load(args[0].value, &hw)) return 1;
+    pl_hw_print(stdout, &hw);
+    return 0;
+  }
+  printf("hardware presets (shardc hw NAME prints one):\n");
+  for (const PlHw *h = pl_hw_presets; h->name; h++)
+    printf("  %-6s %s\n", h->name, h->doc);
+  return 0;
+}
+
+static const DrvOption simulate_options[] = {
+    DRV_DEFINE_OPTION,
+    {"--tp", "T", "tensor-parallel size (default 1)"},
+    {"--pp", "P", "pipeline stages (default 1)"},
+    {"--dp", "D", "data-parallel replicas (default 1)"},
+    {"--vpp", "V", "model chunks per stage (default 1)"},
+    {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`; default: the model's)"},
+    {"--global-batch", "N", "sequences per step (default: 8 microbatches per pipeline)"},
+    {"--schedule", "NAME", "pipeline schedule (default 1f1b, interleaved when V > 1)"},
+    {"--sequence-parallel", NULL, "with --tp: norms, dropout and residuals on sequence slices"},
+    {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
+    {"--recompute", "none|selective|full",
+     "recompute activations in the backward: none (default), the attention core, every layer"},
+    {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
+    {"--json", NULL, "print one JSON object"},
+    {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
+    {NULL, NULL, NULL},
+};
+
+const DrvCommand drv_simulate_command = {
+    "simulate", "MODEL [options] --hw NAME|FILE",
+    "predict step time, TFLOP/s per GPU, MFU, bubble and memory of a configuration",
+    "Costs one layer of the tensor-partitioned, differentiated rank program on\n"
+    "the hardware (a roofline with a GEMM efficiency curve, alpha-beta\n"
+    "collectives over the node topology) and replays every stage's action\n"
+    "table with those costs. TFLOP/s count model FLOPs (3x the forward's\n"
+    "matrix FLOPs) plus the recomputed forwards, as the paper counts; MFU\n"
+    "counts model FLOPs only. Memory follows REFERENCE.md's formulas times\n"
+    "the schedule's peak stash. docs/planner.md describes the model.",
+    simulate_options, drv_cmd_simulate};
+
+/* A positive integer flag. */
+static bool int_arg(int nargs, DrvArg *args, const char *name, int dflt, int *out) {
+  const char *s = drv_value(nargs, args, name);
+  *out = dflt;
+  if (!s) return true;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end || end == s || v < (strcmp(name, "--zero") == 0 ? 0 : 1) || v > (1 << 30)) {
+    drv_usage_error(&drv_simulate_command, "%s: expected a positive integer, got '%s'", name, s);
+    return false;
+  }
+  *out = (int)v;
+  return true;
+}
+
+static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
+  *c = (PlConfig){0};
+  bool ok = int_arg(nargs, args, "--tp", 1, &c->tp);
+  ok = int_arg(nargs, args, "--pp", 1, &c->pp) && ok;
+  ok = int_arg(nargs, args, "--dp", 1, &c->dp) && ok;
+  ok = int_arg(nargs, args, "--vpp", 1, &c->vpp) && ok;
+  ok = int_arg(nargs, args, "--microbatch", 0, &c->microbatch) && ok;
+  ok = int_arg(nargs, args, "--zero", 0, &c->zero) && ok;
+  ok = int_arg(nargs, args, "--global-batch", 0, &c->global_batch) && ok;
+  if (c->zero > 1) {
+    drv_usage_error(&drv_simulate_command, "--zero: expected 0 or 1");
+    return false;
+  }
+  c->schedule = drv_value(nargs, args, "--schedule");
+  const char *rc = drv_value(nargs, args, "--recompute");
+  if (rc && strcmp(rc, "full") == 0) c->recompute = PL_RECOMPUTE_FULL;
+  else if (rc && strcmp(rc, "selective") == 0) c->recompute = PL_RECOMPUTE_SELECTIVE;
+  else if (rc && strcmp(rc, "none") != 0) {
+    drv_usage_error(&drv_simulate_command, "--recompute: expected none, selective or full, got '%s'", rc);
+    return false;
+  }
+  c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  return ok;
+}
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
+  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs, recompute %s\n", hw->name, c->tp,
+         c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
+         c->tp * c->pp * c->dp, recompute_names[c->recompute]);
+  printf("step time        %10.4f s\n", r->step_time);
+  printf("TFLOP/s per GPU  %10.1f  (MFU %.1f%% of %.0f)\n", r->tflops_per_gpu, 100 * r->mfu,
+         hw->peak_flops[PL_BF16] / 1e12);
+  printf("bubble fraction  %10.4f\n", r->bubble_fraction);
+  printf("per microbatch   F %.3f ms, B %.3f ms (busiest chunk); message %.3f ms\n",
+         1e3 * r->f_chunk, 1e3 * r->b_chunk, 1e3 * r->p2p_s);
+  printf("per step         gradient reduction %.3f ms per chunk, optimizer %.3f ms\n",
+         1e3 * r->dp_s, 1e3 * r->opt_s);
+  printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",
+         r->memory_max / 1073741824.0, hw->mem_bytes / 1073741824.0);
+  printf("stage  layers  params/rank  weights  grads  optim  activ  total GiB  stash\n");
+  for (int i = 0; i < r->nstages; i++) {
+    const PlStage *s = &r->stages[i];
+    const double G = 1073741824.0;
+    printf("%5d  %6d  %11lld  %7.2f  %5.2f  %5.2f  %5.2f  %9.2f  %5d\n", i, s->layers,
+           (long long)s->params, s->weights / G, s->grads / G, s->optimizer / G,
+           s->activations / G, s->total / G, s->peak_stash);
+  }
+}
+
+static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "hw", hw->name);
+  cJSON_AddNumberToObject(o, "gpus", (double)c->tp * c->pp * c->dp);
+  cJSON_AddNumberToObject(o, "microbatches", r->microbatches);
+  cJSON_AddNumberToObject(o, "step_time_s", r->step_time);
+  cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
+  cJSON_AddNumberToObject(o, "mfu", r->mfu);
+  cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
+  cJSON_AddNumberToObject(o, "memory_bytes_per_gpu", r->memory_max);
+  cJSON_AddStringToObject(o, "recompute", recompute_names[c->recompute]);
+  cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
+  cJSON_AddNumberToObject(o, "counted_flops_per_step", r->counted_flops);
+  cJSON *st = cJSON_AddArrayToObject(o, "stages");
+  for (int i = 0; i < r->nstages; i++) {
+    const PlStage *s = &r->stages[i];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "stage", i);
+    cJSON_AddNumberToObject(e, "layers", s->layers);
+    cJSON_AddNumberToObject(e, "params_per_rank", (double)s->params);
+    cJSON_AddNumberToObject(e, "weights_bytes", s->weights);
+    cJSON_AddNumberToObject(e, "gradients_bytes", s->grads);
+    cJSON_AddNumberToObject(e, "optimizer_bytes", s->optimizer);
+    cJSON_AddNumberToObject(e, "activations_bytes", s->activations);
+    cJSON_AddNumberToObject(e, "memory_bytes", s->total);
+    cJSON_AddNumberToObject(e, "peak_stash", s->peak_stash);
+    cJSON_AddNumberToObject(e, "compute_s", s->compute);
+    cJSON_AddNumberToObject(e, "finish_s", s->finish);
+    cJSON_AddItemToArray(st, e);
+  }
+  char *text = cJSON_Print(o);
+  printf("%s\n", text);
+  free(text);
+  cJSON_Delete(o);
+}
+
+/* ---------------------------------------------------------------- trace */
+
+/* One complete ("X") event; times in seconds, the trace's in microseconds. */
+static void trace_event(cJSON *ev, const char *name, const char *cat, int pid, int tid,
+                        double from, double to, const RtSchedAction *a) {
+  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "name", name);
+  cJSON_AddStringToObject(e, "cat", cat);
+  cJSON_AddStringToObject(e, "ph", "X");
+  cJSON_AddNumberToObject(e, "pid", pid);
+  cJSON_AddNumberToObject(e, "tid", tid);
+  cJSON_AddNumberToObject(e, "ts", from * 1e6);
+  cJSON_AddNumberToObject(e, "dur", (to - from) * 1e6);
+  cJSON_AddNumberToObject(args, "chunk", a->chunk);
+  cJSON_AddNumberToObject(args, "mb", a->mb);
+  cJSON_AddItemToObject(e, "args", args);
+  cJSON_AddItemToArray(ev, e);
+}
+
+static void trace_name(cJSON *ev, const char *what, int pid, int tid, const char *name) {
+  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "name", what);
+  cJSON_AddStringToObject(e, "ph", "M");
+  cJSON_AddNumberToObject(e, "pid", pid);
+  cJSON_AddNumberToObject(e, "tid", tid);
+  cJSON_AddStringToObject(args, "name", name);
+  cJSON_AddItemToObject(e, "args", args);
+  cJSON_AddItemToArray(ev, e);
+}
+
+/* One process per pipeline stage (it stands for the stage's t x d ranks),
+ * with three rows: compute, pipeline messages (a batch from its posting
+ * to its completion, where that takes time) and the data-parallel stream. */
+static cJSON *trace_json(const PlResult *r) {
+  static const char *const rows[] = {"compute", "pipeline messages", "data-parallel stream"};
+  cJSON *o = cJSON_CreateObject(), *ev = cJSON_AddArrayToObject(o, "traceEvents");
+  for (int st = 0; st < r->nstages; st++) {
+    const RtSchedTable *t = &r->tables->stages[st];
+    trace_name(ev, "process_name", st, 0, ir_fmt("stage %d", st));
+    for (int k = 0; k < 3; k++) trace_name(ev, "thread_name", st, k, rows[k]);
+    for (int i = 0; i < t->n; i++) {
+      const RtSchedAction *a = &t->actions[i];
+      double from = r->start[st][i], to = r->end[st][i];
+      char buf[96];
+      if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
+        if (!(a->flags & RT_SCHED_JOIN) && to > from)
+          trace_event(ev, sched_action_str(a, buf, sizeof buf), "message", st, 1, from, to, a);
+      } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
+        trace_event(ev, sched_action_str(a, buf, sizeof buf), "reduce", st, 2, from, to, a);
+      } else {
+        trace_event(ev, sched_action_str(a, buf, sizeof buf),
+                    a->kind == RT_SCHED_OPT_STEP ? "optimizer" : rt_sched_kind_name(a->kind), st, 0,
+                    from, to, a);
+      }
+    }
+  }
+  cJSON_AddStringToObject(o, "displayTimeUnit", "ms");
+  return o;
+}
+
+static bool write_trace(const char *path, const PlResult *r) {
+  cJSON *j = trace_json(r);
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  FILE *f = fopen(path, "w");
+  bool ok = f && fprintf(f, "%s\n", text) >= 0;
+  if (f && fclose(f) != 0) ok = false;
+  free(text);
+  if (!ok) fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
+  return ok;
+}
+
+int drv_cmd_simulate(int nargs, DrvArg *args) {
+  const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
+  const char *hw_name = drv_value(nargs, args, "--hw");
+  PlConfig c;
+  if (!model || !parse_config(nargs, args, &c)) return 1;
+  if (!hw_name) return drv_usage_error(&drv_simulate_command, "--hw NAME|FILE is required");
+  PlHw hw;
+  if (!pl_hw_load(hw_name, &hw)) return 1;
+  if (!drv_apply_microbatch(&drv_simulate_command, &nargs, &args)) return 1;
+  IrGraph *g = drv_load_and_check(model, nargs, args);
+  PlModel m;
+  if (!g || !pl_model_build(g, &c, &hw, &m)) return 1;
+  /* Without --microbatch the model's own batch (or -D batch) is the
+   * microbatch; without --global-batch each pipeline runs 8 of them. */
+  if (!c.microbatch) c.microbatch = (int)m.b;
+  if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
+  PlResult r;
+  char *error = NULL;
+  const char *trace = drv_value(nargs, args, "--trace");
+  if (!(trace ? pl_simulate_timeline : pl_simulate)(&m, &c, &hw, &r, &error)) {
+    fprintf(stderr, "shardc simulate: error: %s\n", error);
+    free(error);
+    return 1;
+  }
+  bool ok = !trace || write_trace(trace, &r);
+  if (!ok) {
+    /* write_trace said why. */
+  } else if (drv_flag(nargs, args, "--json")) {
+    print_json(&r, &c, &hw);
+  } else {
+    print_text(&r, &c, &hw);
+  }
+  pl_result_free(&r);
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,265 @@
+/* The cost model: the time of every op of a rank program from its FLOPs
+ * and bytes, collectives from an alpha-beta model over the topology, and
+ * the model's per-layer costs from one layer of the partitioned,
+ * differentiated program (pl_model_build).
+ *
+ * Everything is priced as the GPU target runs it: 16-bit activations and
+ * weights (bf16, ACT_BYTES), whatever dtype the graph was written in, since
+ * the graph's types give element counts and the planner prices bytes. */
+#include <math.h>
+#include <string.h>
+
+#include "planner.h"
+
+enum { ACT_BYTES = 2 };
+
+/* ------------------------------------------------------------ topology */
+
+/* A group of n members whose ranks are `stride` apart: inside one node when
+ * it spans at most a node, else limited by the network adapters its
+ * members on one node share (each GPU of a DGX node has its own). */
+static PlLink group_link(const PlHw *hw, int64_t stride, int64_t n) {
+  int64_t g = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  if (n <= 1 || stride * (n - 1) < g)
+    return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat};
+  int64_t per_node = stride >= g ? 1 : g / stride;
+  if (per_node > n) per_node = n;
+  double nic = hw->inter_bw / (double)g * (double)per_node;
+  double bw = nic < hw->intra_bw ? nic : hw->intra_bw;
+  return (PlLink){bw * hw->comm_eff, hw->inter_lat};
+}
+
+PlLink pl_tp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, 1, c->tp); }
+PlLink pl_dp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, c->tp, c->dp); }
+
+/* Neighbouring stages are t*d ranks apart; one GPU talks to its peer. */
+PlLink pl_pp_link(const PlHw *hw, const PlConfig *c) {
+  int64_t g = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  if ((int64_t)c->tp * c->dp * c->pp <= g) return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat};
+  return (PlLink){hw->inter_bw / (double)g * hw->comm_eff, hw->inter_lat};
+}
+
+/* ----------------------------------------------------------- collectives */
+
+/* A ring all-reduce: 2(n-1) steps, each moving bytes/n per member. */
+double pl_all_reduce_s(PlLink l, int n, double bytes) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * l.lat + 2.0 * (n - 1) / n * bytes / l.bw;
+}
+
+double pl_all_gather_s(PlLink l, int n, double bytes) {
+  if (n <= 1) return 0;
+  return (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
+}
+
+double pl_reduce_scatter_s(PlLink l, int n, double bytes) { return pl_all_gather_s(l, n, bytes); }
+
+/* -------------------------------------------------------------- roofline */
+
+/* At F FLOPs a GEMM reaches gemm_eff * F / (F + gemm_half) of peak: its
+ * time is (F + gemm_half) / (gemm_eff * peak), a fixed cost (tile waves,
+ * launch, the ramp of a small problem) plus the rate of a large one. */
+double pl_gemm_s(const PlHw *hw, double flops) {
+  double t = (flops + hw->gemm_half) / (hw->gemm_eff * hw->peak_flops[PL_BF16]);
+  return t > hw->kernel_s ? t : hw->kernel_s;
+}
+
+double pl_memory_s(const PlHw *hw, double bytes) {
+  double t = bytes / (hw->mem_bw * hw->mem_eff);
+  return t > hw->kernel_s ? t : hw->kernel_s;
+}
+
+static double numel(const IrValue *v) { return (double)ir_type_numel(&v->type); }
+
+/* Bytes an op reads and writes. */
+static double io_bytes(const IrNode *n) {
+  double e = 0;
+  for (int i = 0; i < n->nin; i++) e += numel(n->in[i]);
+  for (int i = 0; i < n->nout; i++) e += numel(n->out[i]);
+  return e * ACT_BYTES;
+}
+
+/* Matrix FLOPs of a node. The forward ops have a rule in ops.def; the
+ * backward GEMMs and attention's backward are counted here, as the
+ * products they run: dx = dy w^T, dw = x^T dy (each the forward's
+ * FLOPs), attention's backward twice its forward. */
+static double node_flops(const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_LINEAR_DX: {
+    const IrType *dy = &n->in[0]->type;
+    return 2.0 * numel(n->out[0]) * (double)dy->shape[dy->rank - 1];
+  }
+  case IR_OP_LINEAR_DW: {
+    const IrType *x = &n->in[0]->type;
+    return 2.0 * numel(n->out[0]) * numel(n->in[0]) / (double)x->shape[x->rank - 1];
+  }
+  case IR_OP_ATTENTION_GRAD: {
+    const IrType *q = &n->in[0]->type;
+    return 8.0 * numel(n->in[0]) * (double)q->shape[q->rank - 2];
+  }
+  default:
+    return ir_op_info(n->op)->flops(n);
+  }
+}
+
+/* The time of one node; *comm is set for the collectives. */
+static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops, bool *comm) {
+  *comm = false;
+  switch (n->op) {
+  case IR_OP_RESHAPE: case IR_OP_TP_COPY: case IR_OP_TP_SLICE: case IR_OP_ARANGE:
+  case IR_OP_PP_BOUNDARY:
+    return 0; /* views: no kernel */
+  case IR_OP_ALL_REDUCE: case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER: {
+    *comm = true;
+    int size = (int)ir_attr_int(n, "size");
+    if (n->op == IR_OP_ALL_REDUCE) return pl_all_reduce_s(tp, size, numel(n->in[0]) * ACT_BYTES);
+    if (n->op == IR_OP_ALL_GATHER) return pl_all_gather_s(tp, size, numel(n->out[0]) * ACT_BYTES);
+    return pl_reduce_scatter_s(tp, size, numel(n->in[0]) * ACT_BYTES);
+  }
+  case IR_OP_ATTENTION: case IR_OP_ATTENTION_GRAD: {
+    double t = flops / (hw->attn_eff * hw->peak_flops[PL_BF16]), m = pl_memory_s(hw, io_bytes(n));
+    return t > m ? t : m;
+  }
+  default:
+    break;
+  }
+  double m = pl_memory_s(hw, io_bytes(n));
+  if (!(ir_op_info(n->op)->flags & IR_OPF_GEMM)) return m;
+  double g = pl_gemm_s(hw, flops);
+  return g > m ? g : m;
+}
+
+/* ------------------------------------------------------- the model's costs */
+
+enum { R_PRE, R_LAYER, R_POST, NREGIONS };
+
+/* Rolls every top-level layer stack down to one iteration, returning the
+ * iterations they had, and reads the activation shape [b, s, h] and the
+ * heads of the first. False when the graph has no layer stack. */
+static bool one_layer(IrGraph *g, PlModel *m) {
+  m->layers = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (n->op != IR_OP_REPEAT) continue;
+    IrAttr *count = ir_node_attr(n, "count");
+    if (m->layers == 0 && n->body->args.len > 0) {
+      const IrType *x = &((IrValue *)n->body->args.items[0])->type;
+      if (x->rank == 3) m->b = x->shape[0], m->s = x->shape[1], m->h = x->shape[2];
+      for (int j = 0; j < n->body->nodes.len; j++) {
+        IrNode *a = n->body->nodes.items[j];
+        if (a->op == IR_OP_ATTENTION && !m->heads) m->heads = ir_attr_int(a, "heads");
+      }
+    }
+    m->layers += (int)ir_attr_int(n, "count");
+    count->expr = ir_expr_int(1, n->loc);
+  }
+  if (m->layers == 0 || m->h == 0) {
+    ir_error(ir_cmdline, "simulate: the model has no layer stack (a repeat over [b, s, h]) to "
+             "cost and multiply");
+    return false;
+  }
+  return true;
+}
+
+/* Marks each forward node with its region in `stage` (before the layer,
+ * the layer, after it), which autodiff copies onto the backward nodes. */
+static void mark_regions(IrGraph *g) {
+  bool after = false;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (n->layer >= 0) after = true;
+    n->stage = n->layer >= 0 ? R_LAYER : after ? R_POST : R_PRE;
+  }
+}
+
+/* Which regions read each parameter, as bits. */
+static void count_params(IrGraph *g, PlCost *cost, int64_t *tied) {
+  *tied = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    IrValue *p = g->params.items[i];
+    unsigned mask = 0;
+    for (int j = 0; j < g->nodes.len; j++) {
+      IrNode *n = g->nodes.items[j];
+      for (int k = 0; k < n->nin && n->phase == IR_PHASE_FORWARD; k++)
+        if (n->in[k] == p) mask |= 1u << n->stage;
+    }
+    if (!mask) mask = 1u << R_PRE;
+    for (int r = 0; r < NREGIONS; r++)
+      if (mask & (1u << r)) cost[r].params += ir_type_numel(&p->type);
+    if ((mask & (1u << R_PRE)) && (mask & (1u << R_POST))) *tied += ir_type_numel(&p->type);
+  }
+}
+
+static bool body_divides(const IrGraph *body, int t) {
+  for (int i = 0; i < body->nodes.len; i++) {
+    const IrNode *n = body->nodes.items[i];
+    if (n->op == IR_OP_REPEAT && !body_divides(n->body, t)) return false;
+    if (n->op == IR_OP_ATTENTION) {
+      if (ir_attr_int(n, "heads") % t || ir_attr_int(n, "kv_heads") % t) return false;
+    }
+    int in, out;
+    const IrValue *w = pass_gemm_weight(n, &in, &out);
+    if (w && (w->type.shape[0] % t || w->type.shape[1] % t)) return false;
+  }
+  return true;
+}
+
+bool pl_tp_divides(const IrGraph *g, int t) {
+  if (t <= 1) return true;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (n->op == IR_OP_REPEAT && !body_divides(n->body, t)) return false;
+  }
+  return true;
+}
+
+bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out) {
+  *out = (PlModel){0};
+  if (!one_layer(g, out)) return false;
+  PassOptions opt = {.tp = c->tp, .pp = 1, .dp = 1, .vocab_multiple = 128,
+                     .sequence_parallel = c->sequence_parallel};
+  PassManagerFlags flags = {.print_stream = stdout};
+  if (!pass_run_pipeline(&g, "tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll", &opt, &flags))
+    return false;
+  mark_regions(g);
+  if (!pass_run_pipeline(&g, "autodiff,tp-fuse", &opt, &flags)) return false;
+  PlCost cost[NREGIONS] = {{0}};
+  PlLink tp = pl_tp_link(hw, c);
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    double flops = node_flops(n);
+    bool comm;
+    double t = node_time(n, hw, tp, flops, &comm);
+    PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
+    if (n->phase == IR_PHASE_FORWARD) {
+      r->fwd += t, r->fwd_flops += flops;
+      if (n->op == IR_OP_ATTENTION) r->attn_fwd += t, r->attn_flops += flops;
+      if (comm) r->fwd_comm += t;
+    } else {
+      r->bwd += t, r->bwd_flops += flops;
+      if (comm) r->bwd_comm += t;
+    }
+  }
+  count_params(g, cost, &out->tied);
+  out->pre = cost[R_PRE], out->layer = cost[R_LAYER], out->post = cost[R_POST];
+  int t = c->tp > 1 ? c->tp : 1;
+  out->msg_elems = out->b * out->s * out->h / (c->sequence_parallel ? t : 1);
+  out->flops_per_mb =
+      (out->pre.fwd_flops + out->layers * out->layer.fwd_flops + out->post.fwd_flops) * t;
+  return true;
+}
+
+/* Korthikanti et al. (REFERENCE.md): s b h (34 + 5 a s / h) without
+ * parallelism; with t-way tensor parallelism the parts inside the
+ * parallel regions divide by t, and sequence parallelism divides the rest.
+ * Selective recomputation drops the attention core's 5 a s / h; full
+ * recomputation keeps only the layer's input, 2 s b h (/t with SP). */
+double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel,
+                                 PlRecompute recompute) {
+  double sbh = (double)m->s * (double)m->b * (double)m->h, t = tp > 1 ? tp : 1;
+  double as_h = m->h ? 5.0 * (double)m->heads * (double)m->s / (double)m->h : 0;
+  if (recompute == PL_RECOMPUTE_SELECTIVE) as_h = 0;
+  if (recompute == PL_RECOMPUTE_FULL) return 2 * sbh / (sequence_parallel ? t : 1);
+  if (sequence_parallel) return sbh * (34 + as_h) / t;
+  return sbh * (10 + 24 / t + as_h / t);
+}

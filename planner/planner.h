@@ -1,0 +1,178 @@
+/* The planner: the cost of a rank program's ops and collectives (cost.c)
+ * and the simulator that replays the action tables with those costs
+ * (sim.c), on a hardware description (hw.h). It predicts the step time,
+ * throughput and memory of a configuration without running it;
+ * docs/planner.md describes the model and its calibration. */
+#ifndef SHARDC_PLANNER_H
+#define SHARDC_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../abi/schedule.h"
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+#include "hw.h"
+
+/* Activation recomputation: none, the attention core (selective), or each
+ * layer's whole forward again in its backward (full). */
+typedef enum PlRecompute { PL_RECOMPUTE_NONE, PL_RECOMPUTE_SELECTIVE, PL_RECOMPUTE_FULL } PlRecompute;
+
+/* A configuration to simulate. */
+typedef struct PlConfig {
+  int tp, pp, dp, vpp;   /* t, p, d, v */
+  int microbatch;        /* b, sequences */
+  int global_batch;      /* B, sequences per step: m = B / (b d) */
+  const char *schedule;  /* a name of passes/schedule.h's registry; NULL: the default */
+  bool sequence_parallel;
+  int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
+  PlRecompute recompute;
+} PlConfig;
+
+/* Where the ranks of each parallel group sit: the rank order is Megatron's
+ * (tensor fastest, then data, then pipeline), so a tensor group fills a
+ * node first and pipeline neighbours are t*d ranks apart. */
+typedef struct PlLink {
+  double bw;  /* bytes/s one member moves in one direction, efficiency included */
+  double lat; /* seconds per message step */
+} PlLink;
+PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
+PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
+PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
+
+/* Alpha-beta ring collectives over n members, `bytes` the whole tensor
+ * (the all-gather's result, the reduce-scatter's input). */
+double pl_all_reduce_s(PlLink l, int n, double bytes);
+double pl_all_gather_s(PlLink l, int n, double bytes);
+double pl_reduce_scatter_s(PlLink l, int n, double bytes);
+/* The roofline: a GEMM of `flops` on the efficiency curve, and an op that
+ * moves `bytes` through memory. */
+double pl_gemm_s(const PlHw *hw, double flops);
+double pl_memory_s(const PlHw *hw, double bytes);
+
+/* The cost of a part of one rank program for one microbatch. */
+typedef struct PlCost {
+  double fwd, bwd;             /* seconds: forward and backward */
+  double fwd_comm, bwd_comm;   /* the part of them spent in tensor-parallel collectives */
+  double fwd_flops, bwd_flops; /* matrix FLOPs one rank does */
+  double attn_fwd, attn_flops; /* the forward attention core's seconds and FLOPs (selective
+                                * recomputation reruns them) */
+  int64_t params;              /* parameter elements one rank holds */
+} PlCost;
+
+/* A model as the planner sees it: its layer stack costed from ONE layer of
+ * the partitioned, differentiated rank program, which every layer repeats,
+ * and the parts before and after it. */
+typedef struct PlModel {
+  PlCost pre, layer, post; /* embedding side, one layer, head and loss */
+  int layers;              /* iterations of every top-level repeat together */
+  int64_t tied;            /* parameter elements read both before and after the layers */
+  int64_t b, s, h, heads;  /* the layer stack's activation [b, s, h] and attention heads */
+  int64_t msg_elems;       /* the activation one rank holds between layers */
+  double flops_per_mb;     /* forward matrix FLOPs of one microbatch, all tensor ranks */
+} PlModel;
+
+/* Whether t divides what tensor parallelism splits in the layer stack of
+ * the folded, typed graph g: the attention heads (and kv heads) and both
+ * dims of every GEMM weight. */
+bool pl_tp_divides(const IrGraph *g, int t);
+
+/* Builds the model from a folded, typed graph whose batch is the
+ * microbatch: partitions it for c's tensor parallelism, differentiates one
+ * layer and costs every node on hw. False after reporting errors. */
+bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out);
+
+/* What a pipeline stage's ranks need and do (all ranks of a stage alike). */
+typedef struct PlStage {
+  int layers;           /* layers of all its chunks */
+  int chunk_layers;     /* layers of its largest chunk */
+  int peak_stash;       /* most microbatch-chunks awaiting their backward */
+  double compute;       /* seconds of F, B and W in a step */
+  double finish;        /* when its step ends */
+  int64_t params;       /* parameter elements per rank */
+  double weights, grads, optimizer, activations, total; /* bytes per rank */
+} PlStage;
+
+typedef struct PlResult {
+  double step_time;      /* seconds */
+  double model_flops;    /* per step, all GPUs: 3x the forward, no recomputation */
+  double counted_flops;  /* model_flops plus the recomputed forwards (the paper's count) */
+  double tflops_per_gpu; /* counted_flops / (step_time * GPUs) / 1e12 */
+  double mfu;            /* model_flops / (step_time * GPUs) of the bf16 peak */
+  double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
+  double memory_max;     /* bytes, the most of any rank */
+  double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
+  double p2p_s, dp_s, opt_s;  /* one pipeline message, one chunk's reduction, the optimizer */
+  int microbatches;
+  int nstages;
+  PlStage *stages;       /* p entries, malloc'ed (pl_result_free) */
+  /* pl_simulate_timeline only (else NULL): the tables replayed, and when
+   * each action started and ended, [stage][action], in seconds (a batch's
+   * messages from posting to completion, a reduction on the stage's
+   * communication stream). */
+  RtSchedule *tables;
+  double **start, **end;
+} PlResult;
+
+/* Replays every stage's action table with the model's costs. False with a
+ * message in *error (malloc'ed) when the configuration is impossible. */
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error);
+/* The same, keeping the timeline in out->tables, start and end. */
+bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                          char **error);
+void pl_result_free(PlResult *r);
+/* The memory per rank of a stage of a replayed configuration, had it run
+ * with c's recomputation and ZeRO-1 instead (they change no stash): fills
+ * weights .. total of st. */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st);
+
+/* Activation bytes one layer keeps for one microbatch until its backward
+ * (Korthikanti et al., REFERENCE.md), 16-bit activations. */
+double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_parallel,
+                                 PlRecompute recompute);
+
+/* ---------------------------------------------------------------- search */
+
+/* What the search asks of its caller: the model, folded and typed, with
+ * `microbatch` sequences per microbatch (a fresh graph each call, since
+ * costing partitions it). NULL after reporting errors. */
+typedef IrGraph *(*PlLoadFn)(void *ctx, int microbatch);
+
+/* Why a family of configurations was dropped. */
+typedef enum PlReject {
+  PL_REJ_NODE,       /* the tensor group would span nodes */
+  PL_REJ_DIVISIBLE,  /* heads, hidden or the batch do not divide */
+  PL_REJ_LAYERS,     /* fewer layers than virtual stages */
+  PL_REJ_SCHEDULE,   /* the schedule refuses (p, v, m) */
+  PL_REJ_MEMORY,     /* does not fit even with full recomputation and ZeRO-1 */
+  PL_NREJECTS
+} PlReject;
+
+typedef struct PlCandidate {
+  PlConfig c;
+  double step_time, tflops_per_gpu, mfu, memory;
+  bool fits; /* memory within the limit */
+} PlCandidate;
+
+typedef struct PlSearch {
+  PlCandidate *configs; /* every configuration that fits, fastest first (malloc'ed) */
+  int n;
+  PlCandidate *tried;   /* every replay, in the order run, fitting or not (malloc'ed) */
+  int ntried;
+  int rejected[PL_NREJECTS];         /* configurations dropped, by reason */
+  char example[PL_NREJECTS][160];    /* one of each, described */
+  int simulated;                     /* replays run */
+} PlSearch;
+
+/* Searches t (within a node), p, v, the microbatch, recomputation,
+ * sequence parallelism and ZeRO-1 for `gpus` GPUs and a global batch,
+ * keeping what needs at most mem_limit bytes per GPU. False after a load
+ * error. */
+bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
+               double mem_limit, PlSearch *out);
+void pl_search_free(PlSearch *s);
+extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
+extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */
+
+#endif

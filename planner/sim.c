@@ -1,0 +1,418 @@
+/* The simulator: replays every stage's action table (the same tables the
+ * runtime executes, from passes/schedule.c) with the cost model's times.
+ *
+ * Each stage walks its table in order with its own clock. F, B and W take
+ * their chunk's time. A batch of SEND/RECV actions is posted at the
+ * stage's clock and completes, as the runtime's rendezvous does, when every
+ * message of it has been posted at both ends and has crossed the link; the
+ * stage waits for that. REDUCE_GRADS starts a data-parallel reduction on
+ * the stage's communication stream, which overlaps the compute after it
+ * (the runtime waits for it at OPT_STEP); OPT_STEP waits for every
+ * reduction and then runs the optimizer. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/schedule.h"
+#include "planner.h"
+
+/* Bytes of what the optimizer touches per parameter: read the fp32
+ * gradient, read and write the fp32 master weight and both Adam moments,
+ * write the bf16 weight. */
+enum { OPT_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 };
+/* Bytes per gradient element the data-parallel reduction moves: 16-bit,
+ * as Megatron-LM's fp16 training of the paper all-reduced its gradients
+ * (docs/planner.md); the fp32 copy the memory counts is the optimizer's. */
+enum { GRAD_COMM_BYTES = 2 };
+
+/* What one replay needs besides the tables. */
+typedef struct Sim {
+  const RtSchedule *s;
+  int p, v, nv;
+  double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
+  double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
+  double msg;         /* one pipeline message */
+  double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
+  bool has_w;         /* the tables split backward into B and W */
+} Sim;
+
+/* Messages between an ordered pair of stages, in posting order: when each
+ * end posted message k (negative: not yet). */
+typedef struct Pair {
+  double *sent, *recvd;
+  int nsent, nrecvd, cap;
+} Pair;
+
+static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
+  Pair *q = &pairs[from * p + to];
+  if (!q->cap) {
+    q->cap = cap;
+    q->sent = malloc(sizeof(double) * (size_t)cap);
+    q->recvd = malloc(sizeof(double) * (size_t)cap);
+    for (int i = 0; i < cap; i++) q->sent[i] = q->recvd[i] = -1;
+  }
+  return q;
+}
+
+/* Posts the batch starting at action i of stage r at time `now`, giving
+ * each message its index in its pair's order (idx). Returns the batch's end. */
+static int post_batch(const RtSchedTable *t, int r, int i, double now, Pair *pairs, int p,
+                      int cap, int *idx) {
+  int j = i;
+  do {
+    const RtSchedAction *a = &t->actions[j];
+    bool send = a->kind == RT_SCHED_SEND;
+    Pair *q = pair(pairs, p, send ? r : a->peer, send ? a->peer : r, cap);
+    if (send) q->sent[idx[j] = q->nsent++] = now;
+    else q->recvd[idx[j] = q->nrecvd++] = now;
+    j++;
+  } while (j < t->n && (t->actions[j].flags & RT_SCHED_JOIN));
+  return j;
+}
+
+/* When the posted batch [i, end) of stage r completes, or -1 while a
+ * message's other end has not been posted. */
+static double batch_done(const Sim *S, const RtSchedTable *t, int r, int i, int end, Pair *pairs,
+                         const int *idx) {
+  double done = 0;
+  for (int j = i; j < end; j++) {
+    const RtSchedAction *a = &t->actions[j];
+    bool send = a->kind == RT_SCHED_SEND;
+    Pair *q = &pairs[(send ? r : a->peer) * S->p + (send ? a->peer : r)];
+    double other = send ? q->recvd[idx[j]] : q->sent[idx[j]];
+    double mine = send ? q->sent[idx[j]] : q->recvd[idx[j]];
+    if (other < 0) return -1;
+    double at = (other > mine ? other : mine) + S->msg;
+    if (at > done) done = at;
+  }
+  return done;
+}
+
+/* The time of a compute action of stage r. */
+static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
+  int k = rt_sched_vstage(S->s, r, a->chunk);
+  if (a->kind == RT_SCHED_F) return S->f[k];
+  if (!S->has_w) return S->b[k];
+  return S->b[k] / 2; /* B and W split the backward's GEMMs evenly */
+}
+
+/* The state of a replay and what it finds. start/end are NULL unless a
+ * timeline is wanted: then [stage][action], when each action starts and
+ * ends (a batch's messages from its posting to its completion; a
+ * reduction on the stage's communication stream). */
+typedef struct Replay {
+  Pair *pairs;
+  int cap;                     /* messages a pair can hold: the longest table */
+  int *pc, *posted_end, *live; /* per stage: next action, end of a posted batch, stash now */
+  int **idx;                   /* per action: a message's index in its pair's order */
+  double *clock, *stream;      /* per stage: compute clock, communication stream */
+  double *finish, *pipe_end, *compute;
+  int *stash;
+  double **start, **end;
+} Replay;
+
+static void mark(Replay *R, int r, int i, double from, double to) {
+  if (R->start) R->start[r][i] = from, R->end[r][i] = to;
+}
+
+/* Runs stage r's next action (or batch); false while the batch waits for
+ * a peer that has not posted its end. */
+static bool step(const Sim *S, Replay *R, int r, bool *progress) {
+  const RtSchedTable *t = &S->s->stages[r];
+  int i = R->pc[r];
+  const RtSchedAction *a = &t->actions[i];
+  double now = R->clock[r];
+  if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
+    if (!R->posted_end[r]) {
+      R->posted_end[r] = post_batch(t, r, i, now, R->pairs, S->p, R->cap, R->idx[r]);
+      *progress = true; /* the peers may go on now */
+    }
+    double done = batch_done(S, t, r, i, R->posted_end[r], R->pairs, R->idx[r]);
+    if (done < 0) return false;
+    R->clock[r] = done > now ? done : now;
+    for (int j = i; j < R->posted_end[r]; j++) mark(R, r, j, now, R->clock[r]);
+    R->pc[r] = R->posted_end[r], R->posted_end[r] = 0;
+  } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
+    int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
+    double from = R->stream[r] > now ? R->stream[r] : now;
+    R->stream[r] = from + S->reduce[k];
+    mark(R, r, i, from, R->stream[r]);
+    R->pc[r]++;
+  } else if (a->kind == RT_SCHED_OPT_STEP) {
+    double from = R->stream[r] > now ? R->stream[r] : now;
+    R->clock[r] = from + S->opt + S->tail;
+    mark(R, r, i, from, R->clock[r]);
+    R->pc[r]++;
+  } else {
+    double d = compute_time(S, a, r);
+    R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
+    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
+    if (R->live[r] > R->stash[r]) R->stash[r] = R->live[r];
+    mark(R, r, i, now, R->clock[r]);
+    R->pc[r]++;
+  }
+  *progress = true;
+  return true;
+}
+
+/* Replays the tables into R (finish, pipe_end, compute, stash and the
+ * timeline must be allocated). False on a deadlock: a registered
+ * schedule's tables, which the schedule tests verify, never have one. */
+static bool replay(const Sim *S, Replay *R) {
+  int p = S->p;
+  for (int r = 0; r < p; r++) R->cap = S->s->stages[r].n > R->cap ? S->s->stages[r].n : R->cap;
+  R->pairs = calloc((size_t)p * (size_t)p, sizeof(Pair));
+  R->pc = calloc((size_t)p, sizeof(int)), R->posted_end = calloc((size_t)p, sizeof(int));
+  R->live = calloc((size_t)p, sizeof(int));
+  R->idx = calloc((size_t)p, sizeof(int *));
+  R->clock = calloc((size_t)p, sizeof(double)), R->stream = calloc((size_t)p, sizeof(double));
+  for (int r = 0; r < p; r++) R->idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
+  bool progress = true;
+  int left = p;
+  while (left > 0 && progress) {
+    progress = false;
+    for (int r = 0; r < p; r++) {
+      int n = S->s->stages[r].n;
+      while (R->pc[r] < n && step(S, R, r, &progress))
+        if (R->pc[r] == n) left--, R->finish[r] = R->clock[r];
+    }
+  }
+  for (int i = 0; i < p * p; i++) free(R->pairs[i].sent), free(R->pairs[i].recvd);
+  for (int r = 0; r < p; r++) free(R->idx[r]);
+  free(R->pairs), free(R->pc), free(R->posted_end), free(R->live), free(R->idx);
+  free(R->clock), free(R->stream);
+  return left == 0;
+}
+
+/* Layers per virtual stage: even where they divide, else the extra layers
+ * go to the middle stages, which hold neither the embedding nor the head. */
+static int *layout(int layers, int nv) {
+  int *count = malloc(sizeof(int) * (size_t)nv);
+  for (int k = 0; k < nv; k++) count[k] = layers / nv;
+  int extra = layers % nv;
+  for (int k = 1; k < nv - 1 && extra > 0; k++, extra--) count[k]++;
+  for (int k = 0; extra > 0; k = (k + 1) % nv, extra--) count[k]++;
+  return count;
+}
+
+/* A malloc'ed message, printf style. */
+static char *fmt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_error(const char *fmt, ...) {
+  char *e = malloc(256);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e, 256, fmt, ap);
+  va_end(ap);
+  return e;
+}
+
+/* Checks the shape of the configuration; *error set when it fails. */
+static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
+  int bd = c->microbatch * c->dp;
+  if (c->global_batch % bd != 0) {
+    *error = fmt_error("global batch %d is not a multiple of microbatch x dp = %d x %d",
+                       c->global_batch, c->microbatch, c->dp);
+    return false;
+  }
+  if (m->layers < c->pp * c->vpp) {
+    *error = fmt_error("the model has %d layers, fewer than the p x v = %d x %d virtual stages",
+                       m->layers, c->pp, c->vpp);
+    return false;
+  }
+  return true;
+}
+
+/* What recomputation adds to one layer's backward: its forward again
+ * (full), or the attention core's (selective); as seconds or FLOPs. */
+static double recomputed(const PlModel *m, PlRecompute r, bool flops) {
+  if (r == PL_RECOMPUTE_FULL) return flops ? m->layer.fwd_flops : m->layer.fwd;
+  if (r == PL_RECOMPUTE_SELECTIVE) return flops ? m->layer.attn_flops : m->layer.attn_fwd;
+  return 0;
+}
+
+/* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
+static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *count, Sim *S,
+                        int64_t *params) {
+  double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
+  for (int k = 0; k < nv; k++) {
+    S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
+    params[k] = count[k] * m->layer.params;
+    if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
+    if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
+  }
+  /* One virtual stage holds a tied parameter once. */
+  if (nv == 1) params[0] -= m->tied;
+}
+
+/* Memory of stage r per rank (REFERENCE.md): bf16 weights (2 bytes per
+ * parameter), fp32 gradients (4), fp32 master weights and Adam moments
+ * (12, or 12/d with ZeRO-1), and the activations of the schedule's peak
+ * stash of microbatch-chunks; with full recomputation also the one layer
+ * whose forward the backward is rerunning. */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
+  double P = (double)st->params;
+  st->weights = 2 * P;
+  st->grads = 4 * P;
+  st->optimizer = 12 * P / (c->zero && c->dp > 1 ? c->dp : 1);
+  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
+                    st->chunk_layers * st->peak_stash;
+  if (c->recompute == PL_RECOMPUTE_FULL)
+    st->activations += pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
+  st->total = st->weights + st->grads + st->optimizer + st->activations;
+}
+
+/* The one-off costs of a step: the optimizer over the state this rank
+ * updates, and what follows it (ZeRO-1 gathers the updated weights; the
+ * tied embedding's gradient is summed between the first and last stage). */
+static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int64_t max_params,
+                       Sim *S) {
+  int zd = c->zero && c->dp > 1 ? c->dp : 1;
+  S->opt = pl_memory_s(hw, (double)max_params / zd * OPT_BYTES_PER_PARAM);
+  S->tail = 0;
+  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, 2.0 * (double)max_params);
+  if (c->pp * c->vpp > 1 && m->tied)
+    S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, GRAD_COMM_BYTES * (double)m->tied);
+}
+
+/* One pipeline message: with t > 1 and no sequence parallelism each
+ * tensor rank sends its 1/t of the activation and the receiver gathers
+ * the rest inside its node (Megatron's scatter/gather). */
+static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
+  double bytes = 2.0 * (double)m->msg_elems;
+  PlLink l = pl_pp_link(hw, c);
+  if (c->tp <= 1 || c->sequence_parallel) return l.lat + bytes / l.bw;
+  return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
+}
+
+/* Fills the per-stage figures and the totals after the replay. */
+static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const Sim *S,
+                      const int *count, const int64_t *params, const int *stash,
+                      const double *pipe_end, PlResult *out) {
+  int p = S->p;
+  double ideal = 0, end = 0;
+  for (int r = 0; r < p; r++) {
+    PlStage *st = &out->stages[r];
+    int most = 0;
+    for (int ch = 0; ch < S->v; ch++) {
+      int k = ch * p + r;
+      st->layers += count[k], st->params += params[k];
+      most = count[k] > most ? count[k] : most;
+    }
+    st->peak_stash = stash[r];
+    st->chunk_layers = most;
+    pl_stage_memory(m, c, st);
+    if (st->compute > ideal) ideal = st->compute;
+    if (pipe_end[r] > end) end = pipe_end[r];
+    if (st->finish > out->step_time) out->step_time = st->finish;
+    if (st->total > out->memory_max) out->memory_max = st->total;
+  }
+  double gpus = (double)c->tp * c->pp * c->dp;
+  out->bubble_fraction = ideal > 0 ? (end - ideal) / ideal : 0;
+  double mbs = (double)c->global_batch / c->microbatch, t = c->tp > 1 ? c->tp : 1;
+  out->model_flops = 3.0 * m->flops_per_mb * mbs;
+  out->counted_flops = out->model_flops + m->layers * recomputed(m, c->recompute, true) * t * mbs;
+  double per_gpu = out->step_time > 0 ? 1 / (out->step_time * gpus) : 0;
+  out->tflops_per_gpu = out->counted_flops * per_gpu / 1e12;
+  out->mfu = out->model_flops * per_gpu / hw->peak_flops[PL_BF16];
+  int busiest = 0;
+  for (int k = 1; k < S->nv; k++)
+    if (S->f[k] + S->b[k] > S->f[busiest] + S->b[busiest]) busiest = k;
+  out->f_chunk = S->f[busiest], out->b_chunk = S->b[busiest];
+  out->p2p_s = S->msg, out->dp_s = S->reduce[busiest], out->opt_s = S->opt;
+}
+
+/* The tables of c's schedule; NULL with *error set. They are not run
+ * through the verifier here: the schedule tests verify every registered
+ * schedule over many (p, v, m), the verifier would double the cost of a
+ * search, and a table that deadlocked would stall the replay, which says
+ * so. */
+static RtSchedule *build_tables(const PlConfig *c, char **error) {
+  const char *name = c->schedule ? c->schedule : sched_default_name(c->vpp);
+  const SchedDef *def = sched_find(name);
+  if (!def) {
+    *error = fmt_error("no schedule '%s' (schedules: %s)", name, sched_names());
+    return NULL;
+  }
+  SchedOptions so = {.pp = c->pp, .vpp = c->vpp, .dp = c->dp, .buckets_per_chunk = 1,
+                     .microbatches = c->global_batch / (c->microbatch * c->dp)};
+  return sched_build_unverified(def, &so, error);
+}
+
+/* Every duration the replay needs: per virtual stage its F, B and
+ * reduction, the message, the optimizer and what follows it. */
+static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
+                    const int *count, int64_t *params) {
+  int p = S->p, nv = S->nv;
+  chunk_costs(m, c, nv, count, S, params);
+  for (int k = 0; k < nv; k++) {
+    double grad_bytes = GRAD_COMM_BYTES * (double)params[k];
+    S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
+                           : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
+  }
+  int64_t max_params = 0;
+  for (int r = 0; r < p; r++) {
+    int64_t sum = 0;
+    for (int ch = 0; ch < c->vpp; ch++) sum += params[ch * p + r];
+    max_params = sum > max_params ? sum : max_params;
+  }
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < S->s->stages[r].n; i++)
+      S->has_w |= S->s->stages[r].actions[i].kind == RT_SCHED_W;
+  S->msg = message_time(m, c, hw);
+  step_costs(m, c, hw, max_params, S);
+}
+
+/* pl_simulate, and with `timeline` the tables and when each action ran. */
+static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool timeline,
+                     PlResult *out, char **error) {
+  *out = (PlResult){0};
+  *error = NULL;
+  if (!check_config(m, c, error)) return false;
+  RtSchedule *s = build_tables(c, error);
+  if (!s) return false;
+  int p = c->pp, nv = c->pp * c->vpp;
+  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
+  S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
+  S.reduce = calloc((size_t)nv, sizeof(double));
+  int64_t *params = calloc((size_t)nv, sizeof(int64_t));
+  int *count = layout(m->layers, nv);
+  prepare(m, c, hw, &S, count, params);
+  out->nstages = p, out->microbatches = s->microbatches;
+  out->stages = calloc((size_t)p, sizeof(PlStage));
+  Replay R = {.finish = calloc((size_t)p, sizeof(double)),
+              .pipe_end = calloc((size_t)p, sizeof(double)),
+              .compute = calloc((size_t)p, sizeof(double)), .stash = calloc((size_t)p, sizeof(int))};
+  if (timeline) {
+    R.start = calloc((size_t)p, sizeof(double *)), R.end = calloc((size_t)p, sizeof(double *));
+    for (int r = 0; r < p; r++)
+      R.start[r] = calloc((size_t)s->stages[r].n + 1, sizeof(double)),
+      R.end[r] = calloc((size_t)s->stages[r].n + 1, sizeof(double));
+  }
+  bool ok = replay(&S, &R);
+  for (int r = 0; r < p; r++) out->stages[r].finish = R.finish[r], out->stages[r].compute = R.compute[r];
+  if (ok) summarise(m, c, hw, &S, count, params, R.stash, R.pipe_end, out);
+  else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
+  out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
+  free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
+  free(S.f), free(S.b), free(S.reduce), free(params), free(count);
+  if (!timeline) sched_free(s);
+  return ok;
+}
+
+bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                 char **error) {
+  return simulate(m, c, hw, false, out, error);
+}
+
+bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
+                          char **error) {
+  return simulate(m, c, hw, true, out, error);
+}
+
+void pl_result_free(PlResult *r) {
+  for (int i = 0; r->start && i < r->nstages; i++) free(r->start[i]), free(r->end[i]);
+  free(r->start), free(r->end), free(r->stages);
+  if (r->tables) sched_free(r->tables);
+  r->stages = NULL, r->start = r->end = NULL, r->tables = NULL;
+}

@@ -1,0 +1,438 @@
+/* Tests of the planner (planner/): one program, one mode per ctest entry.
+ *
+ *   planner_test bubble  with equal chunk costs and free messages the
+ *                        replayed step has the bubble (p - 1)/m for gpipe
+ *                        and 1f1b and (p - 1)/(v m) for interleaved, over
+ *                        p in 1..8, v in 1..4, m in p..4p
+ *   planner_test memory  weights, gradients, optimizer state (with and
+ *                        without ZeRO-1) and activations per rank of the
+ *                        GPT-3 model against REFERENCE.md's formulas at a
+ *                        few shapes: the exact Megatron parameter counts,
+ *                        18 (or 6 + 12/d) bytes per parameter, and the
+ *                        per-layer activation formulas times the schedule's
+ *                        peak stash (p microbatches on 1F1B's first stage)
+ *   planner_test paper   the paper's rows on the a100 preset with its one
+ *                        calibration: 1.7B on 32 GPUs, 18.4B on 256 and 1T
+ *                        on 3072 within 10% of 137, 135 and 163 TFLOP/s
+ *                        per GPU, the ratios printed, with full
+ *                        recomputation as the paper ran them and without
+ *   planner_test scale   the 1T model on 3072 GPUs (p=64, v=2, m=512):
+ *                        loading, costing and the replay in under a second
+ *   planner_test units   the alpha-beta collectives, the roofline and the
+ *                        links the topology gives each group, by hand
+ *   planner_test search  `shardc plan`'s search for the 1T model on 3072
+ *                        GPUs: finishes in seconds (timed, limit 10 s),
+ *                        finds configurations that fit, ranked by step
+ *                        time, and drops the rest with their reasons
+ *   planner_test interleave  the 175B model on 96 GPUs (t=8, p=12):
+ *                        interleaving beats 1F1B at small batches and the
+ *                        gain shrinks as the batch grows, as the paper says
+ *
+ * MODELS names the models folder (argv[2]). Exit status 0 when every check
+ * holds; each check prints what it compared. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "frontend/frontend.h"
+#include "planner/planner.h"
+
+static int failures;
+
+/* The time limits hold for an optimised build; a sanitizer build runs
+ * about ten to twenty times slower, so its limits are that much wider
+ * (and say so). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHARDC_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SHARDC_TEST_SANITIZED 1
+#endif
+#ifdef SHARDC_TEST_SANITIZED
+static const double time_scale = 25;
+static const char *const time_note = " (sanitizer build: limits x25)";
+#else
+static const double time_scale = 1;
+static const char *const time_note = "";
+#endif
+
+static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool ok, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%s ", ok ? "ok  " : "FAIL");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  if (!ok) failures++;
+}
+
+/* --------------------------------------------------------------- bubble */
+
+/* Hardware on which messages and the optimizer are free. */
+static PlHw free_comm(void) {
+  PlHw hw = *pl_hw_find("a100");
+  hw.intra_lat = hw.inter_lat = 0, hw.kernel_s = 0;
+  return hw;
+}
+
+static double bubble_of(const char *sched, int p, int v, int m, double *step) {
+  /* Every layer F = 1, B = 2: each chunk of one layer costs the same. */
+  PlModel model = {.layers = p * v, .layer = {.fwd = 1, .bwd = 2}, .b = 1, .s = 1, .h = 1};
+  PlConfig c = {.tp = 1, .pp = p, .dp = 1, .vpp = v, .microbatch = 1, .global_batch = m,
+                .schedule = sched};
+  PlHw hw = free_comm();
+  PlResult r;
+  char *error = NULL;
+  if (!pl_simulate(&model, &c, &hw, &r, &error)) {
+    printf("FAIL %s p=%d v=%d m=%d: %s\n", sched, p, v, m, error);
+    free(error);
+    failures++;
+    return -1;
+  }
+  double b = r.bubble_fraction;
+  *step = r.step_time;
+  pl_result_free(&r);
+  return b;
+}
+
+static void test_bubble(void) {
+  int cases = 0, bad = 0;
+  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
+  for (int si = 0; si < 3; si++)
+    for (int p = 1; p <= 8; p++)
+      for (int v = 1; v <= (si == 2 ? 4 : 1); v++)
+        for (int m = p; m <= 4 * p; m++) {
+          if (si == 2 && (v == 1 || p == 1 || m % p)) continue;
+          double step, b = bubble_of(scheds[si], p, v, m, &step);
+          double want = (double)(p - 1) / ((double)v * m);
+          cases++;
+          if (fabs(b - want) > 1e-9) {
+            bad++;
+            printf("FAIL %s p=%d v=%d m=%d: bubble %.6f, want (p-1)/(v m) = %.6f\n", scheds[si], p,
+                   v, m, b, want);
+          }
+        }
+  double step, b = bubble_of("interleaved", 4, 2, 8, &step);
+  printf("e.g. interleaved p=4 v=2 m=8: bubble %.6f (formula %.6f), step %.1f (F=1, B=2)\n", b,
+         3.0 / 16, step);
+  b = bubble_of("1f1b", 4, 1, 8, &step);
+  printf("e.g. 1f1b p=4 m=8: bubble %.6f (formula %.6f), step %.1f\n", b, 3.0 / 8, step);
+  check(bad == 0, "%d of %d replays have the bubble (p-1)/(v m)", cases - bad, cases);
+}
+
+/* --------------------------------------------------- models and configs */
+
+static const char *models_dir = "models";
+
+/* gpt3.shard with -D overrides (NULL-terminated "name=value" list) and the
+ * microbatch, folded and typed. */
+static IrGraph *load_gpt3(const char *const *defs, int microbatch) {
+  IrGraph *g = fe_load(ir_fmt("%s/gpt3.shard", models_dir));
+  if (!g) return NULL;
+  for (int i = 0; defs && defs[i]; i++) {
+    const char *eq = strchr(defs[i], '=');
+    pass_override_config(g, ir_strndup(defs[i], (size_t)(eq - defs[i])), eq + 1, ir_cmdline);
+  }
+  pass_override_config(g, "batch", ir_fmt("%d", microbatch), ir_cmdline);
+  PassOptions opt = {0};
+  PassManagerFlags flags = {.print_stream = stdout};
+  if (!pass_run_pipeline(&g, pass_default_pipeline, &opt, &flags)) return NULL;
+  return g;
+}
+
+static bool simulate(const char *const *defs, const PlConfig *c, const char *hw_name,
+                     PlModel *m, PlResult *r) {
+  PlHw hw = *pl_hw_find(hw_name);
+  IrGraph *g = load_gpt3(defs, c->microbatch);
+  char *error = NULL;
+  if (!g || !pl_model_build(g, c, &hw, m)) return false;
+  if (!pl_simulate(m, c, &hw, r, &error)) {
+    printf("FAIL: %s\n", error);
+    free(error);
+    return false;
+  }
+  return true;
+}
+
+static const char *const shape_1_7b[] = {NULL};
+static const char *const shape_18b[] = {"hidden=6144", "heads=48", "layers=40", NULL};
+static const char *const shape_1t[] = {"hidden=25600", "heads=160", "layers=128", NULL};
+
+/* ---------------------------------------------------------------- memory */
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-6; }
+
+/* Korthikanti et al.'s per-layer activation bytes, written out again here
+ * from REFERENCE.md rather than calling the planner's function. */
+static double act_formula(double s, double b, double h, double a, int t, bool sp) {
+  if (t == 1 || sp) return s * b * h * (34 + 5 * a * s / h) / t;
+  return s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t));
+}
+
+static void test_memory(void) {
+  PlModel m;
+  PlResult r;
+  /* 1.7B, t=1 p=1 d=32: P = 12lh^2 + 13lh + (V+s)h + 2h, 18 bytes each. */
+  PlConfig c = {.tp = 1, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 512};
+  if (simulate(shape_1_7b, &c, "a100", &m, &r)) {
+    double l = 24, h = 2304, V = 51200, s = 2048;
+    double P = 12 * l * h * h + 13 * l * h + (V + s) * h + 2 * h;
+    PlStage *st = &r.stages[0];
+    check(close_to((double)st->params, P), "1.7B params %lld = 12lh^2 + 13lh + (V+s)h + 2h = %.0f",
+          (long long)st->params, P);
+    check(close_to(st->weights + st->grads + st->optimizer, 18 * P),
+          "1.7B weights+grads+optimizer %.4g bytes = 18 P = %.4g", st->weights + st->grads +
+          st->optimizer, 18 * P);
+    double act = act_formula(s, 4, h, 24, 1, false) * l * st->peak_stash;
+    check(st->peak_stash == 1 && close_to(st->activations, act),
+          "1.7B activations %.4g = sbh(34 + 5as/h) x l x stash %d = %.4g", st->activations,
+          st->peak_stash, act);
+    pl_result_free(&r);
+  }
+  /* 18.4B, t=8 with sequence parallelism, p=4, d=4, ZeRO-1, 1F1B with m=16. */
+  c = (PlConfig){.tp = 8, .pp = 4, .dp = 4, .vpp = 1, .microbatch = 1, .global_batch = 64,
+                 .sequence_parallel = true, .zero = 1};
+  if (simulate(shape_18b, &c, "a100", &m, &r)) {
+    double h = 6144, s = 2048, t = 8, per_layer = 12 * h * h / t + 7 * h / t + 6 * h;
+    PlStage *st = &r.stages[1];
+    check(close_to((double)st->params, 10 * per_layer),
+          "18.4B t=8 stage 1 params %lld = 10 (12h^2/t + 7h/t + 6h) = %.0f", (long long)st->params,
+          10 * per_layer);
+    double P = (double)st->params;
+    check(close_to(st->weights + st->grads + st->optimizer, (6 + 12.0 / 4) * P),
+          "18.4B ZeRO-1 d=4: weights+grads+optimizer = (6 + 12/d) P = %.4g", (6 + 3.0) * P);
+    for (int k = 0; k < 4; k++) {
+      PlStage *sk = &r.stages[k];
+      double act = act_formula(s, 1, h, 48, 8, true) * 10 * (4 - k);
+      check(sk->peak_stash == 4 - k && close_to(sk->activations, act),
+            "18.4B t=8 SP stage %d: stash %d = p - r, activations %.4g = sbh(34 + 5as/h)/t x 10 "
+            "x %d = %.4g", k, sk->peak_stash, sk->activations, 4 - k, act);
+    }
+    pl_result_free(&r);
+  }
+  /* 18.4B t=8 SP p=4 with recomputation: selective keeps 34 sbh/t per
+   * layer, full 2 sbh/t plus one layer's whole activations. */
+  for (int rc = PL_RECOMPUTE_SELECTIVE; rc <= PL_RECOMPUTE_FULL; rc++) {
+    c = (PlConfig){.tp = 8, .pp = 4, .dp = 4, .vpp = 1, .microbatch = 1, .global_batch = 64,
+                   .sequence_parallel = true, .recompute = (PlRecompute)rc};
+    if (!simulate(shape_18b, &c, "a100", &m, &r)) continue;
+    double sbh = 2048.0 * 6144, t = 8, act;
+    if (rc == PL_RECOMPUTE_SELECTIVE)
+      act = 34 * sbh / t * 10 * 4;
+    else
+      act = 2 * sbh / t * 10 * 4 + act_formula(2048, 1, 6144, 48, 8, true);
+    check(close_to(r.stages[0].activations, act), "18.4B t=8 SP stage 0, recompute %s: "
+          "activations %.4g = %s = %.4g", rc == PL_RECOMPUTE_FULL ? "full" : "selective",
+          r.stages[0].activations, rc == PL_RECOMPUTE_FULL ? "2sbh/t x 10 x 4 + one layer"
+          : "34 sbh/t x 10 x 4", act);
+    pl_result_free(&r);
+  }
+  /* 1.7B, t=2 without sequence parallelism, p=2 v=2 interleaved, m=8. */
+  c = (PlConfig){.tp = 2, .pp = 2, .dp = 1, .vpp = 2, .microbatch = 2, .global_batch = 16};
+  if (simulate(shape_1_7b, &c, "a100", &m, &r)) {
+    PlStage *st = &r.stages[1];
+    double act = act_formula(2048, 2, 2304, 24, 2, false) * 6 * st->peak_stash;
+    check(close_to(st->activations, act),
+          "1.7B t=2 interleaved stage 1: activations %.4g = sbh(10 + 24/t + 5as/(ht)) x 6 layers "
+          "per chunk x stash %d = %.4g", st->activations, st->peak_stash, act);
+    pl_result_free(&r);
+  }
+}
+
+/* ----------------------------------------------------------------- paper */
+
+typedef struct Row {
+  const char *name;
+  const char *const *shape;
+  PlConfig c;
+  double published;
+} Row;
+
+static const Row rows[] = {
+    {"1.7B on 32 GPUs", shape_1_7b,
+     {.tp = 1, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 512}, 137},
+    {"18.4B on 256 GPUs", shape_18b,
+     {.tp = 8, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 1024}, 135},
+    {"1T on 3072 GPUs", shape_1t,
+     {.tp = 8, .pp = 64, .dp = 6, .vpp = 2, .microbatch = 1, .global_batch = 3072}, 163},
+};
+
+/* The paper trained with full recomputation and counted its FLOPs; the
+ * same calibration must also hold for the step without it (model FLOPs). */
+static void test_paper(void) {
+  static const char *const modes[] = {"none", "selective", "full"};
+  for (int rc = PL_RECOMPUTE_FULL; rc >= PL_RECOMPUTE_NONE; rc -= 2)
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+      PlModel m;
+      PlResult r;
+      PlConfig c = rows[i].c;
+      c.recompute = (PlRecompute)rc;
+      if (!simulate(rows[i].shape, &c, "a100", &m, &r)) {
+        check(false, "%s: did not simulate", rows[i].name);
+        continue;
+      }
+      double ratio = r.tflops_per_gpu / rows[i].published;
+      check(fabs(ratio - 1) <= 0.10,
+            "%-18s t=%d p=%d d=%d v=%d b=%d recompute %-4s: predicted %.1f TFLOP/s per GPU, "
+            "published %.0f, ratio %.3f (band 0.90-1.10); step %.3f s, MFU %.1f%%, bubble %.4f, "
+            "%.1f GiB", rows[i].name, c.tp, c.pp, c.dp, c.vpp, c.microbatch, modes[rc],
+            r.tflops_per_gpu, rows[i].published, ratio, r.step_time, 100 * r.mfu,
+            r.bubble_fraction, r.memory_max / 1073741824.0);
+      pl_result_free(&r);
+    }
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_scale(void) {
+  double t0 = now();
+  PlModel m;
+  PlResult r;
+  bool ok = simulate(shape_1t, &rows[2].c, "a100", &m, &r);
+  double dt = now() - t0;
+  check(ok && dt < 1.0 * time_scale, "1T on 3072 GPUs (t=8 p=64 d=6 v=2, m=%d): loaded, costed "
+        "and replayed in %.3f s (limit %g s%s), step %.2f s", ok ? r.microbatches : 0, dt,
+        1.0 * time_scale, time_note, ok ? r.step_time : 0);
+  if (ok) pl_result_free(&r);
+}
+
+/* ----------------------------------------------------------------- units */
+
+static void test_units(void) {
+  PlLink l = {.bw = 100, .lat = 1};
+  /* Ring all-reduce of 400 bytes over 4: 2(n-1) steps of latency and
+   * 2(n-1)/n of the bytes through each member's link. */
+  check(close_to(pl_all_reduce_s(l, 4, 400), 6 * 1 + 1.5 * 400 / 100),
+        "all-reduce n=4, 400 B, alpha 1, beta 1/100: %g = 6 alpha + 6 = 12", pl_all_reduce_s(l, 4, 400));
+  check(close_to(pl_all_gather_s(l, 4, 400), 3 + 3), "all-gather n=4: %g = 3 alpha + 3/4 x 4 = 6",
+        pl_all_gather_s(l, 4, 400));
+  check(pl_all_reduce_s(l, 1, 400) == 0, "a group of one costs nothing");
+  PlHw hw = *pl_hw_find("a100");
+  double big = 1e13, t = pl_gemm_s(&hw, big), rate = big / t / hw.peak_flops[PL_BF16];
+  double half = hw.gemm_half, th = pl_gemm_s(&hw, half);
+  check(fabs(rate - hw.gemm_eff * big / (big + half)) < 1e-12,
+        "a100 GEMM of 1e13 FLOPs at %.4f of peak = gemm_eff F/(F + half)", rate);
+  check(close_to(half / th / hw.peak_flops[PL_BF16], hw.gemm_eff / 2),
+        "a GEMM of gemm_half FLOPs runs at half of gemm_eff: %.4f", half / th / hw.peak_flops[PL_BF16]);
+  check(close_to(pl_memory_s(&hw, 1e9), 1e9 / (hw.mem_bw * hw.mem_eff)),
+        "1 GB through memory: %.4g s = bytes / (bw x mem_eff)", pl_memory_s(&hw, 1e9));
+  check(pl_memory_s(&hw, 1) == hw.kernel_s, "a tiny op costs one kernel launch, %g s", hw.kernel_s);
+  /* Links: t=8 fills a node; d=32 at t=1 spans 4 nodes, 8 members on each
+   * sharing the node's adapters; d at t=8 has one member per node. */
+  PlConfig c = {.tp = 8, .pp = 1, .dp = 32, .vpp = 1};
+  PlLink tp = pl_tp_link(&hw, &c), dp = pl_dp_link(&hw, &c), pp;
+  check(close_to(tp.bw, hw.intra_bw * hw.comm_eff) && tp.lat == hw.intra_lat,
+        "t=8: the tensor group is inside a node, %.0f GB/s", tp.bw / 1e9);
+  check(close_to(dp.bw, hw.inter_bw / 8 * hw.comm_eff) && dp.lat == hw.inter_lat,
+        "t=8 d=32: the data group has one member per node, %.0f GB/s (one adapter)", dp.bw / 1e9);
+  c.tp = 1;
+  dp = pl_dp_link(&hw, &c);
+  check(close_to(dp.bw, hw.inter_bw * hw.comm_eff),
+        "t=1 d=32: 8 members per node share its 8 adapters, %.0f GB/s", dp.bw / 1e9);
+  c = (PlConfig){.tp = 2, .pp = 4, .dp = 1, .vpp = 1};
+  pp = pl_pp_link(&hw, &c);
+  check(pp.lat == hw.intra_lat, "t=2 p=4: the pipeline stays inside a node");
+  c.pp = 8;
+  pp = pl_pp_link(&hw, &c);
+  check(pp.lat == hw.inter_lat && close_to(pp.bw, hw.inter_bw / 8 * hw.comm_eff),
+        "t=2 p=8: pipeline messages cross nodes, %.0f GB/s per GPU", pp.bw / 1e9);
+}
+
+/* ---------------------------------------------------------------- search */
+
+static IrGraph *load_1t(void *ctx, int microbatch) {
+  (void)ctx;
+  return load_gpt3(shape_1t, microbatch);
+}
+
+static void test_search(void) {
+  PlHw hw = *pl_hw_find("a100");
+  PlSearch s;
+  double t0 = now();
+  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, 0.9 * hw.mem_bytes, &s);
+  double dt = now() - t0;
+  check(ok && dt < 10 * time_scale, "plan 1T on 3072 GPUs, B=3072: %d simulated, %d fit, in "
+        "%.2f s (limit %g s%s)", ok ? s.simulated : 0, ok ? s.n : 0, dt, 10 * time_scale, time_note);
+  if (!ok) return;
+  bool sorted = true, fit = true;
+  for (int i = 0; i < s.n; i++) {
+    if (i && s.configs[i].step_time < s.configs[i - 1].step_time) sorted = false;
+    if (s.configs[i].memory > 0.9 * hw.mem_bytes) fit = false;
+  }
+  check(s.n > 0 && sorted && fit, "the %d kept are ranked by step time and all fit in %.1f GiB",
+        s.n, 0.9 * hw.mem_bytes / 1073741824.0);
+  if (s.n) {
+    const PlCandidate *c = &s.configs[0];
+    printf("best: t=%d p=%d d=%d v=%d b=%d recompute %s%s%s: %.1f TFLOP/s per GPU, %.1f GiB\n",
+           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, c->c.microbatch, pl_recompute_names[c->c.recompute],
+           c->c.sequence_parallel ? ", SP" : "", c->c.zero ? ", ZeRO-1" : "", c->tflops_per_gpu,
+           c->memory / 1073741824.0);
+  }
+  for (int k = 0; k < PL_NREJECTS; k++)
+    if (s.rejected[k]) printf("dropped for %s: %d, e.g. %s\n", pl_reject_names[k], s.rejected[k],
+                              s.example[k]);
+  check(s.rejected[PL_REJ_MEMORY] > 0 && s.rejected[PL_REJ_NODE] > 0 && s.rejected[PL_REJ_LAYERS] > 0,
+        "memory, node size and layer count each dropped some");
+  pl_search_free(&s);
+}
+
+/* ------------------------------------------------------------ interleave */
+
+static void test_interleave(void) {
+  static const char *const shape_175b[] = {"hidden=12288", "heads=96", "layers=96", NULL};
+  static const int batches[] = {12, 24, 48, 96, 192};
+  double last_gain = INFINITY;
+  bool beats = true, shrinks = true;
+  for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+    double tf[2] = {0};
+    for (int v = 1; v <= 2; v++) {
+      PlConfig c = {.tp = 8, .pp = 12, .dp = 1, .vpp = v, .microbatch = 1,
+                    .global_batch = batches[i]};
+      PlModel m;
+      PlResult r;
+      if (!simulate(shape_175b, &c, "a100", &m, &r)) {
+        check(false, "175B B=%d v=%d did not simulate", batches[i], v);
+        return;
+      }
+      tf[v - 1] = r.tflops_per_gpu;
+      pl_result_free(&r);
+    }
+    double gain = tf[1] / tf[0] - 1;
+    printf("175B t=8 p=12 B=%3d: 1f1b %.1f, interleaved v=2 %.1f TFLOP/s per GPU, gain %+.1f%%\n",
+           batches[i], tf[0], tf[1], 100 * gain);
+    beats &= gain > 0;
+    shrinks &= gain < last_gain;
+    last_gain = gain;
+  }
+  check(beats, "interleaving beats 1F1B at every batch");
+  check(shrinks, "and its gain shrinks as the batch grows");
+}
+
+int main(int argc, char **argv) {
+  atexit(ir_arena_free_all);
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (argc > 2) models_dir = argv[2];
+  if (strcmp(mode, "bubble") == 0) test_bubble();
+  else if (strcmp(mode, "memory") == 0) test_memory();
+  else if (strcmp(mode, "paper") == 0) test_paper();
+  else if (strcmp(mode, "scale") == 0) test_scale();
+  else if (strcmp(mode, "units") == 0) test_units();
+  else if (strcmp(mode, "interleave") == 0) test_interleave();
+  else if (strcmp(mode, "search") == 0) test_search();
+  else {
+    fprintf(stderr, "usage: planner_test bubble|memory|paper|scale|units|interleave|search [MODELS]\n");
+    return 2;
+  }
+  if (failures) printf("%d check%s failed\n", failures, failures == 1 ? "" : "s");
+  return failures ? 1 : 0;
+}

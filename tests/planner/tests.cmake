@@ -1,0 +1,45 @@
+# The planner (planner/): hardware descriptions, the cost model and the
+# simulator. planner_test (planner_test.c) checks the replayed bubble
+# against the formulas, memory against REFERENCE.md's, the paper's rows
+# within a band and the 1T simulation's time; the goldens hold what
+# `shardc hw` prints and its errors on bad description files.
+set(PLANNER_DIR ${TESTS_DIR}/planner)
+add_executable(planner_test ${PLANNER_DIR}/planner_test.c)
+target_include_directories(planner_test PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(planner_test PRIVATE shard_planner shard_frontend shard_passes shard_ir m)
+
+foreach(mode bubble memory paper scale units interleave search)
+  add_test(NAME planner/${mode} COMMAND planner_test ${mode} ${MODELS_DIR})
+endforeach()
+
+function(planner_golden name status)
+  add_test(NAME planner/${name}
+           COMMAND ${EXPECT} ${PLANNER_DIR}/${name}.expected ${status} --cd ${PLANNER_DIR}
+                   -- ${ARGN})
+endfunction()
+planner_golden(hw_list 0 ${SHARDC} hw)
+planner_golden(hw_a100 0 ${SHARDC} hw a100)
+planner_golden(hw_file 0 ${SHARDC} hw good.hw)
+planner_golden(err_hw_file 1 ${SHARDC} hw bad.hw)
+planner_golden(err_hw_missing 1 ${SHARDC} hw missing.hw)
+planner_golden(err_simulate_hw 1 ${SHARDC} simulate ../../models/gpt2.shard --hw bad.hw)
+# What simulate prints, text and JSON, with its numbers rounded (round.sh).
+planner_golden(simulate_gpt2_json 0 sh round.sh ${SHARDC} simulate ../../models/gpt2.shard --tp 2
+               --pp 2 --vpp 2 --microbatch 4 --global-batch 16 --hw a100 --json)
+planner_golden(simulate_llama_text 0 sh round.sh ${SHARDC} simulate ../../models/llama.shard
+               --tp 2 --sequence-parallel --pp 2 --dp 2 --zero 1 --global-batch 32 --hw h200)
+planner_golden(plan_gpt2_text 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw a100 --top 5)
+planner_golden(plan_gpt2_json 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw h200 --top 2 --json)
+planner_golden(err_plan_nothing_fits 1 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+               --global-batch 64 --hw a100 --memory-fraction 0.001)
+planner_golden(err_plan_flags 1 ${SHARDC} plan ../../models/gpt2.shard --gpus 8 --hw a100)
+# The simulated timeline of a small 1F1B step with data parallelism:
+# compute, message waits, the reductions' stream and the optimizer.
+planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_trace.json
+               ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
+# The search drawn: every replay's throughput against its memory, the
+# chosen one ringed, the limit as a line (render it to look: rsvg-convert).
+planner_golden(plan_svg 0 sh plan_svg.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
+               ../../models/gpt2.shard --gpus 4 --global-batch 16 --hw a100)
