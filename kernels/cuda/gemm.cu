@@ -16,7 +16,7 @@
   do {                                                                                   \
     cublasStatus_t kc_st_ = (call);                                                      \
     if (kc_st_ != CUBLAS_STATUS_SUCCESS)                                                 \
-      kc_die(__FILE__, __LINE__, "%s: %s", #call, cublasGetStatusString(kc_st_));        \
+      kc_die(__FILE__, __LINE__, "%s: %s", #call, cublasLtGetStatusString(kc_st_));        \
   } while (0)
 
 /* Distinct GEMM problems a program runs: a few per layer kind. */
