@@ -20,6 +20,9 @@
 #                      its CPU twin (fp32 1e-5, bf16 1e-2), all shapes
 #   kernels memcheck   the same, --small shapes, under compute-sanitizer memcheck
 #   kernels racecheck  the same, --small shapes, under compute-sanitizer racecheck
+#   device             tests/gpu/test_device_cuda: runtime/device_cuda.c (copies,
+#                      the optimizer, the norms) against the CPU kernels
+#                      (CMake build only: it needs the runtime's dependencies)
 #   model checks of issue 10 (rows marked TODO until they exist; each has
 #   its function below, to be filled in where it says so)
 set -u
@@ -46,7 +49,7 @@ run_check() {
   local dt=$((SECONDS - t0))
   tail -n 3 "$log"
   case $rc in
-    0) row "$name" PASS "$dt" "$(grep -m1 -E 'checks, [0-9]+ failed|ERROR SUMMARY' "$log" || echo "$log")" ;;
+    0) row "$name" PASS "$dt" "$(grep -m1 -E 'checks, [0-9]+ failed|all checks passed|ERROR SUMMARY' "$log" || echo "$log")" ;;
     77) row "$name" SKIP "$dt" "$(grep -m1 SKIP "$log")" ;;
     124) row "$name" FAIL "$dt" "timed out after ${limit}s ($log)" ;;
     *) row "$name" FAIL "$dt" "exit $rc: $(grep -c FAIL "$log") FAIL lines ($log)" ;;
@@ -60,13 +63,16 @@ nvcc --version 2>&1 | tail -n 2
 # ------------------------------------------------------------------ build
 BUILD_KIND=none
 TEST_BIN=
+DEVICE_BIN=
 t0=$SECONDS
 if [ "${GPU_BUILD:-cmake}" = cmake ] &&
    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
      >"$LOGS/configure.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$LOGS/build.log" 2>&1; then
+   cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda test_device_cuda \
+    >"$LOGS/build.log" 2>&1; then
   BUILD_KIND=cmake
   TEST_BIN=$BUILD/tests/test_kernels_cuda
+  DEVICE_BIN=$BUILD/tests/test_device_cuda
   # Issue 10: build the model checks' targets here too (the rank programs
   # of `shardc compile --target cuda` for the tiny GPT-2 and LLaMA).
 else
@@ -117,6 +123,12 @@ if [ -n "$TEST_BIN" ]; then
     row "kernels memcheck" SKIP 0 "compute-sanitizer not on PATH"
     row "kernels racecheck" SKIP 0 "compute-sanitizer not on PATH"
   fi
+fi
+
+if [ -n "$DEVICE_BIN" ]; then
+  run_check device 120 "$LOGS/device.log" "$DEVICE_BIN"
+elif [ -n "$TEST_BIN" ]; then
+  row device SKIP 0 "not built by the direct build"
 fi
 
 # ------------------------------------------------- model checks (issue 10)

@@ -9,3 +9,16 @@ if(TARGET shard_kernels_cuda)
   set_tests_properties(gpu/kernels PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                        ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 endif()
+
+# The CUDA device layer (runtime/device_cuda.c) against the CPU kernels,
+# skipped without a device; and, without a device, that a device call ends
+# the program with a plain "no CUDA device" error and exit status 1.
+if(TARGET shard_rt_cuda)
+  add_executable(test_device_cuda ${CMAKE_CURRENT_LIST_DIR}/test_device_cuda.c)
+  target_link_libraries(test_device_cuda PRIVATE shard_rt_cuda shard_kernels_f32)
+  add_test(NAME gpu/device COMMAND test_device_cuda)
+  set_tests_properties(gpu/device PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+  add_test(NAME gpu/no_device COMMAND test_device_cuda --no-device)
+  set_tests_properties(gpu/no_device PROPERTIES SKIP_REGULAR_EXPRESSION "^SKIP:" LABELS gpu
+                       PASS_REGULAR_EXPRESSION "error: no CUDA device")
+endif()
