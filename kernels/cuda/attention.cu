@@ -149,7 +149,7 @@ __global__ void att_fwd_kernel(T *y, const T *q, const T *k, const T *v, Att a, 
 /* -------------------------------------------------------------- backward */
 
 /* Pass 1, one warp per query row: lse[row] as the forward's, and
- * D[row] = sum(dy y) (in double on each lane's share). */
+ * D[row] = sum(dy y) (fp32: at most K_CUDA_ATT_MAX_D terms). */
 template <int P, typename T>
 __global__ void att_stats_kernel(float *lse, float *D, const T *q, const T *k, const T *y,
                                  const T *dy, Att a) {

@@ -159,7 +159,8 @@ void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_
  * row's log-sum-exp and sum(dy y) into the scratch, then dq by query rows
  * and dk, dv by key rows (each owned by one warp, summed over the query
  * heads of its group in order: no atomics). Scratch:
- * k_cuda_attention_scratch(b, s, H) bytes. */
+ * k_cuda_attention_scratch(b, s, H) bytes; the forward writes each query
+ * row's log-sum-exp into its first half and takes NULL for none. */
 #define K_CUDA_ATT_MAX_D 256
 int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H);
 void k_cuda_attention_fwd(float *y, const float *q, const float *k, const float *v, int64_t b,

@@ -77,7 +77,7 @@ __global__ void ce_bwd_kernel(T *dlogits, const T *logits, const int32_t *target
   if (!rowmax) KC_ASSERT(t >= 0 && t < valid);
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     float g = j < n ? scale * expf(kc_f(x[j]) - m) : 0.0f;
-    if (j == t) g -= (float)dl;
+    if (j == t && j < n) g -= (float)dl; /* a target in the padding is out of range */
     dx[j] = kc_to<T>(g);
   }
 }
