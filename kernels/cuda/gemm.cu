@@ -24,7 +24,7 @@
 
 /* Compared with memcmp: no padding (six int32 before the int64). */
 typedef struct Problem {
-  int32_t ab, c, trans_a, trans_b, align, zero;
+  int32_t ab, c, trans_a, trans_b, align, epi;
   int64_t batch, M, N, K, lda, ldb, ldc, sa, sb, sc;
 } Problem;
 
@@ -78,6 +78,13 @@ static void plan(Entry *e) {
   cublasOperation_t tb = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   KC_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   KC_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  /* cuBLASLt's bias is one value per row of its column-major D, which is
+   * one per column of our row-major C: the bias of a linear layer. Its
+   * GELU is the tanh form, as k_gelu. */
+  if (p->epi != KC_EPI_NONE) {
+    cublasLtEpilogue_t epi = p->epi == KC_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    KC_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  }
   e->la = p->trans_b ? layout(p->ab, p->K, p->N, p->ldb, p->batch, p->sb)
                      : layout(p->ab, p->N, p->K, p->ldb, p->batch, p->sb);
   e->lb = p->trans_a ? layout(p->ab, p->M, p->K, p->lda, p->batch, p->sa)
@@ -144,14 +151,18 @@ void k_cuda_gemm_shutdown(void) {
 }
 
 int k_cuda_gemm_cached(void) { return g.n; }
+}
 
-void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch, int64_t M,
-                    int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
-                    int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b, float beta,
-                    void *C, int64_t ldc, int64_t stride_c) {
+/* Every GEMM of the library: the problem's cached plan, the bias (when
+ * the epilogue has one) set on its descriptor just before the call. */
+static void gemm(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a, int trans_b,
+                 int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                 int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
+                 float beta, void *C, int64_t ldc, int64_t stride_c) {
   KC_REQUIRE(g.handle, "k_cuda_gemm before k_cuda_gemm_init");
   if (batch == 0 || M == 0 || N == 0) return;
   if (K == 0) {
+    KC_REQUIRE(epi == KC_EPI_NONE, "an empty GEMM with an epilogue");
     KC_REQUIRE(c == KC_F32 && batch == 1, "an empty bf16 or batched GEMM");
     scale_c_kernel<<<KC_GRID(M * N)>>>((float *)C, M, N, ldc, beta);
     KC_LAUNCHED();
@@ -160,11 +171,32 @@ void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch
   int32_t al = alignment(A);
   al = alignment(B) < al ? alignment(B) : al;
   al = alignment(C) < al ? alignment(C) : al;
-  Problem p = {(int32_t)ab, (int32_t)c, trans_a != 0, trans_b != 0, al, 0, batch, M, N, K,
-               lda, ldb, ldc, stride_a, stride_b, stride_c};
+  if (epi != KC_EPI_NONE) al = alignment(bias) < al ? alignment(bias) : al;
+  Problem p = {(int32_t)ab, (int32_t)c, trans_a != 0, trans_b != 0, al, (int32_t)epi, batch, M, N,
+               K, lda, ldb, ldc, stride_a, stride_b, stride_c};
   Entry *e = lookup(&p);
+  if (epi != KC_EPI_NONE)
+    KC_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof bias));
   KC_CUBLAS(cublasLtMatmul(g.handle, e->desc, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C,
                            e->lc, &e->algo, g.workspace, g.bytes, kc_stream()));
+}
+
+extern "C" {
+void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch, int64_t M,
+                    int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                    int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b, float beta,
+                    void *C, int64_t ldc, int64_t stride_c) {
+  gemm(ab, c, KC_EPI_NONE, NULL, trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
+       stride_b, beta, C, ldc, stride_c);
+}
+
+void k_cuda_gemm_epilogue(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a,
+                          int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                          int64_t ldc) {
+  gemm(ab, c, epi, bias, trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+       0);
 }
 
 void k_cuda_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -61,6 +61,14 @@ void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch
                     int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
                     int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b, float beta,
                     void *C, int64_t ldc, int64_t stride_c);
+/* C = epi(alpha op(A) op(B) + beta C + bias) with bias [N] (of C's type)
+ * added to every row, and for KC_EPI_BIAS_GELU the tanh GELU of k_gelu
+ * after it: a linear layer's bias and activation in cuBLASLt's epilogue. */
+typedef enum KcEpilogue { KC_EPI_NONE = 0, KC_EPI_BIAS = 1, KC_EPI_BIAS_GELU = 2 } KcEpilogue;
+void k_cuda_gemm_epilogue(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a,
+                          int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                          int64_t ldc);
 /* How many shapes the algorithm cache holds now (for tests). */
 int k_cuda_gemm_cached(void);
 
