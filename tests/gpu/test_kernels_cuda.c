@@ -539,6 +539,15 @@ static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d
 
 /* --- loss ------------------------------------------------------------------------ */
 
+/* Rank r of two's columns of a vocabulary of V (valid real): [lo, lo + Vr),
+ * the first n of them real. */
+static void vp_part(int r, int64_t V, int64_t valid, int64_t *lo, int64_t *Vr, int64_t *n) {
+  int64_t half = (V + 1) / 2;
+  *lo = r * half;
+  *Vr = r ? V - half : half;
+  *n = valid - *lo < 0 ? 0 : valid - *lo > *Vr ? *Vr : valid - *lo;
+}
+
 static void test_loss(int64_t rows, int64_t V, int64_t valid) {
   const char *sh = SHAPE("rows%lld V%lld valid%lld", (long long)rows, (long long)V, (long long)valid);
   char shape[128];
@@ -573,10 +582,10 @@ static void test_loss(int64_t rows, int64_t V, int64_t valid) {
   int32_t *t = hids(rows, 0, valid);
   int32_t *dT = dput_raw(t, (size_t)rows * 4);
   float *gmax = halloc(rows * 4), *gsum = halloc(rows * 4), *gtgt = halloc(rows * 4);
-  int64_t half = (V + 1) / 2;
   float *part[2], *pmax[2];
   for (int r = 0; r < 2; r++) {
-    int64_t lo = r * half, Vr = r ? V - half : half, n = valid - lo < 0 ? 0 : valid - lo > Vr ? Vr : valid - lo;
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
     part[r] = halloc(rows * Vr * 4);
     k_copy2d(part[r], Vr, x + lo, V, rows, Vr);
     pmax[r] = halloc(rows * 4);
@@ -590,7 +599,8 @@ static void test_loss(int64_t rows, int64_t V, int64_t valid) {
   memset(gtgt, 0, rows * 4);
   float *dGM = dput(gmax, rows, 0);
   for (int r = 0; r < 2; r++) {
-    int64_t lo = r * half, Vr = r ? V - half : half, n = valid - lo < 0 ? 0 : valid - lo > Vr ? Vr : valid - lo;
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
     float *se = halloc(rows * 4), *tg = halloc(rows * 4);
     k_ce_vp_sumexp(se, part[r], gmax, rows, Vr, n);
     k_ce_vp_target(tg, part[r], t, rows, Vr, lo, n, valid);
@@ -608,7 +618,8 @@ static void test_loss(int64_t rows, int64_t V, int64_t valid) {
   k_cuda_ce_vp_loss(dL, dGM, dGS, dGT, rows);
   check("ce_vp_loss", shape, dget(dL, 1, 0), &loss, 1, TOL32);
   for (int r = 0; r < 2; r++) {
-    int64_t lo = r * half, Vr = r ? V - half : half, n = valid - lo < 0 ? 0 : valid - lo > Vr ? Vr : valid - lo;
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
     float *g = halloc(rows * Vr * 4), *dX = dput(part[r], rows * Vr, 0), *dG = dnew(rows * Vr, 0);
     k_ce_vp_bwd(g, part[r], t, &dloss2, gmax, gsum, rows, Vr, lo, n);
     k_cuda_ce_vp_bwd(dG, dX, dT, dDL, dGM, dGS, rows, Vr, lo, n);
