@@ -1,0 +1,113 @@
+/* What the CUDA kernel files share with each other and nobody else: the
+ * current stream, launch checks, bounds asserts, conversions between the
+ * storage types and fp32, and the block reductions. */
+#ifndef SHARD_KERNELS_CUDA_COMMON_CUH
+#define SHARD_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels_cuda.h"
+
+/* Every launch goes to the stream k_cuda_set_stream chose (the default
+ * stream until then). */
+cudaStream_t kc_stream(void);
+
+/* Aborts with the call, the file and line and the error string: for CUDA
+ * errors and for broken preconditions of the caller, never user errors. */
+__attribute__((noreturn)) void kc_die(const char *file, int line, const char *fmt, ...);
+#define KC_CHECK(call)                                                                   \
+  do {                                                                                   \
+    cudaError_t kc_err_ = (call);                                                        \
+    if (kc_err_ != cudaSuccess)                                                          \
+      kc_die(__FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(kc_err_));          \
+  } while (0)
+/* After every launch: a bad configuration shows here, a fault inside the
+ * kernel at the next synchronising call. */
+#define KC_LAUNCHED() KC_CHECK(cudaGetLastError())
+#define KC_REQUIRE(cond, ...)                                                            \
+  do {                                                                                   \
+    if (!(cond)) kc_die(__FILE__, __LINE__, __VA_ARGS__);                                \
+  } while (0)
+
+/* Bounds asserts inside kernels, in debug builds only (Release defines
+ * NDEBUG): an index out of range traps with the file and line. */
+#ifdef NDEBUG
+#define KC_ASSERT(cond) ((void)0)
+#else
+#include <assert.h>
+#define KC_ASSERT(cond) assert(cond)
+#endif
+
+/* Threads per block of the row kernels (one block per row) and of the
+ * element kernels. */
+#define KC_ROW_THREADS 256
+#define KC_ELT_THREADS 256
+
+/* Grid for n elements at one per thread, capped so that the grid-stride
+ * loops of the element kernels never ask for more blocks than a launch
+ * takes. The cap depends on n alone, so results never depend on the GPU. */
+static inline unsigned kc_grid(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  if (g < 1) g = 1;
+  if (g > 65535 * 8) g = 65535 * 8;
+  return (unsigned)g;
+}
+
+/* A grid-stride loop over n elements, and the launch configuration of an
+ * element kernel on the library's stream. */
+#define KC_FOR_ELEMENTS(i, n)                                                          \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);            \
+       i += (int64_t)gridDim.x * blockDim.x)
+#define KC_GRID(n) kc_grid(n, KC_ELT_THREADS), KC_ELT_THREADS, 0, kc_stream()
+
+/* Storage types: float and bfloat16 (kc_bf16 in the header is its bits).
+ * Arithmetic is in fp32 either way. */
+typedef __nv_bfloat16 bf16;
+__device__ __forceinline__ float kc_f(float x) { return x; }
+__device__ __forceinline__ float kc_f(bf16 x) { return __bfloat162float(x); }
+#define B16(p) ((bf16 *)(p))
+#define CB16(p) ((const bf16 *)(p))
+template <typename T> __device__ __forceinline__ T kc_to(float x);
+template <> __device__ __forceinline__ float kc_to<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 kc_to<bf16>(float x) { return __float2bfloat16(x); }
+
+/* The sum of v over the block, in an order fixed by blockDim alone (warp
+ * shuffles, then warp 0 over the warps' sums), returned to every thread.
+ * `buf` is shared memory for 32 values; blockDim is a multiple of 32. */
+template <typename A> __device__ A kc_block_sum(A v, A *buf) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  __syncthreads(); /* buf may still be read from a previous call */
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? buf[lane] : (A)0;
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* The largest of v over the block, the same way (a max is exact). */
+__device__ __forceinline__ float kc_block_max(float v, float *buf) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? buf[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* The sum over a warp, returned to every lane. */
+template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+#endif

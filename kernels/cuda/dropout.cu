@@ -1,0 +1,65 @@
+/* Inverted dropout with the counter-based mask of kernels/cpu/dropout.c:
+ * element i of site `site` is kept when splitmix64's word for (seed, site,
+ * i) is at least rate * 2^64. The key and the threshold are computed on the
+ * host exactly as the CPU does, and each element's word on the device with
+ * the same 64-bit integer arithmetic, so the masks agree bit for bit. */
+#include "common.cuh"
+
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+/* The splitmix64 finaliser, on either side. */
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* rate in (0, 1): scale is 1 / (1 - rate) rounded to fp32 as on the CPU. */
+template <typename T>
+__global__ void dropout_kernel(T *y, const T *x, int64_t n, uint64_t key, uint64_t threshold,
+                               float scale) {
+  KC_FOR_ELEMENTS(i, n) {
+    uint64_t word = mix64(key + (uint64_t)(i + 1) * GOLDEN);
+    y[i] = kc_to<T>(word >= threshold ? kc_f(x[i]) * scale : 0.0f);
+  }
+}
+
+/* Rate 0 is a copy, rate >= 1 zeros, as on the CPU. */
+template <typename T>
+static void dropout(T *y, const T *x, int64_t n, float rate, uint64_t seed, uint64_t site) {
+  if (n <= 0) return;
+  size_t bytes = (size_t)n * sizeof(T);
+  if (rate <= 0) {
+    if (y != x) KC_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, kc_stream()));
+    return;
+  }
+  if (rate >= 1) {
+    KC_CHECK(cudaMemsetAsync(y, 0, bytes, kc_stream()));
+    return;
+  }
+  uint64_t key = mix64(seed ^ mix64(site + GOLDEN));
+  uint64_t threshold = (uint64_t)((double)rate * 18446744073709551616.0);
+  float scale = (float)(1.0 / (1.0 - (double)rate));
+  dropout_kernel<<<KC_GRID(n)>>>(y, x, n, key, threshold, scale);
+  KC_LAUNCHED();
+}
+
+extern "C" {
+void k_cuda_dropout_fwd(float *y, const float *x, int64_t n, float rate, uint64_t seed,
+                        uint64_t site) {
+  dropout(y, x, n, rate, seed, site);
+}
+/* The mask is linear in the input, so its adjoint is the same mask. */
+void k_cuda_dropout_bwd(float *dx, const float *dy, int64_t n, float rate, uint64_t seed,
+                        uint64_t site) {
+  dropout(dx, dy, n, rate, seed, site);
+}
+void k_cuda_dropout_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n, float rate, uint64_t seed,
+                             uint64_t site) {
+  dropout(B16(y), CB16(x), n, rate, seed, site);
+}
+void k_cuda_dropout_bwd_bf16(kc_bf16 *dx, const kc_bf16 *dy, int64_t n, float rate,
+                             uint64_t seed, uint64_t site) {
+  dropout(B16(dx), CB16(dy), n, rate, seed, site);
+}
+}

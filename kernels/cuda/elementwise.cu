@@ -1,0 +1,167 @@
+/* Element-wise families: biases and their gradients, GELU, SwiGLU, sums,
+ * scales and casts. Each is a grid-stride loop over the elements (or, for
+ * the column sums, one thread per column), templated on the storage type. */
+#include "common.cuh"
+
+/* The tanh GELU and the SiLU of kernels/cpu/kernels.h, in fp32. */
+__device__ __forceinline__ float gelu(float x) {
+  const float c = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x, float dy) {
+  const float c = 0.7978845608028654f;
+  float u = c * (x + 0.044715f * x * x * x), t = tanhf(u);
+  float du = c * (1.0f + 3.0f * 0.044715f * x * x);
+  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <typename T> __global__ void add_bias_kernel(T *y, const T *bias, int64_t rows, int64_t n) {
+  KC_FOR_ELEMENTS(i, rows * n) y[i] = kc_to<T>(kc_f(y[i]) + kc_f(bias[i % n]));
+}
+
+/* One thread per column, rows in order, in double: the CPU's order. */
+template <typename T> __global__ void sum_rows_kernel(float *out, const T *x, int64_t rows, int64_t n) {
+  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  double acc = 0;
+  for (int64_t r = 0; r < rows; r++)
+    acc += kc_f(x[r * n + j]);
+  out[j] = (float)acc;
+}
+
+template <typename T> __global__ void gelu_fwd_kernel(T *y, const T *x, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<T>(gelu(kc_f(x[i])));
+}
+template <typename T> __global__ void gelu_bwd_kernel(T *dx, const T *x, const T *dy, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) dx[i] = kc_to<T>(gelu_grad(kc_f(x[i]), kc_f(dy[i])));
+}
+
+template <typename T> __global__ void swiglu_fwd_kernel(T *y, const T *gate, const T *up, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) {
+    float g = kc_f(gate[i]);
+    y[i] = kc_to<T>(g * sigmoid(g) * kc_f(up[i]));
+  }
+}
+/* d gate = dy up silu'(gate), d up = dy silu(gate). */
+template <typename T>
+__global__ void swiglu_bwd_kernel(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) {
+    float g = kc_f(gate[i]), u = kc_f(up[i]), d = kc_f(dy[i]), s = sigmoid(g);
+    dgate[i] = kc_to<T>(d * u * s * (1.0f + g * (1.0f - s)));
+    dup[i] = kc_to<T>(d * g * s);
+  }
+}
+
+template <typename T> __global__ void add_kernel(T *y, const T *a, const T *b, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<T>(kc_f(a[i]) + kc_f(b[i]));
+}
+template <typename T> __global__ void accumulate_kernel(float *y, const T *x, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] += kc_f(x[i]);
+}
+__global__ void scale_kernel(float *y, const float *x, float alpha, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = alpha * x[i];
+}
+template <typename D, typename S> __global__ void cast_kernel(D *y, const S *x, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<D>(kc_f(x[i]));
+}
+
+extern "C" {
+void k_cuda_add_bias(float *y, const float *bias, int64_t rows, int64_t n) {
+  if (rows * n == 0) return;
+  add_bias_kernel<<<KC_GRID(rows * n)>>>(y, bias, rows, n);
+  KC_LAUNCHED();
+}
+void k_cuda_add_bias_bf16(kc_bf16 *y, const kc_bf16 *bias, int64_t rows, int64_t n) {
+  if (rows * n == 0) return;
+  add_bias_kernel<<<KC_GRID(rows * n)>>>(B16(y), CB16(bias), rows, n);
+  KC_LAUNCHED();
+}
+void k_cuda_sum_rows(float *out, const float *x, int64_t rows, int64_t n) {
+  if (n == 0) return;
+  sum_rows_kernel<<<KC_GRID(n)>>>(out, x, rows, n);
+  KC_LAUNCHED();
+}
+void k_cuda_sum_rows_bf16(float *out, const kc_bf16 *x, int64_t rows, int64_t n) {
+  if (n == 0) return;
+  sum_rows_kernel<<<KC_GRID(n)>>>(out, CB16(x), rows, n);
+  KC_LAUNCHED();
+}
+void k_cuda_gelu_fwd(float *y, const float *x, int64_t n) {
+  if (n == 0) return;
+  gelu_fwd_kernel<<<KC_GRID(n)>>>(y, x, n);
+  KC_LAUNCHED();
+}
+void k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n) {
+  if (n == 0) return;
+  gelu_bwd_kernel<<<KC_GRID(n)>>>(dx, x, dy, n);
+  KC_LAUNCHED();
+}
+void k_cuda_gelu_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n) {
+  if (n == 0) return;
+  gelu_fwd_kernel<<<KC_GRID(n)>>>(B16(y), CB16(x), n);
+  KC_LAUNCHED();
+}
+void k_cuda_gelu_bwd_bf16(kc_bf16 *dx, const kc_bf16 *x, const kc_bf16 *dy, int64_t n) {
+  if (n == 0) return;
+  gelu_bwd_kernel<<<KC_GRID(n)>>>(B16(dx), CB16(x), CB16(dy), n);
+  KC_LAUNCHED();
+}
+void k_cuda_swiglu_fwd(float *y, const float *gate, const float *up, int64_t n) {
+  if (n == 0) return;
+  swiglu_fwd_kernel<<<KC_GRID(n)>>>(y, gate, up, n);
+  KC_LAUNCHED();
+}
+void k_cuda_swiglu_bwd(float *dgate, float *dup, const float *gate, const float *up,
+                       const float *dy, int64_t n) {
+  if (n == 0) return;
+  swiglu_bwd_kernel<<<KC_GRID(n)>>>(dgate, dup, gate, up, dy, n);
+  KC_LAUNCHED();
+}
+void k_cuda_swiglu_fwd_bf16(kc_bf16 *y, const kc_bf16 *gate, const kc_bf16 *up, int64_t n) {
+  if (n == 0) return;
+  swiglu_fwd_kernel<<<KC_GRID(n)>>>(B16(y), CB16(gate), CB16(up), n);
+  KC_LAUNCHED();
+}
+void k_cuda_swiglu_bwd_bf16(kc_bf16 *dgate, kc_bf16 *dup, const kc_bf16 *gate,
+                            const kc_bf16 *up, const kc_bf16 *dy, int64_t n) {
+  if (n == 0) return;
+  swiglu_bwd_kernel<<<KC_GRID(n)>>>(B16(dgate), B16(dup), CB16(gate), CB16(up), CB16(dy), n);
+  KC_LAUNCHED();
+}
+void k_cuda_add(float *y, const float *a, const float *b, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<KC_GRID(n)>>>(y, a, b, n);
+  KC_LAUNCHED();
+}
+void k_cuda_add_bf16(kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<KC_GRID(n)>>>(B16(y), CB16(a), CB16(b), n);
+  KC_LAUNCHED();
+}
+void k_cuda_accumulate(float *y, const float *x, int64_t n) {
+  if (n == 0) return;
+  accumulate_kernel<<<KC_GRID(n)>>>(y, x, n);
+  KC_LAUNCHED();
+}
+void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n) {
+  if (n == 0) return;
+  accumulate_kernel<<<KC_GRID(n)>>>(y, CB16(x), n);
+  KC_LAUNCHED();
+}
+void k_cuda_scale(float *y, const float *x, float alpha, int64_t n) {
+  if (n == 0) return;
+  scale_kernel<<<KC_GRID(n)>>>(y, x, alpha, n);
+  KC_LAUNCHED();
+}
+void k_cuda_cast_f32_bf16(kc_bf16 *y, const float *x, int64_t n) {
+  if (n == 0) return;
+  cast_kernel<<<KC_GRID(n)>>>(B16(y), x, n);
+  KC_LAUNCHED();
+}
+void k_cuda_cast_bf16_f32(float *y, const kc_bf16 *x, int64_t n) {
+  if (n == 0) return;
+  cast_kernel<<<KC_GRID(n)>>>(y, CB16(x), n);
+  KC_LAUNCHED();
+}
+}

@@ -1,0 +1,290 @@
+/* CUDA kernels: the op families of kernels/cpu/kernels.h on the GPU, one
+ * family per file, the same arguments in the same order.
+ *
+ * Differences from the CPU kernels, all of them deliberate:
+ * - Every tensor pointer is device memory, except where a comment says
+ *   host. Sizes are int64_t, tensors dense row-major, as on the CPU.
+ * - Launches go to the stream set by k_cuda_set_stream (the default stream
+ *   until then) and return before the work is done. A kernel never
+ *   allocates and never synchronises: where it needs scratch space, a
+ *   k_cuda_*_scratch function says how many bytes of device memory the
+ *   caller's memory plan must provide.
+ * - fp32 kernels have no suffix; _bf16 kernels store activations (and the
+ *   step's weight copies) as bfloat16, kc_bf16 being its 16 bits, while
+ *   all arithmetic, every sum, every weight gradient and every softmax
+ *   statistic stays fp32 or wider. Long sums (row statistics, softmax
+ *   denominators, the loss, weight gradients, sums of squares) run in
+ *   double, as on the CPU.
+ * - Results are deterministic: every sum runs in an order fixed by the
+ *   sizes (and the launch shape they imply), no floating-point atomics.
+ * - A broken precondition the host can see (head counts, odd rope size)
+ *   aborts with a message; one only the device sees (an id or target out
+ *   of range) traps in debug builds, and in release gives NaN (loss) or
+ *   is skipped (embedding) rather than touching memory out of bounds. */
+#ifndef SHARD_KERNELS_CUDA_H
+#define SHARD_KERNELS_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t kc_bf16; /* the bits of a bfloat16 */
+
+/* The stream every later launch of this library goes to. */
+void k_cuda_set_stream(cudaStream_t stream);
+
+/* --- matrix multiply (gemm.cu), through cuBLASLt ---------------------------- */
+typedef enum KcType { KC_F32 = 0, KC_BF16 = 1 } KcType;
+/* Once before the first GEMM: the cuBLASLt handle and the workspace
+ * (device memory of the plan, k_cuda_gemm_workspace bytes at least, 256-byte
+ * aligned). The algorithm of each distinct shape, type and alignment is
+ * chosen by cuBLASLt's heuristics on first use and cached. */
+#define K_CUDA_GEMM_WORKSPACE ((size_t)32 << 20)
+void k_cuda_gemm_init(void *workspace, size_t bytes);
+void k_cuda_gemm_shutdown(void);
+/* C[M, N] = alpha op(A) op(B) + beta C, row-major, cblas semantics as
+ * k_gemm. Accumulates in fp32 (no TF32: the fp32 GEMM gives fp32 results). */
+void k_cuda_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc);
+void k_cuda_gemm_batched(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, int64_t stride_a,
+                         const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
+                         int64_t ldc, int64_t stride_c);
+/* The general form: A and B of type ab, C of type c (bf16 inputs with an
+ * fp32 or bf16 output), fp32 accumulation and scalars. */
+void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch, int64_t M,
+                    int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                    int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b, float beta,
+                    void *C, int64_t ldc, int64_t stride_c);
+/* C = epi(alpha op(A) op(B) + beta C + bias) with bias [N] (of C's type)
+ * added to every row, and for KC_EPI_BIAS_GELU the tanh GELU of k_gelu
+ * after it: a linear layer's bias and activation in cuBLASLt's epilogue. */
+typedef enum KcEpilogue { KC_EPI_NONE = 0, KC_EPI_BIAS = 1, KC_EPI_BIAS_GELU = 2 } KcEpilogue;
+void k_cuda_gemm_epilogue(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a,
+                          int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                          int64_t ldc);
+/* How many shapes the algorithm cache holds now (for tests). */
+int k_cuda_gemm_cached(void);
+
+/* --- elementwise (elementwise.cu) -------------------------------------------- */
+/* y[r, :] += bias[:] for r < rows. */
+void k_cuda_add_bias(float *y, const float *bias, int64_t rows, int64_t n);
+void k_cuda_add_bias_bf16(kc_bf16 *y, const kc_bf16 *bias, int64_t rows, int64_t n);
+/* out[:] (fp32) = sum over r of x[r, :], rows in order, in double. */
+void k_cuda_sum_rows(float *out, const float *x, int64_t rows, int64_t n);
+void k_cuda_sum_rows_bf16(float *out, const kc_bf16 *x, int64_t rows, int64_t n);
+/* The tanh GELU of kernels.h (k_gelu, k_gelu_grad): y = gelu(x),
+ * dx = gelu'(x) dy. */
+void k_cuda_gelu_fwd(float *y, const float *x, int64_t n);
+void k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n);
+void k_cuda_gelu_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n);
+void k_cuda_gelu_bwd_bf16(kc_bf16 *dx, const kc_bf16 *x, const kc_bf16 *dy, int64_t n);
+/* SwiGLU: y = silu(gate) up; the backward gives both gradients. */
+void k_cuda_swiglu_fwd(float *y, const float *gate, const float *up, int64_t n);
+void k_cuda_swiglu_bwd(float *dgate, float *dup, const float *gate, const float *up,
+                       const float *dy, int64_t n);
+void k_cuda_swiglu_fwd_bf16(kc_bf16 *y, const kc_bf16 *gate, const kc_bf16 *up, int64_t n);
+void k_cuda_swiglu_bwd_bf16(kc_bf16 *dgate, kc_bf16 *dup, const kc_bf16 *gate,
+                            const kc_bf16 *up, const kc_bf16 *dy, int64_t n);
+/* y = a + b (residuals); y += x (gradient accumulation, y fp32); y = alpha x. */
+void k_cuda_add(float *y, const float *a, const float *b, int64_t n);
+void k_cuda_add_bf16(kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b, int64_t n);
+void k_cuda_accumulate(float *y, const float *x, int64_t n);
+void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n);
+void k_cuda_scale(float *y, const float *x, float alpha, int64_t n);
+/* Casts, rounding to nearest even. */
+void k_cuda_cast_f32_bf16(kc_bf16 *y, const float *x, int64_t n);
+void k_cuda_cast_bf16_f32(float *y, const kc_bf16 *x, int64_t n);
+
+/* --- embeddings (embedding.cu) ------------------------------------------------ */
+/* As k_embedding_*: forward gathers rows; backward sets dtable (fp32) to
+ * the sum of the dout rows of each id, added in token order with no
+ * atomics (each thread owns a column of a range of ids), so its bits are
+ * the CPU kernel's. */
+void k_cuda_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_t n,
+                          int64_t h);
+void k_cuda_embedding_bwd(float *dtable, const int32_t *ids, const float *dout, int64_t n,
+                          int64_t V, int64_t h);
+void k_cuda_embedding_fwd_bf16(kc_bf16 *out, const int32_t *ids, const kc_bf16 *table, int64_t n,
+                               int64_t h);
+void k_cuda_embedding_bwd_bf16(float *dtable, const int32_t *ids, const kc_bf16 *dout, int64_t n,
+                               int64_t V, int64_t h);
+void k_cuda_arange(int32_t *out, int64_t n);
+void k_cuda_embedding_fwd_vp(float *out, const int32_t *ids, const float *table, int64_t n,
+                             int64_t h, int64_t lo, int64_t V);
+void k_cuda_embedding_bwd_vp(float *dtable, const int32_t *ids, const float *dout, int64_t n,
+                             int64_t V, int64_t h, int64_t lo);
+
+/* --- normalisation (norm.cu) -------------------------------------------------- */
+/* One block per row; b may be NULL. The backward writes dx, overwrites dw
+ * (and db, which may be NULL) with fp32 sums over rows, and needs
+ * k_cuda_norm_bwd_scratch(rows, h) bytes of scratch (the row statistics
+ * and per-block partial sums of the weight gradients). */
+void k_cuda_layernorm_fwd(float *y, const float *x, const float *w, const float *b, int64_t rows,
+                          int64_t h, float eps);
+void k_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                          const float *w, int64_t rows, int64_t h, float eps, void *scratch);
+void k_cuda_rmsnorm_fwd(float *y, const float *x, const float *w, int64_t rows, int64_t h,
+                        float eps);
+void k_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                        int64_t rows, int64_t h, float eps, void *scratch);
+void k_cuda_layernorm_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, const kc_bf16 *w, const kc_bf16 *b,
+                               int64_t rows, int64_t h, float eps);
+void k_cuda_layernorm_bwd_bf16(kc_bf16 *dx, float *dw, float *db, const kc_bf16 *dy,
+                               const kc_bf16 *x, const kc_bf16 *w, int64_t rows, int64_t h,
+                               float eps, void *scratch);
+void k_cuda_rmsnorm_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, const kc_bf16 *w, int64_t rows,
+                             int64_t h, float eps);
+void k_cuda_rmsnorm_bwd_bf16(kc_bf16 *dx, float *dw, const kc_bf16 *dy, const kc_bf16 *x,
+                             const kc_bf16 *w, int64_t rows, int64_t h, float eps, void *scratch);
+int64_t k_cuda_norm_bwd_scratch(int64_t rows, int64_t h);
+
+/* --- softmax and masks (softmax.cu) ------------------------------------------- */
+void k_cuda_softmax_fwd(float *y, const float *x, int64_t rows, int64_t n);
+void k_cuda_softmax_bwd(float *dx, const float *y, const float *dy, int64_t rows, int64_t n);
+void k_cuda_softmax_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t rows, int64_t n);
+void k_cuda_softmax_bwd_bf16(kc_bf16 *dx, const kc_bf16 *y, const kc_bf16 *dy, int64_t rows,
+                             int64_t n);
+void k_cuda_causal_mask(float *y, const float *x, int64_t batch, int64_t s, float fill);
+
+/* --- attention (attention.cu) ------------------------------------------------- */
+/* Rotary embedding as k_rope (angles in double, rounded to fp32); y may be x. */
+void k_cuda_rope(float *y, const float *x, int64_t b, int64_t s, int64_t H, int64_t d,
+                 float theta, int inverse);
+void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_t H, int64_t d,
+                      float theta, int inverse);
+/* y = softmax(q k^T / sqrt(d) (+ causal mask)) v, shapes as k_attention_fwd
+ * (q, y [b, s, H*d]; k, v [b, s, K*d]; query head j reads kv head
+ * j / (H / K)); d at most K_CUDA_ATT_MAX_D. The s x s scores are never
+ * written: each query row is one warp that streams the keys with an online
+ * softmax. The backward recomputes the probabilities: a pass for each
+ * row's log-sum-exp and sum(dy y) into the scratch, then dq by query rows
+ * and dk, dv by key rows (each owned by one warp, summed over the query
+ * heads of its group in order: no atomics). Scratch:
+ * k_cuda_attention_scratch(b, s, H) bytes; the forward writes each query
+ * row's log-sum-exp into its first half and takes NULL for none. */
+#define K_CUDA_ATT_MAX_D 256
+int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H);
+void k_cuda_attention_fwd(float *y, const float *q, const float *k, const float *v, int64_t b,
+                          int64_t s, int64_t H, int64_t K, int64_t d, int causal, void *scratch);
+void k_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dy, const float *q,
+                          const float *k, const float *v, const float *y, int64_t b, int64_t s,
+                          int64_t H, int64_t K, int64_t d, int causal, void *scratch);
+void k_cuda_attention_fwd_bf16(kc_bf16 *y, const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
+                               int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                               void *scratch);
+void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_bf16 *dy,
+                               const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
+                               const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
+                               int64_t d, int causal, void *scratch);
+/* The plain path, fp32, kept to check the fast one against on the same
+ * GPU: per head, scores by GEMM into the scratch, the causal mask, the
+ * softmax kernel, a GEMM with v (and the backward the same way). It does
+ * write the scores: k_cuda_attention_plain_scratch(b, s, H) bytes. Needs
+ * k_cuda_gemm_init. */
+int64_t k_cuda_attention_plain_scratch(int64_t b, int64_t s, int64_t H);
+void k_cuda_attention_fwd_plain(float *y, const float *q, const float *k, const float *v,
+                                int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                                void *scratch);
+void k_cuda_attention_bwd_plain(float *dq, float *dk, float *dv, const float *dy, const float *q,
+                                const float *k, const float *v, const float *y, int64_t b,
+                                int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                                void *scratch);
+
+/* --- layout (layout.cu) ------------------------------------------------------- */
+void k_cuda_split_heads(float *y, const float *x, int64_t b, int64_t s, int64_t H, int64_t d);
+void k_cuda_merge_heads(float *y, const float *x, int64_t b, int64_t s, int64_t H, int64_t d);
+void k_cuda_transpose(float *y, const float *x, int64_t outer, int64_t n0, int64_t mid,
+                      int64_t n1, int64_t inner);
+void k_cuda_copy2d(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                   int64_t cols);
+void k_cuda_split_heads_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_t H,
+                             int64_t d);
+void k_cuda_merge_heads_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_t H,
+                             int64_t d);
+void k_cuda_transpose_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t outer, int64_t n0, int64_t mid,
+                           int64_t n1, int64_t inner);
+void k_cuda_copy2d_bf16(kc_bf16 *dst, int64_t ldd, const kc_bf16 *src, int64_t lds, int64_t rows,
+                        int64_t cols);
+
+/* --- loss (loss.cu) ----------------------------------------------------------- */
+/* As k_cross_entropy_*: the softmax of the logits is fused into both (the
+ * backward writes softmax - onehot without storing the probabilities).
+ * The forward needs k_cuda_ce_scratch(rows) bytes (one double per row,
+ * added in row order). Logits may be bf16; the loss and its gradient scale
+ * are fp32, the statistics double. A target outside [0, valid) gives a NaN
+ * loss (and no write outside the row). */
+int64_t k_cuda_ce_scratch(int64_t rows);
+void k_cuda_cross_entropy_fwd(float *loss, const float *logits, const int32_t *targets,
+                              int64_t rows, int64_t V, int64_t valid, void *scratch);
+void k_cuda_cross_entropy_bwd(float *dlogits, const float *logits, const int32_t *targets,
+                              const float *dloss, int64_t rows, int64_t V, int64_t valid);
+void k_cuda_cross_entropy_fwd_bf16(float *loss, const kc_bf16 *logits, const int32_t *targets,
+                                   int64_t rows, int64_t V, int64_t valid, void *scratch);
+void k_cuda_cross_entropy_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits,
+                                   const int32_t *targets, const float *dloss, int64_t rows,
+                                   int64_t V, int64_t valid);
+/* The vocabulary-parallel pieces, as k_ce_vp_* (fp32 statistics). */
+void k_cuda_ce_vp_max(float *rowmax, const float *logits, int64_t rows, int64_t V, int64_t n);
+void k_cuda_ce_vp_sumexp(float *sumexp, const float *logits, const float *rowmax, int64_t rows,
+                         int64_t V, int64_t n);
+void k_cuda_ce_vp_target(float *tgt, const float *logits, const int32_t *targets, int64_t rows,
+                         int64_t V, int64_t lo, int64_t n, int64_t valid);
+void k_cuda_ce_vp_loss(float *loss, const float *rowmax, const float *sumexp, const float *tgt,
+                       int64_t rows);
+void k_cuda_ce_vp_bwd(float *dlogits, const float *logits, const int32_t *targets,
+                      const float *dloss, const float *rowmax, const float *sumexp, int64_t rows,
+                      int64_t V, int64_t lo, int64_t n);
+
+/* --- dropout (dropout.cu) ----------------------------------------------------- */
+/* The mask of k_dropout_fwd bit for bit: a pure function of (seed, site, i)
+ * through the same splitmix64 words, so CPU and GPU runs drop the same
+ * elements. y may be x. */
+void k_cuda_dropout_fwd(float *y, const float *x, int64_t n, float rate, uint64_t seed,
+                        uint64_t site);
+void k_cuda_dropout_bwd(float *dx, const float *dy, int64_t n, float rate, uint64_t seed,
+                        uint64_t site);
+void k_cuda_dropout_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n, float rate, uint64_t seed,
+                             uint64_t site);
+void k_cuda_dropout_bwd_bf16(kc_bf16 *dx, const kc_bf16 *dy, int64_t n, float rate,
+                             uint64_t seed, uint64_t site);
+
+/* --- optimizer (optim.cu) ----------------------------------------------------- */
+/* The constants of one step, as KAdamW (host memory, passed by value). */
+typedef struct KcAdamW {
+  float grad_scale, decay, beta1, beta2, eps, step_size, bc2_sqrt;
+} KcAdamW;
+/* A run of n elements: weights and gradients from element w, optimizer
+ * state from s, weight decay applied when `decay` is set; `at` is the
+ * run's first position in the concatenation of all runs (the caller's
+ * prefix sum, ascending). */
+typedef struct KcRun {
+  int64_t w, s, n, at;
+  int32_t decay, pad_;
+} KcRun;
+/* One AdamW update of n elements, torch.optim.AdamW's arithmetic as k_adamw. */
+void k_cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, const KcAdamW *h);
+/* The same over every run of `runs` (device memory, nr of them, total
+ * elements in all) in one launch; decay is h->decay for runs with decay
+ * set and exactly 1 otherwise. w_bf16, when not NULL, gets the updated
+ * weights rounded to bf16 at the same offsets (the step's copy). */
+void k_cuda_adamw_runs(float *w, const float *g, float *m, float *v, kc_bf16 *w_bf16,
+                       const KcRun *runs, int64_t nr, int64_t total, const KcAdamW *h);
+/* SGD over runs: w = w * decay - lr * g * grad_scale. */
+void k_cuda_sgd_runs(float *w, const float *g, const KcRun *runs, int64_t nr, int64_t total,
+                     float decay, float lr, float grad_scale);
+/* out[i] (device, double) = the sum of x[runs[i].w + k]^2 over k < runs[i].n,
+ * one block per run, in an order fixed by its n. */
+void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int64_t nr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

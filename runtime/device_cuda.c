@@ -1,0 +1,210 @@
+/* The CUDA device (see device.h): model memory is GPU memory, copies go
+ * through the CUDA runtime on one stream, and the optimizer and the sums
+ * of squares are the CUDA kernels (kernels/cuda/kernels_cuda.h). Every
+ * CUDA call is checked; a failure ends the run with the call, the file
+ * and line, and CUDA's error string.
+ *
+ * The device and the stream are set up on the first call: device 0 of
+ * those visible (choosing one per local rank comes with the NCCL backend).
+ * The optimizer's and the norms' small tables of runs live in device
+ * buffers that grow to the largest call seen and are then reused, so after
+ * the first step nothing is allocated. */
+#include "device.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "kernels_cuda.h"
+#include "util.h"
+
+#ifdef SHARD_REAL_F64
+#error "the CUDA device trains in fp32 (real = float); gradient checks run on the CPU device"
+#endif
+
+static void check(cudaError_t err, const char *call, const char *file, int line) {
+  if (err != cudaSuccess)
+    rt_fatal("cuda", "%s:%d: %s: %s", file, line, call, cudaGetErrorString(err));
+}
+#define CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
+
+static struct {
+  int ready;
+  cudaStream_t stream;
+  /* Device copies of the run tables and of the sums of squares. */
+  KcRun *runs;
+  int64_t runs_cap;
+  double *sums;
+  int64_t sums_cap;
+  /* Host staging of the run tables. */
+  KcRun *host_runs;
+  int64_t host_cap;
+} dev;
+
+/* Picks the device, creates the stream and points the kernels at it. A
+ * machine without a usable device is told so plainly. */
+static void dev_init(void) {
+  if (dev.ready) return;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    rt_fatal(NULL, "no CUDA device: %s (this program was built for the CUDA target)",
+             err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
+  k_cuda_set_stream(dev.stream);
+  dev.ready = 1;
+}
+
+/* ------------------------------------------------------------ memory */
+
+void *rt_dev_alloc(int64_t bytes, const char *what) {
+  dev_init();
+  void *mem = NULL;
+  size_t n = (size_t)RT_ALIGN64(bytes > 0 ? bytes : 1);
+  cudaError_t err = cudaMalloc(&mem, n); /* 256-byte aligned */
+  if (err != cudaSuccess)
+    rt_fatal(NULL, "out of GPU memory allocating %s (%lld bytes): %s", what, (long long)n,
+             cudaGetErrorString(err));
+  return mem;
+}
+
+void rt_dev_free(void *dev_mem) {
+  if (dev_mem) CUDA_CHECK(cudaFree(dev_mem));
+}
+
+void rt_dev_zero(void *dev_mem, int64_t bytes) {
+  dev_init();
+  if (bytes > 0) CUDA_CHECK(cudaMemsetAsync(dev_mem, 0, (size_t)bytes, dev.stream));
+}
+
+/* ------------------------------------------------------------- copies */
+
+/* Both host copies wait for the stream: the host buffer is the caller's
+ * again when they return, pinned or not. */
+void rt_dev_to_host(void *host, const void *dev_mem, int64_t bytes) {
+  dev_init();
+  if (bytes <= 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host, dev_mem, (size_t)bytes, cudaMemcpyDeviceToHost, dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+}
+
+void rt_dev_from_host(void *dev_mem, const void *host, int64_t bytes) {
+  dev_init();
+  if (bytes <= 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dev_mem, host, (size_t)bytes, cudaMemcpyHostToDevice, dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+}
+
+void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
+  dev_init();
+  if (bytes > 0)
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, dev.stream));
+}
+
+void rt_dev_sync(void) {
+  dev_init();
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------------------------------------------- tables of runs */
+
+/* Room for n runs on the host side of the staging. */
+static KcRun *host_runs(int64_t n) {
+  if (n > dev.host_cap) {
+    free(dev.host_runs);
+    dev.host_runs = rt_xmalloc((size_t)n * sizeof(KcRun));
+    dev.host_cap = n;
+  }
+  return dev.host_runs;
+}
+
+/* The n runs of host_runs() on the device, their `at` filled in; returns
+ * the total number of elements. The device buffer grows only when a call
+ * needs more runs than any before it. */
+static int64_t upload_runs(int64_t n) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    dev.host_runs[i].at = total;
+    total += dev.host_runs[i].n;
+  }
+  if (n > dev.runs_cap) {
+    rt_dev_free(dev.runs);
+    dev.runs = rt_dev_alloc(n * (int64_t)sizeof(KcRun), "the optimizer's table of runs");
+    dev.runs_cap = n;
+  }
+  rt_dev_from_host(dev.runs, dev.host_runs, n * (int64_t)sizeof(KcRun));
+  return total;
+}
+
+static KcRun run_of(int64_t w, int64_t s, int64_t n, int decay) {
+  KcRun r = {w, s, n, 0, decay != 0, 0};
+  return r;
+}
+
+/* --------------------------------------------------------- the optimizer */
+
+/* One launch over every element of the n staged runs. */
+static void update(int64_t n, real *w, const real *g, real *mom, real *vel, const RtDevOpt *o) {
+  int64_t total = upload_runs(n);
+  if (o->adamw) {
+    KcAdamW h = {o->grad_scale, o->decay, o->beta1, o->beta2, o->eps, o->step_size, o->bc2_sqrt};
+    k_cuda_adamw_runs(w, g, mom, vel, NULL, dev.runs, n, total, &h);
+  } else {
+    k_cuda_sgd_runs(w, g, dev.runs, n, total, o->decay, o->lr, o->grad_scale);
+  }
+}
+
+void rt_dev_update_params(const RtModel *m, real *w, const real *g, real *mom, real *vel,
+                          const RtDevOpt *o) {
+  dev_init();
+  KcRun *r = host_runs(m->nparams);
+  for (int p = 0; p < m->nparams; p++) {
+    const RtParam *prm = &m->params[p];
+    r[p] = run_of(prm->offset, prm->offset, prm->numel, prm->weight_decay);
+  }
+  update(m->nparams, w, g, mom, vel, o);
+}
+
+void rt_dev_update_ranges(const RtDevRange *r, int64_t nr, real *w, const real *g, real *mom,
+                          real *vel, const RtDevOpt *o) {
+  dev_init();
+  KcRun *h = host_runs(nr);
+  for (int64_t i = 0; i < nr; i++)
+    h[i] = run_of(r[i].w, r[i].s, r[i].n, r[i].decay);
+  update(nr, w, g, mom, vel, o);
+}
+
+/* ------------------------------------------------------ sums of squares */
+
+/* out (host) = the sums of squares of the n staged runs. */
+static void sum_squares(const real *x, int64_t n, double *out) {
+  if (n == 0) return;
+  upload_runs(n);
+  if (n > dev.sums_cap) {
+    rt_dev_free(dev.sums);
+    dev.sums = rt_dev_alloc(n * (int64_t)sizeof(double), "the sums of squares");
+    dev.sums_cap = n;
+  }
+  k_cuda_sum_squares_runs(dev.sums, x, dev.runs, n);
+  rt_dev_to_host(out, dev.sums, n * (int64_t)sizeof(double));
+}
+
+void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *out) {
+  dev_init();
+  KcRun *h = host_runs(nr);
+  for (int64_t i = 0; i < nr; i++)
+    h[i] = run_of(r[i].w, r[i].w, r[i].n, 0);
+  sum_squares(x, nr, out);
+}
+
+void rt_dev_sum_squares_chunked(const real *x, int64_t n, int64_t chunk, double *out) {
+  dev_init();
+  int64_t nchunks = (n + chunk - 1) / chunk;
+  KcRun *h = host_runs(nchunks);
+  for (int64_t c = 0; c < nchunks; c++) {
+    int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    h[c] = run_of(c * chunk, c * chunk, end - c * chunk, 0);
+  }
+  sum_squares(x, nchunks, out);
+}

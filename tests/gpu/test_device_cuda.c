@@ -1,0 +1,183 @@
+/* The CUDA device layer (runtime/device_cuda.c) against the CPU kernels:
+ * memory, copies and zeroing round trips, the optimizer over a model's
+ * parameters and over ZeRO-style ranges (AdamW and SGD), and the sums of
+ * squares, one line per check (normwise error, fp32 within 1e-5; copies
+ * exact).
+ *
+ * Without a CUDA device it prints why and exits 77 (skipped). With
+ * --no-device it checks the other side instead: where there is no device,
+ * the first device call must end the program with a "no CUDA device"
+ * error and a non-zero exit (ctest matches the message); where there is
+ * one, that check is skipped. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "device.h"
+#include "kernels.h"
+
+#define SKIP 77
+
+static int failures;
+
+static void check(const char *what, const float *got, const float *want, int64_t n, double tol) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - want[i]);
+    diff = d > diff || d != d ? d : diff;
+    scale = fabs((double)want[i]) > scale ? fabs((double)want[i]) : scale;
+  }
+  double err = scale > 0 ? diff / scale : diff;
+  int ok = err <= tol;
+  printf("%-34s n%-8lld err %.2e  tol %.0e  %s\n", what, (long long)n, err, tol, ok ? "ok" : "FAIL");
+  failures += !ok;
+}
+
+static uint64_t rng = 0x3c6ef372fe94f82bull;
+static float urand(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+static float *hrand(int64_t n, float scale) {
+  float *x = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = urand() * scale;
+  return x;
+}
+static float *on_device(const float *x, int64_t n) {
+  float *d = rt_dev_alloc(n * 4, "a test tensor");
+  rt_dev_from_host(d, x, n * 4);
+  return d;
+}
+static float *to_host(const float *d, int64_t n) {
+  float *x = malloc((size_t)n * sizeof(float));
+  rt_dev_to_host(x, d, n * 4);
+  return x;
+}
+
+static void test_memory(int64_t n) {
+  float *x = hrand(n, 1), *zero = calloc((size_t)n, sizeof(float));
+  float *a = on_device(x, n), *b = rt_dev_alloc(n * 4, "b");
+  rt_dev_copy(b, a, n * 4);
+  rt_dev_sync();
+  float *back = to_host(b, n);
+  check("from_host, copy, to_host", back, x, n, 0);
+  rt_dev_zero(a, n * 4);
+  free(back);
+  back = to_host(a, n);
+  check("zero", back, zero, n, 0);
+  rt_dev_free(a);
+  rt_dev_free(b);
+  free(x), free(zero), free(back);
+}
+
+/* A model of three parameters, the middle one without weight decay. */
+static void test_optimizer(int64_t n, int adamw) {
+  int64_t n1 = n / 3, n2 = n / 2 - n1;
+  RtParam prm[3];
+  memset(prm, 0, sizeof prm);
+  int64_t off[3] = {0, n1, n1 + n2}, len[3] = {n1, n2, n - n1 - n2};
+  for (int p = 0; p < 3; p++) {
+    prm[p].numel = len[p];
+    prm[p].offset = off[p];
+    prm[p].weight_decay = p != 1;
+  }
+  RtModel m;
+  memset(&m, 0, sizeof m);
+  m.params = prm;
+  m.nparams = 3;
+  m.nweights = n;
+  RtDevOpt o = {adamw, 0.8f, 1 - 1e-4f, 1e-3f, 0.9f, 0.95f, 1e-8f, 1e-3f / 0.19f, sqrtf(1 - 0.9025f)};
+  float *w = hrand(n, 1), *g = hrand(n, 1), *mo = hrand(n, 0.1f), *ve = hrand(n, 0.01f);
+  for (int64_t i = 0; i < n; i++) ve[i] = fabsf(ve[i]);
+  float *dw = on_device(w, n), *dg = on_device(g, n), *dm = on_device(mo, n), *dv = on_device(ve, n);
+  /* Two steps: one over the parameters, one over ranges whose state sits
+   * elsewhere than the weights (the state is the same arrays shifted). */
+  rt_dev_update_params(&m, dw, dg, dm, dv, &o);
+  for (int p = 0; p < 3; p++) {
+    float d = prm[p].weight_decay ? o.decay : 1;
+    float *wp = w + off[p];
+    const float *gp = g + off[p];
+    if (adamw) {
+      KAdamW h = {o.grad_scale, d, o.beta1, o.beta2, o.eps, o.step_size, o.bc2_sqrt};
+      k_adamw(wp, gp, mo + off[p], ve + off[p], len[p], &h);
+    } else {
+      for (int64_t i = 0; i < len[p]; i++) wp[i] = wp[i] * d - o.lr * gp[i] * o.grad_scale;
+    }
+  }
+  float *got = to_host(dw, n);
+  check(adamw ? "update_params adamw w" : "update_params sgd w", got, w, n, 1e-5);
+  free(got);
+  if (adamw) {
+    RtDevRange r[2] = {{0, 0, n / 2, 1}, {n / 2, n / 2, n - n / 2, 0}};
+    rt_dev_update_ranges(r, 2, dw, dg, dm, dv, &o);
+    for (int i = 0; i < 2; i++) {
+      KAdamW h = {o.grad_scale, r[i].decay ? o.decay : 1, o.beta1, o.beta2, o.eps, o.step_size, o.bc2_sqrt};
+      k_adamw(w + r[i].w, g + r[i].w, mo + r[i].s, ve + r[i].s, r[i].n, &h);
+    }
+    got = to_host(dw, n);
+    check("update_ranges adamw w", got, w, n, 1e-5);
+    free(got);
+    got = to_host(dv, n);
+    check("update_ranges adamw v", got, ve, n, 1e-5);
+    free(got);
+  }
+  rt_dev_free(dw), rt_dev_free(dg), rt_dev_free(dm), rt_dev_free(dv);
+  free(w), free(g), free(mo), free(ve);
+}
+
+static void test_norms(int64_t n, int64_t chunk) {
+  float *x = hrand(n, 1), *dx = on_device(x, n);
+  RtDevRange r[3] = {{0, 0, n / 4, 0}, {n / 4, 0, n / 2 - n / 4, 0}, {n / 2, 0, n - n / 2, 0}};
+  double out[3];
+  float got[3], want[3];
+  rt_dev_sum_squares(dx, r, 3, out);
+  for (int i = 0; i < 3; i++) {
+    got[i] = (float)out[i];
+    want[i] = (float)k_sum_squares(x + r[i].w, r[i].n);
+  }
+  check("sum_squares", got, want, 3, 1e-5);
+  int64_t nc = (n + chunk - 1) / chunk;
+  double *oc = malloc((size_t)nc * sizeof(double));
+  float *gc = malloc((size_t)nc * 4), *wc = malloc((size_t)nc * 4);
+  rt_dev_sum_squares_chunked(dx, n, chunk, oc);
+  for (int64_t c = 0; c < nc; c++) {
+    int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    gc[c] = (float)oc[c];
+    wc[c] = (float)k_sum_squares(x + c * chunk, end - c * chunk);
+  }
+  check("sum_squares_chunked", gc, wc, nc, 1e-5);
+  rt_dev_free(dx);
+  free(x), free(oc), free(gc), free(wc);
+}
+
+int main(int argc, char **argv) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  int have = err == cudaSuccess && count > 0;
+  if (argc > 1 && strcmp(argv[1], "--no-device") == 0) {
+    if (have) {
+      printf("SKIP: a CUDA device is present, so the no-device error cannot be seen\n");
+      return SKIP;
+    }
+    rt_dev_alloc(64, "a probe"); /* must exit 1 with "no CUDA device" */
+    printf("rt_dev_alloc returned without a device\n");
+    return 0;
+  }
+  if (!have) {
+    printf("SKIP: no CUDA device (cudaGetDeviceCount: %s)\n",
+           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return SKIP;
+  }
+  static const int64_t sizes[] = {3, 1000, 1 << 20};
+  for (int i = 0; i < 3; i++) {
+    test_memory(sizes[i]);
+    test_optimizer(sizes[i], 1);
+    test_optimizer(sizes[i], 0);
+    test_norms(sizes[i], sizes[i] > 100 ? 97 : 2);
+  }
+  printf("%s\n", failures ? "some checks failed" : "all checks passed");
+  return failures ? 1 : 0;
+}
