@@ -8,6 +8,7 @@
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
 #include "driver.h"
+#include "timeline.h"
 
 static const DrvOption hw_options[] = {{NULL, NULL, NULL}};
 
@@ -47,6 +48,7 @@ static const DrvOption simulate_options[] = {
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
+    {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
     {NULL, NULL, NULL},
 };
 
@@ -236,6 +238,37 @@ static bool write_trace(const char *path, const PlResult *r) {
   return ok;
 }
 
+/* ------------------------------------------------------------------ SVG */
+
+/* The simulated step drawn by timeline.c, in milliseconds, with the
+ * communication lanes and the pipeline messages. */
+static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, const PlHw *hw,
+                      const char *model) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
+    return false;
+  }
+  DrvTimeline t = {
+      .s = r->tables, .start = r->start, .end = r->end, .makespan = r->step_time, .scale = 1e3,
+      .min_unit = 0, .max_unit = 1e30, .comm = true,
+      .time_caption = "time in ms as simulated (block widths are the predicted durations)",
+      .title = ir_fmt("simulated %s step on %s: t = %d, p = %d, d = %d, v = %d, m = %d; "
+                      "step %.4g ms, bubble %.2f%%", r->tables->name, hw->name, c->tp, c->pp,
+                      c->dp, c->vpp, r->microbatches, 1e3 * r->step_time,
+                      100 * r->bubble_fraction),
+      .subtitle = ir_fmt("per microbatch F %.4g ms, B %.4g ms (busiest chunk), message %.4g ms; "
+                         "%.1f TFLOP/s per GPU, recompute %s; %s", 1e3 * r->f_chunk,
+                         1e3 * r->b_chunk, 1e3 * r->p2p_s, r->tflops_per_gpu,
+                         recompute_names[c->recompute], model)};
+  drv_timeline_svg(f, &t);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
+    return false;
+  }
+  return true;
+}
+
 int drv_cmd_simulate(int nargs, DrvArg *args) {
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
@@ -254,13 +287,14 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
   if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
   PlResult r;
   char *error = NULL;
-  const char *trace = drv_value(nargs, args, "--trace");
-  if (!(trace ? pl_simulate_timeline : pl_simulate)(&m, &c, &hw, &r, &error)) {
+  const char *trace = drv_value(nargs, args, "--trace"), *svg = drv_value(nargs, args, "--svg");
+  if (!(trace || svg ? pl_simulate_timeline : pl_simulate)(&m, &c, &hw, &r, &error)) {
     fprintf(stderr, "shardc simulate: error: %s\n", error);
     free(error);
     return 1;
   }
   bool ok = !trace || write_trace(trace, &r);
+  ok = ok && (!svg || write_svg(svg, &r, &c, &hw, model));
   if (!ok) {
     /* write_trace said why. */
   } else if (drv_flag(nargs, args, "--json")) {

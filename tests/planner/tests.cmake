@@ -41,5 +41,11 @@ planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR
                ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
 # The search drawn: every replay's throughput against its memory, the
 # chosen one ringed, the limit as a line (render it to look: rsvg-convert).
-planner_golden(plan_svg 0 sh plan_svg.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
+planner_golden(plan_svg 0 sh svg.sh ${SHARDC} plan ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
                ../../models/gpt2.shard --gpus 4 --global-batch 16 --hw a100)
+# The simulated timeline drawn (timeline.c, shared with `shardc schedule
+# --svg`): blocks as long as their predicted time, the message waits and
+# the reductions in a lane under each stage, messages as arrows.
+planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
+               ${CMAKE_CURRENT_BINARY_DIR}/planner_simulate.svg ../../models/gpt2.shard --pp 2
+               --dp 2 --global-batch 4 --hw a100)
