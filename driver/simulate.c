@@ -10,15 +10,25 @@
 #include "driver.h"
 #include "timeline.h"
 
-static const DrvOption hw_options[] = {{NULL, NULL, NULL}};
+static const DrvOption hw_options[] = {
+    {"--measure", NULL, "time this machine (the CPU target's GEMM, a copy, MPI) and write a description"},
+    {"-o", "FILE", "with --measure: the description file to write"},
+    {"--max-size", "N", "with --measure: the largest N x N x N GEMM timed (default 1024)"},
+    {NULL, NULL, NULL},
+};
 
 const DrvCommand drv_hw_command = {
     "hw", "[NAME|FILE]", "list the hardware presets of the planner, or print one description",
     "Without an argument lists the presets; with a preset name or a description\n"
-    "file prints it in the file format (docs/planner.md), which --hw reads.",
+    "file prints it in the file format (docs/planner.md), which --hw reads.\n"
+    "--measure -o FILE times this machine through a small program built as\n"
+    "`shardc run` builds rank programs and writes its description.",
     hw_options, drv_cmd_hw};
 
 int drv_cmd_hw(int nargs, DrvArg *args) {
+  if (drv_flag(nargs, args, "--measure")) return drv_hw_measure(&drv_hw_command, nargs, args);
+  if (drv_value(nargs, args, "-o") || drv_value(nargs, args, "--max-size"))
+    return drv_usage_error(&drv_hw_command, "-o and --max-size go with --measure");
   if (nargs > 1) return drv_usage_error(&drv_hw_command, "expected at most one preset or file");
   if (nargs == 1) {
     PlHw hw;
@@ -111,8 +121,10 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
          c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
          c->tp * c->pp * c->dp, recompute_names[c->recompute]);
   printf("step time        %10.4f s\n", r->step_time);
-  printf("TFLOP/s per GPU  %10.1f  (MFU %.1f%% of %.0f)\n", r->tflops_per_gpu, 100 * r->mfu,
-         hw->peak_flops[PL_BF16] / 1e12);
+  /* A measured CPU's peak is a fraction of a TFLOP/s: digits, not 0. */
+  double peak = hw->peak_flops[PL_BF16] / 1e12;
+  printf("TFLOP/s per GPU  %10.*f  (MFU %.1f%% of %.*f)\n", peak < 10 ? 4 : 1, r->tflops_per_gpu,
+         100 * r->mfu, peak < 10 ? 3 : 0, peak);
   printf("bubble fraction  %10.4f\n", r->bubble_fraction);
   printf("per microbatch   F %.3f ms, B %.3f ms (busiest chunk); message %.3f ms\n",
          1e3 * r->f_chunk, 1e3 * r->b_chunk, 1e3 * r->p2p_s);
