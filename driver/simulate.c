@@ -56,6 +56,8 @@ static const DrvOption simulate_options[] = {
     {"--recompute", "none|selective|full",
      "recompute activations in the backward: none (default), the attention core, every layer"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
+    {"--precision", "mixed|fp32",
+     "memory as mixed precision keeps it (default), or fp32 everything as the CPU target does"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
     {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
@@ -111,6 +113,12 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     return false;
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  const char *prec = drv_value(nargs, args, "--precision");
+  if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
+  else if (prec && strcmp(prec, "mixed") != 0) {
+    drv_usage_error(&drv_simulate_command, "--precision: expected mixed or fp32, got '%s'", prec);
+    return false;
+  }
   return ok;
 }
 
