@@ -274,8 +274,8 @@ static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, co
       .min_unit = 0, .max_unit = 1e30, .comm = true,
       .time_caption = "time in ms as simulated (block widths are the predicted durations)",
       .title = ir_fmt("simulated %s step on %s: t = %d, p = %d, d = %d, v = %d, m = %d; "
-                      "step %.4g ms, bubble %.2f%%", r->tables->name, hw->name, c->tp, c->pp,
-                      c->dp, c->vpp, r->microbatches, 1e3 * r->step_time,
+                      "step %.4g s, bubble %.2f%%", r->tables->name, hw->name, c->tp, c->pp,
+                      c->dp, c->vpp, r->microbatches, r->step_time,
                       100 * r->bubble_fraction),
       .subtitle = ir_fmt("per microbatch F %.4g ms, B %.4g ms (busiest chunk), message %.4g ms; "
                          "%.1f TFLOP/s per GPU, recompute %s; %s", 1e3 * r->f_chunk,

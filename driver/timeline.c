@@ -122,6 +122,18 @@ static void svg_arrows(FILE *f, const DrvTimeline *t, const Svg *g) {
   free(cursor);
 }
 
+/* Past 16 stages the arrows of every message hide the blocks they join;
+ * the lanes still show each stage's waits. */
+enum { ARROW_MAX_STAGES = 16, ARROW_MAX_MESSAGES = 4096 };
+
+static bool arrows(const DrvTimeline *t) {
+  if (!t->comm || t->s->pp > ARROW_MAX_STAGES) return false;
+  long sends = 0;
+  for (int r = 0; r < t->s->pp; r++)
+    for (int i = 0; i < t->s->stages[r].n; i++) sends += t->s->stages[r].actions[i].kind == RT_SCHED_SEND;
+  return sends <= ARROW_MAX_MESSAGES;
+}
+
 static void svg_rows(FILE *f, const DrvTimeline *t, const Svg *g) {
   const RtSchedule *s = t->s;
   int label_every = g->row >= 10 ? 1 : (int)ceil(10 / g->row);
@@ -152,7 +164,7 @@ static void svg_rows(FILE *f, const DrvTimeline *t, const Svg *g) {
     }
     if (t->comm) svg_comm(f, t, g, r);
   }
-  if (t->comm) svg_arrows(f, t, g);
+  if (arrows(t)) svg_arrows(f, t, g);
 }
 
 /* One legend entry: a swatch and its text; returns the x after it. */
@@ -162,10 +174,15 @@ static double swatch(FILE *f, double x, double y, const char *fill, const char *
   return x + w;
 }
 
-static void svg_comm_legend(FILE *f, const Svg *g, double y) {
+static void svg_comm_legend(FILE *f, const DrvTimeline *t, const Svg *g, double y) {
   double x = swatch(f, g->left, y, OPT_FILL, "optimizer step", 120);
   x = swatch(f, x, y, WAIT_FILL, "waiting for messages (lane under a stage)", 270);
   x = swatch(f, x, y, REDUCE_FILL, "gradient reduction (overlaps)", 200);
+  if (!arrows(t)) {
+    fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">message arrows left out (more than "
+            "%d stages or %d messages)</text>\n", x, y + 10, ARROW_MAX_STAGES, ARROW_MAX_MESSAGES);
+    return;
+  }
   fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
           "marker-end=\"url(#arrow-act)\"/><text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">activation"
           "</text>\n", x, y + 6, x + 18, y + 6, ACT_ARROW, x + 22, y + 10);
@@ -203,7 +220,7 @@ static void svg_axis_and_legend(FILE *f, const DrvTimeline *t, const Svg *g) {
   if (v > 1)
     fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">chunks: higher chunks lighter "
             "(forward) or darker (backward)</text>\n", g->left, y + 44);
-  if (t->comm) svg_comm_legend(f, g, y + (v > 1 ? 56 : 40));
+  if (t->comm) svg_comm_legend(f, t, g, y + (v > 1 ? 56 : 40));
 }
 
 void drv_timeline_svg(FILE *f, const DrvTimeline *t) {
