@@ -105,6 +105,8 @@ int drv_cmd_passes(int nargs, DrvArg *args);
 int drv_cmd_data(int nargs, DrvArg *args);
 int drv_cmd_schedule(int nargs, DrvArg *args);
 int drv_cmd_hw(int nargs, DrvArg *args);
+/* `shardc hw --measure -o FILE` (measure.c). */
+int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args);
 int drv_cmd_simulate(int nargs, DrvArg *args);
 int drv_cmd_plan(int nargs, DrvArg *args);
 

@@ -8,12 +8,12 @@
  * tensor the stages pass each other (the layer stack's activation). */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../passes/schedule.h"
 #include "driver.h"
+#include "timeline.h"
 
 static const DrvOption schedule_options[] = {
     DRV_DEFINE_OPTION,
@@ -149,126 +149,17 @@ static bool is_compute(const RtSchedAction *a) {
 
 /* ------------------------------------------------------------------ SVG */
 
-/* An sRGB colour from hue (degrees), saturation and lightness (0..1). */
-static void hsl_hex(double h, double s, double l, char out[8]) {
-  double c = (1 - fabs(2 * l - 1)) * s, hp = fmod(h, 360) / 60;
-  double x = c * (1 - fabs(fmod(hp, 2) - 1)), m = l - c / 2, r = 0, g = 0, b = 0;
-  if (hp < 1) r = c, g = x;
-  else if (hp < 2) r = x, g = c;
-  else if (hp < 3) g = c, b = x;
-  else if (hp < 4) g = x, b = c;
-  else if (hp < 5) r = x, b = c;
-  else r = c, b = x;
-  snprintf(out, 8, "#%02x%02x%02x", (int)lround((r + m) * 255), (int)lround((g + m) * 255),
-           (int)lround((b + m) * 255));
-}
-
-/* Microbatches get hues spread by the golden angle, so neighbours differ;
- * backwards are darker, and higher chunks lighter (forward) or darker
- * (backward), as in the paper's figures. */
-static void action_colour(const RtSchedAction *a, int v, char out[8]) {
-  double hue = fmod(a->mb * 137.508, 360), shade = v > 1 ? (double)a->chunk / (v - 1) : 0;
-  if (a->kind == RT_SCHED_F) hsl_hex(hue, 0.62, 0.64 + 0.22 * shade, out);
-  else if (a->kind == RT_SCHED_B) hsl_hex(hue, 0.55, 0.42 - 0.16 * shade, out);
-  else hsl_hex(hue, 0.35, 0.58, out);
-}
-
-/* A tick step of 1, 2 or 5 times a power of ten at least min_units apart. */
-static double tick_step(double min_units) {
-  for (double p10 = 1;; p10 *= 10)
-    for (int k = 0; k < 3; k++) {
-      double step = p10 * (k == 0 ? 1 : k == 1 ? 2 : 5);
-      if (step >= min_units) return step;
-    }
-}
-
-typedef struct Svg {
-  double unit, left, top, row; /* pixels per time unit, margins, row height */
-} Svg;
-
-static void svg_rows(FILE *f, const RtSchedule *s, const SchedReport *rep, const Svg *g) {
-  int label_every = g->row >= 10 ? 1 : (int)ceil(10 / g->row);
-  for (int r = 0; r < s->pp; r++) {
-    double y = g->top + r * g->row;
-    if (r % label_every == 0)
-      fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\" font-size=\"%d\">stage %d</text>\n",
-              g->left - 6, y + g->row / 2 + 4, g->row >= 14 ? 11 : 9, r);
-    fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#e8e8e8\"/>\n",
-            g->left, y + 1, rep->makespan * g->unit, g->row - 2);
-    for (int i = 0; i < s->stages[r].n; i++) {
-      const RtSchedAction *a = &s->stages[r].actions[i];
-      if (!is_compute(a)) continue;
-      double x = g->left + rep->start[r][i] * g->unit, w = (rep->end[r][i] - rep->start[r][i]) * g->unit;
-      char fill[8], label[32];
-      action_colour(a, s->vpp, fill);
-      fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"%s/>\n", x,
-              y + 1, w, g->row - 2, fill, w > 4 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "");
-      if (a->kind != RT_SCHED_F && w >= 5) /* a pattern on a sliver only greys it */
-        fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"url(#%s)\"/>\n",
-                x, y + 1, w, g->row - 2, a->kind == RT_SCHED_B ? "hatch" : "cross");
-      if (s->vpp > 1) snprintf(label, sizeof label, "%s%dc%d", rt_sched_kind_name(a->kind), a->mb, a->chunk);
-      else snprintf(label, sizeof label, "%s%d", rt_sched_kind_name(a->kind), a->mb);
-      if (g->row >= 12 && w >= 6.5 * (double)strlen(label))
-        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"10\" fill=\"%s\">"
-                "%s</text>\n", x + w / 2, y + g->row / 2 + 3.5,
-                a->kind == RT_SCHED_F ? "#000" : "#fff", label);
-    }
-  }
-}
-
-static void svg_axis_and_legend(FILE *f, const SchedReport *rep, const Svg *g, int p, int v) {
-  double y = g->top + p * g->row + 4, step = tick_step(40 / g->unit);
-  for (double t = 0; t <= rep->makespan + 1e-9; t += step)
-    fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#888\"/>"
-            "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"9\">%g</text>\n",
-            g->left + t * g->unit, y, g->left + t * g->unit, y + 4, g->left + t * g->unit, y + 14, t);
-  y += 30;
-  char fc[8], bc[8];
-  RtSchedAction fa = {.kind = RT_SCHED_F}, ba = {.kind = RT_SCHED_B};
-  action_colour(&fa, v, fc);
-  action_colour(&ba, v, bc);
-  double x = g->left;
-  fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
-          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">forward</text>\n", x, y, fc, x + 22, y + 10);
-  x += 90;
-  fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
-          "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#hatch)\"/>"
-          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">backward (darker, hatched)</text>\n",
-          x, y, bc, x, y, x + 22, y + 10);
-  x += 190;
-  fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"#e8e8e8\"/>"
-          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">idle (bubble)</text>\n", x, y, x + 22, y + 10);
-  fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">colour: microbatch; label F&lt;mb&gt;%s;"
-          " time in units of one forward</text>\n", g->left, y + 28, v > 1 ? "c&lt;chunk&gt;" : "");
-  if (v > 1)
-    fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">chunks: higher chunks lighter "
-            "(forward) or darker (backward)</text>\n", g->left, y + 44);
-}
-
+/* The verifier's timeline in unit time, drawn by timeline.c. */
 static void write_svg(FILE *f, const RtSchedule *s, const SchedReport *rep, const Config *c) {
-  Svg g = {.left = 70, .top = 58};
-  g.unit = 1100 / rep->makespan;
-  if (g.unit > 36) g.unit = 36;
-  if (g.unit < 1) g.unit = 1;
-  g.row = s->pp <= 16 ? 26 : (416.0 / s->pp < 5 ? 5 : 416.0 / s->pp);
-  double width = g.left + rep->makespan * g.unit + 20, height = g.top + s->pp * g.row + 100;
-  if (width < 760) width = 760;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-          "font-family=\"sans-serif\">\n", width, height);
-  fprintf(f, "<defs><pattern id=\"hatch\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\">"
-          "<path d=\"M0,6 L6,0\" stroke=\"#000\" stroke-opacity=\"0.3\"/></pattern>"
-          "<pattern id=\"cross\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\">"
-          "<path d=\"M0,0 L6,6\" stroke=\"#000\" stroke-opacity=\"0.3\"/></pattern></defs>\n");
-  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
-  fprintf(f, "<text x=\"%.2f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s schedule: p = %d, "
-          "v = %d, m = %d; bubble %.2f%% of the ideal time</text>\n",
-          g.left, s->name, s->pp, s->vpp, s->microbatches, 100 * rep->bubble_fraction);
-  fprintf(f, "<text x=\"%.2f\" y=\"40\" font-size=\"11\">step %g units, ideal %g (forward 1, "
-          "backward %g); idle %.2f%% of the step; %s</text>\n", g.left, rep->makespan, rep->ideal,
-          c->fb_ratio, 100 * rep->idle_fraction, c->model);
-  svg_rows(f, s, rep, &g);
-  svg_axis_and_legend(f, rep, &g, s->pp, s->vpp);
-  fprintf(f, "</svg>\n");
+  DrvTimeline t = {
+      .s = s, .start = rep->start, .end = rep->end, .makespan = rep->makespan, .scale = 1,
+      .min_unit = 1, .max_unit = 36, .time_caption = "time in units of one forward",
+      .title = ir_fmt("%s schedule: p = %d, v = %d, m = %d; bubble %.2f%% of the ideal time",
+                      s->name, s->pp, s->vpp, s->microbatches, 100 * rep->bubble_fraction),
+      .subtitle = ir_fmt("step %g units, ideal %g (forward 1, backward %g); idle %.2f%% of the "
+                         "step; %s", rep->makespan, rep->ideal, c->fb_ratio,
+                         100 * rep->idle_fraction, c->model)};
+  drv_timeline_svg(f, &t);
 }
 
 /* --------------------------------------------------------- JSON, trace */

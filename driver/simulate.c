@@ -8,16 +8,27 @@
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
 #include "driver.h"
+#include "timeline.h"
 
-static const DrvOption hw_options[] = {{NULL, NULL, NULL}};
+static const DrvOption hw_options[] = {
+    {"--measure", NULL, "time this machine (the CPU target's GEMM, a copy, MPI) and write a description"},
+    {"-o", "FILE", "with --measure: the description file to write"},
+    {"--max-size", "N", "with --measure: the largest N x N x N GEMM timed (default 1024)"},
+    {NULL, NULL, NULL},
+};
 
 const DrvCommand drv_hw_command = {
     "hw", "[NAME|FILE]", "list the hardware presets of the planner, or print one description",
     "Without an argument lists the presets; with a preset name or a description\n"
-    "file prints it in the file format (docs/planner.md), which --hw reads.",
+    "file prints it in the file format (docs/planner.md), which --hw reads.\n"
+    "--measure -o FILE times this machine through a small program built as\n"
+    "`shardc run` builds rank programs and writes its description.",
     hw_options, drv_cmd_hw};
 
 int drv_cmd_hw(int nargs, DrvArg *args) {
+  if (drv_flag(nargs, args, "--measure")) return drv_hw_measure(&drv_hw_command, nargs, args);
+  if (drv_value(nargs, args, "-o") || drv_value(nargs, args, "--max-size"))
+    return drv_usage_error(&drv_hw_command, "-o and --max-size go with --measure");
   if (nargs > 1) return drv_usage_error(&drv_hw_command, "expected at most one preset or file");
   if (nargs == 1) {
     PlHw hw;
@@ -45,8 +56,11 @@ static const DrvOption simulate_options[] = {
     {"--recompute", "none|selective|full",
      "recompute activations in the backward: none (default), the attention core, every layer"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
+    {"--precision", "mixed|fp32",
+     "memory as mixed precision keeps it (default), or fp32 everything as the CPU target does"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
+    {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
     {NULL, NULL, NULL},
 };
 
@@ -99,6 +113,12 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     return false;
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  const char *prec = drv_value(nargs, args, "--precision");
+  if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
+  else if (prec && strcmp(prec, "mixed") != 0) {
+    drv_usage_error(&drv_simulate_command, "--precision: expected mixed or fp32, got '%s'", prec);
+    return false;
+  }
   return ok;
 }
 
@@ -109,8 +129,10 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
          c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
          c->tp * c->pp * c->dp, recompute_names[c->recompute]);
   printf("step time        %10.4f s\n", r->step_time);
-  printf("TFLOP/s per GPU  %10.1f  (MFU %.1f%% of %.0f)\n", r->tflops_per_gpu, 100 * r->mfu,
-         hw->peak_flops[PL_BF16] / 1e12);
+  /* A measured CPU's peak is a fraction of a TFLOP/s: digits, not 0. */
+  double peak = hw->peak_flops[PL_BF16] / 1e12;
+  printf("TFLOP/s per GPU  %10.*f  (MFU %.1f%% of %.*f)\n", peak < 10 ? 4 : 1, r->tflops_per_gpu,
+         100 * r->mfu, peak < 10 ? 3 : 0, peak);
   printf("bubble fraction  %10.4f\n", r->bubble_fraction);
   printf("per microbatch   F %.3f ms, B %.3f ms (busiest chunk); message %.3f ms\n",
          1e3 * r->f_chunk, 1e3 * r->b_chunk, 1e3 * r->p2p_s);
@@ -236,6 +258,37 @@ static bool write_trace(const char *path, const PlResult *r) {
   return ok;
 }
 
+/* ------------------------------------------------------------------ SVG */
+
+/* The simulated step drawn by timeline.c, in milliseconds, with the
+ * communication lanes and the pipeline messages. */
+static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, const PlHw *hw,
+                      const char *model) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
+    return false;
+  }
+  DrvTimeline t = {
+      .s = r->tables, .start = r->start, .end = r->end, .makespan = r->step_time, .scale = 1e3,
+      .min_unit = 0, .max_unit = 1e30, .comm = true,
+      .time_caption = "time in ms as simulated (block widths are the predicted durations)",
+      .title = ir_fmt("simulated %s step on %s: t = %d, p = %d, d = %d, v = %d, m = %d; "
+                      "step %.4g s, bubble %.2f%%", r->tables->name, hw->name, c->tp, c->pp,
+                      c->dp, c->vpp, r->microbatches, r->step_time,
+                      100 * r->bubble_fraction),
+      .subtitle = ir_fmt("per microbatch F %.4g ms, B %.4g ms (busiest chunk), message %.4g ms; "
+                         "%.1f TFLOP/s per GPU, recompute %s; %s", 1e3 * r->f_chunk,
+                         1e3 * r->b_chunk, 1e3 * r->p2p_s, r->tflops_per_gpu,
+                         recompute_names[c->recompute], model)};
+  drv_timeline_svg(f, &t);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
+    return false;
+  }
+  return true;
+}
+
 int drv_cmd_simulate(int nargs, DrvArg *args) {
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
@@ -254,13 +307,14 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
   if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
   PlResult r;
   char *error = NULL;
-  const char *trace = drv_value(nargs, args, "--trace");
-  if (!(trace ? pl_simulate_timeline : pl_simulate)(&m, &c, &hw, &r, &error)) {
+  const char *trace = drv_value(nargs, args, "--trace"), *svg = drv_value(nargs, args, "--svg");
+  if (!(trace || svg ? pl_simulate_timeline : pl_simulate)(&m, &c, &hw, &r, &error)) {
     fprintf(stderr, "shardc simulate: error: %s\n", error);
     free(error);
     return 1;
   }
   bool ok = !trace || write_trace(trace, &r);
+  ok = ok && (!svg || write_svg(svg, &r, &c, &hw, model));
   if (!ok) {
     /* write_trace said why. */
   } else if (drv_flag(nargs, args, "--json")) {

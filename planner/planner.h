@@ -27,6 +27,10 @@ typedef struct PlConfig {
   bool sequence_parallel;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
   PlRecompute recompute;
+  /* Memory as the CPU target keeps it: fp32 weights, gradients and Adam
+   * moments (no master copy) and fp32 activations, instead of the paper's
+   * mixed precision. It changes the memory figures only, not the costs. */
+  bool fp32;
 } PlConfig;
 
 /* Where the ranks of each parallel group sit: the rank order is Megatron's

@@ -252,13 +252,16 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
  * whose forward the backward is rerunning. */
 void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
   double P = (double)st->params;
-  st->weights = 2 * P;
+  /* fp32 everything (the CPU target's memory plan): 4-byte weights, no
+   * master copy, the two moments; activations twice the 16-bit figure. */
+  st->weights = (c->fp32 ? 4 : 2) * P;
   st->grads = 4 * P;
-  st->optimizer = 12 * P / (c->zero && c->dp > 1 ? c->dp : 1);
+  st->optimizer = (c->fp32 ? 8 : 12) * P / (c->zero && c->dp > 1 ? c->dp : 1);
   st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
                     st->chunk_layers * st->peak_stash;
   if (c->recompute == PL_RECOMPUTE_FULL)
     st->activations += pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
+  if (c->fp32) st->activations *= 2;
   st->total = st->weights + st->grads + st->optimizer + st->activations;
 }
 

@@ -41,5 +41,33 @@ planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR
                ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
 # The search drawn: every replay's throughput against its memory, the
 # chosen one ringed, the limit as a line (render it to look: rsvg-convert).
-planner_golden(plan_svg 0 sh plan_svg.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
+planner_golden(plan_svg 0 sh svg.sh ${SHARDC} plan ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
                ../../models/gpt2.shard --gpus 4 --global-batch 16 --hw a100)
+# The simulated timeline drawn (timeline.c, shared with `shardc schedule
+# --svg`): blocks as long as their predicted time, the message waits and
+# the reductions in a lane under each stage, messages as arrows.
+planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
+               ${CMAKE_CURRENT_BINARY_DIR}/planner_simulate.svg ../../models/gpt2.shard --pp 2
+               --dp 2 --global-batch 4 --hw a100)
+# `shardc hw --measure` at small sizes writes a description that `shardc
+# hw FILE` reads back with plausible positive numbers.
+add_test(NAME planner/hw_measure
+         COMMAND sh ${PLANNER_DIR}/measure.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_measured.hw)
+# The planner's memory per rank at fp32 against the compiler's own memory
+# plan for the same CPU programs: weights, gradients and optimizer state
+# to the byte on every stage (activations printed, not compared).
+set(PLANNER_SMALL -D layers=4 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128)
+set(PLANNER_MEM_WORK ${CMAKE_CURRENT_BINARY_DIR}/planner_memplan)
+add_test(NAME planner/memory_plan_gpt2
+         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_1
+                 ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL})
+add_test(NAME planner/memory_plan_gpt2_3d
+         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_3d
+                 ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --tp 2 --pp 2 --vpp 2 --global-batch 16)
+add_test(NAME planner/memory_plan_gpt2_zero
+         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_zero
+                 ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --dp 2 --zero 1 --global-batch 16)
+add_test(NAME planner/memory_plan_llama_sp
+         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_llama
+                 ${MODELS_DIR}/llama.shard -D layers=2 -D seq=256 -D hidden=256 -D heads=4
+                 -D kv_heads=4 -D ffn=512 -D vocab=512 --tp 2 --sequence-parallel)

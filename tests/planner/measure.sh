@@ -1,0 +1,27 @@
+#!/bin/sh
+# measure.sh SHARDC FILE: `shardc hw --measure -o FILE` at small sizes,
+# then `shardc hw FILE` must read it back with plausible positive numbers
+# (a CPU between 0.1 GFLOP/s and 100 TFLOP/s, memory and links between
+# 0.01 and 10000 GB/s, latencies under 10 ms).
+set -e
+shardc=$1 file=$2
+rm -f "$file"
+"$shardc" hw --measure -o "$file" --max-size 128 >/dev/null
+"$shardc" hw "$file" >"$file.read"
+awk -F' = ' '
+  function need(key, lo, hi) {
+    if (!(key in v)) { print "missing " key; bad = 1; return }
+    if (!(v[key] + 0 > lo && v[key] + 0 < hi)) { print key " = " v[key] " not in (" lo ", " hi ")"; bad = 1 }
+  }
+  /=/ { v[$1] = $2 }
+  END {
+    need("peak_bf16_tflops", 1e-4, 100); need("peak_fp32_tflops", 1e-4, 100)
+    need("memory_gib", 0.01, 1e6); need("memory_bw_gbs", 0.01, 1e4)
+    need("gpus_per_node", 0.5, 1e5)
+    need("intra_bw_gbs", 0.01, 1e4); need("inter_bw_gbs", 0.01, 1e4)
+    need("intra_latency_us", 0, 1e4); need("kernel_us", 0, 1e4)
+    need("gemm_efficiency", 0, 1.000001); need("attention_efficiency", 0, 1.000001)
+    if (bad) exit 1
+    print "measured description reads back: peak " v["peak_fp32_tflops"] " TFLOP/s, copy " \
+          v["memory_bw_gbs"] " GB/s, link " v["intra_bw_gbs"] " GB/s, " v["intra_latency_us"] " us"
+  }' "$file.read"
