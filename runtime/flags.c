@@ -106,6 +106,13 @@ static const Flag flags[] = {
      "reductions ran behind the backward and the time it then waited for them"},
     {"dump-grads", K_STR, F(dump_grads), "FILE", NULL, 0, 0, 0, NULL, 0,
      "write the gradients of the first step (before clipping) as safetensors"},
+    {"on-nan", K_CHOICE, F(on_nan), "stop|skip", "stop", 1, 0, 0, "stop|skip", 0,
+     "a step whose gradient norm or loss is NaN or infinite is reported (with the first "
+     "parameter whose gradient is not finite); stop ends the run with an error, skip drops "
+     "the step's update (the step still counts) and goes on"},
+    {"timeout", K_REAL, F(timeout), "S", "300", 1, 0, 1e9, NULL, 0,
+     "with several ranks: a rank killed, failing or making no progress for S seconds ends "
+     "the whole job, with a message naming it (0: never time out; docs/reliability.md)"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,
      "instead of training, compare the gradient of the first batch with central "
      "differences at N coordinates of every parameter (meaningful in f64 builds)"},
