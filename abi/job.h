@@ -9,6 +9,7 @@
  * `key value` per line:
  *
  *   pid 1234                      the rank's process
+ *   host node7                    the machine it runs on
  *   coord tp=0 pp=1 dp=0          its place in the mesh (absent until known)
  *   program stage1                the program it runs (its file name)
  *   beat 42                       heartbeats so far: it changes while the rank lives

@@ -147,6 +147,7 @@ typedef struct JobRank {
   int status, has_status;
   int exit_note;     /* the rank left a RANK.exit note (mpirun ended it) */
   int gone;          /* its process no longer runs */
+  int local;         /* it runs on this machine (its pid means something here) */
   char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
 } JobRank;
 
@@ -197,6 +198,11 @@ static void read_record(Job *j, int i, double now) {
     *sp = 0;
     const char *v = sp + 1;
     if (!strcmp(line, "pid")) r->pid = (pid_t)atol(v);
+    else if (!strcmp(line, "host")) {
+      char here[256] = "";
+      gethostname(here, sizeof here - 1);
+      r->local = !strcmp(v, here);
+    }
     else if (!strcmp(line, "beat")) beat = atol(v);
     else if (!strcmp(line, "idle")) r->idle = atof(v);
     else if (!strcmp(line, "coord")) snprintf(r->coord, sizeof r->coord, "%s", v);
@@ -213,7 +219,7 @@ static void read_record(Job *j, int i, double now) {
 
 /* Whether the rank's process is gone, and its state letter while not. */
 static void probe_process(JobRank *r) {
-  if (!r->seen || r->pid <= 0 || r->gone) return;
+  if (!r->seen || !r->local || r->pid <= 0 || r->gone) return;
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)r->pid);
   FILE *f = fopen(path, "r");
@@ -376,7 +382,7 @@ static ssize_t pump(Job *j, int fd, int wait_ms) {
 
 static void kill_ranks(Job *j, int sig) {
   for (int i = 0; i < j->n; i++)
-    if (j->r[i].seen && j->r[i].pid > 0 && !j->r[i].gone) kill(j->r[i].pid, sig);
+    if (j->r[i].seen && j->r[i].local && j->r[i].pid > 0 && !j->r[i].gone) kill(j->r[i].pid, sig);
 }
 
 /* Asks the ranks to stop (the abort file), gives them two seconds, then
@@ -654,8 +660,11 @@ const DrvCommand drv_run_command = {
     "With t x p x d > 1 the programs run on that many ranks of this machine\n"
     "under mpirun (as root too, with OMP_NUM_THREADS = cores / ranks unless it\n"
     "is set), each pipeline stage's ranks its own program; rank 0 prints the\n"
-    "progress, any failing rank its error, and the exit status is non-zero\n"
-    "when a rank fails.",
+    "progress, any failing rank its error. shardc watches the ranks: one that\n"
+    "fails, dies, stops or makes no progress for --timeout seconds (default\n"
+    "300) ends the job, with a message naming it, and exit status 1; SIGTERM\n"
+    "or SIGINT finish the step, save (--save) and exit 75\n"
+    "(docs/reliability.md).",
     run_options, NULL};
 
 /* Splits argv into shardc's options and the program's. A value that

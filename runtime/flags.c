@@ -78,6 +78,10 @@ static const Flag flags[] = {
      "--resume needs) at the end and every --save-every steps"},
     {"save-every", K_INT, F(save_every), "N", "0", 1, 0, BIG, NULL, 1,
      "checkpoint every N steps (0: only at the end)"},
+    {"keep-last", K_INT, F(keep_last), "K", "0", 0, 0, 1e6, NULL, 1,
+     "save each checkpoint into DIR/step-NNNNNNNN, point DIR/latest at the newest complete "
+     "one (--resume DIR follows it) and keep the K newest, deleting older ones only after "
+     "their successor is complete (0: one checkpoint in DIR itself)"},
     {"resume", K_STR, F(resume), "DIR", NULL, 0, 0, 0, NULL, 0,
      "continue from DIR/state.safetensors bit-identically; flags not given take the "
      "checkpoint's values"},

@@ -21,6 +21,7 @@ typedef struct RtFlags {
   int64_t eval_every, eval_batches;
   const char *save;
   int64_t save_every;
+  int64_t keep_last; /* 0: one folder; K: numbered step folders, the K newest kept */
   const char *resume, *init_from;
   int64_t no_shuffle;
   const char *sample_prompt;

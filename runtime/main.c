@@ -224,6 +224,7 @@ static void check_model(const RtModel *m) {
 static void check_flags(const RtFlags *f) {
   int errors = 0;
   if (f->save_every > 0 && !f->save) rt_error("--save-every", "needs --save DIR"), errors++;
+  if (f->keep_last > 0 && !f->save) rt_error("--keep-last", "needs --save DIR"), errors++;
   if (f->eval_every > 0 && !f->val_data) rt_error("--eval-every", "needs --val-data"), errors++;
   if (f->steps > 0 && !f->data && !f->gradcheck)
     rt_error("--steps", "training needs --data (or --steps 0)"), errors++;
@@ -376,8 +377,8 @@ static void initial_weights(Rt *rt) {
 
 static void save(Rt *rt) {
   rt_wd_phase("step %lld: saving a checkpoint", (long long)rt->step);
-  rt_ckpt_save(rt);
-  rt_say("saved %s (step %lld)\n", rt->f.save, (long long)rt->step);
+  const char *dir = rt_ckpt_save(rt);
+  rt_say("saved %s (step %lld)\n", dir, (long long)rt->step);
   fflush(stdout);
 }
 
@@ -656,6 +657,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   else
     rt_rng_seed(&rt->rng, rt_key2((uint64_t)rt->f.seed, 0x73616d706c65 /* "sample" */));
   check_flags(&rt->f);
+  rt_ckpt_check_save(rt);
   open_data(rt);
   allocate(rt);
   rt_dp_init(rt);

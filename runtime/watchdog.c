@@ -25,6 +25,7 @@ static struct {
   int rank;
   char coord[64];
   const char *program; /* its file name */
+  char host[256];      /* the machine's name: the launcher probes pids on its own only */
   double timeout;
   pid_t launcher; /* 0: none */
   char dir[3000], record[3100], tmp[3100], abort_path[3100], exit_path[3100];
@@ -74,9 +75,11 @@ static void write_record(void) {
   action_text(action, sizeof action);
   double idle = (double)(now_ns() - atomic_load(&wd.stamp)) * 1e-9;
   int st = atomic_load(&wd.state);
-  int n = snprintf(text, sizeof text, "pid %ld\n%s%s%sprogram %s\nbeat %ld\nidle %.2f\naction %s\nstate %s\n",
-                   (long)getpid(), *wd.coord ? "coord " : "", wd.coord, *wd.coord ? "\n" : "",
-                   wd.program, atomic_load(&wd.beats), idle, action, state_names[st]);
+  int n = snprintf(text, sizeof text,
+                   "pid %ld\nhost %s\n%s%s%sprogram %s\nbeat %ld\nidle %.2f\naction %s\nstate %s\n",
+                   (long)getpid(), wd.host, *wd.coord ? "coord " : "", wd.coord,
+                   *wd.coord ? "\n" : "", wd.program, atomic_load(&wd.beats), idle, action,
+                   state_names[st]);
   if (st != ST_RUNNING && n > 0 && n < (int)sizeof text)
     n += snprintf(text + n, sizeof text - (size_t)n, "status %d\n", atomic_load(&wd.status));
   if (atomic_load(&wd.has_why) && n > 0 && n < (int)sizeof text)
@@ -162,6 +165,7 @@ void rt_wd_start(const char *program) {
   const char *slash = program ? strrchr(program, '/') : NULL;
   wd.program = slash ? slash + 1 : program ? program : "?";
   wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
+  if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
   if (dir && *dir && strlen(dir) < sizeof wd.dir) {
     snprintf(wd.dir, sizeof wd.dir, "%s", dir);
     snprintf(wd.record, sizeof wd.record, "%s/" JOB_RECORD_FMT, dir, wd.rank);
@@ -214,6 +218,9 @@ void rt_wd_error(const char *text) {
   snprintf(wd.why, sizeof wd.why, "%s", text);
   size_t n = strlen(wd.why);
   while (n && wd.why[n - 1] == '\n') wd.why[--n] = 0;
+  /* A record holds one line per key. */
+  for (char *c = wd.why; *c; c++)
+    if (*c == '\n') *c = ' ';
   atomic_store(&wd.has_why, 1);
 }
 
