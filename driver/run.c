@@ -157,6 +157,7 @@ typedef struct Job {
   JobRank *r;
   double timeout;
   pid_t child;
+  int signalled; /* a signal was passed on: ranks may exit on it */
   /* From mpirun's banners: the rank it saw die of a signal. */
   int banner_rank, banner_signal;
   char banner_signame[64];
@@ -263,7 +264,7 @@ static int judge(Job *j, char *why, size_t len) {
   }
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
-    if (!r->seen || !r->gone || finished(r) || r->exit_note) continue;
+    if (!r->seen || !r->gone || finished(r) || r->exit_note || j->signalled) continue;
     if (j->banner_rank == i)
       snprintf(why, len, "was killed by signal %d (%s) in %s", j->banner_signal,
                j->banner_signame, r->action);
@@ -442,6 +443,7 @@ static void outcome(Job *j, int blamed, char *buf, size_t len) {
 static void forward_signals(Job *j, int *forwarded) {
   while (*forwarded < job_signals) {
     ++*forwarded;
+    j->signalled = 1;
     int any = 0;
     for (int i = 0; i < j->n; i++) any |= j->r[i].seen;
     if (any) kill_ranks(j, job_last_signal);
@@ -465,7 +467,12 @@ static int supervise(Job *j, int errfd) {
   }
   while (pump(j, errfd, 200) > 0) {}
   scan(j);
-  if (forwarded >= 2) return 128 + job_last_signal;
+  /* A rank that a signal ended before its training began exits with 128
+   * + the signal, as a second signal makes them all. */
+  int by_signal = forwarded >= 2;
+  for (int i = 0; i < j->n && forwarded; i++)
+    by_signal |= j->r[i].gone && !finished(&j->r[i]) && !j->r[i].exit_note;
+  if (by_signal) return 128 + job_last_signal;
   if (blamed < 0) {
     /* mpirun ended by itself: did a rank fail on the way? */
     for (int i = 0; i < j->n; i++) j->r[i].gone = 1;

@@ -665,7 +665,9 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   print_banner(rt);
   initial_weights(rt);
   if (rt->f.gradcheck) return rt_gradcheck(rt);
+  rt_wd_graceful(1);
   train(rt);
+  rt_wd_graceful(0);
   if (rt->f.sample_prompt && !rt->preempted) rt_sample(rt);
   rt_data_close(rt->train);
   rt_data_close(rt->val);

@@ -244,7 +244,7 @@ void rt_wd_finish(int status) {
 
 /* ---------------------------------------------------------- the signals */
 
-static volatile sig_atomic_t stop_signal, signals_seen;
+static volatile sig_atomic_t stop_signal, signals_seen, graceful;
 
 static void on_signal(int sig, siginfo_t *info, void *ctx) {
   (void)ctx;
@@ -262,7 +262,7 @@ static void on_signal(int sig, siginfo_t *info, void *ctx) {
     }
     _exit(1);
   }
-  if (signals_seen++) _exit(128 + sig);
+  if (signals_seen++ || !graceful) _exit(128 + sig);
   stop_signal = sig;
 }
 
@@ -275,6 +275,8 @@ void rt_wd_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
 }
+
+void rt_wd_graceful(int on) { graceful = on; }
 
 int rt_wd_stop_requested(void) { return stop_signal != 0; }
 int rt_wd_stop_signal(void) { return stop_signal; }

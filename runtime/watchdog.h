@@ -40,11 +40,14 @@ void rt_wd_fail(const char *why);
 void rt_wd_finish(int status);
 
 /* Preemption. rt_wd_signals installs the handlers of SIGTERM and SIGINT:
- * the first asks the run to stop after its step (rt_wd_stop_requested
- * turns 1), a second exits at once with 128 + the signal. Under a
+ * while training (rt_wd_graceful(1)) the first asks the run to stop after
+ * its step (rt_wd_stop_requested turns 1), a second exits at once with
+ * 128 + the signal; outside training (starting, sampling) the first
+ * does. Under a
  * launcher, a SIGTERM from mpirun (the rank's parent) is mpirun ending the
  * job after another rank failed: the rank exits with status 1 at once. */
 void rt_wd_signals(void);
+void rt_wd_graceful(int on);
 int rt_wd_stop_requested(void);
 /* The signal that asked for the stop (for the message), 0 if none. */
 int rt_wd_stop_signal(void);
