@@ -21,5 +21,10 @@
 #define CKPT_MODEL_FILE "model.safetensors"
 #define CKPT_STATE_FILE "state.safetensors"
 #define CKPT_STATE_FORMAT "shardc-state-1"
+/* With --keep-last, DIR holds one checkpoint folder per saved step,
+ * CKPT_STEP_FMT of the step, and CKPT_LATEST_FILE names the newest
+ * complete one (one line: the folder's name). */
+#define CKPT_STEP_FMT "step-%08lld"
+#define CKPT_LATEST_FILE "latest"
 
 #endif

@@ -3,14 +3,21 @@
  * programs are compiled into a cache folder keyed by everything that
  * shapes them, so running the same model again rebuilds nothing. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "../abi/job.h"
 #include "driver.h"
 
 /* ------------------------------------------------------------------ build */
@@ -111,15 +118,462 @@ static int exec_program(const char *program, char **argv) {
   return 1;
 }
 
+/* ---------------------------------------------------------- the launcher
+ *
+ * With several ranks `shardc run` stays as the parent of mpirun and
+ * watches the job (abi/job.h, docs/reliability.md): each rank reports in a
+ * record of its own a few times a second; a rank that raised an error, one
+ * that vanished (killed, crashed), one whose heartbeat stopped (SIGSTOP, a
+ * frozen machine) and one that made no progress for --timeout seconds each
+ * end the whole job, with one message naming the rank, its coordinates and
+ * why. mpirun runs in a process group of its own, which the launcher kills
+ * when the ranks do not go by themselves; mpirun's own banners about the
+ * failure are left out (the message says it better). SIGTERM and SIGINT
+ * sent to `shardc run` are passed on to the ranks (preemption). */
+
+typedef struct JobRank {
+  int seen;          /* a record was read */
+  pid_t pid;
+  long beat;
+  double beat_at;    /* our clock when beat last changed */
+  double idle;
+  char coord[64], program[256], action[400], state[16], why[1024];
+  int status, has_status;
+  int exit_note;     /* the rank left a RANK.exit note (mpirun ended it) */
+  int gone;          /* its process no longer runs */
+  int local;         /* it runs on this machine (its pid means something here) */
+  char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
+} JobRank;
+
+typedef struct Job {
+  const char *dir;
+  int n;
+  JobRank *r;
+  double timeout;
+  pid_t child;
+  int signalled; /* a signal was passed on: ranks may exit on it */
+  /* From mpirun's banners: the rank it saw die of a signal. */
+  int banner_rank, banner_signal;
+  char banner_signame[64];
+  char line[4096];
+  size_t len;
+  int in_block;
+  char block[8192];
+  size_t block_len;
+} Job;
+
+static double job_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static volatile sig_atomic_t job_signals, job_last_signal;
+static void job_on_signal(int sig) {
+  job_signals++;
+  job_last_signal = sig;
+}
+
+/* Reads rank i's record (and its exit note) into j->r[i]. */
+static void read_record(Job *j, int i, double now) {
+  JobRank *r = &j->r[i];
+  char path[4200], buf[8192];
+  snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT ".exit", j->dir, i);
+  if (access(path, F_OK) == 0) r->exit_note = 1;
+  snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT, j->dir, i);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t got = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[got] = 0;
+  long beat = -1;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    char *sp = strchr(line, ' ');
+    if (!sp) continue;
+    *sp = 0;
+    const char *v = sp + 1;
+    if (!strcmp(line, "pid")) r->pid = (pid_t)atol(v);
+    else if (!strcmp(line, "host")) {
+      char here[256] = "";
+      gethostname(here, sizeof here - 1);
+      r->local = !strcmp(v, here);
+    }
+    else if (!strcmp(line, "beat")) beat = atol(v);
+    else if (!strcmp(line, "idle")) r->idle = atof(v);
+    else if (!strcmp(line, "coord")) snprintf(r->coord, sizeof r->coord, "%s", v);
+    else if (!strcmp(line, "program")) snprintf(r->program, sizeof r->program, "%s", v);
+    else if (!strcmp(line, "action")) snprintf(r->action, sizeof r->action, "%s", v);
+    else if (!strcmp(line, "state")) snprintf(r->state, sizeof r->state, "%s", v);
+    else if (!strcmp(line, "why")) snprintf(r->why, sizeof r->why, "%s", v);
+    else if (!strcmp(line, "status")) r->status = atoi(v), r->has_status = 1;
+  }
+  if (!r->seen || beat != r->beat) r->beat_at = now;
+  r->beat = beat;
+  r->seen = 1;
+}
+
+/* Whether the rank's process is gone, and its state letter while not. */
+static void probe_process(JobRank *r) {
+  if (!r->seen || !r->local || r->pid <= 0 || r->gone) return;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)r->pid);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    const char *paren = strrchr(buf, ')');
+    r->proc_state = paren && paren[1] == ' ' ? paren[2] : 0;
+    if (r->proc_state == 'Z' || r->proc_state == 'X') r->gone = 1;
+    return;
+  }
+  if (kill(r->pid, 0) != 0 && errno == ESRCH) r->gone = 1;
+}
+
+static void scan(Job *j) {
+  double now = job_now();
+  for (int i = 0; i < j->n; i++) {
+    read_record(j, i, now);
+    probe_process(&j->r[i]);
+  }
+}
+
+static int finished(const JobRank *r) {
+  return !strcmp(r->state, "done") || !strcmp(r->state, "exited") || !strcmp(r->state, "failed");
+}
+
+/* The verdict: the rank to blame and why, or -1 while all is well. In
+ * order: a rank that reported an error, one that vanished, one whose
+ * heartbeat stopped, one that made no progress. The last two wait 0.8 of
+ * --timeout, so that the job is down within --timeout. */
+static int judge(Job *j, char *why, size_t len) {
+  double now = job_now(), limit = 0.8 * j->timeout;
+  for (int i = 0; i < j->n; i++) {
+    JobRank *r = &j->r[i];
+    int exited = !strcmp(r->state, "exited") && r->status != 0 && r->status != JOB_EXIT_PREEMPTED;
+    if (!strcmp(r->state, "failed") || exited) {
+      snprintf(why, len, "failed: %s", *r->why ? r->why : "exit status 1");
+      return i;
+    }
+  }
+  for (int i = 0; i < j->n; i++) {
+    JobRank *r = &j->r[i];
+    if (!r->seen || !r->gone || finished(r) || r->exit_note || j->signalled) continue;
+    if (j->banner_rank == i)
+      snprintf(why, len, "was killed by signal %d (%s) in %s", j->banner_signal,
+               j->banner_signame, r->action);
+    else
+      snprintf(why, len, "died without a word (killed by a signal such as SIGKILL, or crashed) "
+               "in %s", r->action);
+    return i;
+  }
+  if (j->timeout <= 0) return -1;
+  for (int i = 0; i < j->n; i++) {
+    JobRank *r = &j->r[i];
+    if (!r->seen || r->gone || finished(r) || now - r->beat_at < limit) continue;
+    snprintf(why, len, "stopped answering%s: no heartbeat for %.0f s, no progress for %.0f s in %s",
+             r->proc_state == 'T' ? " (the process is stopped)" : "", now - r->beat_at,
+             r->idle + now - r->beat_at, r->action);
+    return i;
+  }
+  /* A rank computing without progress is to blame before those that
+   * wait for it inside a communication call (which may have started
+   * waiting a little before it stopped moving); among equals, the one
+   * idle longest. */
+  int worst = -1, worst_waits = 1, late = 0;
+  for (int i = 0; i < j->n; i++) {
+    JobRank *r = &j->r[i];
+    if (!r->seen || r->gone || finished(r) || r->idle < limit / 2) continue;
+    int waits = strstr(r->action, ", in MPI_") != NULL;
+    late |= r->idle >= limit;
+    if (worst < 0 || waits < worst_waits || (waits == worst_waits && r->idle > j->r[worst].idle))
+      worst = i, worst_waits = waits;
+  }
+  if (!late) return -1;
+  if (worst >= 0)
+    snprintf(why, len, "made no progress for %.0f s in %s", j->r[worst].idle, j->r[worst].action);
+  return worst;
+}
+
+/* ------------------------------------------------ mpirun's stderr */
+
+/* mpirun's banners (between lines of dashes) about a failed rank are
+ * replaced by the launcher's message; what it says of a rank's signal is
+ * kept for it. Every other line passes through. */
+static int is_rule(const char *s) {
+  size_t n = strspn(s, "-");
+  return n >= 20 && (s[n] == 0 || s[n] == '\n');
+}
+
+static void banner_block(Job *j) {
+  const char *b = j->block;
+  const char *p = strstr(b, "process rank ");
+  int rank, sig;
+  if (p && sscanf(p, "process rank %d", &rank) == 1) {
+    const char *s = strstr(p, "on signal ");
+    if (s && sscanf(s, "on signal %d", &sig) == 1) {
+      j->banner_rank = rank;
+      j->banner_signal = sig;
+      const char *open = strchr(s, '('), *close = open ? strchr(open, ')') : NULL;
+      snprintf(j->banner_signame, sizeof j->banner_signame, "%.*s",
+               open && close ? (int)(close - open - 1) : 1, open && close ? open + 1 : "?");
+    }
+  }
+  if (strstr(b, "mpirun") || strstr(b, "mpiexec") || strstr(b, "MPI_ABORT") ||
+      strstr(b, "Primary job") || strstr(b, "prterun"))
+    return;
+  fputs(b, stderr);
+}
+
+static void err_line(Job *j, const char *s) {
+  if (is_rule(s)) {
+    if (j->in_block) {
+      j->in_block = 0;
+      if (j->block_len + strlen(s) < sizeof j->block) strcat(j->block, s);
+      banner_block(j);
+      return;
+    }
+    j->in_block = 1;
+    snprintf(j->block, sizeof j->block, "%s", s);
+    j->block_len = strlen(j->block);
+    return;
+  }
+  if (j->in_block) {
+    size_t n = strlen(s);
+    if (j->block_len + n < sizeof j->block) {
+      memcpy(j->block + j->block_len, s, n + 1);
+      j->block_len += n;
+    }
+    return;
+  }
+  /* The reminders Open MPI adds after a banner it aggregated, and what
+   * PMIx says when a rank it was told to outlive dies. */
+  if (strstr(s, "help message") || strstr(s, "orte_base_help_aggregate") ||
+      strstr(s, "PMIX ERROR: BAD-PARAM"))
+    return;
+  fputs(s, stderr);
+  fflush(stderr);
+}
+
+/* Reads what mpirun wrote to its stderr, waiting up to wait_ms for it;
+ * returns the bytes read (0 at the end or when nothing came). */
+static ssize_t pump(Job *j, int fd, int wait_ms) {
+  struct pollfd pfd = {fd, POLLIN, 0};
+  if (fd < 0 || poll(&pfd, 1, wait_ms) <= 0) return 0;
+  char buf[4096];
+  ssize_t got = read(fd, buf, sizeof buf);
+  for (ssize_t i = 0; i < got; i++) {
+    if (j->len < sizeof j->line - 2) j->line[j->len++] = buf[i];
+    if (buf[i] == '\n' || j->len >= sizeof j->line - 2) {
+      j->line[j->len] = 0;
+      err_line(j, j->line);
+      j->len = 0;
+    }
+  }
+  return got > 0 ? got : 0;
+}
+
+/* ------------------------------------------------ ending the job */
+
+static void kill_ranks(Job *j, int sig) {
+  for (int i = 0; i < j->n; i++)
+    if (j->r[i].seen && j->r[i].local && j->r[i].pid > 0 && !j->r[i].gone) kill(j->r[i].pid, sig);
+}
+
+/* Asks the ranks to stop (the abort file), gives them two seconds, then
+ * kills what is left: the ranks by their ids and mpirun's process group. */
+static void abort_job(Job *j, int *status, int *reaped) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/" JOB_ABORT_FILE, j->dir);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  double until = job_now() + 2;
+  while (!*reaped && job_now() < until) {
+    if (waitpid(j->child, status, WNOHANG) == j->child) *reaped = 1;
+    scan(j);
+    int running = 0;
+    for (int i = 0; i < j->n; i++)
+      running += j->r[i].seen && !j->r[i].gone && j->r[i].proc_state != 'T';
+    if (!running) break;
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+  }
+  /* What is left (a stopped rank) is killed; mpirun, which outlives its
+   * ranks here, then exits by itself once it has reaped them (or is
+   * killed with its process group a second later). */
+  scan(j);
+  kill_ranks(j, SIGKILL);
+  until = job_now() + 1;
+  while (!*reaped && job_now() < until) {
+    if (waitpid(j->child, status, WNOHANG) == j->child) *reaped = 1;
+    else nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+  }
+  if (!*reaped) {
+    kill(-j->child, SIGKILL);
+    while (waitpid(j->child, status, 0) < 0 && errno == EINTR) {}
+    *reaped = 1;
+  }
+}
+
+/* What became of the other ranks: "ranks 0, 1, 3 exited with status 1". */
+static void outcome(Job *j, int blamed, char *buf, size_t len) {
+  static const char *const kinds[] = {"exited with status 1", "were killed"};
+  size_t n = 0;
+  buf[0] = 0;
+  for (int kind = 0; kind < 2; kind++) {
+    int count = 0;
+    for (int i = 0; i < j->n; i++) {
+      JobRank *r = &j->r[i];
+      int exited = r->exit_note || (r->has_status && r->status == 1);
+      if (i == blamed || exited != !kind || n + 16 >= len) continue;
+      n += (size_t)snprintf(buf + n, len - n, "%s%d", count++ ? ", " : n ? "; ranks " : "ranks ", i);
+    }
+    if (count && n + 32 < len) n += (size_t)snprintf(buf + n, len - n, " %s", kinds[kind]);
+  }
+}
+
+/* Passes SIGTERM and SIGINT sent to us on to every rank (the first stops
+ * them after their step, the second at once); before any rank reported,
+ * to mpirun. */
+static void forward_signals(Job *j, int *forwarded) {
+  while (*forwarded < job_signals) {
+    ++*forwarded;
+    j->signalled = 1;
+    int any = 0;
+    for (int i = 0; i < j->n; i++) any |= j->r[i].seen;
+    if (any) kill_ranks(j, job_last_signal);
+    else kill(j->child, job_last_signal);
+  }
+}
+
+/* Watches the job to its end; returns the exit status of `shardc run`. */
+static int supervise(Job *j, int errfd) {
+  int status = 0, reaped = 0, blamed = -1, forwarded = 0;
+  char why[2048] = "";
+  while (!reaped) {
+    pump(j, errfd, 100);
+    if (waitpid(j->child, &status, WNOHANG) == j->child) reaped = 1;
+    scan(j);
+    forward_signals(j, &forwarded);
+    /* After a second signal the ranks exit at once: nothing to judge. */
+    if (reaped || forwarded >= 2) continue;
+    blamed = judge(j, why, sizeof why);
+    if (blamed >= 0) abort_job(j, &status, &reaped);
+  }
+  while (pump(j, errfd, 200) > 0) {}
+  scan(j);
+  /* A rank that a signal ended before its training began exits with 128
+   * + the signal, as a second signal makes them all. */
+  int by_signal = forwarded >= 2;
+  for (int i = 0; i < j->n && forwarded; i++)
+    by_signal |= j->r[i].gone && !finished(&j->r[i]) && !j->r[i].exit_note;
+  if (by_signal) return 128 + job_last_signal;
+  if (blamed < 0) {
+    /* mpirun ended by itself: did a rank fail on the way? */
+    for (int i = 0; i < j->n; i++) j->r[i].gone = 1;
+    blamed = judge(j, why, sizeof why);
+  }
+  if (blamed >= 0) {
+    JobRank *r = &j->r[blamed];
+    char rest[600];
+    outcome(j, blamed, rest, sizeof rest);
+    fprintf(stderr, "shardc: error: rank %d (%s, program %s) %s; the job is stopped%s%s\n", blamed,
+            *r->coord ? r->coord : "coordinates not yet known", *r->program ? r->program : "?",
+            why, *rest ? ": " : "", rest);
+    fflush(stderr);
+    return 1;
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  /* A preempted job: every rank stopped after its step. */
+  int preempted = j->n > 0;
+  for (int i = 0; i < j->n; i++)
+    preempted &= j->r[i].has_status && j->r[i].status == JOB_EXIT_PREEMPTED;
+  return preempted ? JOB_EXIT_PREEMPTED : code;
+}
+
+static void remove_job_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)))
+      if (e->d_name[0] != '.' || (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")))
+        unlink(ir_fmt("%s/%s", dir, e->d_name));
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+/* The folder of the ranks' records, beside the programs. */
+static const char *make_job_dir(const char *program) {
+  const char *slash = strrchr(program, '/');
+  char *tmpl = (char *)ir_fmt("%.*s/job-XXXXXX", slash ? (int)(slash - program) : 1,
+                              slash ? program : ".");
+  if (!mkdtemp(tmpl)) return NULL;
+  char *abs = realpath(tmpl, NULL);
+  const char *dir = abs ? ir_strdup(abs) : tmpl;
+  free(abs);
+  return dir;
+}
+
+/* --timeout S among the program's flags (default 300). */
+static double job_timeout(char **argv) {
+  for (int i = 1; argv[i]; i++) {
+    if (!strncmp(argv[i], "--timeout=", 10)) return atof(argv[i] + 10);
+    if (!strcmp(argv[i], "--timeout") && argv[i + 1]) return atof(argv[i + 1]);
+  }
+  return 300;
+}
+
+/* Starts mpirun (argv) in a process group of its own, its stderr through
+ * a pipe, and watches the job to its end (supervise). */
+static int launch(char **mv, int ranks, const char *dir, double timeout) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) die("pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    /* In a background group mpirun must not read the terminal. */
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) dup2(null, 0), close(null);
+    dup2(pipefd[1], 2);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    execvp(mv[0], mv);
+    fprintf(stderr, "shardc: error: cannot start %s for %d ranks: %s\n", mv[0], ranks,
+            strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(pipefd[1]);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = job_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1};
+  j.r = ir_alloc(sizeof(JobRank) * (size_t)ranks);
+  memset(j.r, 0, sizeof(JobRank) * (size_t)ranks);
+  int status = supervise(&j, pipefd[0]);
+  close(pipefd[0]);
+  /* SHARDC_JOB_KEEP=1 keeps the records (for tests and post-mortems). */
+  const char *keep = getenv("SHARDC_JOB_KEEP");
+  if (dir && !(keep && *keep == '1')) remove_job_dir(dir);
+  return status;
+}
+
 /* Starts the program on `ranks` ranks of this machine with mpirun, by the
  * launch recipe of runtime/comm.h (tests/comm/mpirun.sh applies the same):
  * as root the two variables Open MPI needs, --oversubscribe (more ranks
  * than cores is allowed), --bind-to none (each rank's OpenMP threads may use
  * every core), mpi_yield_when_idle (a waiting rank gives its core away), and
  * OMP_NUM_THREADS = max(1, cores / ranks) unless the environment sets it.
- * mpirun replaces this process: its exit status, non-zero when any rank
- * fails, is the user's. Rank 0 prints the progress; the other ranks print
- * only errors, each as `shardc: error: rank R: ...`. */
+ * shardc stays mpirun's parent and watches the job (launch, above): the
+ * exit status is mpirun's, non-zero when any rank fails (1 when shardc
+ * had to end the job itself). Rank 0 prints the progress; the other ranks
+ * print only errors, each as `shardc: error: rank R: ...`. */
 #ifndef SHARDC_MPIEXEC
 #define SHARDC_MPIEXEC "mpirun"
 #endif
@@ -142,7 +596,7 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 16));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 26));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -156,6 +610,21 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
   default_wait_policy();
   mv[n++] = "-x";
   mv[n++] = "OMP_WAIT_POLICY";
+  /* A rank that dies does not make mpirun kill the others: shardc ends
+   * the job itself, so that the others exit with status 1 and the message
+   * is ours (launch). */
+  static char *const keep_going[] = {"--mca", "orte_enable_recovery", "1", "--mca",
+                                     "orte_abort_on_non_zero_status", "0"};
+  for (int i = 0; i < 6; i++) mv[n++] = keep_going[i];
+  const char *jobdir = make_job_dir(programs[0]);
+  if (jobdir) {
+    setenv(JOB_DIR_ENV, jobdir, 1);
+    setenv(JOB_LAUNCHER_ENV, ir_fmt("%ld", (long)getpid()), 1);
+    mv[n++] = "-x";
+    mv[n++] = JOB_DIR_ENV;
+    mv[n++] = "-x";
+    mv[n++] = JOB_LAUNCHER_ENV;
+  }
   for (int p = 0; p < nprograms; p++) {
     if (p) mv[n++] = ":";
     mv[n++] = "-np";
@@ -164,12 +633,7 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
     for (int i = 1; i < argc; i++) mv[n++] = argv[i];
   }
   mv[n] = NULL;
-  fflush(stdout);
-  fflush(stderr);
-  execvp(mv[0], mv);
-  fprintf(stderr, "shardc: error: cannot start %s for %d ranks: %s\n", mv[0], ranks,
-          strerror(errno));
-  return 1;
+  return launch(mv, ranks, jobdir, job_timeout(argv));
 }
 
 /* -------------------------------------------------------------------- run */
@@ -198,8 +662,11 @@ const DrvCommand drv_run_command = {
     "With t x p x d > 1 the programs run on that many ranks of this machine\n"
     "under mpirun (as root too, with OMP_NUM_THREADS = cores / ranks unless it\n"
     "is set), each pipeline stage's ranks its own program; rank 0 prints the\n"
-    "progress, any failing rank its error, and the exit status is non-zero\n"
-    "when a rank fails.",
+    "progress, any failing rank its error. shardc watches the ranks: one that\n"
+    "fails, dies, stops or makes no progress for --timeout seconds (default\n"
+    "300) ends the job, with a message naming it, and exit status 1; SIGTERM\n"
+    "or SIGINT finish the step, save (--save) and exit 75\n"
+    "(docs/reliability.md).",
     run_options, NULL};
 
 /* Splits argv into shardc's options and the program's. A value that

@@ -28,6 +28,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,7 +509,10 @@ static void load_into(const Rt *rt, const RtStFile *f, const char *suffix, Loade
   free(host);
 }
 
-void rt_ckpt_save(Rt *rt) {
+const char *rt_ckpt_save(Rt *rt) {
+  static char *written;
+  free(written);
+  written = rt->f.keep_last ? rt_ckpt_step_dir(rt->f.save, rt->step) : rt_xstrdup(rt->f.save);
   Place L = place_of();
   int64_t nw = region_numel(rt->model), ns = rt_zero_state_numel(rt->model, rt->mesh.dp);
   real *w = to_host(rt->ctx.weights, nw);
@@ -518,9 +522,9 @@ void rt_ckpt_save(Rt *rt) {
   List l = {0};
   collect(rt, src, rt->adam_m ? 3 : 1, &l);
   if (L.rank == 0) {
-    make_dirs(rt->f.save);
-    char *state = join(rt->f.save, CKPT_STATE_FILE);
-    char *model = join(rt->f.save, CKPT_MODEL_FILE);
+    make_dirs(written);
+    char *state = join(written, CKPT_STATE_FILE);
+    char *model = join(written, CKPT_MODEL_FILE);
     /* The state first: a crash between the two renames leaves a new state
      * (complete by itself) beside the old weights, never the reverse. */
     Meta *m = state_meta(rt);
@@ -532,11 +536,13 @@ void rt_ckpt_save(Rt *rt) {
     free(m);
     free(state);
     free(model);
+    if (rt->f.keep_last) rt_ckpt_publish(rt->f.save, rt->step, rt->f.keep_last);
   }
   list_free(&l); /* its tensors may point into the host copies */
   free(w);
   free(am);
   free(av);
+  return written;
 }
 
 void rt_ckpt_dump_grads(Rt *rt, const char *path) {
@@ -678,6 +684,180 @@ static void restore_rng(Rt *rt, const RtStFile *f) {
   }
 }
 
+/* ------------------------------------------------- the model of a file */
+
+/* Appends a line ("  what") to the list of differences, up to a limit. */
+static void diff_add(char *out, size_t len, int *lines, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void diff_add(char *out, size_t len, int *lines, const char *fmt, ...) {
+  size_t n = strlen(out);
+  if (++*lines > 24) {
+    if (*lines == 25 && n + 16 < len) strcat(out, "\n  ...");
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  if (n + 4 < len) {
+    memcpy(out + n, "\n  ", 4);
+    vsnprintf(out + n + 3, len - n - 3, fmt, ap);
+  }
+  va_end(ap);
+}
+
+/* The value of -D key in "k=v k=v ...", into buf; NULL when absent. The
+ * last one counts, as on the compiler's command line. */
+static const char *define_of(const char *defines, const char *key, char *buf, size_t len) {
+  size_t klen = strlen(key);
+  const char *found = NULL;
+  for (const char *p = defines; p && *p;) {
+    while (*p == ' ') p++;
+    size_t w = strcspn(p, " ");
+    if (w > klen && !strncmp(p, key, klen) && p[klen] == '=') {
+      snprintf(buf, len, "%.*s", (int)(w - klen - 1), p + klen + 1);
+      found = buf;
+    }
+    p += w;
+  }
+  return found;
+}
+
+/* Every -D of `a` that `b` lacks or sets otherwise; `batch` only splits a
+ * step's sequences into microbatches (--microbatch) and is left out. */
+static void define_diffs(const char *a, const char *b, int a_is_file, char *out, size_t len,
+                         int *lines) {
+  for (const char *p = a; p && *p;) {
+    while (*p == ' ') p++;
+    size_t w = strcspn(p, " "), k = strcspn(p, "=");
+    if (!w) break;
+    char key[128], va[256], vb[256];
+    snprintf(key, sizeof key, "%.*s", (int)(k < w ? k : w), p);
+    p += w;
+    /* A key given twice is compared once, at its last place. */
+    if (!strcmp(key, "batch") || define_of(p, key, vb, sizeof vb) ||
+        !define_of(a, key, va, sizeof va))
+      continue;
+    const char *other = define_of(b, key, vb, sizeof vb);
+    if (!other)
+      diff_add(out, len, lines, "-D %s=%s only in %s", key, va,
+               a_is_file ? "the checkpoint" : "this program");
+    else if (a_is_file && strcmp(va, vb))
+      diff_add(out, len, lines, "-D %s: %s in the checkpoint, %s in this program", key, va, vb);
+  }
+}
+
+/* Whether p is a tensor of the weights in a file (not an AdamW moment). */
+static int is_weight(const char *name) {
+  size_t n = strlen(name);
+  return !(n > 8 && !strcmp(name + n - 8, ".exp_avg")) &&
+         !(n > 11 && !strcmp(name + n - 11, ".exp_avg_sq"));
+}
+
+/* What makes the model of file f another than this program's: its name,
+ * the -D values, this stage's parameters (each in the file under its name
+ * with its whole shape; its first tensor-parallel, data-parallel rank
+ * checks) and the number of weight tensors of all stages. Collective over
+ * the world. Returns the differences found by this rank, one a line. */
+static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) {
+  const RtModel *m = rt->model;
+  Place L = place_of();
+  int lines = 0;
+  out[0] = 0;
+  const char *name = rt_st_meta(f, "model"), *defines = rt_st_meta(f, "defines");
+  if (L.rank == 0) {
+    if (!name || strcmp(name, m->name))
+      diff_add(out, len, &lines, "model: '%s' in the checkpoint, '%s' in this program",
+               name ? name : "", m->name);
+    define_diffs(defines ? defines : "", m->defines, 1, out, len, &lines);
+    define_diffs(m->defines, defines ? defines : "", 0, out, len, &lines);
+  }
+  int32_t mine = 0, total;
+  if (L.at.tp == 0 && L.at.dp == 0)
+    for (int p = 0; p < m->nparams; p++) {
+      const RtParam *prm = &m->params[p];
+      if (!writes(prm, &L)) continue;
+      mine++;
+      char err[1024];
+      if (!find_param(f, prm, "", err, sizeof err)) diff_add(out, len, &lines, "%s", err);
+    }
+  total = mine;
+  if (L.c && rt_comm_size(L.c->world) > 1)
+    rt_comm_allreduce(L.c->world, &mine, &total, 1, RT_COMM_I32, RT_COMM_SUM);
+  int held = 0;
+  for (int i = 0; i < f->n; i++) held += is_weight(f->t[i].name);
+  if (L.rank == 0 && held != total)
+    diff_add(out, len, &lines, "the checkpoint holds %d weight tensors, this model %d", held,
+             (int)total);
+}
+
+/* Stops every rank with one error listing the differences of all ranks
+ * (rank 0 says it) when f holds another model. Collective over the world. */
+static void refuse_other_model(const Rt *rt, const RtStFile *f, const char *what) {
+  enum { PART = 2048 };
+  Place L = place_of();
+  int n = L.c ? rt_comm_size(L.c->world) : 1;
+  char *mine = rt_xcalloc(PART, 1), *all = rt_xcalloc((size_t)n, PART);
+  model_diffs(rt, f, mine, PART);
+  if (n > 1)
+    rt_comm_allgather(L.c->world, mine, all, PART / 4, RT_COMM_I32);
+  else
+    memcpy(all, mine, PART);
+  size_t cap = (size_t)n * PART + 1, used = 0;
+  char *text = rt_xcalloc(cap, 1);
+  for (int r = 0; r < n; r++) {
+    char *part = all + (size_t)r * PART;
+    part[PART - 1] = 0;
+    /* The ranks of a stage find the same problems; keep one copy. */
+    if (*part && !strstr(text, part)) used += (size_t)snprintf(text + used, cap - used, "%s", part);
+  }
+  free(mine);
+  free(all);
+  if (!used) {
+    free(text);
+    return;
+  }
+  if (L.rank == 0) rt_fatal(f->path, "%s:%s", what, text);
+  if (n > 1) rt_comm_barrier(L.c->world); /* never completes: rank 0 ends the job */
+  exit(1);
+}
+
+void rt_ckpt_check_save(Rt *rt) {
+  if (!rt->f.save) return;
+  char *dir = rt_ckpt_resolve(rt->f.save);
+  char *path = join(dir, CKPT_STATE_FILE);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    free(path);
+    path = join(dir, CKPT_MODEL_FILE);
+  }
+  free(dir);
+  if (stat(path, &st) == 0) {
+    RtStFile f;
+    rt_st_open(&f, path);
+    refuse_other_model(rt, &f,
+                       "a checkpoint of another model than this program's: --save will not "
+                       "overwrite it (save elsewhere, or remove it); the differences");
+    rt_st_close(&f);
+  }
+  free(path);
+}
+
+/* The folder a resumed run saves into: --save when given (with a note
+ * when it is not the one resumed from), else the folder resumed from. */
+static void resume_save_dir(Rt *rt, int i, const char *saved, const char *origin) {
+  if (rt_flags_restore(&rt->f, i, rt->f.resume, origin)) {
+    char *a = realpath(rt->f.save, NULL), *b = realpath(rt->f.resume, NULL);
+    if (!a || !b || strcmp(a, b))
+      rt_say("note: this run resumes from %s and saves into %s (--save)\n", rt->f.resume,
+             rt->f.save);
+    free(a);
+    free(b);
+  } else if (*saved && strcmp(saved, rt->f.resume)) {
+    rt_say("note: saving into %s, the folder resumed from (the run that wrote it saved into %s; "
+           "--save DIR to choose)\n",
+           rt->f.resume, saved);
+  }
+}
+
 /* Flags the command line left out take the checkpoint's values; given
  * ones that differ get a note, since the run will not repeat the original. */
 static void restore_flags(Rt *rt, const RtStFile *f) {
@@ -687,6 +867,10 @@ static void restore_flags(Rt *rt, const RtStFile *f) {
     const char *v = rt_st_meta(f, key);
     if (!v) continue;
     snprintf(origin, sizeof origin, "%s: %s", f->path, key);
+    if (!strcmp(rt_flags_saved_name(i), "save")) {
+      resume_save_dir(rt, i, v, origin);
+      continue;
+    }
     rt_flags_saved_value(&rt->f, i, now, sizeof now);
     if (rt_flags_restore(&rt->f, i, v, origin) && strcmp(now, v))
       rt_say("note: --%s %s differs from the checkpoint's %s\n", rt_flags_saved_name(i), now,
@@ -695,15 +879,16 @@ static void restore_flags(Rt *rt, const RtStFile *f) {
 }
 
 void rt_ckpt_resume_open(Rt *rt) {
-  char *path = join(rt->f.resume, CKPT_STATE_FILE);
+  char *dir = rt_ckpt_resolve(rt->f.resume);
+  char *path = join(dir, CKPT_STATE_FILE);
+  free(dir);
   RtStFile *f = &rt->resume;
   rt_st_open(f, path);
-  const char *format = rt_st_meta(f, "format"), *name = rt_st_meta(f, "model");
+  const char *format = rt_st_meta(f, "format");
   if (!format || strcmp(format, CKPT_STATE_FORMAT))
     rt_fatal(path, "not a training state written by --save (format '%s')", format ? format : "");
-  if (!name || strcmp(name, rt->model->name))
-    rt_fatal(path, "a checkpoint of model '%s', this program trains '%s'", name ? name : "",
-             rt->model->name);
+  refuse_other_model(rt, f, "--resume: a checkpoint of another model than this program's; the "
+                            "differences");
   rt->step = meta_int(f, "step");
   restore_rng(rt, f);
   restore_flags(rt, f);

@@ -24,11 +24,30 @@
 
 #include "rt.h"
 
-/* Writes both files into rt->f.save (created if needed). */
-void rt_ckpt_save(Rt *rt);
-/* Opens DIR/state.safetensors of --resume: restores the flags the command
- * line did not give, the step and the RNG. Runs before memory exists. */
+/* Writes both files into rt->f.save (created if needed), or with
+ * --keep-last K into its folder of this step, then points DIR/latest at
+ * it and deletes the folders beyond the K newest (ckpt_keep.c). Returns
+ * the folder written (until the next call). */
+const char *rt_ckpt_save(Rt *rt);
+
+/* ckpt_keep.c: DIR/step-NNNNNNNN of a step; the folder DIR/latest names,
+ * or DIR itself when there is no pointer (a folder of one checkpoint);
+ * the pointer's update after a complete save, and the pruning. Rank 0
+ * alone writes. */
+char *rt_ckpt_step_dir(const char *dir, int64_t step);
+char *rt_ckpt_resolve(const char *dir);
+void rt_ckpt_publish(const char *dir, int64_t step, int64_t keep);
+/* Opens DIR/state.safetensors of --resume: refuses a checkpoint of
+ * another model (name, -D values but batch, parameter names and shapes)
+ * with one error listing every difference; restores the flags the command
+ * line did not give (--save becomes DIR unless given), the step and the
+ * RNG. Runs before memory exists; collective over the world. */
 void rt_ckpt_resume_open(Rt *rt);
+/* Before training: when --save DIR already holds a checkpoint, it must
+ * be of this model (name, -D values but batch, parameter names and
+ * shapes): a checkpoint is never overwritten by another model's. One
+ * error lists every difference. Collective over the world. */
+void rt_ckpt_check_save(Rt *rt);
 /* Reads the weights and the optimizer state of the opened state file (with
  * ZeRO, this data-parallel rank's parts of the state). */
 void rt_ckpt_resume_load(Rt *rt);

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
+#include "watchdog.h"
 
 struct RtComm {
   MPI_Comm comm;
@@ -50,6 +52,7 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
+  rt_wd_fail(msg);
   if (g.rank >= 0) {
     char who[32];
     snprintf(who, sizeof who, "rank %d", g.rank);
@@ -58,6 +61,12 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
     rt_error(NULL, "%s", msg);
   }
   fflush(stderr);
+  /* Under `shardc run` the launcher ends the job (every other rank exits
+   * with status 1, abi/job.h) and names this rank in its message. */
+  if (rt_wd_supervised()) {
+    fflush(stdout);
+    _exit(1);
+  }
   /* MPI_Abort kills every process of the job, including those blocked in a
    * collective that this rank will never join: that is what keeps a failure
    * from turning into a hang. */
@@ -69,6 +78,14 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
  * group in the message; the text of the call up to its '(' names the
  * function. */
 #define MPI_CHECK(c, call) mpi_check((call), (c), #call, __FILE__, __LINE__)
+/* The same for a call that may wait for other ranks: the watchdog
+ * (watchdog.h) reports it as what this rank is doing while it waits. */
+#define MPI_WAITING(c, fn, call)                                                                   \
+  do {                                                                                             \
+    rt_wd_comm(fn, (c)->name);                                                                     \
+    MPI_CHECK(c, call);                                                                            \
+    rt_wd_comm_done();                                                                             \
+  } while (0)
 
 static _Noreturn void mpi_fail(int err, const RtComm *c, const char *fn, int fnlen,
                                const char *file, int line) {
@@ -297,7 +314,7 @@ static RtCommReq *allreduce(RtComm *c, const void *send, void *recv, int64_t cou
   const void *s = send == recv ? MPI_IN_PLACE : send;
   count_bytes(c, RT_COMM_ALLREDUCE, count, type);
   if (!nb) {
-    MPI_CHECK(c, MPI_Allreduce(s, recv, n, t, o, c->comm));
+    MPI_WAITING(c, "MPI_Allreduce", MPI_Allreduce(s, recv, n, t, o, c->comm));
     return NULL;
   }
   RtCommReq *r = req_new(c, "MPI_Iallreduce");
@@ -318,7 +335,7 @@ static RtCommReq *allgather(RtComm *c, const void *send, void *recv, int64_t cou
   const void *s = inplace ? MPI_IN_PLACE : send;
   count_bytes(c, RT_COMM_ALLGATHER, count, type);
   if (!nb) {
-    MPI_CHECK(c, MPI_Allgather(s, n, t, recv, n, t, c->comm));
+    MPI_WAITING(c, "MPI_Allgather", MPI_Allgather(s, n, t, recv, n, t, c->comm));
     return NULL;
   }
   RtCommReq *r = req_new(c, "MPI_Iallgather");
@@ -342,7 +359,8 @@ static RtCommReq *reduce_scatter(RtComm *c, const void *send, void *recv, int64_
   void *out = inplace ? rt_xmalloc(part) : recv;
   count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
   if (!nb) {
-    MPI_CHECK(c, MPI_Reduce_scatter_block(send, out, n, t, o, c->comm));
+    MPI_WAITING(c, "MPI_Reduce_scatter_block",
+                MPI_Reduce_scatter_block(send, out, n, t, o, c->comm));
     if (inplace) memcpy(recv, out, part), free(out);
     return NULL;
   }
@@ -360,7 +378,7 @@ static RtCommReq *broadcast(RtComm *c, void *buf, int64_t count, RtCommType type
   check_rank(c, fn, "root", root);
   count_bytes(c, RT_COMM_BROADCAST, count, type);
   if (!nb) {
-    MPI_CHECK(c, MPI_Bcast(buf, n, t, root, c->comm));
+    MPI_WAITING(c, "MPI_Bcast", MPI_Bcast(buf, n, t, root, c->comm));
     return NULL;
   }
   RtCommReq *r = req_new(c, "MPI_Ibcast");
@@ -380,7 +398,7 @@ static RtCommReq *p2p_send(RtComm *c, const void *buf, int64_t count, RtCommType
   check_rank(c, fn, "peer", peer);
   count_bytes(c, RT_COMM_SEND, count, type);
   if (!nb) {
-    MPI_CHECK(c, MPI_Send(buf, n, t, peer, TAG, c->comm));
+    MPI_WAITING(c, "MPI_Send", MPI_Send(buf, n, t, peer, TAG, c->comm));
     return NULL;
   }
   RtCommReq *r = req_new(c, "MPI_Isend");
@@ -407,7 +425,7 @@ static RtCommReq *p2p_recv(RtComm *c, void *buf, int64_t count, RtCommType type,
   count_bytes(c, RT_COMM_RECV, count, type);
   if (!nb) {
     MPI_Status st;
-    MPI_CHECK(c, MPI_Recv(buf, n, t, peer, TAG, c->comm, &st));
+    MPI_WAITING(c, "MPI_Recv", MPI_Recv(buf, n, t, peer, TAG, c->comm, &st));
     check_received(c, &st, count, type, peer);
     return NULL;
   }
@@ -421,7 +439,7 @@ static RtCommReq *barrier(RtComm *c, int nb) {
   check_count(c, nb ? "rt_comm_ibarrier" : "rt_comm_barrier", 0);
   count_bytes(c, RT_COMM_BARRIER, 0, RT_COMM_I32);
   if (!nb) {
-    MPI_CHECK(c, MPI_Barrier(c->comm));
+    MPI_WAITING(c, "MPI_Barrier", MPI_Barrier(c->comm));
     return NULL;
   }
   RtCommReq *r = req_new(c, "MPI_Ibarrier");
@@ -492,7 +510,9 @@ static void check_done(RtCommReq *r, int err, const char *fn) {
 void rt_comm_wait(RtCommReq *r) {
   if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
   MPI_Status st;
+  rt_wd_comm(r->what, r->comm->name);
   check_done(r, MPI_Wait(&r->req, &st), "MPI_Wait");
+  rt_wd_comm_done();
   finish(r, &st);
 }
 

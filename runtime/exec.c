@@ -10,6 +10,7 @@
 #include "dp.h"
 #include "tp.h"
 #include "util.h"
+#include "watchdog.h"
 
 /* A message of one (chunk, microbatch): its buffer (model memory, which
  * comm.h sends and receives) while it exists and the operation while in
@@ -397,6 +398,8 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   rt->ctx.temporaries = x->temps;
   for (int32_t i = 0; i < m->nactions; i++) {
     const RtSchedAction *a = &m->actions[i];
+    rt_wd_phase("step %lld: %s(chunk %d, microbatch %d)", (long long)(step + 1),
+                rt_sched_kind_name(a->kind), a->chunk, a->mb);
     switch ((RtSchedKind)a->kind) {
     case RT_SCHED_F: forward(rt, x, a->chunk, a->mb, step); break;
     case RT_SCHED_B: backward(rt, x, a->chunk, a->mb); break;

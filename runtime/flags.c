@@ -78,6 +78,10 @@ static const Flag flags[] = {
      "--resume needs) at the end and every --save-every steps"},
     {"save-every", K_INT, F(save_every), "N", "0", 1, 0, BIG, NULL, 1,
      "checkpoint every N steps (0: only at the end)"},
+    {"keep-last", K_INT, F(keep_last), "K", "0", 0, 0, 1e6, NULL, 1,
+     "save each checkpoint into DIR/step-NNNNNNNN, point DIR/latest at the newest complete "
+     "one (--resume DIR follows it) and keep the K newest, deleting older ones only after "
+     "their successor is complete (0: one checkpoint in DIR itself)"},
     {"resume", K_STR, F(resume), "DIR", NULL, 0, 0, 0, NULL, 0,
      "continue from DIR/state.safetensors bit-identically; flags not given take the "
      "checkpoint's values"},
@@ -106,6 +110,13 @@ static const Flag flags[] = {
      "reductions ran behind the backward and the time it then waited for them"},
     {"dump-grads", K_STR, F(dump_grads), "FILE", NULL, 0, 0, 0, NULL, 0,
      "write the gradients of the first step (before clipping) as safetensors"},
+    {"on-nan", K_CHOICE, F(on_nan), "stop|skip", "stop", 1, 0, 0, "stop|skip", 0,
+     "a step whose gradient norm or loss is NaN or infinite is reported (with the first "
+     "parameter whose gradient is not finite); stop ends the run with an error, skip drops "
+     "the step's update (the step still counts) and goes on"},
+    {"timeout", K_REAL, F(timeout), "S", "300", 1, 0, 1e9, NULL, 0,
+     "with several ranks: a rank killed, failing or making no progress for S seconds ends "
+     "the whole job, with a message naming it (0: never time out; docs/reliability.md)"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,
      "instead of training, compare the gradient of the first batch with central "
      "differences at N coordinates of every parameter (meaningful in f64 builds)"},

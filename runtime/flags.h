@@ -6,6 +6,7 @@
 
 enum { RT_SCHED_COSINE, RT_SCHED_CONSTANT };
 enum { RT_OPT_ADAMW, RT_OPT_SGD };
+enum { RT_NAN_STOP, RT_NAN_SKIP };
 
 typedef struct RtFlags {
   const char *data, *val_data;
@@ -20,6 +21,7 @@ typedef struct RtFlags {
   int64_t eval_every, eval_batches;
   const char *save;
   int64_t save_every;
+  int64_t keep_last; /* 0: one folder; K: numbered step folders, the K newest kept */
   const char *resume, *init_from;
   int64_t no_shuffle;
   const char *sample_prompt;
@@ -31,6 +33,8 @@ typedef struct RtFlags {
   int64_t comm_stats; /* print the bytes each rank sent, per mesh axis and step */
   int64_t no_overlap; /* data-parallel reductions only after the whole backward */
   int64_t dp_stats;   /* print the data-parallel reduction's timers at the end */
+  int64_t on_nan;      /* RT_NAN_*: what a step with a non-finite loss or gradient norm does */
+  double timeout;      /* seconds without progress before a job is declared hung */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

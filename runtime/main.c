@@ -3,10 +3,13 @@
  * (the microbatches of one chunk here, a pipeline stage's table in exec.c). */
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../abi/job.h"
 #include "checkpoint.h"
 #include "device.h"
 #include "dp.h"
@@ -18,6 +21,7 @@
 #include "sample.h"
 #include "tp.h"
 #include "util.h"
+#include "watchdog.h"
 #include "zero.h"
 
 /* Elements per partial sum of the gradient norm (see rt_grad_norm). */
@@ -220,6 +224,7 @@ static void check_model(const RtModel *m) {
 static void check_flags(const RtFlags *f) {
   int errors = 0;
   if (f->save_every > 0 && !f->save) rt_error("--save-every", "needs --save DIR"), errors++;
+  if (f->keep_last > 0 && !f->save) rt_error("--keep-last", "needs --save DIR"), errors++;
   if (f->eval_every > 0 && !f->val_data) rt_error("--eval-every", "needs --val-data"), errors++;
   if (f->steps > 0 && !f->data && !f->gradcheck)
     rt_error("--steps", "training needs --data (or --steps 0)"), errors++;
@@ -371,9 +376,103 @@ static void initial_weights(Rt *rt) {
 }
 
 static void save(Rt *rt) {
-  rt_ckpt_save(rt);
-  rt_say("saved %s (step %lld)\n", rt->f.save, (long long)rt->step);
+  rt_wd_phase("step %lld: saving a checkpoint", (long long)rt->step);
+  const char *dir = rt_ckpt_save(rt);
+  rt_say("saved %s (step %lld)\n", dir, (long long)rt->step);
   fflush(stdout);
+}
+
+/* Faults for the tests of docs/reliability.md, from the environment:
+ * SHARDC_FAULT=RANK:STEP:KIND makes world rank RANK, as it starts step
+ * STEP (1-based), raise an error (KIND error), die of SIGKILL (kill), stop
+ * itself with SIGSTOP (stop), spin without progress (hang), sleep 3 s
+ * (slow) or put a NaN into the gradient of its last untied parameter
+ * before the step's update (nan).
+ * Unset, it costs a comparison per step. */
+static int nan_pending;
+
+static void inject_fault(int64_t step) {
+  static int parsed, rank = -1;
+  static long long at;
+  static char kind[16];
+  if (!parsed) {
+    parsed = 1;
+    const char *v = getenv("SHARDC_FAULT");
+    if (!v || sscanf(v, "%d:%lld:%15s", &rank, &at, kind) != 3) rank = -1;
+  }
+  if (rank < 0 || step != at) return;
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  if ((r ? atoi(r) : 0) != rank) return;
+  /* The moment, for the tests that measure the time to the job's end. */
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  fprintf(stderr, "fault injected: rank %d, step %lld, %s at %.3f\n", rank, (long long)step, kind,
+          (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+  fflush(stderr);
+  if (!strcmp(kind, "error"))
+    rt_fatal("SHARDC_FAULT", "an error injected at step %lld", (long long)step);
+  if (!strcmp(kind, "kill")) raise(SIGKILL);
+  if (!strcmp(kind, "stop")) raise(SIGSTOP);
+  if (!strcmp(kind, "hang"))
+    for (volatile int spin = 1; spin;) {}
+  /* slow: this step takes 3 s more (signals do not cut it short). */
+  for (double until = rt_now() + 3; !strcmp(kind, "slow") && rt_now() < until;)
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  nan_pending = !strcmp(kind, "nan");
+}
+
+/* The fault `nan` (inject_fault): once the step's gradients are complete. */
+static void inject_nan(Rt *rt) {
+  const RtModel *m = rt->model;
+  int last = m->nparams - 1;
+  while (last >= 0 && m->params[last].tied) last--;
+  if (!nan_pending || last < 0) return;
+  nan_pending = 0;
+  real bad = (real)NAN;
+  const RtParam *q = &m->params[last];
+  rt_dev_from_host(rt->ctx.grads + q->offset, &bad, sizeof bad);
+  fprintf(stderr, "fault injected: NaN in the gradient of %s\n", q->name);
+}
+
+/* The first parameter, in pipeline-stage then table order, whose
+ * gradient holds a NaN or an infinity, found after the fact (only when the
+ * norm was not finite): each rank scans its gradients, a reduction over
+ * the world picks the first, and the rank holding it names it (it alone
+ * knows the name when p > 1). Collective over the world. */
+static void report_nonfinite(Rt *rt, int64_t s, double norm) {
+  const RtModel *m = rt->model;
+  int64_t span = m->nweights;
+  real *g = rt_xmalloc((size_t)(span > 0 ? span : 1) * sizeof *g);
+  rt_dev_to_host(g, rt->ctx.grads, span * (int64_t)sizeof *g);
+  int first = -1;
+  for (int i = 0; i < m->nparams && first < 0; i++)
+    for (int64_t k = 0; k < m->params[i].numel; k++)
+      if (!isfinite((double)g[m->params[i].offset + k])) {
+        first = i;
+        break;
+      }
+  free(g);
+  /* Lexicographic (stage, parameter, world rank), as one exact double. */
+  int world = rt_tp_world_size(), me = rt_tp_world_rank();
+  double none = 9e15, key = first < 0 ? none
+                                      : ((double)rt->coord.pp * 65536 + first) * world + me;
+  double least = rt_tp_world_min(key);
+  const char *what = rt->f.on_nan == RT_NAN_SKIP ? "the update is dropped (--on-nan skip)"
+                                                 : "the run stops (--on-nan stop)";
+  char line[600];
+  if (least == none)
+    snprintf(line, sizeof line, "step %lld: the gradient norm is %g, but no gradient holds a "
+             "non-finite value; %s", (long long)(s + 1), norm, what);
+  else
+    snprintf(line, sizeof line, "step %lld: the gradient norm is %g; the first non-finite "
+             "gradient is that of %s (pipeline stage %d); %s", (long long)(s + 1), norm,
+             first >= 0 ? m->params[first].name : "?", rt->coord.pp, what);
+  if (key == least || (least == none && me == 0)) rt_error(NULL, "%s", line);
+  if (rt->f.on_nan == RT_NAN_STOP) {
+    /* Every rank stops, after the one that knows the tensor has said it. */
+    rt_tp_world_barrier();
+    rt_fatal("--on-nan", "stopped at step %lld: its gradient norm is %g", (long long)(s + 1), norm);
+  }
 }
 
 void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
@@ -382,6 +481,7 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_dp_start_tied(rt);
     rt_dp_wait(rt);
   }
+  inject_nan(rt);
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
@@ -400,6 +500,15 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   info->lr = rt_lr_at(&rt->f, s);
   double t2 = rt_now();
   rt_prof_add("S grad_norm", t2 - t1);
+  /* Whether any rank's norm is not finite (a replicated parameter's
+   * gradient counts on one tensor-parallel rank only, so the ranks' norms
+   * can differ): every rank drops the same updates. */
+  if (rt_tp_world_any(!isfinite(info->grad_norm))) {
+    report_nonfinite(rt, s, info->grad_norm);
+    info->grad_norm = NAN;
+    rt->nan_steps++;
+    return;
+  }
   int zero = rt->dp && m->zero;
   if (rt->f.optimizer == RT_OPT_ADAMW) {
     if (zero)
@@ -421,6 +530,8 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   const RtModel *m = rt->model;
   double t0 = rt_now();
   rt->skipped = 0;
+  rt_wd_phase("step %lld", (long long)(s + 1));
+  inject_fault(s + 1);
   rt_tp_step_begin(rt);
   rt_fetch_window(rt, s);
   rt_prof_add("S data", rt_now() - t0);
@@ -455,21 +566,49 @@ static void train(Rt *rt) {
     info = (RtStepInfo){0};
     train_step(rt, s, f->dump_grads && s == first, &info);
     rt_log_time(&log, info.elapsed);
+    /* A non-finite loss with finite gradients (the update ran). */
+    if (!isfinite(info.loss) && isfinite(info.grad_norm)) {
+      if (f->on_nan == RT_NAN_STOP)
+        rt_fatal("--on-nan", "stopped at step %lld: its loss is %g", (long long)(s + 1), info.loss);
+      rt_error(NULL, "step %lld: the loss is %g but the gradients are finite: the update was "
+               "applied", (long long)(s + 1), info.loss);
+    }
     int last = s + 1 == f->steps;
     if (rt->val && ((f->eval_every && (s + 1) % f->eval_every == 0) || last)) {
       info.has_val = 1;
+      rt_wd_phase("step %lld: validation", (long long)(s + 1));
       info.val_loss = rt_eval(rt);
     }
     if (s == first || (s + 1) % f->log_every == 0 || last) rt_log_progress(&log, &info);
     if (info.has_val) rt_say("step %lld | val loss %.4f\n", (long long)(s + 1), info.val_loss);
     rt_log_json(&log, &info);
     if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) save(rt);
+    /* Preemption: every rank stops after the same step, whichever got the
+     * signal (one flag reduced over the world per step). */
+    if (rt_tp_world_any(rt_wd_stop_requested())) {
+      rt->preempted = 1;
+      break;
+    }
   }
   rt_log_close(&log);
+  if (rt->nan_steps)
+    rt_say("note: the updates of %lld step%s were dropped (non-finite gradients, --on-nan skip)\n",
+           (long long)rt->nan_steps, rt->nan_steps == 1 ? "" : "s");
   rt_prof_report(rt->step - first);
   rt_dp_report(rt);
   int trained = rt->step > first;
   if (f->save && (trained || !f->resume)) save(rt);
+  if (rt->preempted) {
+    /* The checkpoint (if any) is written: the job may go. */
+    int sig = rt_wd_stop_signal();
+    rt_say("stopped by %s after step %lld of %lld%s%s%s (exit status %d)\n",
+           sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal on another rank",
+           (long long)rt->step, (long long)f->steps, f->save ? "; saved " : "",
+           f->save ? f->save : "", f->save ? ", continue with --resume it" : "",
+           JOB_EXIT_PREEMPTED);
+    fflush(stdout);
+    return;
+  }
   if (rt->val && !info.has_val) info.has_val = 1, info.val_loss = rt_eval(rt);
   if (trained && info.has_val)
     rt_say("final: train loss %.4f | val loss %.4f\n", info.loss, info.val_loss);
@@ -502,10 +641,14 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   static Rt state;
   Rt *rt = &state;
   rt->model = model;
+  rt_wd_signals();
+  rt_wd_start(argc > 0 ? argv[0] : NULL);
   check_model(model);
   rt_flags_parse(&rt->f, argc, argv, argc > 0 ? argv[0] : "rank0");
   rt_quiet = (int)rt->f.quiet;
+  rt_wd_timeout(rt->f.timeout);
   rt_tp_init(rt, &argc, &argv);
+  rt_wd_place(rt->coord.tp, rt->coord.pp, rt->coord.dp);
   check_mesh_flags(rt);
   if (rt->f.init_from && rt->f.resume)
     rt_fatal("--init-from", "cannot be combined with --resume (which loads weights too)");
@@ -514,6 +657,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   else
     rt_rng_seed(&rt->rng, rt_key2((uint64_t)rt->f.seed, 0x73616d706c65 /* "sample" */));
   check_flags(&rt->f);
+  rt_ckpt_check_save(rt);
   open_data(rt);
   allocate(rt);
   rt_dp_init(rt);
@@ -521,8 +665,10 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   print_banner(rt);
   initial_weights(rt);
   if (rt->f.gradcheck) return rt_gradcheck(rt);
+  rt_wd_graceful(1);
   train(rt);
-  if (rt->f.sample_prompt) rt_sample(rt);
+  rt_wd_graceful(0);
+  if (rt->f.sample_prompt && !rt->preempted) rt_sample(rt);
   rt_data_close(rt->train);
   rt_data_close(rt->val);
   rt_exec_free(rt);
@@ -531,5 +677,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   free(rt->norm_partials);
   rt_dev_free(rt->mem);
   rt_tp_finalize(rt);
-  return 0;
+  int status = rt->preempted ? JOB_EXIT_PREEMPTED : 0;
+  rt_wd_finish(status);
+  return status;
 }

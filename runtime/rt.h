@@ -43,6 +43,8 @@ typedef struct Rt {
   RtRng rng;             /* sampling's stream, carried by checkpoints */
   RtStFile resume;       /* the state file while resuming */
   double skipped;        /* seconds of this step spent on --dump-grads */
+  int64_t nan_steps;     /* steps whose update --on-nan skip dropped */
+  int preempted;         /* SIGTERM or SIGINT stopped training after rt->step */
   RtDp *dp;              /* data parallelism (dp.c); NULL when d = 1 */
   RtExec *exec;          /* the pipeline executor (exec.c); NULL when p = 1 */
 } Rt;

@@ -30,6 +30,29 @@ static struct {
 
 int rt_tp_world_rank(void) { return tp.world_rank; }
 int rt_tp_rank(void) { return tp.tp; }
+int rt_tp_world_size(void) { return tp.comms ? tp.world_size : 1; }
+
+/* On the world communicator, which the mesh axes' counters (--comm-stats)
+ * do not count. */
+double rt_tp_world_min(double x) {
+  if (tp.comms && tp.world_size > 1) {
+    x = -x;
+    rt_comm_allreduce(tp.comms->world, &x, &x, 1, RT_COMM_F64, RT_COMM_MAX);
+    x = -x;
+  }
+  return x;
+}
+
+int rt_tp_world_any(int x) {
+  int32_t v = x != 0;
+  if (tp.comms && tp.world_size > 1)
+    rt_comm_allreduce(tp.comms->world, &v, &v, 1, RT_COMM_I32, RT_COMM_MAX);
+  return v;
+}
+
+void rt_tp_world_barrier(void) {
+  if (tp.comms && tp.world_size > 1) rt_comm_barrier(tp.comms->world);
+}
 int rt_tp_size(void) { return tp.t; }
 RtComms *rt_tp_comms(void) { return tp.comms; }
 

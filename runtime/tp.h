@@ -33,6 +33,13 @@ void rt_tp_finalize(Rt *rt);
 /* This process's rank in the job (0 without MPI), its tensor-parallel rank
  * and the tensor-parallel size. Only world rank 0 writes files. */
 int rt_tp_world_rank(void);
+/* Ranks in the job (1 without MPI). */
+int rt_tp_world_size(void);
+/* The least of every rank's x; collective over the world (x without MPI). */
+double rt_tp_world_min(double x);
+/* The largest of every rank's x (a flag); collective over the world. */
+int rt_tp_world_any(int x);
+void rt_tp_world_barrier(void);
 int rt_tp_rank(void);
 int rt_tp_size(void);
 /* The communicators of the mesh (world, tensor, pipeline, data, embed) and

@@ -1,6 +1,8 @@
 /* Error reporting and checked allocation for the runtime. */
 #include "util.h"
 
+#include "watchdog.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,9 @@ static void vreport(const char *what, const char *fmt, va_list ap) {
   int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
   n = m < 0 ? n : n + m >= (int)sizeof line - 1 ? (int)sizeof line - 2 : n + m;
   line[n++] = '\n';
+  line[n] = 0;
+  /* The launcher learns why a rank stopped from its record. */
+  rt_wd_error(line + strlen("shardc: error: "));
   fwrite(line, 1, (size_t)n, stderr);
   fflush(stderr);
 }

@@ -51,8 +51,11 @@ expect_error "--init-from weights of a shallower model: the missing tensors" \
   sh "$SHARDC" "$ROOT/models/gpt2.shard" "$SMALL"
 gpt2 --data good.bin --steps 2 --save ck >/dev/null 2>&1
 expect_error "--resume into a model of another shape" \
-  "ck/state.safetensors: tensor wpe.weight has shape [16, 32], the model expects [32, 32]" \
+  "ck/state.safetensors: --resume: a checkpoint of another model than this program's" \
   gpt2_with "-D seq=32" --resume ck
+check "  ... the error lists the -D and the shapes that differ" \
+  sh -c 'grep -qF -- "-D seq: 16 in the checkpoint, 32 in this program" out.txt &&
+         grep -qF "tensor wpe.weight has shape [16, 32], the model expects [32, 32]" out.txt' 
 size=$(wc -c <ck/model.safetensors)
 head -c $((size - 1000)) ck/model.safetensors >cut.safetensors
 expect_error "--init-from a truncated weights file" "cut.safetensors: tensor" \

@@ -1,0 +1,40 @@
+/* What `shardc run` (the launcher) and the ranks it starts share while a
+ * job runs: the environment that tells a rank where to report, the files
+ * it reports in, and the exit statuses. Constants only; docs/reliability.md
+ * describes the whole protocol.
+ *
+ * Each rank rewrites JOB_DIR/rank-R (JOB_RECORD_FMT, R its world rank) a
+ * few times a second from a thread of its own (the heartbeat), replacing
+ * the file atomically; the launcher reads them all. A record is text, one
+ * `key value` per line:
+ *
+ *   pid 1234                      the rank's process
+ *   host node7                    the machine it runs on
+ *   coord tp=0 pp=1 dp=0          its place in the mesh (absent until known)
+ *   program stage1                the program it runs (its file name)
+ *   beat 42                       heartbeats so far: it changes while the rank lives
+ *   idle 0.25                     seconds since the main thread last made progress
+ *   action step 3: F(chunk 0, microbatch 1)   what the main thread is doing
+ *   state running                 running | failed | exited | done | stopping
+ *   status 1                      the exit status, once it is known
+ *   why TEXT                      the error that stopped it, when one did
+ *
+ * The launcher asks every rank to stop by creating JOB_DIR/abort (its
+ * first line says why); a rank's heartbeat thread sees it within a beat and
+ * exits with status 1. */
+#ifndef SHARD_ABI_JOB_H
+#define SHARD_ABI_JOB_H
+
+#define JOB_DIR_ENV "SHARDC_JOB_DIR"           /* the folder of the records */
+#define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
+#define JOB_RECORD_FMT "rank-%d"
+#define JOB_ABORT_FILE "abort"
+/* Seconds between heartbeats. */
+#define JOB_BEAT_SECONDS 0.2
+
+/* A rank program's exit statuses besides 0 and 1 (errors): a run stopped
+ * by SIGTERM or SIGINT after it finished its step (and saved, with
+ * --save); 75 is EX_TEMPFAIL of sysexits.h, "try again later". */
+#define JOB_EXIT_PREEMPTED 75
+
+#endif

@@ -1,0 +1,282 @@
+/* The watchdog of a rank program (see watchdog.h and abi/job.h). */
+#include "watchdog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../abi/job.h"
+#include "util.h"
+
+enum { ST_RUNNING, ST_FAILED, ST_EXITED, ST_DONE };
+static const char *const state_names[] = {"running", "failed", "exited", "done"};
+
+static struct {
+  int on;
+  int rank;
+  char coord[64];
+  const char *program; /* its file name */
+  char host[256];      /* the machine's name: the launcher probes pids on its own only */
+  double timeout;
+  pid_t launcher; /* 0: none */
+  char dir[3000], record[3100], tmp[3100], abort_path[3100], exit_path[3100];
+  pthread_t thread;
+  pthread_mutex_t lock; /* one writer of the record at a time */
+  atomic_int quit;
+  atomic_long beats;
+  /* The main thread's progress: when it last moved (ns, monotonic), what
+   * it does (a phase in one of two buffers, flipped when rewritten) and
+   * the communication call it may be inside. */
+  atomic_llong stamp;
+  char phase[2][160];
+  atomic_int cur;
+  _Atomic(const char *) comm_what;
+  _Atomic(const char *) comm_name;
+  atomic_int state, status;
+  char why[1024];
+  atomic_int has_why;
+} wd = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void stamp(void) { atomic_store(&wd.stamp, now_ns()); }
+
+/* ---------------------------------------------------------- the record */
+
+/* "step 3: F(chunk 0, microbatch 1), in MPI_Wait on the pipeline
+ * communicator" */
+static void action_text(char *buf, size_t len) {
+  const char *what = atomic_load(&wd.comm_what), *name = atomic_load(&wd.comm_name);
+  const char *phase = wd.phase[atomic_load(&wd.cur)];
+  int n = snprintf(buf, len, "%s", *phase ? phase : "starting");
+  if (what && n >= 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ", in %s%s%s%s", what, name ? " on the " : "",
+             name ? name : "", name ? " communicator" : "");
+}
+
+/* Rewrites the record (write a temporary, rename it over: the launcher
+ * never reads half a record). */
+static void write_record(void) {
+  if (!*wd.dir) return;
+  char action[400], text[2048];
+  action_text(action, sizeof action);
+  double idle = (double)(now_ns() - atomic_load(&wd.stamp)) * 1e-9;
+  int st = atomic_load(&wd.state);
+  int n = snprintf(text, sizeof text,
+                   "pid %ld\nhost %s\n%s%s%sprogram %s\nbeat %ld\nidle %.2f\naction %s\nstate %s\n",
+                   (long)getpid(), wd.host, *wd.coord ? "coord " : "", wd.coord,
+                   *wd.coord ? "\n" : "", wd.program, atomic_load(&wd.beats), idle, action,
+                   state_names[st]);
+  if (st != ST_RUNNING && n > 0 && n < (int)sizeof text)
+    n += snprintf(text + n, sizeof text - (size_t)n, "status %d\n", atomic_load(&wd.status));
+  if (atomic_load(&wd.has_why) && n > 0 && n < (int)sizeof text)
+    n += snprintf(text + n, sizeof text - (size_t)n, "why %s\n", wd.why);
+  if (n < 0) return;
+  if (n >= (int)sizeof text) n = (int)sizeof text - 1;
+  pthread_mutex_lock(&wd.lock);
+  int fd = open(wd.tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t w = write(fd, text, (size_t)n);
+    close(fd);
+    if (w == n) rename(wd.tmp, wd.record);
+  }
+  pthread_mutex_unlock(&wd.lock);
+}
+
+/* ------------------------------------------------------------ the beat */
+
+static int launcher_alive(void) { return wd.launcher > 0 && kill(wd.launcher, 0) == 0; }
+
+static void *beat(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, (long)(JOB_BEAT_SECONDS * 1e9)};
+  while (!atomic_load(&wd.quit)) {
+    atomic_fetch_add(&wd.beats, 1);
+    write_record();
+    if (*wd.dir && access(wd.abort_path, F_OK) == 0) {
+      /* The launcher stops the job: another rank failed. */
+      atomic_store(&wd.status, 1);
+      atomic_store(&wd.state, ST_EXITED);
+      write_record();
+      _exit(1);
+    }
+    double idle = (double)(now_ns() - atomic_load(&wd.stamp)) * 1e-9;
+    /* With a launcher watching, it decides which rank is to blame (the
+     * one that stopped, not those that wait for it); alone, a rank stops
+     * itself. */
+    if (wd.timeout > 0 && idle > wd.timeout && !launcher_alive()) {
+      char action[400];
+      action_text(action, sizeof action);
+      char msg[600];
+      snprintf(msg, sizeof msg, "no progress for %.0f s in %s (--timeout %g)", idle, action,
+               wd.timeout);
+      fprintf(stderr, "shardc: error: rank %d (%s, program %s): %s\n", wd.rank,
+              *wd.coord ? wd.coord : "coordinates not yet known", wd.program, msg);
+      fflush(stderr);
+      snprintf(wd.why, sizeof wd.why, "%s", msg);
+      atomic_store(&wd.has_why, 1);
+      atomic_store(&wd.status, 1);
+      atomic_store(&wd.state, ST_FAILED);
+      write_record();
+      _exit(1);
+    }
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+/* A rank that leaves through exit() (rt_fatal before MPI started) says
+ * so in its record: with status 1 when it reported an error. */
+static void at_exit(void) {
+  if (!wd.on || atomic_load(&wd.state) != ST_RUNNING) return;
+  atomic_store(&wd.status, atomic_load(&wd.has_why) ? 1 : 0);
+  atomic_store(&wd.state, ST_EXITED);
+  write_record();
+}
+
+static int env_int(const char *const *names, int n, int dflt) {
+  for (int i = 0; i < n; i++) {
+    const char *v = getenv(names[i]);
+    if (v && *v) return atoi(v);
+  }
+  return dflt;
+}
+
+void rt_wd_start(const char *program) {
+  static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+  const char *dir = getenv(JOB_DIR_ENV), *launcher = getenv(JOB_LAUNCHER_ENV);
+  stamp();
+  if (wd.on || env_int(sizes, 2, 1) <= 1) return;
+  wd.rank = env_int(ranks, 3, 0);
+  const char *slash = program ? strrchr(program, '/') : NULL;
+  wd.program = slash ? slash + 1 : program ? program : "?";
+  wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
+  if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
+  if (dir && *dir && strlen(dir) < sizeof wd.dir) {
+    snprintf(wd.dir, sizeof wd.dir, "%s", dir);
+    snprintf(wd.record, sizeof wd.record, "%s/" JOB_RECORD_FMT, dir, wd.rank);
+    snprintf(wd.tmp, sizeof wd.tmp, "%s/.tmp-" JOB_RECORD_FMT, dir, wd.rank);
+    snprintf(wd.abort_path, sizeof wd.abort_path, "%s/" JOB_ABORT_FILE, dir);
+    snprintf(wd.exit_path, sizeof wd.exit_path, "%s/" JOB_RECORD_FMT ".exit", dir, wd.rank);
+  }
+  wd.on = 1;
+  atexit(at_exit);
+  write_record();
+  if (pthread_create(&wd.thread, NULL, beat, NULL) != 0) wd.on = 0;
+}
+
+void rt_wd_timeout(double timeout) { wd.timeout = timeout; }
+
+int rt_wd_supervised(void) { return wd.on && launcher_alive(); }
+
+void rt_wd_place(int tp, int pp, int dp) {
+  snprintf(wd.coord, sizeof wd.coord, "tp=%d pp=%d dp=%d", tp, pp, dp);
+  /* Now, not at the next beat: a rank may fail before that. */
+  if (wd.on) write_record();
+}
+
+void rt_wd_phase(const char *fmt, ...) {
+  if (!wd.on) return;
+  int next = !atomic_load(&wd.cur);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(wd.phase[next], sizeof wd.phase[next], fmt, ap);
+  va_end(ap);
+  atomic_store(&wd.cur, next);
+  stamp();
+}
+
+void rt_wd_comm(const char *what, const char *comm) {
+  if (!wd.on) return;
+  atomic_store(&wd.comm_name, comm);
+  atomic_store(&wd.comm_what, what);
+  stamp();
+}
+
+void rt_wd_comm_done(void) {
+  if (!wd.on) return;
+  atomic_store(&wd.comm_what, NULL);
+  stamp();
+}
+
+void rt_wd_error(const char *text) {
+  if (!wd.on || atomic_load(&wd.has_why)) return;
+  snprintf(wd.why, sizeof wd.why, "%s", text);
+  size_t n = strlen(wd.why);
+  while (n && wd.why[n - 1] == '\n') wd.why[--n] = 0;
+  /* A record holds one line per key. */
+  for (char *c = wd.why; *c; c++)
+    if (*c == '\n') *c = ' ';
+  atomic_store(&wd.has_why, 1);
+}
+
+void rt_wd_fail(const char *why) {
+  if (!wd.on) return;
+  if (!atomic_load(&wd.has_why)) rt_wd_error(why);
+  atomic_store(&wd.status, 1);
+  atomic_store(&wd.state, ST_FAILED);
+  write_record();
+}
+
+void rt_wd_finish(int status) {
+  if (!wd.on) return;
+  atomic_store(&wd.quit, 1);
+  pthread_join(wd.thread, NULL);
+  atomic_store(&wd.status, status);
+  atomic_store(&wd.state, status ? ST_EXITED : ST_DONE);
+  write_record();
+  wd.on = 0;
+}
+
+/* ---------------------------------------------------------- the signals */
+
+static volatile sig_atomic_t stop_signal, signals_seen, graceful;
+
+static void on_signal(int sig, siginfo_t *info, void *ctx) {
+  (void)ctx;
+  /* mpirun ends the other ranks of a failed job with SIGTERM; under our
+   * launcher a stop request never comes from mpirun. Only async-signal-safe
+   * calls here: the note for the launcher is a file of its own. */
+  if (wd.on && wd.launcher > 0 && info && info->si_pid == getppid() && info->si_pid != wd.launcher) {
+    if (*wd.exit_path) {
+      int fd = open(wd.exit_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ssize_t w = write(fd, "1\n", 2);
+        (void)w;
+        close(fd);
+      }
+    }
+    _exit(1);
+  }
+  if (signals_seen++ || !graceful) _exit(128 + sig);
+  stop_signal = sig;
+}
+
+void rt_wd_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+void rt_wd_graceful(int on) { graceful = on; }
+
+int rt_wd_stop_requested(void) { return stop_signal != 0; }
+int rt_wd_stop_signal(void) { return stop_signal; }

@@ -1,0 +1,43 @@
+#!/bin/sh
+# shellcheck disable=SC2086 # flag lists are lists of words
+# resume_state.sh SHARDC ROOT: every piece of state a run carries comes
+# back on resume. On one rank and on t=2: 6 steps in one run against 3
+# steps, --resume and 3 more (constant learning rate, dropout, shuffled
+# data), each in a folder of its own with the same --save name:
+# - the state files at step 6 are equal byte for byte: weights, both AdamW
+#   moments, and the metadata (step, data position, the sampler's random
+#   generator, every restored flag);
+# - a sample generated after the resumed run equals the uninterrupted
+#   run's byte for byte (a resume that dropped the sampler's generator
+#   would sample something else).
+SHARDC=$1
+ROOT=$2
+. "$ROOT/tests/common/checks.sh"
+MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D dropout_rate=0.1 --microbatch 2"
+head -c 20000 "$ROOT/data/corpus.txt" >text.txt
+check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+DATA=$(pwd)/train.bin
+C="--data $DATA --global-batch 4 --lr 1e-2 --lr-schedule constant --save ck --quiet"
+SAMPLE="--sample-prompt The --sample-tokens 60 --temperature 0.8"
+
+case_of() {
+  label=$1; shift
+  mkdir -p "$label-one" "$label-two"
+  (cd "$label-one" && "$SHARDC" run $MODEL "$@" --out ../prog-$label $C --steps 6 $SAMPLE \
+    >sample.txt 2>err.txt) || { fail "$label: the uninterrupted run: $(head -3 $label-one/err.txt)"; return; }
+  (cd "$label-two" && "$SHARDC" run $MODEL "$@" --out ../prog-$label $C --steps 3 >/dev/null 2>err.txt &&
+    "$SHARDC" run $MODEL "$@" --out ../prog-$label --resume ck --steps 6 --quiet $SAMPLE \
+      >sample.txt 2>>err.txt) || { fail "$label: 3 + resume + 3: $(head -3 $label-two/err.txt)"; return; }
+  echo "      $label: sample after 6 steps:         $(head -c 60 $label-one/sample.txt | tr -c "[:print:]" .)"
+  echo "      $label: sample after 3 + resume + 3: $(head -c 60 $label-two/sample.txt | tr -c "[:print:]" .)"
+  check "$label: the state files at step 6 are equal byte for byte" \
+    cmp "$label-one/ck/state.safetensors" "$label-two/ck/state.safetensors"
+  check "$label: so are the weights files" \
+    cmp "$label-one/ck/model.safetensors" "$label-two/ck/model.safetensors"
+  check "$label: the samples are equal byte for byte ($(wc -c <$label-one/sample.txt) bytes)" \
+    cmp "$label-one/sample.txt" "$label-two/sample.txt"
+}
+
+case_of one
+case_of tp2 --tp 2
+finish

@@ -1,0 +1,16 @@
+# Reliability (docs/reliability.md): failing ranks end the whole job with
+# one message, NaN steps, preemption, checkpoint checks. They hold the
+# lock `mpirun` with the other tests that start ranks.
+if(TARGET shard_comm_mpi)
+  set(reliability_tests)
+  foreach(script failing_ranks nan preempt checkpoints keep_last resume_state determinism)
+    add_test(NAME reliability/${script}
+             COMMAND sh ${TESTS_DIR}/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+    list(APPEND reliability_tests reliability/${script})
+  endforeach()
+  set_tests_properties(${reliability_tests} PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun
+                       LABELS reliability)
+  if(SHARDC_SANITIZE)
+    set_tests_properties(${reliability_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
+  endif()
+endif()
