@@ -48,6 +48,7 @@ typedef struct CgOptions {
    * CG_DEFAULT_MICROBATCHES). */
   const char *schedule;
   int64_t global_batch;
+  int vpp_group; /* the interleaved schedule's microbatch group N (0: p) */
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8

@@ -243,7 +243,8 @@ static bool make_schedule(CgLayout *l) {
     ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", name, sched_names());
     return false;
   }
-  SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .buckets_per_chunk = 1,
+  SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .vpp_group = o->vpp_group,
+                     .buckets_per_chunk = 1,
                      .shape = message_shape(&l->chunks[0])};
   SchedReport rep;
   l->schedule = sched_build(def, &so, NULL, false, &rep);

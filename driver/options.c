@@ -176,3 +176,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   }
   return ok;
 }
+
+bool drv_schedule_options(const DrvCommand *cmd, int nargs, DrvArg *args, int *vpp_group) {
+  return int_flag(cmd, nargs, args, "--vpp-group", 0, false, 1 << 30, vpp_group);
+}

@@ -25,6 +25,7 @@ static const DrvOption schedule_options[] = {
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--global-batch", "N", "sequences per step; m = N / (microbatch * dp) (default: m = 8)"},
     {"--schedule", "NAME", DRV_SCHEDULE_HELP},
+    DRV_SCHEDULE_OPTIONS,
     {"--list", NULL, "print the registered schedules, one a line: its name and what it does"},
     {"--fb-ratio", "R", "a backward takes R times a forward in the timeline (default 1)"},
     {"--svg", "FILE", "draw the timeline of every stage as SVG"},
@@ -64,7 +65,7 @@ static bool int_flag(int nargs, DrvArg *args, const char *name, int dflt, int li
 /* What the command was asked for. */
 typedef struct Config {
   const char *model, *name;
-  int pp, vpp, dp, tp, microbatch, global_batch, m, layers;
+  int pp, vpp, dp, tp, microbatch, global_batch, m, layers, vpp_group;
   bool seq_parallel;
   double fb_ratio;
   RtSchedShape shape;
@@ -88,6 +89,7 @@ static bool parse_flags(int nargs, DrvArg *args, Config *c) {
   }
   ok = int_flag(nargs, args, "--microbatch", 0, 1 << 20, &c->microbatch) && ok;
   c->seq_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  ok = drv_schedule_options(&drv_schedule_command, nargs, args, &c->vpp_group) && ok;
   c->name = drv_value(nargs, args, "--schedule");
   if (c->name && !sched_find(c->name)) {
     drv_usage_error(&drv_schedule_command, "--schedule: unknown schedule '%s' (known: %s)", c->name,
@@ -450,7 +452,8 @@ int drv_cmd_schedule(int nargs, DrvArg *args) {
   model_facts(g, &c);
   if (!derive(&c)) return 1;
   const char *svg = drv_value(nargs, args, "--svg"), *trace = drv_value(nargs, args, "--trace");
-  SchedOptions o = {.pp = c.pp, .vpp = c.vpp, .microbatches = c.m, .dp = c.dp, .shape = c.shape};
+  SchedOptions o = {.pp = c.pp, .vpp = c.vpp, .microbatches = c.m, .dp = c.dp,
+                    .vpp_group = c.vpp_group, .shape = c.shape};
   SchedTimes t = {1, c.fb_ratio, 1};
   SchedReport rep;
   RtSchedule *s = sched_build(sched_find(c.name), &o, &t, svg || trace, &rep);

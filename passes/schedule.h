@@ -22,6 +22,10 @@
 /* What a schedule is built for. */
 typedef struct SchedOptions {
   int pp, vpp, microbatches; /* p, v, m */
+  /* The interleaved schedule's microbatch group N (Megatron-LM's
+   * microbatch_group_size_per_vp_stage): its forward order takes N
+   * microbatches through every chunk before the next N; 0 means p. */
+  int vpp_group;
   int dp;                    /* data-parallel replicas: > 1 adds REDUCE_GRADS actions */
   int buckets_per_chunk;     /* gradient buckets of each chunk (0 counts as 1) */
   RtSchedShape shape;        /* every message's tensor; rank 0 when unknown */

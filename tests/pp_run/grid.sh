@@ -50,11 +50,13 @@ suits() {
     --global-batch $GB --schedule "$1" >/dev/null 2>&1
 }
 
-# A configuration: t p d v schedule zero sp (sp: 1 or 0); schedule - is the
-# default (1f1b for v = 1, interleaved for v > 1).
+# A configuration: t p d v schedule zero sp [group] (sp: 1 or 0); schedule
+# - is the default (1f1b for v = 1, interleaved for v > 1); group, when
+# given, is the interleaved schedule's --vpp-group N.
 quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
-  # takes v = 1, else on two chunks.
+  # takes v = 1, else on two chunks; last, interleaving with m = 8 not a
+  # multiple of p = 3, in microbatch groups of 5 (the last group 3).
   for s in $SCHEDULES; do
     if suits "$s" 2 1 2; then
       echo "1 2 2 1 $s 1 0"
@@ -69,6 +71,7 @@ quick_configs() {
 1 1 4 1 - 1 0
 2 2 1 2 - 0 1
 2 2 2 2 - 1 1
+1 3 1 2 - 0 0 5
 EOF
 }
 
@@ -133,11 +136,12 @@ printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "
 printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
 n=0
 configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_configs ;; esac)
-echo "$configs" | while read -r t p d v s z sp; do
-  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp"
+echo "$configs" | while read -r t p d v s z sp grp; do
+  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
   [ "$s" = - ] || set -- "$@" --schedule "$s"
   [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
+  [ -z "$grp" ] || set -- "$@" --vpp-group "$grp"
   if ! train "$name" "$@"; then
     echo "FAIL: $name: exit"
     sed 's/^/      /' "$name.out" | tail -5
@@ -148,7 +152,7 @@ echo "$configs" | while read -r t p d v s z sp; do
   g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
   gst=$?
   ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
-  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp" "$e1" "$e10" "${ge:-?}"
+  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}" "$e1" "$e10" "${ge:-?}"
   le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
   le "$e10" 1e-4 || { echo "FAIL: $name: loss at step $STEPS"; echo x >>fails; }
   [ $gst -eq 0 ] || { echo "FAIL: $name: gradients: $g"; echo x >>fails; }

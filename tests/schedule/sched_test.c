@@ -17,6 +17,12 @@
  *                         (golden: the deadlock report)
  *   sched_test custom     the schedule docs/schedules.md adds as its worked
  *                         example builds and verifies
+ *   sched_test groups     interleaving in microbatch groups of N (--vpp-group)
+ *                         over p <= 8, v <= 4, m <= 3p + 3 and every N:
+ *                         accepted exactly where Megatron-LM accepts, the
+ *                         compute order equal to an independent
+ *                         transcription of Megatron-LM's, the stash its
+ *                         warm-up plus one, the bubble p - 1
  *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
  *                         verify well under a second, timed and printed
  *
@@ -313,6 +319,112 @@ static int custom(void) {
   return failures > 0;
 }
 
+/* ------------------------------------------- interleaving in groups of N */
+
+/* Megatron-LM's interleaved order written out directly from its
+ * description (REFERENCE.md, "Pipeline schedules"), independently of the
+ * builder: the forward list takes the microbatches in groups of n, chunk 0
+ * of the whole group, then chunk 1, ..., the last group what remains; the
+ * k-th backward takes the k-th position with the chunk reversed; stage r
+ * runs min(2(p - r - 1) + (v - 1) n, m v) forwards, then a forward and a
+ * backward at a time, then the remaining backwards. */
+static void megatron_order(int p, int v, int m, int n, int r, char *out, size_t size) {
+  int total = m * v, k = 0;
+  int *mb = malloc(sizeof(int) * (size_t)total), *ch = malloc(sizeof(int) * (size_t)total);
+  for (int g = 0; g < m; g += n) {
+    int end = g + n >= m ? m : g + n;
+    for (int c = 0; c < v; c++)
+      for (int i = g; i < end; i++) mb[k] = i, ch[k++] = c;
+  }
+  int warm = 2 * (p - r - 1) + (v - 1) * n;
+  if (warm > total) warm = total;
+  out[0] = 0;
+#define ADD(kind, j, c) snprintf(out + strlen(out), size - strlen(out), "%s%s%dc%d", out[0] ? " " : "", kind, mb[j], c)
+  for (int j = 0; j < warm; j++) ADD("F", j, ch[j]);
+  for (int j = 0; j < total - warm; j++) {
+    ADD("F", warm + j, ch[warm + j]);
+    ADD("B", j, v - 1 - ch[j]);
+  }
+  for (int j = total - warm; j < total; j++) ADD("B", j, v - 1 - ch[j]);
+#undef ADD
+  free(mb), free(ch);
+}
+
+/* Megatron-LM's conditions: m >= p, p <= n <= m, and no last group
+ * shorter than p (0 < m mod n < p). */
+static bool megatron_accepts(int p, int m, int n) {
+  return m >= p && n >= p && n <= m && !(m % n > 0 && m % n < p);
+}
+
+static void compute_order(const RtSchedule *s, int r, char *out, size_t size);
+
+static int groups(void) {
+  double t0 = now_ms();
+  long cases = 0, accepted = 0;
+  size_t size = 1 << 16;
+  char *got = malloc(size), *want = malloc(size);
+  for (int p = 1; p <= 8; p++)
+    for (int v = 2; v <= 4; v++)
+      for (int m = 1; m <= 3 * p + 3; m++)
+        for (int n = 0; n <= m + 1; n++) {
+          if (n > 0 && n < p - 1) continue;
+          int eff = n > 0 ? n : p;
+          SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .vpp_group = n,
+                            .dp = m % 2 ? 1 : 2, .shape = {3, {1, 16, 8}}};
+          SchedReport rep;
+          RtSchedule *s = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+          bool ok = megatron_accepts(p, m, eff);
+          cases++;
+          CHECK(!s == !ok, "p=%d v=%d m=%d N=%d: %s, Megatron %s it: %s", p, v, m, n,
+                s ? "built" : "refused", ok ? "accepts" : "refuses", rep.error ? rep.error : "");
+          /* A refusal names a group size that works when there is one. */
+          if (!s && m >= p && rep.error)
+            CHECK(strstr(rep.error, "--vpp-group "), "p=%d m=%d N=%d: %s", p, m, n, rep.error);
+          if (s) {
+            accepted++;
+            for (int r = 0; r < p; r++) {
+              compute_order(s, r, got, size);
+              megatron_order(p, v, m, eff, r, want, size);
+              CHECK(!strcmp(got, want), "p=%d v=%d m=%d N=%d stage %d:\n  got  %s\n  want %s", p,
+                    v, m, n, r, got, want);
+              int w = 2 * (p - r - 1) + (v - 1) * eff, peak = w + 1 < m * v ? w + 1 : m * v;
+              CHECK(rep.peak_stash[r] == peak, "p=%d v=%d m=%d N=%d stage %d: stash %d, want %d",
+                    p, v, m, n, r, rep.peak_stash[r], peak);
+            }
+            /* The bubble of the registry's promise, p - 1 forward-backward
+             * pairs, holds for every group size. */
+            CHECK(rep.makespan == 2.0 * (m * v + p - 1), "p=%d v=%d m=%d N=%d: step %g, want %d",
+                  p, v, m, n, rep.makespan, 2 * (m * v + p - 1));
+            CHECK(rep.messages == (p > 1 ? 2LL * m * (p * v - 1) : 0), "p=%d v=%d m=%d N=%d: "
+                  "%lld messages", p, v, m, n, (long long)rep.messages);
+          }
+          sched_report_free(&rep);
+          sched_free(s);
+        }
+  /* The default group of p leaves the tables of m a multiple of p as they
+   * were: N = p given explicitly builds the same tables. */
+  for (int p = 2; p <= 6; p++)
+    for (int m = p; m <= 4 * p; m += p) {
+      SchedOptions a = {.pp = p, .vpp = 3, .microbatches = m, .dp = 2};
+      SchedOptions b = a;
+      b.vpp_group = p;
+      char *e1, *e2;
+      RtSchedule *x = sched_build_unverified(sched_find("interleaved"), &a, &e1);
+      RtSchedule *y = sched_build_unverified(sched_find("interleaved"), &b, &e2);
+      bool same = x && y;
+      for (int r = 0; same && r < p; r++)
+        same = x->stages[r].n == y->stages[r].n &&
+               !memcmp(x->stages[r].actions, y->stages[r].actions,
+                       sizeof(RtSchedAction) * (size_t)x->stages[r].n);
+      CHECK(same, "p=%d m=%d: --vpp-group p changes the tables", p, m);
+      sched_free(x), sched_free(y);
+    }
+  free(got), free(want);
+  printf("%ld (p, v, m, N) configurations, %ld accepted, in %.0f ms: %d failures\n", cases,
+         accepted, now_ms() - t0, failures);
+  return failures > 0;
+}
+
 /* ------------------------------------------------------------------ scale */
 
 static int scale(void) {
@@ -348,6 +460,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "unbatched")) return unbatched();
   if (!strcmp(mode, "custom")) return custom();
   if (!strcmp(mode, "scale")) return scale();
-  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale\n");
+  if (!strcmp(mode, "groups")) return groups();
+  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups\n");
   return 2;
 }

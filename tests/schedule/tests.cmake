@@ -10,7 +10,7 @@ add_executable(sched_test ${SCHED_DIR}/sched_test.c)
 target_include_directories(sched_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(sched_test PRIVATE shard_passes shard_ir m)
 
-foreach(mode props example custom scale)
+foreach(mode props example custom scale groups)
   add_test(NAME schedule/${mode} COMMAND sched_test ${mode})
 endforeach()
 # The rejection names the stages and the actions; its text is the golden.
@@ -48,3 +48,9 @@ sched_golden(err_1f1b_chunks 1 gpt2.shard --pp 2 --vpp 2 --schedule 1f1b)
 sched_golden(err_few_layers 1 gpt2.shard --pp 8 --vpp 2)
 sched_golden(err_unknown 1 gpt2.shard --schedule zigzag)
 sched_golden(err_batch 1 gpt2.shard --dp 4 --global-batch 10)
+
+# Interleaving for m not a multiple of p, in microbatch groups of N
+# (Megatron-LM's microbatch_group_size_per_vp_stage), and a group that
+# leaves a last group shorter than p.
+sched_golden(vpp_group_text 0 gpt2.shard --pp 2 --vpp 2 --global-batch 3 --vpp-group 3)
+sched_golden(err_vpp_group 1 gpt2.shard --pp 4 --vpp 2 --global-batch 7 --vpp-group 5)
