@@ -49,6 +49,7 @@ typedef struct CgOptions {
   const char *schedule;
   int64_t global_batch;
   int vpp_group; /* the interleaved schedule's microbatch group N (0: p) */
+  const char *schedule_file; /* a schedule read from this file instead (docs/schedules.md) */
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8

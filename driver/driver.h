@@ -69,10 +69,12 @@ extern const char DRV_SCHEDULE_HELP[];
 
 /* The flags that shape a schedule beyond its name, shared by `shardc
  * schedule`, `compile` and `run`: Megatron-LM's microbatch group of the
- * interleaved schedule. */
+ * interleaved schedule, and a schedule read from a file. */
 #define DRV_SCHEDULE_OPTIONS                                                                   \
   {"--vpp-group", "N", "interleaved: run microbatches in groups of N, p <= N <= m (default p); " \
-   "m need not be a multiple of p"}
+   "m need not be a multiple of p"},                                                           \
+      {"--schedule-file", "FILE", "read the schedule from FILE: each stage's compute order, one " \
+       "line per stage (docs/schedules.md); not with --schedule"}
 
 /* The pipeline and data-parallel flags of `shardc compile` and `shardc run`. */
 #define DRV_PP_OPTIONS                                                                         \
@@ -93,8 +95,10 @@ extern const char DRV_SCHEDULE_HELP[];
  * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 
-/* --vpp-group N (0 when not given); false after a usage error of cmd. */
-bool drv_schedule_options(const DrvCommand *cmd, int nargs, DrvArg *args, int *vpp_group);
+/* --vpp-group N (0 when not given) and --schedule-file FILE (NULL when not
+ * given; never with --schedule); false after a usage error of cmd. */
+bool drv_schedule_options(const DrvCommand *cmd, int nargs, DrvArg *args, int *vpp_group,
+                          const char **schedule_file);
 
 /* --dtype f32|f64 (default f32); false after a usage error. */
 bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *out);

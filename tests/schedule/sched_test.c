@@ -23,6 +23,10 @@
  *                         compute order equal to an independent
  *                         transcription of Megatron-LM's, the stash its
  *                         warm-up plus one, the bubble p - 1
+ *   sched_test file       1F1B written as a schedule file gives the built-in
+ *                         tables for p <= 8 and p <= m <= 3p + 1; bad
+ *                         files (a hang, an action missing or twice, a
+ *                         backward first, syntax) are explained (golden)
  *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
  *                         verify well under a second, timed and printed
  *
@@ -425,6 +429,136 @@ static int groups(void) {
   return failures > 0;
 }
 
+/* ------------------------------------------------- schedules from files */
+
+/* 1F1B's compute order written as a schedule file, straight from its
+ * definition: stage r warms up with min(p - r - 1, m) forwards, then a
+ * forward and a backward at a time, then the remaining backwards. */
+static void write_1f1b(int p, int m, char *out, size_t size) {
+  snprintf(out, size, "# 1F1B, p = %d, m = %d\n", p, m);
+  for (int r = 0; r < p; r++) {
+    int warm = p - r - 1 < m ? p - r - 1 : m;
+    for (int i = 0; i < warm; i++) snprintf(out + strlen(out), size - strlen(out), "F%d.0 ", i);
+    for (int i = 0; i < m - warm; i++)
+      snprintf(out + strlen(out), size - strlen(out), "F%d.0 B%d.0 ", warm + i, i);
+    for (int i = m - warm; i < m; i++) snprintf(out + strlen(out), size - strlen(out), "B%d.0 ", i);
+    snprintf(out + strlen(out), size - strlen(out), "  # stage %d\n", r);
+  }
+}
+
+static bool same_tables(const RtSchedule *x, const RtSchedule *y) {
+  if (x->pp != y->pp || x->nbuckets != y->nbuckets) return false;
+  for (int r = 0; r < x->pp; r++)
+    if (x->stages[r].n != y->stages[r].n ||
+        memcmp(x->stages[r].actions, y->stages[r].actions,
+               sizeof(RtSchedAction) * (size_t)x->stages[r].n))
+      return false;
+  return true;
+}
+
+/* Parses text and builds it for its own p, v, m; prints the verdict and
+ * every error. Returns the tables (NULL when refused). */
+static RtSchedule *build_text(const char *what, const char *text, int dp, bool print) {
+  char *error = NULL;
+  SchedScript *sc = sched_script_parse("test.sched", text, &error);
+  RtSchedule *s = NULL;
+  if (sc) {
+    SchedOptions o = {.dp = dp, .script = sc, .shape = {3, {1, 16, 8}}};
+    sched_script_shape(sc, &o.pp, &o.vpp, &o.microbatches);
+    SchedReport rep;
+    s = sched_build_script(sc, &o, NULL, false, &rep);
+    error = rep.error, rep.error = NULL;
+    sched_report_free(&rep);
+    sched_script_free(sc);
+  }
+  if (print) printf("%s: %s\n%s", what, s ? "verifies" : "rejected", error ? error : "");
+  free(error);
+  return s;
+}
+
+static int file_mode(void) {
+  /* 1F1B from a file gives the built-in tables, messages, batches and
+   * reductions included, wherever every stage reaches the steady state
+   * (m >= p). */
+  size_t size = 1 << 16;
+  char *text = malloc(size);
+  int same = 0;
+  for (int p = 1; p <= 8; p++)
+    for (int m = p; m <= 3 * p + 1; m++) {
+      write_1f1b(p, m, text, size);
+      RtSchedule *f = build_text("1f1b", text, 2, false);
+      SchedOptions o = {.pp = p, .vpp = 1, .microbatches = m, .dp = 2, .shape = {3, {1, 16, 8}}};
+      SchedReport rep;
+      RtSchedule *b = sched_build(sched_find("1f1b"), &o, NULL, false, &rep);
+      CHECK(f && b && same_tables(f, b), "1f1b from a file, p=%d m=%d: %s", p, m,
+            f ? "tables differ" : "refused");
+      same += f && b && same_tables(f, b);
+      sched_report_free(&rep);
+      sched_free(f), sched_free(b);
+    }
+  printf("1f1b from a file equals the built-in tables for %d (p, m), p <= 8, p <= m <= 3p + 1\n",
+         same);
+  /* Below that the stages that never reach it batch their last send with
+   * the first receive of the cool-down, where 1F1B posts them one at a
+   * time; the tables verify all the same. */
+  for (int p = 2; p <= 8; p++)
+    for (int m = 1; m < p; m++) {
+      write_1f1b(p, m, text, size);
+      RtSchedule *f = build_text("1f1b", text, 1, false);
+      CHECK(f, "1f1b from a file, p=%d m=%d: refused", p, m);
+      sched_free(f);
+    }
+  /* Megatron-LM's interleaved order written as a file: the messages the
+   * builder derives (in steps, the second form) verify with the built-in
+   * step wherever the warm-up leaves a steady state on every stage. */
+  int il_ok = 0, il_all = 0;
+  for (int p = 2; p <= 8; p++)
+    for (int v = 2; v <= 3; v++)
+      for (int m = 2 * p; m <= 4 * p; m += p) {
+        SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .dp = 2, .shape = {3, {1, 16, 8}}};
+        SchedReport rep;
+        RtSchedule *b = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+        double step = rep.makespan;
+        sched_report_free(&rep);
+        text[0] = 0;
+        for (int r = 0; b && r < p; r++) {
+          for (int i = 0; i < b->stages[r].n; i++) {
+            const RtSchedAction *a = &b->stages[r].actions[i];
+            if (a->kind == RT_SCHED_F || a->kind == RT_SCHED_B)
+              snprintf(text + strlen(text), size - strlen(text), "%s%d.%d ",
+                       a->kind == RT_SCHED_F ? "F" : "B", a->mb, a->chunk);
+          }
+          snprintf(text + strlen(text), size - strlen(text), "\n");
+        }
+        RtSchedule *f = build_text("interleaved", text, 2, false);
+        SchedReport frep;
+        bool ok = f && sched_verify(f, NULL, false, &frep) && frep.makespan == step;
+        if (f) sched_report_free(&frep);
+        CHECK(ok, "interleaved from a file, p=%d v=%d m=%d: %s", p, v, m, f ? "another step" : "refused");
+        il_ok += ok, il_all++;
+        sched_free(f), sched_free(b);
+      }
+  printf("interleaved from a file verifies with the built-in step for %d of %d (p, v, m), "
+         "p <= 8, v <= 3, m in 2p, 3p, 4p\n", il_ok, il_all);
+  free(text);
+  /* Bad files, each explained (the output is a golden). */
+  static const char *const bad[][2] = {
+      {"deadlock: stage 0 wants gradient 0 before it sends activation 1",
+       "F0.0 B0.0 F1.0 B1.0\nF0.0 F1.0 B0.0 B1.0\n"},
+      {"missing action", "F0.0 F1.0 B0.0 B1.0\nF0.0 B0.0 F1.0\n"},
+      {"duplicate action", "# two stages\nF0.0 F1.0 B0.0 F0.0 B1.0\nF0.0 B0.0 F1.0 B1.0\n"},
+      {"backward before forward", "F0.0 B1.0 F1.0 B0.0\nF0.0 B0.0 F1.0 B1.0\n"},
+      {"syntax errors", "F0.0 F1 B0.0 b1.0\nF0.0 B0.0 F1.0 B1.0 F1.x  # comment F9.9\n"},
+      {"empty", "# nothing but a comment\n\n"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    RtSchedule *s = build_text(bad[i][0], bad[i][1], 1, true);
+    CHECK(!s, "%s: accepted", bad[i][0]);
+    sched_free(s);
+  }
+  return failures > 0;
+}
+
 /* ------------------------------------------------------------------ scale */
 
 static int scale(void) {
@@ -461,6 +595,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "custom")) return custom();
   if (!strcmp(mode, "scale")) return scale();
   if (!strcmp(mode, "groups")) return groups();
-  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups\n");
+  if (!strcmp(mode, "file")) return file_mode();
+  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups|file\n");
   return 2;
 }

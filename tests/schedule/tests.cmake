@@ -17,7 +17,7 @@ endforeach()
 # broken's tables break the posting order, which the verifier reports
 # without simulating; unbatched's is in order and hangs, so it holds the
 # golden of the deadlock report.
-foreach(mode broken unbatched)
+foreach(mode broken unbatched file)
   add_test(NAME schedule/${mode}
            COMMAND ${EXPECT} ${SCHED_DIR}/${mode}.expected 0 -- $<TARGET_FILE:sched_test> ${mode})
 endforeach()
@@ -54,3 +54,13 @@ sched_golden(err_batch 1 gpt2.shard --dp 4 --global-batch 10)
 # leaves a last group shorter than p.
 sched_golden(vpp_group_text 0 gpt2.shard --pp 2 --vpp 2 --global-batch 3 --vpp-group 3)
 sched_golden(err_vpp_group 1 gpt2.shard --pp 4 --vpp 2 --global-batch 7 --vpp-group 5)
+
+# Schedules from files: 1F1B written as a file (the same tables as
+# --schedule 1f1b, which sched_test file checks), a file with syntax
+# errors (FILE:LINE:COL), one whose stages wait for each other, and both
+# ways of naming a schedule at once.
+set(SCHED_FILES ../tests/schedule)
+sched_golden(file_1f1b_text 0 gpt2.shard --schedule-file ${SCHED_FILES}/1f1b_p4_m8.sched)
+sched_golden(err_file_syntax 1 gpt2.shard --schedule-file ${SCHED_FILES}/bad.sched)
+sched_golden(err_file_deadlock 1 gpt2.shard --schedule-file ${SCHED_FILES}/deadlock.sched)
+sched_golden(err_file_both 1 gpt2.shard --schedule 1f1b --schedule-file ${SCHED_FILES}/1f1b_p4_m8.sched)
