@@ -52,11 +52,13 @@ suits() {
 
 # A configuration: t p d v schedule zero sp [group] (sp: 1 or 0); schedule
 # - is the default (1f1b for v = 1, interleaved for v > 1); group, when
-# given, is the interleaved schedule's --vpp-group N.
+# given, is the interleaved schedule's --vpp-group N; schedule file is
+# 1F1B written as a schedule file (one_f_one_b_file) for --schedule-file.
 quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
   # takes v = 1, else on two chunks; last, interleaving with m = 8 not a
-  # multiple of p = 3, in microbatch groups of 5 (the last group 3).
+  # multiple of p = 3, in microbatch groups of 5 (the last group 3); and
+  # 1F1B read from a schedule file.
   for s in $SCHEDULES; do
     if suits "$s" 2 1 2; then
       echo "1 2 2 1 $s 1 0"
@@ -72,6 +74,7 @@ quick_configs() {
 2 2 1 2 - 0 1
 2 2 2 2 - 1 1
 1 3 1 2 - 0 0 5
+1 4 2 1 file 1 0
 EOF
 }
 
@@ -121,6 +124,25 @@ train() {
     --log-json "$name.json" --dump-grads "$name.grads" >"$name.out" 2>&1 </dev/null
 }
 
+# one_f_one_b_file P M FILE: 1F1B's compute order for P stages and M
+# microbatches as a schedule file (docs/schedules.md): stage r warms up
+# with min(P - r - 1, M) forwards, then alternates, then drains.
+one_f_one_b_file() {
+  r=0
+  : >"$3"
+  while [ $r -lt "$1" ]; do
+    w=$(($1 - r - 1))
+    [ $w -le "$2" ] || w=$2
+    line='' i=0
+    while [ $i -lt $w ]; do line="$line F$i.0" i=$((i + 1)); done
+    i=0
+    while [ $i -lt $(($2 - w)) ]; do line="$line F$((w + i)).0 B$i.0" i=$((i + 1)); done
+    while [ $i -lt "$2" ]; do line="$line B$i.0" i=$((i + 1)); done
+    echo "$line" >>"$3"
+    r=$((r + 1))
+  done
+}
+
 loss_at() { sed -n "$2p" "$1.json" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
 relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
@@ -139,7 +161,12 @@ configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_c
 echo "$configs" | while read -r t p d v s z sp grp; do
   name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
-  [ "$s" = - ] || set -- "$@" --schedule "$s"
+  if [ "$s" = file ]; then
+    one_f_one_b_file "$p" $((GB / (2 * d))) "$name.sched"
+    set -- "$@" --schedule-file "$name.sched"
+  elif [ "$s" != - ]; then
+    set -- "$@" --schedule "$s"
+  fi
   [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
   [ -z "$grp" ] || set -- "$@" --vpp-group "$grp"
   if ! train "$name" "$@"; then
