@@ -48,6 +48,8 @@ typedef struct CgOptions {
    * CG_DEFAULT_MICROBATCHES). */
   const char *schedule;
   int64_t global_batch;
+  int vpp_group; /* the interleaved schedule's microbatch group N (0: p) */
+  const char *schedule_file; /* a schedule read from this file instead (docs/schedules.md) */
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8

@@ -239,14 +239,28 @@ static bool make_schedule(CgLayout *l) {
   int m = o->global_batch > 0 ? (int)(o->global_batch / per) : CG_DEFAULT_MICROBATCHES;
   const char *name = o->schedule ? o->schedule : sched_default_name(v);
   const SchedDef *def = sched_find(name);
+  SchedScript *script = NULL;
+  if (o->schedule_file) {
+    char *error;
+    if (!(script = sched_script_load(o->schedule_file, &error))) {
+      /* The errors end with a newline, which ir_error adds itself. */
+      ir_error(ir_cmdline, "--schedule-file: %.*s", (int)strlen(error) - 1, error);
+      free(error);
+      return false;
+    }
+    name = o->schedule_file, def = &sched_script_def;
+  }
   if (!def) {
     ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", name, sched_names());
     return false;
   }
-  SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .buckets_per_chunk = 1,
+  SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .vpp_group = o->vpp_group,
+                     .buckets_per_chunk = 1, .script = script,
                      .shape = message_shape(&l->chunks[0])};
   SchedReport rep;
-  l->schedule = sched_build(def, &so, NULL, false, &rep);
+  l->schedule = script ? sched_build_script(script, &so, NULL, false, &rep)
+                      : sched_build(def, &so, NULL, false, &rep);
+  sched_script_free(script);
   if (!l->schedule)
     ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
              rep.error ? rep.error : "failed");

@@ -96,6 +96,7 @@ static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassO
                      CgOptions *o) {
   (void)opt;
   o->schedule = drv_value(nargs, args, "--schedule");
+  if (!drv_schedule_options(cmd, nargs, args, &o->vpp_group, &o->schedule_file)) return false;
   const char *z = drv_value(nargs, args, "--zero"), *b = drv_value(nargs, args, "--bucket-mb"),
              *gb = drv_value(nargs, args, "--global-batch");
   if (z && strcmp(z, "0") != 0 && strcmp(z, "1") != 0) {

@@ -67,6 +67,15 @@ const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
  * without an edit here; drv_print_help knows this string by its address. */
 extern const char DRV_SCHEDULE_HELP[];
 
+/* The flags that shape a schedule beyond its name, shared by `shardc
+ * schedule`, `compile` and `run`: Megatron-LM's microbatch group of the
+ * interleaved schedule, and a schedule read from a file. */
+#define DRV_SCHEDULE_OPTIONS                                                                   \
+  {"--vpp-group", "N", "interleaved: run microbatches in groups of N, p <= N <= m (default p); " \
+   "m need not be a multiple of p"},                                                           \
+      {"--schedule-file", "FILE", "read the schedule from FILE: each stage's compute order, one " \
+       "line per stage (docs/schedules.md); not with --schedule"}
+
 /* The pipeline and data-parallel flags of `shardc compile` and `shardc run`. */
 #define DRV_PP_OPTIONS                                                                         \
   {"--pp", "P", "pipeline stages (default 1)"},                                                \
@@ -74,6 +83,7 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
        "even, else balanced by cost)"},                                                        \
       {"--schedule", "NAME", DRV_SCHEDULE_HELP},                                               \
+      DRV_SCHEDULE_OPTIONS,                                                                    \
       {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
        "microbatches (default m = 8)"},                                                        \
       {"--dp", "D", "data-parallel replicas (default 1)"},                                     \
@@ -84,6 +94,11 @@ extern const char DRV_SCHEDULE_HELP[];
  * --vpp, --pp-layout, --dp and --world-size into pass options; false after
  * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
+
+/* --vpp-group N (0 when not given) and --schedule-file FILE (NULL when not
+ * given; never with --schedule); false after a usage error of cmd. */
+bool drv_schedule_options(const DrvCommand *cmd, int nargs, DrvArg *args, int *vpp_group,
+                          const char **schedule_file);
 
 /* --dtype f32|f64 (default f32); false after a usage error. */
 bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *out);

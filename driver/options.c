@@ -176,3 +176,13 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   }
   return ok;
 }
+
+bool drv_schedule_options(const DrvCommand *cmd, int nargs, DrvArg *args, int *vpp_group,
+                          const char **schedule_file) {
+  *schedule_file = drv_value(nargs, args, "--schedule-file");
+  if (*schedule_file && drv_value(nargs, args, "--schedule")) {
+    drv_usage_error(cmd, "--schedule-file and --schedule both name the schedule: give one");
+    return false;
+  }
+  return int_flag(cmd, nargs, args, "--vpp-group", 0, false, 1 << 30, vpp_group);
+}

@@ -25,6 +25,7 @@ static const DrvOption schedule_options[] = {
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`)"},
     {"--global-batch", "N", "sequences per step; m = N / (microbatch * dp) (default: m = 8)"},
     {"--schedule", "NAME", DRV_SCHEDULE_HELP},
+    DRV_SCHEDULE_OPTIONS,
     {"--list", NULL, "print the registered schedules, one a line: its name and what it does"},
     {"--fb-ratio", "R", "a backward takes R times a forward in the timeline (default 1)"},
     {"--svg", "FILE", "draw the timeline of every stage as SVG"},
@@ -64,11 +65,31 @@ static bool int_flag(int nargs, DrvArg *args, const char *name, int dflt, int li
 /* What the command was asked for. */
 typedef struct Config {
   const char *model, *name;
-  int pp, vpp, dp, tp, microbatch, global_batch, m, layers;
+  int pp, vpp, dp, tp, microbatch, global_batch, m, layers, vpp_group;
+  int default_m;           /* m without --global-batch: 8, or the schedule file's */
+  const char *file;        /* --schedule-file */
+  SchedScript *script;     /* read from it */
   bool seq_parallel;
   double fb_ratio;
   RtSchedShape shape;
 } Config;
+
+/* Reads --schedule-file; its p, v and m stand in for --pp, --vpp and
+ * --global-batch when those are not given. False after an error. */
+static bool read_schedule_file(int nargs, DrvArg *args, Config *c) {
+  char *error;
+  if (!(c->script = sched_script_load(c->file, &error))) {
+    fprintf(stderr, "shardc schedule: error: %s", error);
+    free(error);
+    return false;
+  }
+  int p, v, m;
+  sched_script_shape(c->script, &p, &v, &m);
+  if (!drv_value(nargs, args, "--pp")) c->pp = p;
+  if (!drv_value(nargs, args, "--vpp")) c->vpp = v;
+  c->default_m = m, c->name = sched_script_def.name;
+  return true;
+}
 
 static bool parse_flags(int nargs, DrvArg *args, Config *c) {
   bool ok = int_flag(nargs, args, "--pp", 1, 1 << 15, &c->pp);
@@ -88,6 +109,7 @@ static bool parse_flags(int nargs, DrvArg *args, Config *c) {
   }
   ok = int_flag(nargs, args, "--microbatch", 0, 1 << 20, &c->microbatch) && ok;
   c->seq_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  ok = drv_schedule_options(&drv_schedule_command, nargs, args, &c->vpp_group, &c->file) && ok;
   c->name = drv_value(nargs, args, "--schedule");
   if (c->name && !sched_find(c->name)) {
     drv_usage_error(&drv_schedule_command, "--schedule: unknown schedule '%s' (known: %s)", c->name,
@@ -95,6 +117,8 @@ static bool parse_flags(int nargs, DrvArg *args, Config *c) {
     ok = false;
   }
   if (!c->name) c->name = sched_default_name(c->vpp);
+  c->default_m = 8;
+  if (ok && c->file) ok = read_schedule_file(nargs, args, c);
   return ok;
 }
 
@@ -118,7 +142,7 @@ static void model_facts(IrGraph *g, Config *c) {
 static bool derive(Config *c) {
   const char *cmd = drv_schedule_command.name;
   if (c->microbatch == 0) c->microbatch = c->shape.rank > 0 ? (int)c->shape.dims[0] : 1;
-  if (c->global_batch == 0) c->global_batch = 8 * c->microbatch * c->dp;
+  if (c->global_batch == 0) c->global_batch = c->default_m * c->microbatch * c->dp;
   long long per = (long long)c->microbatch * c->dp;
   if (c->global_batch % per != 0) {
     fprintf(stderr, "shardc %s: error: the global batch %d is not a multiple of microbatch %d x dp %d\n",
@@ -341,10 +365,14 @@ int drv_cmd_schedule(int nargs, DrvArg *args) {
   model_facts(g, &c);
   if (!derive(&c)) return 1;
   const char *svg = drv_value(nargs, args, "--svg"), *trace = drv_value(nargs, args, "--trace");
-  SchedOptions o = {.pp = c.pp, .vpp = c.vpp, .microbatches = c.m, .dp = c.dp, .shape = c.shape};
+  SchedOptions o = {.pp = c.pp, .vpp = c.vpp, .microbatches = c.m, .dp = c.dp,
+                    .vpp_group = c.vpp_group, .shape = c.shape, .script = c.script};
   SchedTimes t = {1, c.fb_ratio, 1};
   SchedReport rep;
-  RtSchedule *s = sched_build(sched_find(c.name), &o, &t, svg || trace, &rep);
+  RtSchedule *s = c.script ? sched_build_script(c.script, &o, &t, svg || trace, &rep)
+                           : sched_build(sched_find(c.name), &o, &t, svg || trace, &rep);
+  sched_script_free(c.script);
+  if (s && c.file) s->name = c.file; /* the summary and --json name the file */
   if (!s) {
     print_error(rep.error);
     sched_report_free(&rep);

@@ -130,6 +130,9 @@ void sched_batch_end(SchedBuilder *b, int r) {
 /* ------------------------------------------------------------ schedules */
 
 static bool one_chunk(SchedBuilder *b, const SchedOptions *o, const char *name) {
+  if (o->vpp_group > 0)
+    return sched_fail(b, "--vpp-group groups the microbatches of the interleaved schedule; the "
+                         "%s schedule has no groups", name);
   if (o->vpp == 1) return true;
   return sched_fail(b,
                     "the %s schedule runs one chunk per stage, but v = %d "
@@ -205,20 +208,34 @@ static bool build_1f1b(SchedBuilder *b, const SchedOptions *o) {
   return true;
 }
 
-/* The interleaved schedule's bookkeeping for one stage: the k-th forward
- * step and the k-th backward step (Megatron-LM's order, which
- * docs/schedules.md describes under "interleaved"), and
- * the receives in the order the stage's peers send (see interleaved). */
+/* The interleaved schedule's bookkeeping for one stage: the order of its
+ * forward steps (Megatron-LM's, which docs/schedules.md describes under
+ * "interleaved"; the k-th backward step takes the k-th position with the
+ * chunk reversed), and the receives in the order the stage's peers send
+ * (see interleaved). */
 typedef struct Interleave {
   int p, v, r;
+  const int *mb, *chunk;   /* [m v]: the microbatch and chunk of the k-th forward step */
   int next_act, next_grad; /* the next forward / backward step still to receive for */
 } Interleave;
 
-/* Python's modulo: Megatron indexes steps p - 1 before the first. */
-static int pymod(int a, int n) { return ((a % n) + n) % n; }
-static int fchunk(const Interleave *s, int k) { return pymod(k, s->p * s->v) / s->p; }
-static int bchunk(const Interleave *s, int k) { return s->v - 1 - fchunk(s, k); }
-static int step_mb(const Interleave *s, int k) { return k / (s->p * s->v) * s->p + k % s->p; }
+static int fchunk(const Interleave *s, int k) { return s->chunk[k]; }
+static int bchunk(const Interleave *s, int k) { return s->v - 1 - s->chunk[k]; }
+static int step_mb(const Interleave *s, int k) { return s->mb[k]; }
+
+/* Megatron-LM's schedule table (get_schedule_table): the microbatches in
+ * groups of n, each group through chunk 0, then chunk 1, ..., the last
+ * group taking what remains. With n = p and m a multiple of p it is the
+ * order of groups of p that earlier Megatron-LM versions wrote as a
+ * formula. */
+static void interleave_order(int v, int m, int n, int *mb, int *chunk) {
+  int k = 0;
+  for (int first = 0; first < m; first += n) {
+    int end = first + n >= m ? m : first + n;
+    for (int c = 0; c < v; c++)
+      for (int i = first; i < end; i++) mb[k] = i, chunk[k++] = c;
+  }
+}
 
 /* Receives the input of the next forward step that has one to receive
  * (the first virtual stage has none). */
@@ -246,8 +263,7 @@ static void recv_next_grad(SchedBuilder *b, Interleave *s, int total) {
  * With p = 2 the previous and the next stage are one peer, and messages
  * to one peer match in posting order (there are no tags): Megatron's
  * order would send the gradient before the activation while the peer
- * receives the activation first, swapping the two tensors (Megatron
- * avoids the case by refusing interleaving for p <= 2). There the
+ * receives the activation first, swapping the two tensors. There the
  * gradient is received first, as it is sent. For p > 2 each kind has its
  * own peer and Megatron's order stands. */
 static void exchange(SchedBuilder *b, Interleave *s, int total, int send_grad_k, bool recv_prev,
@@ -265,27 +281,40 @@ static void exchange(SchedBuilder *b, Interleave *s, int total, int send_grad_k,
   sched_batch_end(b, r);
 }
 
+/* Whether the first stage receives an activation in the batch of forward
+ * step k, or the last stage a gradient in that of backward step k
+ * (Megatron-LM's recv_tensor_from_previous_stage): these stages lead the
+ * other end of the ring the virtual pipeline wraps by p - 1 steps, so
+ * they receive what that end produced p - 1 steps before, unless it was
+ * the last chunk's output (or, going back, the first chunk's gradient),
+ * which goes nowhere. */
+static bool leading_receives(const Interleave *s, int k, bool forward) {
+  if (k < s->p - 1) return false;
+  return forward ? fchunk(s, k - (s->p - 1)) != s->v - 1 : bchunk(s, k - (s->p - 1)) != 0;
+}
+
 /* Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_
  * interleaving, batched p2p without overlap), for one stage. The order of
- * compute is Megatron-LM's: W = 2(p - r - 1) + (v - 1)p warm-up forwards
- * (at most m*v), then one forward and one backward at a time, then the
- * remaining backwards. Each step ends with ONE batch that sends what the
- * step produced and receives for later steps; receives are posted in the
- * order the neighbour sends (which is the order this stage consumes), so
- * the first stage may receive a chunk's input several steps ahead of its
- * forward, as Megatron does. The recv_prev / recv_next conditions are
- * Megatron's, including its look p - 1 steps behind on the first and last
- * stages, which are the ends of the ring the virtual pipeline wraps. */
-static void interleave_stage(SchedBuilder *b, int p, int v, int m, int r) {
-  Interleave st = {p, v, r, 0, 0}, *s = &st;
-  int total = m * v, warm = 2 * (p - r - 1) + (v - 1) * p;
+ * compute is Megatron-LM's: W = 2(p - r - 1) + (v - 1)N warm-up forwards
+ * for microbatch groups of N (at most m*v), then one forward and one
+ * backward at a time, then the remaining backwards. Each step ends with
+ * ONE batch that sends what the step produced and receives for later
+ * steps; receives are posted in the order the neighbour sends (which is
+ * the order this stage consumes), so the first stage may receive a
+ * chunk's input several steps ahead of its forward, as Megatron does. The
+ * recv_prev / recv_next conditions are Megatron's. */
+static void interleave_stage(SchedBuilder *b, const Interleave *order, int n, int m, int r) {
+  Interleave st = *order, *s = &st;
+  int p = s->p, v = s->v;
+  s->r = r;
+  int total = m * v, warm = 2 * (p - r - 1) + (v - 1) * n;
   if (warm > total) warm = total;
   int rest = total - warm;
   bool first = r == 0, last = r == p - 1;
   if (!first && p > 1) recv_next_act(b, s, total);
   for (int k = 0; k < warm; k++) {
     sched_f(b, r, fchunk(s, k), step_mb(s, k));
-    bool recv_prev = !(first && fchunk(s, k + 1) == 0) && k != total - 1;
+    bool recv_prev = (!first || leading_receives(s, k, true)) && k != total - 1;
     bool recv_next = k == warm - 1 && !last;
     exchange(b, s, total, -1, recv_prev, k, recv_next);
   }
@@ -293,33 +322,75 @@ static void interleave_stage(SchedBuilder *b, int p, int v, int m, int r) {
     int fk = k + warm;
     sched_f(b, r, fchunk(s, fk), step_mb(s, fk));
     sched_b(b, r, bchunk(s, k), step_mb(s, k));
-    bool recv_prev = first ? fchunk(s, fk - (p - 1)) != v - 1 : true;
-    bool recv_next = last ? bchunk(s, k - (p - 1)) != 0 : true;
+    bool recv_prev = !first || leading_receives(s, fk, true);
+    bool recv_next = !last || leading_receives(s, k, false);
     if (k == rest - 1) recv_prev = false;
     exchange(b, s, total, k, recv_prev, fk, recv_next);
   }
   for (int k = rest; k < total; k++) {
     sched_b(b, r, bchunk(s, k), step_mb(s, k));
-    bool recv_next = !(last && bchunk(s, k + 1) == v - 1) && k != total - 1;
+    bool recv_next = (!last || leading_receives(s, k, false)) && k != total - 1;
     exchange(b, s, total, k, false, -1, recv_next);
   }
 }
 
+/* The group sizes N that Megatron-LM accepts for m: p <= N <= m, and
+ * the last group, when short, of at least p (0 < m mod N < p is refused),
+ * written into buf as "--vpp-group 4, 6 or 8" (the first few). */
+static int groups_that_work(int p, int m, char *buf, int size) {
+  int found = 0, shown[6];
+  for (int n = p; n <= m; n++)
+    if (m % n == 0 || m % n >= p) {
+      if (found < 6) shown[found] = n;
+      found++;
+    }
+  buf[0] = 0;
+  int k = found < 6 ? found : 6;
+  for (int i = 0; i < k; i++)
+    snprintf(buf + strlen(buf), (size_t)size - strlen(buf), "%s%d",
+             i == 0 ? "--vpp-group " : i == k - 1 && found <= 6 ? " or " : ", ", shown[i]);
+  if (found > 6) snprintf(buf + strlen(buf), (size_t)size - strlen(buf), ", ... (%d values)", found);
+  return found;
+}
+
+/* Megatron-LM's conditions on m and the group size n; false after
+ * sched_fail with what would work. */
+static bool check_groups(SchedBuilder *b, int p, int m, int n, bool given) {
+  char would[160];
+  if (m < p)
+    return sched_fail(b, "the interleaved schedule needs at least as many microbatches as "
+                         "pipeline stages, but m = %d < p = %d (Megatron-LM's rule); m = %d would do",
+                      m, p, p);
+  if (n < p || n > m) {
+    groups_that_work(p, m, would, sizeof would);
+    return sched_fail(b, "the interleaved schedule's microbatch group (--vpp-group) must hold "
+                         "p = %d to m = %d microbatches, not %d; %s would do", p, m, n, would);
+  }
+  if (m % n == 0 || m % n >= p) return true;
+  groups_that_work(p, m, would, sizeof would);
+  if (given)
+    return sched_fail(b, "the interleaved schedule takes the m = %d microbatches in groups of "
+                         "--vpp-group %d, which leaves a last group of %d, fewer than the p = %d "
+                         "stages (Megatron-LM's rule); %s would do", m, n, m % n, p, would);
+  return sched_fail(b, "the interleaved schedule needs the number of microbatches m = %d to be "
+                       "a multiple of the pipeline stages p = %d (Megatron-LM's rule) with the "
+                       "default microbatch group of p; m = %d or m = %d would do, or %s",
+                    m, p, m / p * p, (m / p + 1) * p, would);
+}
+
 static bool build_interleaved(SchedBuilder *b, const SchedOptions *o) {
   int p = o->pp, v = o->vpp, m = o->microbatches;
+  int n = o->vpp_group > 0 ? o->vpp_group : p;
   if (v < 2)
     return sched_fail(b, "the interleaved schedule needs v > 1 chunks per stage (--vpp); "
                          "with v = 1 use --schedule 1f1b");
-  if (m % p != 0) {
-    char would[64];
-    if (m < p) snprintf(would, sizeof would, "m = %d", p);
-    else snprintf(would, sizeof would, "m = %d or m = %d", m / p * p, (m / p + 1) * p);
-    return sched_fail(b,
-                      "the interleaved schedule needs the number of microbatches m = %d to be "
-                      "a multiple of the pipeline stages p = %d (Megatron-LM's rule); %s would do",
-                      m, p, would);
-  }
-  for (int r = 0; r < p; r++) interleave_stage(b, p, v, m, r);
+  if (!check_groups(b, p, m, n, o->vpp_group > 0)) return false;
+  int *mb = xmalloc(sizeof(int) * (size_t)m * (size_t)v);
+  int *chunk = xmalloc(sizeof(int) * (size_t)m * (size_t)v);
+  interleave_order(v, m, n, mb, chunk);
+  Interleave order = {.p = p, .v = v, .mb = mb, .chunk = chunk};
+  for (int r = 0; r < p; r++) interleave_stage(b, &order, n, m, r);
+  free(mb), free(chunk);
   return true;
 }
 
@@ -344,7 +415,9 @@ static int warmup_1f1b(int p, int v, int m, int r) {
   return p - r - 1;
 }
 
-/* Megatron-LM's: two per later stage, and a round of p per extra chunk. */
+/* Megatron-LM's: two per later stage, and a round of p per extra chunk
+ * (of N with a microbatch group of N, which the promise, made for the
+ * default group, does not see; sched_test groups checks those). */
 static int warmup_interleaved(int p, int v, int m, int r) {
   (void)m;
   return 2 * (p - r - 1) + (v - 1) * p;
@@ -356,7 +429,7 @@ const SchedDef sched_registry[] = {
     {"1f1b", "one forward, one backward after a warm-up of p - r - 1 (PipeDream-Flush, "
      "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b},
     {"interleaved", "Megatron-LM's interleaved 1F1B over v > 1 chunks per stage; m a multiple "
-     "of p; bubble (p - 1)/(v m); the default for v > 1", build_interleaved, bubble_p_minus_1,
+     "of p, or any m >= p with --vpp-group; bubble (p - 1)/(v m); the default for v > 1", build_interleaved, bubble_p_minus_1,
      warmup_interleaved},
     {NULL, NULL, NULL, NULL, NULL},
 };

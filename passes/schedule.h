@@ -19,12 +19,19 @@
 
 #include "../abi/schedule.h"
 
+typedef struct SchedScript SchedScript;
+
 /* What a schedule is built for. */
 typedef struct SchedOptions {
   int pp, vpp, microbatches; /* p, v, m */
+  /* The interleaved schedule's microbatch group N (Megatron-LM's
+   * microbatch_group_size_per_vp_stage): its forward order takes N
+   * microbatches through every chunk before the next N; 0 means p. */
+  int vpp_group;
   int dp;                    /* data-parallel replicas: > 1 adds REDUCE_GRADS actions */
   int buckets_per_chunk;     /* gradient buckets of each chunk (0 counts as 1) */
   RtSchedShape shape;        /* every message's tensor; rank 0 when unknown */
+  const SchedScript *script; /* what sched_script_def builds (schedule_file.c) */
 } SchedOptions;
 
 /* The duration of each compute action in the verifier's simulation, in
@@ -101,6 +108,29 @@ void sched_batch_begin(SchedBuilder *b, int r);
 void sched_batch_end(SchedBuilder *b, int r);
 /* Rejects the configuration: the message (printf style) becomes the error. */
 bool sched_fail(SchedBuilder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------ schedules from files */
+
+/* A schedule as text (docs/schedules.md, "Schedules from files"): one
+ * line per stage of its compute actions in order, F0.1 (the forward of
+ * microbatch 0 on chunk 1), B0.1, W0.1, with # comments. The file fixes
+ * p, v and m; sched_script_def builds it (SchedOptions.script) and derives
+ * the messages. Parsing checks what one stage's line shows alone: the
+ * syntax, each action once, every F and B there, each B after its F and
+ * each W after its B. NULL with *error (malloc'ed, one "FILE:LINE:COL:
+ * ..." per line) when the text is wrong. */
+SchedScript *sched_script_parse(const char *name, const char *text, char **error);
+SchedScript *sched_script_load(const char *path, char **error);
+void sched_script_free(SchedScript *s);
+void sched_script_shape(const SchedScript *s, int *p, int *v, int *m);
+/* Not in the registry: it needs a file. It makes no promises (bubble and
+ * warmup are NULL). */
+extern const SchedDef sched_script_def;
+/* sched_build for a script (o->script is ignored): messages derived as
+ * 1F1B posts them, or, when those tables hang, with each step's send and
+ * the next receive in one batch (docs/schedules.md). */
+RtSchedule *sched_build_script(SchedScript *script, const SchedOptions *o, const SchedTimes *times,
+                               bool timeline, SchedReport *rep);
 
 /* Builds the tables of `def` (after the checks every schedule shares: p,
  * v, m positive and small enough to tabulate), adds the reductions and the

@@ -50,11 +50,15 @@ suits() {
     --global-batch $GB --schedule "$1" >/dev/null 2>&1
 }
 
-# A configuration: t p d v schedule zero sp (sp: 1 or 0); schedule - is the
-# default (1f1b for v = 1, interleaved for v > 1).
+# A configuration: t p d v schedule zero sp [group] (sp: 1 or 0); schedule
+# - is the default (1f1b for v = 1, interleaved for v > 1); group, when
+# given, is the interleaved schedule's --vpp-group N; schedule file is
+# 1F1B written as a schedule file (one_f_one_b_file) for --schedule-file.
 quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
-  # takes v = 1, else on two chunks.
+  # takes v = 1, else on two chunks; last, interleaving with m = 8 not a
+  # multiple of p = 3, in microbatch groups of 5 (the last group 3); and
+  # 1F1B read from a schedule file.
   for s in $SCHEDULES; do
     if suits "$s" 2 1 2; then
       echo "1 2 2 1 $s 1 0"
@@ -69,6 +73,8 @@ quick_configs() {
 1 1 4 1 - 1 0
 2 2 1 2 - 0 1
 2 2 2 2 - 1 1
+1 3 1 2 - 0 0 5
+1 4 2 1 file 1 0
 EOF
 }
 
@@ -118,6 +124,25 @@ train() {
     --log-json "$name.json" --dump-grads "$name.grads" >"$name.out" 2>&1 </dev/null
 }
 
+# one_f_one_b_file P M FILE: 1F1B's compute order for P stages and M
+# microbatches as a schedule file (docs/schedules.md): stage r warms up
+# with min(P - r - 1, M) forwards, then alternates, then drains.
+one_f_one_b_file() {
+  r=0
+  : >"$3"
+  while [ $r -lt "$1" ]; do
+    w=$(($1 - r - 1))
+    [ $w -le "$2" ] || w=$2
+    line='' i=0
+    while [ $i -lt $w ]; do line="$line F$i.0" i=$((i + 1)); done
+    i=0
+    while [ $i -lt $(($2 - w)) ]; do line="$line F$((w + i)).0 B$i.0" i=$((i + 1)); done
+    while [ $i -lt "$2" ]; do line="$line B$i.0" i=$((i + 1)); done
+    echo "$line" >>"$3"
+    r=$((r + 1))
+  done
+}
+
 loss_at() { sed -n "$2p" "$1.json" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
 relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
@@ -133,11 +158,17 @@ printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "
 printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
 n=0
 configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_configs ;; esac)
-echo "$configs" | while read -r t p d v s z sp; do
-  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp"
+echo "$configs" | while read -r t p d v s z sp grp; do
+  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
-  [ "$s" = - ] || set -- "$@" --schedule "$s"
+  if [ "$s" = file ]; then
+    one_f_one_b_file "$p" $((GB / (2 * d))) "$name.sched"
+    set -- "$@" --schedule-file "$name.sched"
+  elif [ "$s" != - ]; then
+    set -- "$@" --schedule "$s"
+  fi
   [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
+  [ -z "$grp" ] || set -- "$@" --vpp-group "$grp"
   if ! train "$name" "$@"; then
     echo "FAIL: $name: exit"
     sed 's/^/      /' "$name.out" | tail -5
@@ -148,7 +179,7 @@ echo "$configs" | while read -r t p d v s z sp; do
   g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
   gst=$?
   ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
-  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp" "$e1" "$e10" "${ge:-?}"
+  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}" "$e1" "$e10" "${ge:-?}"
   le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
   le "$e10" 1e-4 || { echo "FAIL: $name: loss at step $STEPS"; echo x >>fails; }
   [ $gst -eq 0 ] || { echo "FAIL: $name: gradients: $g"; echo x >>fails; }

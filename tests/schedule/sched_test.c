@@ -17,6 +17,16 @@
  *                         (golden: the deadlock report)
  *   sched_test custom     the schedule docs/schedules.md adds as its worked
  *                         example builds and verifies
+ *   sched_test groups     interleaving in microbatch groups of N (--vpp-group)
+ *                         over p <= 8, v <= 4, m <= 3p + 3 and every N:
+ *                         accepted exactly where Megatron-LM accepts, the
+ *                         compute order equal to an independent
+ *                         transcription of Megatron-LM's, the stash its
+ *                         warm-up plus one, the bubble p - 1
+ *   sched_test file       1F1B written as a schedule file gives the built-in
+ *                         tables for p <= 8 and p <= m <= 3p + 1; bad
+ *                         files (a hang, an action missing or twice, a
+ *                         backward first, syntax) are explained (golden)
  *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
  *                         verify well under a second, timed and printed
  *
@@ -313,6 +323,242 @@ static int custom(void) {
   return failures > 0;
 }
 
+/* ------------------------------------------- interleaving in groups of N */
+
+/* Megatron-LM's interleaved order written out directly from its
+ * description (REFERENCE.md, "Pipeline schedules"), independently of the
+ * builder: the forward list takes the microbatches in groups of n, chunk 0
+ * of the whole group, then chunk 1, ..., the last group what remains; the
+ * k-th backward takes the k-th position with the chunk reversed; stage r
+ * runs min(2(p - r - 1) + (v - 1) n, m v) forwards, then a forward and a
+ * backward at a time, then the remaining backwards. */
+static void megatron_order(int p, int v, int m, int n, int r, char *out, size_t size) {
+  int total = m * v, k = 0;
+  int *mb = malloc(sizeof(int) * (size_t)total), *ch = malloc(sizeof(int) * (size_t)total);
+  for (int g = 0; g < m; g += n) {
+    int end = g + n >= m ? m : g + n;
+    for (int c = 0; c < v; c++)
+      for (int i = g; i < end; i++) mb[k] = i, ch[k++] = c;
+  }
+  int warm = 2 * (p - r - 1) + (v - 1) * n;
+  if (warm > total) warm = total;
+  out[0] = 0;
+#define ADD(kind, j, c) snprintf(out + strlen(out), size - strlen(out), "%s%s%dc%d", out[0] ? " " : "", kind, mb[j], c)
+  for (int j = 0; j < warm; j++) ADD("F", j, ch[j]);
+  for (int j = 0; j < total - warm; j++) {
+    ADD("F", warm + j, ch[warm + j]);
+    ADD("B", j, v - 1 - ch[j]);
+  }
+  for (int j = total - warm; j < total; j++) ADD("B", j, v - 1 - ch[j]);
+#undef ADD
+  free(mb), free(ch);
+}
+
+/* Megatron-LM's conditions: m >= p, p <= n <= m, and no last group
+ * shorter than p (0 < m mod n < p). */
+static bool megatron_accepts(int p, int m, int n) {
+  return m >= p && n >= p && n <= m && !(m % n > 0 && m % n < p);
+}
+
+static void compute_order(const RtSchedule *s, int r, char *out, size_t size);
+
+static int groups(void) {
+  double t0 = now_ms();
+  long cases = 0, accepted = 0;
+  size_t size = 1 << 16;
+  char *got = malloc(size), *want = malloc(size);
+  for (int p = 1; p <= 8; p++)
+    for (int v = 2; v <= 4; v++)
+      for (int m = 1; m <= 3 * p + 3; m++)
+        for (int n = 0; n <= m + 1; n++) {
+          if (n > 0 && n < p - 1) continue;
+          int eff = n > 0 ? n : p;
+          SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .vpp_group = n,
+                            .dp = m % 2 ? 1 : 2, .shape = {3, {1, 16, 8}}};
+          SchedReport rep;
+          RtSchedule *s = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+          bool ok = megatron_accepts(p, m, eff);
+          cases++;
+          CHECK(!s == !ok, "p=%d v=%d m=%d N=%d: %s, Megatron %s it: %s", p, v, m, n,
+                s ? "built" : "refused", ok ? "accepts" : "refuses", rep.error ? rep.error : "");
+          /* A refusal names a group size that works when there is one. */
+          if (!s && m >= p && rep.error)
+            CHECK(strstr(rep.error, "--vpp-group "), "p=%d m=%d N=%d: %s", p, m, n, rep.error);
+          if (s) {
+            accepted++;
+            for (int r = 0; r < p; r++) {
+              compute_order(s, r, got, size);
+              megatron_order(p, v, m, eff, r, want, size);
+              CHECK(!strcmp(got, want), "p=%d v=%d m=%d N=%d stage %d:\n  got  %s\n  want %s", p,
+                    v, m, n, r, got, want);
+              int w = 2 * (p - r - 1) + (v - 1) * eff, peak = w + 1 < m * v ? w + 1 : m * v;
+              CHECK(rep.peak_stash[r] == peak, "p=%d v=%d m=%d N=%d stage %d: stash %d, want %d",
+                    p, v, m, n, r, rep.peak_stash[r], peak);
+            }
+            /* The bubble of the registry's promise, p - 1 forward-backward
+             * pairs, holds for every group size. */
+            CHECK(rep.makespan == 2.0 * (m * v + p - 1), "p=%d v=%d m=%d N=%d: step %g, want %d",
+                  p, v, m, n, rep.makespan, 2 * (m * v + p - 1));
+            CHECK(rep.messages == (p > 1 ? 2LL * m * (p * v - 1) : 0), "p=%d v=%d m=%d N=%d: "
+                  "%lld messages", p, v, m, n, (long long)rep.messages);
+          }
+          sched_report_free(&rep);
+          sched_free(s);
+        }
+  /* The default group of p leaves the tables of m a multiple of p as they
+   * were: N = p given explicitly builds the same tables. */
+  for (int p = 2; p <= 6; p++)
+    for (int m = p; m <= 4 * p; m += p) {
+      SchedOptions a = {.pp = p, .vpp = 3, .microbatches = m, .dp = 2};
+      SchedOptions b = a;
+      b.vpp_group = p;
+      char *e1, *e2;
+      RtSchedule *x = sched_build_unverified(sched_find("interleaved"), &a, &e1);
+      RtSchedule *y = sched_build_unverified(sched_find("interleaved"), &b, &e2);
+      bool same = x && y;
+      for (int r = 0; same && r < p; r++)
+        same = x->stages[r].n == y->stages[r].n &&
+               !memcmp(x->stages[r].actions, y->stages[r].actions,
+                       sizeof(RtSchedAction) * (size_t)x->stages[r].n);
+      CHECK(same, "p=%d m=%d: --vpp-group p changes the tables", p, m);
+      sched_free(x), sched_free(y);
+    }
+  free(got), free(want);
+  printf("%ld (p, v, m, N) configurations, %ld accepted, in %.0f ms: %d failures\n", cases,
+         accepted, now_ms() - t0, failures);
+  return failures > 0;
+}
+
+/* ------------------------------------------------- schedules from files */
+
+/* 1F1B's compute order written as a schedule file, straight from its
+ * definition: stage r warms up with min(p - r - 1, m) forwards, then a
+ * forward and a backward at a time, then the remaining backwards. */
+static void write_1f1b(int p, int m, char *out, size_t size) {
+  snprintf(out, size, "# 1F1B, p = %d, m = %d\n", p, m);
+  for (int r = 0; r < p; r++) {
+    int warm = p - r - 1 < m ? p - r - 1 : m;
+    for (int i = 0; i < warm; i++) snprintf(out + strlen(out), size - strlen(out), "F%d.0 ", i);
+    for (int i = 0; i < m - warm; i++)
+      snprintf(out + strlen(out), size - strlen(out), "F%d.0 B%d.0 ", warm + i, i);
+    for (int i = m - warm; i < m; i++) snprintf(out + strlen(out), size - strlen(out), "B%d.0 ", i);
+    snprintf(out + strlen(out), size - strlen(out), "  # stage %d\n", r);
+  }
+}
+
+static bool same_tables(const RtSchedule *x, const RtSchedule *y) {
+  if (x->pp != y->pp || x->nbuckets != y->nbuckets) return false;
+  for (int r = 0; r < x->pp; r++)
+    if (x->stages[r].n != y->stages[r].n ||
+        memcmp(x->stages[r].actions, y->stages[r].actions,
+               sizeof(RtSchedAction) * (size_t)x->stages[r].n))
+      return false;
+  return true;
+}
+
+/* Parses text and builds it for its own p, v, m; prints the verdict and
+ * every error. Returns the tables (NULL when refused). */
+static RtSchedule *build_text(const char *what, const char *text, int dp, bool print) {
+  char *error = NULL;
+  SchedScript *sc = sched_script_parse("test.sched", text, &error);
+  RtSchedule *s = NULL;
+  if (sc) {
+    SchedOptions o = {.dp = dp, .script = sc, .shape = {3, {1, 16, 8}}};
+    sched_script_shape(sc, &o.pp, &o.vpp, &o.microbatches);
+    SchedReport rep;
+    s = sched_build_script(sc, &o, NULL, false, &rep);
+    error = rep.error, rep.error = NULL;
+    sched_report_free(&rep);
+    sched_script_free(sc);
+  }
+  if (print) printf("%s: %s\n%s", what, s ? "verifies" : "rejected", error ? error : "");
+  free(error);
+  return s;
+}
+
+static int file_mode(void) {
+  /* 1F1B from a file gives the built-in tables, messages, batches and
+   * reductions included, wherever every stage reaches the steady state
+   * (m >= p). */
+  size_t size = 1 << 16;
+  char *text = malloc(size);
+  int same = 0;
+  for (int p = 1; p <= 8; p++)
+    for (int m = p; m <= 3 * p + 1; m++) {
+      write_1f1b(p, m, text, size);
+      RtSchedule *f = build_text("1f1b", text, 2, false);
+      SchedOptions o = {.pp = p, .vpp = 1, .microbatches = m, .dp = 2, .shape = {3, {1, 16, 8}}};
+      SchedReport rep;
+      RtSchedule *b = sched_build(sched_find("1f1b"), &o, NULL, false, &rep);
+      CHECK(f && b && same_tables(f, b), "1f1b from a file, p=%d m=%d: %s", p, m,
+            f ? "tables differ" : "refused");
+      same += f && b && same_tables(f, b);
+      sched_report_free(&rep);
+      sched_free(f), sched_free(b);
+    }
+  printf("1f1b from a file equals the built-in tables for %d (p, m), p <= 8, p <= m <= 3p + 1\n",
+         same);
+  /* Below that the stages that never reach it batch their last send with
+   * the first receive of the cool-down, where 1F1B posts them one at a
+   * time; the tables verify all the same. */
+  for (int p = 2; p <= 8; p++)
+    for (int m = 1; m < p; m++) {
+      write_1f1b(p, m, text, size);
+      RtSchedule *f = build_text("1f1b", text, 1, false);
+      CHECK(f, "1f1b from a file, p=%d m=%d: refused", p, m);
+      sched_free(f);
+    }
+  /* Megatron-LM's interleaved order written as a file: the messages the
+   * builder derives (in steps, the second form) verify with the built-in
+   * step wherever the warm-up leaves a steady state on every stage. */
+  int il_ok = 0, il_all = 0;
+  for (int p = 2; p <= 8; p++)
+    for (int v = 2; v <= 3; v++)
+      for (int m = 2 * p; m <= 4 * p; m += p) {
+        SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .dp = 2, .shape = {3, {1, 16, 8}}};
+        SchedReport rep;
+        RtSchedule *b = sched_build(sched_find("interleaved"), &o, NULL, false, &rep);
+        double step = rep.makespan;
+        sched_report_free(&rep);
+        text[0] = 0;
+        for (int r = 0; b && r < p; r++) {
+          for (int i = 0; i < b->stages[r].n; i++) {
+            const RtSchedAction *a = &b->stages[r].actions[i];
+            if (a->kind == RT_SCHED_F || a->kind == RT_SCHED_B)
+              snprintf(text + strlen(text), size - strlen(text), "%s%d.%d ",
+                       a->kind == RT_SCHED_F ? "F" : "B", a->mb, a->chunk);
+          }
+          snprintf(text + strlen(text), size - strlen(text), "\n");
+        }
+        RtSchedule *f = build_text("interleaved", text, 2, false);
+        SchedReport frep;
+        bool ok = f && sched_verify(f, NULL, false, &frep) && frep.makespan == step;
+        if (f) sched_report_free(&frep);
+        CHECK(ok, "interleaved from a file, p=%d v=%d m=%d: %s", p, v, m, f ? "another step" : "refused");
+        il_ok += ok, il_all++;
+        sched_free(f), sched_free(b);
+      }
+  printf("interleaved from a file verifies with the built-in step for %d of %d (p, v, m), "
+         "p <= 8, v <= 3, m in 2p, 3p, 4p\n", il_ok, il_all);
+  free(text);
+  /* Bad files, each explained (the output is a golden). */
+  static const char *const bad[][2] = {
+      {"deadlock: stage 0 wants gradient 0 before it sends activation 1",
+       "F0.0 B0.0 F1.0 B1.0\nF0.0 F1.0 B0.0 B1.0\n"},
+      {"missing action", "F0.0 F1.0 B0.0 B1.0\nF0.0 B0.0 F1.0\n"},
+      {"duplicate action", "# two stages\nF0.0 F1.0 B0.0 F0.0 B1.0\nF0.0 B0.0 F1.0 B1.0\n"},
+      {"backward before forward", "F0.0 B1.0 F1.0 B0.0\nF0.0 B0.0 F1.0 B1.0\n"},
+      {"syntax errors", "F0.0 F1 B0.0 b1.0\nF0.0 B0.0 F1.0 B1.0 F1.x  # comment F9.9\n"},
+      {"empty", "# nothing but a comment\n\n"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    RtSchedule *s = build_text(bad[i][0], bad[i][1], 1, true);
+    CHECK(!s, "%s: accepted", bad[i][0]);
+    sched_free(s);
+  }
+  return failures > 0;
+}
+
 /* ------------------------------------------------------------------ scale */
 
 static int scale(void) {
@@ -348,6 +594,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "unbatched")) return unbatched();
   if (!strcmp(mode, "custom")) return custom();
   if (!strcmp(mode, "scale")) return scale();
-  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale\n");
+  if (!strcmp(mode, "groups")) return groups();
+  if (!strcmp(mode, "file")) return file_mode();
+  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups|file\n");
   return 2;
 }

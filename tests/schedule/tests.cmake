@@ -10,14 +10,14 @@ add_executable(sched_test ${SCHED_DIR}/sched_test.c)
 target_include_directories(sched_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(sched_test PRIVATE shard_passes shard_ir m)
 
-foreach(mode props example custom scale)
+foreach(mode props example custom scale groups)
   add_test(NAME schedule/${mode} COMMAND sched_test ${mode})
 endforeach()
 # The rejection names the stages and the actions; its text is the golden.
 # broken's tables break the posting order, which the verifier reports
 # without simulating; unbatched's is in order and hangs, so it holds the
 # golden of the deadlock report.
-foreach(mode broken unbatched)
+foreach(mode broken unbatched file)
   add_test(NAME schedule/${mode}
            COMMAND ${EXPECT} ${SCHED_DIR}/${mode}.expected 0 -- $<TARGET_FILE:sched_test> ${mode})
 endforeach()
@@ -48,3 +48,19 @@ sched_golden(err_1f1b_chunks 1 gpt2.shard --pp 2 --vpp 2 --schedule 1f1b)
 sched_golden(err_few_layers 1 gpt2.shard --pp 8 --vpp 2)
 sched_golden(err_unknown 1 gpt2.shard --schedule zigzag)
 sched_golden(err_batch 1 gpt2.shard --dp 4 --global-batch 10)
+
+# Interleaving for m not a multiple of p, in microbatch groups of N
+# (Megatron-LM's microbatch_group_size_per_vp_stage), and a group that
+# leaves a last group shorter than p.
+sched_golden(vpp_group_text 0 gpt2.shard --pp 2 --vpp 2 --global-batch 3 --vpp-group 3)
+sched_golden(err_vpp_group 1 gpt2.shard --pp 4 --vpp 2 --global-batch 7 --vpp-group 5)
+
+# Schedules from files: 1F1B written as a file (the same tables as
+# --schedule 1f1b, which sched_test file checks), a file with syntax
+# errors (FILE:LINE:COL), one whose stages wait for each other, and both
+# ways of naming a schedule at once.
+set(SCHED_FILES ../tests/schedule)
+sched_golden(file_1f1b_text 0 gpt2.shard --schedule-file ${SCHED_FILES}/1f1b_p4_m8.sched)
+sched_golden(err_file_syntax 1 gpt2.shard --schedule-file ${SCHED_FILES}/bad.sched)
+sched_golden(err_file_deadlock 1 gpt2.shard --schedule-file ${SCHED_FILES}/deadlock.sched)
+sched_golden(err_file_both 1 gpt2.shard --schedule 1f1b --schedule-file ${SCHED_FILES}/1f1b_p4_m8.sched)
