@@ -97,7 +97,8 @@ static const char *compile_and_build(const char *model, int nargs, DrvArg *args,
                                      bool show_plan) {
   const char *dir = cache_dir(model, nargs, args, dtype);
   FILE *plan = show_plan ? stdout : NULL;
-  if (drv_compile_to_dir(model, nargs, args, "cpu", dir, dtype, plan) != 0) return NULL;
+  const char *target = drv_value(nargs, args, "--target"); /* NULL: the table's first */
+  if (drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan) != 0) return NULL;
   if (run_make(dir) != 0) return NULL;
   return dir;
 }
@@ -644,6 +645,7 @@ static const DrvOption run_options[] = {
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
     {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
+    {"--target", "NAME", "the target to compile for (default: the first of `shardc passes`)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     {NULL, NULL, NULL},

@@ -69,4 +69,8 @@ check "--passes with the target's pipeline trains" \
   --passes fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,verify,memplan
 expect_error "--passes with an unknown pass" "--passes: no pass named 'nope'" \
   gpt2 --passes fold,nope --steps 1
+# --target picks the codegen target from its table, as in `shardc compile`.
+check "--target cpu trains" gpt2 --data good.bin --steps 1 --target cpu
+expect_error "--target with an unknown target" "unknown target 'nosuch' (known: cpu" \
+  gpt2 --target nosuch --steps 1
 finish
