@@ -48,6 +48,9 @@ typedef struct CgOptions {
    * CG_DEFAULT_MICROBATCHES). */
   const char *schedule;
   int64_t global_batch;
+  /* The CUDA target: the GPU architecture its programs are built for
+   * (nvcc -arch; NULL: sm_90). */
+  const char *cuda_arch;
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8
