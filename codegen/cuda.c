@@ -28,6 +28,11 @@
 #ifndef SHARDC_RT_LIBS_CUDA
 #define SHARDC_RT_LIBS_CUDA ""
 #endif
+/* What the host compiler needs to share with the libraries: the
+ * sanitizers of a sanitizer build. */
+#ifndef SHARDC_CUDA_HOST_FLAGS
+#define SHARDC_CUDA_HOST_FLAGS ""
+#endif
 #ifndef SHARDC_CUDA_LINK_LIBS
 #define SHARDC_CUDA_LINK_LIBS "-lcjson -lm"
 #endif
@@ -753,6 +758,13 @@ static void check_supported(CgEmitter *e) {
       cuda_state(e)->refused = true;
       return;
     }
+  if (e->plan->real_bytes != 4) {
+    ir_error(ir_cmdline, "cuda target: the programs are fp32 (--dtype f64 is for gradient checks, "
+                         "on the CPU target)");
+    e->errors++;
+    cuda_state(e)->refused = true;
+    return;
+  }
   if (!SHARDC_RT_LIBS_CUDA[0]) {
     ir_error(ir_cmdline, "cuda target: this shardc was built without the CUDA libraries (nvcc was "
                          "not found when it was configured); reconfigure with nvcc on PATH");
@@ -934,7 +946,7 @@ static void cuda_buildfile(CgEmitter *e, const char *const *programs, int nprogr
   /* The core's tables name only the fields they set, as C does; C++ warns
    * about the others under -Wextra, which are zero by the same rule. */
   emit(e, "NVCCFLAGS = -O3 -std=c++20 -arch=$(ARCH) -Xcompiler=-Wall,-Wextra,"
-          "-Wno-missing-field-initializers");
+          "-Wno-missing-field-initializers%s", SHARDC_CUDA_HOST_FLAGS);
   emit(e, "CPPFLAGS = -I%s -I%s/kernels/cuda", SHARDC_SOURCE_DIR, SHARDC_SOURCE_DIR);
   emit(e, "RTLIBS = %s", SHARDC_RT_LIBS_CUDA);
   emit(e, "LDLIBS = -Xcompiler=%s -lcublasLt -cudart shared %s", SHARDC_OPENMP_FLAGS,

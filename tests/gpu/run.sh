@@ -95,7 +95,8 @@ prog() {
   local dir=$MW/$1-$2 defs
   eval "defs=\$TINY_$1"
   # shellcheck disable=SC2086
-  "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --cuda-arch "sm_$ARCH" \
+  "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision fp32 \
+    --cuda-arch "sm_$ARCH" \
     -o "$dir" >"$MW/$1-$2.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" >>"$MW/$1-$2.compile.log" 2>&1 ||
     { echo "FAIL: $1 for --target $2 does not compile and build:" >&2; cat "$MW/$1-$2.compile.log" >&2; return 1; }
   echo "$dir/rank0"
