@@ -139,6 +139,7 @@ static const char *general_index(const IrType *t, const IrType *s, const char *i
 typedef struct Load {
   const IrValue *v;
   const char *index;
+  bool full; /* read at i: four at a time in the vector loop */
 } Load;
 
 typedef struct Fused {
@@ -148,6 +149,10 @@ typedef struct Fused {
   int nloads;
   const IrValue **stores; /* the outputs that leave the kernel, in order */
   int nstores;
+  /* The kernel has a loop of 16-byte accesses (float4) for the operands
+   * read whole and the outputs, taken when their addresses allow; `vec`
+   * is set while its body is written. */
+  bool vectorizable, vec;
 } Fused;
 
 static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
@@ -180,18 +185,22 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
                           : bc.kind == BC_SUFFIX ? ir_fmt("i %% %lld", (long long)bc.size)
                           : bc.kind == BC_ROW    ? ir_fmt("i / %lld", (long long)bc.size)
                                                  : general_index(&v->type, f.shape, "i");
-      f.loads[f.nloads++] = (Load){v, index};
+      f.loads[f.nloads++] = (Load){v, index, bc.kind == BC_FULL};
     }
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) f.stores[f.nstores++] = n->out[j];
   }
+  int64_t N = ir_type_numel(f.shape);
+  f.vectorizable = N > 0 && N % 4 == 0;
   return f;
 }
 
 static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
   if (in_group(e, f, v)) return reg(e, v);
   for (int l = 0; l < f->nloads; l++)
-    if (f->loads[l].v == v) return ir_fmt("x%d[%s]", l, f->loads[l].index);
+    if (f->loads[l].v == v)
+      return f->vec && f->loads[l].full ? ir_fmt("x%dl[l]", l)
+                                        : ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
 }
 
@@ -221,38 +230,91 @@ static const char *kernel_name(CgEmitter *e, int first) {
   return ir_fmt("fused_c%d_n%d", e->chunk ? e->chunk->index : 0, first);
 }
 
-/* The __global__ kernel of the run first..last: a grid-stride loop over
- * its elements, each operand read once, each output that leaves the run
- * written once (added, for a gradient slot). */
-static void emit_fused_kernel(CgEmitter *e, int first, int last) {
-  Fused f = fused_of(e, first, last);
-  char *params = ir_strdup("");
-  for (int l = 0; l < f.nloads; l++)
-    params = ir_fmt("%s%sconst real *__restrict__ x%d", params, l ? ", " : "", l);
-  for (int s = 0; s < f.nstores; s++)
-    params = ir_fmt("%s%sreal *__restrict__ y%d", params, f.nloads + s ? ", " : "", s);
-  emit(e, "__global__ void %s(%s) {", kernel_name(e, first), params);
-  e->depth++;
-  emit(e, "for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < %lldLL;",
-       (long long)ir_type_numel(f.shape));
-  emit(e, "     i += (int64_t)gridDim.x * blockDim.x) {");
-  e->depth++;
+static bool grads_store(CgEmitter *e, const IrValue *v) {
+  return cg_buf(e, v)->region == PASS_REGION_GRADS;
+}
+
+/* The run's nodes at element i: each value, and each output that leaves
+ * the run stored (added, for a gradient slot); in the vector loop into
+ * lane l of the output's four. */
+static void emit_element(CgEmitter *e, const Fused *f) {
   int nstore = 0;
-  for (int k = first; k <= last; k++) {
+  for (int k = f->first; k <= f->last; k++) {
     const IrNode *n = node_at(e, k);
     const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
-    for (int j = 0; j < n->nin; j++) a[j] = operand(e, &f, n->in[j]);
+    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
     for (int j = 0; j < n->nout; j++) {
       const PassBuf *b = cg_buf(e, n->out[j]);
       const char *x = elem_expr(n, j, a);
       emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE)
-        emit(e, "y%d[i] %s= %s;", nstore++, b->region == PASS_REGION_GRADS ? "+" : "",
-             reg(e, n->out[j]));
+        emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
+             b->region == PASS_REGION_GRADS ? "+" : "", reg(e, n->out[j]));
       else if (b->uses == 0)
         emit(e, "(void)%s;", reg(e, n->out[j]));
     }
   }
+}
+
+/* The vector loop: four elements a thread, the whole operands and the
+ * outputs moved as float4, every other operand read by its index. */
+static void emit_vector_loop(CgEmitter *e, Fused *f) {
+  emit(e, "if (vec) {");
+  e->depth++;
+  emit(e, "for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < %lldLL; q += step) {",
+       (long long)(ir_type_numel(f->shape) / 4));
+  e->depth++;
+  for (int l = 0; l < f->nloads; l++)
+    if (f->loads[l].full) {
+      emit(e, "const float4 x%dq = reinterpret_cast<const float4 *>(x%d)[q];", l, l);
+      emit(e, "const real x%dl[4] = {x%dq.x, x%dq.y, x%dq.z, x%dq.w};", l, l, l, l, l);
+    }
+  for (int s = 0; s < f->nstores; s++) {
+    if (grads_store(e, f->stores[s])) {
+      emit(e, "const float4 y%dq = reinterpret_cast<const float4 *>(y%d)[q];", s, s);
+      emit(e, "real y%dl[4] = {y%dq.x, y%dq.y, y%dq.z, y%dq.w};", s, s, s, s, s);
+    } else {
+      emit(e, "real y%dl[4] = {0, 0, 0, 0};", s);
+    }
+  }
+  emit(e, "#pragma unroll");
+  emit(e, "for (int l = 0; l < 4; l++) {");
+  e->depth++;
+  emit(e, "const int64_t i = 4 * q + l;");
+  emit(e, "(void)i;");
+  f->vec = true;
+  emit_element(e, f);
+  f->vec = false;
+  e->depth--;
+  emit(e, "}");
+  for (int s = 0; s < f->nstores; s++)
+    emit(e, "reinterpret_cast<float4 *>(y%d)[q] = make_float4(y%dl[0], y%dl[1], y%dl[2], y%dl[3]);",
+         s, s, s, s, s);
+  e->depth--;
+  emit(e, "}");
+  emit(e, "return;");
+  e->depth--;
+  emit(e, "}");
+}
+
+/* The __global__ kernel of the run first..last: a grid-stride loop over
+ * its elements, each operand read once, each output that leaves the run
+ * written once; with vec set (by the launch, from the addresses) four
+ * elements at a time. */
+static void emit_fused_kernel(CgEmitter *e, int first, int last) {
+  Fused f = fused_of(e, first, last);
+  char *params = ir_strdup("int vec");
+  for (int l = 0; l < f.nloads; l++) params = ir_fmt("%s, const real *__restrict__ x%d", params, l);
+  for (int s = 0; s < f.nstores; s++) params = ir_fmt("%s, real *__restrict__ y%d", params, s);
+  emit(e, "__global__ void %s(%s) {", kernel_name(e, first), params);
+  e->depth++;
+  emit(e, "const int64_t step = (int64_t)gridDim.x * blockDim.x;");
+  if (f.vectorizable) emit_vector_loop(e, &f);
+  else emit(e, "(void)vec;");
+  emit(e, "for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < %lldLL; i += step) {",
+       (long long)ir_type_numel(f.shape));
+  e->depth++;
+  emit_element(e, &f);
   e->depth--;
   emit(e, "}");
   e->depth--;
@@ -294,12 +356,25 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
       if (!elem_expr(n, j, (const char *[3]){"a", "b", "c"}))
         cg_error(e, n, "no inline form for this elementwise op");
   }
-  char *args = ir_strdup("");
-  for (int l = 0; l < f.nloads; l++) args = ir_fmt("%s%s%s", args, l ? ", " : "", ref(e, f.loads[l].v));
-  for (int s = 0; s < f.nstores; s++)
-    args = ir_fmt("%s%s%s", args, f.nloads + s ? ", " : "", ref(e, f.stores[s]));
-  emit(e, "%s<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s);", kernel_name(e, first),
-       (long long)ir_type_numel(f.shape), args);
+  /* The vector loop when every pointer it moves float4 through is 16-byte
+   * aligned (a whole number of float4 from the plan's 64-byte regions). */
+  char *args = ir_strdup(""), *aligned = ir_strdup("");
+  for (int l = 0; l < f.nloads; l++) {
+    args = ir_fmt("%s, %s", args, ref(e, f.loads[l].v));
+    if (f.loads[l].full) aligned = ir_fmt("%s && CU_ALIGNED16(%s)", aligned, ref(e, f.loads[l].v));
+  }
+  for (int s = 0; s < f.nstores; s++) {
+    args = ir_fmt("%s, %s", args, ref(e, f.stores[s]));
+    aligned = ir_fmt("%s && CU_ALIGNED16(%s)", aligned, ref(e, f.stores[s]));
+  }
+  int64_t N = ir_type_numel(f.shape);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("1%s", aligned) : "0");
+  emit(e, "%s<<<cu_grid(vec ? %lldLL : %lldLL), CU_THREADS, 0, k_cuda_stream()>>>(vec%s);",
+       kernel_name(e, first), (long long)(N / 4), (long long)N, args);
+  e->depth--;
+  emit(e, "}");
   emit(e, "CU_LAUNCHED();");
 }
 
@@ -798,6 +873,7 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "#define CU_CHECK(call) cu_check((call), #call, __FILE__, __LINE__)");
   emit(e, "#define CU_LAUNCHED() CU_CHECK(cudaGetLastError())");
   emit(e, "#define CU_ALIGN256(p) ((void *)(((uintptr_t)(p) + 255) & ~(uintptr_t)255))");
+  emit(e, "#define CU_ALIGNED16(p) ((uintptr_t)(p) %% 16 == 0)");
   emit_blank(e);
   emit(e, "/* The generated kernels' grid: enough blocks to fill every multiprocessor a");
   emit(e, " * few times over, fewer for a small tensor; each thread strides through");
