@@ -50,6 +50,9 @@ typedef struct CgOptions {
   int64_t global_batch;
   int vpp_group; /* the interleaved schedule's microbatch group N (0: p) */
   const char *schedule_file; /* a schedule read from this file instead (docs/schedules.md) */
+  /* The CUDA target: the GPU architecture its programs are built for
+   * (nvcc -arch; NULL: sm_90). */
+  const char *cuda_arch;
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8

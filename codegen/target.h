@@ -145,6 +145,7 @@ struct CgTarget {
 };
 
 extern const CgTarget cg_target_cpu;
+extern const CgTarget cg_target_cuda;
 
 /* The target of that name in the table (targets.c), the first one for
  * NULL; NULL for an unknown name. */

@@ -8,6 +8,7 @@
 
 static const CgTarget *const targets[] = {
     &cg_target_cpu,
+    &cg_target_cuda,
 };
 
 #define NTARGETS ((int)(sizeof targets / sizeof targets[0]))

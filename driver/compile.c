@@ -13,6 +13,8 @@ static const DrvOption compile_options[] = {
     {"--target", "cpu", "write rank programs for this target (with -o)"},
     {"-o", "DIR", "the folder for the rank programs, manifest and Makefile"},
     {"--dtype", "f32|f64", "the programs' floating point type (default f32; f64 for gradient checks)"},
+    {"--cuda-arch", "sm_NN", "--target cuda: the GPU architecture to build for (default sm_90)"},
+    {"--precision", "fp32", "the precision of the step (fp32; bf16 is still to come)"},
     {"--emit-ir", NULL, "print the IR after the pipeline"},
     {"--passes", "a,b,c", "run these passes instead of the default pipeline (empty: none)"},
     {"--print-after", "PASS", "print the IR after each run of PASS"},
@@ -129,6 +131,13 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
   CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out};
   if (!cg_flags(&drv_compile_command, nargs, args, &opt, &o)) return 1;
+  o.cuda_arch = drv_value(nargs, args, "--cuda-arch");
+  if (o.cuda_arch && strncmp(o.cuda_arch, "sm_", 3) != 0 && strncmp(o.cuda_arch, "compute_", 8) != 0)
+    return drv_usage_error(&drv_compile_command, "--cuda-arch: expected sm_NN, got '%s'", o.cuda_arch);
+  const char *precision = drv_value(nargs, args, "--precision");
+  if (precision && strcmp(precision, "fp32") != 0)
+    return drv_usage_error(&drv_compile_command, "--precision: only fp32 is there yet, not '%s'",
+                           precision);
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);
   const char *pipeline = drv_value(nargs, args, "--passes");

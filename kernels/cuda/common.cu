@@ -9,6 +9,7 @@ static cudaStream_t current_stream = 0;
 
 void k_cuda_set_stream(cudaStream_t stream) { current_stream = stream; }
 cudaStream_t kc_stream(void) { return current_stream; }
+cudaStream_t k_cuda_stream(void) { return current_stream; }
 
 void kc_die(const char *file, int line, const char *fmt, ...) {
   va_list ap;

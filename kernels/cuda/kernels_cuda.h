@@ -36,6 +36,9 @@ typedef uint16_t kc_bf16; /* the bits of a bfloat16 */
 
 /* The stream every later launch of this library goes to. */
 void k_cuda_set_stream(cudaStream_t stream);
+/* That stream, for the kernels and copies a generated program launches
+ * itself. */
+cudaStream_t k_cuda_stream(void);
 
 /* --- matrix multiply (gemm.cu), through cuBLASLt ---------------------------- */
 typedef enum KcType { KC_F32 = 0, KC_BF16 = 1 } KcType;

@@ -1,0 +1,1121 @@
+/* The CUDA target: one GPU, fp32. The program is CUDA C++ (.cu) whose host
+ * code calls the kernels of kernels/cuda/kernels_cuda.h (GEMMs through
+ * cuBLASLt) on the device layer's stream, and each chain of elementwise
+ * ops becomes one generated __global__ kernel that reads and writes each
+ * tensor once. Model memory is the plan's one allocation on the GPU
+ * (runtime/device_cuda.c); the kernels' workspaces (cuBLASLt's, the
+ * attention backward's statistics, the norms' partial sums, the loss's
+ * row sums) are scratch of the node that uses them, in the temporaries.
+ *
+ * One rank for now: collectives and pipeline messages over GPU memory need
+ * the NCCL backend of comm.h, so a mesh of more than one rank is refused. */
+#include <string.h>
+
+#include "target.h"
+
+/* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
+ * compile on its own. An empty SHARDC_RT_LIBS_CUDA means the compiler was
+ * built where nvcc was not found, without the CUDA libraries. */
+#ifndef SHARDC_SOURCE_DIR
+#define SHARDC_SOURCE_DIR "."
+#endif
+#ifndef SHARDC_NVCC
+#define SHARDC_NVCC "nvcc"
+#endif
+#ifndef SHARDC_OPENMP_FLAGS
+#define SHARDC_OPENMP_FLAGS "-fopenmp"
+#endif
+#ifndef SHARDC_RT_LIBS_CUDA
+#define SHARDC_RT_LIBS_CUDA ""
+#endif
+/* What the host compiler needs to share with the libraries: the
+ * sanitizers of a sanitizer build. */
+#ifndef SHARDC_CUDA_HOST_FLAGS
+#define SHARDC_CUDA_HOST_FLAGS ""
+#endif
+#ifndef SHARDC_CUDA_LINK_LIBS
+#define SHARDC_CUDA_LINK_LIBS "-lcjson -lm"
+#endif
+
+/* The compute capability the programs are built for unless --cuda-arch
+ * says otherwise: Hopper. */
+#define CUDA_DEFAULT_ARCH "sm_90"
+
+/* Bytes of cuBLASLt workspace each GEMM node gets (K_CUDA_GEMM_WORKSPACE of
+ * kernels_cuda.h), plus the 256 bytes that align it: the temporaries are
+ * only 64-byte aligned. */
+#define CUDA_GEMM_WORKSPACE (((int64_t)32 << 20) + 256)
+
+/* Rows of one chunk of the norms' backward (NORM_CHUNK of
+ * kernels/cuda/norm.cu); main() checks the planned scratch against the
+ * kernels' own k_cuda_*_scratch before it runs. */
+#define CUDA_NORM_CHUNK 128
+
+/* Threads per block of the generated kernels. */
+#define CUDA_THREADS 256
+
+/* What the target keeps while it writes one program. */
+typedef struct CudaState {
+  bool refused; /* the program was refused as a whole (check_supported): no more errors */
+} CudaState;
+
+static CudaState *cuda_state(CgEmitter *e) { return e->state; }
+
+/* ---------------------------------------------------------------- shapes */
+
+static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
+static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
+static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
+static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
+static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
+
+static int64_t prod(const IrType *t, int from, int to) {
+  int64_t p = 1;
+  for (int k = from; k < to; k++) p *= t->shape[k];
+  return p;
+}
+
+static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
+
+/* GEMMs that produce a gradient straight into its slot add (beta = 1). */
+static bool into_grads(CgEmitter *e, const IrValue *out) {
+  return cg_buf(e, out)->region == PASS_REGION_GRADS;
+}
+
+/* How an operand of shape t is read at the flat index i of shape s: whole,
+ * one scalar, a suffix of s's dims (a bias), a prefix (a per-row value),
+ * or any other broadcast. */
+typedef enum BcKind { BC_FULL, BC_SCALAR, BC_SUFFIX, BC_ROW, BC_GENERAL } BcKind;
+typedef struct Bc {
+  BcKind kind;
+  int64_t size; /* BC_SUFFIX: elements of the suffix; BC_ROW: elements per row */
+} Bc;
+
+static void aligned_dims(const IrType *t, const IrType *s, int64_t *td) {
+  for (int k = 0; k < s->rank; k++) {
+    int j = k - (s->rank - t->rank);
+    td[k] = j >= 0 ? t->shape[j] : 1;
+  }
+}
+
+static Bc classify(const IrType *t, const IrType *s) {
+  int64_t nt = ir_type_numel(t), ns = ir_type_numel(s), td[IR_MAX_RANK];
+  if (nt == ns) return (Bc){BC_FULL, ns};
+  if (nt == 1) return (Bc){BC_SCALAR, 1};
+  aligned_dims(t, s, td);
+  int r = s->rank, p = 0, q = r;
+  while (p < r && td[p] == 1) p++;
+  bool suffix = true, row = true;
+  for (int k = p; k < r; k++) suffix &= td[k] == s->shape[k];
+  if (suffix) return (Bc){BC_SUFFIX, prod(s, p, r)};
+  while (q > 0 && td[q - 1] == 1) q--;
+  for (int k = 0; k < q; k++) row &= td[k] == s->shape[k];
+  if (row) return (Bc){BC_ROW, prod(s, q, r)};
+  return (Bc){BC_GENERAL, 0};
+}
+
+/* The index into t of flat index `i` of s, for any broadcast. */
+static const char *general_index(const IrType *t, const IrType *s, const char *i) {
+  int64_t td[IR_MAX_RANK], ss[IR_MAX_RANK], ts[IR_MAX_RANK], sstride = 1, tstride = 1;
+  aligned_dims(t, s, td);
+  for (int k = s->rank - 1; k >= 0; k--) {
+    ss[k] = sstride, ts[k] = tstride;
+    sstride *= s->shape[k], tstride *= td[k];
+  }
+  char *x = NULL;
+  for (int k = 0; k < s->rank; k++) {
+    if (td[k] == 1) continue;
+    const char *c = ir_fmt("%s / %lld %% %lld", i, (long long)ss[k], (long long)s->shape[k]);
+    c = ir_fmt("(%s) * %lld", c, (long long)ts[k]);
+    x = x ? ir_fmt("%s + %s", x, c) : (char *)c;
+  }
+  return x ? x : "0";
+}
+
+/* ------------------------------------------------- fused elementwise runs */
+
+/* The operands a run reads from memory (each once) and the index each is
+ * read at. */
+typedef struct Load {
+  const IrValue *v;
+  const char *index;
+  bool full; /* read at i: four at a time in the vector loop */
+} Load;
+
+typedef struct Fused {
+  int first, last;
+  const IrType *shape;
+  Load *loads;
+  int nloads;
+  const IrValue **stores; /* the outputs that leave the kernel, in order */
+  int nstores;
+  /* The kernel has a loop of 16-byte accesses (float4) for the operands
+   * read whole and the outputs, taken when their addresses allow; `vec`
+   * is set while its body is written. */
+  bool vectorizable, vec;
+} Fused;
+
+static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return false;
+  for (int k = f->first; k <= f->last; k++)
+    if (node_at(e, k) == v->def) return true;
+  return false;
+}
+
+static const char *reg(CgEmitter *e, const IrValue *v) {
+  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
+}
+
+static Fused fused_of(CgEmitter *e, int first, int last) {
+  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type};
+  int cap = 1, outs = 1;
+  for (int k = first; k <= last; k++) cap += node_at(e, k)->nin, outs += node_at(e, k)->nout;
+  f.loads = ir_alloc((size_t)cap * sizeof *f.loads);
+  f.stores = ir_alloc((size_t)outs * sizeof *f.stores);
+  for (int k = first; k <= last; k++) {
+    const IrNode *n = node_at(e, k);
+    for (int j = 0; j < n->nin; j++) {
+      const IrValue *v = n->in[j];
+      bool seen = in_group(e, &f, v);
+      for (int l = 0; l < f.nloads && !seen; l++) seen = f.loads[l].v == v;
+      if (seen) continue;
+      Bc bc = classify(&v->type, f.shape);
+      const char *index = bc.kind == BC_FULL     ? "i"
+                          : bc.kind == BC_SCALAR ? "0"
+                          : bc.kind == BC_SUFFIX ? ir_fmt("i %% %lld", (long long)bc.size)
+                          : bc.kind == BC_ROW    ? ir_fmt("i / %lld", (long long)bc.size)
+                                                 : general_index(&v->type, f.shape, "i");
+      f.loads[f.nloads++] = (Load){v, index, bc.kind == BC_FULL};
+    }
+    for (int j = 0; j < n->nout; j++)
+      if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) f.stores[f.nstores++] = n->out[j];
+  }
+  int64_t N = ir_type_numel(f.shape);
+  f.vectorizable = N > 0 && N % 4 == 0;
+  return f;
+}
+
+static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
+  if (in_group(e, f, v)) return reg(e, v);
+  for (int l = 0; l < f->nloads; l++)
+    if (f->loads[l].v == v)
+      return f->vec && f->loads[l].full ? ir_fmt("x%dl[l]", l)
+                                        : ir_fmt("x%d[%s]", l, f->loads[l].index);
+  unreachable();
+}
+
+/* The value of output `out` of elementwise node n from its operands a[],
+ * with the device functions of the prologue; NULL for an op that does not
+ * run inside a fused kernel. */
+static const char *elem_expr(const IrNode *n, int out, const char **a) {
+  switch (n->op) {
+  case IR_OP_ADD: return ir_fmt("%s + %s", a[0], a[1]);
+  case IR_OP_SUB: return ir_fmt("%s - %s", a[0], a[1]);
+  case IR_OP_MUL: return ir_fmt("%s * %s", a[0], a[1]);
+  case IR_OP_SCALE: return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
+  case IR_OP_GELU: return ir_fmt("cu_gelu(%s)", a[0]);
+  case IR_OP_SILU: return ir_fmt("cu_silu(%s)", a[0]);
+  case IR_OP_SWIGLU: return ir_fmt("cu_silu(%s) * %s", a[0], a[1]);
+  case IR_OP_GELU_GRAD: return ir_fmt("cu_gelu_grad(%s, %s)", a[0], a[1]);
+  case IR_OP_SILU_GRAD: return ir_fmt("cu_silu_grad(%s, %s)", a[0], a[1]);
+  /* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
+  case IR_OP_SWIGLU_GRAD:
+    return out == 0 ? ir_fmt("cu_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
+                    : ir_fmt("%s * cu_silu(%s)", a[2], a[0]);
+  default: return NULL;
+  }
+}
+
+static const char *kernel_name(CgEmitter *e, int first) {
+  return ir_fmt("fused_c%d_n%d", e->chunk ? e->chunk->index : 0, first);
+}
+
+static bool grads_store(CgEmitter *e, const IrValue *v) {
+  return cg_buf(e, v)->region == PASS_REGION_GRADS;
+}
+
+/* The run's nodes at element i: each value, and each output that leaves
+ * the run stored (added, for a gradient slot); in the vector loop into
+ * lane l of the output's four. */
+static void emit_element(CgEmitter *e, const Fused *f) {
+  int nstore = 0;
+  for (int k = f->first; k <= f->last; k++) {
+    const IrNode *n = node_at(e, k);
+    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
+    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
+    for (int j = 0; j < n->nout; j++) {
+      const PassBuf *b = cg_buf(e, n->out[j]);
+      const char *x = elem_expr(n, j, a);
+      emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
+      if (b->region != PASS_REGION_NONE)
+        emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
+             b->region == PASS_REGION_GRADS ? "+" : "", reg(e, n->out[j]));
+      else if (b->uses == 0)
+        emit(e, "(void)%s;", reg(e, n->out[j]));
+    }
+  }
+}
+
+/* The vector loop: four elements a thread, the whole operands and the
+ * outputs moved as float4, every other operand read by its index. */
+static void emit_vector_loop(CgEmitter *e, Fused *f) {
+  emit(e, "if (vec) {");
+  e->depth++;
+  emit(e, "for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < %lldLL; q += step) {",
+       (long long)(ir_type_numel(f->shape) / 4));
+  e->depth++;
+  for (int l = 0; l < f->nloads; l++)
+    if (f->loads[l].full) {
+      emit(e, "const float4 x%dq = reinterpret_cast<const float4 *>(x%d)[q];", l, l);
+      emit(e, "const real x%dl[4] = {x%dq.x, x%dq.y, x%dq.z, x%dq.w};", l, l, l, l, l);
+    }
+  for (int s = 0; s < f->nstores; s++) {
+    if (grads_store(e, f->stores[s])) {
+      emit(e, "const float4 y%dq = reinterpret_cast<const float4 *>(y%d)[q];", s, s);
+      emit(e, "real y%dl[4] = {y%dq.x, y%dq.y, y%dq.z, y%dq.w};", s, s, s, s, s);
+    } else {
+      emit(e, "real y%dl[4] = {0, 0, 0, 0};", s);
+    }
+  }
+  emit(e, "#pragma unroll");
+  emit(e, "for (int l = 0; l < 4; l++) {");
+  e->depth++;
+  emit(e, "const int64_t i = 4 * q + l;");
+  emit(e, "(void)i;");
+  f->vec = true;
+  emit_element(e, f);
+  f->vec = false;
+  e->depth--;
+  emit(e, "}");
+  for (int s = 0; s < f->nstores; s++)
+    emit(e, "reinterpret_cast<float4 *>(y%d)[q] = make_float4(y%dl[0], y%dl[1], y%dl[2], y%dl[3]);",
+         s, s, s, s, s);
+  e->depth--;
+  emit(e, "}");
+  emit(e, "return;");
+  e->depth--;
+  emit(e, "}");
+}
+
+/* The __global__ kernel of the run first..last: a grid-stride loop over
+ * its elements, each operand read once, each output that leaves the run
+ * written once; with vec set (by the launch, from the addresses) four
+ * elements at a time. */
+static void emit_fused_kernel(CgEmitter *e, int first, int last) {
+  Fused f = fused_of(e, first, last);
+  char *params = ir_strdup("int vec");
+  for (int l = 0; l < f.nloads; l++) params = ir_fmt("%s, const real *__restrict__ x%d", params, l);
+  for (int s = 0; s < f.nstores; s++) params = ir_fmt("%s, real *__restrict__ y%d", params, s);
+  emit(e, "__global__ void %s(%s) {", kernel_name(e, first), params);
+  e->depth++;
+  emit(e, "const int64_t step = (int64_t)gridDim.x * blockDim.x;");
+  if (f.vectorizable) emit_vector_loop(e, &f);
+  else emit(e, "(void)vec;");
+  emit(e, "for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < %lldLL; i += step) {",
+       (long long)ir_type_numel(f.shape));
+  e->depth++;
+  emit_element(e, &f);
+  e->depth--;
+  emit(e, "}");
+  e->depth--;
+  emit(e, "}");
+  emit_blank(e);
+}
+
+static bool all_written(CgEmitter *e, int first, int last) {
+  for (int k = first; k <= last; k++)
+    if (!e->target->writes_op(node_at(e, k)->op)) return false;
+  return true;
+}
+
+/* Every fused run of every chunk, in the order the core hands them to
+ * cuda_fused, as kernels at file scope: a kernel cannot be defined inside
+ * forward() or backward(), so the prologue walks the plans first. */
+static void emit_fused_kernels(CgEmitter *e) {
+  IrGraph *g0 = e->g;
+  const PassMemPlan *p0 = e->plan;
+  const CgChunk *c0 = e->chunk;
+  for (int c = 0; c < e->nchunks; c++) {
+    e->chunk = &e->chunks[c], e->g = e->chunk->g, e->plan = e->chunk->plan;
+    const PassMemPlan *p = e->plan;
+    for (int i = 0; i < e->g->nodes.len; i++) {
+      if (p->view[i] || p->absorbed[i] || !p->fused[i]) continue;
+      int last = p->group_last[i];
+      if (all_written(e, i, last)) emit_fused_kernel(e, i, last);
+      i = last;
+    }
+  }
+  e->g = g0, e->plan = p0, e->chunk = c0;
+}
+
+static void cuda_fused(CgEmitter *e, int first, int last) {
+  Fused f = fused_of(e, first, last);
+  for (int k = first; k <= last; k++) {
+    const IrNode *n = node_at(e, k);
+    for (int j = 0; j < n->nout; j++)
+      if (!elem_expr(n, j, (const char *[3]){"a", "b", "c"}))
+        cg_error(e, n, "no inline form for this elementwise op");
+  }
+  /* The vector loop when every pointer it moves float4 through is 16-byte
+   * aligned (a whole number of float4 from the plan's 64-byte regions). */
+  char *args = ir_strdup(""), *aligned = ir_strdup("");
+  for (int l = 0; l < f.nloads; l++) {
+    args = ir_fmt("%s, %s", args, ref(e, f.loads[l].v));
+    if (f.loads[l].full) aligned = ir_fmt("%s && CU_ALIGNED16(%s)", aligned, ref(e, f.loads[l].v));
+  }
+  for (int s = 0; s < f.nstores; s++) {
+    args = ir_fmt("%s, %s", args, ref(e, f.stores[s]));
+    aligned = ir_fmt("%s && CU_ALIGNED16(%s)", aligned, ref(e, f.stores[s]));
+  }
+  int64_t N = ir_type_numel(f.shape);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("1%s", aligned) : "0");
+  emit(e, "%s<<<cu_grid(vec ? %lldLL : %lldLL), CU_THREADS, 0, k_cuda_stream()>>>(vec%s);",
+       kernel_name(e, first), (long long)(N / 4), (long long)N, args);
+  e->depth--;
+  emit(e, "}");
+  emit(e, "CU_LAUNCHED();");
+}
+
+/* ------------------------------------------------------------------ GEMMs */
+
+/* The node's cuBLASLt workspace: its scratch, rounded up to 256 bytes. */
+static void gemm_workspace(CgEmitter *e, int index) {
+  emit(e, "k_cuda_gemm_init(CU_ALIGN256(TMP(%lld)), %lld);",
+       (long long)e->plan->scratch_offset[index], (long long)(CUDA_GEMM_WORKSPACE - 256));
+}
+
+static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *A,
+                 int64_t lda, const char *B, int64_t ldb, bool add, const char *C, int64_t ldc) {
+  emit(e, "k_cuda_gemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", ta, tb,
+       (long long)M, (long long)N, (long long)K, A, (long long)lda, B, (long long)ldb,
+       add ? "1.0f" : "0.0f", C, (long long)ldc);
+}
+
+/* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
+ * contiguous, a strided batched GEMM otherwise (a shared operand has
+ * stride 0). */
+static void emit_matmul(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
+  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
+    cg_error(e, n, "operands of rank below 2");
+    return;
+  }
+  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
+  int64_t m = dim(y, -2), nn = dim(y, -1), k = ta ? dim(a, -2) : dim(a, -1);
+  int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
+  int64_t lda = ta ? m : k, ldb = tb ? k : nn;
+  bool add = into_grads(e, y);
+  gemm_workspace(e, index);
+  if (batch == 1) {
+    gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
+  } else if (bb == 1 && !ta && ba == batch) {
+    gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
+  } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
+    emit(e, "k_cuda_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1.0f, %s, %lld, %lld, %s, %lld, "
+            "%lld, %s, %s, %lld, %lld);",
+         ta, tb, (long long)batch, (long long)m, (long long)nn, (long long)k, ref(e, a),
+         (long long)lda, (long long)(ba == 1 ? 0 : m * k), ref(e, b), (long long)ldb,
+         (long long)(bb == 1 ? 0 : k * nn), add ? "1.0f" : "0.0f", ref(e, y), (long long)nn,
+         (long long)(m * nn));
+  } else {
+    cg_error(e, n, "batch dims that neither match nor are shared");
+  }
+}
+
+/* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. The
+ * bias goes into cuBLASLt's epilogue unless the output is added into a
+ * gradient slot (the epilogue would add it on every call). */
+static void emit_linear(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t in = dim(x, -1), out = dim(y, -1), rows = rows_of(x);
+  bool add = into_grads(e, y);
+  gemm_workspace(e, index);
+  if (n->nin == 3 && !add) {
+    emit(e, "k_cuda_gemm_epilogue(KC_F32, KC_F32, KC_EPI_BIAS, %s, 0, %d, %lld, %lld, %lld, 1.0f, "
+            "%s, %lld, %s, %lld, 0.0f, %s, %lld);",
+         ref(e, n->in[2]), tr, (long long)rows, (long long)out, (long long)in, ref(e, x),
+         (long long)in, ref(e, w), (long long)(tr ? in : out), ref(e, y), (long long)out);
+    return;
+  }
+  gemm(e, 0, tr, rows, out, in, ref(e, x), in, ref(e, w), tr ? in : out, add, ref(e, y), out);
+  if (n->nin == 3)
+    emit(e, "k_cuda_add_bias(%s, %s, %lld, %lld);", ref(e, y), ref(e, n->in[2]), (long long)rows,
+         (long long)out);
+}
+
+/* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
+static void emit_linear_dx(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t out = dim(dy, -1), in = dim(dx, -1);
+  gemm_workspace(e, index);
+  gemm(e, 0, !tr, rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
+       into_grads(e, dx), ref(e, dx), in);
+}
+
+/* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
+ * every leading dim by the GEMM's inner dimension. */
+static void emit_linear_dw(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
+  bool add = into_grads(e, dw);
+  gemm_workspace(e, index);
+  if (tr)
+    gemm(e, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, add, ref(e, dw), in);
+  else
+    gemm(e, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy), out, add, ref(e, dw), out);
+}
+
+/* ----------------------------------------------------------------- layout */
+
+static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
+  emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(real), cudaMemcpyDeviceToDevice, "
+          "k_cuda_stream()));",
+       ref(e, y), ref(e, x), (long long)numel(x));
+}
+
+static void emit_transpose(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0], *y = n->out[0];
+  const IrType *t = &x->type;
+  int d0 = norm_axis(ir_attr_int(n, "dim0"), t->rank), d1 = norm_axis(ir_attr_int(n, "dim1"), t->rank);
+  if (d0 > d1) {
+    int s = d0;
+    d0 = d1, d1 = s;
+  }
+  if (d0 == d1) {
+    emit_copy(e, y, x);
+    return;
+  }
+  emit(e, "k_cuda_transpose(%s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, y), ref(e, x),
+       (long long)prod(t, 0, d0), (long long)t->shape[d0], (long long)prod(t, d0 + 1, d1),
+       (long long)t->shape[d1], (long long)prod(t, d1 + 1, t->rank));
+}
+
+/* [b, s, H*d] <-> [b, H, s, d]. */
+static void heads_layout(CgEmitter *e, const IrNode *n, bool split) {
+  const IrValue *x = n->in[0], *y = n->out[0], *h4 = split ? y : x;
+  if (h4->type.rank != 4) {
+    cg_error(e, n, "expected [b, H, s, d] of rank 4");
+    return;
+  }
+  emit(e, "k_cuda_%s_heads(%s, %s, %lld, %lld, %lld, %lld);", split ? "split" : "merge", ref(e, y),
+       ref(e, x), (long long)dim(h4, 0), (long long)dim(h4, 2), (long long)dim(h4, 1),
+       (long long)dim(h4, 3));
+}
+
+static void emit_split_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), true); }
+static void emit_merge_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), false); }
+
+/* A split that is not a view: one strided block copy per part. */
+static void emit_split(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  for (int j = 0; j < n->nout; j++)
+    emit(e, "k_cuda_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", ref(e, n->out[j]), (long long)part,
+         ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
+         (long long)outer, (long long)part);
+}
+
+static void emit_concat(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *y = n->out[0];
+  int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
+  int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  for (int j = 0; j < n->nin; j++) {
+    int64_t c = numel(n->in[j]) / outer;
+    emit(e, "k_cuda_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", ref(e, y),
+         at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, ref(e, n->in[j]),
+         (long long)c, (long long)outer, (long long)c);
+    at += c;
+  }
+}
+
+/* sum_to: x summed down to the shape broadcasting stretched it from. */
+static void emit_sum_to(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0], *y = n->out[0];
+  Bc bc = classify(&y->type, &x->type);
+  int64_t N = numel(x), M = numel(y);
+  switch (bc.kind) {
+  case BC_FULL: emit_copy(e, y, x); return;
+  case BC_SCALAR:
+  case BC_SUFFIX:
+    emit(e, "k_cuda_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M),
+         (long long)M);
+    return;
+  case BC_ROW:
+    emit(e, "cu_sum_last<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %lldLL, "
+            "%lldLL);",
+         (long long)M, ref(e, y), ref(e, x), (long long)M, (long long)bc.size);
+    emit(e, "CU_LAUNCHED();");
+    return;
+  case BC_GENERAL: cg_error(e, n, "a broadcast the CUDA target does not sum yet"); return;
+  }
+}
+
+/* ------------------------------------------------------- the other kernels */
+
+static bool need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
+  if (v->type.dtype == IR_I32) return true;
+  cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(v->type.dtype));
+  return false;
+}
+
+static const char *scratch(CgEmitter *e, int index) {
+  return ir_fmt("TMP(%lld)", (long long)e->plan->scratch_offset[index]);
+}
+
+/* Query heads, kv heads and the head size of attention over q[b, s, H*d]. */
+static void attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) {
+  *H = ir_attr_int(n, "heads");
+  *K = ir_attr_int(n, "kv_heads");
+  if (*K == 0) *K = *H;
+  *d = dim(n->in[0], -1) / *H;
+}
+
+/* The forward keeps no statistics (NULL scratch): the backward recomputes
+ * them into its own. */
+static void emit_attention(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *q = n->in[0];
+  int64_t H, K, d;
+  attention_dims(n, &H, &K, &d);
+  int causal = (int)ir_attr_int(n, "causal");
+  if (n->op == IR_OP_ATTENTION)
+    emit(e, "k_cuda_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
+         ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal);
+  else
+    emit(e, "k_cuda_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, "
+            "%d, %s);",
+         ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
+         ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal,
+         scratch(e, index));
+}
+
+static void emit_layernorm(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+       ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rows_of(x),
+       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+}
+
+static void emit_rmsnorm(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       cg_real(ir_attr_float(n, "eps")));
+}
+
+/* The norms' weight gradients are set, not added (as on the CPU): the
+ * plan stages them in temporaries and the core adds them into their slot. */
+static void emit_layernorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
+  bool want_db = db && (db->uses > 0 || db->grad_of);
+  emit(e, "k_cuda_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", ref(e, n->out[0]),
+       ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
+       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       cg_real(ir_attr_float(n, "eps")), scratch(e, index));
+}
+
+static void emit_rmsnorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", ref(e, n->out[0]),
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
+       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")), scratch(e, index));
+}
+
+static void emit_softmax(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+       (long long)rows_of(x), (long long)dim(x, -1));
+}
+
+static void emit_softmax_grad(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
+}
+
+static void emit_causal_mask(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  int64_t s = dim(x, -1);
+  emit(e, "k_cuda_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+       (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+}
+
+static void emit_rope(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *x = n->in[0];
+  int64_t H = ir_attr_int(n, "heads");
+  emit(e, "k_cuda_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", ref(e, n->out[0]), ref(e, x),
+       (long long)(numel(x) / (dim(x, -2) * dim(x, -1))), (long long)dim(x, -2), (long long)H,
+       (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
+       (int)ir_attr_int(n, "inverse"));
+}
+
+/* The mask is the CPU's, bit for bit (a function of seed, site and index). */
+static void emit_dropout(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  emit(e, "k_cuda_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)ir_attr_int(n, "site"));
+}
+
+static void emit_loss(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *logits = n->in[0], *targets = n->in[1];
+  if (!need_i32(e, n, targets)) return;
+  int64_t V = dim(logits, -1), rows = numel(targets);
+  if (n->op == IR_OP_CROSS_ENTROPY)
+    emit(e, "k_cuda_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld, %s);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V,
+         scratch(e, index));
+  else
+    emit(e, "k_cuda_cross_entropy_bwd(%s, %s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
+         (long long)V);
+}
+
+/* embedding_grad straight into its gradient slot: the prologue's kernel,
+ * one thread per column adding the rows in token order (no atomics, the
+ * CPU's order); otherwise the kernel that sets the table's gradient. */
+static void emit_embedding(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *ids = n->in[0], *y = n->out[0];
+  if (!need_i32(e, n, ids)) return;
+  if (n->op == IR_OP_EMBEDDING) {
+    emit(e, "k_cuda_embedding_fwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, ids),
+         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, -1));
+  } else if (into_grads(e, y)) {
+    emit(e, "cu_embedding_add<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %s, "
+            "%lldLL, %lldLL);",
+         (long long)dim(y, -1), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids),
+         (long long)dim(y, -1));
+    emit(e, "CU_LAUNCHED();");
+  } else {
+    emit(e, "k_cuda_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
+         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
+  }
+}
+
+static void emit_arange(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  const IrValue *y = n->out[0];
+  if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
+  else emit(e, "k_cuda_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+}
+
+static void emit_zeros(CgEmitter *e, int index) {
+  const IrValue *y = node_at(e, index)->out[0];
+  emit(e, "CU_CHECK(cudaMemsetAsync(%s, 0, %lld * sizeof(%s), k_cuda_stream()));", ref(e, y),
+       (long long)numel(y), y->type.dtype == IR_I32 ? "int32_t" : "real");
+}
+
+static void emit_reshape(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  emit_copy(e, n->out[0], n->in[0]);
+}
+
+/* A tensor-parallel op (tp_slice, vocabulary-parallel embedding and loss,
+ * per-rank dropout) needs the rank's place in a group, which comes with
+ * the NCCL backend; a one-rank program has none of them. */
+static void emit_tp_only(CgEmitter *e, int index) {
+  if (!cuda_state(e)->refused)
+    cg_error(e, node_at(e, index), "tensor parallelism is not available on the CUDA target yet");
+}
+
+/* ------------------------------------------------------------ the op table */
+
+/* How the CUDA target writes an op that runs on its own; the elementwise
+ * ops are elem_expr's. The same ops as the CPU target's table, one line
+ * per op of ir/ops.def. */
+static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
+    [IR_OP_EMBEDDING] = emit_embedding,
+    [IR_OP_ARANGE] = emit_arange,
+    [IR_OP_ZEROS] = emit_zeros,
+    [IR_OP_MATMUL] = emit_matmul,
+    [IR_OP_LINEAR] = emit_linear,
+    [IR_OP_RESHAPE] = emit_reshape,
+    [IR_OP_TRANSPOSE] = emit_transpose,
+    [IR_OP_SPLIT_HEADS] = emit_split_heads,
+    [IR_OP_MERGE_HEADS] = emit_merge_heads,
+    [IR_OP_SPLIT] = emit_split,
+    [IR_OP_CONCAT] = emit_concat,
+    [IR_OP_DROPOUT] = emit_dropout,
+    [IR_OP_LAYERNORM] = emit_layernorm,
+    [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_SOFTMAX] = emit_softmax,
+    [IR_OP_CAUSAL_MASK] = emit_causal_mask,
+    [IR_OP_ROPE] = emit_rope,
+    [IR_OP_ATTENTION] = emit_attention,
+    [IR_OP_CROSS_ENTROPY] = emit_loss,
+    [IR_OP_LINEAR_DX] = emit_linear_dx,
+    [IR_OP_LINEAR_DW] = emit_linear_dw,
+    [IR_OP_SUM_TO] = emit_sum_to,
+    [IR_OP_DROPOUT_GRAD] = emit_dropout,
+    [IR_OP_LAYERNORM_GRAD] = emit_layernorm_grad,
+    [IR_OP_RMSNORM_GRAD] = emit_rmsnorm_grad,
+    [IR_OP_SOFTMAX_GRAD] = emit_softmax_grad,
+    [IR_OP_ATTENTION_GRAD] = emit_attention,
+    [IR_OP_EMBEDDING_GRAD] = emit_embedding,
+    [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
+    [IR_OP_TP_SLICE] = emit_tp_only,
+};
+
+/* The ops elem_expr writes. */
+static bool is_elementwise(IrOp op) {
+  switch (op) {
+  case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_SCALE: case IR_OP_GELU:
+  case IR_OP_SILU: case IR_OP_SWIGLU: case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD:
+  case IR_OP_SWIGLU_GRAD: return true;
+  default: return false;
+  }
+}
+
+static bool cuda_writes_op(IrOp op) { return cuda_kernels[op] || is_elementwise(op); }
+
+/* Ops the CPU writes in their tensor-parallel form only with an attribute
+ * set (cpu_tp.c): the CUDA target has no form of them yet. */
+static bool flag(const IrNode *n, const char *name) {
+  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
+}
+
+static bool tp_form(const IrNode *n) { return flag(n, "vocab_parallel") || flag(n, "per_rank"); }
+
+static void cuda_node(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  if (tp_form(n)) emit_tp_only(e, index);
+  else if (cuda_kernels[n->op]) cuda_kernels[n->op](e, index);
+  else cg_error(e, n, "not supported");
+}
+
+/* ---------------------------------------------------- gradients, program */
+
+static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
+  int64_t n = numel(grad);
+  if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  /* The param's slot in the gradients: where WGT(...) is in the weights. */
+  emit(e, "k_cuda_accumulate(GRD%s, %s, %lld);", cg_ref(e, param) + 3, ref(e, grad), (long long)n);
+}
+
+/* One rank only, and only a compiler built with the CUDA libraries can
+ * write a build file that links them. */
+static void check_supported(CgEmitter *e) {
+  static const char *const axis[] = {"--tp", "--pp", "--dp"};
+  for (int a = 0; a < 3; a++)
+    if (cg_mesh(e->g, (IrMeshAxis)a) > 1 || (a == IR_AXIS_PIPELINE && e->nchunks > 1)) {
+      ir_error(ir_cmdline, "cuda target: programs of more than one rank (%s) need the NCCL "
+                           "backend, which is not there yet; compile with t = p = d = 1",
+               axis[a]);
+      e->errors++;
+      cuda_state(e)->refused = true;
+      return;
+    }
+  if (e->plan->real_bytes != 4) {
+    ir_error(ir_cmdline, "cuda target: the programs are fp32 (--dtype f64 is for gradient checks, "
+                         "on the CPU target)");
+    e->errors++;
+    cuda_state(e)->refused = true;
+    return;
+  }
+  if (!SHARDC_RT_LIBS_CUDA[0]) {
+    ir_error(ir_cmdline, "cuda target: this shardc was built without the CUDA libraries (nvcc was "
+                         "not found when it was configured); reconfigure with nvcc on PATH");
+    e->errors++;
+  }
+}
+
+static void cuda_prologue(CgEmitter *e) {
+  check_supported(e);
+  emit(e, "#include <math.h>");
+  emit(e, "#include <stdint.h>");
+  emit(e, "#include <stdio.h>");
+  emit(e, "#include <stdlib.h>");
+  emit(e, "#include <time.h>");
+  emit_blank(e);
+  emit(e, "#include <cuda_runtime.h>");
+  emit_blank(e);
+  emit(e, "#include \"kernels/cuda/kernels_cuda.h\"");
+  emit(e, "extern \"C\" {");
+  emit(e, "#include \"abi/model.h\"");
+  emit(e, "}");
+  emit_blank(e);
+  emit(e, "/* A failed CUDA call ends the program with the call, the file and line and");
+  emit(e, " * CUDA's error string; a launch is checked right after it. */");
+  emit(e, "static void cu_check(cudaError_t err, const char *call, const char *file, int line) {");
+  emit(e, "  if (err == cudaSuccess) return;");
+  emit(e, "  fprintf(stderr, \"error: cuda: %%s:%%d: %%s: %%s\\n\", file, line, call, "
+          "cudaGetErrorString(err));");
+  emit(e, "  exit(1);");
+  emit(e, "}");
+  emit(e, "#define CU_CHECK(call) cu_check((call), #call, __FILE__, __LINE__)");
+  emit(e, "#define CU_LAUNCHED() CU_CHECK(cudaGetLastError())");
+  emit(e, "#define CU_ALIGN256(p) ((void *)(((uintptr_t)(p) + 255) & ~(uintptr_t)255))");
+  emit(e, "#define CU_ALIGNED16(p) ((uintptr_t)(p) %% 16 == 0)");
+  emit_blank(e);
+  emit(e, "/* The generated kernels' grid: enough blocks to fill every multiprocessor a");
+  emit(e, " * few times over, fewer for a small tensor; each thread strides through");
+  emit(e, " * the rest. No result depends on it (no kernel here reduces). */");
+  emit(e, "#define CU_THREADS %d", CUDA_THREADS);
+  emit(e, "static unsigned cu_grid(int64_t n) {");
+  emit(e, "  static int64_t most;");
+  emit(e, "  if (!most) {");
+  emit(e, "    int device = 0, sms = 0;");
+  emit(e, "    CU_CHECK(cudaGetDevice(&device));");
+  emit(e, "    CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));");
+  emit(e, "    most = 4 * (int64_t)(sms > 0 ? sms : 1) * (2048 / CU_THREADS);");
+  emit(e, "  }");
+  emit(e, "  int64_t blocks = (n + CU_THREADS - 1) / CU_THREADS;");
+  emit(e, "  return (unsigned)(blocks < 1 ? 1 : blocks < most ? blocks : most);");
+  emit(e, "}");
+  emit_blank(e);
+  emit(e, "/* The tanh GELU and the SiLU of the kernels, in fp32 (not static: a program");
+  emit(e, " * that leaves some unused gets no warning for it). */");
+  emit(e, "__device__ __forceinline__ real cu_gelu(real x) {");
+  emit(e, "  const real c = 0.7978845608028654f;");
+  emit(e, "  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));");
+  emit(e, "}");
+  emit(e, "__device__ __forceinline__ real cu_gelu_grad(real x, real dy) {");
+  emit(e, "  const real c = 0.7978845608028654f;");
+  emit(e, "  real u = c * (x + 0.044715f * x * x * x), t = tanhf(u);");
+  emit(e, "  real du = c * (1.0f + 3.0f * 0.044715f * x * x);");
+  emit(e, "  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);");
+  emit(e, "}");
+  emit(e, "__device__ __forceinline__ real cu_sigmoid(real x) { return 1.0f / (1.0f + "
+          "expf(-x)); }");
+  emit(e, "__device__ __forceinline__ real cu_silu(real x) { return x * cu_sigmoid(x); }");
+  emit(e, "__device__ __forceinline__ real cu_silu_grad(real x, real dy) {");
+  emit(e, "  real s = cu_sigmoid(x);");
+  emit(e, "  return dy * s * (1.0f + x * (1.0f - s));");
+  emit(e, "}");
+  emit_blank(e);
+  emit(e, "/* embedding_grad added into its slot: thread j owns column j and adds the");
+  emit(e, " * rows in token order, so equal ids never race and the sums are the CPU's. */");
+  emit(e, "__global__ void cu_embedding_add(real *__restrict__ g, const int32_t *__restrict__ ids,");
+  emit(e, "                                 const real *__restrict__ dy, int64_t rows, int64_t h) {");
+  emit(e, "  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < h;");
+  emit(e, "       j += (int64_t)gridDim.x * blockDim.x)");
+  emit(e, "    for (int64_t r = 0; r < rows; r++) g[(int64_t)ids[r] * h + j] += dy[r * h + j];");
+  emit(e, "}");
+  emit_blank(e);
+  emit(e, "/* y[r] = the sum of row r of x [M, n], in order, in double: the CPU's order. */");
+  emit(e, "__global__ void cu_sum_last(real *__restrict__ y, const real *__restrict__ x, "
+          "int64_t M, int64_t n) {");
+  emit(e, "  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < M;");
+  emit(e, "       r += (int64_t)gridDim.x * blockDim.x) {");
+  emit(e, "    double s = 0;");
+  emit(e, "    for (int64_t j = 0; j < n; j++) s += x[r * n + j];");
+  emit(e, "    y[r] = (real)s;");
+  emit(e, "  }");
+  emit(e, "}");
+  emit_blank(e);
+  emit(e, "/* The per-op timer: built with -DSHARD_PROFILE (make EXTRA_CFLAGS=-DSHARD_PROFILE),");
+  emit(e, " * the program waits for the GPU after every node and prints where a step's");
+  emit(e, " * time goes when training ends. */");
+  emit(e, "#ifdef SHARD_PROFILE");
+  emit(e, "extern \"C\" void rt_prof_enable(void);");
+  emit(e, "extern \"C\" void rt_prof_add(const char *what, double seconds);");
+  emit(e, "static double prof_t0;");
+  emit(e, "static double prof_now(void) {");
+  emit(e, "  struct timespec t;");
+  emit(e, "  CU_CHECK(cudaStreamSynchronize(k_cuda_stream()));");
+  emit(e, "  clock_gettime(CLOCK_MONOTONIC, &t);");
+  emit(e, "  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;");
+  emit(e, "}");
+  emit(e, "#define PROF_START() (prof_t0 = prof_now())");
+  emit(e, "#define PROF(what) \\");
+  emit(e, "  do { double t = prof_now(); rt_prof_add(what, t - prof_t0); prof_t0 = t; } while (0)");
+  emit(e, "#else");
+  emit(e, "#define PROF_START() ((void)0)");
+  emit(e, "#define PROF(what) ((void)0)");
+  emit(e, "#endif");
+  emit_blank(e);
+  emit(e, "/* One kernel per run of elementwise nodes. */");
+  emit_fused_kernels(e);
+}
+
+/* The kernel's own scratch function for node i, as an expression of the
+ * generated program; NULL for a node whose scratch is the GEMM workspace. */
+static const char *scratch_call(const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_ATTENTION_GRAD: {
+    int64_t H, K, d;
+    attention_dims(n, &H, &K, &d);
+    return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld)", (long long)dim(n->in[0], 0),
+                  (long long)dim(n->in[0], 1), (long long)H);
+  }
+  case IR_OP_LAYERNORM_GRAD:
+  case IR_OP_RMSNORM_GRAD:
+    return ir_fmt("k_cuda_norm_bwd_scratch(%lld, %lld)", (long long)rows_of(n->in[0]),
+                  (long long)dim(n->in[0], -1));
+  case IR_OP_CROSS_ENTROPY: return ir_fmt("k_cuda_ce_scratch(%lld)", (long long)numel(n->in[1]));
+  default: return NULL;
+  }
+}
+
+/* main() checks, before anything runs, that every kernel wants no more
+ * scratch than the memory plan holds for it, then hands over to rt_main,
+ * which needs the GPU only once it allocates the plan (so --help works on
+ * a machine without one). */
+static void cuda_entry(CgEmitter *e) {
+  emit(e, "int main(int argc, char **argv) {");
+  e->depth++;
+  const char **seen = ir_alloc(sizeof(char *) * 64);
+  int nseen = 0;
+  for (int c = 0; c < e->nchunks; c++)
+    for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
+      const IrNode *n = e->chunks[c].g->nodes.items[i];
+      const char *call = e->chunks[c].plan->scratch_offset[i] >= 0 ? scratch_call(n) : NULL;
+      if (!call) continue;
+      const char *check = ir_fmt("if (%s > %lldLL) {", call,
+                                 (long long)e->chunks[c].plan->scratch_bytes[i]);
+      bool dup = false;
+      for (int k = 0; k < nseen; k++) dup |= strcmp(seen[k], check) == 0;
+      if (dup || nseen == 64) continue;
+      seen[nseen++] = check;
+      emit(e, "%s", check);
+      e->depth++;
+      emit(e, "fprintf(stderr, \"%%s: internal error: %s wants more scratch than the memory plan "
+              "holds\\n\", argv[0]);",
+           ir_op_info(n->op)->name);
+      emit(e, "return 1;");
+      e->depth--;
+      emit(e, "}");
+    }
+  emit(e, "#ifdef SHARD_PROFILE");
+  emit(e, "rt_prof_enable();");
+  emit(e, "#endif");
+  emit(e, "return rt_main(&rt_model, argc, argv);");
+  e->depth--;
+  emit(e, "}");
+}
+
+static void cuda_buildfile(CgEmitter *e, const char *const *programs, int nprograms) {
+  const char *arch = e->opt->cuda_arch ? e->opt->cuda_arch : CUDA_DEFAULT_ARCH;
+  emit(e, "# Builds the rank programs of this directory for the GPU against the shardc");
+  emit(e, "# runtime. Written by `shardc compile --target cuda`; `shardc build DIR` runs it.");
+  emit(e, "NVCC = %s", SHARDC_NVCC);
+  emit(e, "# The GPU's compute capability (shardc compile --cuda-arch; make ARCH=sm_80).");
+  emit(e, "ARCH = %s", arch);
+  /* The core's tables name only the fields they set, as C does; C++ warns
+   * about the others under -Wextra, which are zero by the same rule. */
+  emit(e, "NVCCFLAGS = -O3 -std=c++20 -arch=$(ARCH) -Xcompiler=-Wall,-Wextra,"
+          "-Wno-missing-field-initializers%s", SHARDC_CUDA_HOST_FLAGS);
+  emit(e, "CPPFLAGS = -I%s -I%s/kernels/cuda", SHARDC_SOURCE_DIR, SHARDC_SOURCE_DIR);
+  emit(e, "RTLIBS = %s", SHARDC_RT_LIBS_CUDA);
+  emit(e, "LDLIBS = -Xcompiler=%s -lcublasLt -cudart shared %s", SHARDC_OPENMP_FLAGS,
+       SHARDC_CUDA_LINK_LIBS);
+  emit(e, "# For instance -DSHARD_PROFILE: a per-op timer (see the top of the program).");
+  emit(e, "EXTRA_CFLAGS =");
+  emit_blank(e);
+  char *all = ir_strdup("");
+  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
+  emit(e, "all:%s", all);
+  emit_blank(e);
+  for (int i = 0; i < nprograms; i++) {
+    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
+    emit(e, "\t$(NVCC) $(NVCCFLAGS) $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)",
+         programs[i], e->target->source_ext);
+    emit_blank(e);
+  }
+  emit(e, "clean:");
+  emit(e, "\trm -f%s", all);
+  emit_blank(e);
+  emit(e, ".PHONY: all clean");
+}
+
+/* ---------------------------------------------------------------- policy */
+
+/* Reals of scratch a node needs: the GEMMs' cuBLASLt workspace, the
+ * attention backward's row statistics (a float pair per query row and
+ * head), the norms' row statistics and partial weight gradients, and the
+ * loss's per-row doubles. Sizes as kernels_cuda.h's k_cuda_*_scratch. */
+static int64_t cuda_scratch_bytes(const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_MATMUL:
+  case IR_OP_LINEAR:
+  case IR_OP_LINEAR_DX:
+  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE;
+  case IR_OP_ATTENTION_GRAD: {
+    int64_t H, K, d;
+    attention_dims(n, &H, &K, &d);
+    return 2 * dim(n->in[0], 0) * H * dim(n->in[0], 1) * 4;
+  }
+  case IR_OP_LAYERNORM_GRAD:
+  case IR_OP_RMSNORM_GRAD: {
+    int64_t rows = rows_of(n->in[0]), chunks = (rows + CUDA_NORM_CHUNK - 1) / CUDA_NORM_CHUNK;
+    return 2 * rows * 4 + 2 * chunks * dim(n->in[0], -1) * 8;
+  }
+  case IR_OP_CROSS_ENTROPY: return (numel(n->in[1]) > 0 ? numel(n->in[1]) : 1) * 8;
+  default: return 0;
+  }
+}
+
+static int64_t cuda_scratch_reals(const IrNode *n) { return (cuda_scratch_bytes(n) + 3) / 4; }
+
+/* One stream: one copy of each node's scratch, and no row chunks (a kernel
+ * covers all rows of a node at once). */
+static const PassMemPolicy cuda_memplan = {
+    .threads = 1,
+    .scratch_reals = cuda_scratch_reals,
+    .row_chunks = false,
+};
+
+static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
+                         int64_t part) {
+  emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
+       (long long)b, (long long)part);
+}
+
+static void *cuda_state_new(CgEmitter *e) {
+  (void)e;
+  CudaState *st = ir_alloc(sizeof *st);
+  memset(st, 0, sizeof *st);
+  return st;
+}
+
+const CgTarget cg_target_cuda = {
+    .name = "cuda",
+    .doc = "CUDA C++ for one NVIDIA GPU (fp32; cuBLASLt GEMMs, nvcc)",
+    .source_ext = ".cu",
+    .buildfile_name = "Makefile",
+    .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
+                "verify,memplan",
+    .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
+                   "autodiff,tp-fuse,verify",
+    .memplan = &cuda_memplan,
+    .writes_op = cuda_writes_op,
+    .state_new = cuda_state_new,
+    .prologue = cuda_prologue,
+    .node = cuda_node,
+    .fused = cuda_fused,
+    .accumulate = cuda_accumulate,
+    /* Only collectives use these, and a program with any is refused
+     * (check_supported) before its file is written. */
+    .permute = cuda_permute,
+    .comm_scratch = "tp_scratch",
+    .entry = cuda_entry,
+    .buildfile = cuda_buildfile,
+};

@@ -1,0 +1,32 @@
+# The CUDA target (codegen/cuda.c) in CI, where there is nvcc but no GPU:
+# the tiny GPT-2 and LLaMA (odd vocabulary and sequence, GQA) compile for
+# --target cuda, build with nvcc warning-free, and their host code runs
+# up to the point where it needs the device (run.sh). The GPU checks of
+# the same programs against the CPU target are in tests/gpu/run.sh.
+set(CT_DIR ${TESTS_DIR}/cuda_target)
+set(CT_WORK ${CMAKE_CURRENT_BINARY_DIR}/cuda_target)
+set(CT_GPT2 -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2)
+set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2
+             -D batch=2 -D ffn=96)
+
+# Refused before anything is written, with or without the CUDA libraries.
+add_test(NAME cuda_target/refuses_tp
+         COMMAND sh -c "out=$(\"$0\" compile \"$1\" --tp 2 --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/rank0.cu\""
+                 ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/tp2)
+
+if(TARGET shard_rt_cuda)
+  add_test(NAME cuda_target/gpt2_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2 ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
+  add_test(NAME cuda_target/llama_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
+                   ${CT_LLAMA})
+  # --cuda-arch reaches the build file (nothing is built).
+  add_test(NAME cuda_target/arch
+           COMMAND sh -c "\"$0\" compile \"$1\" --target cuda --cuda-arch sm_80 -o \"$2\" >/dev/null && grep '^ARCH = sm_80$' \"$2/Makefile\""
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/arch)
+  set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build PROPERTIES LABELS cuda)
+else()
+  add_test(NAME cuda_target/no_libraries
+           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/nolibs)
+endif()
