@@ -91,13 +91,33 @@ static const char *cache_dir(const char *model, int nargs, DrvArg *args, IrDType
   return ir_fmt(".shardc/%.*s-%016llx", (int)len, base, (unsigned long long)h);
 }
 
+/* Whether this machine shows an NVIDIA GPU: the driver's device files,
+ * without linking CUDA into the compiler. */
+static bool gpu_visible(void) {
+  return access("/dev/nvidiactl", F_OK) == 0 && access("/dev/nvidia0", F_OK) == 0;
+}
+
+/* The target of a run: --target, else cuda where a GPU is visible and the
+ * layout is one rank (the CUDA target's reach for now), else cpu; without
+ * --target the choice is said once, on stderr, unless quiet. */
+static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, bool quiet) {
+  const char *target = drv_value(nargs, args, "--target");
+  if (target) return target;
+  bool gpu = gpu_visible(), one_rank = opt->tp * opt->pp * opt->dp == 1;
+  target = gpu && one_rank ? "cuda" : "cpu";
+  const char *why = !gpu      ? "no GPU visible"
+                    : one_rank ? "a GPU is visible"
+                               : "a GPU is visible, but the cuda target runs one rank for now";
+  if (!quiet) fprintf(stderr, "shardc run: target %s (%s; --target NAME to choose)\n", target, why);
+  return target;
+}
+
 /* Compiles (quietly unless asked) and builds; returns the folder of the
  * programs (rank0, or stage0, stage1, ... with pipeline stages). */
 static const char *compile_and_build(const char *model, int nargs, DrvArg *args, IrDType dtype,
-                                     bool show_plan) {
+                                     const char *target, bool show_plan) {
   const char *dir = cache_dir(model, nargs, args, dtype);
   FILE *plan = show_plan ? stdout : NULL;
-  const char *target = drv_value(nargs, args, "--target"); /* NULL: the table's first */
   if (drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan) != 0) return NULL;
   if (run_make(dir) != 0) return NULL;
   return dir;
@@ -645,7 +665,7 @@ static const DrvOption run_options[] = {
     {"--dtype", "f32|f64", "the program's floating point type (default f32)"},
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
     {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
-    {"--target", "NAME", "the target to compile for (default: the first of `shardc passes`)"},
+    {"--target", "NAME", "cpu or cuda (default: cuda for one rank where a GPU is visible, else cpu)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     {NULL, NULL, NULL},
@@ -720,7 +740,8 @@ int drv_cmd_run(int argc, char **argv) {
   if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
-  const char *dir = compile_and_build(model, nargs, args, dtype, !help);
+  const char *dir = compile_and_build(model, nargs, args, dtype, run_target(nargs, args, &opt, help),
+                                      !help);
   if (!dir) return 1;
   /* One program per pipeline stage serves its t x d ranks. */
   const char **programs = ir_alloc(sizeof(char *) * (size_t)opt.pp);
@@ -805,7 +826,7 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     if (nm < 128) margs[nm++] = (DrvArg){&define, tok, -1};
   margs[nm++] = (DrvArg){&define, "batch=1", -1};
   IrDType dtype = real && strcmp(real, "f64") == 0 ? IR_F64 : IR_F32;
-  const char *built = compile_and_build(source, nm, margs, dtype, false);
+  const char *built = compile_and_build(source, nm, margs, dtype, NULL, false);
   if (!built) return 1;
   const char *program = ir_fmt("%s/rank0", built);
   const char *prompt = drv_value(nargs, args, "--prompt");
