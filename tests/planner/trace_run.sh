@@ -7,7 +7,8 @@
 # their message waits. With COMPARE=1 (the test sets it once compare-trace
 # exists) the same configuration is simulated with the description
 # `shardc hw --measure` wrote and `shardc compare-trace` prints both step
-# times and their ratio: a measurement, printed, not held to a bound.
+# times and their ratio (a measurement, printed, not held to a bound) and
+# draws both steps into NAME.svg, which must be well-formed XML.
 shardc=$1 data=$2 work=$3
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 S="-D layers=4 -D hidden=128 -D heads=4 -D seq=128 -D vocab=256"
@@ -52,7 +53,10 @@ PY
       --global-batch $((16 * $3)) --hw measured.hw --precision fp32 --trace "$name.sim.json" \
       >"$name.sim.txt" 2>&1 || { echo "FAIL $name: simulate"; tail -5 "$name.sim.txt"; bad=1; continue; }
     echo "== $name: measured against simulated"
-    "$shardc" compare-trace "$name.json" "$name.sim.json" || { echo "FAIL $name: compare-trace"; bad=1; }
+    "$shardc" compare-trace "$name.json" "$name.sim.json" --svg "$name.svg" || {
+      echo "FAIL $name: compare-trace"; bad=1; }
+    python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$name.svg" ||
+      { echo "FAIL $name: $name.svg is not XML"; bad=1; }
   fi
 done
 exit $bad
