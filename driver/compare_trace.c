@@ -135,7 +135,8 @@ typedef struct Rows {
   double makespan;
 } Rows;
 
-enum { MAX_ROWS = 64 };
+/* Rows drawn at most, and the processes a trace may name. */
+enum { MAX_ROWS = 64, MAX_PIDS = 65536 };
 
 static int row_of(const cJSON *ev, int pid) {
   const cJSON *e;
@@ -198,12 +199,17 @@ static bool build_rows(const cJSON *ev, Rows *rw) {
   RtSchedAction *acts = calloc((size_t)n + 1, sizeof *acts);
   double *from = calloc((size_t)n + 1, sizeof *from), *to = calloc((size_t)n + 1, sizeof *to);
   int *row = calloc((size_t)n + 1, sizeof *row), m = 0;
+  static int rows_by_pid[MAX_PIDS];
+  for (int i = 0; i < MAX_PIDS; i++) rows_by_pid[i] = -2;
   double t0 = 1e300;
   cJSON_ArrayForEach(e, ev) {
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
     if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X")) continue;
     if ((int)num(cJSON_GetObjectItemCaseSensitive(e, "args"), "step", 0) != step) continue;
-    int r = row_of(ev, (int)num(e, "pid", 0));
+    /* Each process's row once: row_of walks the whole trace. */
+    int pid = (int)num(e, "pid", 0);
+    int r = pid >= 0 && pid < MAX_PIDS ? rows_by_pid[pid] : -1;
+    if (r == -2) r = rows_by_pid[pid] = row_of(ev, pid);
     if (r < 0 || r >= MAX_ROWS || !event_action(e, &acts[m])) continue;
     row[m] = r;
     from[m] = num(e, "ts", 0) * 1e-6;
