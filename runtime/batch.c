@@ -8,6 +8,7 @@
 #include "exec.h"
 #include "rt.h"
 #include "tp.h"
+#include "trace.h"
 #include "util.h"
 
 void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g) {
@@ -76,11 +77,15 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
     rt->ctx.seed = rt_dropout_seed(rt, step, g);
     /* Inputs and the seed are written before every call: the memory plan
      * may reuse their bytes once the last reader is done. */
+    double t0 = rt_trace_now();
     rt_load_micro(rt, window, g);
     sum += forward_loss(rt);
+    double t1 = rt_trace_now();
+    rt_trace_add_kind(RT_SCHED_F, 0, (int)k, t0, t1);
     rt_seed_dloss(rt, c);
     if (rt->dp) rt_dp_backward_begin(rt, 0, k == rt->micro - 1);
     c->backward(&rt->ctx);
+    rt_trace_add_kind(RT_SCHED_B, 0, (int)k, t1, rt_trace_now());
   }
   if (rt->dp) rt_dp_backward_done(rt);
   return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);

@@ -9,6 +9,7 @@
 #include "device.h"
 #include "dp.h"
 #include "tp.h"
+#include "trace.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -18,6 +19,8 @@
 typedef struct Msg {
   real *buf;
   RtCommReq *req;
+  RtSchedAction act; /* --trace: the SEND or RECV that posted it, and when */
+  double posted;
 } Msg;
 
 /* One chunk's slots: those not in use, and how many exist. */
@@ -254,6 +257,8 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
              rt_sched_msg_name(a->msg), a->chunk, a->mb);
   int64_t n = x->numel[0][a->msg][a->chunk];
   r->buf = msg_buf(n);
+  r->act = *a;
+  r->posted = rt_trace_now();
   r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
 }
 
@@ -266,6 +271,8 @@ static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
              "internal error: %s(chunk %d, microbatch %d) runs before its RECV(%s) is posted",
              msg == RT_SCHED_ACT ? "F" : "B", c, mb, rt_sched_msg_name(msg));
   rt_comm_wait(r->req);
+  /* As the simulator's trace: a batch of messages is its first one. */
+  if (!(r->act.flags & RT_SCHED_JOIN)) rt_trace_add(&r->act, r->posted, rt_trace_now());
   if (msg == RT_SCHED_ACT)
     parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, r->buf);
   else
@@ -295,11 +302,16 @@ static void post_send(Rt *rt, RtExec *x, const RtSchedAction *a) {
     rt_fatal(rt->model->name,
              "internal error: SEND(%s, chunk %d, microbatch %d) before its %s, or twice",
              rt_sched_msg_name(a->msg), a->chunk, a->mb, a->msg == RT_SCHED_ACT ? "F" : "B");
+  s->act = *a;
+  s->posted = rt_trace_now();
   s->req = rt_comm_isend(x->pipe, s->buf, x->numel[1][a->msg][a->chunk], RT_COMM_REAL, a->peer);
   x->pending[x->npending++] = s;
 }
 
+/* The send has completed (or was seen to be: poll tests the oldest one
+ * only, so a trace's send lasts at most until then). */
 static void send_done(Msg *s) {
+  if (!(s->act.flags & RT_SCHED_JOIN)) rt_trace_add(&s->act, s->posted, rt_trace_now());
   rt_dev_free(s->buf);
   *s = (Msg){0};
 }
@@ -323,10 +335,13 @@ static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   int64_t g = rt_global_mb(rt, mb);
   if (ch->ninputs) rt_load_inputs(rt, ch, rt->window, g);
   if (ch->nrecv_act) take(rt, x, RT_SCHED_ACT, c, mb);
+  /* The trace's F starts once its input is here: the wait is RECV's. */
+  double t0 = rt_trace_now();
   rt->ctx.seed = rt_dropout_seed(rt, step, g);
   ch->forward(&rt->ctx);
   if (ch->has_loss) x->loss_sum += rt_chunk_loss(&rt->ctx, ch);
   if (ch->nsend_act) keep(rt, x, RT_SCHED_ACT, c, mb);
+  rt_trace_add_kind(RT_SCHED_F, c, mb, t0, rt_trace_now());
 }
 
 static void backward(Rt *rt, RtExec *x, int c, int mb) {
@@ -342,10 +357,12 @@ static void backward(Rt *rt, RtExec *x, int c, int mb) {
   /* The chunk's buckets may start reducing during its last backward of
    * the step, whichever microbatch the schedule runs last. */
   int last = ++x->bdone[c] == x->m;
+  double t0 = rt_trace_now();
   if (rt->dp) rt_dp_backward_begin(rt, c, last);
   ch->backward(&rt->ctx);
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
+  rt_trace_add_kind(RT_SCHED_B, c, mb, t0, rt_trace_now());
   release(x, c, *slot);
   *slot = NULL;
 }
@@ -376,6 +393,7 @@ static void sync_tied(Rt *rt, RtExec *x) {
 }
 
 static void opt_step(Rt *rt, RtExec *x, int64_t step, int dump, RtStepInfo *info) {
+  double t0 = rt_trace_now();
   rt_tp_step_mark(rt);
   if (rt->dp) rt_dp_backward_done(rt);
   sum_tied(rt, x);
@@ -383,6 +401,7 @@ static void opt_step(Rt *rt, RtExec *x, int64_t step, int dump, RtStepInfo *info
   rt_update(rt, step, dump, info);
   sync_tied(rt, x);
   x->opt_steps++;
+  rt_trace_add_kind(RT_SCHED_OPT_STEP, 0, 0, t0, rt_trace_now());
 }
 
 double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
@@ -405,9 +424,13 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
     case RT_SCHED_B: backward(rt, x, a->chunk, a->mb); break;
     case RT_SCHED_SEND: post_send(rt, x, a); break;
     case RT_SCHED_RECV: post_recv(rt, x, a); break;
-    case RT_SCHED_REDUCE_GRADS:
+    case RT_SCHED_REDUCE_GRADS: {
+      /* Its start only: the reduction runs on behind the compute. */
+      double t0 = rt_trace_now();
       if (rt->dp) rt_dp_start_chunk(rt, a->chunk);
+      rt_trace_add(a, t0, rt_trace_now());
       break;
+    }
     case RT_SCHED_OPT_STEP: opt_step(rt, x, step, dump, info); break;
     default: /* W and unknown kinds are refused by check_model */
       rt_fatal(m->name, "internal error: action %d of kind %d", (int)i, (int)a->kind);

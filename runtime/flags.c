@@ -117,6 +117,13 @@ static const Flag flags[] = {
     {"timeout", K_REAL, F(timeout), "S", "300", 1, 0, 1e9, NULL, 0,
      "with several ranks: a rank killed, failing or making no progress for S seconds ends "
      "the whole job, with a message naming it (0: never time out; docs/reliability.md)"},
+    {"trace", K_STR, F(trace), "FILE", NULL, 0, 0, 0, NULL, 0,
+     "record the wall time of every action each rank runs (forward, backward, message waits, "
+     "gradient reductions, the optimizer step) for --trace-steps steps after the first, and "
+     "write them as one Chrome trace (chrome://tracing, Perfetto; one process per rank), "
+     "named as `shardc simulate --trace` names its events"},
+    {"trace-steps", K_INT, F(trace_steps), "N", "2", 1, 1, 1e6, NULL, 0,
+     "steps --trace records"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,
      "instead of training, compare the gradient of the first batch with central "
      "differences at N coordinates of every parameter (meaningful in f64 builds)"},

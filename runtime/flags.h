@@ -35,6 +35,8 @@ typedef struct RtFlags {
   int64_t dp_stats;   /* print the data-parallel reduction's timers at the end */
   int64_t on_nan;      /* RT_NAN_*: what a step with a non-finite loss or gradient norm does */
   double timeout;      /* seconds without progress before a job is declared hung */
+  const char *trace;   /* --trace FILE: the actions' wall times, as a Chrome trace */
+  int64_t trace_steps; /* how many steps --trace records */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

@@ -20,6 +20,7 @@
 #include "rt.h"
 #include "sample.h"
 #include "tp.h"
+#include "trace.h"
 #include "util.h"
 #include "watchdog.h"
 #include "zero.h"
@@ -532,6 +533,7 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   rt->skipped = 0;
   rt_wd_phase("step %lld", (long long)(s + 1));
   inject_fault(s + 1);
+  rt_trace_step(s);
   rt_tp_step_begin(rt);
   rt_fetch_window(rt, s);
   rt_prof_add("S data", rt_now() - t0);
@@ -540,8 +542,10 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     info->loss = rt_exec_step(rt, s, dump, info);
   } else {
     info->loss = rt_window_grads(rt, rt->window, s);
+    double u = rt_trace_now();
     rt_tp_step_mark(rt);
     rt_update(rt, s, dump, info);
+    rt_trace_add_kind(RT_SCHED_OPT_STEP, 0, 0, u, rt_trace_now());
   }
   rt->step = s + 1;
   rt_dev_sync(); /* the step's time includes all of its work */
@@ -558,6 +562,7 @@ static void train(Rt *rt) {
   RtLog log = {.tokens_per_step = f->global_batch * rt->model->seq};
   rt_log_open(&log, f->log_json, f->resume ? rt->step : -1);
   int64_t first = rt->step;
+  rt_trace_open(rt, first);
   RtStepInfo info = {0};
   if (f->resume && first >= f->steps)
     rt_say("nothing to train: the checkpoint is at step %lld of %lld\n", (long long)first,
@@ -591,6 +596,7 @@ static void train(Rt *rt) {
     }
   }
   rt_log_close(&log);
+  rt_trace_close(rt);
   if (rt->nan_steps)
     rt_say("note: the updates of %lld step%s were dropped (non-finite gradients, --on-nan skip)\n",
            (long long)rt->nan_steps, rt->nan_steps == 1 ? "" : "s");

@@ -71,3 +71,15 @@ add_test(NAME planner/memory_plan_llama_sp
          COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_llama
                  ${MODELS_DIR}/llama.shard -D layers=2 -D seq=256 -D hidden=256 -D heads=4
                  -D kv_heads=4 -D ffn=512 -D vocab=512 --tp 2 --sequence-parallel)
+# `shardc run --trace` on the demo shape, on one rank and on two (t, p and
+# d = 2 in turn): every rank's forward, backward and optimizer events in
+# valid JSON; then each layout simulated with the description `shardc hw
+# --measure --max-size 256` writes, and `shardc compare-trace` prints the
+# measured and simulated step times and their ratio (a measurement the test
+# prints, not a bound it holds: trace_run.sh).
+if(TARGET shard_comm_mpi)
+  add_test(NAME planner/trace_run
+           COMMAND env COMPARE=1 sh ${PLANNER_DIR}/trace_run.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+                   ${CMAKE_CURRENT_BINARY_DIR}/planner_trace_run)
+  set_tests_properties(planner/trace_run PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun)
+endif()
