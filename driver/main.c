@@ -18,9 +18,12 @@ static void print_main_help(void) {
          "shardc compiles a transformer model written in the .shard language\n"
          "(see docs/language.md) for tensor, pipeline and data parallel training.\n\n"
          "commands:\n");
+  int w = 10;
   for (int i = 0; i < NCOMMANDS; i++)
-    printf("  %-10s %s\n", commands[i]->name, commands[i]->summary);
-  printf("  %-10s %s\n", "help", "help on a command: shardc help COMMAND");
+    if ((int)strlen(commands[i]->name) > w) w = (int)strlen(commands[i]->name);
+  for (int i = 0; i < NCOMMANDS; i++)
+    printf("  %-*s %s\n", w, commands[i]->name, commands[i]->summary);
+  printf("  %-*s %s\n", w, "help", "help on a command: shardc help COMMAND");
   printf("\noptions:\n  --help      show this help\n  --version   print the version\n"
          "\n`shardc COMMAND --help` lists the options of each command.\n");
 }
