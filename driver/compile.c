@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../codegen/codegen.h"
+#include "../passes/schedule.h"
 #include "driver.h"
 
 static const DrvOption compile_options[] = {
@@ -125,6 +126,40 @@ static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassO
   return true;
 }
 
+/* --global-batch against the microbatch (the model's `batch`, which
+ * --microbatch sets) times d, for every layout and before anything is
+ * written or launched, in the words of the schedule builder's check. */
+static bool check_global_batch(IrGraph *g, const PassOptions *opt, const CgOptions *o) {
+  IrConfig *c = ir_find_config(g, "batch");
+  if (o->global_batch <= 0 || !c || c->expr->kind != IR_EX_INT || c->expr->i <= 0) return true;
+  int64_t per = c->expr->i * opt->dp;
+  if (o->global_batch % per == 0) return true;
+  ir_error(ir_cmdline, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
+           (long long)o->global_batch, (long long)c->expr->i, opt->dp);
+  return false;
+}
+
+/* The layout rules that the flags alone decide, checked before the model
+ * is read, in the words of the target's own checks (codegen/layout.c). */
+static bool check_layout(const PassOptions *opt, const CgOptions *o, bool target) {
+  bool ok = true;
+  /* Without a target, p = 1 with v > 1 is a partition of the IR to look at. */
+  if (target && opt->vpp > 1 && opt->pp == 1) {
+    ir_error(ir_cmdline, "--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run "
+             "one after the other", opt->vpp);
+    ok = false;
+  }
+  if (o->zero && opt->dp == 1) {
+    ir_error(ir_cmdline, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+    ok = false;
+  }
+  if (o->schedule && !sched_find(o->schedule)) {
+    ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", o->schedule, sched_names());
+    ok = false;
+  }
+  return ok;
+}
+
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
                        const char *out_dir, IrDType dtype, FILE *plan_out) {
   PassOptions opt;
@@ -138,12 +173,13 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (precision && strcmp(precision, "fp32") != 0)
     return drv_usage_error(&drv_compile_command, "--precision: only fp32 is there yet, not '%s'",
                            precision);
+  if (!check_layout(&opt, &o, true)) return 1;
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
   IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);
-  if (!g) return 1;
+  if (!g || !check_global_batch(g, &opt, &o)) return 1;
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
   int ndefines = 0;
   for (int i = 0; i < nargs; i++)
@@ -181,6 +217,8 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   }
   if (drv_value(nargs, args, "--dtype"))
     return drv_usage_error(cmd, "--dtype applies to a target (--target cpu -o DIR)");
+  CgOptions flags = {0};
+  if (!cg_flags(cmd, nargs, args, &opt, &flags) || !check_layout(&opt, &flags, false)) return 1;
   /* Partitioning or a report only mean something with the passes that
    * partition: the first target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");

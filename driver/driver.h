@@ -37,6 +37,9 @@ typedef struct DrvCommand {
  * value). --help prints the command's help and returns -2. */
 int drv_parse_args(const DrvCommand *cmd, int argc, char **argv, DrvArg **out);
 void drv_print_help(const DrvCommand *cmd);
+/* The command's long option nearest to name[0..len) (at most two edits
+ * away), for "did you mean": NULL when none is that near. */
+const char *drv_nearest_option(const DrvCommand *cmd, const char *name, size_t len);
 /* Reports a usage error for the command and returns 1 (the exit status). */
 int drv_usage_error(const DrvCommand *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -114,6 +117,8 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
 int drv_cmd_compile(int nargs, DrvArg *args);
 int drv_cmd_build(int nargs, DrvArg *args);
 int drv_cmd_run(int argc, char **argv);
+/* The most ranks `shardc run` starts on one machine. */
+#define DRV_RUN_MAX_RANKS 1024
 int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);

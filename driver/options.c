@@ -48,6 +48,38 @@ static const DrvOption *find_option(const DrvCommand *cmd, const char *name, siz
   return NULL;
 }
 
+/* Edit distance between a[0..n) and b, to suggest the flag a typo meant;
+ * long names count as far apart, which no suggestion needs. */
+static int edit_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 40 || m > 40) return 99;
+  int row[41];
+  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[m];
+}
+
+const char *drv_nearest_option(const DrvCommand *cmd, const char *name, size_t len) {
+  const char *best = NULL;
+  int bestd = 3; /* more than two edits away is another word, not a typo */
+  for (const DrvOption *o = cmd->options; o && o->name; o++) {
+    if (strlen(o->name) < 3) continue; /* -D, -o: every short typo is near them */
+    int d = edit_distance(name, len, o->name);
+    if (d < bestd) bestd = d, best = o->name;
+  }
+  return best;
+}
+
 int drv_parse_args(const DrvCommand *cmd, int argc, char **argv, DrvArg **out) {
   DrvArg *args = ir_alloc(sizeof(DrvArg) * (size_t)(argc + 1));
   int n = 0;
@@ -70,7 +102,11 @@ int drv_parse_args(const DrvCommand *cmd, int argc, char **argv, DrvArg **out) {
     size_t len = eq ? (size_t)(eq - a) : (a[1] == '-' ? strlen(a) : 2);
     const DrvOption *o = find_option(cmd, a, len);
     if (!o) {
-      drv_usage_error(cmd, "unknown option '%s'", a);
+      const char *near = drv_nearest_option(cmd, a, len);
+      if (near)
+        drv_usage_error(cmd, "unknown option '%s' (did you mean %s?)", a, near);
+      else
+        drv_usage_error(cmd, "unknown option '%s'", a);
       return -1;
     }
     const char *value = NULL;

@@ -115,9 +115,8 @@ static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, b
 /* Compiles (quietly unless asked) and builds; returns the folder of the
  * programs (rank0, or stage0, stage1, ... with pipeline stages). */
 static const char *compile_and_build(const char *model, int nargs, DrvArg *args, IrDType dtype,
-                                     const char *target, bool show_plan) {
+                                     const char *target, FILE *plan) {
   const char *dir = cache_dir(model, nargs, args, dtype);
-  FILE *plan = show_plan ? stdout : NULL;
   if (drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan) != 0) return NULL;
   if (run_make(dir) != 0) return NULL;
   return dir;
@@ -657,6 +656,112 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
   return launch(mv, ranks, jobdir, job_timeout(argv));
 }
 
+/* ------------------------------------------------- checks before launch */
+
+/* The training program's flags, read from its --help ("  --name VALUE
+ * help" lines), so that the driver checks the program's command line
+ * without a copy of the program's flag table. takes[i]: the flag has a
+ * value. Returns the count (0 when the program could not be asked, or
+ * lists more than this reads). */
+static int program_flags(const char *program, char ***names, bool **takes) {
+  FILE *f = popen(ir_fmt("'%s' --help 2>/dev/null", program), "r");
+  if (!f) return 0;
+  int n = 0, cap = 512;
+  *names = ir_alloc(sizeof(char *) * (size_t)cap);
+  *takes = ir_alloc(sizeof(bool) * (size_t)cap);
+  char line[512];
+  while (fgets(line, sizeof line, f) && n < cap) {
+    if (strncmp(line, "  --", 4) != 0) continue;
+    size_t len = strcspn(line + 2, " \n");
+    (*names)[n] = ir_fmt("%.*s", (int)len, line + 2);
+    const char *after = line + 2 + len;
+    (*takes)[n++] = after[0] == ' ' && after[1] != ' ' && after[1] != '\n';
+  }
+  pclose(f);
+  /* A list cut short would call the rest unknown: let the program judge. */
+  return n < cap ? n : 0;
+}
+
+/* An unknown flag of the program, with the nearest of both shardc's and
+ * the program's flags as the suggestion. */
+static void unknown_program_flag(const DrvCommand *cmd, const char *a, size_t len, char **names,
+                                 int n) {
+  const char *best = drv_nearest_option(cmd, a, len);
+  DrvOption *theirs = ir_alloc(sizeof(DrvOption) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) theirs[i] = (DrvOption){names[i], NULL, NULL};
+  theirs[n] = (DrvOption){NULL, NULL, NULL};
+  DrvCommand program = {cmd->name, NULL, NULL, NULL, theirs, NULL};
+  const char *near = drv_nearest_option(&program, a, len);
+  if (near) best = near;
+  if (best)
+    drv_usage_error(cmd, "unknown option '%s' (did you mean %s?)", a, best);
+  else
+    drv_usage_error(cmd, "unknown option '%s' (`shardc run MODEL --help` lists the training "
+                         "options)", a);
+}
+
+/* The value of the program's flag `name` in argv, or NULL. */
+static const char *program_value(char **argv, int argc, const char *name) {
+  const char *v = NULL;
+  size_t n = strlen(name);
+  for (int i = 1; i < argc; i++)
+    if (strncmp(argv[i], name, n) == 0) {
+      if (argv[i][n] == '=') v = argv[i] + n + 1;
+      else if (argv[i][n] == 0 && i + 1 < argc) v = argv[i + 1];
+    }
+  return v;
+}
+
+/* The program's own checks that its command line alone decides, made once
+ * here before any rank starts (the program repeats them when started by
+ * hand): every flag is one of its own, and --steps is an integer, -1 (one
+ * pass over --data, the default) or more, and needs --data when positive
+ * (unless it resumes, or checks gradients). */
+static bool check_program_args(const DrvCommand *cmd, const char *program, char **argv, int argc) {
+  char **names;
+  bool *takes;
+  int n = program_flags(program, &names, &takes);
+  if (n == 0) return true; /* the program checks for itself */
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0) continue;
+    size_t len = strcspn(a, "=");
+    int k = 0;
+    while (k < n && !(strlen(names[k]) == len && strncmp(names[k], a, len) == 0)) k++;
+    if (k == n) {
+      unknown_program_flag(cmd, a, len, names, n);
+      return false;
+    }
+    if (takes[k] && !a[len]) i++;
+  }
+  const char *steps = program_value(argv, argc, "--steps");
+  if (steps) {
+    char *end;
+    long long v = strtoll(steps, &end, 10);
+    if (*end || end == steps || v < -1)
+      return drv_usage_error(cmd, "--steps: expected an integer of -1 (one pass over --data) or "
+                                  "more, got '%s'", steps) == 0;
+    const char *gradcheck = program_value(argv, argc, "--gradcheck");
+    bool checking = gradcheck && strtoll(gradcheck, NULL, 10) != 0;
+    /* A resumed run takes its data from the checkpoint's flags. */
+    if (v > 0 && !program_value(argv, argc, "--data") && !checking &&
+        !program_value(argv, argc, "--resume"))
+      return drv_usage_error(cmd, "--steps: training needs --data (or --steps 0)") == 0;
+  }
+  return true;
+}
+
+/* The checks of the job as a whole: shardc runs its t x p x d ranks on
+ * this machine. */
+static bool check_job(const DrvCommand *cmd, const PassOptions *opt) {
+  long long ranks = (long long)opt->tp * opt->pp * opt->dp;
+  if (ranks > DRV_RUN_MAX_RANKS)
+    return drv_usage_error(cmd, "--tp x --pp x --dp: %d x %d x %d = %lld ranks, more than the %d "
+                                "that shardc run starts on one machine", opt->tp, opt->pp, opt->dp,
+                           ranks, DRV_RUN_MAX_RANKS) == 0;
+  return true;
+}
+
 /* -------------------------------------------------------------------- run */
 
 static const DrvOption run_options[] = {
@@ -740,8 +845,15 @@ int drv_cmd_run(int argc, char **argv) {
   if (!drv_parse_dtype(cmd, nargs, args, &dtype)) return 1;
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
+  if (!check_job(cmd, &opt)) return 1;
+  /* The memory plan waits until every check has passed, so that an error
+   * is the last thing printed. */
+  char *plan_text = NULL;
+  size_t plan_len = 0;
+  FILE *plan = help ? NULL : open_memstream(&plan_text, &plan_len);
   const char *dir = compile_and_build(model, nargs, args, dtype, run_target(nargs, args, &opt, help),
-                                      !help);
+                                      plan);
+  if (plan) fclose(plan);
   if (!dir) return 1;
   /* One program per pipeline stage serves its t x d ranks. */
   const char **programs = ir_alloc(sizeof(char *) * (size_t)opt.pp);
@@ -749,6 +861,10 @@ int drv_cmd_run(int argc, char **argv) {
     programs[r] = opt.pp > 1 ? ir_fmt("%s/stage%d", dir, r) : ir_fmt("%s/rank0", dir);
   theirs[0] = (char *)programs[0];
   theirs[ntheirs] = NULL;
+  if (!usage && !check_program_args(cmd, programs[0], theirs, ntheirs)) return 1;
+  if (plan_text) fwrite(plan_text, 1, plan_len, stdout);
+  free(plan_text);
+  fflush(stdout);
   int per = opt.tp * opt.dp;
   if (per * opt.pp > 1 && !usage) return exec_ranks(programs, opt.pp, per, theirs);
   return exec_program(programs[0], theirs);
@@ -826,7 +942,7 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     if (nm < 128) margs[nm++] = (DrvArg){&define, tok, -1};
   margs[nm++] = (DrvArg){&define, "batch=1", -1};
   IrDType dtype = real && strcmp(real, "f64") == 0 ? IR_F64 : IR_F32;
-  const char *built = compile_and_build(source, nm, margs, dtype, NULL, false);
+  const char *built = compile_and_build(source, nm, margs, dtype, NULL, NULL);
   if (!built) return 1;
   const char *program = ir_fmt("%s/rank0", built);
   const char *prompt = drv_value(nargs, args, "--prompt");
