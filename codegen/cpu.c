@@ -75,12 +75,6 @@ static int64_t dim(const IrValue *v, int k) {
 }
 
 /* The product of dims [from, to). */
-static int64_t prod(const IrType *t, int from, int to) {
-  int64_t p = 1;
-  for (int k = from; k < to; k++) p *= t->shape[k];
-  return p;
-}
-
 static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
 
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
@@ -102,63 +96,11 @@ static const char *beta_of(CgEmitter *e, const IrValue *out) {
   return cg_buf(e, out)->region == PASS_REGION_GRADS ? "1" : "0";
 }
 
-/* How an operand of shape t is read at the flat index of shape s. */
-typedef enum BcKind { BC_FULL, BC_SCALAR, BC_SUFFIX, BC_ROW, BC_GENERAL } BcKind;
-typedef struct Bc {
-  BcKind kind;
-  int64_t size; /* BC_SUFFIX: elements of the suffix; BC_ROW: elements per row */
-} Bc;
-
-/* t's dims right-aligned to s's rank, 1 where t has none. */
-static void aligned_dims(const IrType *t, const IrType *s, int64_t *td) {
-  for (int k = 0; k < s->rank; k++) {
-    int j = k - (s->rank - t->rank);
-    td[k] = j >= 0 ? t->shape[j] : 1;
-  }
-}
-
-static Bc classify(const IrType *t, const IrType *s) {
-  int64_t nt = ir_type_numel(t), ns = ir_type_numel(s), td[IR_MAX_RANK];
-  if (nt == ns) return (Bc){BC_FULL, ns};
-  if (nt == 1) return (Bc){BC_SCALAR, 1};
-  aligned_dims(t, s, td);
-  int r = s->rank, p = 0, q = r;
-  while (p < r && td[p] == 1) p++;
-  bool suffix = true, row = true;
-  for (int k = p; k < r; k++) suffix &= td[k] == s->shape[k];
-  if (suffix) return (Bc){BC_SUFFIX, prod(s, p, r)};
-  while (q > 0 && td[q - 1] == 1) q--;
-  for (int k = 0; k < q; k++) row &= td[k] == s->shape[k];
-  if (row) return (Bc){BC_ROW, prod(s, q, r)};
-  return (Bc){BC_GENERAL, 0};
-}
-
-/* The index into t of flat index `i` of s, for any broadcast. */
-static const char *general_index(const IrType *t, const IrType *s, const char *i) {
-  int64_t td[IR_MAX_RANK], sstride = 1, tstride = 1;
-  int64_t ss[IR_MAX_RANK], ts[IR_MAX_RANK];
-  aligned_dims(t, s, td);
-  for (int k = s->rank - 1; k >= 0; k--) {
-    ss[k] = sstride, ts[k] = tstride;
-    sstride *= s->shape[k], tstride *= td[k];
-  }
-  char *x = NULL;
-  for (int k = 0; k < s->rank; k++) {
-    if (td[k] == 1) continue;
-    const char *c = k == 0 ? ir_fmt("%s / %lld", i, (long long)ss[k])
-                    : ss[k] == 1 ? ir_fmt("%s %% %lld", i, (long long)s->shape[k])
-                                 : ir_fmt("%s / %lld %% %lld", i, (long long)ss[k], (long long)s->shape[k]);
-    c = ts[k] == 1 ? ir_fmt("(%s)", c) : ir_fmt("(%s) * %lld", c, (long long)ts[k]);
-    x = x ? ir_fmt("%s + %s", x, c) : (char *)c;
-  }
-  return x ? x : "0";
-}
-
 /* ------------------------------------------------------------ fused loops */
 
 typedef struct Load {
   const IrValue *v;
-  Bc bc;
+  CgBc bc;
   const char *index;
 } Load;
 
@@ -193,7 +135,7 @@ static void collect_loads(CgEmitter *e, Fused *f) {
       const IrValue *v = n->in[j];
       bool seen = in_group(e, f, v);
       for (int l = 0; l < f->nloads && !seen; l++) seen = f->loads[l].v == v;
-      if (!seen) f->loads[f->nloads++] = (Load){v, classify(&v->type, f->shape), NULL};
+      if (!seen) f->loads[f->nloads++] = (Load){v, cg_bcast(&v->type, f->shape), NULL};
     }
   }
   /* One loop of rows works when every broadcast operand repeats along the
@@ -201,21 +143,21 @@ static void collect_loads(CgEmitter *e, Fused *f) {
   f->cols = 0;
   f->two_level = true;
   for (int l = 0; l < f->nloads; l++) {
-    Bc bc = f->loads[l].bc;
-    if (bc.kind == BC_GENERAL || ((bc.kind == BC_SUFFIX || bc.kind == BC_ROW) && f->cols &&
+    CgBc bc = f->loads[l].bc;
+    if (bc.kind == CG_BC_GENERAL || ((bc.kind == CG_BC_SUFFIX || bc.kind == CG_BC_ROW) && f->cols &&
                                   f->cols != bc.size))
       f->two_level = false;
-    if (bc.kind == BC_SUFFIX || bc.kind == BC_ROW) f->cols = bc.size;
+    if (bc.kind == CG_BC_SUFFIX || bc.kind == CG_BC_ROW) f->cols = bc.size;
   }
   if (!f->cols || (f->per && f->per % f->cols)) f->two_level = false;
   for (int l = 0; l < f->nloads; l++) {
     Load *ld = &f->loads[l];
     switch (ld->bc.kind) {
-    case BC_FULL: ld->index = "i"; break;
-    case BC_SCALAR: ld->index = "0"; break;
-    case BC_SUFFIX: ld->index = f->two_level ? "j" : ir_fmt("i %% %lld", (long long)ld->bc.size); break;
-    case BC_ROW: ld->index = f->two_level ? "r" : ir_fmt("i / %lld", (long long)ld->bc.size); break;
-    case BC_GENERAL: ld->index = general_index(&ld->v->type, f->shape, "i"); break;
+    case CG_BC_FULL: ld->index = "i"; break;
+    case CG_BC_SCALAR: ld->index = "0"; break;
+    case CG_BC_SUFFIX: ld->index = f->two_level ? "j" : ir_fmt("i %% %lld", (long long)ld->bc.size); break;
+    case CG_BC_ROW: ld->index = f->two_level ? "r" : ir_fmt("i / %lld", (long long)ld->bc.size); break;
+    case CG_BC_GENERAL: ld->index = cg_bcast_index(&ld->v->type, f->shape, "i"); break;
     }
   }
 }
@@ -446,8 +388,8 @@ static void emit_transpose(CgEmitter *e, int index) {
     return;
   }
   emit(e, "k_transpose(%s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, y), ref(e, x),
-       (long long)prod(t, 0, d0), (long long)t->shape[d0], (long long)prod(t, d0 + 1, d1),
-       (long long)t->shape[d1], (long long)prod(t, d1 + 1, t->rank));
+       (long long)cg_dims_prod(t, 0, d0), (long long)t->shape[d0], (long long)cg_dims_prod(t, d0 + 1, d1),
+       (long long)t->shape[d1], (long long)cg_dims_prod(t, d1 + 1, t->rank));
 }
 
 /* [b, s, H*d] <-> [b, H, s, d]. */
@@ -470,7 +412,7 @@ static void emit_split(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
   if (cg_cpu_chunk_rows(e)) outer = cg_cpu_chunk_rows(e); /* along the last axis (memplan's row_local) */
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
@@ -482,7 +424,7 @@ static void emit_concat(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
-  int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
   int64_t rows = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : outer; /* along the last axis in a chunk */
   for (int j = 0; j < n->nin; j++) {
     int64_t c = numel(n->in[j]) / outer;
@@ -497,15 +439,15 @@ static void emit_concat(CgEmitter *e, int index) {
 static void emit_sum_to(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
-  Bc bc = classify(&y->type, &x->type);
+  CgBc bc = cg_bcast(&y->type, &x->type);
   int64_t N = numel(x), M = numel(y);
   switch (bc.kind) {
-  case BC_FULL: emit_copy(e, y, x); return;
-  case BC_SCALAR:
-  case BC_SUFFIX:
+  case CG_BC_FULL: emit_copy(e, y, x); return;
+  case CG_BC_SCALAR:
+  case CG_BC_SUFFIX:
     emit(e, "k_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M), (long long)M);
     return;
-  case BC_ROW:
+  case CG_BC_ROW:
     emit(e, "{");
     e->depth++;
     emit(e, "real *restrict y = %s;", ref(e, y));
@@ -522,14 +464,14 @@ static void emit_sum_to(CgEmitter *e, int index) {
     e->depth--;
     emit(e, "}");
     return;
-  case BC_GENERAL:
+  case CG_BC_GENERAL:
     emit(e, "{");
     e->depth++;
     emit(e, "real *restrict y = %s;", ref(e, y));
     emit(e, "const real *restrict x = %s;", ref(e, x));
     emit(e, "memset(y, 0, %lld * sizeof(real));", (long long)M);
     emit(e, "for (int64_t i = 0; i < %lld; i++) y[%s] += x[i];", (long long)N,
-         general_index(&y->type, &x->type, "i"));
+         cg_bcast_index(&y->type, &x->type, "i"));
     e->depth--;
     emit(e, "}");
     return;

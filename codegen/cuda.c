@@ -69,67 +69,11 @@ static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v
 static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
 
-static int64_t prod(const IrType *t, int from, int to) {
-  int64_t p = 1;
-  for (int k = from; k < to; k++) p *= t->shape[k];
-  return p;
-}
-
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
 
 /* GEMMs that produce a gradient straight into its slot add (beta = 1). */
 static bool into_grads(CgEmitter *e, const IrValue *out) {
   return cg_buf(e, out)->region == PASS_REGION_GRADS;
-}
-
-/* How an operand of shape t is read at the flat index i of shape s: whole,
- * one scalar, a suffix of s's dims (a bias), a prefix (a per-row value),
- * or any other broadcast. */
-typedef enum BcKind { BC_FULL, BC_SCALAR, BC_SUFFIX, BC_ROW, BC_GENERAL } BcKind;
-typedef struct Bc {
-  BcKind kind;
-  int64_t size; /* BC_SUFFIX: elements of the suffix; BC_ROW: elements per row */
-} Bc;
-
-static void aligned_dims(const IrType *t, const IrType *s, int64_t *td) {
-  for (int k = 0; k < s->rank; k++) {
-    int j = k - (s->rank - t->rank);
-    td[k] = j >= 0 ? t->shape[j] : 1;
-  }
-}
-
-static Bc classify(const IrType *t, const IrType *s) {
-  int64_t nt = ir_type_numel(t), ns = ir_type_numel(s), td[IR_MAX_RANK];
-  if (nt == ns) return (Bc){BC_FULL, ns};
-  if (nt == 1) return (Bc){BC_SCALAR, 1};
-  aligned_dims(t, s, td);
-  int r = s->rank, p = 0, q = r;
-  while (p < r && td[p] == 1) p++;
-  bool suffix = true, row = true;
-  for (int k = p; k < r; k++) suffix &= td[k] == s->shape[k];
-  if (suffix) return (Bc){BC_SUFFIX, prod(s, p, r)};
-  while (q > 0 && td[q - 1] == 1) q--;
-  for (int k = 0; k < q; k++) row &= td[k] == s->shape[k];
-  if (row) return (Bc){BC_ROW, prod(s, q, r)};
-  return (Bc){BC_GENERAL, 0};
-}
-
-/* The index into t of flat index `i` of s, for any broadcast. */
-static const char *general_index(const IrType *t, const IrType *s, const char *i) {
-  int64_t td[IR_MAX_RANK], ss[IR_MAX_RANK], ts[IR_MAX_RANK], sstride = 1, tstride = 1;
-  aligned_dims(t, s, td);
-  for (int k = s->rank - 1; k >= 0; k--) {
-    ss[k] = sstride, ts[k] = tstride;
-    sstride *= s->shape[k], tstride *= td[k];
-  }
-  char *x = NULL;
-  for (int k = 0; k < s->rank; k++) {
-    if (td[k] == 1) continue;
-    const char *c = ir_fmt("%s / %lld %% %lld", i, (long long)ss[k], (long long)s->shape[k]);
-    c = ir_fmt("(%s) * %lld", c, (long long)ts[k]);
-    x = x ? ir_fmt("%s + %s", x, c) : (char *)c;
-  }
-  return x ? x : "0";
 }
 
 /* ------------------------------------------------- fused elementwise runs */
@@ -179,13 +123,13 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
       bool seen = in_group(e, &f, v);
       for (int l = 0; l < f.nloads && !seen; l++) seen = f.loads[l].v == v;
       if (seen) continue;
-      Bc bc = classify(&v->type, f.shape);
-      const char *index = bc.kind == BC_FULL     ? "i"
-                          : bc.kind == BC_SCALAR ? "0"
-                          : bc.kind == BC_SUFFIX ? ir_fmt("i %% %lld", (long long)bc.size)
-                          : bc.kind == BC_ROW    ? ir_fmt("i / %lld", (long long)bc.size)
-                                                 : general_index(&v->type, f.shape, "i");
-      f.loads[f.nloads++] = (Load){v, index, bc.kind == BC_FULL};
+      CgBc bc = cg_bcast(&v->type, f.shape);
+      const char *index = bc.kind == CG_BC_FULL     ? "i"
+                          : bc.kind == CG_BC_SCALAR ? "0"
+                          : bc.kind == CG_BC_SUFFIX ? ir_fmt("i %% %lld", (long long)bc.size)
+                          : bc.kind == CG_BC_ROW    ? ir_fmt("i / %lld", (long long)bc.size)
+                                                 : cg_bcast_index(&v->type, f.shape, "i");
+      f.loads[f.nloads++] = (Load){v, index, bc.kind == CG_BC_FULL};
     }
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) f.stores[f.nstores++] = n->out[j];
@@ -496,8 +440,8 @@ static void emit_transpose(CgEmitter *e, int index) {
     return;
   }
   emit(e, "k_cuda_transpose(%s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, y), ref(e, x),
-       (long long)prod(t, 0, d0), (long long)t->shape[d0], (long long)prod(t, d0 + 1, d1),
-       (long long)t->shape[d1], (long long)prod(t, d1 + 1, t->rank));
+       (long long)cg_dims_prod(t, 0, d0), (long long)t->shape[d0], (long long)cg_dims_prod(t, d0 + 1, d1),
+       (long long)t->shape[d1], (long long)cg_dims_prod(t, d1 + 1, t->rank));
 }
 
 /* [b, s, H*d] <-> [b, H, s, d]. */
@@ -520,7 +464,7 @@ static void emit_split(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_cuda_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", ref(e, n->out[j]), (long long)part,
          ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
@@ -531,7 +475,7 @@ static void emit_concat(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
-  int64_t outer = prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
   for (int j = 0; j < n->nin; j++) {
     int64_t c = numel(n->in[j]) / outer;
     emit(e, "k_cuda_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", ref(e, y),
@@ -545,22 +489,22 @@ static void emit_concat(CgEmitter *e, int index) {
 static void emit_sum_to(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
-  Bc bc = classify(&y->type, &x->type);
+  CgBc bc = cg_bcast(&y->type, &x->type);
   int64_t N = numel(x), M = numel(y);
   switch (bc.kind) {
-  case BC_FULL: emit_copy(e, y, x); return;
-  case BC_SCALAR:
-  case BC_SUFFIX:
+  case CG_BC_FULL: emit_copy(e, y, x); return;
+  case CG_BC_SCALAR:
+  case CG_BC_SUFFIX:
     emit(e, "k_cuda_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M),
          (long long)M);
     return;
-  case BC_ROW:
+  case CG_BC_ROW:
     emit(e, "cu_sum_last<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %lldLL, "
             "%lldLL);",
          (long long)M, ref(e, y), ref(e, x), (long long)M, (long long)bc.size);
     emit(e, "CU_LAUNCHED();");
     return;
-  case BC_GENERAL: cg_error(e, n, "a broadcast the CUDA target does not sum yet"); return;
+  case CG_BC_GENERAL: cg_error(e, n, "a broadcast the CUDA target does not sum yet"); return;
   }
 }
 

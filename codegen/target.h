@@ -60,6 +60,20 @@ typedef struct CgEmitter {
 /* The ranks along mesh axis a of g (1 when not partitioned). */
 static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
 
+/* How an elementwise operand of shape t is read at the flat index of
+ * shape s (broadcast.c): whole, one scalar, a suffix of s's dims (a
+ * bias), a prefix (a per-row value), or any other broadcast. */
+typedef enum CgBcKind { CG_BC_FULL, CG_BC_SCALAR, CG_BC_SUFFIX, CG_BC_ROW, CG_BC_GENERAL } CgBcKind;
+typedef struct CgBc {
+  CgBcKind kind;
+  int64_t size; /* CG_BC_SUFFIX: elements of the suffix; CG_BC_ROW: elements per row */
+} CgBc;
+CgBc cg_bcast(const IrType *t, const IrType *s);
+/* The index expression into t of flat index expression `i` of s. */
+const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i);
+/* The product of t's dims from..to-1. */
+int64_t cg_dims_prod(const IrType *t, int from, int to);
+
 /* One line: `depth` levels of two spaces, the formatted text, a newline. */
 void emit(CgEmitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emit_blank(CgEmitter *e);
