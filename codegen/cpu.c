@@ -376,36 +376,11 @@ static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
 
 static void emit_transpose(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  const IrValue *x = n->in[0], *y = n->out[0];
-  const IrType *t = &x->type;
-  int d0 = norm_axis(ir_attr_int(n, "dim0"), t->rank), d1 = norm_axis(ir_attr_int(n, "dim1"), t->rank);
-  if (d0 > d1) {
-    int s = d0;
-    d0 = d1, d1 = s;
-  }
-  if (d0 == d1) {
-    emit_copy(e, y, x);
-    return;
-  }
-  emit(e, "k_transpose(%s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, y), ref(e, x),
-       (long long)cg_dims_prod(t, 0, d0), (long long)t->shape[d0], (long long)cg_dims_prod(t, d0 + 1, d1),
-       (long long)t->shape[d1], (long long)cg_dims_prod(t, d1 + 1, t->rank));
+  if (!cg_transpose_call(e, n, "k_")) emit_copy(e, n->out[0], n->in[0]);
 }
 
-/* [b, s, H*d] <-> [b, H, s, d]. */
-static void heads_layout(CgEmitter *e, const IrNode *n, bool split) {
-  const IrValue *x = n->in[0], *y = n->out[0], *h4 = split ? y : x;
-  if (h4->type.rank != 4) {
-    cg_error(e, n, "expected [b, H, s, d] of rank 4");
-    return;
-  }
-  emit(e, "k_%s_heads(%s, %s, %lld, %lld, %lld, %lld);", split ? "split" : "merge", ref(e, y),
-       ref(e, x), (long long)dim(h4, 0), (long long)dim(h4, 2), (long long)dim(h4, 1),
-       (long long)dim(h4, 3));
-}
-
-static void emit_split_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), true); }
-static void emit_merge_heads(CgEmitter *e, int index) { heads_layout(e, node_at(e, index), false); }
+static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), true, "k_"); }
+static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), false, "k_"); }
 
 /* A split that is not a view: one strided block copy per part. */
 static void emit_split(CgEmitter *e, int index) {

@@ -74,6 +74,12 @@ const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i);
 /* The product of t's dims from..to-1. */
 int64_t cg_dims_prod(const IrType *t, int from, int to);
 
+/* The layout ops' kernel calls, `prefix` naming the target's kernels
+ * (layout_ops.c). A transpose of a dim with itself writes nothing and
+ * returns false: the target copies. */
+bool cg_transpose_call(CgEmitter *e, const IrNode *n, const char *prefix);
+void cg_heads_call(CgEmitter *e, const IrNode *n, bool split, const char *prefix);
+
 /* One line: `depth` levels of two spaces, the formatted text, a newline. */
 void emit(CgEmitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emit_blank(CgEmitter *e);
