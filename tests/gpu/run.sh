@@ -3,7 +3,7 @@
 # GPU (Hopper: built for sm_90 unless CUDA_ARCH says otherwise). It builds
 # (Release), runs each check with a time limit (all of them together stay
 # under ten minutes), and ends with a table: one row per check, PASS /
-# FAIL / SKIP / TODO, its time and where its log is. It exits 1 when a
+# FAIL / SKIP, its time and where its log is. It exits 1 when a
 # check failed, else 0.
 #
 #   tests/gpu/run.sh [BUILD_DIR]     (default build-gpu; logs in BUILD_DIR/gpu-logs,
@@ -34,7 +34,6 @@
 #     crossing         the losses of the CPU-only run within 1e-4
 #   model sanitizer    compute-sanitizer memcheck and racecheck on 2 steps of the
 #                      tiny GPT-2's CUDA program
-#   gpt2/llama bf16    TODO until --precision bf16 exists
 #
 #   tests/gpu/run.sh --model-check NAME BUILD_DIR   runs one model check alone
 #   (the table's rows call it so, under a time limit)
@@ -311,7 +310,6 @@ else
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
   done
 fi
-row "gpt2/llama bf16" TODO 0 "needs --precision bf16 (issue 10)"
 
 # ------------------------------------------------------------------ table
 echo
