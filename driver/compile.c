@@ -191,7 +191,9 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   o.model_path = model_abs;
   o.defines = defines;
   o.ndefines = ndefines;
-  return cg_compile(g, &o);
+  /* Beside the manifest, the script that launches its ranks by hand. */
+  int status = cg_compile(g, &o);
+  return status == 0 && !drv_write_launch_script(out_dir) ? 1 : status;
 }
 
 int drv_cmd_compile(int nargs, DrvArg *args) {

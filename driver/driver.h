@@ -119,6 +119,37 @@ int drv_cmd_build(int nargs, DrvArg *args);
 int drv_cmd_run(int argc, char **argv);
 /* The most ranks `shardc run` starts on one machine. */
 #define DRV_RUN_MAX_RANKS 1024
+
+/* How `shardc run` starts its ranks (launch.c): --launcher mpirun|srun
+ * (default srun inside a Slurm allocation, else mpirun) and mpirun's
+ * --hostfile FILE. */
+#define DRV_LAUNCH_OPTIONS                                                                     \
+  {"--launcher", "mpirun|srun", "start the ranks with mpirun or Slurm's srun (default: srun "  \
+   "inside a Slurm allocation, else mpirun)"},                                                 \
+      {"--hostfile", "FILE", "mpirun: start the ranks on the machines of this host file"}
+typedef enum DrvLauncher { DRV_LAUNCH_MPIRUN, DRV_LAUNCH_SRUN } DrvLauncher;
+typedef struct DrvLaunch {
+  DrvLauncher kind;
+  const char *hostfile; /* mpirun --hostfile, or NULL */
+  bool named;           /* --launcher or --hostfile given: even one rank is launched */
+  int nodes;            /* the machines the ranks spread over */
+} DrvLaunch;
+/* Whether o is one of DRV_LAUNCH_OPTIONS (they do not shape the programs). */
+bool drv_launch_option(const DrvOption *o);
+/* The launcher of a run, checked (a bad name, a host file that cannot be
+ * read, srun not on PATH); false after a usage error of cmd. */
+bool drv_launch_choose(const DrvCommand *cmd, int nargs, DrvArg *args, DrvLaunch *out);
+/* The most ranks one machine runs: ranks over the launch's machines. */
+int drv_launch_ranks_per_node(const DrvLaunch *l, int ranks);
+/* srun's command line for nprograms programs of per ranks each (in rank
+ * order), each with argv[1..], writing its --multi-prog file into dir and
+ * the recipe's environment (OMP_NUM_THREADS = threads) into ours; NULL
+ * after an error it printed. */
+char **drv_srun_argv(const char *const *programs, int nprograms, int per, char **argv,
+                     const char *threads, const char *dir);
+/* DIR/launch.sh from DIR/manifest.json: a POSIX sh script that starts every
+ * rank with its program under mpirun or srun; false after an error. */
+bool drv_write_launch_script(const char *dir);
 int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);

@@ -79,7 +79,8 @@ static const char *cache_dir(const char *model, int nargs, DrvArg *args, IrDType
   uint64_t h = hash_file(IR_HASH_SEED, model);
   /* Every compile option shapes the programs: -D and the parallel flags. */
   for (int i = 0; i < nargs; i++) {
-    if (!args[i].opt || strcmp(args[i].opt->name, "--out") == 0) continue;
+    if (!args[i].opt || strcmp(args[i].opt->name, "--out") == 0 || drv_launch_option(args[i].opt))
+      continue;
     h = ir_hash_bytes(h, args[i].opt->name, strlen(args[i].opt->name) + 1);
     if (args[i].value) h = ir_hash_bytes(h, args[i].value, strlen(args[i].value) + 1);
   }
@@ -602,7 +603,8 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
  * stage r's ranks are the r-th block of t x d (abi/mesh.h), so an MPMD
  * launch `-np t*d stage0 ARGS : -np t*d stage1 ARGS ...` gives every rank
  * its stage's program. */
-static int exec_ranks(const char *const *programs, int nprograms, int per, char **argv) {
+static int exec_ranks(const DrvLaunch *how, const char *const *programs, int nprograms, int per,
+                      char **argv) {
   int ranks = per * nprograms;
   if (getuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -611,12 +613,12 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
   const char *threads = getenv("OMP_NUM_THREADS");
   if (!threads || !*threads) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long t = cores > 0 ? cores / ranks : 1;
+    long t = cores > 0 ? cores / drv_launch_ranks_per_node(how, ranks) : 1;
     threads = ir_fmt("%ld", t >= 1 ? t : 1);
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 26));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 28));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -630,6 +632,10 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
   default_wait_policy();
   mv[n++] = "-x";
   mv[n++] = "OMP_WAIT_POLICY";
+  if (how->hostfile) {
+    mv[n++] = "--hostfile";
+    mv[n++] = (char *)how->hostfile;
+  }
   /* A rank that dies does not make mpirun kill the others: shardc ends
    * the job itself, so that the others exit with status 1 and the message
    * is ours (launch). */
@@ -644,6 +650,14 @@ static int exec_ranks(const char *const *programs, int nprograms, int per, char 
     mv[n++] = JOB_DIR_ENV;
     mv[n++] = "-x";
     mv[n++] = JOB_LAUNCHER_ENV;
+  }
+  /* Under Slurm srun starts the ranks instead (launch.c); the job folder
+   * and the watch are the same. */
+  if (how->kind == DRV_LAUNCH_SRUN) {
+    char **sv = drv_srun_argv(programs, nprograms, per, argv, threads, jobdir);
+    if (sv) return launch(sv, ranks, jobdir, job_timeout(argv));
+    if (jobdir) remove_job_dir(jobdir);
+    return 1;
   }
   for (int p = 0; p < nprograms; p++) {
     if (p) mv[n++] = ":";
@@ -773,6 +787,7 @@ static const DrvOption run_options[] = {
     {"--target", "NAME", "cpu or cuda (default: cuda for one rank where a GPU is visible, else cpu)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
+    DRV_LAUNCH_OPTIONS,
     {NULL, NULL, NULL},
 };
 
@@ -793,7 +808,11 @@ const DrvCommand drv_run_command = {
     "fails, dies, stops or makes no progress for --timeout seconds (default\n"
     "300) ends the job, with a message naming it, and exit status 1; SIGTERM\n"
     "or SIGINT finish the step, save (--save) and exit 75\n"
-    "(docs/reliability.md).",
+    "(docs/reliability.md).\n"
+    "Inside a Slurm allocation (SLURM_JOB_ID set), or with --launcher srun,\n"
+    "srun starts the ranks (--multi-prog, --mpi=pmix); --hostfile FILE gives\n"
+    "mpirun the machines. `shardc compile -o DIR` writes DIR/launch.sh, which\n"
+    "starts the same job without shardc (docs/training.md).",
     run_options, NULL};
 
 /* Splits argv into shardc's options and the program's. A value that
@@ -846,6 +865,8 @@ int drv_cmd_run(int argc, char **argv) {
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   if (!drv_apply_microbatch(cmd, &nargs, &args)) return 1;
   if (!check_job(cmd, &opt)) return 1;
+  DrvLaunch how;
+  if (!drv_launch_choose(cmd, nargs, args, &how)) return 1;
   /* The memory plan waits until every check has passed, so that an error
    * is the last thing printed. */
   char *plan_text = NULL;
@@ -866,7 +887,8 @@ int drv_cmd_run(int argc, char **argv) {
   free(plan_text);
   fflush(stdout);
   int per = opt.tp * opt.dp;
-  if (per * opt.pp > 1 && !usage) return exec_ranks(programs, opt.pp, per, theirs);
+  if ((per * opt.pp > 1 || how.named) && !usage)
+    return exec_ranks(&how, programs, opt.pp, per, theirs);
   return exec_program(programs[0], theirs);
 }
 

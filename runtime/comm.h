@@ -66,7 +66,18 @@
  * - T = max(1, cores / N) threads per rank, so the ranks together use each
  *   core once.
  * mpirun exits non-zero when any rank fails; its stderr then holds the
- * failing rank's `shardc: error: rank R: ...` line. */
+ * failing rank's `shardc: error: rank R: ...` line.
+ *
+ * Under Slurm the same recipe is (driver/launch.c, and the launch.sh that
+ * `shardc compile` writes):
+ *
+ *     OMP_NUM_THREADS=T OMPI_MCA_mpi_yield_when_idle=1 \
+ *     srun --ntasks=N --mpi=pmix --overcommit --multi-prog CONF
+ *
+ * - --mpi=pmix: Open MPI reads its rank and world from Slurm's PMIx server
+ *   (Debian's Open MPI has no PMI-2 client);
+ * - --overcommit is srun's --oversubscribe; T counts the ranks per node;
+ * - CONF gives each block of ranks its program (`0-1 /abs/stage0 ARGS`). */
 #ifndef SHARD_RT_COMM_H
 #define SHARD_RT_COMM_H
 

@@ -156,12 +156,15 @@ static int env_int(const char *const *names, int n, int dflt) {
 }
 
 void rt_wd_start(const char *program) {
-  static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-  static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+  /* mpirun's names, PMI's, and srun's (a step's task count: a batch
+   * script's SLURM_NTASKS would count ranks not yet started). */
+  static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                      "SLURM_PROCID"};
+  static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
   const char *dir = getenv(JOB_DIR_ENV), *launcher = getenv(JOB_LAUNCHER_ENV);
   stamp();
-  if (wd.on || env_int(sizes, 2, 1) <= 1) return;
-  wd.rank = env_int(ranks, 3, 0);
+  if (wd.on || env_int(sizes, 3, 1) <= 1) return;
+  wd.rank = env_int(ranks, 4, 0);
   const char *slash = program ? strrchr(program, '/') : NULL;
   wd.program = slash ? slash + 1 : program ? program : "?";
   wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
