@@ -16,9 +16,13 @@ set -euo pipefail
 #     (tests/oracle runs the same models in PyTorch, Debian's build, under
 #     /usr/bin/python3)
 #   time: peak memory of a run in bench/cpu_train.sh and bench/compile.sh
+#   slurm-wlm: srun for `shardc run --launcher srun` and launch.sh; its
+#     slurmctld, slurmd and munge for tests/launch/slurm.sh, which starts
+#     them from a configuration of its own (the packages' services are
+#     not configured or used)
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
           libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
-          python3-numpy python3-torch time)
+          python3-numpy python3-torch time slurm-wlm)
 
 # A package counts as present when dpkg has it installed; for the ones that
 # are only a tool, that tool on PATH counts too (a cmake built by hand, say).

@@ -30,7 +30,7 @@ bad() {
     fail "$errs error lines (expected one)"; sed 's/^/      /' out.txt | tail -8
   elif ! grep 'error' out.txt | grep -qF -- "$frag"; then
     fail "expected '$frag' in: $msg"
-  elif grep -q 'memory plan\|MPI_ABORT\|mpirun' out.txt; then
+  elif grep -v ': error: ' out.txt | grep -q 'memory plan\|MPI_ABORT\|mpirun'; then
     fail "the error came after the memory plan or from mpirun"; sed 's/^/      /' out.txt | tail -8
   else
     ok "exit 1 in ${secs}s: $msg"
@@ -125,6 +125,17 @@ bad "no model file given" info
 bad "cannot open file" info /nonexistent.shard
 bad "option '--json' takes no value" info "$M" --json=yes
 bad "did you mean --json?" info "$M" --jsn
+
+# run: the launcher.
+bad "--launcher: expected mpirun or srun, got 'slurm'" run "$M" $T --tp 2 --launcher slurm --steps 0
+bad "--launcher: expected mpirun or srun, got ''" run "$M" $T --tp 2 --launcher= --steps 0
+bad "--hostfile: cannot read '/nonexistent': No such file or directory" run "$M" $T --tp 2 --hostfile /nonexistent --steps 0
+bad "--hostfile: a host file is for mpirun" run "$M" $T --tp 2 --launcher srun --hostfile /etc/hostname --steps 0
+# srun missing: a PATH with only the tools this table uses.
+mkdir nosrun && for t in date grep sed head; do ln -s "$(command -v $t)" nosrun/; done
+KEEP_PATH=$PATH PATH=$PWD/nosrun
+bad "--launcher srun: srun is not on PATH" run "$M" $T --tp 2 --launcher srun --steps 0
+PATH=$KEEP_PATH
 
 echo "$CASES cases, $FAILS failed"
 [ $FAILS -eq 0 ]
