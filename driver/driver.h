@@ -54,6 +54,9 @@ const char *drv_value(int nargs, DrvArg *args, const char *name);
 IrGraph *drv_load_model(const char *path, int nargs, DrvArg *args);
 /* Loads, overrides and runs the default pipeline (fold, shape, verify). */
 IrGraph *drv_load_and_check(const char *path, int nargs, DrvArg *args);
+/* The whole file, NUL-terminated, from the arena (its length in *len), or
+ * NULL after reporting that it cannot be read. */
+char *drv_read_file(const char *path, size_t *len);
 /* The one positional argument (the model file), or NULL after an error. */
 const char *drv_model_arg(const DrvCommand *cmd, int nargs, DrvArg *args);
 

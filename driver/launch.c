@@ -175,19 +175,10 @@ typedef struct RankRun {
 
 /* The manifest's ranks as runs of one program; NULL when it cannot be read. */
 static RankRun *read_runs(const char *dir, int *nruns, cJSON **manifest) {
-  FILE *f = fopen(ir_fmt("%s/manifest.json", dir), "rb");
-  if (!f) return NULL;
-  char *text = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&text, &len);
-  char chunk[65536];
-  size_t got;
-  while (m && (got = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, got, m);
-  fclose(f);
-  if (!m) return NULL;
-  fclose(m);
+  size_t len;
+  const char *text = drv_read_file(ir_fmt("%s/manifest.json", dir), &len);
+  if (!text) return NULL;
   *manifest = cJSON_Parse(text);
-  free(text);
   cJSON *ranks = cJSON_GetObjectItem(*manifest, "ranks");
   int n = cJSON_GetArraySize(ranks);
   RankRun *runs = ir_alloc(sizeof(RankRun) * (size_t)(n + 1));

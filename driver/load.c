@@ -12,7 +12,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* Reads a whole file into the arena; NULL after reporting an error. */
-static char *read_file(const char *path, size_t *len) {
+char *drv_read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     ir_error((IrLoc){path, 0, 0}, "cannot open: %s", strerror(errno));
@@ -66,7 +66,7 @@ IrGraph *drv_load_model(const char *path, int nargs, DrvArg *args) {
   IrGraph *g;
   if (ends_with(path, ".ir")) {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char *text = drv_read_file(path, &len);
     if (!text) return NULL;
     g = ir_parse(path, text, len);
   } else {
