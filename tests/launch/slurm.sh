@@ -120,13 +120,13 @@ reference
 P="--tp 2 --pp 2 --global-batch $GB"
 steps() { grep -c 'launch task StepId=[0-9]*\.0 ' "$S/slurmd.log"; }
 
-# slurm_run WHAT LOG COMMAND...: runs the command (5 minutes at most); a
+# slurm_run WHAT LOG COMMAND...: runs the command (2 minutes at most); a
 # job step must have started and the losses must be the one rank's.
 slurm_run() {
   what=$1 log=$2
   shift 2
   before=$(steps)
-  timeout 300 "$@" >run.out 2>&1 </dev/null || { fail "$what: exit $?"; tail -8 run.out; }
+  timeout 120 "$@" >run.out 2>&1 </dev/null || { fail "$what: exit $?"; tail -8 run.out; }
   after=$(steps)
   if [ "$after" -gt "$before" ]; then
     ok "$what: ran as Slurm job step $(grep 'launch task StepId=' "$S/slurmd.log" | tail -1 |
@@ -170,4 +170,31 @@ slurm_run "sbatch launch.sh (4 ranks)" batch.json sbatch --wait -n 1 -o "$WORK/b
 # shellcheck disable=SC2086
 slurm_run "salloc shardc run, srun by default (4 ranks)" salloc.json salloc -n 1 \
   "$SHARDC" run "$M" $DEFS --vocab-multiple 8 $P --out prog-4 $TRAIN --log-json salloc.json
+# A rank killed under srun ends the job with shardc's message naming it
+# (the ranks report to shardc from srun's job step as from mpirun's).
+export SHARDC_JOB_KEEP=1
+# shellcheck disable=SC2086
+timeout 120 "$SHARDC" run "$M" $DEFS --vocab-multiple 8 $P --out prog-4 --launcher srun \
+  --data data.bin --steps 100000 --global-batch $GB --timeout 20 >kill.out 2>&1 </dev/null &
+job=$!
+unset SHARDC_JOB_KEEP
+i=0 victim=
+while [ -z "$victim" ] && [ $i -lt 300 ]; do
+  sleep 0.2
+  i=$((i + 1))
+  rec=$(find prog-4 -path '*/job-*/rank-2' | head -1)
+  [ -n "$rec" ] && grep -q '^action step' "$rec" && victim=$(sed -n 's/^pid //p' "$rec")
+done
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+st=$?
+secs=$(($(date +%s) - start))
+msg=$(grep 'shardc: error: rank' kill.out)
+if [ -n "$victim" ] && [ $st = 1 ] && echo "$msg" | grep -q 'rank 2 (tp=0 pp=1 dp=0, program stage1) died'; then
+  ok "rank 2 killed under srun: exit 1 after ${secs}s: $msg"
+else
+  fail "rank 2 killed under srun (pid ${victim:-none}): exit $st after ${secs}s"
+  tail -8 kill.out
+fi
 finish
