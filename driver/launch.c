@@ -44,8 +44,8 @@ static int count_hosts(FILE *f) {
   return n;
 }
 
-/* The nodes of the Slurm allocation we run in (1 outside one: srun then
- * allocates one node, --overcommit). */
+/* The nodes of the Slurm allocation we run in (outside one srun
+ * allocates one node for all ranks, --overcommit). */
 static int slurm_nodes(void) {
   const char *v = getenv("SLURM_JOB_NUM_NODES");
   int n = v ? atoi(v) : 1;
@@ -128,8 +128,9 @@ static const char *write_multi_prog(const char *const *programs, int nprograms, 
   FILE *f = fopen(path, "w");
   for (int p = 0; f && p < nprograms; p++) {
     char *abs = realpath(programs[p], NULL);
-    fprintf(f, "%d-%d %s%s\n", p * per, p * per + per - 1,
-            multi_prog_quote(abs ? abs : programs[p]), args);
+    /* The folder's name holds no line break: shardc made it, or -o named it. */
+    const char *q = multi_prog_quote(abs ? abs : programs[p]);
+    fprintf(f, "%d-%d %s%s\n", p * per, p * per + per - 1, q ? q : "''", args);
     free(abs);
   }
   if (!f || fclose(f) != 0) {
