@@ -1021,9 +1021,9 @@ const CgTarget cg_target_cuda = {
     .source_ext = ".cu",
     .buildfile_name = "Makefile",
     .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "verify,memplan",
+                "recompute,verify,memplan",
     .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,verify",
+                   "autodiff,tp-fuse,recompute,verify",
     .memplan = &cuda_memplan,
     .writes_op = cuda_writes_op,
     .state_new = cuda_state_new,

@@ -23,6 +23,7 @@ static const DrvOption compile_options[] = {
     {"--verify-each", NULL, "run the verifier after every pass and name the pass that broke it"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
+    DRV_RECOMPUTE_OPTIONS,
     {"--world-size", "N", "check that the job's N ranks are t * p * d"},
     {"--report", "comm|pp", "comm: what each rank sends per microbatch, per collective and mesh "
      "axis; pp: the pipeline placement"},

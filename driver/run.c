@@ -773,6 +773,7 @@ static const DrvOption run_options[] = {
     {"--target", "NAME", "cpu or cuda (default: cuda for one rank where a GPU is visible, else cpu)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
+    DRV_RECOMPUTE_OPTIONS,
     {NULL, NULL, NULL},
 };
 

@@ -177,6 +177,9 @@ static void plan_groups(Planner *pl) {
     p->fused[i] = !p->view[i] && !p->absorbed[i] && node_is_fusable(n);
     p->group_first[i] = p->group_last[i] = i;
     if (!p->fused[i] || i == 0 || !p->fused[i - 1] || i == p->boundary) continue;
+    /* A recomputed copy computes what its forward node did only in a loop
+     * of copies alone (recompute.c). */
+    if (n->recomputed != ((IrNode *)pl->g->nodes.items[i - 1])->recomputed) continue;
     IrNode *lead = pl->g->nodes.items[p->group_first[i - 1]];
     if (same_shape(&n->out[0]->type, &lead->out[0]->type)) p->group_first[i] = p->group_first[i - 1];
   }
