@@ -545,20 +545,22 @@ static void print_line(FILE *out, const char *what, int64_t bytes) {
           (double)bytes / (1024.0 * 1024.0));
 }
 
-void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t r[5]) {
+void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t r[5],
+                                int64_t act_without) {
   fprintf(out, "memory plan (%s, kernel scratch for %d threads):\n", real_bytes == 8 ? "f64" : "f32",
           threads);
   print_line(out, "weights", r[0]);
   print_line(out, "gradients", r[1]);
   print_line(out, "optimizer state (AdamW m, v)", r[2]);
   print_line(out, "activations kept for backward", r[3]);
+  if (act_without >= 0) print_line(out, "  without recomputation", act_without);
   print_line(out, "temporaries", r[4]);
   print_line(out, "total", r[0] + r[1] + r[2] + r[3] + r[4]);
 }
 
 void pass_memplan_print(FILE *out, const PassMemPlan *p) {
   int64_t r[5] = {p->weights, p->grads, p->optimizer, p->activations, p->temporaries};
-  pass_memplan_print_regions(out, p->real_bytes, p->threads, r);
+  pass_memplan_print_regions(out, p->real_bytes, p->threads, r, -1);
 }
 
 bool pass_memplan(IrGraph **g, const PassOptions *opt) {

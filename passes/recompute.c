@@ -5,8 +5,8 @@
  * the activations, and a pipeline stage holds one set of them per
  * microbatch in flight. This pass trades some of that memory for compute.
  * For each checkpoint group of the layer stack it copies forward nodes of
- * the group into the backward, just before the group's first backward
- * node, and makes the group's backward nodes read the copies instead of
+ * the group into the backward, just before the first of the group's
+ * backward nodes that reads one of them, and makes the group's backward nodes read the copies instead of
  * the forward results, which then die in the forward.
  *
  *  - full: a group is N consecutive layers of one virtual stage
@@ -167,8 +167,10 @@ static IrNode *copy_node(const Rc *rc, IrNode *n, IrPtrMap *map) {
   return c;
 }
 
-/* Writes each group's copies before its first backward node and points
- * the group's backward nodes at them; returns how many nodes it copied. */
+/* Points the group's backward nodes at its copies, and writes the copies
+ * just before the first of them that reads one (the copies read only
+ * forward values, so any place in the backward would do; the last one
+ * keeps them alive the shortest). Returns how many nodes it copied. */
 static int rewrite(Rc *rc, const bool *copy) {
   IrGraph *g = rc->g;
   IrPtrMap map = {0};
@@ -181,17 +183,16 @@ static int rewrite(Rc *rc, const bool *copy) {
   for (int i = 0; i < rc->nnodes; i++) {
     IrNode *n = g->nodes.items[i];
     int k = rc->group[i];
-    if (i >= rc->nforward && k >= 0) {
-      if (!placed[k])
-        for (int c = 0; c < copies[k].len; c++) ir_vec_push(&nodes, copies[k].items[c]);
-      placed[k] = true;
-      /* Only the copies of the node's own group: another group's backward
-       * keeps reading the forward result. */
-      for (int j = 0; j < n->nin; j++) {
-        IrValue *c = ir_ptrmap_get(&map, n->in[j]);
-        if (c && group_of(rc, c->def) == k) n->in[j] = c;
-      }
+    bool reads = false;
+    /* Only the copies of the node's own group: another group's backward
+     * keeps reading the forward result. */
+    for (int j = 0; j < n->nin && i >= rc->nforward && k >= 0; j++) {
+      IrValue *c = ir_ptrmap_get(&map, n->in[j]);
+      if (c && group_of(rc, c->def) == k) n->in[j] = c, reads = true;
     }
+    if (reads && !placed[k])
+      for (int c = 0; c < copies[k].len; c++) ir_vec_push(&nodes, copies[k].items[c]);
+    placed[k] = placed[k] || reads;
     ir_vec_push(&nodes, n);
   }
   g->nodes = nodes;
