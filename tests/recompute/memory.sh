@@ -115,6 +115,34 @@ for shape in "16 2 32 2" "32 1 32 4"; do
   fi
 done
 
+# With row chunks (the CPU target's runs, planned at this shape) the
+# temporaries under full must not grow with the layers: a run that held
+# the whole forward would bring back what recomputation frees.
+D="-D seq=128 -D batch=8 -D hidden=128 -D heads=4 -D vocab=256"
+temps() {
+  # shellcheck disable=SC2086
+  "$SHARDC" compile "$M" $D "$@" --target cpu -o prog | awk '/temporaries/ { print $2; exit }'
+}
+t4=$(temps -D layers=4 --recompute full) t8=$(temps -D layers=8 --recompute full)
+n4=$(temps -D layers=4)
+if [ -n "$t4" ] && [ "$t4" = "$t8" ] && [ "$t4" -le "$n4" ]; then
+  ok "full, demo shape: temporaries $t4 bytes at 4 layers and $t8 at 8 (none: $n4 at 4)"
+else
+  fail "full, demo shape: temporaries $t4 bytes at 4 layers, $t8 at 8, none $n4 at 4"
+fi
+
+# The planner prices groups of layers: every N-th input kept, one group live.
+sim() {
+  "$SHARDC" simulate "$ROOT/models/gpt3.shard" --hw a100 --tp 8 --pp 4 --global-batch 64 "$@" --json |
+    sed -n 's/.*"memory_bytes_per_gpu":[^0-9]*\([0-9]*\).*/\1/p'
+}
+s1=$(sim --recompute full) s4=$(sim --recompute full --recompute-layers 4)
+if [ -n "$s1" ] && [ -n "$s4" ] && [ "$s1" != "$s4" ]; then
+  ok "simulate gpt3 t=8 p=4, full: $s1 bytes per GPU; in groups of 4 layers: $s4"
+else
+  fail "simulate: --recompute-layers 4 gives $s4 bytes, 1 gives $s1"
+fi
+
 # The plan prints both figures under recomputation, and only its own without.
 "$SHARDC" compile "$M" -D layers=2 -D seq=64 -D hidden=64 -D heads=4 -D vocab=128 --recompute full \
   --target cpu -o prog >plan.txt 2>&1
