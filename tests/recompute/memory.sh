@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # shapes and flag lists are lists of words
 # memory.sh SHARDC ROOT: the activations one layer keeps per microbatch,
 # from the memory plans `shardc compile` prints, against the formulas of
 # Korthikanti et al. (REFERENCE.md), at several shapes and layouts.
