@@ -7,7 +7,9 @@
 #    (tests/recompute/unfused.shard), one rank: selective, full, full in
 #    groups of 2 layers;
 #  - the same on two pipeline stages (the recomputed nodes run in the
-#    chunk's backward, between other microbatches' forwards);
+#    chunk's backward, between other microbatches' forwards), and on two
+#    tensor ranks with sequence parallelism (the recomputed forward runs
+#    its all-gathers again);
 #  - two pipeline stages without recomputation against one rank, within
 #    the grid's tolerance: the pipeline's backward draws its microbatch's
 #    own dropout masks (not those of the forward that ran last).
@@ -50,15 +52,24 @@ same() {
 for model in gpt2 unfused; do
   m="$ROOT/models/$model.shard"
   [ -f "$m" ] || m="$ROOT/tests/recompute/$model.shard"
-  for layout in "1" "2"; do
-    ref="$model-p$layout"
-    if ! train "$ref" "$m" --pp "$layout"; then
+  for layout in p1 p2 t2; do
+    case $layout in
+    p1) flags="--pp 1" ;;
+    p2) flags="--pp 2" ;;
+    t2) flags="--tp 2 --sequence-parallel" ;;
+    esac
+    ref="$model-$layout"
+    # shellcheck disable=SC2086 # a list of flags
+    if ! train "$ref" "$m" $flags; then
       fail "$ref: exit"; tail -5 "$ref.out"; continue
     fi
-    ok "$ref: losses $(losses "$ref" | cut -c1-120)"
-    same "$ref" "$ref-selective" "$m" --pp "$layout" --recompute selective
-    same "$ref" "$ref-full" "$m" --pp "$layout" --recompute full
-    same "$ref" "$ref-full2" "$m" --pp "$layout" --recompute full --recompute-layers 2
+    ok "$ref ($flags): losses $(losses "$ref" | cut -c1-120)"
+    # shellcheck disable=SC2086
+    same "$ref" "$ref-selective" "$m" $flags --recompute selective
+    # shellcheck disable=SC2086
+    same "$ref" "$ref-full" "$m" $flags --recompute full
+    # shellcheck disable=SC2086
+    same "$ref" "$ref-full2" "$m" $flags --recompute full --recompute-layers 2
   done
 done
 
