@@ -53,6 +53,10 @@ typedef struct CgOptions {
   /* The CUDA target: the GPU architecture its programs are built for
    * (nvcc -arch; NULL: sm_90). */
   const char *cuda_arch;
+  /* Per rank program (pipeline stage): the activation bytes it keeps
+   * without recomputation, printed under its own (--recompute); NULL:
+   * not printed. */
+  const int64_t *act_without;
 } CgOptions;
 
 #define CG_DEFAULT_MICROBATCHES 8
@@ -78,5 +82,9 @@ void cg_print_targets(FILE *out);
  * unknown target, a model the target cannot run, a file that cannot be
  * written). */
 int cg_compile(IrGraph *g, const CgOptions *o);
+/* The activation bytes each of the nprograms rank programs of g keeps
+ * (its memory plan's activations region), laid out as cg_compile would
+ * but writing nothing; false after reporting errors. */
+bool cg_kept_activations(IrGraph *g, const CgOptions *o, int64_t *bytes, int nprograms);
 
 #endif

@@ -800,9 +800,10 @@ static bool write_model_files(const CgOptions *o) {
 
 /* ----------------------------------------------------------------- entry */
 
-static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool several) {
+static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool several,
+                       const int64_t *without) {
   if (several) fprintf(out, "%s: ", pr->name);
-  pass_memplan_print_regions(out, rb, threads, pr->regions);
+  pass_memplan_print_regions(out, rb, threads, pr->regions, without ? without[pr->stage] : -1);
 }
 
 static void emitter_begin(CgEmitter *e, const CgLayout *l, CgChunk *chunks, int nchunks) {
@@ -822,7 +823,8 @@ bool cg_emit(const CgLayout *l) {
   for (int r = 0; r < l->nprograms; r++) {
     const CgProgram *pr = &l->programs[r];
     names[r] = pr->name;
-    if (o->plan_out) print_plan(o->plan_out, pr, l->real_bytes, l->policy.threads, l->pp > 1);
+    if (o->plan_out)
+      print_plan(o->plan_out, pr, l->real_bytes, l->policy.threads, l->pp > 1, o->act_without);
     CgEmitter pe;
     emitter_begin(&pe, l, pr->chunks, pr->nchunks);
     emit_program(&pe, &l->model, pr);
@@ -843,6 +845,16 @@ bool cg_emit(const CgLayout *l) {
 
 /* The last stage of the compiler: the layout of the program set, built
  * and verified once, then every file printed from it. */
+bool cg_kept_activations(IrGraph *g, const CgOptions *o, int64_t *bytes, int nprograms) {
+  if (!cg_target_known(o->target)) return false;
+  CgLayout *l = cg_layout_build(g, o, cg_find_target(o->target));
+  if (!l) return false;
+  bool ok = l->nprograms == nprograms;
+  for (int r = 0; ok && r < nprograms; r++) bytes[r] = l->programs[r].regions[3];
+  cg_layout_free(l);
+  return ok;
+}
+
 int cg_compile(IrGraph *g, const CgOptions *o) {
   if (!cg_target_known(o->target)) return 1;
   CgLayout *l = cg_layout_build(g, o, cg_find_target(o->target));

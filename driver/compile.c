@@ -23,6 +23,7 @@ static const DrvOption compile_options[] = {
     {"--verify-each", NULL, "run the verifier after every pass and name the pass that broke it"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
+    DRV_RECOMPUTE_OPTIONS,
     {"--world-size", "N", "check that the job's N ranks are t * p * d"},
     {"--report", "comm|pp", "comm: what each rank sends per microbatch, per collective and mesh "
      "axis; pp: the pipeline placement"},
@@ -160,6 +161,23 @@ static bool check_layout(const PassOptions *opt, const CgOptions *o, bool target
   return ok;
 }
 
+/* With --recompute: the activation bytes each rank program would keep
+ * without it, from a second compile of the model that writes nothing, so
+ * that the memory plan shows both; NULL when that fails. */
+static const int64_t *kept_without_recompute(const char *model, int nargs, DrvArg *args,
+                                             const char *pipeline, PassOptions opt,
+                                             const CgOptions *o) {
+  opt.recompute = PASS_RECOMPUTE_NONE;
+  opt.recompute_layers = 1;
+  IrGraph *g = drv_load_model(model, nargs, args);
+  PassManagerFlags flags = {.print_stream = stdout};
+  if (!g || !set_data_axis(g, &opt) || !pass_run_pipeline(&g, pipeline, &opt, &flags)) return NULL;
+  CgOptions plain = *o;
+  plain.plan_out = NULL;
+  int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
+  return cg_kept_activations(g, &plain, bytes, opt.pp) ? bytes : NULL;
+}
+
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
                        const char *out_dir, IrDType dtype, FILE *plan_out) {
   PassOptions opt;
@@ -191,6 +209,8 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   o.model_path = model_abs;
   o.defines = defines;
   o.ndefines = ndefines;
+  if (opt.recompute != PASS_RECOMPUTE_NONE && plan_out)
+    o.act_without = kept_without_recompute(model, nargs, args, pipeline, opt, &o);
   /* Beside the manifest, the script that launches its ranks by hand. */
   int status = cg_compile(g, &o);
   return status == 0 && !drv_write_launch_script(out_dir) ? 1 : status;

@@ -96,8 +96,15 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"}, \
       {"--bucket-mb", "MB", "size of a data-parallel gradient bucket in MiB (default 25)"}
 
+/* Activation recomputation, shared by `shardc compile` and `shardc run`. */
+#define DRV_RECOMPUTE_OPTIONS                                                                  \
+  {"--recompute", "none|selective|full", "run forward ops again in the backward instead of "   \
+   "keeping their results: none (default), the attention core, every layer"},                  \
+      {"--recompute-layers", "N", "--recompute full: layers per checkpoint, each keeping only " \
+       "its input (default 1)"}
+
 /* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple, --pp,
- * --vpp, --pp-layout, --dp and --world-size into pass options; false after
+ * --vpp, --pp-layout, --dp, --world-size, --recompute and --recompute-layers into pass options; false after
  * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 

@@ -193,6 +193,27 @@ static bool int_flag(const DrvCommand *cmd, int nargs, DrvArg *args, const char 
   return true;
 }
 
+/* --recompute and --recompute-layers; N > 1 means groups of layers,
+ * which only full recomputation has. */
+static bool recompute_flags(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out) {
+  const char *rc = drv_value(nargs, args, "--recompute");
+  bool known = !rc;
+  for (int k = 0; rc && k <= PASS_RECOMPUTE_FULL; k++)
+    if (strcmp(rc, pass_recompute_names[k]) == 0) out->recompute = (PassRecompute)k, known = true;
+  if (!known) {
+    drv_usage_error(cmd, "--recompute: expected none, selective or full, got '%s'", rc);
+    return false;
+  }
+  if (!int_flag(cmd, nargs, args, "--recompute-layers", 1, false, 1 << 20, &out->recompute_layers))
+    return false;
+  if (out->recompute_layers > 1 && out->recompute != PASS_RECOMPUTE_FULL) {
+    drv_usage_error(cmd, "--recompute-layers %d: groups of layers need --recompute full",
+                    out->recompute_layers);
+    return false;
+  }
+  return true;
+}
+
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out) {
   *out = (PassOptions){.tp = 1, .pp = 1, .dp = 1, .vocab_multiple = 128};
   bool ok = int_flag(cmd, nargs, args, "--tp", 1, false, 1 << 16, &out->tp);
@@ -203,6 +224,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   ok = int_flag(cmd, nargs, args, "--dp", 1, false, 1 << 20, &out->dp) && ok;
   out->pp_layout = drv_value(nargs, args, "--pp-layout");
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  ok = recompute_flags(cmd, nargs, args, out) && ok;
   const char *strategy = drv_value(nargs, args, "--tp-strategy");
   if (strategy && strcmp(strategy, "none") == 0) {
     out->tp_strategy = PASS_TP_NONE;

@@ -788,6 +788,7 @@ static const DrvOption run_options[] = {
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     DRV_LAUNCH_OPTIONS,
+    DRV_RECOMPUTE_OPTIONS,
     {NULL, NULL, NULL},
 };
 

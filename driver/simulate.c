@@ -55,6 +55,8 @@ static const DrvOption simulate_options[] = {
     {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
     {"--recompute", "none|selective|full",
      "recompute activations in the backward: none (default), the attention core, every layer"},
+    {"--recompute-layers", "N", "--recompute full: layers per checkpoint (default 1); memory keeps "
+     "every N-th layer's input and one group's activations"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
     {"--precision", "mixed|fp32",
      "memory as mixed precision keeps it (default), or fp32 everything as the CPU target does"},
@@ -112,6 +114,12 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     drv_usage_error(&drv_simulate_command, "--recompute: expected none, selective or full, got '%s'", rc);
     return false;
   }
+  ok = int_arg(nargs, args, "--recompute-layers", 1, &c->recompute_layers) && ok;
+  if (c->recompute_layers > 1 && c->recompute != PL_RECOMPUTE_FULL) {
+    drv_usage_error(&drv_simulate_command, "--recompute-layers %d: groups of layers need "
+                    "--recompute full", c->recompute_layers);
+    return false;
+  }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
@@ -125,9 +133,10 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
 static const char *const recompute_names[] = {"none", "selective", "full"};
 
 static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
-  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs, recompute %s\n", hw->name, c->tp,
+  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs, recompute %s%s\n", hw->name, c->tp,
          c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
-         c->tp * c->pp * c->dp, recompute_names[c->recompute]);
+         c->tp * c->pp * c->dp, recompute_names[c->recompute],
+         c->recompute_layers > 1 ? ir_fmt(" (%d layers per checkpoint)", c->recompute_layers) : "");
   printf("step time        %10.4f s\n", r->step_time);
   /* A measured CPU's peak is a fraction of a TFLOP/s: digits, not 0. */
   double peak = hw->peak_flops[PL_BF16] / 1e12;
@@ -161,6 +170,7 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
   cJSON_AddNumberToObject(o, "memory_bytes_per_gpu", r->memory_max);
   cJSON_AddStringToObject(o, "recompute", recompute_names[c->recompute]);
+  if (c->recompute_layers > 1) cJSON_AddNumberToObject(o, "recompute_layers", c->recompute_layers);
   cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
   cJSON_AddNumberToObject(o, "counted_flops_per_step", r->counted_flops);
   cJSON *st = cJSON_AddArrayToObject(o, "stages");

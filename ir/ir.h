@@ -374,13 +374,21 @@ struct IrNode {
   int stage;
   /* Which layer (iteration of a top-level repeat, counted over all of
    * them in order) `unroll` copied the node from; -1 for the nodes outside
-   * every repeat. Not printed: pp-partition runs in the same pipeline. */
+   * every repeat. A backward node has the layer of the forward node that
+   * autodiff differentiated to write it. Not printed: pp-partition and
+   * recompute run in the same pipeline. */
   int layer;
   /* A backward pp_boundary (the message of a gradient back to the stage
    * that sent the activation): the forward pp_boundary it is the adjoint
    * of, so that codegen pairs each activation with its gradient. NULL
    * elsewhere. Not printed. */
   IrNode *adjoint_of;
+  /* A forward node's copy that `recompute` placed in the backward, to run
+   * again there instead of keeping its results from the forward. The
+   * memory plan fuses no loop across the edge of a run of such copies, so
+   * that each copy computes exactly what its forward node did. Not
+   * printed. */
+  bool recomputed;
 };
 
 /* ---------------------------------------------------------------- graphs */

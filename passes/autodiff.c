@@ -24,6 +24,10 @@
  * gradient from dst back to src, so that the gradient of a value reaches
  * its own stage before anything adds to it.
  *
+ * Each backward node also carries the layer (IrNode.layer) of the forward
+ * node it differentiates, so that `recompute` knows which layer's
+ * backward it belongs to.
+ *
  * Dropout nodes get unique `site` numbers here, copied to their
  * dropout_grad, so the backward recomputes each forward mask instead of
  * storing it. */
@@ -40,6 +44,7 @@ typedef struct Ad {
   IrValue **grad;  /* by value id: the gradient accumulated so far */
   IrLoc loc;       /* of the forward node being differentiated: its backward nodes' */
   int stage;       /* the virtual stage of the backward nodes being written */
+  int layer;       /* the layer (IrNode.layer) of the forward node being differentiated */
   bool ok;
 } Ad;
 
@@ -95,6 +100,7 @@ static IrNode *emit(Ad *ad, IrOp op, IrValue **in, int nin, const IrAttr *given,
   IrNode *n = ir_add_node(ad->g, op, in, nin, attrs, info->nattr, nout, here(ad));
   n->phase = IR_PHASE_BACKWARD;
   n->stage = ad->stage;
+  n->layer = ad->layer;
   if (!info->shape(n)) die("autodiff: the shape rule of %s failed on a backward node", info->name);
   return n;
 }
@@ -578,6 +584,7 @@ static void record_param_grads(Ad *ad) {
     IrValue *p = g->params.items[i], *gr = ad->grad[vid(ad, p)];
     ad->loc = p->loc;
     ad->stage = holder[vid(ad, p)];
+    ad->layer = -1;
     if (!gr)
       gr = zeros_like(ad, p);
     else if (gr->kind != IR_VAL_NODE || gr->def->phase != IR_PHASE_BACKWARD || taken[gr->id])
@@ -610,6 +617,7 @@ bool pass_autodiff(IrGraph **gp, const PassOptions *opt) {
     if (!any_dy || !any_in) continue;
     ad.loc = n->loc;
     ad.stage = n->stage;
+    ad.layer = n->layer;
     adjoints[n->op](&ad, n, d);
   }
   if (!ad.ok) return false;

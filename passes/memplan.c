@@ -177,6 +177,9 @@ static void plan_groups(Planner *pl) {
     p->fused[i] = !p->view[i] && !p->absorbed[i] && node_is_fusable(n);
     p->group_first[i] = p->group_last[i] = i;
     if (!p->fused[i] || i == 0 || !p->fused[i - 1] || i == p->boundary) continue;
+    /* A recomputed copy computes what its forward node did only in a loop
+     * of copies alone (recompute.c). */
+    if (n->recomputed != ((IrNode *)pl->g->nodes.items[i - 1])->recomputed) continue;
     IrNode *lead = pl->g->nodes.items[p->group_first[i - 1]];
     if (same_shape(&n->out[0]->type, &lead->out[0]->type)) p->group_first[i] = p->group_first[i - 1];
   }
@@ -542,20 +545,22 @@ static void print_line(FILE *out, const char *what, int64_t bytes) {
           (double)bytes / (1024.0 * 1024.0));
 }
 
-void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t r[5]) {
+void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t r[5],
+                                int64_t act_without) {
   fprintf(out, "memory plan (%s, kernel scratch for %d threads):\n", real_bytes == 8 ? "f64" : "f32",
           threads);
   print_line(out, "weights", r[0]);
   print_line(out, "gradients", r[1]);
   print_line(out, "optimizer state (AdamW m, v)", r[2]);
   print_line(out, "activations kept for backward", r[3]);
+  if (act_without >= 0) print_line(out, "  without recomputation", act_without);
   print_line(out, "temporaries", r[4]);
   print_line(out, "total", r[0] + r[1] + r[2] + r[3] + r[4]);
 }
 
 void pass_memplan_print(FILE *out, const PassMemPlan *p) {
   int64_t r[5] = {p->weights, p->grads, p->optimizer, p->activations, p->temporaries};
-  pass_memplan_print_regions(out, p->real_bytes, p->threads, r);
+  pass_memplan_print_regions(out, p->real_bytes, p->threads, r, -1);
 }
 
 bool pass_memplan(IrGraph **g, const PassOptions *opt) {

@@ -121,8 +121,11 @@ int64_t pass_memplan_elem_bytes(const PassMemPlan *p, IrDType t);
 /* The bytes of each region and their total, one per line. */
 void pass_memplan_print(FILE *out, const PassMemPlan *p);
 /* The same lines for the five regions' bytes of a whole rank program
- * (weights, gradients, optimizer state, activations, temporaries). */
-void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t regions[5]);
+ * (weights, gradients, optimizer state, activations, temporaries), and
+ * when act_without >= 0 the activations the same program keeps without
+ * recomputation (--recompute), below its own. */
+void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t regions[5],
+                                int64_t act_without);
 
 /* The registered pass: plans for f32 under opt->memplan, the policy of the
  * target the pipeline runs for (codegen plans again for another real type

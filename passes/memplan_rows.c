@@ -151,17 +151,29 @@ static bool chunk_size(Planner *pl, int64_t *R, int64_t *C) {
 /* Maximal runs of row-local units (views, which run no code, and sunk
  * reductions may sit inside), within one phase, with at least two units
  * that run code, one of them row-local. */
+/* Whether a run that started at node `start` must end before node i: in
+ * a graph that recomputes (recompute.c), at the edge of a layer. A run
+ * keeps every buffer it touches for its whole length, and the forward of
+ * the whole layer stack is one run otherwise: what recomputation frees
+ * would come back as temporaries. */
+static bool layer_edge(Planner *pl, bool recomputes, int start, int i) {
+  const IrNode *a = pl->g->nodes.items[start], *b = pl->g->nodes.items[i];
+  return recomputes && i != start && a->layer != b->layer;
+}
+
 void pass_memplan_rows(Planner *pl) {
   PassMemPlan *p = pl->p;
   int N = pl->g->nodes.len;
   int64_t R, C;
+  bool recomputes = false;
+  for (int i = 0; i < N; i++) recomputes |= ((IrNode *)pl->g->nodes.items[i])->recomputed;
   /* SHARDC_CHUNKS=0 in the compiler's environment plans without runs: for
    * comparing the two, and per-op profiles of every node. */
   const char *env = getenv("SHARDC_CHUNKS");
   if ((env && strcmp(env, "0") == 0) || !chunk_size(pl, &R, &C)) return;
   for (int i = 0; i < N;) {
     int start = i, end = i - 1, local = 0, sunk = 0;
-    while (i < N && (i != p->boundary || i == start)) {
+    while (i < N && (i != p->boundary || i == start) && !layer_edge(pl, recomputes, start, i)) {
       int last = p->group_last[i];
       if (p->absorbed[i]) break;
       bool blocked = false;

@@ -16,6 +16,13 @@ typedef enum PassTpStrategy {
   PASS_TP_NONE,     /* only the model's own annotations */
 } PassTpStrategy;
 
+/* What `recompute` runs again in the backward (--recompute). */
+typedef enum PassRecompute {
+  PASS_RECOMPUTE_NONE,      /* keep every forward value the backward reads */
+  PASS_RECOMPUTE_SELECTIVE, /* the attention core: scores, softmax and their dropout */
+  PASS_RECOMPUTE_FULL,      /* each group of layers keeps only its input */
+} PassRecompute;
+
 /* Everything a pass may read besides the graph: the cluster shape and the
  * tensor-parallel choices. A zeroed struct is one rank without padding;
  * values below 1 count as 1. */
@@ -30,6 +37,8 @@ typedef struct PassOptions {
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
+  PassRecompute recompute; /* --recompute */
+  int recompute_layers;    /* --recompute-layers: layers per checkpoint under full (0: 1) */
 } PassOptions;
 
 /* The tensor-parallel size of the options, at least 1. */
@@ -78,6 +87,9 @@ bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
 bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
+bool pass_recompute(IrGraph **g, const PassOptions *opt);
+/* The names of PassRecompute's values, "none", "selective", "full". */
+extern const char *const pass_recompute_names[];
 
 /* The pipeline report (`shardc compile --report pp`): per virtual stage
  * its physical stage, chunk, layers, forward FLOPs and messages, and the

@@ -22,6 +22,8 @@ const Pass pass_registry[] = {
      "insert pp_boundary messages; copy tied params", pass_pp_partition},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",
      pass_autodiff},
+    {"recompute", "--recompute selective|full: copy forward nodes of each layer (group) into its "
+     "backward and read the copies there, so their results are not kept", pass_recompute},
     {"memplan", "plan the offset of every buffer of the rank program by liveness", pass_memplan},
     {NULL, NULL, NULL},
 };

@@ -27,6 +27,7 @@ typedef struct PlConfig {
   bool sequence_parallel;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
   PlRecompute recompute;
+  int recompute_layers;  /* full: layers per checkpoint N (0 or 1: every layer its own) */
   /* Memory as the CPU target keeps it: fp32 weights, gradients and Adam
    * moments (no master copy) and fp32 activations, instead of the paper's
    * mixed precision. It changes the memory figures only, not the costs. */

@@ -248,8 +248,10 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
 /* Memory of stage r per rank (REFERENCE.md): bf16 weights (2 bytes per
  * parameter), fp32 gradients (4), fp32 master weights and Adam moments
  * (12, or 12/d with ZeRO-1), and the activations of the schedule's peak
- * stash of microbatch-chunks; with full recomputation also the one layer
- * whose forward the backward is rerunning. */
+ * stash of microbatch-chunks; with full recomputation in groups of N
+ * layers, the input of every N-th layer of the chunk per stashed
+ * microbatch, and one group's N layers whose forward the backward is
+ * rerunning. */
 void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
   double P = (double)st->params;
   /* fp32 everything (the CPU target's memory plan): 4-byte weights, no
@@ -257,10 +259,16 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
   st->weights = (c->fp32 ? 4 : 2) * P;
   st->grads = 4 * P;
   st->optimizer = (c->fp32 ? 8 : 12) * P / (c->zero && c->dp > 1 ? c->dp : 1);
+  double kept = st->chunk_layers, live = 1;
+  if (c->recompute == PL_RECOMPUTE_FULL && c->recompute_layers > 1) {
+    live = c->recompute_layers < st->chunk_layers ? c->recompute_layers : st->chunk_layers;
+    kept = (double)((st->chunk_layers + c->recompute_layers - 1) / c->recompute_layers);
+  }
   st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
-                    st->chunk_layers * st->peak_stash;
+                    kept * st->peak_stash;
   if (c->recompute == PL_RECOMPUTE_FULL)
-    st->activations += pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
+    st->activations +=
+        live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   if (c->fp32) st->activations *= 2;
   st->total = st->weights + st->grads + st->optimizer + st->activations;
 }

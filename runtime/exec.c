@@ -344,7 +344,7 @@ static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   rt_trace_add_kind(RT_SCHED_F, c, mb, t0, rt_trace_now());
 }
 
-static void backward(Rt *rt, RtExec *x, int c, int mb) {
+static void backward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   const RtChunk *ch = &rt->model->chunks[c];
   unsigned char **slot = &x->slot[c * x->m + mb];
   if (!*slot)
@@ -359,6 +359,10 @@ static void backward(Rt *rt, RtExec *x, int c, int mb) {
   int last = ++x->bdone[c] == x->m;
   double t0 = rt_trace_now();
   if (rt->dp) rt_dp_backward_begin(rt, c, last);
+  /* The microbatch's own dropout seed: its masks are drawn again here (by
+   * dropout_grad, and by recomputed dropout), and other forwards ran
+   * since its own. */
+  rt->ctx.seed = rt_dropout_seed(rt, step, rt_global_mb(rt, mb));
   ch->backward(&rt->ctx);
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
@@ -421,7 +425,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
                 rt_sched_kind_name(a->kind), a->chunk, a->mb);
     switch ((RtSchedKind)a->kind) {
     case RT_SCHED_F: forward(rt, x, a->chunk, a->mb, step); break;
-    case RT_SCHED_B: backward(rt, x, a->chunk, a->mb); break;
+    case RT_SCHED_B: backward(rt, x, a->chunk, a->mb, step); break;
     case RT_SCHED_SEND: post_send(rt, x, a); break;
     case RT_SCHED_RECV: post_recv(rt, x, a); break;
     case RT_SCHED_REDUCE_GRADS: {

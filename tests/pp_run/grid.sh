@@ -50,10 +50,13 @@ suits() {
     --global-batch $GB --schedule "$1" >/dev/null 2>&1
 }
 
-# A configuration: t p d v schedule zero sp [group] (sp: 1 or 0); schedule
-# - is the default (1f1b for v = 1, interleaved for v > 1); group, when
-# given, is the interleaved schedule's --vpp-group N; schedule file is
-# 1F1B written as a schedule file (one_f_one_b_file) for --schedule-file.
+# A configuration: t p d v schedule zero sp [group [recompute]] (sp: 1 or
+# 0); schedule - is the default (1f1b for v = 1, interleaved for v > 1);
+# group, when given and not -, is the interleaved schedule's --vpp-group
+# N; schedule file is 1F1B written as a schedule file (one_f_one_b_file)
+# for --schedule-file. recompute is selective, full or full2 (full in
+# groups of 2 layers): such a row must also equal the same layout without
+# recomputation to the bit (trained first when no row before it did).
 quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
   # takes v = 1, else on two chunks; last, interleaving with m = 8 not a
@@ -75,6 +78,29 @@ quick_configs() {
 2 2 2 2 - 1 1
 1 3 1 2 - 0 0 5
 1 4 2 1 file 1 0
+2 2 1 2 - 0 1 - selective
+2 2 2 2 - 1 1 - full
+1 4 1 2 - 0 0 - full2
+EOF
+}
+
+# Recomputation in the full grid: full on every t x p x d <= 8 (v = 2 where
+# p > 1, ZeRO-1 where d > 1, sequence parallelism where t > 1), selective
+# and full in groups of 2 on a few of them.
+recompute_configs() {
+  for t in 1 2 4; do for p in 1 2 4; do for d in 1 2 4; do
+    [ $((t * p * d)) -le 8 ] && [ $((t * p * d)) -gt 1 ] || continue
+    v=1 z=0 sp=0
+    [ "$p" = 1 ] || v=2
+    [ "$d" = 1 ] || z=1
+    [ "$t" = 1 ] || sp=1
+    echo "$t $p $d $v - $z $sp - full"
+  done; done; done
+  cat <<EOF
+2 2 2 2 - 1 1 - selective
+1 2 4 1 - 1 0 - selective
+4 2 1 2 - 0 1 - full2
+1 4 2 2 - 1 0 - full2
 EOF
 }
 
@@ -110,6 +136,7 @@ full_configs() {
       done
     done
   done; done; done
+  recompute_configs
 }
 
 "$TOOL" data data.bin 40000 61 || exit 1
@@ -143,6 +170,8 @@ one_f_one_b_file() {
   done
 }
 
+# The log without its timings: what two runs must share to the bit.
+strip_rate() { sed 's/,"tokens_per_s":[^}]*//' "$1.json"; }
 loss_at() { sed -n "$2p" "$1.json" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
 relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
@@ -155,11 +184,14 @@ fi
 r1=$(loss_at ref 1) r10=$(loss_at ref $STEPS)
 printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "$MODEL" "$MODE" \
   $STEPS $GB "$r1" $STEPS "$r10"
-printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
+printf '%-34s %-9s %-9s %-9s %s\n' "t p d v schedule zero sp [group rc]" "rel@1" "rel@$STEPS" "grads@1" \
+  "recompute"
 n=0
 configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_configs ;; esac)
-echo "$configs" | while read -r t p d v s z sp grp; do
-  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
+echo "$configs" | while read -r t p d v s z sp grp rc; do
+  [ "$grp" != - ] || grp=
+  twin="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
+  name="$twin${rc:+-$rc}"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
   if [ "$s" = file ]; then
     one_f_one_b_file "$p" $((GB / (2 * d))) "$name.sched"
@@ -169,6 +201,16 @@ echo "$configs" | while read -r t p d v s z sp grp; do
   fi
   [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
   [ -z "$grp" ] || set -- "$@" --vpp-group "$grp"
+  if [ -n "$rc" ] && [ ! -f "$twin.json" ] && ! train "$twin" "$@"; then
+    echo "FAIL: $twin: exit"
+    echo x >>fails
+    continue
+  fi
+  case $rc in
+  '') ;;
+  full2) set -- "$@" --recompute full --recompute-layers 2 ;;
+  *) set -- "$@" --recompute "$rc" ;;
+  esac
   if ! train "$name" "$@"; then
     echo "FAIL: $name: exit"
     sed 's/^/      /' "$name.out" | tail -5
@@ -179,7 +221,18 @@ echo "$configs" | while read -r t p d v s z sp grp; do
   g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
   gst=$?
   ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
-  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}" "$e1" "$e10" "${ge:-?}"
+  bits=
+  if [ -n "$rc" ]; then
+    if [ "$(strip_rate "$name")" = "$(strip_rate "$twin")" ] && cmp -s "$name.grads" "$twin.grads"; then
+      bits="= none, to the bit"
+    else
+      bits="DIFFERS from none"
+      echo "FAIL: $name: losses or gradients differ from $twin's"
+      echo x >>fails
+    fi
+  fi
+  printf '%-34s %-9s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}${rc:+ ${grp:--} $rc}" "$e1" "$e10" \
+    "${ge:-?}" "$bits"
   le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
   le "$e10" 1e-4 || { echo "FAIL: $name: loss at step $STEPS"; echo x >>fails; }
   [ $gst -eq 0 ] || { echo "FAIL: $name: gradients: $g"; echo x >>fails; }

@@ -58,6 +58,9 @@ bad "--report: expected comm or pp, got 'foo'" compile "$M" --report foo
 bad "--zero: expected 0 or 1, got '2'" compile "$M" --zero 2
 bad "--bucket-mb: expected a positive number of MiB, got '0'" compile "$M" --bucket-mb 0
 bad "--bucket-mb: expected a positive number of MiB, got 'abc'" compile "$M" --bucket-mb abc
+bad "--recompute: expected none, selective or full, got 'some'" compile "$M" --recompute some
+bad "--recompute-layers: expected a positive integer up to 1048576, got '0'" compile "$M" --recompute full --recompute-layers 0
+bad "--recompute-layers 2: groups of layers need --recompute full" run "$M" $T --recompute selective --recompute-layers 2
 bad "--global-batch: expected a positive integer, got '0'" compile "$M" --global-batch 0
 bad "--global-batch: expected a positive integer, got '-4'" compile "$M" --global-batch -4
 bad "--microbatch: expected a positive integer, got '0'" compile "$M" --microbatch 0
