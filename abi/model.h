@@ -193,7 +193,16 @@ typedef struct RtModel {
   const RtBucket *buckets;
   int nbuckets;
   int zero;
+  /* Zero-bubble schedules (W actions): per chunk, the function that runs
+   * its W, the parameter gradients its backward() (then B, the input
+   * gradient) leaves out. NULL when backward() computes them all. */
+  void (*const *wgrad)(struct RtCtx *ctx);
 } RtModel;
+
+/* Chunk c's W function, or NULL when its backward is not split. */
+static inline void (*rt_chunk_wgrad(const RtModel *m, int c))(struct RtCtx *) {
+  return m->wgrad ? m->wgrad[c] : 0;
+}
 
 /* What the generated functions see. */
 typedef struct RtCtx {

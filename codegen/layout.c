@@ -273,6 +273,23 @@ static bool make_schedule(CgLayout *l) {
   return l->schedule != NULL;
 }
 
+/* A schedule with W actions runs each chunk's backward as B, then W
+ * (docs/schedules.md, "Zero-bubble schedules"): the chunks' backward
+ * nodes are reordered and their memory planned again, so that what W
+ * reads of B stays with the microbatch. */
+static bool split_backward(CgLayout *l) {
+  bool has_w = false;
+  for (int r = 0; r < l->pp; r++)
+    for (int i = 0; i < l->schedule->stages[r].n; i++)
+      has_w |= l->schedule->stages[r].actions[i].kind == RT_SCHED_W;
+  for (int k = 0; has_w && k < l->nchunks; k++) {
+    pass_split_backward(l->chunks[k].g);
+    if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &l->policy)))
+      return false;
+  }
+  return true;
+}
+
 /* Stage r's program: its chunks, placed in its weights, with its buckets. */
 static void make_program(CgLayout *l, int r) {
   int p = l->pp, v = l->vpp;
@@ -330,7 +347,7 @@ CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
   l->nprograms = l->pp;
   l->programs = ir_alloc(sizeof(CgProgram) * (size_t)l->pp);
   memset(l->programs, 0, sizeof(CgProgram) * (size_t)l->pp);
-  if (!make_chunks(l) || (l->pp > 1 && !make_schedule(l))) {
+  if (!make_chunks(l) || (l->pp > 1 && (!make_schedule(l) || !split_backward(l)))) {
     cg_layout_free(l);
     return NULL;
   }

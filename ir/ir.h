@@ -381,6 +381,10 @@ struct IrNode {
    * of, so that codegen pairs each activation with its gradient. NULL
    * elsewhere. Not printed. */
   IrNode *adjoint_of;
+  /* A backward node that only the parameters' gradients need (autodiff
+   * marks it): zero-bubble schedules run it in W, after the input
+   * gradient's B. Not printed. */
+  bool wgrad;
 };
 
 /* ---------------------------------------------------------------- graphs */
@@ -414,6 +418,9 @@ struct IrGraph {
    * mesh[IR_AXIS_PIPELINE] * v - 1. Printed as `chunks = 2` after the mesh. */
   int vpp;
   struct PassMemPlan *memplan; /* top level, once the `memplan` pass has run (passes/memplan.h) */
+  /* A pipeline chunk whose backward runs as two functions, B then W
+   * (pass_split_backward): its B nodes come first, then its wgrad nodes. */
+  bool wsplit;
 };
 
 IrGraph *ir_graph_new(const char *name);

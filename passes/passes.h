@@ -73,6 +73,10 @@ bool pass_shape(IrGraph **g, const PassOptions *opt);
 bool pass_verify(IrGraph **g, const PassOptions *opt);
 bool pass_unroll(IrGraph **g, const PassOptions *opt);
 bool pass_autodiff(IrGraph **g, const PassOptions *opt);
+/* Reorders a pipeline chunk's backward into B, then W (the nodes autodiff
+ * marked wgrad), and sets g->wsplit; returns the index of the first W
+ * node (wsplit.c). */
+int pass_split_backward(IrGraph *g);
 bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
 bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);

@@ -425,13 +425,16 @@ static int warmup_interleaved(int p, int v, int m, int r) {
 
 const SchedDef sched_registry[] = {
     {"gpipe", "all forwards, then all backwards (GPipe); v = 1; stashes m microbatches",
-     build_gpipe, bubble_p_minus_1, warmup_gpipe},
+     build_gpipe, bubble_p_minus_1, warmup_gpipe, NULL},
     {"1f1b", "one forward, one backward after a warm-up of p - r - 1 (PipeDream-Flush, "
-     "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b},
+     "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b, NULL},
     {"interleaved", "Megatron-LM's interleaved 1F1B over v > 1 chunks per stage; m a multiple "
      "of p, or any m >= p with --vpp-group; bubble (p - 1)/(v m); the default for v > 1", build_interleaved, bubble_p_minus_1,
-     warmup_interleaved},
-    {NULL, NULL, NULL, NULL, NULL},
+     warmup_interleaved, NULL},
+    {"zb-h1", "zero bubble (Qi et al.): backward split into B (input gradient) and W (weight "
+     "gradient), W put off into 1F1B's idle time; v = 1; at most p microbatches held; bubble "
+     "(p - 1)/(3m) for m >= p", sched_build_zb_h1, NULL, NULL, sched_bubble_zb_h1},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
 };
 
 const SchedDef *sched_find(const char *name) {

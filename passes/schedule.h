@@ -48,6 +48,8 @@ typedef struct SchedReport {
   double bubble_fraction;/* (makespan - ideal) / ideal: the paper's bubble over ideal time */
   double idle_fraction;  /* (makespan - ideal) / makespan: the share of the step spent idle */
   int *peak_stash;       /* most (chunk, microbatch) forwards awaiting their backward */
+  int *peak_held;        /* most awaiting their W where the chunk has W actions, else
+                          * peak_stash: the stash slots the runtime holds at once */
   double *busy;          /* compute time of each stage */
   int64_t messages;      /* point-to-point messages in one step */
   int nstages;           /* entries of the arrays */
@@ -80,7 +82,24 @@ typedef struct SchedDef {
   /* The forwards stage r runs before its first backward (capped at v m);
    * its peak stash is one more, at most v m. */
   int (*warmup)(int p, int v, int m, int r);
+  /* For schedules with W actions (the two promises above are NULL): the
+   * bubble fraction with F, B and W of one unit each, or a negative
+   * number where there is no formula (sched_test zb checks it). */
+  double (*bubble_w)(int p, int v, int m);
 } SchedDef;
+
+/* The virtual stage of chunk c on stage r: c p + r (Megatron-LM's
+ * placement), or with the V placement of zb-v r on even chunks and
+ * c p + p - 1 - r on odd ones, so that the virtual pipeline runs down the
+ * stages and back up (chunk 0 of stage r is virtual stage r, chunk 1
+ * virtual stage 2p - 1 - r). */
+static inline int sched_vstage(int p, bool vshape, int r, int c) {
+  return c * p + (vshape && c % 2 ? p - 1 - r : r);
+}
+
+/* The zero-bubble builders (schedule_zb.c) and their bubble formulas. */
+bool sched_build_zb_h1(SchedBuilder *b, const SchedOptions *o);
+double sched_bubble_zb_h1(int p, int v, int m);
 
 /* The registry, ending with a {NULL} entry; sched_find returns NULL for an
  * unknown name. */

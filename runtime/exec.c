@@ -41,6 +41,7 @@ struct RtExec {
   int64_t *numel[2][2];      /* per chunk: [0 recv, 1 send][RtSchedMsg] */
   Msg *recv[2], *send[2];    /* [RtSchedMsg][c * m + mb] */
   int *bdone;                /* per chunk: backwards run this step */
+  int *wdone;                /* per chunk: weight gradients (W) run this step */
   Msg **pending;             /* sends in flight, in posting order */
   int npending, head;
   int reads_inputs;          /* some chunk reads the model's inputs */
@@ -120,7 +121,7 @@ static void table_peak(RtExec *x, const RtModel *m) {
     if (a->kind == RT_SCHED_F) {
       total++;
       if (++live[a->chunk] > most[a->chunk]) most[a->chunk] = live[a->chunk];
-    } else if (a->kind == RT_SCHED_B) {
+    } else if (a->kind == (rt_chunk_wgrad(m, a->chunk) ? RT_SCHED_W : RT_SCHED_B)) {
       total--, live[a->chunk]--;
     }
     if (total > x->peak_table) x->peak_table = total;
@@ -181,6 +182,7 @@ void rt_exec_init(Rt *rt) {
     x->send[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
   }
   x->bdone = rt_xcalloc((size_t)x->v, sizeof *x->bdone);
+  x->wdone = rt_xcalloc((size_t)x->v, sizeof *x->wdone);
   x->pending = rt_xcalloc((size_t)(2 * keys), sizeof *x->pending);
   x->fwd_in = rt_xcalloc((size_t)x->v, sizeof *x->fwd_in);
   x->fwd_out = rt_xcalloc((size_t)x->v, sizeof *x->fwd_out);
@@ -215,6 +217,7 @@ void rt_exec_free(Rt *rt) {
     for (int k = 0; k < 2; k++) free(x->numel[d][k]);
   for (int k = 0; k < 2; k++) free(x->recv[k]), free(x->send[k]);
   free(x->bdone);
+  free(x->wdone);
   free(x->pending);
   free(x->fwd_in);
   free(x->fwd_out);
@@ -355,14 +358,33 @@ static void backward(Rt *rt, RtExec *x, int c, int mb) {
   else if (ch->nrecv_grad)
     take(rt, x, RT_SCHED_GRAD, c, mb);
   /* The chunk's buckets may start reducing during its last backward of
-   * the step, whichever microbatch the schedule runs last. */
-  int last = ++x->bdone[c] == x->m;
+   * the step, whichever microbatch the schedule runs last; when the
+   * backward is split, during its last W instead (wgrad). */
+  int last = ++x->bdone[c] == x->m && !rt_chunk_wgrad(rt->model, c);
   double t0 = rt_trace_now();
   if (rt->dp) rt_dp_backward_begin(rt, c, last);
   ch->backward(&rt->ctx);
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
   rt_trace_add_kind(RT_SCHED_B, c, mb, t0, rt_trace_now());
+  if (rt_chunk_wgrad(rt->model, c)) return; /* W still reads the stash */
+  release(x, c, *slot);
+  *slot = NULL;
+}
+
+/* W of a split backward: the parameter gradients B left, from the stash
+ * of F and B, which it then frees. */
+static void wgrad(Rt *rt, RtExec *x, int c, int mb) {
+  unsigned char **slot = &x->slot[c * x->m + mb];
+  if (!*slot)
+    rt_fatal(rt->model->name, "internal error: W(chunk %d, microbatch %d) without its F", c, mb);
+  rt->ctx.activations = *slot;
+  int last = ++x->wdone[c] == x->m;
+  double t0 = rt_trace_now();
+  if (rt->dp) rt_dp_backward_begin(rt, c, last);
+  rt_chunk_wgrad(rt->model, c)(&rt->ctx);
+  if (rt->dp) rt_dp_backward_begin(rt, c, 0);
+  rt_trace_add_kind(RT_SCHED_W, c, mb, t0, rt_trace_now());
   release(x, c, *slot);
   *slot = NULL;
 }
@@ -410,6 +432,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   memset(x->bdone, 0, (size_t)x->v * sizeof *x->bdone);
+  memset(x->wdone, 0, (size_t)x->v * sizeof *x->wdone);
   x->loss_sum = 0;
   x->npending = x->head = 0;
   x->opt_steps = 0;
@@ -422,6 +445,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
     switch ((RtSchedKind)a->kind) {
     case RT_SCHED_F: forward(rt, x, a->chunk, a->mb, step); break;
     case RT_SCHED_B: backward(rt, x, a->chunk, a->mb); break;
+    case RT_SCHED_W: wgrad(rt, x, a->chunk, a->mb); break;
     case RT_SCHED_SEND: post_send(rt, x, a); break;
     case RT_SCHED_RECV: post_recv(rt, x, a); break;
     case RT_SCHED_REDUCE_GRADS: {
@@ -432,7 +456,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
       break;
     }
     case RT_SCHED_OPT_STEP: opt_step(rt, x, step, dump, info); break;
-    default: /* W and unknown kinds are refused by check_model */
+    default: /* unknown kinds are refused by check_model */
       rt_fatal(m->name, "internal error: action %d of kind %d", (int)i, (int)a->kind);
     }
   }

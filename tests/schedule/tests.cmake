@@ -10,7 +10,7 @@ add_executable(sched_test ${SCHED_DIR}/sched_test.c)
 target_include_directories(sched_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(sched_test PRIVATE shard_passes shard_ir m)
 
-foreach(mode props example custom scale groups)
+foreach(mode props example custom scale groups zb)
   add_test(NAME schedule/${mode} COMMAND sched_test ${mode})
 endforeach()
 # The rejection names the stages and the actions; its text is the golden.
