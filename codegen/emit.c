@@ -610,6 +610,7 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
     emit(e, ".zero = %d,", e->opt->zero ? 1 : 0);
   }
   if (e->chunks[0].g->wsplit) emit(e, ".wgrad = wgrads,");
+  if (e->vshape) emit(e, ".vshape = 1,");
   e->depth--;
   emit(e, "};");
   emit_blank(e);
@@ -846,7 +847,8 @@ static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool
 
 static void emitter_begin(CgEmitter *e, const CgLayout *l, CgChunk *chunks, int nchunks) {
   *e = (CgEmitter){.g = chunks[0].g, .plan = chunks[0].plan, .chunk = &chunks[0],
-                   .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target};
+                   .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target,
+                   .vshape = l->g->pp_vshape};
   emitter_open(e);
   if (l->target->state_new) e->state = l->target->state_new(e);
 }

@@ -265,6 +265,14 @@ static bool make_schedule(CgLayout *l) {
     ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
              rep.error ? rep.error : "failed");
   sched_report_free(&rep);
+  if (l->schedule && (l->schedule->vshape != 0) != l->g->pp_vshape) {
+    /* pp-partition placed the layers for another schedule's placement. */
+    ir_error(ir_cmdline, "schedule %s places chunk 1 of stage r on virtual stage %s, but the "
+             "layers were placed for %s", name, l->schedule->vshape ? "2p - 1 - r (the V)" : "p + r",
+             l->g->pp_vshape ? "the V placement" : "Megatron-LM's placement");
+    sched_free(l->schedule);
+    l->schedule = NULL;
+  }
   for (int r = 0; l->schedule && r < p; r++) {
     l->programs[r].table = &l->schedule->stages[r];
     l->programs[r].schedule = l->schedule->name;
@@ -297,8 +305,9 @@ static void make_program(CgLayout *l, int r) {
   pr->chunks = ir_alloc(sizeof(CgChunk) * (size_t)v);
   pr->nchunks = v;
   for (int c = 0; c < v; c++) {
-    pr->chunks[c] = l->chunks[c * p + r];
-    pr->chunks[c].vstage = c * p + r, pr->chunks[c].index = c;
+    int vs = rt_vstage(p, l->g->pp_vshape, r, c);
+    pr->chunks[c] = l->chunks[vs];
+    pr->chunks[c].vstage = vs, pr->chunks[c].index = c;
   }
   pr->stage = r;
   pr->name = p > 1 ? ir_fmt("stage%d", r) : "rank0";

@@ -588,16 +588,25 @@ static void record_param_grads(Ad *ad) {
 }
 
 /* Marks the backward nodes that only parameter gradients need (wgrad):
- * those from which no gradient message back to an earlier stage can be
- * reached. The others are B, the input gradient's path, which the earlier
- * stage waits for; zero-bubble schedules run the wgrad nodes later, in W.
- * B is closed under its inputs (whatever a B node reads is on the path
- * too), so B nodes never read W results and running all of B before all
- * of W keeps the order topological. With one stage there is no message:
- * every backward node counts as W, and nothing splits. */
+ * those on no path to the gradient of a forward result (an activation,
+ * which the backward of the node that made it reads, and at a chunk's
+ * start the gradient message back to the earlier stage). The others are
+ * B, the input gradients layer by layer, which the earlier stage waits
+ * for; zero-bubble schedules run the wgrad nodes later, in W: the weight
+ * GEMMs, the bias and norm-weight sums, and what feeds only them. B is
+ * closed under its inputs (whatever a B node reads is on the path too),
+ * so B nodes never read W results and running all of B before all of W
+ * keeps the order topological. */
 static void mark_weight_grads(Ad *ad) {
   IrGraph *g = ad->g;
   bool *on_path = ir_alloc(sizeof(bool) * (size_t)(g->next_id + 1));
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nout && n->phase == IR_PHASE_FORWARD; j++) {
+      IrValue *d = ad->grad[vid(ad, n->out[j])];
+      if (d && d->kind == IR_VAL_NODE) on_path[d->id] = true;
+    }
+  }
   for (int i = g->nodes.len - 1; i >= 0; i--) {
     IrNode *n = g->nodes.items[i];
     if (n->phase != IR_PHASE_BACKWARD) continue;

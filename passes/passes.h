@@ -29,6 +29,7 @@ typedef struct PassOptions {
                            * 0: no padding (the driver's default is 128) */
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
+  bool pp_vshape;         /* the V placement of zb-v (rt_vstage): set for --schedule zb-v */
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
 } PassOptions;
 

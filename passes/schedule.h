@@ -86,6 +86,7 @@ typedef struct SchedDef {
    * bubble fraction with F, B and W of one unit each, or a negative
    * number where there is no formula (sched_test zb checks it). */
   double (*bubble_w)(int p, int v, int m);
+  bool vshape; /* the V placement (rt_vstage) instead of Megatron-LM's */
 } SchedDef;
 
 /* The virtual stage of chunk c on stage r: c p + r (Megatron-LM's
@@ -93,13 +94,13 @@ typedef struct SchedDef {
  * c p + p - 1 - r on odd ones, so that the virtual pipeline runs down the
  * stages and back up (chunk 0 of stage r is virtual stage r, chunk 1
  * virtual stage 2p - 1 - r). */
-static inline int sched_vstage(int p, bool vshape, int r, int c) {
-  return c * p + (vshape && c % 2 ? p - 1 - r : r);
-}
+static inline int sched_vstage(int p, bool vshape, int r, int c) { return rt_vstage(p, vshape, r, c); }
 
 /* The zero-bubble builders (schedule_zb.c) and their bubble formulas. */
 bool sched_build_zb_h1(SchedBuilder *b, const SchedOptions *o);
 double sched_bubble_zb_h1(int p, int v, int m);
+bool sched_build_zb_v(SchedBuilder *b, const SchedOptions *o);
+double sched_bubble_zb_v(int p, int v, int m);
 
 /* The registry, ending with a {NULL} entry; sched_find returns NULL for an
  * unknown name. */

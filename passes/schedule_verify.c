@@ -113,12 +113,15 @@ typedef struct Verifier {
   Errors errs;
 } Verifier;
 
+/* The stage that holds virtual stage k. */
+static int stage_of(const Verifier *V, int k) { return rt_vstage_stage(V->p, V->s->vshape, k); }
+
 /* The message an action sends or receives, as a slot index, after checking
  * that its peer is the one the placement implies; -1 after an error. */
 static int64_t message_key(Verifier *V, int r, int i) {
   const RtSchedAction *a = &V->s->stages[r].actions[i];
   char w[160];
-  int vs = a->chunk * V->p + r;
+  int vs = rt_sched_vstage(V->s, r, a->chunk);
   bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
   /* The other end: activations go from vs to vs + 1, gradients back. */
   int other = act == send ? vs + 1 : vs - 1;
@@ -128,14 +131,14 @@ static int64_t message_key(Verifier *V, int r, int i) {
         act ? "activation" : "gradient", send ? "send" : "receive");
     return -1;
   }
-  if (other % V->p == r) {
+  if (stage_of(V, other) == r) {
     err(&V->errs, "%s: virtual stages %d and %d are both on stage %d, which keeps the tensor "
         "in memory without a message", where(V->s, r, i, w, sizeof w), vs, other, r);
     return -1;
   }
-  if (a->peer != other % V->p) {
+  if (a->peer != stage_of(V, other)) {
     err(&V->errs, "%s: the peer is virtual stage %d, which is on stage %d, not %d",
-        where(V->s, r, i, w, sizeof w), other, other % V->p, a->peer);
+        where(V->s, r, i, w, sizeof w), other, stage_of(V, other), a->peer);
     return -1;
   }
   int dest = send ? other : vs;
@@ -234,7 +237,7 @@ static Slot *slot_of(Verifier *V, int r, int i) {
   /* Phase 1 passed, so the key is valid; recomputing it is cheaper than
    * storing one per action. */
   const RtSchedAction *a = &V->s->stages[r].actions[i];
-  int vs = a->chunk * V->p + r;
+  int vs = rt_sched_vstage(V->s, r, a->chunk);
   bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
   int dest = send ? (act ? vs + 1 : vs - 1) : vs;
   return &V->slots[((int64_t)a->msg * V->pv + dest) * V->m + a->mb];
@@ -294,15 +297,18 @@ typedef struct Order {
   bool stepped;
 } Order;
 
+/* Whether F's input or B's output gradient is there: received, or
+ * computed on this stage by the neighbouring virtual stage (its chunk is
+ * k / p) when both are here. */
 static bool input_ready(Verifier *V, Order *o, int r, const RtSchedAction *a) {
-  int vs = a->chunk * V->p + r, c = a->chunk, mb = a->mb;
+  int vs = rt_sched_vstage(V->s, r, a->chunk), c = a->chunk, mb = a->mb;
   if (a->kind == RT_SCHED_F) {
     if (vs == 0) return true;
-    if (V->p == 1) return o->state[(c - 1) * V->m + mb] & DONE_F;
+    if (stage_of(V, vs - 1) == r) return o->state[(vs - 1) / V->p * V->m + mb] & DONE_F;
     return o->state[c * V->m + mb] & IN_ACT;
   }
   if (vs == V->pv - 1) return true;
-  if (V->p == 1) return o->state[(c + 1) * V->m + mb] & DONE_B;
+  if (stage_of(V, vs + 1) == r) return o->state[(vs + 1) / V->p * V->m + mb] & DONE_B;
   return o->state[c * V->m + mb] & IN_GRAD;
 }
 

@@ -9,10 +9,10 @@
  * unit each, messages none) in which each free stage picks its next action
  * by the schedule's rule, then the tables are written from the times. A
  * message is posted by both of its stages at the moment its tensor is
- * produced, and every stage's messages of one moment form one batch (in an
- * order all stages share), so no stage ever waits on a message in the
- * verifier's rendezvous model: the step the verifier measures is the
- * simulated one, and nothing can hang. */
+ * produced, and every stage's messages of one moment with one neighbour
+ * form one batch (in an order all stages share), so no stage ever waits on
+ * a message in the verifier's rendezvous model: the step the verifier
+ * measures is the simulated one, and nothing can hang (see post). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,19 +101,27 @@ static void run(Zb *z, int r, int t, int kind, int c) {
 
 /* The simulation: every stage free at time t picks by the rule; what it
  * produces is there at t + 1. */
-static void simulate(Zb *z, ZbRule rule) {
-  int total = 3 * z->p * z->v * z->m;
+static bool simulate(Zb *z, ZbRule rule) {
+  int total = 3 * z->p * z->v * z->m, idle = 0;
   int *kind = zalloc((size_t)z->p, sizeof(int)), *chunk = zalloc((size_t)z->p, sizeof(int));
   for (int mb = 0; mb < z->m; mb++) z->act_at[mb] = 0;
   for (int t = 0; z->nacts < total; t++) {
-    if (t > 4 * total + 4) die("zero-bubble schedule: the simulation does not finish");
+    /* Every stage idle for longer than the pipeline is deep: no rule
+     * will move again (a stage holds too much to start a forward). */
+    if (idle > 2 * z->pv + 2) {
+      free(kind), free(chunk);
+      return false;
+    }
+    int before = z->nacts;
     /* Decide on the state at t, then run: one stage's choice at t never
      * sees another's action of the same moment. */
     for (int r = 0; r < z->p; r++) kind[r] = rule(z, r, t, &chunk[r]);
     for (int r = 0; r < z->p; r++)
       if (kind[r] != NONE) run(z, r, t, kind[r], chunk[r]);
+    idle = z->nacts == before ? idle + 1 : 0;
   }
   free(kind), free(chunk);
+  return true;
 }
 
 static int by_time(const void *a, const void *b) {
@@ -124,19 +132,27 @@ static int by_time(const void *a, const void *b) {
   return x->mb - y->mb;
 }
 
-/* Stage r's batch of the messages posted at time t, from msgs[*k] on. */
+/* Stage r's batches of the messages posted at time t, from msgs[k] on:
+ * one per peer, the lower stage's first. Every stage orders its batches
+ * so, which cannot close a cycle of waits: a stage waits on its higher
+ * neighbour only after its lower one, which waits on nothing above it
+ * first. A batch per peer, rather than one for all, keeps a stage that is
+ * ahead in real time from waiting on both neighbours at once. */
 static void post(SchedBuilder *b, const Zb *z, int r, int t, int k) {
-  bool open = false;
-  for (; k < z->nmsgs && z->msgs[k].t == t; k++) {
-    const ZbMsg *g = &z->msgs[k];
-    int to = g->msg == RT_SCHED_ACT ? g->vs + 1 : g->vs - 1;
-    int sr = z->stage_of[g->vs], sc = z->chunk_of[g->vs], dr = z->stage_of[to], dc = z->chunk_of[to];
-    if (sr == dr || (sr != r && dr != r)) continue; /* kept in memory, or not ours */
-    if (!open) sched_batch_begin(b, r), open = true;
-    if (sr == r) sched_send(b, r, (RtSchedMsg)g->msg, sc, g->mb);
-    else sched_recv(b, r, (RtSchedMsg)g->msg, dc, g->mb);
+  for (int q = 0; q < z->p; q++) {
+    if (q == r || (q != r - 1 && q != r + 1)) continue;
+    bool open = false;
+    for (int i = k; i < z->nmsgs && z->msgs[i].t == t; i++) {
+      const ZbMsg *g = &z->msgs[i];
+      int to = g->msg == RT_SCHED_ACT ? g->vs + 1 : g->vs - 1;
+      int sr = z->stage_of[g->vs], sc = z->chunk_of[g->vs], dr = z->stage_of[to], dc = z->chunk_of[to];
+      if (!((sr == r && dr == q) || (sr == q && dr == r))) continue; /* not between r and q */
+      if (!open) sched_batch_begin(b, r), open = true;
+      if (sr == r) sched_send(b, r, (RtSchedMsg)g->msg, sc, g->mb);
+      else sched_recv(b, r, (RtSchedMsg)g->msg, dc, g->mb);
+    }
+    if (open) sched_batch_end(b, r);
   }
-  if (open) sched_batch_end(b, r);
 }
 
 /* The tables from the simulation: on each stage, at each moment, the
@@ -177,12 +193,13 @@ static bool build(SchedBuilder *b, const SchedOptions *o, bool vshape, ZbRule ru
   z.wq_head = zalloc((size_t)z.p, sizeof(int)), z.wq_len = zalloc((size_t)z.p, sizeof(int));
   z.acts = zalloc(3 * cells, sizeof(ZbAct));
   z.msgs = zalloc(2 * cells, sizeof(ZbMsg));
-  simulate(&z, rule);
-  write_tables(b, &z);
+  bool ok = simulate(&z, rule);
+  if (ok) write_tables(b, &z);
+  else sched_fail(b, "the schedule's rule stalls for p = %d, v = %d, m = %d", z.p, z.v, z.m);
   free(z.act_at), free(z.grad_at), free(z.nf), free(z.nb), free(z.fb), free(z.fw);
   free(z.stage_of), free(z.chunk_of);
   free(z.wq), free(z.wq_head), free(z.wq_len), free(z.acts), free(z.msgs);
-  return true;
+  return ok;
 }
 
 /* ------------------------------------------------------------- ZB-H1 */
@@ -214,4 +231,40 @@ bool sched_build_zb_h1(SchedBuilder *b, const SchedOptions *o) {
 double sched_bubble_zb_h1(int p, int v, int m) {
   (void)v;
   return m >= p ? (double)(p - 1) / (3.0 * m) : -1;
+}
+
+/* -------------------------------------------------------------- ZB-V */
+
+/* ZB-V: two chunks per stage in a V, each a W split like ZB-H1's. A
+ * stage starts a forward whenever one is ready and it holds fewer than
+ * 2p chunk-microbatches until their W (1F1B's p microbatches of the
+ * stage's layers, each chunk holding half of them), the second chunk's
+ * first, since its output is nearer the loss; else a B, the second
+ * chunk's first; else the oldest W. With F = B = W = 1 per chunk the step
+ * is 6m + p - 1 units for p <= 4 and m >= p (a bubble of (p - 1)/(6m),
+ * half of ZB-H1's) and a few units more for deeper pipelines, never more
+ * than ZB-H1's bubble (sched_test zb), at the same memory and with twice
+ * as many messages. There is no formula: bubble_w is negative. */
+static int rule_v(const Zb *z, int r, int t, int *chunk) {
+  for (int c = z->v - 1; c >= 0 && z->fw[r] < 2 * z->p; c--)
+    if (can_f(z, r, c, t)) return *chunk = c, RT_SCHED_F;
+  for (int c = z->v - 1; c >= 0; c--)
+    if (can_b(z, r, c, t)) return *chunk = c, RT_SCHED_B;
+  *chunk = 0;
+  return z->wq_len[r] > 0 ? RT_SCHED_W : NONE;
+}
+
+bool sched_build_zb_v(SchedBuilder *b, const SchedOptions *o) {
+  if (o->vpp_group > 0)
+    return sched_fail(b, "--vpp-group groups the microbatches of the interleaved schedule; the "
+                         "zb-v schedule has no groups");
+  if (o->vpp != 2)
+    return sched_fail(b, "the zb-v schedule runs two chunks per stage in a V, but v = %d (use "
+                         "--vpp 2)", o->vpp);
+  return build(b, o, true, rule_v);
+}
+
+double sched_bubble_zb_v(int p, int v, int m) {
+  (void)p, (void)v, (void)m;
+  return -1;
 }

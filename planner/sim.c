@@ -31,6 +31,7 @@ typedef struct Sim {
   const RtSchedule *s;
   int p, v, nv;
   double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
+  double *w;          /* per virtual stage: the part of b that W runs (zero-bubble) */
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
   double msg;         /* one pipeline message */
   double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
@@ -94,7 +95,9 @@ static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
   int k = rt_sched_vstage(S->s, r, a->chunk);
   if (a->kind == RT_SCHED_F) return S->f[k];
   if (!S->has_w) return S->b[k];
-  return S->b[k] / 2; /* B and W split the backward's GEMMs evenly */
+  /* The weight-gradient GEMMs and sums in W, the input gradients in B,
+   * each as the cost model prices their nodes. */
+  return a->kind == RT_SCHED_W ? S->w[k] : S->b[k] - S->w[k];
 }
 
 /* The state of a replay and what it finds. start/end are NULL unless a
@@ -237,6 +240,9 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
   double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
   for (int k = 0; k < nv; k++) {
     S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
+    S->w[k] = count[k] * m->layer.bwd_w;
+    if (k == 0) S->w[k] += m->pre.bwd_w;
+    if (k == nv - 1) S->w[k] += m->post.bwd_w;
     params[k] = count[k] * m->layer.params;
     if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
     if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
@@ -322,6 +328,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
   for (int k = 1; k < S->nv; k++)
     if (S->f[k] + S->b[k] > S->f[busiest] + S->b[busiest]) busiest = k;
   out->f_chunk = S->f[busiest], out->b_chunk = S->b[busiest];
+  out->w_chunk = S->has_w ? S->w[busiest] : 0;
   out->p2p_s = S->msg, out->dp_s = S->reduce[busiest], out->opt_s = S->opt;
 }
 
@@ -356,7 +363,7 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   int64_t max_params = 0;
   for (int r = 0; r < p; r++) {
     int64_t sum = 0;
-    for (int ch = 0; ch < c->vpp; ch++) sum += params[ch * p + r];
+    for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
     max_params = sum > max_params ? sum : max_params;
   }
   for (int r = 0; r < p; r++)
@@ -377,6 +384,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool t
   int p = c->pp, nv = c->pp * c->vpp;
   Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
   S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
+  S.w = calloc((size_t)nv, sizeof(double));
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
@@ -398,7 +406,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool t
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
   free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
-  free(S.f), free(S.b), free(S.reduce), free(params), free(count);
+  free(S.f), free(S.b), free(S.w), free(S.reduce), free(params), free(count);
   if (!timeline) sched_free(s);
   return ok;
 }

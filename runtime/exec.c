@@ -40,6 +40,8 @@ struct RtExec {
   int64_t peak_bytes;        /* their bytes, chunk by chunk */
   int64_t *numel[2][2];      /* per chunk: [0 recv, 1 send][RtSchedMsg] */
   Msg *recv[2], *send[2];    /* [RtSchedMsg][c * m + mb] */
+  int *local[2];             /* [RtSchedMsg][c]: the chunk on this stage that computes what
+                              * chunk c receives (V placement), else -1 */
   int *bdone;                /* per chunk: backwards run this step */
   int *wdone;                /* per chunk: weight gradients (W) run this step */
   Msg **pending;             /* sends in flight, in posting order */
@@ -181,6 +183,14 @@ void rt_exec_init(Rt *rt) {
     x->recv[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
     x->send[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
   }
+  for (int k = 0; k < 2; k++) x->local[k] = rt_xcalloc((size_t)x->v, sizeof(int));
+  for (int c = 0; c < x->v; c++) {
+    /* The input comes from vs - 1, the output gradient from vs + 1. */
+    int vs = m->chunks[c].vstage, from[2] = {vs - 1, vs + 1};
+    for (int k = 0; k < 2; k++)
+      x->local[k][c] = from[k] >= 0 && from[k] < x->nvstages &&
+                       rt_vstage_stage(x->p, m->vshape, from[k]) == x->stage ? from[k] / x->p : -1;
+  }
   x->bdone = rt_xcalloc((size_t)x->v, sizeof *x->bdone);
   x->wdone = rt_xcalloc((size_t)x->v, sizeof *x->wdone);
   x->pending = rt_xcalloc((size_t)(2 * keys), sizeof *x->pending);
@@ -217,6 +227,7 @@ void rt_exec_free(Rt *rt) {
     for (int k = 0; k < 2; k++) free(x->numel[d][k]);
   for (int k = 0; k < 2; k++) free(x->recv[k]), free(x->send[k]);
   free(x->bdone);
+  for (int k = 0; k < 2; k++) free(x->local[k]);
   free(x->wdone);
   free(x->pending);
   free(x->fwd_in);
@@ -265,10 +276,20 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
   r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
 }
 
-/* The received tensor of (c, mb) into the chunk's recv parts, once here. */
+/* The received tensor of (c, mb) into the chunk's recv parts, once here;
+ * from the kept output of the chunk on this stage that computed it, when
+ * there is one (the V placement's turn on the last stage). */
 static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
   const RtChunk *ch = &rt->model->chunks[c];
-  Msg *r = msg_at(x, x->recv[msg], c, mb);
+  int from = x->local[msg][c];
+  Msg *r = from >= 0 ? msg_at(x, x->send[msg], from, mb) : msg_at(x, x->recv[msg], c, mb);
+  if (from >= 0 && r->buf) {
+    parts_in(&rt->ctx, ch, msg == RT_SCHED_ACT ? ch->recv_act : ch->recv_grad,
+             msg == RT_SCHED_ACT ? ch->nrecv_act : ch->nrecv_grad, r->buf);
+    rt_dev_free(r->buf);
+    *r = (Msg){0};
+    return;
+  }
   if (!r->buf)
     rt_fatal(rt->model->name,
              "internal error: %s(chunk %d, microbatch %d) runs before its RECV(%s) is posted",
@@ -492,10 +513,13 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
     unsigned char *s = acquire(x, m, c);
     rt->ctx.activations = s;
     if (ch->ninputs) rt_load_inputs(rt, ch, window, g);
-    if (ch->nrecv_act) {
+    if (ch->nrecv_act && x->local[RT_SCHED_ACT][c] >= 0) {
+      parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_out[x->local[RT_SCHED_ACT][c]]);
+    } else if (ch->nrecv_act) {
       int64_t n = x->numel[0][RT_SCHED_ACT][c];
       if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(n);
-      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL, (ch->vstage - 1) % x->p);
+      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL,
+                   rt_vstage_stage(x->p, m->vshape, ch->vstage - 1));
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
     }
     rt->ctx.seed = seed;
@@ -505,7 +529,9 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
       int64_t n = x->numel[1][RT_SCHED_ACT][c];
       if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(n);
       parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
-      x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, (ch->vstage + 1) % x->p);
+      int to = rt_vstage_stage(x->p, m->vshape, ch->vstage + 1);
+      /* The next chunk on this stage reads it from fwd_out. */
+      if (to != x->stage) x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, to);
     }
     release(x, c, s);
   }

@@ -53,9 +53,9 @@ static void check_chunk(const RtModel *m, int c, int p) {
   int nv = p * m->nchunks, vs = ch->vstage, last = vs == nv - 1;
   if (!ch->forward || !ch->backward)
     rt_fatal(what, "internal error: chunk %d has no forward or backward", c);
-  if (vs != c * p + m->stage)
+  if (vs != rt_vstage(p, m->vshape, m->stage, c))
     rt_fatal(what, "internal error: chunk %d of stage %d is virtual stage %d, not %d", c, m->stage,
-             vs, c * p + m->stage);
+             vs, rt_vstage(p, m->vshape, m->stage, c));
   if (ch->activations < 0 || ch->temporaries < 0 || ch->temporaries > m->plan.temporaries)
     rt_fatal(what, "internal error: chunk %d needs %lld bytes of temporaries, the plan has %lld", c,
              (long long)ch->temporaries, (long long)m->plan.temporaries);
@@ -171,7 +171,8 @@ static void check_actions(const RtModel *m, int p) {
       int from_prev = (k == RT_SCHED_RECV) == act;
       int other = from_prev ? vs - 1 : vs + 1;
       bad = (a->msg != RT_SCHED_ACT && a->msg != RT_SCHED_GRAD) || other < 0 || other >= nv ||
-            a->peer != other % p;
+            a->peer != rt_vstage_stage(p, m->vshape, other) ||
+            rt_vstage_stage(p, m->vshape, other) == m->stage;
     }
     /* The optimizer after every backward; a chunk's reduction after its
      * last one (an earlier backward would still add to the buckets). */
