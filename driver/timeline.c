@@ -43,6 +43,13 @@ static double tick_step(double min_units) {
     }
 }
 
+static bool has_w_tables(const RtSchedule *s) {
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->stages[r].n; i++)
+      if (s->stages[r].actions[i].kind == RT_SCHED_W) return true;
+  return false;
+}
+
 static bool is_compute(const RtSchedAction *a) {
   return a->kind == RT_SCHED_F || a->kind == RT_SCHED_B || a->kind == RT_SCHED_W;
 }
@@ -210,9 +217,19 @@ static void svg_axis_and_legend(FILE *f, const DrvTimeline *t, const Svg *g) {
   x += 90;
   fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
           "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#hatch)\"/>"
-          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">backward (darker, hatched)</text>\n",
-          x, y, bc, x, y, x + 22, y + 10);
-  x += 190;
+          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">%s (darker, hatched)</text>\n",
+          x, y, bc, x, y, x + 22, y + 10, has_w_tables(t->s) ? "B: input gradient" : "backward");
+  x += has_w_tables(t->s) ? 220 : 190;
+  if (has_w_tables(t->s)) { /* zero-bubble: the backward is B (input gradient) and W */
+    RtSchedAction wa = {.kind = RT_SCHED_W};
+    char wc[8];
+    action_colour(&wa, v, wc);
+    fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
+            "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#cross)\"/>"
+            "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">W: weight gradient (greyer, crossed)</text>\n",
+            x, y, wc, x, y, x + 22, y + 10);
+    x += 230;
+  }
   fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"#e8e8e8\"/>"
           "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">idle (bubble)</text>\n", x, y, x + 22, y + 10);
   fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">colour: microbatch; label F&lt;mb&gt;%s;"

@@ -150,7 +150,9 @@ static bool step(const Sim *S, Replay *R, int r, bool *progress) {
   } else {
     double d = compute_time(S, a, r);
     R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
-    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
+    /* A microbatch-chunk is held until its W where the tables have W. */
+    int frees = S->has_w ? RT_SCHED_W : RT_SCHED_B;
+    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == frees ? -1 : 0;
     if (R->live[r] > R->stash[r]) R->stash[r] = R->live[r];
     mark(R, r, i, now, R->clock[r]);
     R->pc[r]++;
