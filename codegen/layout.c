@@ -286,11 +286,7 @@ static bool make_schedule(CgLayout *l) {
  * nodes are reordered and their memory planned again, so that what W
  * reads of B stays with the microbatch. */
 static bool split_backward(CgLayout *l) {
-  bool has_w = false;
-  for (int r = 0; r < l->pp; r++)
-    for (int i = 0; i < l->schedule->stages[r].n; i++)
-      has_w |= l->schedule->stages[r].actions[i].kind == RT_SCHED_W;
-  for (int k = 0; has_w && k < l->nchunks; k++) {
+  for (int k = 0; sched_has_w(l->schedule) && k < l->nchunks; k++) {
     pass_split_backward(l->chunks[k].g);
     if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &l->policy)))
       return false;

@@ -171,14 +171,6 @@ static bool is_compute(const RtSchedAction *a) {
   return a->kind == RT_SCHED_F || a->kind == RT_SCHED_B || a->kind == RT_SCHED_W;
 }
 
-/* Whether the tables split the backward into B and W (zero-bubble). */
-static bool has_w(const RtSchedule *s) {
-  for (int r = 0; r < s->pp; r++)
-    for (int i = 0; i < s->stages[r].n; i++)
-      if (s->stages[r].actions[i].kind == RT_SCHED_W) return true;
-  return false;
-}
-
 /* The registered schedule's bubble formula for W tables (F = B = W = 1),
  * or a negative number where it has none. */
 static double bubble_w(const RtSchedule *s) {
@@ -246,7 +238,7 @@ static cJSON *report_json(const RtSchedule *s, const SchedReport *rep, const Con
   cJSON_AddNumberToObject(o, "idle_fraction", rep->idle_fraction);
   cJSON_AddNumberToObject(o, "messages", (double)rep->messages);
   cJSON_AddItemToObject(o, "peak_stash", int_array(rep->peak_stash, s->pp));
-  if (has_w(s)) {
+  if (sched_has_w(s)) {
     /* A W takes one unit; the slots held until W are what the runtime keeps. */
     cJSON_AddNumberToObject(o, "weight_time", 1);
     cJSON_AddItemToObject(o, "peak_held", int_array(rep->peak_held, s->pp));
@@ -326,7 +318,7 @@ static void print_text(const RtSchedule *s, const SchedReport *rep, const Config
   }
   printf("verified: every stage completes; step %g units (forward 1, backward %g), ideal %g\n",
          rep->makespan, c->fb_ratio, rep->ideal);
-  bool w = has_w(s);
+  bool w = sched_has_w(s);
   if (w && bubble_w(s) >= 0)
     printf("bubble_fraction %.6f (bubble / ideal; a W takes 1; %s's formula %.6f), idle %.6f of "
            "the step\n", rep->bubble_fraction, s->name, bubble_w(s), rep->idle_fraction);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/schedule.h"
+
 /* An sRGB colour from hue (degrees), saturation and lightness (0..1). */
 static void hsl_hex(double h, double s, double l, char out[8]) {
   double c = (1 - fabs(2 * l - 1)) * s, hp = fmod(h, 360) / 60;
@@ -41,13 +43,6 @@ static double tick_step(double min_units) {
       double step = p10 * (k == 0 ? 1 : k == 1 ? 2 : 5);
       if (step >= min_units) return step;
     }
-}
-
-static bool has_w_tables(const RtSchedule *s) {
-  for (int r = 0; r < s->pp; r++)
-    for (int i = 0; i < s->stages[r].n; i++)
-      if (s->stages[r].actions[i].kind == RT_SCHED_W) return true;
-  return false;
 }
 
 static bool is_compute(const RtSchedAction *a) {
@@ -218,9 +213,9 @@ static void svg_axis_and_legend(FILE *f, const DrvTimeline *t, const Svg *g) {
   fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
           "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#hatch)\"/>"
           "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">%s (darker, hatched)</text>\n",
-          x, y, bc, x, y, x + 22, y + 10, has_w_tables(t->s) ? "B: input gradient" : "backward");
-  x += has_w_tables(t->s) ? 220 : 190;
-  if (has_w_tables(t->s)) { /* zero-bubble: the backward is B (input gradient) and W */
+          x, y, bc, x, y, x + 22, y + 10, sched_has_w(t->s) ? "B: input gradient" : "backward");
+  x += sched_has_w(t->s) ? 220 : 190;
+  if (sched_has_w(t->s)) { /* zero-bubble: the backward is B (input gradient) and W */
     RtSchedAction wa = {.kind = RT_SCHED_W};
     char wc[8];
     action_colour(&wa, v, wc);

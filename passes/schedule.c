@@ -555,6 +555,13 @@ RtSchedule *sched_build(const SchedDef *def, const SchedOptions *o, const SchedT
   return s;
 }
 
+bool sched_has_w(const RtSchedule *s) {
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->stages[r].n; i++)
+      if (s->stages[r].actions[i].kind == RT_SCHED_W) return true;
+  return false;
+}
+
 void sched_free(RtSchedule *s) {
   if (!s) return;
   for (int r = 0; r < s->pp; r++) free((void *)s->stages[r].actions);

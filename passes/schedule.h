@@ -163,6 +163,8 @@ RtSchedule *sched_build(const SchedDef *def, const SchedOptions *o, const SchedT
  * on purpose); NULL with *error (malloc'ed) set. */
 RtSchedule *sched_build_unverified(const SchedDef *def, const SchedOptions *o, char **error);
 void sched_free(RtSchedule *s);
+/* Whether the tables have W actions: each chunk's backward is then B and W. */
+bool sched_has_w(const RtSchedule *s);
 
 /* One action as text: F3c1, B0c0, W2c1 (microbatch then chunk, as in
  * docs/schedules.md), SEND(act, to 1, c0, mb3), RECV(grad, from 0, c1,

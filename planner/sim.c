@@ -368,9 +368,7 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
     for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
     max_params = sum > max_params ? sum : max_params;
   }
-  for (int r = 0; r < p; r++)
-    for (int i = 0; i < S->s->stages[r].n; i++)
-      S->has_w |= S->s->stages[r].actions[i].kind == RT_SCHED_W;
+  S->has_w = sched_has_w(S->s);
   S->msg = message_time(m, c, hw);
   step_costs(m, c, hw, max_params, S);
 }
