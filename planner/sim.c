@@ -306,7 +306,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     PlStage *st = &out->stages[r];
     int most = 0;
     for (int ch = 0; ch < S->v; ch++) {
-      int k = ch * p + r;
+      int k = rt_sched_vstage(S->s, r, ch);
       st->layers += count[k], st->params += params[k];
       most = count[k] > most ? count[k] : most;
     }
