@@ -193,7 +193,20 @@ typedef struct RtModel {
   const RtBucket *buckets;
   int nbuckets;
   int zero;
+  /* Zero-bubble schedules (W actions): per chunk, the function that runs
+   * its W, the parameter gradients its backward() (then B, the input
+   * gradient) leaves out. NULL when backward() computes them all. */
+  void (*const *wgrad)(struct RtCtx *ctx);
+  /* 1: the chunks sit in the V placement of zb-v (abi/schedule.h
+   * rt_vstage), where virtual stages p - 1 and p share the last stage and
+   * pass their tensors in memory; 0: chunk c is virtual stage c p + stage. */
+  int vshape;
 } RtModel;
+
+/* Chunk c's W function, or NULL when its backward is not split. */
+static inline void (*rt_chunk_wgrad(const RtModel *m, int c))(struct RtCtx *) {
+  return m->wgrad ? m->wgrad[c] : 0;
+}
 
 /* What the generated functions see. */
 typedef struct RtCtx {

@@ -96,11 +96,27 @@ typedef struct RtSchedule {
   const RtSchedShape *shapes;
   int nshapes;
   const RtSchedTable *stages; /* pp entries, by pipeline stage */
+  int vshape;                 /* 1: the V placement (rt_vstage) */
 } RtSchedule;
+
+/* The virtual stage of chunk c on stage r of p: c p + r, or with the V
+ * placement (zb-v) c p + p - 1 - r on odd chunks, so that the virtual
+ * pipeline runs down the stages and back up (chunk 0 of stage r is
+ * virtual stage r, chunk 1 virtual stage 2p - 1 - r). Either way the
+ * chunk of virtual stage k is k / p. Between two virtual stages on one
+ * stage (p - 1 and p under the V placement) the tensor stays in memory. */
+static inline int rt_vstage(int p, int vshape, int r, int c) {
+  return c * p + (vshape && c % 2 ? p - 1 - r : r);
+}
+
+/* The stage that holds virtual stage k. */
+static inline int rt_vstage_stage(int p, int vshape, int k) {
+  return vshape && k / p % 2 ? p - 1 - k % p : k % p;
+}
 
 /* The virtual stage of chunk c on stage r. */
 static inline int rt_sched_vstage(const RtSchedule *s, int r, int c) {
-  return c * s->pp + r;
+  return rt_vstage(s->pp, s->vshape, r, c);
 }
 
 static inline const char *rt_sched_kind_name(int k) {

@@ -167,7 +167,7 @@ static bool staged_grad(const PassBuf *b) { return b->grad_of && b->region != PA
 /* The per-op timer's label of nodes first..last: the phase (F or B), the
  * ops, the shape of the first output: "B linear_dw [768, 3072]". */
 static const char *prof_label(CgEmitter *e, int first, int last) {
-  char *s = ir_strdup(first >= e->plan->boundary ? "B " : "F ");
+  char *s = ir_strdup(first >= e->plan->wboundary ? "W " : first >= e->plan->boundary ? "B " : "F ");
   for (int k = first; k <= last; k++) {
     const IrNode *n = e->g->nodes.items[k];
     s = ir_fmt("%s%s%s", s, k > first ? "+" : "", ir_op_info(n->op)->name);
@@ -180,7 +180,8 @@ static const char *prof_label(CgEmitter *e, int first, int last) {
 
 /* The label of a run of row chunks: the phase, its ops once each. */
 static const char *prof_chunks_label(CgEmitter *e, int first, int last) {
-  char *s = ir_strdup(first >= e->plan->boundary ? "B rows:" : "F rows:");
+  char *s = ir_strdup(first >= e->plan->wboundary ? "W rows:"
+                      : first >= e->plan->boundary ? "B rows:" : "F rows:");
   int nodes = 0;
   for (int k = first; k <= last; k++) {
     if (e->plan->view[k]) continue;
@@ -247,7 +248,9 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
 static void emit_after_backward(CgEmitter *e, int first, int last) {
   const CgChunk *c = e->chunk;
   if (!c || !c->nbuckets || first < e->plan->boundary) return;
-  for (int b = 0; b < c->nbuckets; b++)
+  /* Split, a bucket is final only in W (B of the last microbatch runs
+   * before some W): those B completes are ready when W starts. */
+  for (int b = 0; b < c->nbuckets && !(e->g->wsplit && first < e->plan->wboundary); b++)
     if (c->buckets[b].ready >= first && c->buckets[b].ready <= last)
       emit(e, "BUCKET_READY(%d);", c->first_bucket + b);
   emit(e, "POLL();");
@@ -311,6 +314,22 @@ static const char *fn_name(const CgEmitter *e, const char *what, const CgChunk *
   return e->nchunks > 1 ? ir_fmt("%s_c%d", what, c->index) : what;
 }
 
+/* W: the rest of the parameter gradients, from what F and B kept. */
+static void emit_wgrad(CgEmitter *e, int W, int N) {
+  const CgChunk *c = e->chunk;
+  emit(e, "/* W: adds the rest of this microbatch's parameter gradients into ctx->grads. */");
+  emit(e, "static void %s(RtCtx *ctx) {", fn_name(e, "wgrad", c));
+  e->depth++;
+  emit(e, "(void)ctx;");
+  emit(e, "PROF_START();");
+  for (int b = 0; b < c->nbuckets; b++)
+    if (c->buckets[b].ready < W) emit(e, "BUCKET_READY(%d);", c->first_bucket + b);
+  emit_nodes(e, W, N);
+  e->depth--;
+  emit(e, "}");
+  emit_blank(e);
+}
+
 static void emit_functions(CgEmitter *e) {
   int N = e->g->nodes.len, B = e->plan->boundary;
   const CgChunk *c = e->chunk;
@@ -326,18 +345,24 @@ static void emit_functions(CgEmitter *e) {
   e->depth--;
   emit(e, "}");
   emit_blank(e);
-  emit(e, "/* The backward pass: adds this microbatch's gradients into ctx->grads. */");
+  bool split = e->g->wsplit;
+  int W = split ? e->plan->wboundary : N;
+  if (split)
+    emit(e, "/* B: the input gradient of this microbatch (and the parameter gradients on its path). */");
+  else
+    emit(e, "/* The backward pass: adds this microbatch's gradients into ctx->grads. */");
   emit(e, "static void %s(RtCtx *ctx) {", fn_name(e, "backward", c));
   e->depth++;
   emit(e, "(void)ctx;");
   emit(e, "PROF_START();");
   emit_early_grads(e);
-  for (int b = 0; b < c->nbuckets; b++)
+  for (int b = 0; b < c->nbuckets && !split; b++)
     if (c->buckets[b].ready < 0) emit(e, "BUCKET_READY(%d);", c->first_bucket + b);
-  emit_nodes(e, B, N);
+  emit_nodes(e, B, W);
   e->depth--;
   emit(e, "}");
   emit_blank(e);
+  if (split) emit_wgrad(e, W, N);
 }
 
 /* --------------------------------------------------------------- tables */
@@ -523,6 +548,18 @@ static void emit_buckets(CgEmitter *e, const CgProgram *pr) {
   emit_blank(e);
 }
 
+/* The chunks' W functions, when their backward is split. */
+static void emit_wgrads(CgEmitter *e) {
+  if (!e->chunks[0].g->wsplit) return;
+  emit(e, "/* The W of each chunk (zero-bubble schedules): backward() is its B. */");
+  emit(e, "static void (*const wgrads[])(RtCtx *) = {");
+  e->depth++;
+  for (int c = 0; c < e->nchunks; c++) emit(e, "%s,", fn_name(e, "wgrad", &e->chunks[c]));
+  e->depth--;
+  emit(e, "};");
+  emit_blank(e);
+}
+
 static void emit_actions(CgEmitter *e, const CgProgram *pr) {
   if (!pr->table) return;
   emit(e, "/* This stage's action table of the %s schedule (abi/schedule.h):", pr->schedule);
@@ -572,6 +609,8 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
     emit(e, ".nbuckets = %d,", pr->nbuckets);
     emit(e, ".zero = %d,", e->opt->zero ? 1 : 0);
   }
+  if (e->chunks[0].g->wsplit) emit(e, ".wgrad = wgrads,");
+  if (e->vshape) emit(e, ".vshape = 1,");
   e->depth--;
   emit(e, "};");
   emit_blank(e);
@@ -654,6 +693,7 @@ static void emit_program(CgEmitter *e, const CgModelInfo *mi, const CgProgram *p
   emit(e, "};");
   emit_blank(e);
   emit_buckets(e, pr);
+  emit_wgrads(e);
   emit_actions(e, pr);
   emit_model(e, mi, pr);
   e->target->entry(e);
@@ -808,7 +848,8 @@ static void print_plan(FILE *out, const CgProgram *pr, int rb, int threads, bool
 
 static void emitter_begin(CgEmitter *e, const CgLayout *l, CgChunk *chunks, int nchunks) {
   *e = (CgEmitter){.g = chunks[0].g, .plan = chunks[0].plan, .chunk = &chunks[0],
-                   .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target};
+                   .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target,
+                   .vshape = l->g->pp_vshape};
   emitter_open(e);
   if (l->target->state_new) e->state = l->target->state_new(e);
 }

@@ -265,12 +265,33 @@ static bool make_schedule(CgLayout *l) {
     ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
              rep.error ? rep.error : "failed");
   sched_report_free(&rep);
+  if (l->schedule && (l->schedule->vshape != 0) != l->g->pp_vshape) {
+    /* pp-partition placed the layers for another schedule's placement. */
+    ir_error(ir_cmdline, "schedule %s places chunk 1 of stage r on virtual stage %s, but the "
+             "layers were placed for %s", name, l->schedule->vshape ? "2p - 1 - r (the V)" : "p + r",
+             l->g->pp_vshape ? "the V placement" : "Megatron-LM's placement");
+    sched_free(l->schedule);
+    l->schedule = NULL;
+  }
   for (int r = 0; l->schedule && r < p; r++) {
     l->programs[r].table = &l->schedule->stages[r];
     l->programs[r].schedule = l->schedule->name;
     l->programs[r].microbatches = m;
   }
   return l->schedule != NULL;
+}
+
+/* A schedule with W actions runs each chunk's backward as B, then W
+ * (docs/schedules.md, "Zero-bubble schedules"): the chunks' backward
+ * nodes are reordered and their memory planned again, so that what W
+ * reads of B stays with the microbatch. */
+static bool split_backward(CgLayout *l) {
+  for (int k = 0; sched_has_w(l->schedule) && k < l->nchunks; k++) {
+    pass_split_backward(l->chunks[k].g);
+    if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &l->policy)))
+      return false;
+  }
+  return true;
 }
 
 /* Stage r's program: its chunks, placed in its weights, with its buckets. */
@@ -280,8 +301,9 @@ static void make_program(CgLayout *l, int r) {
   pr->chunks = ir_alloc(sizeof(CgChunk) * (size_t)v);
   pr->nchunks = v;
   for (int c = 0; c < v; c++) {
-    pr->chunks[c] = l->chunks[c * p + r];
-    pr->chunks[c].vstage = c * p + r, pr->chunks[c].index = c;
+    int vs = rt_vstage(p, l->g->pp_vshape, r, c);
+    pr->chunks[c] = l->chunks[vs];
+    pr->chunks[c].vstage = vs, pr->chunks[c].index = c;
   }
   pr->stage = r;
   pr->name = p > 1 ? ir_fmt("stage%d", r) : "rank0";
@@ -330,7 +352,7 @@ CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
   l->nprograms = l->pp;
   l->programs = ir_alloc(sizeof(CgProgram) * (size_t)l->pp);
   memset(l->programs, 0, sizeof(CgProgram) * (size_t)l->pp);
-  if (!make_chunks(l) || (l->pp > 1 && !make_schedule(l))) {
+  if (!make_chunks(l) || (l->pp > 1 && (!make_schedule(l) || !split_backward(l)))) {
     cg_layout_free(l);
     return NULL;
   }

@@ -55,6 +55,7 @@ typedef struct CgEmitter {
   const CgTarget *target;
   int errors;
   void *state; /* the target's own (CgTarget.state_new), for one program */
+  bool vshape; /* the chunks sit in zb-v's V placement (RtModel.vshape) */
 } CgEmitter;
 
 /* The ranks along mesh axis a of g (1 when not partitioned). */

@@ -223,6 +223,9 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   ok = int_flag(cmd, nargs, args, "--vpp", 1, false, 1 << 15, &out->vpp) && ok;
   ok = int_flag(cmd, nargs, args, "--dp", 1, false, 1 << 20, &out->dp) && ok;
   out->pp_layout = drv_value(nargs, args, "--pp-layout");
+  /* The schedule decides where the chunks are (zb-v's V). */
+  const SchedDef *sched = sched_find(drv_value(nargs, args, "--schedule") ? drv_value(nargs, args, "--schedule") : "");
+  out->pp_vshape = sched && sched->vshape;
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   ok = recompute_flags(cmd, nargs, args, out) && ok;
   const char *strategy = drv_value(nargs, args, "--tp-strategy");

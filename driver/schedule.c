@@ -171,6 +171,13 @@ static bool is_compute(const RtSchedAction *a) {
   return a->kind == RT_SCHED_F || a->kind == RT_SCHED_B || a->kind == RT_SCHED_W;
 }
 
+/* The registered schedule's bubble formula for W tables (F = B = W = 1),
+ * or a negative number where it has none. */
+static double bubble_w(const RtSchedule *s) {
+  const SchedDef *d = sched_find(s->name);
+  return d && d->bubble_w ? d->bubble_w(s->pp, s->vpp, s->microbatches) : -1;
+}
+
 /* ------------------------------------------------------------------ SVG */
 
 /* The verifier's timeline in unit time, drawn by timeline.c. */
@@ -231,6 +238,12 @@ static cJSON *report_json(const RtSchedule *s, const SchedReport *rep, const Con
   cJSON_AddNumberToObject(o, "idle_fraction", rep->idle_fraction);
   cJSON_AddNumberToObject(o, "messages", (double)rep->messages);
   cJSON_AddItemToObject(o, "peak_stash", int_array(rep->peak_stash, s->pp));
+  if (sched_has_w(s)) {
+    /* A W takes one unit; the slots held until W are what the runtime keeps. */
+    cJSON_AddNumberToObject(o, "weight_time", 1);
+    cJSON_AddItemToObject(o, "peak_held", int_array(rep->peak_held, s->pp));
+    if (bubble_w(s) >= 0) cJSON_AddNumberToObject(o, "bubble_formula", bubble_w(s));
+  }
   cJSON *stages = cJSON_CreateArray();
   for (int r = 0; r < s->pp; r++) cJSON_AddItemToArray(stages, table_json(&s->stages[r]));
   cJSON_AddItemToObject(o, "stages", stages);
@@ -305,13 +318,22 @@ static void print_text(const RtSchedule *s, const SchedReport *rep, const Config
   }
   printf("verified: every stage completes; step %g units (forward 1, backward %g), ideal %g\n",
          rep->makespan, c->fb_ratio, rep->ideal);
-  printf("bubble_fraction %.6f (bubble / ideal; (p - 1)/(v m) = %.6f), idle %.6f of the step\n",
-         rep->bubble_fraction, (double)(s->pp - 1) / ((double)s->vpp * s->microbatches),
-         rep->idle_fraction);
+  bool w = sched_has_w(s);
+  if (w && bubble_w(s) >= 0)
+    printf("bubble_fraction %.6f (bubble / ideal; a W takes 1; %s's formula %.6f), idle %.6f of "
+           "the step\n", rep->bubble_fraction, s->name, bubble_w(s), rep->idle_fraction);
+  else if (w)
+    printf("bubble_fraction %.6f (bubble / ideal; a W takes 1), idle %.6f of the step\n",
+           rep->bubble_fraction, rep->idle_fraction);
+  else
+    printf("bubble_fraction %.6f (bubble / ideal; (p - 1)/(v m) = %.6f), idle %.6f of the step\n",
+           rep->bubble_fraction, (double)(s->pp - 1) / ((double)s->vpp * s->microbatches),
+           rep->idle_fraction);
   bool orders = (int64_t)s->vpp * s->microbatches <= 32;
-  printf("stage  peak stash%s\n", orders ? "  order" : "");
+  printf("stage  peak stash%s%s\n", w ? "  held to W" : "", orders ? "  order" : "");
   for (int r = 0; r < s->pp; r++) {
     printf("%5d  %10d%s", r, rep->peak_stash[r], orders ? " " : "");
+    if (w) printf("%10d%s", rep->peak_held[r], orders ? "  " : "");
     for (int i = 0; orders && i < s->stages[r].n; i++) {
       char buf[96];
       if (is_compute(&s->stages[r].actions[i]))

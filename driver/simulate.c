@@ -145,6 +145,9 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   printf("bubble fraction  %10.4f\n", r->bubble_fraction);
   printf("per microbatch   F %.3f ms, B %.3f ms (busiest chunk); message %.3f ms\n",
          1e3 * r->f_chunk, 1e3 * r->b_chunk, 1e3 * r->p2p_s);
+  if (r->w_chunk > 0)
+    printf("  split          B %.3f ms (input gradients), W %.3f ms (weight gradients) of the "
+           "backward\n", 1e3 * (r->b_chunk - r->w_chunk), 1e3 * r->w_chunk);
   printf("per step         gradient reduction %.3f ms per chunk, optimizer %.3f ms\n",
          1e3 * r->dp_s, 1e3 * r->opt_s);
   printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",

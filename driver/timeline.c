@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/schedule.h"
+
 /* An sRGB colour from hue (degrees), saturation and lightness (0..1). */
 static void hsl_hex(double h, double s, double l, char out[8]) {
   double c = (1 - fabs(2 * l - 1)) * s, hp = fmod(h, 360) / 60;
@@ -210,9 +212,19 @@ static void svg_axis_and_legend(FILE *f, const DrvTimeline *t, const Svg *g) {
   x += 90;
   fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
           "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#hatch)\"/>"
-          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">backward (darker, hatched)</text>\n",
-          x, y, bc, x, y, x + 22, y + 10);
-  x += 190;
+          "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">%s (darker, hatched)</text>\n",
+          x, y, bc, x, y, x + 22, y + 10, sched_has_w(t->s) ? "B: input gradient" : "backward");
+  x += sched_has_w(t->s) ? 220 : 190;
+  if (sched_has_w(t->s)) { /* zero-bubble: the backward is B (input gradient) and W */
+    RtSchedAction wa = {.kind = RT_SCHED_W};
+    char wc[8];
+    action_colour(&wa, v, wc);
+    fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
+            "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"url(#cross)\"/>"
+            "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">W: weight gradient (greyer, crossed)</text>\n",
+            x, y, wc, x, y, x + 22, y + 10);
+    x += 230;
+  }
   fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"18\" height=\"12\" fill=\"#e8e8e8\"/>"
           "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">idle (bubble)</text>\n", x, y, x + 22, y + 10);
   fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\">colour: microbatch; label F&lt;mb&gt;%s;"

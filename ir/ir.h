@@ -389,6 +389,10 @@ struct IrNode {
    * that each copy computes exactly what its forward node did. Not
    * printed. */
   bool recomputed;
+  /* A backward node that only the parameters' gradients need (autodiff
+   * marks it): zero-bubble schedules run it in W, after the input
+   * gradient's B. Not printed. */
+  bool wgrad;
 };
 
 /* ---------------------------------------------------------------- graphs */
@@ -421,7 +425,13 @@ struct IrGraph {
    * stage v (0 or 1: one), so that the nodes' stages run from 0 to
    * mesh[IR_AXIS_PIPELINE] * v - 1. Printed as `chunks = 2` after the mesh. */
   int vpp;
+  /* Top level, once `pp-partition` has run: the V placement of zb-v
+   * (abi/schedule.h rt_vstage) instead of Megatron-LM's. Not printed. */
+  bool pp_vshape;
   struct PassMemPlan *memplan; /* top level, once the `memplan` pass has run (passes/memplan.h) */
+  /* A pipeline chunk whose backward runs as two functions, B then W
+   * (pass_split_backward): its B nodes come first, then its wgrad nodes. */
+  bool wsplit;
 };
 
 IrGraph *ir_graph_new(const char *name);

@@ -594,6 +594,36 @@ static void record_param_grads(Ad *ad) {
   }
 }
 
+/* Marks the backward nodes that only parameter gradients need (wgrad):
+ * those on no path to the gradient of a forward result (an activation,
+ * which the backward of the node that made it reads, and at a chunk's
+ * start the gradient message back to the earlier stage). The others are
+ * B, the input gradients layer by layer, which the earlier stage waits
+ * for; zero-bubble schedules run the wgrad nodes later, in W: the weight
+ * GEMMs, the bias and norm-weight sums, and what feeds only them. B is
+ * closed under its inputs (whatever a B node reads is on the path too),
+ * so B nodes never read W results and running all of B before all of W
+ * keeps the order topological. */
+static void mark_weight_grads(Ad *ad) {
+  IrGraph *g = ad->g;
+  bool *on_path = ir_alloc(sizeof(bool) * (size_t)(g->next_id + 1));
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nout && n->phase == IR_PHASE_FORWARD; j++) {
+      IrValue *d = ad->grad[vid(ad, n->out[j])];
+      if (d && d->kind == IR_VAL_NODE) on_path[d->id] = true;
+    }
+  }
+  for (int i = g->nodes.len - 1; i >= 0; i--) {
+    IrNode *n = g->nodes.items[i];
+    if (n->phase != IR_PHASE_BACKWARD) continue;
+    bool b = n->op == IR_OP_PP_BOUNDARY;
+    for (int j = 0; j < n->nout && !b; j++) b = on_path[n->out[j]->id];
+    n->wgrad = !b;
+    for (int j = 0; b && j < n->nin; j++) on_path[n->in[j]->id] = true;
+  }
+}
+
 bool pass_autodiff(IrGraph **gp, const PassOptions *opt) {
   (void)opt;
   IrGraph *g = ir_top(*gp);
@@ -622,5 +652,6 @@ bool pass_autodiff(IrGraph **gp, const PassOptions *opt) {
   }
   if (!ad.ok) return false;
   record_param_grads(&ad);
+  mark_weight_grads(&ad);
   return true;
 }

@@ -176,7 +176,8 @@ static void plan_groups(Planner *pl) {
     IrNode *n = pl->g->nodes.items[i];
     p->fused[i] = !p->view[i] && !p->absorbed[i] && node_is_fusable(n);
     p->group_first[i] = p->group_last[i] = i;
-    if (!p->fused[i] || i == 0 || !p->fused[i - 1] || i == p->boundary) continue;
+    if (!p->fused[i] || i == 0 || !p->fused[i - 1] || i == p->boundary || i == p->wboundary)
+      continue;
     /* A recomputed copy computes what its forward node did only in a loop
      * of copies alone (recompute.c). */
     if (n->recomputed != ((IrNode *)pl->g->nodes.items[i - 1])->recomputed) continue;
@@ -345,7 +346,8 @@ static void plan_liveness(Planner *pl) {
   for (int i = 0; i < pl->g->outputs.len; i++) {
     IrValue *v = pl->g->outputs.items[i];
     bool to_end = v->kind == IR_VAL_INPUT || (v->kind == IR_VAL_NODE && is_backward(v->def));
-    extend(root_of(pl, buf_of(pl, v)), to_end ? pl->g->nodes.len : bpos);
+    /* With the backward split, the runtime takes them after B. */
+    extend(root_of(pl, buf_of(pl, v)), to_end ? p->wboundary : bpos);
     if (v->kind == IR_VAL_NODE && v->def->op == IR_OP_CROSS_ENTROPY)
       extend(root_of(pl, buf_of(pl, v->def->in[0])), bpos);
   }
@@ -443,7 +445,10 @@ static void place_buffers(Planner *pl) {
       b->offset = buf_of(pl, b->grad_of)->offset;
     } else {
       bool forward = pl->def[k] >= 0 ? pl->def[k] < p->boundary : !is_dloss(b->value);
-      bool kept = forward && b->last >= bpos;
+      /* Kept with the microbatch: what the backward reads of the forward,
+       * and what W reads of B when they are split (other microbatches run
+       * in between and reuse the temporaries). */
+      bool kept = (forward && b->last >= bpos) || (b->first <= p->wboundary && b->last > p->wboundary);
       b->region = kept ? PASS_REGION_ACTIVATIONS : PASS_REGION_TEMPORARIES;
       Item it = {align_up(b->bytes), 0, b->first, b->last, k};
       if (kept) act[nact++] = it;
@@ -507,9 +512,12 @@ PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy 
   p->policy = policy_of(policy);
   p->threads = p->policy.threads;
   p->nnodes = N;
-  p->boundary = N;
-  for (int i = N - 1; i >= 0; i--)
-    if (is_backward(g->nodes.items[i])) p->boundary = i;
+  p->boundary = p->wboundary = N;
+  for (int i = N - 1; i >= 0; i--) {
+    IrNode *n = g->nodes.items[i];
+    if (is_backward(n)) p->boundary = i;
+    if (g->wsplit && is_backward(n) && n->wgrad) p->wboundary = i;
+  }
   size_t n1 = (size_t)(N > 0 ? N : 1);
   p->group_first = ir_alloc(n1 * sizeof *p->group_first);
   p->group_last = ir_alloc(n1 * sizeof *p->group_last);

@@ -71,6 +71,8 @@ typedef struct PassMemPlan {
   int64_t weights, grads, optimizer, activations, temporaries;
   int64_t nweights;       /* elements of real in the weights region (padding included) */
   int boundary;           /* index of the first backward node; nodes.len when there is none */
+  int wboundary;          /* of the first W node when the backward is split (IrGraph.wsplit),
+                           * else nodes.len: B runs boundary..wboundary-1, W the rest */
   int nnodes;
   /* Per node index: the first and last node of the fused elementwise loop
    * it belongs to (both itself when it runs alone), whether it is part of

@@ -173,7 +173,8 @@ void pass_memplan_rows(Planner *pl) {
   if ((env && strcmp(env, "0") == 0) || !chunk_size(pl, &R, &C)) return;
   for (int i = 0; i < N;) {
     int start = i, end = i - 1, local = 0, sunk = 0;
-    while (i < N && (i != p->boundary || i == start) && !layer_edge(pl, recomputes, start, i)) {
+    while (i < N && ((i != p->boundary && i != p->wboundary) || i == start) &&
+           !layer_edge(pl, recomputes, start, i)) {
       int last = p->group_last[i];
       if (p->absorbed[i]) break;
       bool blocked = false;

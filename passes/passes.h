@@ -36,6 +36,7 @@ typedef struct PassOptions {
                            * 0: no padding (the driver's default is 128) */
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
+  bool pp_vshape;         /* the V placement of zb-v (rt_vstage): set for --schedule zb-v */
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
   PassRecompute recompute; /* --recompute */
   int recompute_layers;    /* --recompute-layers: layers per checkpoint under full (0: 1) */
@@ -82,6 +83,10 @@ bool pass_shape(IrGraph **g, const PassOptions *opt);
 bool pass_verify(IrGraph **g, const PassOptions *opt);
 bool pass_unroll(IrGraph **g, const PassOptions *opt);
 bool pass_autodiff(IrGraph **g, const PassOptions *opt);
+/* Reorders a pipeline chunk's backward into B, then W (the nodes autodiff
+ * marked wgrad), and sets g->wsplit; returns the index of the first W
+ * node (wsplit.c). */
+int pass_split_backward(IrGraph *g);
 bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
 bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/schedule.h"
 #include "passes.h"
 
 
@@ -219,6 +220,16 @@ static void place(Part *P) {
   }
 }
 
+/* Whether a node of virtual stage s reads w. */
+static bool read_on(const IrGraph *g, const IrValue *w, int s) {
+  for (int j = 0; j < g->nodes.len; j++) {
+    const IrNode *n = g->nodes.items[j];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] == w && n->stage == s) return true;
+  }
+  return false;
+}
+
 /* Gives the last virtual stage its own copy of every parameter that the
  * first one reads too (p > 1). A parameter shared otherwise cannot be
  * kept in step by the embedding group: an error. */
@@ -229,6 +240,16 @@ static bool tie_params(Part *P) {
   for (int i = 0; i < nparams; i++) {
     IrValue *w = g->params.items[i], *copy = NULL;
     int first = -1, other = -1;
+    if (g->pp_vshape && read_on(g, w, 0) && read_on(g, w, P->nv - 1)) {
+      /* Both ends of the V are on the first stage: its two chunks would
+       * need their copies summed in memory, which the runtime does only
+       * across stages. */
+      ir_error(w->loc, "pipeline partition: @%s is read on the first and the last virtual stage, "
+               "which the V placement of zb-v puts on one stage; such tied parameters are not "
+               "supported there yet (use --schedule zb-h1)", w->name);
+      ok = false;
+      continue;
+    }
     for (int j = 0; j < g->nodes.len; j++) {
       IrNode *n = g->nodes.items[j];
       for (int k = 0; k < n->nin; k++) {
@@ -362,6 +383,9 @@ bool pass_pp_partition(IrGraph **gp, const PassOptions *opt) {
   g->mesh[IR_AXIS_PIPELINE] = P.p;
   g->vpp = P.v;
   if (P.p == 1) return true;
+  /* zb-v's V: the layers stay in virtual-stage order; only which stage
+   * holds each virtual stage changes (abi/schedule.h rt_vstage). */
+  g->pp_vshape = opt && opt->pp_vshape;
   if (!tie_params(&P)) return false;
   insert_boundaries(&P);
   return true;
@@ -378,8 +402,9 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
     fprintf(out, "pipeline: one stage (run pp-partition with --pp or --vpp to place layers)\n");
     return true;
   }
+  bool vs = g->pp_vshape;
   fprintf(out, "pipeline: p = %d stages x v = %d chunks = %d virtual stages (chunk c of stage r "
-          "is virtual stage c*p + r)\n", p, v, nv);
+          "is virtual stage %s)\n", p, v, nv, vs ? "c*p + r, or c*p + p-1-r for odd c (the V)" : "c*p + r");
   fprintf(out, "  %-7s %-5s %-5s %-12s %14s  %-10s %-10s %s\n", "vstage", "stage", "chunk",
           "layers", "fwd flops", "sends f+b", "recvs f+b", "holds");
   int fwd = 0, bwd = 0;
@@ -411,13 +436,13 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
     const char *holds = pre && post ? "embedding, head" : pre && s == 0 ? "embedding"
                       : (post || (pre && s == nv - 1)) ? "head" : "";
     const char *sent = ir_fmt("%d+%d", sends[0], sends[1]), *got = ir_fmt("%d+%d", recvs[0], recvs[1]);
-    fprintf(out, "  %-7d %-5d %-5d %-12s %14.0f  %-10s %s%s%s\n", s, s % p, s / p, layers,
+    fprintf(out, "  %-7d %-5d %-5d %-12s %14.0f  %-10s %s%s%s\n", s, rt_vstage_stage(p, vs, s), s / p, layers,
             flops, sent, got, *holds ? ir_fmt("%*s", 11 - (int)strlen(got), "") : "", holds);
     ranges[s] = layers;
   }
   for (int r = 0; r < p; r++) {
     fprintf(out, "stage %d holds layers", r);
-    for (int c = 0; c < v; c++) fprintf(out, "%s %s", c ? "," : "", ranges[c * p + r]);
+    for (int c = 0; c < v; c++) fprintf(out, "%s %s", c ? "," : "", ranges[rt_vstage(p, vs, r, c)]);
     fputc('\n', out);
   }
   fprintf(out, "messages per microbatch: %d activations forward, %d gradients backward\n", fwd,

@@ -30,6 +30,7 @@ typedef struct Stage {
 
 struct SchedBuilder {
   int p, v, m;
+  bool vshape; /* the V placement (SchedDef.vshape) */
   Stage *stages;
   char *error; /* malloc'ed, the first sched_fail */
 };
@@ -87,11 +88,11 @@ void sched_w(SchedBuilder *b, int r, int c, int mb) { compute(b, r, RT_SCHED_W, 
 /* The virtual stage at the other end of the message, or -1 when the
  * message does not exist. */
 static int msg_peer_vstage(const SchedBuilder *b, int r, RtSchedMsg msg, bool send, int c) {
-  int vs = c * b->p + r, pv = b->p * b->v;
+  int vs = rt_vstage(b->p, b->vshape, r, c), pv = b->p * b->v;
   /* Activations go up the virtual pipeline, gradients down: a send of an
    * activation and a receive of a gradient face vs + 1. */
   int other = (msg == RT_SCHED_ACT) == send ? vs + 1 : vs - 1;
-  if (other < 0 || other >= pv || b->p == 1) return -1;
+  if (other < 0 || other >= pv || rt_vstage_stage(b->p, b->vshape, other) == r) return -1;
   return other;
 }
 
@@ -105,7 +106,8 @@ static void message(SchedBuilder *b, int r, RtSchedKind kind, RtSchedMsg msg, in
   if (s->in_batch) s->batch_len++;
   push(b, r,
        (RtSchedAction){.kind = (uint8_t)kind, .msg = (uint8_t)msg, .flags = flags,
-                       .chunk = (int16_t)c, .peer = (int16_t)(other % b->p), .mb = mb});
+                       .chunk = (int16_t)c,
+                       .peer = (int16_t)rt_vstage_stage(b->p, b->vshape, other), .mb = mb});
 }
 
 void sched_send(SchedBuilder *b, int r, RtSchedMsg msg, int c, int mb) {
@@ -425,13 +427,20 @@ static int warmup_interleaved(int p, int v, int m, int r) {
 
 const SchedDef sched_registry[] = {
     {"gpipe", "all forwards, then all backwards (GPipe); v = 1; stashes m microbatches",
-     build_gpipe, bubble_p_minus_1, warmup_gpipe},
+     build_gpipe, bubble_p_minus_1, warmup_gpipe, NULL, false},
     {"1f1b", "one forward, one backward after a warm-up of p - r - 1 (PipeDream-Flush, "
-     "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b},
+     "Megatron-LM); v = 1; the default for v = 1", build_1f1b, bubble_p_minus_1, warmup_1f1b, NULL, false},
     {"interleaved", "Megatron-LM's interleaved 1F1B over v > 1 chunks per stage; m a multiple "
      "of p, or any m >= p with --vpp-group; bubble (p - 1)/(v m); the default for v > 1", build_interleaved, bubble_p_minus_1,
-     warmup_interleaved},
-    {NULL, NULL, NULL, NULL, NULL},
+     warmup_interleaved, NULL, false},
+    {"zb-h1", "zero bubble (Qi et al.): backward split into B (input gradient) and W (weight "
+     "gradient), W put off into 1F1B's idle time; v = 1; at most p microbatches held; bubble "
+     "(p - 1)/(3m) for m >= p", sched_build_zb_h1, NULL, NULL, sched_bubble_zb_h1, false},
+    {"zb-v", "zero bubble over two chunks per stage in a V (chunk 0 of stage r is virtual "
+     "stage r, chunk 1 virtual stage 2p - 1 - r), B and W split; v = 2; at most 1F1B's p "
+     "microbatches of layers held; bubble below zb-h1's", sched_build_zb_v, NULL,
+     NULL, sched_bubble_zb_v, true},
+    {NULL, NULL, NULL, NULL, NULL, NULL, false},
 };
 
 const SchedDef *sched_find(const char *name) {
@@ -500,7 +509,7 @@ static bool check_sizes(SchedBuilder *b, const SchedOptions *o) {
 }
 
 RtSchedule *sched_build_unverified(const SchedDef *def, const SchedOptions *o, char **error) {
-  SchedBuilder b = {.p = o->pp, .v = o->vpp, .m = o->microbatches};
+  SchedBuilder b = {.p = o->pp, .v = o->vpp, .m = o->microbatches, .vshape = def->vshape};
   *error = NULL;
   if (!check_sizes(&b, o)) {
     *error = b.error;
@@ -530,7 +539,7 @@ RtSchedule *sched_build_unverified(const SchedDef *def, const SchedOptions *o, c
   int per = o->buckets_per_chunk > 0 ? o->buckets_per_chunk : 1;
   *s = (RtSchedule){.name = def->name, .pp = o->pp, .vpp = o->vpp,
                     .microbatches = o->microbatches, .nbuckets = o->dp > 1 ? per * o->vpp : 0,
-                    .shapes = shape, .nshapes = 1, .stages = tables};
+                    .shapes = shape, .nshapes = 1, .stages = tables, .vshape = def->vshape};
   return s;
 }
 
@@ -544,6 +553,13 @@ RtSchedule *sched_build(const SchedDef *def, const SchedOptions *o, const SchedT
     return NULL;
   }
   return s;
+}
+
+bool sched_has_w(const RtSchedule *s) {
+  for (int r = 0; r < s->pp; r++)
+    for (int i = 0; i < s->stages[r].n; i++)
+      if (s->stages[r].actions[i].kind == RT_SCHED_W) return true;
+  return false;
 }
 
 void sched_free(RtSchedule *s) {

@@ -48,6 +48,8 @@ typedef struct SchedReport {
   double bubble_fraction;/* (makespan - ideal) / ideal: the paper's bubble over ideal time */
   double idle_fraction;  /* (makespan - ideal) / makespan: the share of the step spent idle */
   int *peak_stash;       /* most (chunk, microbatch) forwards awaiting their backward */
+  int *peak_held;        /* most awaiting their W where the chunk has W actions, else
+                          * peak_stash: the stash slots the runtime holds at once */
   double *busy;          /* compute time of each stage */
   int64_t messages;      /* point-to-point messages in one step */
   int nstages;           /* entries of the arrays */
@@ -80,7 +82,25 @@ typedef struct SchedDef {
   /* The forwards stage r runs before its first backward (capped at v m);
    * its peak stash is one more, at most v m. */
   int (*warmup)(int p, int v, int m, int r);
+  /* For schedules with W actions (the two promises above are NULL): the
+   * bubble fraction with F, B and W of one unit each, or a negative
+   * number where there is no formula (sched_test zb checks it). */
+  double (*bubble_w)(int p, int v, int m);
+  bool vshape; /* the V placement (rt_vstage) instead of Megatron-LM's */
 } SchedDef;
+
+/* The virtual stage of chunk c on stage r: c p + r (Megatron-LM's
+ * placement), or with the V placement of zb-v r on even chunks and
+ * c p + p - 1 - r on odd ones, so that the virtual pipeline runs down the
+ * stages and back up (chunk 0 of stage r is virtual stage r, chunk 1
+ * virtual stage 2p - 1 - r). */
+static inline int sched_vstage(int p, bool vshape, int r, int c) { return rt_vstage(p, vshape, r, c); }
+
+/* The zero-bubble builders (schedule_zb.c) and their bubble formulas. */
+bool sched_build_zb_h1(SchedBuilder *b, const SchedOptions *o);
+double sched_bubble_zb_h1(int p, int v, int m);
+bool sched_build_zb_v(SchedBuilder *b, const SchedOptions *o);
+double sched_bubble_zb_v(int p, int v, int m);
 
 /* The registry, ending with a {NULL} entry; sched_find returns NULL for an
  * unknown name. */
@@ -143,6 +163,8 @@ RtSchedule *sched_build(const SchedDef *def, const SchedOptions *o, const SchedT
  * on purpose); NULL with *error (malloc'ed) set. */
 RtSchedule *sched_build_unverified(const SchedDef *def, const SchedOptions *o, char **error);
 void sched_free(RtSchedule *s);
+/* Whether the tables have W actions: each chunk's backward is then B and W. */
+bool sched_has_w(const RtSchedule *s);
 
 /* One action as text: F3c1, B0c0, W2c1 (microbatch then chunk, as in
  * docs/schedules.md), SEND(act, to 1, c0, mb3), RECV(grad, from 0, c1,

@@ -365,7 +365,7 @@ static bool build_script(SchedBuilder *b, const SchedOptions *o) {
 
 const SchedDef sched_script_def = {
     "file", "a schedule read from a file (--schedule-file): each stage's compute order",
-    build_script, NULL, NULL};
+    build_script, NULL, NULL, NULL, false};
 
 /* Says which file the verifier's report is about: its stages and
  * actions are those of the derived tables (docs/schedules.md). */

@@ -113,12 +113,15 @@ typedef struct Verifier {
   Errors errs;
 } Verifier;
 
+/* The stage that holds virtual stage k. */
+static int stage_of(const Verifier *V, int k) { return rt_vstage_stage(V->p, V->s->vshape, k); }
+
 /* The message an action sends or receives, as a slot index, after checking
  * that its peer is the one the placement implies; -1 after an error. */
 static int64_t message_key(Verifier *V, int r, int i) {
   const RtSchedAction *a = &V->s->stages[r].actions[i];
   char w[160];
-  int vs = a->chunk * V->p + r;
+  int vs = rt_sched_vstage(V->s, r, a->chunk);
   bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
   /* The other end: activations go from vs to vs + 1, gradients back. */
   int other = act == send ? vs + 1 : vs - 1;
@@ -128,14 +131,14 @@ static int64_t message_key(Verifier *V, int r, int i) {
         act ? "activation" : "gradient", send ? "send" : "receive");
     return -1;
   }
-  if (other % V->p == r) {
+  if (stage_of(V, other) == r) {
     err(&V->errs, "%s: virtual stages %d and %d are both on stage %d, which keeps the tensor "
         "in memory without a message", where(V->s, r, i, w, sizeof w), vs, other, r);
     return -1;
   }
-  if (a->peer != other % V->p) {
+  if (a->peer != stage_of(V, other)) {
     err(&V->errs, "%s: the peer is virtual stage %d, which is on stage %d, not %d",
-        where(V->s, r, i, w, sizeof w), other, other % V->p, a->peer);
+        where(V->s, r, i, w, sizeof w), other, stage_of(V, other), a->peer);
     return -1;
   }
   int dest = send ? other : vs;
@@ -234,7 +237,7 @@ static Slot *slot_of(Verifier *V, int r, int i) {
   /* Phase 1 passed, so the key is valid; recomputing it is cheaper than
    * storing one per action. */
   const RtSchedAction *a = &V->s->stages[r].actions[i];
-  int vs = a->chunk * V->p + r;
+  int vs = rt_sched_vstage(V->s, r, a->chunk);
   bool send = a->kind == RT_SCHED_SEND, act = a->msg == RT_SCHED_ACT;
   int dest = send ? (act ? vs + 1 : vs - 1) : vs;
   return &V->slots[((int64_t)a->msg * V->pv + dest) * V->m + a->mb];
@@ -289,19 +292,23 @@ typedef struct Order {
   uint8_t *state; /* v * m */
   int *nb, *nw;   /* backwards and weight gradients done per chunk */
   uint8_t *reduced;
-  int stash, peak;
+  uint8_t *has_w;  /* per chunk: the stage's table has W actions for it */
+  int stash, peak, held, peak_held;
   bool stepped;
 } Order;
 
+/* Whether F's input or B's output gradient is there: received, or
+ * computed on this stage by the neighbouring virtual stage (its chunk is
+ * k / p) when both are here. */
 static bool input_ready(Verifier *V, Order *o, int r, const RtSchedAction *a) {
-  int vs = a->chunk * V->p + r, c = a->chunk, mb = a->mb;
+  int vs = rt_sched_vstage(V->s, r, a->chunk), c = a->chunk, mb = a->mb;
   if (a->kind == RT_SCHED_F) {
     if (vs == 0) return true;
-    if (V->p == 1) return o->state[(c - 1) * V->m + mb] & DONE_F;
+    if (stage_of(V, vs - 1) == r) return o->state[(vs - 1) / V->p * V->m + mb] & DONE_F;
     return o->state[c * V->m + mb] & IN_ACT;
   }
   if (vs == V->pv - 1) return true;
-  if (V->p == 1) return o->state[(c + 1) * V->m + mb] & DONE_B;
+  if (stage_of(V, vs + 1) == r) return o->state[(vs + 1) / V->p * V->m + mb] & DONE_B;
   return o->state[c * V->m + mb] & IN_GRAD;
 }
 
@@ -353,6 +360,7 @@ static void order_action(Verifier *V, Order *o, int r, int i) {
     else if (!input_ready(V, o, r, a)) bad = "the forward runs before its input is received";
     *st |= DONE_F;
     if (++o->stash > o->peak) o->peak = o->stash;
+    if (++o->held > o->peak_held) o->peak_held = o->held;
     break;
   case RT_SCHED_B:
     if (*st & DONE_B) bad = "the backward runs twice";
@@ -361,12 +369,14 @@ static void order_action(Verifier *V, Order *o, int r, int i) {
     *st |= DONE_B;
     o->nb[a->chunk]++;
     o->stash--;
+    if (!o->has_w[a->chunk]) o->held--;
     break;
   case RT_SCHED_W:
     if (*st & DONE_W) bad = "the weight gradient runs twice";
     else if (!(*st & DONE_B)) bad = "the weight gradient runs before its backward";
     *st |= DONE_W;
     o->nw[a->chunk]++;
+    o->held--;
     break;
   case RT_SCHED_SEND:
     if (!(*st & (a->msg == RT_SCHED_ACT ? DONE_F : DONE_B)))
@@ -385,17 +395,23 @@ static void order_action(Verifier *V, Order *o, int r, int i) {
 static void check_order(Verifier *V, SchedReport *rep) {
   Order o = {.state = xcalloc((size_t)V->v * V->m, 1), .nb = xcalloc((size_t)V->v, sizeof(int)),
              .nw = xcalloc((size_t)V->v, sizeof(int)),
-             .reduced = xcalloc((size_t)V->s->nbuckets + 1, 1)};
+             .reduced = xcalloc((size_t)V->s->nbuckets + 1, 1),
+             .has_w = xcalloc((size_t)V->v, 1)};
   for (int r = 0; r < V->p; r++) {
     const RtSchedTable *t = &V->s->stages[r];
     memset(o.state, 0, (size_t)V->v * V->m);
     memset(o.nb, 0, sizeof(int) * (size_t)V->v);
     memset(o.nw, 0, sizeof(int) * (size_t)V->v);
     memset(o.reduced, 0, (size_t)V->s->nbuckets + 1);
-    o.stash = o.peak = 0, o.stepped = false;
+    o.stash = o.peak = o.held = o.peak_held = 0, o.stepped = false;
+    memset(o.has_w, 0, (size_t)V->v);
+    for (int i = 0; i < t->n; i++)
+      if (t->actions[i].kind == RT_SCHED_W && t->actions[i].chunk >= 0 && t->actions[i].chunk < V->v)
+        o.has_w[t->actions[i].chunk] = 1;
     for (int i = 0; i < t->n; i++)
       if (fields_ok(V, r, i)) order_action(V, &o, r, i);
     rep->peak_stash[r] = o.peak;
+    rep->peak_held[r] = o.peak_held;
     for (int c = 0; c < V->v; c++)
       for (int mb = 0; mb < V->m; mb++) {
         uint8_t st = o.state[c * V->m + mb];
@@ -413,7 +429,7 @@ static void check_order(Verifier *V, SchedReport *rep) {
       }
     if (!o.stepped) err(&V->errs, "stage %d: the table has no OPT_STEP", r);
   }
-  free(o.state), free(o.nb), free(o.nw), free(o.reduced);
+  free(o.state), free(o.nb), free(o.nw), free(o.reduced), free(o.has_w);
 }
 
 /* --------------------------------------------- phase 3: joint execution */
@@ -577,6 +593,7 @@ bool sched_verify(const RtSchedule *s, const SchedTimes *times, bool timeline, S
                         .send_t = -1, .recv_t = -1};
   rep->nstages = V.p;
   rep->peak_stash = xcalloc((size_t)V.p, sizeof(int));
+  rep->peak_held = xcalloc((size_t)V.p, sizeof(int));
   rep->busy = xcalloc((size_t)V.p, sizeof(double));
   if (timeline) {
     rep->start = xcalloc((size_t)V.p, sizeof(double *));
@@ -611,6 +628,7 @@ void sched_report_free(SchedReport *rep) {
   free(rep->start), free(rep->end);
   free(rep->error);
   free(rep->peak_stash);
+  free(rep->peak_held);
   free(rep->busy);
   memset(rep, 0, sizeof *rep);
 }

@@ -238,6 +238,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
     } else {
       r->bwd += t, r->bwd_flops += flops;
       if (comm) r->bwd_comm += t;
+      if (n->wgrad) r->bwd_w += t;
     }
   }
   count_params(g, cost, &out->tied);

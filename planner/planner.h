@@ -63,6 +63,8 @@ typedef struct PlCost {
   double attn_fwd, attn_flops; /* the forward attention core's seconds and FLOPs (selective
                                 * recomputation reruns them) */
   int64_t params;              /* parameter elements one rank holds */
+  double bwd_w;                /* seconds of the backward only parameter gradients need (W of
+                                * the zero-bubble schedules, IrNode.wgrad); the rest is B */
 } PlCost;
 
 /* A model as the planner sees it: its layer stack costed from ONE layer of
@@ -107,6 +109,8 @@ typedef struct PlResult {
   double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
   double memory_max;     /* bytes, the most of any rank */
   double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
+  double w_chunk;             /* of b_chunk, what W runs when the tables have W actions (the
+                               * rest is B); 0 when they have none */
   double p2p_s, dp_s, opt_s;  /* one pipeline message, one chunk's reduction, the optimizer */
   int microbatches;
   int nstages;

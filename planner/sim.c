@@ -31,6 +31,7 @@ typedef struct Sim {
   const RtSchedule *s;
   int p, v, nv;
   double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
+  double *w;          /* per virtual stage: the part of b that W runs (zero-bubble) */
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
   double msg;         /* one pipeline message */
   double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
@@ -94,7 +95,9 @@ static double compute_time(const Sim *S, const RtSchedAction *a, int r) {
   int k = rt_sched_vstage(S->s, r, a->chunk);
   if (a->kind == RT_SCHED_F) return S->f[k];
   if (!S->has_w) return S->b[k];
-  return S->b[k] / 2; /* B and W split the backward's GEMMs evenly */
+  /* The weight-gradient GEMMs and sums in W, the input gradients in B,
+   * each as the cost model prices their nodes. */
+  return a->kind == RT_SCHED_W ? S->w[k] : S->b[k] - S->w[k];
 }
 
 /* The state of a replay and what it finds. start/end are NULL unless a
@@ -147,7 +150,9 @@ static bool step(const Sim *S, Replay *R, int r, bool *progress) {
   } else {
     double d = compute_time(S, a, r);
     R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
-    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == RT_SCHED_B ? -1 : 0;
+    /* A microbatch-chunk is held until its W where the tables have W. */
+    int frees = S->has_w ? RT_SCHED_W : RT_SCHED_B;
+    R->live[r] += a->kind == RT_SCHED_F ? 1 : a->kind == frees ? -1 : 0;
     if (R->live[r] > R->stash[r]) R->stash[r] = R->live[r];
     mark(R, r, i, now, R->clock[r]);
     R->pc[r]++;
@@ -237,6 +242,9 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
   double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
   for (int k = 0; k < nv; k++) {
     S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
+    S->w[k] = count[k] * m->layer.bwd_w;
+    if (k == 0) S->w[k] += m->pre.bwd_w;
+    if (k == nv - 1) S->w[k] += m->post.bwd_w;
     params[k] = count[k] * m->layer.params;
     if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
     if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
@@ -306,7 +314,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     PlStage *st = &out->stages[r];
     int most = 0;
     for (int ch = 0; ch < S->v; ch++) {
-      int k = ch * p + r;
+      int k = rt_sched_vstage(S->s, r, ch);
       st->layers += count[k], st->params += params[k];
       most = count[k] > most ? count[k] : most;
     }
@@ -330,6 +338,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
   for (int k = 1; k < S->nv; k++)
     if (S->f[k] + S->b[k] > S->f[busiest] + S->b[busiest]) busiest = k;
   out->f_chunk = S->f[busiest], out->b_chunk = S->b[busiest];
+  out->w_chunk = S->has_w ? S->w[busiest] : 0;
   out->p2p_s = S->msg, out->dp_s = S->reduce[busiest], out->opt_s = S->opt;
 }
 
@@ -364,12 +373,10 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   int64_t max_params = 0;
   for (int r = 0; r < p; r++) {
     int64_t sum = 0;
-    for (int ch = 0; ch < c->vpp; ch++) sum += params[ch * p + r];
+    for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
     max_params = sum > max_params ? sum : max_params;
   }
-  for (int r = 0; r < p; r++)
-    for (int i = 0; i < S->s->stages[r].n; i++)
-      S->has_w |= S->s->stages[r].actions[i].kind == RT_SCHED_W;
+  S->has_w = sched_has_w(S->s);
   S->msg = message_time(m, c, hw);
   step_costs(m, c, hw, max_params, S);
 }
@@ -385,6 +392,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool t
   int p = c->pp, nv = c->pp * c->vpp;
   Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
   S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
+  S.w = calloc((size_t)nv, sizeof(double));
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
@@ -406,7 +414,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool t
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
   free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
-  free(S.f), free(S.b), free(S.reduce), free(params), free(count);
+  free(S.f), free(S.b), free(S.w), free(S.reduce), free(params), free(count);
   if (!timeline) sched_free(s);
   return ok;
 }

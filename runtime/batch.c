@@ -56,10 +56,12 @@ static double forward_loss(Rt *rt) {
 
 double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
   if (rt->mesh.pp == 1 && rt->mesh.dp == 1) return sum / (double)count;
-  /* Each data-parallel replica's last stage holds its part of the sum
+  /* Each data-parallel replica's loss stage holds its part of the sum
    * (every tensor-parallel rank of it the same value: one of them speaks
    * for the group); one reduction over the world hands the mean to all. */
-  int holds = rt->coord.tp == 0 && rt->coord.pp == rt->mesh.pp - 1;
+  int holds = 0; /* the stage with the loss: the last, or the first under zb-v's V */
+  for (int c = 0; c < rt->model->nchunks; c++) holds |= rt->model->chunks[c].has_loss;
+  holds = holds && rt->coord.tp == 0;
   double part = holds ? sum / (double)count : 0;
   RtComms *cs = rt_tp_comms();
   if (cs) rt_comm_allreduce(cs->world, &part, &part, 1, RT_COMM_F64, RT_COMM_SUM);

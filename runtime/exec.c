@@ -40,7 +40,10 @@ struct RtExec {
   int64_t peak_bytes;        /* their bytes, chunk by chunk */
   int64_t *numel[2][2];      /* per chunk: [0 recv, 1 send][RtSchedMsg] */
   Msg *recv[2], *send[2];    /* [RtSchedMsg][c * m + mb] */
+  int *local[2];             /* [RtSchedMsg][c]: the chunk on this stage that computes what
+                              * chunk c receives (V placement), else -1 */
   int *bdone;                /* per chunk: backwards run this step */
+  int *wdone;                /* per chunk: weight gradients (W) run this step */
   Msg **pending;             /* sends in flight, in posting order */
   int npending, head;
   int reads_inputs;          /* some chunk reads the model's inputs */
@@ -120,7 +123,7 @@ static void table_peak(RtExec *x, const RtModel *m) {
     if (a->kind == RT_SCHED_F) {
       total++;
       if (++live[a->chunk] > most[a->chunk]) most[a->chunk] = live[a->chunk];
-    } else if (a->kind == RT_SCHED_B) {
+    } else if (a->kind == (rt_chunk_wgrad(m, a->chunk) ? RT_SCHED_W : RT_SCHED_B)) {
       total--, live[a->chunk]--;
     }
     if (total > x->peak_table) x->peak_table = total;
@@ -180,7 +183,16 @@ void rt_exec_init(Rt *rt) {
     x->recv[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
     x->send[k] = rt_xcalloc((size_t)keys, sizeof(Msg));
   }
+  for (int k = 0; k < 2; k++) x->local[k] = rt_xcalloc((size_t)x->v, sizeof(int));
+  for (int c = 0; c < x->v; c++) {
+    /* The input comes from vs - 1, the output gradient from vs + 1. */
+    int vs = m->chunks[c].vstage, from[2] = {vs - 1, vs + 1};
+    for (int k = 0; k < 2; k++)
+      x->local[k][c] = from[k] >= 0 && from[k] < x->nvstages &&
+                       rt_vstage_stage(x->p, m->vshape, from[k]) == x->stage ? from[k] / x->p : -1;
+  }
   x->bdone = rt_xcalloc((size_t)x->v, sizeof *x->bdone);
+  x->wdone = rt_xcalloc((size_t)x->v, sizeof *x->wdone);
   x->pending = rt_xcalloc((size_t)(2 * keys), sizeof *x->pending);
   x->fwd_in = rt_xcalloc((size_t)x->v, sizeof *x->fwd_in);
   x->fwd_out = rt_xcalloc((size_t)x->v, sizeof *x->fwd_out);
@@ -215,6 +227,8 @@ void rt_exec_free(Rt *rt) {
     for (int k = 0; k < 2; k++) free(x->numel[d][k]);
   for (int k = 0; k < 2; k++) free(x->recv[k]), free(x->send[k]);
   free(x->bdone);
+  for (int k = 0; k < 2; k++) free(x->local[k]);
+  free(x->wdone);
   free(x->pending);
   free(x->fwd_in);
   free(x->fwd_out);
@@ -262,10 +276,20 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
   r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
 }
 
-/* The received tensor of (c, mb) into the chunk's recv parts, once here. */
+/* The received tensor of (c, mb) into the chunk's recv parts, once here;
+ * from the kept output of the chunk on this stage that computed it, when
+ * there is one (the V placement's turn on the last stage). */
 static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
   const RtChunk *ch = &rt->model->chunks[c];
-  Msg *r = msg_at(x, x->recv[msg], c, mb);
+  int from = x->local[msg][c];
+  Msg *r = from >= 0 ? msg_at(x, x->send[msg], from, mb) : msg_at(x, x->recv[msg], c, mb);
+  if (from >= 0 && r->buf) {
+    parts_in(&rt->ctx, ch, msg == RT_SCHED_ACT ? ch->recv_act : ch->recv_grad,
+             msg == RT_SCHED_ACT ? ch->nrecv_act : ch->nrecv_grad, r->buf);
+    rt_dev_free(r->buf);
+    *r = (Msg){0};
+    return;
+  }
   if (!r->buf)
     rt_fatal(rt->model->name,
              "internal error: %s(chunk %d, microbatch %d) runs before its RECV(%s) is posted",
@@ -355,8 +379,9 @@ static void backward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   else if (ch->nrecv_grad)
     take(rt, x, RT_SCHED_GRAD, c, mb);
   /* The chunk's buckets may start reducing during its last backward of
-   * the step, whichever microbatch the schedule runs last. */
-  int last = ++x->bdone[c] == x->m;
+   * the step, whichever microbatch the schedule runs last; when the
+   * backward is split, during its last W instead (wgrad). */
+  int last = ++x->bdone[c] == x->m && !rt_chunk_wgrad(rt->model, c);
   double t0 = rt_trace_now();
   if (rt->dp) rt_dp_backward_begin(rt, c, last);
   /* The microbatch's own dropout seed: its masks are drawn again here (by
@@ -367,6 +392,26 @@ static void backward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
   rt_trace_add_kind(RT_SCHED_B, c, mb, t0, rt_trace_now());
+  if (rt_chunk_wgrad(rt->model, c)) return; /* W still reads the stash */
+  release(x, c, *slot);
+  *slot = NULL;
+}
+
+/* W of a split backward: the parameter gradients B left, from the stash
+ * of F and B, which it then frees. */
+static void wgrad(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
+  unsigned char **slot = &x->slot[c * x->m + mb];
+  if (!*slot)
+    rt_fatal(rt->model->name, "internal error: W(chunk %d, microbatch %d) without its F", c, mb);
+  rt->ctx.activations = *slot;
+  int last = ++x->wdone[c] == x->m;
+  double t0 = rt_trace_now();
+  if (rt->dp) rt_dp_backward_begin(rt, c, last);
+  /* As in backward: any mask W draws again is its microbatch's own. */
+  rt->ctx.seed = rt_dropout_seed(rt, step, rt_global_mb(rt, mb));
+  rt_chunk_wgrad(rt->model, c)(&rt->ctx);
+  if (rt->dp) rt_dp_backward_begin(rt, c, 0);
+  rt_trace_add_kind(RT_SCHED_W, c, mb, t0, rt_trace_now());
   release(x, c, *slot);
   *slot = NULL;
 }
@@ -414,6 +459,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   memset(x->bdone, 0, (size_t)x->v * sizeof *x->bdone);
+  memset(x->wdone, 0, (size_t)x->v * sizeof *x->wdone);
   x->loss_sum = 0;
   x->npending = x->head = 0;
   x->opt_steps = 0;
@@ -426,6 +472,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
     switch ((RtSchedKind)a->kind) {
     case RT_SCHED_F: forward(rt, x, a->chunk, a->mb, step); break;
     case RT_SCHED_B: backward(rt, x, a->chunk, a->mb, step); break;
+    case RT_SCHED_W: wgrad(rt, x, a->chunk, a->mb, step); break;
     case RT_SCHED_SEND: post_send(rt, x, a); break;
     case RT_SCHED_RECV: post_recv(rt, x, a); break;
     case RT_SCHED_REDUCE_GRADS: {
@@ -436,7 +483,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
       break;
     }
     case RT_SCHED_OPT_STEP: opt_step(rt, x, step, dump, info); break;
-    default: /* W and unknown kinds are refused by check_model */
+    default: /* unknown kinds are refused by check_model */
       rt_fatal(m->name, "internal error: action %d of kind %d", (int)i, (int)a->kind);
     }
   }
@@ -472,10 +519,13 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
     unsigned char *s = acquire(x, m, c);
     rt->ctx.activations = s;
     if (ch->ninputs) rt_load_inputs(rt, ch, window, g);
-    if (ch->nrecv_act) {
+    if (ch->nrecv_act && x->local[RT_SCHED_ACT][c] >= 0) {
+      parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_out[x->local[RT_SCHED_ACT][c]]);
+    } else if (ch->nrecv_act) {
       int64_t n = x->numel[0][RT_SCHED_ACT][c];
       if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(n);
-      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL, (ch->vstage - 1) % x->p);
+      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL,
+                   rt_vstage_stage(x->p, m->vshape, ch->vstage - 1));
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
     }
     rt->ctx.seed = seed;
@@ -485,7 +535,9 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
       int64_t n = x->numel[1][RT_SCHED_ACT][c];
       if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(n);
       parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
-      x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, (ch->vstage + 1) % x->p);
+      int to = rt_vstage_stage(x->p, m->vshape, ch->vstage + 1);
+      /* The next chunk on this stage reads it from fwd_out. */
+      if (to != x->stage) x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, to);
     }
     release(x, c, s);
   }

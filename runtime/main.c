@@ -53,9 +53,9 @@ static void check_chunk(const RtModel *m, int c, int p) {
   int nv = p * m->nchunks, vs = ch->vstage, last = vs == nv - 1;
   if (!ch->forward || !ch->backward)
     rt_fatal(what, "internal error: chunk %d has no forward or backward", c);
-  if (vs != c * p + m->stage)
+  if (vs != rt_vstage(p, m->vshape, m->stage, c))
     rt_fatal(what, "internal error: chunk %d of stage %d is virtual stage %d, not %d", c, m->stage,
-             vs, c * p + m->stage);
+             vs, rt_vstage(p, m->vshape, m->stage, c));
   if (ch->activations < 0 || ch->temporaries < 0 || ch->temporaries > m->plan.temporaries)
     rt_fatal(what, "internal error: chunk %d needs %lld bytes of temporaries, the plan has %lld", c,
              (long long)ch->temporaries, (long long)m->plan.temporaries);
@@ -131,6 +131,10 @@ static void check_buckets(const RtModel *m, int d) {
 
 static int is_message(int kind) { return kind == RT_SCHED_SEND || kind == RT_SCHED_RECV; }
 
+/* What each (chunk, microbatch) of the table ends as: backward done (2),
+ * or also its weight gradient (3) where the chunk's backward is split. */
+static int final_state(const RtModel *m, int c) { return rt_chunk_wgrad(m, c) ? 3 : 2; }
+
 /* The stage's action table: what the executor relies on. The compiler's
  * verifier proved the tables deadlock-free together; this checks the one
  * the runtime got. */
@@ -145,19 +149,20 @@ static void check_actions(const RtModel *m, int p) {
   for (int32_t i = 0; i < m->nactions; i++) {
     const RtSchedAction *a = &m->actions[i];
     int k = a->kind, c = a->chunk, bad = 0;
-    if (k == RT_SCHED_W)
-      rt_fatal(what, "this runtime has no separate weight-gradient pass (W actions); compile "
-                     "with another --schedule");
-    if (k < 0 || k >= RT_SCHED_NKINDS || k == RT_SCHED_W) bad = 1;
+    if (k == RT_SCHED_W && c >= 0 && c < v && !rt_chunk_wgrad(m, c))
+      rt_fatal(what, "internal error: a W action for chunk %d, whose backward is not split", c);
+    if (k < 0 || k >= RT_SCHED_NKINDS) bad = 1;
     else if (k == RT_SCHED_REDUCE_GRADS) bad = c < -1 || c >= v;
     else if (k == RT_SCHED_OPT_STEP) bad = opt++ > 0;
     else if (c < 0 || c >= v || a->mb < 0 || a->mb >= mb) bad = 1;
     if (!bad && (a->flags & RT_SCHED_JOIN))
       bad = !is_message(k) || i == 0 || !is_message(m->actions[i - 1].kind);
-    if (!bad && (k == RT_SCHED_F || k == RT_SCHED_B)) {
+    if (!bad && (k == RT_SCHED_F || k == RT_SCHED_B || k == RT_SCHED_W)) {
+      /* F, then B, then W when the chunk has one: states 1, 2, 3. */
       unsigned char *st = &done[c * mb + a->mb];
-      bad = k == RT_SCHED_F ? *st != 0 : *st != 1;
-      *st = k == RT_SCHED_F ? 1 : 2;
+      int want = k == RT_SCHED_F ? 0 : k == RT_SCHED_B ? 1 : 2;
+      bad = *st != want;
+      *st = (unsigned char)(want + 1);
     }
     if (!bad && is_message(k)) {
       int vs = m->chunks[c].vstage, act = a->msg == RT_SCHED_ACT;
@@ -166,22 +171,24 @@ static void check_actions(const RtModel *m, int p) {
       int from_prev = (k == RT_SCHED_RECV) == act;
       int other = from_prev ? vs - 1 : vs + 1;
       bad = (a->msg != RT_SCHED_ACT && a->msg != RT_SCHED_GRAD) || other < 0 || other >= nv ||
-            a->peer != other % p;
+            a->peer != rt_vstage_stage(p, m->vshape, other) ||
+            rt_vstage_stage(p, m->vshape, other) == m->stage;
     }
     /* The optimizer after every backward; a chunk's reduction after its
      * last one (an earlier backward would still add to the buckets). */
     if (!bad && k == RT_SCHED_OPT_STEP)
-      for (int j = 0; j < v * mb && !bad; j++) bad = done[j] != 2;
+      for (int j = 0; j < v * mb && !bad; j++) bad = done[j] != final_state(m, j / mb);
     if (!bad && k == RT_SCHED_REDUCE_GRADS)
-      for (int j = 0; j < v * mb && !bad; j++) bad = (c < 0 || j / mb == c) && done[j] != 2;
+      for (int j = 0; j < v * mb && !bad; j++)
+        bad = (c < 0 || j / mb == c) && done[j] != final_state(m, j / mb);
     if (bad)
       rt_fatal(what, "internal error: action %d (%s chunk %d microbatch %d peer %d) of stage %d's "
                      "table is invalid here",
                (int)i, rt_sched_kind_name(k), c, a->mb, a->peer, m->stage);
   }
   for (int j = 0; j < v * mb; j++)
-    if (done[j] != 2)
-      rt_fatal(what, "internal error: stage %d's table misses F or B of chunk %d, microbatch %d",
+    if (done[j] != final_state(m, j / mb))
+      rt_fatal(what, "internal error: stage %d's table misses F, B or W of chunk %d, microbatch %d",
                m->stage, j / mb, j % mb);
   if (opt != 1) rt_fatal(what, "internal error: stage %d's table has %d optimizer steps", m->stage, opt);
   free(done);

@@ -418,6 +418,41 @@ static void test_interleave(void) {
   check(shrinks, "and its gain shrinks as the batch grows");
 }
 
+/* ----------------------------------------------------------- zero bubble */
+
+/* With W actions the replay prices B and W apart: W is the time of the
+ * backward nodes autodiff marks wgrad, B the rest, so each stage's compute
+ * is the same as 1F1B's; the split shortens the p = 4, m = 8 step. */
+static void test_zb(void) {
+  static const char *const names[] = {"1f1b", "zb-h1", "zb-v"};
+  double bubble[3] = {0}, compute[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    PlConfig c = {.tp = 1, .pp = 4, .dp = 1, .vpp = k == 2 ? 2 : 1, .microbatch = 1,
+                  .global_batch = 8, .schedule = names[k]};
+    PlModel m;
+    PlResult r;
+    if (!simulate(shape_1_7b, &c, "a100", &m, &r)) {
+      check(false, "%s: no simulation", names[k]);
+      continue;
+    }
+    double w = m.layer.bwd_w, b = m.layer.bwd;
+    check(w > 0.2 * b && w < 0.6 * b, "%s: W %.4g s of a layer's backward %.4g s", names[k], w, b);
+    if (k == 0) check(r.w_chunk == 0, "1f1b has no W, w_chunk %g", r.w_chunk);
+    else check(r.w_chunk > 0 && r.w_chunk < r.b_chunk, "%s: w_chunk %g of b_chunk %g", names[k],
+               r.w_chunk, r.b_chunk);
+    for (int s = 0; s < r.nstages; s++) compute[k] += r.stages[s].compute;
+    bubble[k] = r.bubble_fraction;
+    printf("%-6s p=4 m=8: bubble %.4f, B %.3f ms + W %.3f ms per busiest chunk, compute %.4f s\n",
+           names[k], r.bubble_fraction, 1e3 * (r.b_chunk - r.w_chunk), 1e3 * r.w_chunk, compute[k]);
+    pl_result_free(&r);
+  }
+  for (int k = 1; k < 3; k++) {
+    check(fabs(compute[k] - compute[0]) <= 1e-9 * compute[0], "%s computes %.9g s, 1f1b %.9g s",
+          names[k], compute[k], compute[0]);
+    check(bubble[k] < bubble[0], "%s bubble %g below 1f1b's %g", names[k], bubble[k], bubble[0]);
+  }
+}
+
 int main(int argc, char **argv) {
   atexit(ir_arena_free_all);
   const char *mode = argc > 1 ? argv[1] : "";
@@ -429,6 +464,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "units") == 0) test_units();
   else if (strcmp(mode, "interleave") == 0) test_interleave();
   else if (strcmp(mode, "search") == 0) test_search();
+  else if (strcmp(mode, "zb") == 0) test_zb();
   else {
     fprintf(stderr, "usage: planner_test bubble|memory|paper|scale|units|interleave|search [MODELS]\n");
     return 2;

@@ -8,7 +8,7 @@ add_executable(planner_test ${PLANNER_DIR}/planner_test.c)
 target_include_directories(planner_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(planner_test PRIVATE shard_planner shard_frontend shard_passes shard_ir m)
 
-foreach(mode bubble memory paper scale units interleave search)
+foreach(mode bubble memory paper scale units interleave search zb)
   add_test(NAME planner/${mode} COMMAND planner_test ${mode} ${MODELS_DIR})
 endforeach()
 

@@ -44,10 +44,15 @@ esac
 # here without an edit: SCHEDULES lists them, and suits tells whether one
 # takes p stages of v chunks with d replicas (m = GB / (2 d) microbatches).
 SCHEDULES=$("$SHARDC" schedule --list | awk '{ print $1 }')
+# The placement must suit the model too: zb-v's V puts the first and the
+# last virtual stage on one stage, where a tied embedding is refused, so
+# the model is partitioned as well (compile without a target writes nothing).
 suits() {
   # shellcheck disable=SC2086
   "$SHARDC" schedule "$MODELS/$MODEL.shard" $DEFS --pp "$2" --vpp "$3" --dp "$4" \
-    --global-batch $GB --schedule "$1" >/dev/null 2>&1
+    --global-batch $GB --schedule "$1" >/dev/null 2>&1 &&
+    "$SHARDC" compile "$MODELS/$MODEL.shard" $DEFS --pp "$2" --vpp "$3" \
+      --schedule "$1" >/dev/null 2>&1
 }
 
 # A configuration: t p d v schedule zero sp [group [recompute]] (sp: 1 or
@@ -68,6 +73,19 @@ quick_configs() {
     elif suits "$s" 2 2 1; then
       echo "1 2 1 2 $s 0 0"
     fi
+  done
+  # The zero-bubble schedules (backward split into B and W) on more
+  # shapes: tensor with sequence parallelism, four stages, ZeRO-1 on two
+  # chunks; each where the model takes it.
+  for s in zb-h1 zb-v; do
+    v=1
+    suits "$s" 2 1 1 || v=2
+    for c in "2 2 1 $v $s 0 1" "1 4 1 $v $s 0 0" "1 2 2 $v $s 1 0"; do
+      # shellcheck disable=SC2086
+      set -- $c
+      [ "$c" = "1 2 2 1 $s 1 0" ] && continue # the loop above has it
+      suits "$s" "$2" "$4" "$3" && echo "$c"
+    done
   done
   cat <<EOF
 1 2 1 1 - 0 0

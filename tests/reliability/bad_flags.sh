@@ -80,7 +80,7 @@ bad "heads must be a positive integer, got 0" compile "$M" -D heads=0
 bad "the world size must be t * p * d: 3 ranks, but t * p * d = 2 * 1 * 1 = 2" compile "$M" --world-size 3 --tp 2
 bad "--pp-layout '1,x': expected layer counts separated by commas" compile "$M" --pp 2 --pp-layout 1,x
 bad "--pp-layout '1' has 1 count, but p x v = 2 x 1 = 2 virtual stages" compile "$M" --pp 2 --pp-layout 1
-bad "unknown schedule 'nope' (known: gpipe, 1f1b, interleaved)" compile "$M" --pp 2 --schedule nope
+bad "unknown schedule 'nope' (known: gpipe, 1f1b, interleaved" compile "$M" --pp 2 --schedule nope
 bad "--schedule-file: /nonexistent: cannot read" compile "$M" $T --pp 2 --schedule-file /nonexistent --target cpu -o prog
 bad "--schedule-file and --schedule both name the schedule" compile "$M" --pp 2 --schedule gpipe --schedule-file s.txt
 bad "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1" compile "$M" --zero 1
@@ -113,7 +113,7 @@ bad "--pp: expected a positive integer up to 32768, got '0'" schedule "$M" --pp 
 bad "--vpp: expected a positive integer up to 32768, got '-1'" schedule "$M" --pp 2 --vpp -1
 bad "--fb-ratio: expected a number in (0, 1000], got '0'" schedule "$M" --pp 2 --fb-ratio 0
 bad "--fb-ratio: expected a number in (0, 1000], got 'abc'" schedule "$M" --pp 2 --fb-ratio abc
-bad "--schedule: unknown schedule 'nope' (known: gpipe, 1f1b, interleaved)" schedule "$M" --pp 2 --schedule nope
+bad "--schedule: unknown schedule 'nope' (known: gpipe, 1f1b, interleaved" schedule "$M" --pp 2 --schedule nope
 bad "is not a multiple of microbatch 2 x dp 1" schedule "$M" --pp 2 --global-batch 7 --microbatch 2
 bad "--vpp-group) must hold p = 4 to m = 8 microbatches, not 2; --vpp-group 4 or 8 would do" schedule "$M" --pp 4 --vpp 2 --vpp-group 2
 bad "not a hardware preset (a100, h100, h200)" simulate "$M" --hw nope

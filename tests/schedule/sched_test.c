@@ -27,6 +27,12 @@
  *                         tables for p <= 8 and p <= m <= 3p + 1; bad
  *                         files (a hang, an action missing or twice, a
  *                         backward first, syntax) are explained (golden)
+ *   sched_test zb         the zero-bubble schedules over p <= 16, m <= 4p + 3:
+ *                         the tables verify, the bubble with F = B = W = 1
+ *                         equals the formula where there is one ((p - 1)/(3m)
+ *                         for zb-h1, m >= p), the stash before B stays within
+ *                         1F1B's (zb-h1) and the slots held until W within
+ *                         1F1B's most; zb-v's bubble at most zb-h1's
  *   sched_test scale      the paper's 1T shape, p=64, v=2, m=512: build and
  *                         verify well under a second, timed and printed
  *
@@ -124,6 +130,7 @@ static int props(void) {
    * of p), and the sweep checks every configuration it accepts. */
   for (const SchedDef *def = sched_registry; def->name; def++) {
     long accepted = 0;
+    if (!def->bubble) continue; /* zero-bubble: sched_test zb */
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
       int p = ps[i];
       /* m in p..8p, then below p and between multiples of p. */
@@ -156,6 +163,80 @@ static int props(void) {
   sched_report_free(&rep);
   printf("%ld configurations and timings in %.0f ms: %d failures\n", cases,
          now_ms() - t0, failures);
+  return failures > 0;
+}
+
+/* ------------------------------------------------------- zero bubble */
+
+/* One zero-bubble configuration with F, B and W of one unit: the tables
+ * verify; the bubble equals the schedule's formula where it has one; no
+ * stage holds more than 1F1B's stash before its B (p - r, at most m) and
+ * more slots until its W than 1F1B's first stage (p, at most m; in chunks
+ * of 1/v of the layers, v times as many). Returns whether the builder
+ * took the configuration. */
+static bool check_zb(const SchedDef *def, int p, int v, int m, int dp, long *cases, double *worst) {
+  SchedOptions o = {.pp = p, .vpp = v, .microbatches = m, .dp = dp, .buckets_per_chunk = 2,
+                    .shape = {3, {1, 16, 8}}};
+  if (refuses(def, &o)) return false;
+  SchedReport rep;
+  RtSchedule *s = sched_build(def, &o, NULL, false, &rep);
+  ++*cases;
+  CHECK(s, "%s p=%d v=%d m=%d: %s", def->name, p, v, m, rep.error);
+  if (!s) return true;
+  double want = def->bubble_w(p, v, m);
+  CHECK(rep.ideal == 3.0 * v * m, "%s p=%d v=%d m=%d: ideal %g", def->name, p, v, m, rep.ideal);
+  if (want >= 0)
+    CHECK(fabs(rep.bubble_fraction - want) < 1e-12, "%s p=%d v=%d m=%d: bubble %.17g, want %.17g",
+          def->name, p, v, m, rep.bubble_fraction, want);
+  /* Two chunks per stage do no worse than one: zb-v's bubble (which has
+   * no formula) stays within zb-h1's. */
+  if (def->vshape && m >= p)
+    CHECK(rep.bubble_fraction <= sched_bubble_zb_h1(p, 1, m) + 1e-12, "%s p=%d m=%d: bubble %g "
+          "above zb-h1's %g", def->name, p, m, rep.bubble_fraction, sched_bubble_zb_h1(p, 1, m));
+  if (rep.bubble_fraction > *worst) *worst = rep.bubble_fraction;
+  int w = 0;
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < s->stages[r].n; i++) w += s->stages[r].actions[i].kind == RT_SCHED_W;
+  CHECK(w == p * v * m, "%s p=%d v=%d m=%d: %d W actions", def->name, p, v, m, w);
+  for (int r = 0; r < p; r++) {
+    /* The V turns around on the last stage, where 1F1B's bound no longer
+     * falls with r: zb-v keeps to 1F1B's most on every stage. */
+    int stash = def->vshape ? 2 * (p < m ? p : m) : (p - r < m ? p - r : m) * v;
+    int held = (p < m ? p : m) * v;
+    CHECK(rep.peak_stash[r] <= stash && rep.peak_held[r] <= held, "%s p=%d v=%d m=%d stage %d: "
+          "stash %d (1F1B's %d), held %d (1F1B's most %d)", def->name, p, v, m, r,
+          rep.peak_stash[r], stash, rep.peak_held[r], held);
+  }
+  sched_report_free(&rep);
+  sched_free(s);
+  return true;
+}
+
+static int zb(void) {
+  static const int ps[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16};
+  double t0 = now_ms();
+  long cases = 0;
+  for (const SchedDef *def = sched_registry; def->name; def++) {
+    if (!def->bubble_w) continue;
+    long accepted = 0;
+    double worst = 0;
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+      for (int v = 1; v <= 2; v++)
+        for (int m = 1; m <= 4 * ps[i] + 3; m++)
+          accepted += check_zb(def, ps[i], v, m, m % 3 == 1 ? 2 : 1, &cases, &worst);
+    CHECK(accepted > 0, "%s accepts none of the sweep's configurations", def->name);
+    SchedReport rep;
+    SchedOptions o = {.pp = 4, .vpp = def->vshape ? 2 : 1, .microbatches = 8};
+    RtSchedule *s = sched_build(def, &o, NULL, false, &rep);
+    printf("%s: %ld configurations; p=4 m=8: bubble %.4f of the ideal step (formula %.4f), "
+           "stash by stage", def->name, accepted, s ? rep.bubble_fraction : -1,
+           def->bubble_w(4, o.vpp, 8));
+    for (int r = 0; s && r < 4; r++) printf(" %d/%d", rep.peak_stash[r], rep.peak_held[r]);
+    printf(" (before B / until W); worst bubble %.4f\n", worst);
+    sched_report_free(&rep);
+    sched_free(s);
+  }
+  printf("%ld zero-bubble configurations in %.0f ms: %d failures\n", cases, now_ms() - t0, failures);
   return failures > 0;
 }
 
@@ -314,7 +395,7 @@ static int custom(void) {
   /* Its promises are GPipe's: the same bubble, every forward first. */
   const SchedDef *gpipe = sched_find("gpipe");
   const SchedDef lifo = {"gpipe-lifo", "GPipe, backwards last microbatch first",
-                         build_gpipe_lifo, gpipe->bubble, gpipe->warmup};
+                         build_gpipe_lifo, gpipe->bubble, gpipe->warmup, NULL, false};
   long cases = 0;
   for (int p = 1; p <= 8; p++)
     for (int m = 1; m <= 16; m++)
@@ -596,6 +677,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "scale")) return scale();
   if (!strcmp(mode, "groups")) return groups();
   if (!strcmp(mode, "file")) return file_mode();
-  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups|file\n");
+  if (!strcmp(mode, "zb")) return zb();
+  fprintf(stderr, "usage: sched_test props|example|broken|unbatched|custom|scale|groups|file|zb\n");
   return 2;
 }

@@ -10,7 +10,7 @@ add_executable(sched_test ${SCHED_DIR}/sched_test.c)
 target_include_directories(sched_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(sched_test PRIVATE shard_passes shard_ir m)
 
-foreach(mode props example custom scale groups)
+foreach(mode props example custom scale groups zb)
   add_test(NAME schedule/${mode} COMMAND sched_test ${mode})
 endforeach()
 # The rejection names the stages and the actions; its text is the golden.
@@ -48,6 +48,15 @@ sched_golden(err_1f1b_chunks 1 gpt2.shard --pp 2 --vpp 2 --schedule 1f1b)
 sched_golden(err_few_layers 1 gpt2.shard --pp 8 --vpp 2)
 sched_golden(err_unknown 1 gpt2.shard --schedule zigzag)
 sched_golden(err_batch 1 gpt2.shard --dp 4 --global-batch 10)
+
+# The zero-bubble schedules: zb-h1's JSON (the unit-time bubble, its
+# formula and the slots held until W), zb-v's summary, and zb-v refusing
+# GPT-2's tied embedding, which its V would put twice on the first stage.
+sched_golden(zb_h1_json 0 gpt2.shard --pp 4 --global-batch 8 --schedule zb-h1 --json)
+sched_golden(zb_v_text 0 gpt2.shard --pp 4 --vpp 2 --global-batch 8 --schedule zb-v)
+add_test(NAME schedule/err_zb_v_tied
+         COMMAND ${EXPECT} ${SCHED_DIR}/err_zb_v_tied.expected 1 --cd ${MODELS_DIR}
+                 -- ${SHARDC} compile gpt2.shard -D layers=4 --pp 2 --vpp 2 --schedule zb-v)
 
 # Interleaving for m not a multiple of p, in microbatch groups of N
 # (Megatron-LM's microbatch_group_size_per_vp_stage), and a group that
