@@ -4,8 +4,10 @@
  * CUDA call is checked; a failure ends the run with the call, the file
  * and line, and CUDA's error string.
  *
- * The device and the stream are set up on the first call: device 0 of
- * those visible (choosing one per local rank comes with the NCCL backend).
+ * The device and the stream are set up on the first call, on the device
+ * that is current then: the one the NCCL backend chose for this rank's
+ * local rank (comm_nccl.c, in rt_comm_init, which runs first), or device 0
+ * of those visible.
  * The optimizer's and the norms' small tables of runs live in device
  * buffers that grow to the largest call seen and are then reused, so after
  * the first step nothing is allocated. */
@@ -49,7 +51,9 @@ static void dev_init(void) {
   if (err != cudaSuccess || count == 0)
     rt_fatal(NULL, "no CUDA device: %s (this program was built for the CUDA target)",
              err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
-  CUDA_CHECK(cudaSetDevice(0));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   k_cuda_set_stream(dev.stream);
   dev.ready = 1;
