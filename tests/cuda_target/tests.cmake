@@ -9,10 +9,20 @@ set(CT_GPT2 -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=
 set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2
              -D batch=2 -D ffn=96)
 
-# Refused before anything is written, with or without the CUDA libraries.
-add_test(NAME cuda_target/refuses_tp
-         COMMAND sh -c "out=$(\"$0\" compile \"$1\" --tp 2 --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/rank0.cu\""
-                 ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/tp2)
+# Without the NCCL backend (shard_comm_nccl), a mesh of more than one rank
+# is refused before anything is written, with or without the CUDA
+# libraries; with it, multi.sh builds a part of the equivalence grid's
+# layouts and compares their tables with the CPU target's (about a minute:
+# one nvcc build per distinct program).
+if(TARGET shard_comm_nccl)
+  add_test(NAME cuda_target/multi_rank
+           COMMAND sh ${CT_DIR}/multi.sh ${SHARDC} ${MODELS_DIR})
+  set_tests_properties(cuda_target/multi_rank PROPERTIES LABELS cuda TIMEOUT 600)
+else()
+  add_test(NAME cuda_target/refuses_tp
+           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --tp 2 --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/rank0.cu\""
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/tp2)
+endif()
 
 if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_build
