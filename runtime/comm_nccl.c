@@ -26,21 +26,28 @@
  * the axes in the same order, so the initialisations cannot wait on each
  * other in a cycle.
  *
- * Streams. Every NCCL operation runs on one communication stream, in the
- * order it was posted; before it the stream waits (an event) for the work
- * issued so far on the compute stream (k_cuda_stream()), so a send reads
- * what the kernels wrote. A wait (and every blocking call) waits on the
- * host for the operation's event, polling ncclCommGetAsyncError on every
- * communicator meanwhile: once it returns, the result is in device memory
- * and whatever the compute stream runs next sees it.
+ * Streams. Each NCCL communicator has its own stream, on which its
+ * operations run in the order they were posted; before each, that stream
+ * waits (an event) for the work issued so far on the compute stream
+ * (k_cuda_stream()), so a send reads what the kernels wrote. Separate
+ * streams keep a receive that waits for a later stage from holding up
+ * the tensor-parallel all-reduces behind it, which on one stream could
+ * close a cycle between stages that MPI's independent requests never
+ * form. A wait (and every blocking call) waits on the host for the
+ * operation's event, polling ncclCommGetAsyncError on every communicator
+ * meanwhile: once it returns, the result is in device memory and whatever
+ * the compute stream runs next sees it. (The device layer allocates and
+ * frees stream-ordered, cudaMallocAsync: a cudaFree would wait for every
+ * stream of the device, an NCCL receive in flight included.)
  *
  * Point to point. comm.h has no tags and matches messages in posting
  * order, which is NCCL's rule. Sends and receives posted one after the
- * other (a pipeline step slot's messages) are kept and issued together in
- * one ncclGroupStart/ncclGroupEnd, in posting order, when the runtime
- * next waits, tests, or calls any other operation: two stages that each
- * send to the other before receiving would otherwise deadlock, since an
- * NCCL send does not finish before its receive is posted.
+ * other on one communicator (a pipeline step slot's messages) are kept
+ * and issued together in one ncclGroupStart/ncclGroupEnd, in posting
+ * order, when the runtime next waits, tests, or calls any other
+ * operation: two stages that each send to the other before receiving
+ * would otherwise deadlock, since an NCCL send does not finish before its
+ * receive is posted.
  *
  * Determinism. NCCL promises that one all-reduce gives every rank of the
  * communicator the same bits, and that the algorithm (ring, tree, NVLS,
@@ -163,10 +170,11 @@ static int mpi_test(MpiReq *req);
 
 /* ---- State --------------------------------------------------------------- */
 
-/* The NCCL twin of one axis communicator. */
+/* The NCCL twin of one axis communicator, and its stream. */
 typedef struct Nccl {
   RtComm *comm;
   ncclComm_t nc;
+  cudaStream_t stream;
 } Nccl;
 
 /* One request: an MPI one (host memory) or an NCCL operation, which is
@@ -194,8 +202,7 @@ typedef struct P2p {
 static struct {
   Nccl comms[RT_AXIS_COUNT];
   int ncomms;
-  cudaStream_t stream; /* every NCCL operation, in posting order */
-  cudaEvent_t ready;   /* the compute stream's work so far */
+  cudaEvent_t ready; /* the compute stream's work so far */
   P2p *p2p;
   int np2p, p2p_cap;
   int failing; /* a failure is being reported: no more NCCL calls */
@@ -285,14 +292,8 @@ void rt_comm_init(int *argc, char ***argv) {
 
 void rt_comm_finalize(void) {
   if (!g.init) return;
-  if (nc.stream) CUDA_CHECK(cudaStreamSynchronize(nc.stream));
+  for (int i = 0; i < nc.ncomms; i++) CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
   mpi_comm_finalize();
-}
-
-static void stream_init(void) {
-  if (nc.stream) return;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&nc.stream, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&nc.ready, cudaEventDisableTiming));
 }
 
 /* The NCCL twin of c: the id from c's rank 0, over c's MPI communicator. */
@@ -301,6 +302,7 @@ static void nccl_twin(RtComm *c) {
   memset(&id, 0, sizeof id);
   Nccl *n = &nc.comms[nc.ncomms];
   n->comm = c;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
   if (c->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(&id));
   MPI_WAITING(c, "MPI_Bcast", MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm));
   rt_wd_comm("ncclCommInitRank", c->name);
@@ -311,7 +313,7 @@ static void nccl_twin(RtComm *c) {
 
 RtComms *rt_comms_new(RtMesh mesh) {
   RtComms *cs = mpi_comms_new(mesh);
-  stream_init();
+  if (!nc.ready) CUDA_CHECK(cudaEventCreateWithFlags(&nc.ready, cudaEventDisableTiming));
   for (int a = 0; a < RT_AXIS_COUNT; a++)
     if (cs->axis[a] && cs->axis[a]->size > 1) nccl_twin(cs->axis[a]);
   return cs;
@@ -322,11 +324,12 @@ static void flush(void);
 void rt_comms_free(RtComms *cs) {
   if (!cs) return;
   flush();
-  if (nc.stream) CUDA_CHECK(cudaStreamSynchronize(nc.stream));
   for (int a = 0; a < RT_AXIS_COUNT; a++)
     for (int i = 0; i < nc.ncomms; i++)
       if (cs->axis[a] && nc.comms[i].comm == cs->axis[a]) {
+        CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
         NCCL_CHECK(&nc.comms[i], ncclCommDestroy(nc.comms[i].nc));
+        CUDA_CHECK(cudaStreamDestroy(nc.comms[i].stream));
         nc.comms[i] = nc.comms[--nc.ncomms];
         break;
       }
@@ -372,32 +375,32 @@ static RtCommReq *req_of(const char *what, const RtComm *c) {
   return r;
 }
 
-/* The communication stream waits for the compute stream's work so far. */
-static void after_compute(void) {
+/* n's stream waits for the compute stream's work so far. */
+static void after_compute(const Nccl *n) {
   CUDA_CHECK(cudaEventRecord(nc.ready, k_cuda_stream()));
-  CUDA_CHECK(cudaStreamWaitEvent(nc.stream, nc.ready, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(n->stream, nc.ready, 0));
 }
 
-static void mark_done(RtCommReq *r) {
+static void mark_done(RtCommReq *r, const Nccl *n) {
   CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(r->done, nc.stream));
+  CUDA_CHECK(cudaEventRecord(r->done, n->stream));
   r->pending = 0;
 }
 
-/* The kept sends and receives, as one group in posting order. */
+/* The kept sends and receives (all on one communicator), as one group in
+ * posting order. */
 static void flush(void) {
   if (nc.np2p == 0) return;
-  after_compute();
+  Nccl *n = nc.p2p[0].n;
+  after_compute(n);
   NCCL_CHECK(NULL, ncclGroupStart());
   for (int i = 0; i < nc.np2p; i++) {
     P2p *m = &nc.p2p[i];
-    if (m->send)
-      NCCL_CHECK(m->n, ncclSend(m->buf, m->count, m->type, m->peer, m->n->nc, nc.stream));
-    else
-      NCCL_CHECK(m->n, ncclRecv(m->buf, m->count, m->type, m->peer, m->n->nc, nc.stream));
+    if (m->send) NCCL_CHECK(n, ncclSend(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
+    else NCCL_CHECK(n, ncclRecv(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
   }
   NCCL_CHECK(NULL, ncclGroupEnd());
-  for (int i = 0; i < nc.np2p; i++) mark_done(nc.p2p[i].req);
+  for (int i = 0; i < nc.np2p; i++) mark_done(nc.p2p[i].req, n);
   nc.np2p = 0;
 }
 
@@ -425,8 +428,8 @@ static void wait_nccl(RtCommReq *r) {
 }
 
 /* Completes (blocking form, returns NULL) or hands back the request. */
-static RtCommReq *issued(RtCommReq *r, int nb) {
-  mark_done(r);
+static RtCommReq *issued(RtCommReq *r, const Nccl *n, int nb) {
+  mark_done(r, n);
   if (nb) return r;
   wait_nccl(r);
   return NULL;
@@ -510,11 +513,11 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
   check_count(c, fn, count);
   if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
   count_bytes(c, RT_COMM_ALLREDUCE, count, type);
-  after_compute();
+  after_compute(n);
   RtCommReq *r = req_of("ncclAllReduce", c);
   NCCL_CHECK(n, ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                              nc.stream));
-  return issued(r, nb);
+                              n->stream));
+  return issued(r, n, nb);
 }
 
 static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t count,
@@ -535,10 +538,10 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   if (send != (const char *)recv + part * (size_t)c->rank)
     check_disjoint(c, fn, send, part, recv, part * (size_t)c->size);
   count_bytes(c, RT_COMM_ALLGATHER, count, type);
-  after_compute();
+  after_compute(n);
   RtCommReq *r = req_of("ncclAllGather", c);
-  NCCL_CHECK(n, ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, nc.stream));
-  return issued(r, nb);
+  NCCL_CHECK(n, ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
+  return issued(r, n, nb);
 }
 
 static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int64_t count,
@@ -561,11 +564,11 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
   if (recv != (const char *)send + part * (size_t)c->rank)
     check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
   count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
-  after_compute();
+  after_compute(n);
   RtCommReq *r = req_of("ncclReduceScatter", c);
   NCCL_CHECK(n, ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                                  nc.stream));
-  return issued(r, nb);
+                                  n->stream));
+  return issued(r, n, nb);
 }
 
 static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType type, int root,
@@ -583,10 +586,10 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
   check_count(c, fn, count);
   check_rank(c, fn, "root", root);
   count_bytes(c, RT_COMM_BROADCAST, count, type);
-  after_compute();
+  after_compute(n);
   RtCommReq *r = req_of("ncclBroadcast", c);
-  NCCL_CHECK(n, ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, nc.stream));
-  return issued(r, nb);
+  NCCL_CHECK(n, ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
+  return issued(r, n, nb);
 }
 
 /* A send or receive: kept for the next group on NCCL (see the top). */
@@ -609,6 +612,7 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
   check_count(c, fn, count);
   check_rank(c, fn, "peer", peer);
   count_bytes(c, send ? RT_COMM_SEND : RT_COMM_RECV, count, type);
+  if (nc.np2p > 0 && nc.p2p[0].n != n) flush(); /* a group is one communicator's */
   if (nc.np2p == nc.p2p_cap) {
     nc.p2p_cap = nc.p2p_cap ? 2 * nc.p2p_cap : 16;
     nc.p2p = realloc(nc.p2p, sizeof *nc.p2p * (size_t)nc.p2p_cap);

@@ -56,24 +56,41 @@ static void dev_init(void) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   k_cuda_set_stream(dev.stream);
+  /* Freed memory stays in the pool for the next allocation (the pipeline's
+   * message buffers come and go every step) instead of going back to the
+   * driver at each synchronisation. */
+  cudaMemPool_t pool;
+  uint64_t keep = UINT64_MAX;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   dev.ready = 1;
 }
 
 /* ------------------------------------------------------------ memory */
 
+/* Stream-ordered (cudaMallocAsync, cudaFreeAsync on the device's stream):
+ * cudaMalloc and cudaFree may wait for every stream of the device, and
+ * with the NCCL backend one of them can hold a receive that waits for
+ * another rank, which may be waiting for this one. The memory is ready
+ * for whatever is issued after the call on the device's stream, which is
+ * where every operation here and every kernel runs (the NCCL backend's
+ * streams wait for it before each operation). */
 void *rt_dev_alloc(int64_t bytes, const char *what) {
   dev_init();
   void *mem = NULL;
   size_t n = (size_t)RT_ALIGN64(bytes > 0 ? bytes : 1);
-  cudaError_t err = cudaMalloc(&mem, n); /* 256-byte aligned */
+  cudaError_t err = cudaMallocAsync(&mem, n, dev.stream); /* 256-byte aligned */
   if (err != cudaSuccess)
     rt_fatal(NULL, "out of GPU memory allocating %s (%lld bytes): %s", what, (long long)n,
              cudaGetErrorString(err));
   return mem;
 }
 
+/* The caller has waited for every use of the memory on another stream (a
+ * message is freed after rt_comm_wait), so ordering after the device's
+ * stream is enough. */
 void rt_dev_free(void *dev_mem) {
-  if (dev_mem) CUDA_CHECK(cudaFree(dev_mem));
+  if (dev_mem) CUDA_CHECK(cudaFreeAsync(dev_mem, dev.stream));
 }
 
 void rt_dev_zero(void *dev_mem, int64_t bytes) {
