@@ -3,8 +3,9 @@
 # no GPU): for a representative part of the equivalence grid
 # (tests/pp_run/grid.sh, its tiny quick shape) each layout compiles with
 # --target cuda, builds with nvcc against the NCCL backend warning-free,
-# and its action tables, parameter and bucket tables and the manifest's
-# rank map are those the CPU target writes for the same layout. The host
+# and its action tables, parameter and bucket tables, the collectives it
+# calls (in order, buffers aside) and the manifest's rank map are those the
+# CPU target writes for the same layout. The host
 # code of one program then runs: --help, and a start that ends with the
 # "no CUDA device" error. What the programs compute is tests/gpu/run.sh's.
 #
@@ -22,6 +23,14 @@ T0=$(date +%s)
 # memory plan (the schedule's actions, the parameters, the buckets).
 tables() {
   awk '/^static const (RtSchedAction|RtParam|RtBucket) [a-z_0-9]+\[\] = \{/,/^};/' "$1"
+}
+
+# The collectives a program source calls, in order, with its buffers'
+# places in the memory plan (which is the target's) left out: what is
+# reduced or gathered, how much, of which type, on which communicator.
+comms() {
+  grep -o 'rt_comm_[a-z_]*([^;]*' "$1" |
+    sed -E 's/cu_tp_scratch\(\)|tp_scratch/SCRATCH/g; s/(TMP|ACT|WGT|GRD|I32)\([0-9]+\)/BUF/g'
 }
 
 # The manifest without the fields that name the target and its sources.
@@ -42,7 +51,7 @@ layout() {
     >cuda_$name.txt 2>&1; then
     fail "$name: --target cuda does not compile ($*)"; tail -3 cuda_$name.txt; return
   fi
-  n=0 same=0 rows=0
+  n=0 same=0 rows=0 calls=0 csame=0
   for src in cpu_$name/*.c; do
     prog=$(basename "$src" .c)
     n=$((n + 1))
@@ -50,11 +59,20 @@ layout() {
     tables "cuda_$name/$prog.cu" >b.txt
     rows=$((rows + $(grep -c '^  {' a.txt)))
     if [ -s a.txt ] && cmp -s a.txt b.txt; then same=$((same + 1)); else diff a.txt b.txt | head -5; fi
+    comms "$src" >a.txt
+    comms "cuda_$name/$prog.cu" >b.txt
+    calls=$((calls + $(wc -l <a.txt)))
+    if cmp -s a.txt b.txt; then csame=$((csame + 1)); else diff a.txt b.txt | head -5; fi
   done
   if [ "$same" = "$n" ]; then
     ok "$name: the tables of $n program(s) ($rows rows) are the CPU target's"
   else
     fail "$name: the tables of $((n - same)) of $n program(s) differ from the CPU target's"
+  fi
+  if [ "$csame" = "$n" ]; then
+    ok "$name: the $calls collective calls of the programs are the CPU target's"
+  else
+    fail "$name: the collective calls of $((n - csame)) of $n program(s) differ from the CPU's"
   fi
   manifest "cpu_$name/manifest.json" >a.txt
   manifest "cuda_$name/manifest.json" >b.txt
