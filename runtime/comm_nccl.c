@@ -199,8 +199,11 @@ typedef struct P2p {
   RtCommReq *req;
 } P2p;
 
+/* The runtime builds one set of communicators (tp.c); room for two. */
+enum { MAX_TWINS = 2 * RT_AXIS_COUNT };
+
 static struct {
-  Nccl comms[RT_AXIS_COUNT];
+  Nccl comms[MAX_TWINS];
   int ncomms;
   cudaEvent_t ready; /* the compute stream's work so far */
   P2p *p2p;
@@ -306,13 +309,16 @@ void rt_comm_finalize(void) {
 static void nccl_twin(RtComm *c) {
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
+  if (nc.ncomms == MAX_TWINS)
+    rt_comm_fatal("more than %d NCCL communicators (rt_comms_new called again?)", MAX_TWINS);
   Nccl *n = &nc.comms[nc.ncomms];
   n->comm = c;
+  n->nc = NULL;
   CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
   if (c->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(&id));
   MPI_WAITING(c, "MPI_Bcast", MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm));
   rt_wd_comm("ncclCommInitRank", c->name);
-  NCCL_CHECK(NULL, ncclCommInitRank(&n->nc, c->size, id, c->rank));
+  NCCL_CHECK(n, ncclCommInitRank(&n->nc, c->size, id, c->rank));
   rt_wd_comm_done();
   nc.ncomms++;
 }
@@ -504,7 +510,7 @@ static size_t nbytes(int64_t count, RtCommType t) {
  * completes before it returns. */
 
 static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t count,
-                            RtCommType type, RtCommOp op, int nb) {
+                               RtCommType type, RtCommOp op, int nb) {
   const char *fn = nb ? "rt_comm_iallreduce" : "rt_comm_allreduce";
   flush();
   Nccl *n = nccl_for(c, send, recv);
@@ -528,7 +534,7 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
 }
 
 static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t count,
-                            RtCommType type, int nb) {
+                               RtCommType type, int nb) {
   const char *fn = nb ? "rt_comm_iallgather" : "rt_comm_allgather";
   flush();
   Nccl *n = nccl_for(c, send, recv);
@@ -552,7 +558,7 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
 }
 
 static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int64_t count,
-                                 RtCommType type, RtCommOp op, int nb) {
+                                    RtCommType type, RtCommOp op, int nb) {
   const char *fn = nb ? "rt_comm_ireduce_scatter" : "rt_comm_reduce_scatter";
   flush();
   Nccl *n = nccl_for(c, send, recv);
@@ -579,7 +585,7 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
 }
 
 static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType type, int root,
-                            int nb) {
+                               int nb) {
   const char *fn = nb ? "rt_comm_ibroadcast" : "rt_comm_broadcast";
   flush();
   Nccl *n = nccl_for(c, buf, buf);
@@ -601,7 +607,7 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
 
 /* A send or receive: kept for the next group on NCCL (see the top). */
 static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, int peer, int send,
-                      int nb) {
+                         int nb) {
   const char *fn = send ? (nb ? "rt_comm_isend" : "rt_comm_send")
                         : (nb ? "rt_comm_irecv" : "rt_comm_recv");
   Nccl *n = nccl_for(c, buf, buf);
