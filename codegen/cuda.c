@@ -7,8 +7,12 @@
  * attention backward's statistics, the norms' partial sums, the loss's
  * row sums) are scratch of the node that uses them, in the temporaries.
  *
- * One rank for now: collectives and pipeline messages over GPU memory need
- * the NCCL backend of comm.h, so a mesh of more than one rank is refused. */
+ * Every mesh: the collectives are the core's rt_comm_* calls
+ * (collectives.c) on device memory, which the NCCL backend of comm.h
+ * (runtime/comm_nccl.c) carries; pipeline messages are the runtime's. The
+ * tensor-parallel forms (tp_slice, the vocabulary-parallel embedding and
+ * loss, per-rank dropout) take the rank's place from ctx->tp at run time,
+ * as on the CPU (cpu_tp.c), so one program serves every tensor rank. */
 #include <string.h>
 
 #include "target.h"
@@ -32,6 +36,11 @@
  * sanitizers of a sanitizer build. */
 #ifndef SHARDC_CUDA_HOST_FLAGS
 #define SHARDC_CUDA_HOST_FLAGS ""
+#endif
+/* 1 where the CUDA runtime links the NCCL backend (codegen/CMakeLists.txt):
+ * without it the programs run on one rank only. */
+#ifndef SHARDC_CUDA_NCCL
+#define SHARDC_CUDA_NCCL 0
 #endif
 #ifndef SHARDC_CUDA_LINK_LIBS
 #define SHARDC_CUDA_LINK_LIBS "-lcjson -lm"
@@ -617,6 +626,17 @@ static void emit_loss(CgEmitter *e, int index) {
          (long long)V);
 }
 
+/* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are
+ * this rank's (all of them, lo = 0, without a vocabulary split). */
+static void emit_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V) {
+  const IrValue *y = n->out[0];
+  emit(e, "cu_embedding_add<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %s, "
+          "%lldLL, %lldLL, %s, %lldLL);",
+       (long long)dim(y, -1), ref(e, y), ref(e, n->in[0]), ref(e, n->in[1]),
+       (long long)numel(n->in[0]), (long long)dim(y, -1), lo, (long long)V);
+  emit(e, "CU_LAUNCHED();");
+}
+
 /* embedding_grad straight into its gradient slot: the prologue's kernel,
  * one thread per column adding the rows in token order (no atomics, the
  * CPU's order); otherwise the kernel that sets the table's gradient. */
@@ -628,11 +648,7 @@ static void emit_embedding(CgEmitter *e, int index) {
     emit(e, "k_cuda_embedding_fwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, -1));
   } else if (into_grads(e, y)) {
-    emit(e, "cu_embedding_add<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %s, "
-            "%lldLL, %lldLL);",
-         (long long)dim(y, -1), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids),
-         (long long)dim(y, -1));
-    emit(e, "CU_LAUNCHED();");
+    emit_embedding_add(e, n, "0", dim(y, 0));
   } else {
     emit(e, "k_cuda_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
@@ -657,12 +673,106 @@ static void emit_reshape(CgEmitter *e, int index) {
   emit_copy(e, n->out[0], n->in[0]);
 }
 
-/* A tensor-parallel op (tp_slice, vocabulary-parallel embedding and loss,
- * per-rank dropout) needs the rank's place in a group, which comes with
- * the NCCL backend; a one-rank program has none of them. */
-static void emit_tp_only(CgEmitter *e, int index) {
-  if (!cuda_state(e)->refused)
-    cg_error(e, node_at(e, index), "tensor parallelism is not available on the CUDA target yet");
+/* ------------------------------------------- tensor parallelism (cpu_tp.c) */
+
+/* This rank's part along dim: no message, a strided copy. */
+static void emit_tp_slice(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  if (!cg_comm_tensor_axis(e, n)) return;
+  const IrValue *x = n->in[0], *y = n->out[0];
+  int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
+  emit(e, "k_cuda_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", ref(e, y),
+       (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
+       (long long)part);
+}
+
+/* The identity; memplan makes it a view, which runs no code. */
+static void emit_tp_copy(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  if (strcmp(ref(e, n->in[0]), ref(e, n->out[0])) != 0) emit_copy(e, n->out[0], n->in[0]);
+}
+
+/* This rank's rows [tp * V, (tp + 1) * V) of the table. */
+static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
+  const IrValue *ids = n->in[0], *y = n->out[0];
+  if (!need_i32(e, n, ids)) return;
+  if (n->op == IR_OP_EMBEDDING) {
+    const IrValue *table = n->in[1];
+    int64_t V = dim(table, 0);
+    emit(e, "k_cuda_embedding_fwd_vp(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
+         ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids), (long long)dim(y, -1),
+         (long long)V, (long long)V);
+    return;
+  }
+  int64_t V = dim(y, 0), h = dim(y, -1);
+  if (into_grads(e, y))
+    emit_embedding_add(e, n, ir_fmt("(int64_t)ctx->tp * %lld", (long long)V), V);
+  else
+    emit(e, "k_cuda_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
+         ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids), (long long)V,
+         (long long)h, (long long)V);
+}
+
+/* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits,
+ * as on the CPU: all-reduces of the row max (MAX), then of the sum of
+ * exponentials and, forward, of the target logit (SUM), one real per row
+ * each, in the device scratch. */
+static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
+  const IrValue *logits = n->in[0], *targets = n->in[1];
+  if (!need_i32(e, n, targets)) return;
+  int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
+  int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
+  if (valid <= 0) valid = V * (t > 1 ? t : 1);
+  const char *L = ref(e, logits), *T = ref(e, targets);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
+  emit(e, "const int64_t n = %lld - lo < 0 ? 0 : %lld - lo > %lld ? %lld : %lld - lo;",
+       (long long)valid, (long long)valid, (long long)V, (long long)V, (long long)valid);
+  emit(e, "real *mx = cu_tp_scratch(), *se = mx + %lld;", (long long)rows);
+  emit(e, "k_cuda_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
+  emit(e, "k_cuda_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
+  if (n->op == IR_OP_CROSS_ENTROPY) {
+    emit(e, "real *tg = mx + %lld;", (long long)(2 * rows));
+    emit(e, "k_cuda_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
+         (long long)V, (long long)valid);
+    cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
+    emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", ref(e, n->out[0]), (long long)rows);
+  } else {
+    emit(e, "k_cuda_ce_vp_bwd(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", ref(e, n->out[0]), L,
+         T, ref(e, n->in[2]), (long long)rows, (long long)V);
+  }
+  e->depth--;
+  emit(e, "}");
+}
+
+/* Dropout on a tensor-parallel split: each rank draws its own stream, the
+ * CPU's tp_seed. */
+static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
+  emit(e, "k_cuda_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)ir_attr_int(n, "site"));
+}
+
+static bool flag(const IrNode *n, const char *name) {
+  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
+}
+
+/* The forms that need the rank at run time (cpu_tp.c has the CPU's). */
+static void emit_tp_form(CgEmitter *e, int index) {
+  const IrNode *n = node_at(e, index);
+  switch (n->op) {
+  case IR_OP_EMBEDDING:
+  case IR_OP_EMBEDDING_GRAD: emit_vocab_embedding(e, n); return;
+  case IR_OP_CROSS_ENTROPY:
+  case IR_OP_CROSS_ENTROPY_GRAD: emit_vocab_loss(e, n); return;
+  case IR_OP_DROPOUT:
+  case IR_OP_DROPOUT_GRAD: emit_rank_dropout(e, n); return;
+  default: cg_error(e, n, "no tensor-parallel form of this op on the CUDA target");
+  }
 }
 
 /* ------------------------------------------------------------ the op table */
@@ -700,7 +810,8 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_ATTENTION_GRAD] = emit_attention,
     [IR_OP_EMBEDDING_GRAD] = emit_embedding,
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
-    [IR_OP_TP_SLICE] = emit_tp_only,
+    [IR_OP_TP_SLICE] = emit_tp_slice,
+    [IR_OP_TP_COPY] = emit_tp_copy,
 };
 
 /* The ops elem_expr writes. */
@@ -715,17 +826,12 @@ static bool is_elementwise(IrOp op) {
 
 static bool cuda_writes_op(IrOp op) { return cuda_kernels[op] || is_elementwise(op); }
 
-/* Ops the CPU writes in their tensor-parallel form only with an attribute
- * set (cpu_tp.c): the CUDA target has no form of them yet. */
-static bool flag(const IrNode *n, const char *name) {
-  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
-}
-
+/* Ops written in their tensor-parallel form when an attribute says so. */
 static bool tp_form(const IrNode *n) { return flag(n, "vocab_parallel") || flag(n, "per_rank"); }
 
 static void cuda_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  if (tp_form(n)) emit_tp_only(e, index);
+  if (tp_form(n)) emit_tp_form(e, index);
   else if (cuda_kernels[n->op]) cuda_kernels[n->op](e, index);
   else cg_error(e, n, "not supported");
 }
@@ -739,14 +845,16 @@ static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *g
   emit(e, "k_cuda_accumulate(GRD%s, %s, %lld);", cg_ref(e, param) + 3, ref(e, grad), (long long)n);
 }
 
-/* One rank only, and only a compiler built with the CUDA libraries can
- * write a build file that links them. */
+/* Only a compiler built with the CUDA libraries can write a build file
+ * that links them, and only one whose CUDA runtime links the NCCL backend
+ * programs of more than one rank. */
 static void check_supported(CgEmitter *e) {
   static const char *const axis[] = {"--tp", "--pp", "--dp"};
-  for (int a = 0; a < 3; a++)
+  for (int a = 0; a < 3 && !SHARDC_CUDA_NCCL; a++)
     if (cg_mesh(e->g, (IrMeshAxis)a) > 1 || (a == IR_AXIS_PIPELINE && e->nchunks > 1)) {
       ir_error(ir_cmdline, "cuda target: programs of more than one rank (%s) need the NCCL "
-                           "backend, which is not there yet; compile with t = p = d = 1",
+                           "backend, and this shardc was built without NCCL; compile with "
+                           "t = p = d = 1",
                axis[a]);
       e->errors++;
       cuda_state(e)->refused = true;
@@ -774,6 +882,57 @@ static void check_supported(CgEmitter *e) {
                          "not found when it was configured); reconfigure with nvcc on PATH");
     e->errors++;
   }
+}
+
+/* Reals of the device scratch node n needs: the rank-major copies of
+ * gathers and scatters along inner dims, the vocabulary-parallel loss's
+ * three reals per row. */
+static int64_t tp_scratch_need(const IrNode *n) {
+  if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
+      flag(n, "vocab_parallel"))
+    return 3 * rows_of(n->in[0]);
+  return cg_comm_scratch_reals(n);
+}
+
+/* comm.h (C, with C11's _Noreturn) and the device scratch of the
+ * collectives, a __device__ array of the program (nodes run one after the
+ * other on one stream, so one serves them all), when the program has any. */
+static void emit_tp_prologue(CgEmitter *e) {
+  int64_t need = 0;
+  bool per_rank = false;
+  for (int c = 0; c < e->nchunks; c++)
+    for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
+      const IrNode *n = e->chunks[c].g->nodes.items[i];
+      int64_t s = tp_scratch_need(n);
+      if (s > need) need = s;
+      per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");
+    }
+  if (!cg_comm_used(e) && need == 0 && !per_rank) return;
+  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h, whose");
+  emit(e, " * NCCL backend takes device memory). */");
+  emit(e, "#define _Noreturn [[noreturn]]");
+  emit(e, "extern \"C\" {");
+  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "}");
+  emit(e, "#undef _Noreturn");
+  emit(e, "#define RT_COMM_REAL RT_COMM_F32");
+  if (need > 0) {
+    emit(e, "/* Rank-major copies for gathers and scatters along inner dims, and the");
+    emit(e, " * per-row reductions of the vocabulary-parallel loss, in device memory. */");
+    emit(e, "__device__ real cu_tp_scratch_mem[%lld];", (long long)need);
+    emit(e, "[[maybe_unused]] static real *cu_tp_scratch(void) {");
+    emit(e, "  static void *p;");
+    emit(e, "  if (!p) CU_CHECK(cudaGetSymbolAddress(&p, cu_tp_scratch_mem));");
+    emit(e, "  return (real *)p;");
+    emit(e, "}");
+  }
+  if (per_rank) {
+    emit(e, "/* Dropout on a tensor-parallel split: each rank draws its own stream. */");
+    emit(e, "[[maybe_unused]] static inline uint64_t tp_seed(const RtCtx *ctx) {");
+    emit(e, "  return ctx->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(ctx->tp + 1));");
+    emit(e, "}");
+  }
+  emit_blank(e);
 }
 
 static void cuda_prologue(CgEmitter *e) {
@@ -804,6 +963,7 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "#define CU_ALIGN256(p) ((void *)(((uintptr_t)(p) + 255) & ~(uintptr_t)255))");
   emit(e, "#define CU_ALIGNED16(p) ((uintptr_t)(p) %% 16 == 0)");
   emit_blank(e);
+  emit_tp_prologue(e);
   emit(e, "/* The generated kernels' grid: enough blocks to fill every multiprocessor a");
   emit(e, " * few times over, fewer for a small tensor; each thread strides through");
   emit(e, " * the rest. No result depends on it (no kernel here reduces). */");
@@ -841,12 +1001,17 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* embedding_grad added into its slot: thread j owns column j and adds the");
-  emit(e, " * rows in token order, so equal ids never race and the sums are the CPU's. */");
+  emit(e, " * rows in token order, so equal ids never race and the sums are the CPU's.");
+  emit(e, " * The slot holds rows [lo, lo + V) of the table; other ids are another rank's. */");
   emit(e, "__global__ void cu_embedding_add(real *__restrict__ g, const int32_t *__restrict__ ids,");
-  emit(e, "                                 const real *__restrict__ dy, int64_t rows, int64_t h) {");
+  emit(e, "                                 const real *__restrict__ dy, int64_t rows, int64_t h,");
+  emit(e, "                                 int64_t lo, int64_t V) {");
   emit(e, "  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < h;");
   emit(e, "       j += (int64_t)gridDim.x * blockDim.x)");
-  emit(e, "    for (int64_t r = 0; r < rows; r++) g[(int64_t)ids[r] * h + j] += dy[r * h + j];");
+  emit(e, "    for (int64_t r = 0; r < rows; r++) {");
+  emit(e, "      const int64_t row = (int64_t)ids[r] - lo;");
+  emit(e, "      if (row >= 0 && row < V) g[row * h + j] += dy[r * h + j];");
+  emit(e, "    }");
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* y[r] = the sum of row r of x [M, n], in order, in double: the CPU's order. */");
@@ -1027,7 +1192,7 @@ static void *cuda_state_new(CgEmitter *e) {
 
 const CgTarget cg_target_cuda = {
     .name = "cuda",
-    .doc = "CUDA C++ for one NVIDIA GPU (fp32; cuBLASLt GEMMs, nvcc)",
+    .doc = "CUDA C++ for NVIDIA GPUs (fp32; cuBLASLt GEMMs, NCCL between ranks, nvcc)",
     .source_ext = ".cu",
     .buildfile_name = "Makefile",
     .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
@@ -1041,10 +1206,9 @@ const CgTarget cg_target_cuda = {
     .node = cuda_node,
     .fused = cuda_fused,
     .accumulate = cuda_accumulate,
-    /* Only collectives use these, and a program with any is refused
-     * (check_supported) before its file is written. */
+    /* The collectives' rank-major copies (collectives.c), in device memory. */
     .permute = cuda_permute,
-    .comm_scratch = "tp_scratch",
+    .comm_scratch = "cu_tp_scratch()",
     .entry = cuda_entry,
     .buildfile = cuda_buildfile,
 };

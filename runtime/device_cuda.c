@@ -4,8 +4,10 @@
  * CUDA call is checked; a failure ends the run with the call, the file
  * and line, and CUDA's error string.
  *
- * The device and the stream are set up on the first call: device 0 of
- * those visible (choosing one per local rank comes with the NCCL backend).
+ * The device and the stream are set up on the first call, on the device
+ * that is current then: the one the NCCL backend chose for this rank's
+ * local rank (comm_nccl.c, in rt_comm_init, which runs first), or device 0
+ * of those visible.
  * The optimizer's and the norms' small tables of runs live in device
  * buffers that grow to the largest call seen and are then reused, so after
  * the first step nothing is allocated. */
@@ -49,27 +51,46 @@ static void dev_init(void) {
   if (err != cudaSuccess || count == 0)
     rt_fatal(NULL, "no CUDA device: %s (this program was built for the CUDA target)",
              err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
-  CUDA_CHECK(cudaSetDevice(0));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   k_cuda_set_stream(dev.stream);
+  /* Freed memory stays in the pool for the next allocation (the pipeline's
+   * message buffers come and go every step) instead of going back to the
+   * driver at each synchronisation. */
+  cudaMemPool_t pool;
+  uint64_t keep = UINT64_MAX;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   dev.ready = 1;
 }
 
 /* ------------------------------------------------------------ memory */
 
+/* Stream-ordered (cudaMallocAsync, cudaFreeAsync on the device's stream):
+ * cudaMalloc and cudaFree may wait for every stream of the device, and
+ * with the NCCL backend one of them can hold a receive that waits for
+ * another rank, which may be waiting for this one. The memory is ready
+ * for whatever is issued after the call on the device's stream, which is
+ * where every operation here and every kernel runs (the NCCL backend's
+ * streams wait for it before each operation). */
 void *rt_dev_alloc(int64_t bytes, const char *what) {
   dev_init();
   void *mem = NULL;
   size_t n = (size_t)RT_ALIGN64(bytes > 0 ? bytes : 1);
-  cudaError_t err = cudaMalloc(&mem, n); /* 256-byte aligned */
+  cudaError_t err = cudaMallocAsync(&mem, n, dev.stream); /* 256-byte aligned */
   if (err != cudaSuccess)
     rt_fatal(NULL, "out of GPU memory allocating %s (%lld bytes): %s", what, (long long)n,
              cudaGetErrorString(err));
   return mem;
 }
 
+/* The caller has waited for every use of the memory on another stream (a
+ * message is freed after rt_comm_wait), so ordering after the device's
+ * stream is enough. */
 void rt_dev_free(void *dev_mem) {
-  if (dev_mem) CUDA_CHECK(cudaFree(dev_mem));
+  if (dev_mem) CUDA_CHECK(cudaFreeAsync(dev_mem, dev.stream));
 }
 
 void rt_dev_zero(void *dev_mem, int64_t bytes) {

@@ -9,10 +9,20 @@ set(CT_GPT2 -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=
 set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2
              -D batch=2 -D ffn=96)
 
-# Refused before anything is written, with or without the CUDA libraries.
-add_test(NAME cuda_target/refuses_tp
-         COMMAND sh -c "out=$(\"$0\" compile \"$1\" --tp 2 --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/rank0.cu\""
-                 ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/tp2)
+# Without the NCCL backend (shard_comm_nccl), a mesh of more than one rank
+# is refused before anything is written, with or without the CUDA
+# libraries; with it, multi.sh builds a part of the equivalence grid's
+# layouts and compares their tables with the CPU target's (about a minute:
+# one nvcc build per distinct program).
+if(TARGET shard_comm_nccl)
+  add_test(NAME cuda_target/multi_rank
+           COMMAND sh ${CT_DIR}/multi.sh ${SHARDC} ${MODELS_DIR})
+  set_tests_properties(cuda_target/multi_rank PROPERTIES LABELS cuda TIMEOUT 600)
+else()
+  add_test(NAME cuda_target/refuses_tp
+           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --tp 2 --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/rank0.cu\""
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/tp2)
+endif()
 
 if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_build
@@ -29,4 +39,41 @@ else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/nolibs)
+endif()
+
+# The NCCL backend's own part of comm.h's contract, in CI: tests/comm's
+# program linked against shard_comm_nccl instead of shard_comm_mpi. Its
+# buffers are host memory, so it checks that the wrappers of comm_nccl.c
+# keep the MPI backend's semantics (collectives, in-place forms, requests,
+# counters, misuse and failures) wherever there is MPI; without a GPU the
+# backend is MPI alone. The NCCL paths themselves need a GPU
+# (tests/gpu/run.sh).
+if(TARGET shard_comm_nccl)
+  set(CT_COMM ${TESTS_DIR}/comm)
+  add_executable(comm_test_nccl ${CT_COMM}/comm_test.c)
+  target_link_libraries(comm_test_nccl PRIVATE shard_comm_nccl m)
+  set(CT_MPIRUN sh ${CT_COMM}/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  set(CT_FAIL sh ${CT_COMM}/fail.sh ${CT_COMM}/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  set(CT_PROG $<TARGET_FILE:comm_test_nccl>)
+  add_test(NAME cuda_target/comm_nccl_singleton COMMAND comm_test_nccl check)
+  add_test(NAME cuda_target/comm_nccl_np2 COMMAND ${CT_MPIRUN} 2 ${CT_PROG} check)
+  add_test(NAME cuda_target/comm_nccl_np4 COMMAND ${CT_MPIRUN} 4 ${CT_PROG} check)
+  add_test(NAME cuda_target/comm_nccl_fail_fatal COMMAND ${CT_FAIL} 4
+           "shardc: error: rank 1: injected failure, on purpose" ${CT_PROG} fail 1)
+  add_test(NAME cuda_target/comm_nccl_fail_short COMMAND ${CT_FAIL} 2
+           "shardc: error: rank 1: receive on the world communicator: rank 0 sent 5 elements, 10 were expected"
+           ${CT_PROG} short)
+  add_test(NAME cuda_target/comm_nccl_fail_misuse COMMAND ${CT_FAIL} 4
+           "shardc: error: rank 3: rt_comm_send on the world communicator: peer 99 is out of range"
+           ${CT_PROG} misuse 3)
+  set_tests_properties(cuda_target/comm_nccl_singleton cuda_target/comm_nccl_np2
+                       cuda_target/comm_nccl_np4 cuda_target/comm_nccl_fail_fatal
+                       cuda_target/comm_nccl_fail_short cuda_target/comm_nccl_fail_misuse
+                       PROPERTIES TIMEOUT 60 RESOURCE_LOCK mpirun)
+  if(SHARDC_SANITIZE)
+    set_tests_properties(cuda_target/comm_nccl_singleton cuda_target/comm_nccl_np2
+                         cuda_target/comm_nccl_np4 cuda_target/comm_nccl_fail_fatal
+                         cuda_target/comm_nccl_fail_short cuda_target/comm_nccl_fail_misuse
+                         PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
+  endif()
 endif()

@@ -34,6 +34,15 @@
 #     crossing         the losses of the CPU-only run within 1e-4
 #   model sanitizer    compute-sanitizer memcheck and racecheck on 2 steps of the
 #                      tiny GPT-2's CUDA program
+#   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
+#     nccl d2          backend against the CPU target's same layout over MPI: every
+#                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
+#                      built first; it runs on its own GPUs where there are enough,
+#                      else with its ranks sharing the GPUs (each rank its own
+#                      NCCL_HOSTID, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, sockets on
+#                      loopback); the note says how it ran, or why it could not
+#   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
+#                      steps: the job must end non-zero within --timeout + 30 s
 #
 #   tests/gpu/run.sh --model-check NAME BUILD_DIR   runs one model check alone
 #   (the table's rows call it so, under a time limit)
@@ -177,6 +186,120 @@ check_ckpt() { # 5 steps on one target, resumed to 10 on the other
   echo "all checks passed: checkpoints cross GPU->CPU and CPU->GPU"
 }
 
+# ------------------------------------------- multi-rank checks (issue 11)
+# The layouts the NCCL checks run, as compile options; each gets its
+# global batch so that every layout trains the same sequences per step.
+MULTI_t2="--tp 2 --global-batch 4"
+MULTI_p2="--pp 2 --global-batch 4"
+MULTI_d2="--dp 2 --global-batch 4"
+MULTI_one="--global-batch 4"
+NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+
+# multi_prog LAYOUT TARGET: compiles and builds the tiny GPT-2 for the
+# layout; prints its folder.
+multi_prog() {
+  local dir=$MW/nccl-$1-$2 opts
+  eval "opts=\$MULTI_$1"
+  # shellcheck disable=SC2086
+  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $opts --target "$2" \
+    --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+    "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: gpt2 $1 for --target $2 does not compile and build:" >&2
+      cat "$dir.compile.log" >&2; return 1; }
+  echo "$dir"
+}
+
+# mpirun_job DIR SHARE KILL ARGS...: starts every rank of DIR's manifest
+# under mpirun (one -np 1 block per rank, MPMD), each through env: with
+# SHARE=1 the ranks share the GPUs (the NCCL settings above); with KILL=1
+# rank 1 is killed once the run has logged two steps (or after 60 s).
+mpirun_job() {
+  local dir=$1 share=$2 kill=$3 r=0 prog
+  local -a cmd=()
+  shift 3
+  local -a envs=()
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for prog in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$dir/manifest.json"); do
+    envs=(env OMP_NUM_THREADS=1)
+    [ "$share" = 1 ] && envs+=(NCCL_HOSTID="shard-rank$r" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+                               NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
+    [ ${#cmd[@]} -gt 0 ] && cmd+=(:)
+    if [ "$kill" = 1 ] && [ $r = 1 ]; then
+      cmd+=(-np 1 "${envs[@]}" bash "$MW/kill-rank.sh" "$dir/$prog" "$@")
+    else
+      cmd+=(-np 1 "${envs[@]}" "$dir/$prog" "$@")
+    fi
+    r=$((r + 1))
+  done
+  mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "${cmd[@]}"
+}
+
+# How a layout of N ranks runs here: 0 on its own GPUs, 1 sharing them.
+share_of() { [ "$1" -le "$NGPUS" ] && echo 0 || echo 1; }
+ranks_of() { grep -c '"rank":' "$1/manifest.json"; }
+
+check_nccl() { # LAYOUT
+  local cpu gpu one n share how
+  command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
+  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda) && one=$(multi_prog one cpu) || return 1
+  echo "built gpt2 $1 for both targets"
+  [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
+  n=$(ranks_of "$gpu")
+  share=$(share_of "$n")
+  how=$([ "$share" = 1 ] && echo "$n ranks sharing $NGPUS GPU(s) over sockets" || echo "$n ranks, one GPU each")
+  rm -f "$MW/nccl-$1"-*.json
+  # shellcheck disable=SC2086
+  "$one/rank0" $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
+  # shellcheck disable=SC2086
+  mpirun_job "$cpu" 0 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
+    { echo "FAIL: the CPU target's $1 run"; return 1; }
+  # shellcheck disable=SC2086
+  mpirun_job "$gpu" "$share" 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cuda.json" \
+    >"$MW/nccl-$1-cuda.log" 2>&1 || {
+    tail -n 20 "$MW/nccl-$1-cuda.log"
+    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-cuda.log"; then
+      echo "SKIP: $1 could not run: NCCL refused $how"; return 77
+    fi
+    echo "FAIL: the CUDA target's $1 run ($how)"; return 1; }
+  cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
+  cmp_losses "$1 on NCCL against the CPU target" "$MW/nccl-$1-cpu.json" "$MW/nccl-$1-cuda.json" 1e-4 ||
+    return 1
+  echo "all checks passed: gpt2 $1 on NCCL ($how) has the CPU target's losses"
+}
+
+check_nccl_kill() {
+  local gpu n share t0 dt rc limit=20
+  command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
+  gpu=$(multi_prog t2 cuda) || return 1
+  [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
+  cat >"$MW/kill-rank.sh" <<KILL
+# Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
+"\$@" & pid=\$!
+for _ in \$(seq 600); do
+  [ "\$(wc -l <"$MW/nccl-kill.json" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 \$pid
+wait \$pid
+KILL
+  n=$(ranks_of "$gpu")
+  share=$(share_of "$n")
+  rm -f "$MW/nccl-kill.json"
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); MW=$MW; mpirun_job $gpu $share 1 \
+    $TRAIN --steps 100000 --log-every 1 --timeout $limit --log-json $MW/nccl-kill.json" \
+    >"$MW/nccl-kill.log" 2>&1
+  rc=$?
+  dt=$((SECONDS - t0))
+  tail -n 8 "$MW/nccl-kill.log"
+  [ "$rc" = 124 ] && { echo "FAIL: the job was still running $((limit + 60)) s after its start"; return 1; }
+  [ "$rc" != 0 ] || { echo "FAIL: the job exited 0 with a rank killed"; return 1; }
+  [ "$dt" -le $((limit + 30 + 15)) ] ||
+    { echo "FAIL: the job took $dt s to end (--timeout $limit)"; return 1; }
+  echo "all checks passed: rank 1 killed, the job ended with status $rc after $dt s (--timeout $limit)"
+}
+
 check_sanitizer() {
   command -v compute-sanitizer >/dev/null || { echo "SKIP: compute-sanitizer not on PATH"; return 77; }
   local gpu tool
@@ -199,6 +322,10 @@ if [ -n "$MODEL_CHECK" ]; then
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
+    nccl-t2) check_nccl t2 ;;
+    nccl-p2) check_nccl p2 ;;
+    nccl-d2) check_nccl d2 ;;
+    nccl-kill) check_nccl_kill ;;
     *) echo "unknown model check $MODEL_CHECK"; exit 2 ;;
   esac
   exit $?
@@ -305,8 +432,20 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
+  cmake --build "$BUILD" -j"$JOBS" --target shard_comm_nccl >>"$LOGS/build.log" 2>&1 || true
+  if [ -f "$BUILD/runtime/libshard_comm_nccl.a" ]; then
+    model_check "nccl t2" 90 nccl-t2
+    model_check "nccl p2" 90 nccl-p2
+    model_check "nccl d2" 90 nccl-d2
+    model_check "nccl rank killed" 120 nccl-kill
+  else
+    for r in "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
+      row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
+    done
+  fi
 else
-  for r in "gpt2 fp32" "llama fp32" "gradients 1 step" "checkpoint crossing" "model sanitizer"; do
+  for r in "gpt2 fp32" "llama fp32" "gradients 1 step" "checkpoint crossing" "model sanitizer" \
+           "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
   done
 fi

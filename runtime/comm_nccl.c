@@ -1,0 +1,723 @@
+/* The NCCL backend of comm.h: what the CUDA target's rank programs talk
+ * through. MPI starts the job and keeps doing what it does on the CPU
+ * (rank, world, the communicators' layout, host memory); NCCL moves
+ * device memory.
+ *
+ * Built on comm_mpi.c. This file includes it with its operations renamed
+ * (mpi_allreduce, ...), so the host side, the argument checks, the byte
+ * counters and the communicators of the mesh are the MPI backend's own
+ * code, and wraps each operation: when both buffers are device memory
+ * (cudaPointerGetAttributes) and the communicator has an NCCL twin, the
+ * operation runs on NCCL; otherwise (host scalars, checkpoint gathers,
+ * the world communicator, groups of one rank) it runs over MPI, any
+ * device buffer staged through host memory. That is comm.h's "Memory"
+ * paragraph.
+ *
+ * Devices. The device is this rank's local rank on its node
+ * (OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID, else MPI's shared-memory
+ * split) modulo the node's GPUs, set in rt_comm_init before the device
+ * layer (device_cuda.c) first touches the GPU; the device layer keeps the
+ * device that is current.
+ *
+ * Communicators. Each axis communicator of more than one rank (tensor,
+ * pipeline, data, embedding group) gets an NCCL communicator over the same
+ * ranks in the same order: its rank 0 makes an ncclUniqueId, MPI_Bcast
+ * gives it to the others, ncclCommInitRank joins them. Every rank builds
+ * the axes in the same order, so the initialisations cannot wait on each
+ * other in a cycle.
+ *
+ * Streams. Each NCCL communicator has its own stream, on which its
+ * operations run in the order they were posted; before each, that stream
+ * waits (an event) for the work issued so far on the compute stream
+ * (k_cuda_stream()), so a send reads what the kernels wrote. Separate
+ * streams keep a receive that waits for a later stage from holding up
+ * the tensor-parallel all-reduces behind it, which on one stream could
+ * close a cycle between stages that MPI's independent requests never
+ * form. A wait (and every blocking call) waits on the host for the
+ * operation's event, polling ncclCommGetAsyncError on every communicator
+ * meanwhile: once it returns, the result is in device memory and whatever
+ * the compute stream runs next sees it. (The device layer allocates and
+ * frees stream-ordered, cudaMallocAsync: a cudaFree would wait for every
+ * stream of the device, an NCCL receive in flight included.)
+ *
+ * Point to point. comm.h has no tags and matches messages in posting
+ * order, which is NCCL's rule. Sends and receives posted one after the
+ * other on one communicator (a pipeline step slot's messages) are kept
+ * and issued together in one ncclGroupStart/ncclGroupEnd, in posting
+ * order, when the runtime next waits, tests, or calls any other
+ * operation: two stages that each send to the other before receiving
+ * would otherwise deadlock, since an NCCL send does not finish before its
+ * receive is posted.
+ *
+ * Determinism. NCCL promises that one all-reduce gives every rank of the
+ * communicator the same bits, and that the algorithm (ring, tree, NVLS,
+ * CollNet), the protocol (LL, LL128, Simple) and the number of channels
+ * are chosen from the message size, the topology and the environment, not
+ * from timing; it does not promise that a different choice (another NCCL
+ * version, another topology, NCCL_ALGO or NCCL_PROTO set differently)
+ * adds in the same order. The runtime pins the choice that is the same on
+ * every machine: NCCL_ALGO=Ring and NCCL_PROTO=Simple unless the user has
+ * set them (setenv without overwriting, before the first communicator).
+ * The sums still need not match the MPI backend's to the bit: the CPU
+ * target agrees with the CUDA target within rounding, not bit for bit.
+ *
+ * Errors. Every NCCL and CUDA call is checked (NCCL_CHECK, CUDA_CHECK); a
+ * failure, or an asynchronous error seen while waiting, aborts every NCCL
+ * communicator of this rank (ncclCommAbort, so that no kernel stays stuck
+ * on a dead peer) and then brings the job down as comm_mpi.c does
+ * (rt_comm_fatal: the launcher ends the job under `shardc run`, MPI_Abort
+ * otherwise). A rank that stops answering without an error is the
+ * watchdog's (watchdog.c): the wait reports what it waits for, and the
+ * launcher or --timeout ends the job. A failure inside the MPI part itself
+ * goes down through comm_mpi.c's own path, without the NCCL aborts, which
+ * the process's end makes moot. NCCL cannot check a received message's
+ * length: a mismatch between two ranks' programs shows as wrong data or a
+ * hang (the MPI backend reports it). */
+#include "comm.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels_cuda.h"
+
+/* ---- comm_mpi.c, renamed ------------------------------------------------ */
+
+#define RtCommReq MpiReq
+#define rt_comm_fatal mpi_comm_fatal
+#define rt_comm_init mpi_comm_init
+#define rt_comm_finalize mpi_comm_finalize
+#define rt_comms_new mpi_comms_new
+#define rt_comms_free mpi_comms_free
+#define rt_comm_allreduce mpi_allreduce
+#define rt_comm_allgather mpi_allgather
+#define rt_comm_reduce_scatter mpi_reduce_scatter
+#define rt_comm_broadcast mpi_broadcast
+#define rt_comm_send mpi_send
+#define rt_comm_recv mpi_recv
+#define rt_comm_barrier mpi_barrier
+#define rt_comm_iallreduce mpi_iallreduce
+#define rt_comm_iallgather mpi_iallgather
+#define rt_comm_ireduce_scatter mpi_ireduce_scatter
+#define rt_comm_ibroadcast mpi_ibroadcast
+#define rt_comm_isend mpi_isend
+#define rt_comm_irecv mpi_irecv
+#define rt_comm_ibarrier mpi_ibarrier
+#define rt_comm_wait mpi_wait
+#define rt_comm_waitall mpi_waitall
+#define rt_comm_test mpi_test
+
+/* Declared static first, so that the definitions of comm_mpi.c below have
+ * internal linkage: only the wrappers of this file are the library's. */
+typedef struct MpiReq MpiReq;
+static _Noreturn void mpi_comm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void mpi_comm_init(int *argc, char ***argv);
+static void mpi_comm_finalize(void);
+static RtComms *mpi_comms_new(RtMesh mesh);
+static void mpi_comms_free(RtComms *cs);
+static void mpi_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                          RtCommOp op);
+static void mpi_allgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
+static void mpi_reduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                               RtCommOp op);
+static void mpi_broadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root);
+static void mpi_send(RtComm *c, const void *b, int64_t n, RtCommType t, int peer);
+static void mpi_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer);
+static void mpi_barrier(RtComm *c);
+static MpiReq *mpi_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                              RtCommOp op);
+static MpiReq *mpi_iallgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
+static MpiReq *mpi_ireduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                                   RtCommOp op);
+static MpiReq *mpi_ibroadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root);
+static MpiReq *mpi_isend(RtComm *c, const void *b, int64_t n, RtCommType t, int peer);
+static MpiReq *mpi_irecv(RtComm *c, void *b, int64_t n, RtCommType t, int peer);
+static MpiReq *mpi_ibarrier(RtComm *c);
+static void mpi_wait(MpiReq *req);
+/* The wrappers call mpi_wait one by one instead. */
+__attribute__((unused)) static void mpi_waitall(MpiReq **reqs, int n);
+static int mpi_test(MpiReq *req);
+
+#include "comm_mpi.c"
+
+#undef RtCommReq
+#undef rt_comm_fatal
+#undef rt_comm_init
+#undef rt_comm_finalize
+#undef rt_comms_new
+#undef rt_comms_free
+#undef rt_comm_allreduce
+#undef rt_comm_allgather
+#undef rt_comm_reduce_scatter
+#undef rt_comm_broadcast
+#undef rt_comm_send
+#undef rt_comm_recv
+#undef rt_comm_barrier
+#undef rt_comm_iallreduce
+#undef rt_comm_iallgather
+#undef rt_comm_ireduce_scatter
+#undef rt_comm_ibroadcast
+#undef rt_comm_isend
+#undef rt_comm_irecv
+#undef rt_comm_ibarrier
+#undef rt_comm_wait
+#undef rt_comm_waitall
+#undef rt_comm_test
+
+/* ---- State --------------------------------------------------------------- */
+
+/* The NCCL twin of one axis communicator, and its stream. */
+typedef struct Nccl {
+  RtComm *comm;
+  ncclComm_t nc;
+  cudaStream_t stream;
+} Nccl;
+
+/* One request: an MPI one (host memory) or an NCCL operation, which is
+ * either issued (its event is recorded after it on the stream) or still
+ * waiting in the group of pending messages. */
+struct RtCommReq {
+  MpiReq *mpi;
+  cudaEvent_t done;
+  int pending;
+  const char *what; /* the NCCL function, for the watchdog */
+  const char *comm; /* the communicator's name */
+};
+
+/* A send or receive kept for the next group. */
+typedef struct P2p {
+  int send;
+  void *buf;
+  size_t count;
+  ncclDataType_t type;
+  int peer;
+  Nccl *n;
+  RtCommReq *req;
+} P2p;
+
+/* The runtime builds one set of communicators (tp.c); room for two. */
+enum { MAX_TWINS = 2 * RT_AXIS_COUNT };
+
+static struct {
+  Nccl comms[MAX_TWINS];
+  int ncomms;
+  cudaEvent_t ready; /* the compute stream's work so far */
+  P2p *p2p;
+  int np2p, p2p_cap;
+  int failing;   /* a failure is being reported: no more NCCL calls */
+  int no_device; /* no GPU visible: MPI only, host memory only */
+} nc;
+
+/* ---- Failures -------------------------------------------------------------- */
+
+static void abort_all(void) {
+  if (nc.failing) return;
+  nc.failing = 1;
+  for (int i = 0; i < nc.ncomms; i++) (void)ncclCommAbort(nc.comms[i].nc);
+  nc.ncomms = 0;
+}
+
+_Noreturn void rt_comm_fatal(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  abort_all();
+  mpi_comm_fatal("%s", msg);
+}
+
+/* NCCL_CHECK(n, ncclFoo(...)): n (may be NULL) names the communicator; the
+ * message of rt_comm_fatal names the rank. */
+#define NCCL_CHECK(n, call) nccl_check((call), (n), #call, __FILE__, __LINE__)
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+static void nccl_check(ncclResult_t r, const Nccl *n, const char *call, const char *file,
+                       int line) {
+  if (r == ncclSuccess) return;
+  const char *last = n ? ncclGetLastError(n->nc) : ncclGetLastError(NULL);
+  rt_comm_fatal("%.*s%s%s%s failed: %s%s%s (%s:%d)", (int)strcspn(call, "("), call,
+                n ? " on the " : "", n ? n->comm->name : "", n ? " communicator" : "",
+                ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "", file, line);
+}
+
+static void cuda_check(cudaError_t err, const char *call, const char *file, int line) {
+  if (err != cudaSuccess)
+    rt_comm_fatal("%.*s failed: %s (%s:%d)", (int)strcspn(call, "("), call,
+                  cudaGetErrorString(err), file, line);
+}
+
+/* An error another rank's failure (or a broken connection) left on a
+ * communicator ends this rank too. */
+static void poll_async(void) {
+  for (int i = 0; i < nc.ncomms; i++) {
+    ncclResult_t st = ncclSuccess;
+    NCCL_CHECK(&nc.comms[i], ncclCommGetAsyncError(nc.comms[i].nc, &st));
+    if (st == ncclSuccess || st == ncclInProgress) continue;
+    const char *last = ncclGetLastError(nc.comms[i].nc);
+    rt_comm_fatal("NCCL reported an asynchronous error on the %s communicator: %s%s%s",
+                  nc.comms[i].comm->name, ncclGetErrorString(st), last && *last ? ": " : "",
+                  last ? last : "");
+  }
+}
+
+/* ---- Bootstrap --------------------------------------------------------------- */
+
+/* The local rank the launcher gives, else MPI's. */
+static int local_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                     "MPI_LOCALRANKID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    char *end;
+    long r = v && *v ? strtol(v, &end, 10) : -1;
+    if (v && *v && !*end && r >= 0) return (int)r;
+  }
+  return g.local_rank;
+}
+
+/* Without a GPU the backend is comm_mpi.c's alone (host memory): a rank
+ * program then stops at its first use of the device, with the device
+ * layer's "no CUDA device" error, and the comm tests run on machines
+ * without one (tests/cuda_target). */
+void rt_comm_init(int *argc, char ***argv) {
+  if (g.init) return;
+  mpi_comm_init(argc, argv);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    nc.no_device = 1;
+    return;
+  }
+  CUDA_CHECK(cudaSetDevice(local_rank() % count));
+  /* Reductions in the same order on every machine (see the top). */
+  setenv("NCCL_ALGO", "Ring", 0);
+  setenv("NCCL_PROTO", "Simple", 0);
+}
+
+void rt_comm_finalize(void) {
+  if (!g.init) return;
+  for (int i = 0; i < nc.ncomms; i++) CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
+  mpi_comm_finalize();
+}
+
+/* The NCCL twin of c: the id from c's rank 0, over c's MPI communicator. */
+static void nccl_twin(RtComm *c) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (nc.ncomms == MAX_TWINS)
+    rt_comm_fatal("more than %d NCCL communicators (rt_comms_new called again?)", MAX_TWINS);
+  Nccl *n = &nc.comms[nc.ncomms];
+  n->comm = c;
+  n->nc = NULL;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
+  if (c->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(&id));
+  MPI_WAITING(c, "MPI_Bcast", MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm));
+  rt_wd_comm("ncclCommInitRank", c->name);
+  NCCL_CHECK(n, ncclCommInitRank(&n->nc, c->size, id, c->rank));
+  rt_wd_comm_done();
+  nc.ncomms++;
+}
+
+RtComms *rt_comms_new(RtMesh mesh) {
+  RtComms *cs = mpi_comms_new(mesh);
+  if (nc.no_device) return cs;
+  if (!nc.ready) CUDA_CHECK(cudaEventCreateWithFlags(&nc.ready, cudaEventDisableTiming));
+  for (int a = 0; a < RT_AXIS_COUNT; a++)
+    if (cs->axis[a] && cs->axis[a]->size > 1) nccl_twin(cs->axis[a]);
+  return cs;
+}
+
+static void flush(void);
+
+void rt_comms_free(RtComms *cs) {
+  if (!cs) return;
+  flush();
+  for (int a = 0; a < RT_AXIS_COUNT; a++)
+    for (int i = 0; i < nc.ncomms; i++)
+      if (cs->axis[a] && nc.comms[i].comm == cs->axis[a]) {
+        CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
+        NCCL_CHECK(&nc.comms[i], ncclCommDestroy(nc.comms[i].nc));
+        CUDA_CHECK(cudaStreamDestroy(nc.comms[i].stream));
+        nc.comms[i] = nc.comms[--nc.ncomms];
+        break;
+      }
+  mpi_comms_free(cs);
+}
+
+/* ---- Where the buffers are ------------------------------------------------------ */
+
+static Nccl *twin(const RtComm *c) {
+  for (int i = 0; i < nc.ncomms; i++)
+    if (nc.comms[i].comm == c) return &nc.comms[i];
+  return NULL;
+}
+
+static int on_device(const void *p) {
+  struct cudaPointerAttributes a;
+  if (!p || nc.no_device || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* The NCCL twin when the operation runs on NCCL: every buffer on the
+ * device. */
+static Nccl *nccl_for(RtComm *c, const void *a, const void *b) {
+  Nccl *n = c ? twin(c) : NULL;
+  return n && on_device(a) && on_device(b) ? n : NULL;
+}
+
+static ncclDataType_t nccl_type(RtCommType t) {
+  return t == RT_COMM_F64 ? ncclFloat64 : t == RT_COMM_I32 ? ncclInt32 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(RtCommOp op) { return op == RT_COMM_MAX ? ncclMax : ncclSum; }
+
+/* ---- Issuing on the stream ------------------------------------------------------ */
+
+static RtCommReq *req_of(const char *what, const RtComm *c) {
+  RtCommReq *r = rt_xcalloc(1, sizeof *r);
+  r->what = what;
+  r->comm = c->name;
+  return r;
+}
+
+/* n's stream waits for the compute stream's work so far. */
+static void after_compute(const Nccl *n) {
+  CUDA_CHECK(cudaEventRecord(nc.ready, k_cuda_stream()));
+  CUDA_CHECK(cudaStreamWaitEvent(n->stream, nc.ready, 0));
+}
+
+static void mark_done(RtCommReq *r, const Nccl *n) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(r->done, n->stream));
+  r->pending = 0;
+}
+
+/* The kept sends and receives (all on one communicator), as one group in
+ * posting order. */
+static void flush(void) {
+  if (nc.np2p == 0) return;
+  Nccl *n = nc.p2p[0].n;
+  after_compute(n);
+  NCCL_CHECK(NULL, ncclGroupStart());
+  for (int i = 0; i < nc.np2p; i++) {
+    P2p *m = &nc.p2p[i];
+    if (m->send) NCCL_CHECK(n, ncclSend(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
+    else NCCL_CHECK(n, ncclRecv(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
+  }
+  NCCL_CHECK(NULL, ncclGroupEnd());
+  for (int i = 0; i < nc.np2p; i++) mark_done(nc.p2p[i].req, n);
+  nc.np2p = 0;
+}
+
+static void req_free(RtCommReq *r) {
+  if (r->done) CUDA_CHECK(cudaEventDestroy(r->done));
+  free(r);
+}
+
+/* 1 once r's event has passed; checks the communicators meanwhile. */
+static int passed(RtCommReq *r) {
+  if (r->pending) flush();
+  cudaError_t e = cudaEventQuery(r->done);
+  if (e == cudaSuccess) return 1;
+  if (e != cudaErrorNotReady) CUDA_CHECK(e);
+  poll_async();
+  return 0;
+}
+
+static void wait_nccl(RtCommReq *r) {
+  rt_wd_comm(r->what, r->comm);
+  const struct timespec pause = {0, 20000}; /* 20 us between looks */
+  while (!passed(r)) nanosleep(&pause, NULL);
+  rt_wd_comm_done();
+  req_free(r);
+}
+
+/* Completes (blocking form, returns NULL) or hands back the request. */
+static RtCommReq *issued(RtCommReq *r, const Nccl *n, int nb) {
+  mark_done(r, n);
+  if (nb) return r;
+  wait_nccl(r);
+  return NULL;
+}
+
+/* A request for an operation that is already complete (MPI's blocking
+ * form ran): only there so that wait can free it. */
+static RtCommReq *completed(int nb, const RtComm *c) {
+  return nb ? req_of("done", c) : NULL;
+}
+
+static RtCommReq *wrap_mpi(MpiReq *m, const RtComm *c) {
+  RtCommReq *r = req_of("MPI", c);
+  r->mpi = m;
+  return r;
+}
+
+/* ---- Host staging ------------------------------------------------------------------ */
+
+/* A host view of a buffer: the buffer itself in host memory, else a copy
+ * of its bytes (taken after the compute stream's work). `in` places a
+ * buffer that lies inside another's staged copy (the in-place forms). */
+typedef struct Staged {
+  const char *dev;
+  char *host;
+  size_t bytes;
+  int copy;
+} Staged;
+
+static Staged stage(const void *p, size_t bytes, const Staged *in) {
+  Staged s = {p, (char *)p, bytes, 0};
+  if (in && in->copy && (const char *)p >= in->dev && (const char *)p < in->dev + in->bytes) {
+    s.host = in->host + ((const char *)p - in->dev);
+    return s;
+  }
+  if (!bytes || !on_device(p)) return s;
+  s.copy = 1;
+  s.host = rt_xmalloc(bytes);
+  CUDA_CHECK(cudaMemcpyAsync(s.host, p, bytes, cudaMemcpyDeviceToHost, k_cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(k_cuda_stream()));
+  return s;
+}
+
+/* The staged copy back into device memory (when `back`), then freed. */
+static void unstage(Staged *s, int back) {
+  if (!s->copy) return;
+  if (back) {
+    CUDA_CHECK(cudaMemcpyAsync((void *)s->dev, s->host, s->bytes, cudaMemcpyHostToDevice,
+                               k_cuda_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(k_cuda_stream()));
+  }
+  free(s->host);
+  s->copy = 0;
+}
+
+static size_t nbytes(int64_t count, RtCommType t) {
+  return count > 0 ? (size_t)count * (size_t)rt_comm_type_size(t) : 0;
+}
+
+/* ---- Collectives ------------------------------------------------------------------- */
+
+/* Each is written once, as in comm_mpi.c: with nb the non-blocking form.
+ * On NCCL the checks are the MPI backend's, then the call; over MPI the
+ * non-blocking form of a host operation stays non-blocking, a staged one
+ * completes before it returns. */
+
+static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t count,
+                               RtCommType type, RtCommOp op, int nb) {
+  const char *fn = nb ? "rt_comm_iallreduce" : "rt_comm_allreduce";
+  flush();
+  Nccl *n = nccl_for(c, send, recv);
+  size_t bytes = nbytes(count, type);
+  if (!n) {
+    if (nb && !on_device(send) && !on_device(recv))
+      return wrap_mpi(mpi_iallreduce(c, send, recv, count, type, op), c);
+    Staged r = stage(recv, bytes, NULL), s = stage(send, bytes, &r);
+    mpi_allreduce(c, s.host, r.host, count, type, op);
+    unstage(&s, 0), unstage(&r, 1);
+    return completed(nb, c);
+  }
+  check_count(c, fn, count);
+  if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
+  count_bytes(c, RT_COMM_ALLREDUCE, count, type);
+  after_compute(n);
+  RtCommReq *r = req_of("ncclAllReduce", c);
+  NCCL_CHECK(n, ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                              n->stream));
+  return issued(r, n, nb);
+}
+
+static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t count,
+                               RtCommType type, int nb) {
+  const char *fn = nb ? "rt_comm_iallgather" : "rt_comm_allgather";
+  flush();
+  Nccl *n = nccl_for(c, send, recv);
+  size_t part = nbytes(count, type);
+  if (!n) {
+    if (nb && !on_device(send) && !on_device(recv))
+      return wrap_mpi(mpi_iallgather(c, send, recv, count, type), c);
+    Staged r = stage(recv, part * (size_t)c->size, NULL), s = stage(send, part, &r);
+    mpi_allgather(c, s.host, r.host, count, type);
+    unstage(&s, 0), unstage(&r, 1);
+    return completed(nb, c);
+  }
+  check_count(c, fn, count);
+  if (send != (const char *)recv + part * (size_t)c->rank)
+    check_disjoint(c, fn, send, part, recv, part * (size_t)c->size);
+  count_bytes(c, RT_COMM_ALLGATHER, count, type);
+  after_compute(n);
+  RtCommReq *r = req_of("ncclAllGather", c);
+  NCCL_CHECK(n, ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
+  return issued(r, n, nb);
+}
+
+static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int64_t count,
+                                    RtCommType type, RtCommOp op, int nb) {
+  const char *fn = nb ? "rt_comm_ireduce_scatter" : "rt_comm_reduce_scatter";
+  flush();
+  Nccl *n = nccl_for(c, send, recv);
+  size_t part = nbytes(count, type);
+  if (!n) {
+    if (nb && !on_device(send) && !on_device(recv))
+      return wrap_mpi(mpi_ireduce_scatter(c, send, recv, count, type, op), c);
+    Staged s = stage(send, part * (size_t)c->size, NULL), r = stage(recv, part, &s);
+    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
+    /* In place, the result is inside the send buffer's copy. */
+    int inside = r.host != recv && !r.copy;
+    unstage(&r, 1), unstage(&s, inside);
+    return completed(nb, c);
+  }
+  check_count(c, fn, count);
+  if (recv != (const char *)send + part * (size_t)c->rank)
+    check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
+  count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
+  after_compute(n);
+  RtCommReq *r = req_of("ncclReduceScatter", c);
+  NCCL_CHECK(n, ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                                  n->stream));
+  return issued(r, n, nb);
+}
+
+static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType type, int root,
+                               int nb) {
+  const char *fn = nb ? "rt_comm_ibroadcast" : "rt_comm_broadcast";
+  flush();
+  Nccl *n = nccl_for(c, buf, buf);
+  if (!n) {
+    if (nb && !on_device(buf)) return wrap_mpi(mpi_ibroadcast(c, buf, count, type, root), c);
+    Staged b = stage(buf, nbytes(count, type), NULL);
+    mpi_broadcast(c, b.host, count, type, root);
+    unstage(&b, 1);
+    return completed(nb, c);
+  }
+  check_count(c, fn, count);
+  check_rank(c, fn, "root", root);
+  count_bytes(c, RT_COMM_BROADCAST, count, type);
+  after_compute(n);
+  RtCommReq *r = req_of("ncclBroadcast", c);
+  NCCL_CHECK(n, ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
+  return issued(r, n, nb);
+}
+
+/* A send or receive: kept for the next group on NCCL (see the top). */
+static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, int peer, int send,
+                         int nb) {
+  const char *fn = send ? (nb ? "rt_comm_isend" : "rt_comm_send")
+                        : (nb ? "rt_comm_irecv" : "rt_comm_recv");
+  Nccl *n = nccl_for(c, buf, buf);
+  if (!n) {
+    flush();
+    if (nb && !on_device(buf))
+      return wrap_mpi(send ? mpi_isend(c, buf, count, type, peer)
+                           : mpi_irecv(c, buf, count, type, peer), c);
+    Staged b = stage(buf, nbytes(count, type), NULL);
+    if (send) mpi_send(c, b.host, count, type, peer);
+    else mpi_recv(c, b.host, count, type, peer);
+    unstage(&b, !send);
+    return completed(nb, c);
+  }
+  check_count(c, fn, count);
+  check_rank(c, fn, "peer", peer);
+  count_bytes(c, send ? RT_COMM_SEND : RT_COMM_RECV, count, type);
+  if (nc.np2p > 0 && nc.p2p[0].n != n) flush(); /* a group is one communicator's */
+  if (nc.np2p == nc.p2p_cap) {
+    nc.p2p_cap = nc.p2p_cap ? 2 * nc.p2p_cap : 16;
+    nc.p2p = realloc(nc.p2p, sizeof *nc.p2p * (size_t)nc.p2p_cap);
+    if (!nc.p2p) rt_comm_fatal("out of memory keeping %d messages", nc.p2p_cap);
+  }
+  RtCommReq *r = req_of(send ? "ncclSend" : "ncclRecv", c);
+  r->pending = 1;
+  nc.p2p[nc.np2p++] = (P2p){send, buf, (size_t)count, nccl_type(type), peer, n, r};
+  if (nb) return r;
+  wait_nccl(r);
+  return NULL;
+}
+
+static RtCommReq *nc_barrier(RtComm *c, int nb) {
+  flush();
+  if (nb) return wrap_mpi(mpi_ibarrier(c), c);
+  mpi_barrier(c);
+  return NULL;
+}
+
+void rt_comm_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op) {
+  nc_allreduce(c, s, r, n, t, op, 0);
+}
+void rt_comm_allgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  nc_allgather(c, s, r, n, t, 0);
+}
+void rt_comm_reduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                            RtCommOp op) {
+  nc_reduce_scatter(c, s, r, n, t, op, 0);
+}
+void rt_comm_broadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root) {
+  nc_broadcast(c, b, n, t, root, 0);
+}
+void rt_comm_send(RtComm *c, const void *b, int64_t n, RtCommType t, int peer) {
+  nc_p2p(c, (void *)b, n, t, peer, 1, 0);
+}
+void rt_comm_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
+  nc_p2p(c, b, n, t, peer, 0, 0);
+}
+void rt_comm_barrier(RtComm *c) { nc_barrier(c, 0); }
+
+RtCommReq *rt_comm_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                              RtCommOp op) {
+  return nc_allreduce(c, s, r, n, t, op, 1);
+}
+RtCommReq *rt_comm_iallgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  return nc_allgather(c, s, r, n, t, 1);
+}
+RtCommReq *rt_comm_ireduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
+                                   RtCommOp op) {
+  return nc_reduce_scatter(c, s, r, n, t, op, 1);
+}
+RtCommReq *rt_comm_ibroadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root) {
+  return nc_broadcast(c, b, n, t, root, 1);
+}
+RtCommReq *rt_comm_isend(RtComm *c, const void *b, int64_t n, RtCommType t, int peer) {
+  return nc_p2p(c, (void *)b, n, t, peer, 1, 1);
+}
+RtCommReq *rt_comm_irecv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
+  return nc_p2p(c, b, n, t, peer, 0, 1);
+}
+RtCommReq *rt_comm_ibarrier(RtComm *c) { return nc_barrier(c, 1); }
+
+/* ---- Completion ----------------------------------------------------------------------- */
+
+void rt_comm_wait(RtCommReq *r) {
+  if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
+  if (r->mpi) {
+    flush();
+    mpi_wait(r->mpi);
+    free(r);
+  } else if (r->done || r->pending) {
+    wait_nccl(r);
+  } else {
+    req_free(r);
+  }
+}
+
+void rt_comm_waitall(RtCommReq **reqs, int n) {
+  for (int i = 0; i < n; i++)
+    if (reqs[i]) rt_comm_wait(reqs[i]), reqs[i] = NULL;
+}
+
+int rt_comm_test(RtCommReq *r) {
+  if (!r) rt_comm_fatal("rt_comm_test: no request (NULL)");
+  if (r->mpi) {
+    flush();
+    if (!mpi_test(r->mpi)) return 0;
+    free(r);
+    return 1;
+  }
+  if ((r->done || r->pending) && !passed(r)) return 0;
+  req_free(r);
+  return 1;
+}
