@@ -99,7 +99,9 @@ static bool gpu_visible(void) {
 }
 
 /* The target of a run: --target, else cuda where a GPU is visible and the
- * layout is one rank (the CUDA target's reach for now), else cpu; without
+ * layout is one rank, else cpu: the CUDA target's many-rank programs (over
+ * NCCL) are chosen only by name until they have been checked on GPUs
+ * (docs/targets.md); without
  * --target the choice is said once, on stderr, unless quiet. */
 static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, bool quiet) {
   const char *target = drv_value(nargs, args, "--target");
@@ -108,7 +110,7 @@ static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, b
   target = gpu && one_rank ? "cuda" : "cpu";
   const char *why = !gpu      ? "no GPU visible"
                     : one_rank ? "a GPU is visible"
-                               : "a GPU is visible, but the cuda target runs one rank for now";
+                               : "a GPU is visible; --target cuda for many ranks over NCCL";
   if (!quiet) fprintf(stderr, "shardc run: target %s (%s; --target NAME to choose)\n", target, why);
   return target;
 }

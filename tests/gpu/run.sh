@@ -316,6 +316,12 @@ if [ -n "$MODEL_CHECK" ]; then
   [ -x "$SHARDC_BIN" ] && [ -f "$DATA" ] ||
     { echo "SKIP: no $SHARDC_BIN or $DATA (the model checks need the CMake build)"; exit 77; }
   mkdir -p "$MW"
+  # The one-GPU checks need a GPU to mean anything; the nccl ones build
+  # their programs first and say so themselves.
+  case $MODEL_CHECK in
+    nccl-*) ;;
+    *) [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none)"; exit 77; } ;;
+  esac
   case $MODEL_CHECK in
     fp32-gpt2) check_fp32 gpt2 ;;
     fp32-llama) check_fp32 llama ;;
