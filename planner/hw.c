@@ -254,7 +254,11 @@ void pl_hw_print(FILE *out, const PlHw *hw) {
     } else if (k->kind == KEY_INT) {
       fprintf(out, "%s = %d\n", k->name, *(const int *)(base + k->offset));
     } else {
-      fprintf(out, "%s = %g\n", k->name, *(const double *)(base + k->offset) / k->unit);
+      double v = *(const double *)(base + k->offset);
+      /* A peak rate of 0 means the precision is not supported: the key is
+       * left out, as the file that said so did (0 does not read back). */
+      if (v == 0 && k->unit == T && !k->required) continue;
+      fprintf(out, "%s = %g\n", k->name, v / k->unit);
     }
   }
 }

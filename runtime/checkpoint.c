@@ -661,29 +661,6 @@ void rt_ckpt_init_from(Rt *rt, const char *path) {
   rt_st_close(&f);
 }
 
-static int64_t meta_int(const RtStFile *f, const char *key) {
-  const char *v = rt_st_meta(f, key);
-  char *end;
-  if (!v) rt_fatal(f->path, "no '%s' in the metadata", key);
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (end == v || *end || errno || x < 0)
-    rt_fatal(f->path, "bad '%s' in the metadata: '%s'", key, v);
-  return x;
-}
-
-static void restore_rng(Rt *rt, const RtStFile *f) {
-  const char *v = rt_st_meta(f, "rng");
-  if (!v || strlen(v) != 64) rt_fatal(f->path, "no valid 'rng' in the metadata");
-  for (int i = 0; i < 4; i++) {
-    char word[17], *end;
-    memcpy(word, v + 16 * i, 16);
-    word[16] = 0;
-    rt->rng.s[i] = strtoull(word, &end, 16);
-    if (*end) rt_fatal(f->path, "bad 'rng' in the metadata: '%s'", v);
-  }
-}
-
 /* ------------------------------------------------- the model of a file */
 
 /* Appends a line ("  what") to the list of differences, up to a limit. */
@@ -884,13 +861,13 @@ void rt_ckpt_resume_open(Rt *rt) {
   free(dir);
   RtStFile *f = &rt->resume;
   rt_st_open(f, path);
-  const char *format = rt_st_meta(f, "format");
-  if (!format || strcmp(format, CKPT_STATE_FORMAT))
-    rt_fatal(path, "not a training state written by --save (format '%s')", format ? format : "");
+  RtCkptState st;
+  RtErr e;
+  if (rt_ckpt_state_fields(f, &st, &e)) rt_err_fatal(&e);
   refuse_other_model(rt, f, "--resume: a checkpoint of another model than this program's; the "
                             "differences");
-  rt->step = meta_int(f, "step");
-  restore_rng(rt, f);
+  rt->step = st.step;
+  memcpy(rt->rng.s, st.rng, sizeof st.rng);
   restore_flags(rt, f);
   /* Any layout loads any other's checkpoint; say when they differ. */
   const char *saved = rt_st_meta(f, "layout");

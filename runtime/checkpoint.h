@@ -48,6 +48,14 @@ void rt_ckpt_resume_open(Rt *rt);
  * shapes): a checkpoint is never overwritten by another model's. One
  * error lists every difference. Collective over the world. */
 void rt_ckpt_check_save(Rt *rt);
+/* ckpt_state.c: the state file's own fields (its format, the step, the
+ * sampler's generator), checked; -1 with the error in *e when one is
+ * missing or bad. */
+typedef struct RtCkptState {
+  int64_t step;
+  uint64_t rng[4];
+} RtCkptState;
+int rt_ckpt_state_fields(const RtStFile *f, RtCkptState *out, RtErr *e);
 /* Reads the weights and the optimizer state of the opened state file (with
  * ZeRO, this data-parallel rank's parts of the state). */
 void rt_ckpt_resume_load(Rt *rt);

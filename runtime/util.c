@@ -54,6 +54,17 @@ _Noreturn void rt_fatal(const char *what, const char *fmt, ...) {
   exit(1);
 }
 
+int rt_err_set(RtErr *e, const char *what, const char *fmt, ...) {
+  snprintf(e->what, sizeof e->what, "%s", what ? what : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+_Noreturn void rt_err_fatal(const RtErr *e) { rt_fatal(*e->what ? e->what : NULL, "%s", e->msg); }
+
 void *rt_xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
   if (!p) rt_fatal(NULL, "out of memory allocating %zu bytes", n);

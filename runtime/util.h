@@ -23,6 +23,17 @@ extern void (*rt_fatal_hook)(const char *message);
 /* The same message without exiting, for code that reports several errors
  * before giving up. */
 void rt_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error a reader returns instead of exiting, so that it can be tested
+ * (and fuzzed) on bad files: the file or flag it is about and the message.
+ * rt_err_set fills it and returns -1; rt_err_fatal reports it as rt_fatal
+ * would have, word for word. */
+typedef struct RtErr {
+  char what[1024];
+  char msg[2048];
+} RtErr;
+int rt_err_set(RtErr *e, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+_Noreturn void rt_err_fatal(const RtErr *e);
 /* Allocation that cannot fail quietly: running out of memory is reported
  * with the size that was asked for. */
 void *rt_xmalloc(size_t n);
