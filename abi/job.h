@@ -32,6 +32,13 @@
 /* Seconds between heartbeats. */
 #define JOB_BEAT_SECONDS 0.2
 
+/* The memory the ranks of one machine may use, in bytes (a K, M, G or T
+ * suffix multiplies by powers of 1024): when set, `shardc run` and every
+ * rank program take it instead of what the machine says is available
+ * (/proc/meminfo's MemAvailable; a GPU's free memory), so that the check
+ * of the memory plan against it can be tested, and tightened by hand. */
+#define JOB_MEMORY_LIMIT_ENV "SHARDC_MEMORY_LIMIT"
+
 /* A rank program's exit statuses besides 0 and 1 (errors): a run stopped
  * by SIGTERM or SIGINT after it finished its step (and saved, with
  * --save); 75 is EX_TEMPFAIL of sysexits.h, "try again later". */

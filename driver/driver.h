@@ -119,6 +119,11 @@ int drv_cmd_build(int nargs, DrvArg *args);
 int drv_cmd_run(int argc, char **argv);
 /* The most ranks `shardc run` starts on one machine. */
 #define DRV_RUN_MAX_RANKS 1024
+/* memcheck.c: the printed memory plan (one total per program, each
+ * program run by ranks_per_program ranks of this machine) against the
+ * memory available: SHARDC_MEMORY_LIMIT, else MemAvailable when the plan
+ * is in host memory. False after one error line giving both. */
+bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory);
 int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);

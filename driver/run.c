@@ -850,11 +850,16 @@ int drv_cmd_run(int argc, char **argv) {
    * is the last thing printed. */
   char *plan_text = NULL;
   size_t plan_len = 0;
-  FILE *plan = help ? NULL : open_memstream(&plan_text, &plan_len);
-  const char *dir = compile_and_build(model, nargs, args, dtype, run_target(nargs, args, &opt, help),
-                                      plan);
+  FILE *plan = usage ? NULL : open_memstream(&plan_text, &plan_len);
+  const char *target = run_target(nargs, args, &opt, help);
+  const char *dir = cache_dir(model, nargs, args, dtype);
+  int rc = drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan);
   if (plan) fclose(plan);
-  if (!dir) return 1;
+  if (rc != 0) return 1;
+  /* A plan the machine cannot hold is refused before anything is built. */
+  if (plan_text && !drv_check_memory(plan_text, opt.tp * opt.dp, strcmp(target, "cuda") != 0))
+    return 1;
+  if (run_make(dir) != 0) return 1;
   /* One program per pipeline stage serves its t x d ranks. */
   const char **programs = ir_alloc(sizeof(char *) * (size_t)opt.pp);
   for (int r = 0; r < opt.pp; r++)
@@ -862,7 +867,7 @@ int drv_cmd_run(int argc, char **argv) {
   theirs[0] = (char *)programs[0];
   theirs[ntheirs] = NULL;
   if (!usage && !check_program_args(cmd, programs[0], theirs, ntheirs)) return 1;
-  if (plan_text) fwrite(plan_text, 1, plan_len, stdout);
+  if (plan_text && !help) fwrite(plan_text, 1, plan_len, stdout);
   free(plan_text);
   fflush(stdout);
   int per = opt.tp * opt.dp;

@@ -47,6 +47,15 @@ const char *rt_fmt_thousands(char *buf, size_t len, int64_t v);
  * off; errors and the sample are always printed. */
 extern int rt_quiet;
 void rt_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The memory the ranks of this machine may use (abi/job.h,
+ * JOB_MEMORY_LIMIT_ENV): the variable's bytes when it is set (a malformed
+ * value is a fatal error naming it), else -1. */
+int64_t rt_mem_limit_env(void);
+/* /proc/meminfo's MemAvailable in bytes, -1 when it cannot be read. */
+int64_t rt_mem_available_host(void);
+/* How many ranks of the job run on this machine, as the launcher (Open
+ * MPI, MPICH, Slurm) says; 1 when none does. */
+int rt_local_ranks(void);
 /* Seconds on a monotonic clock. */
 double rt_now(void);
 
