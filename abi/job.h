@@ -29,6 +29,10 @@
 #define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
 #define JOB_RECORD_FMT "rank-%d"
 #define JOB_ABORT_FILE "abort"
+/* Under `shardc run` each rank program runs as the child of a small
+ * parent (driver/rankwrap.c), which writes JOB_DIR/rank-R.end once the
+ * rank has ended: "signal N" when a signal killed it, else "status N". */
+#define JOB_END_SUFFIX ".end"
 /* Seconds between heartbeats. */
 #define JOB_BEAT_SECONDS 0.2
 

@@ -124,6 +124,10 @@ int drv_cmd_run(int argc, char **argv);
  * memory available: SHARDC_MEMORY_LIMIT, else MemAvailable when the plan
  * is in host memory. False after one error line giving both. */
 bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory);
+/* rankwrap.c: `shardc __rank PROGRAM ARGS...`, the parent of each rank
+ * under shardc run, which records how the rank ended. */
+int drv_rank_parent(int argc, char **argv);
+#define DRV_RANK_PARENT_COMMAND "__rank"
 int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);
