@@ -254,15 +254,10 @@ static void open_data(Rt *rt) {
     rt->micro = m->microbatches;
   } else {
     if (f->global_batch == 0) f->global_batch = (m->microbatches > 0 ? m->microbatches : 1) * per;
-    if (f->global_batch % per) {
-      if (d == 1)
-        rt_fatal("--global-batch", "%lld is not a multiple of the model's batch %lld",
-                 (long long)f->global_batch, (long long)m->batch);
-      rt_fatal("--global-batch",
-               "%lld is not a multiple of the model's batch %lld times the %d data-parallel "
-               "replicas (%lld)",
-               (long long)f->global_batch, (long long)m->batch, d, (long long)per);
-    }
+    /* The words of shardc compile, run, schedule and simulate. */
+    if (f->global_batch % per)
+      rt_fatal(NULL, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
+               (long long)f->global_batch, (long long)m->batch, d);
     rt->micro = f->global_batch / per;
   }
   rt->rows = m->batch * m->seq;
