@@ -140,6 +140,11 @@ static bool set_value(PlHw *hw, const Key *k, const char *v, IrLoc at) {
              v);
     return false;
   }
+  /* 1e300 GiB is a finite number of GiB but not of bytes. */
+  if (k->kind != KEY_INT && !isfinite(x * k->unit)) {
+    ir_error(at, "%s: '%s' is too large", k->name, v);
+    return false;
+  }
   if (k->kind == KEY_INT)
     *(int *)(base + k->offset) = (int)x;
   else

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the file readers' fuzz harnesses: small
-valid files of each format, one per interesting shape, into
+valid files of each format, one per interesting shape, and a few files
+that each of the rarer checks refuses (seed-bad-*), into
 tests/fuzz/corpus/NAME/seed-*. The seeds are committed; run this again
 after a format changes. Inputs that once failed are kept beside them
 (crash-*, a name of their own), never regenerated.
@@ -55,6 +56,23 @@ def seeds_safetensors():
         ("s", "F32", [], f32(3))]))
 
 
+def seeds_safetensors_bad():
+    """Refusals a campaign reaches rarely by itself, one per check."""
+    def raw(name, header, blob=b""):
+        text = header.encode()
+        out("safetensors", "bad-" + name, struct.pack("<Q", len(text)) + text + blob)
+    raw("rank-9", json.dumps({"t": {"dtype": "F32", "shape": [1] * 9, "data_offsets": [0, 4]}}),
+        f32(1))
+    raw("shape-too-large", json.dumps({"t": {"dtype": "F32", "shape": [2 ** 40, 2 ** 40],
+                                             "data_offsets": [0, 4]}}), f32(1))
+    raw("offsets-outside", json.dumps({"t": {"dtype": "F32", "shape": [2],
+                                             "data_offsets": [0, 8]}}), f32(1))
+    raw("trailing-text", '{"t": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}} x', f32(1))
+    raw("twice", '{"t": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]},'
+        ' "t": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}', f32(1))
+    out("safetensors", "bad-header-length", struct.pack("<Q", 2 ** 63) + b"{}")
+
+
 FLAGS = {
     "flag.data": "train.bin", "flag.val-data": "", "flag.steps": "2",
     "flag.global-batch": "1", "flag.lr": "0.0006", "flag.beta1": "0.9",
@@ -92,6 +110,12 @@ def seeds_shard():
     out("shard", "wide-ids", shard([(i * 7919) % 65536 for i in range(25)]))
 
 
+def seeds_shard_bad():
+    out("shard", "bad-magic", shard(list(range(9)), magic=1234))
+    out("shard", "bad-truncated", shard(list(range(20)))[:-6])
+    out("shard", "bad-short", shard(list(range(4))))
+
+
 def seeds_hw(shardc):
     out("hw", "base", b"# an A100 with half its memory\nbase = a100\nmemory_gib = 40\n")
     out("hw", "minimal", b"peak_bf16_tflops = 100\nmemory_gib = 16\nmemory_bw_gbs = 900\n"
@@ -104,8 +128,10 @@ def seeds_hw(shardc):
 def main():
     shardc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../build/shardc")
     seeds_safetensors()
+    seeds_safetensors_bad()
     seeds_state()
     seeds_shard()
+    seeds_shard_bad()
     seeds_hw(shardc)
 
 
