@@ -126,6 +126,8 @@ bad "no model file given" info
 bad "cannot open file" info /nonexistent.shard
 bad "option '--json' takes no value" info "$M" --json=yes
 bad "did you mean --json?" info "$M" --jsn
+bad "did you mean --measure?" hw --measur
+bad "did you mean --help?" passes --hlep
 
 echo "$CASES cases, $FAILS failed"
 [ $FAILS -eq 0 ]
