@@ -684,7 +684,7 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
   if (L.rank == 0) {
     if (!name || strcmp(name, m->name))
       rt_ckpt_diff_add(out, len, &lines, "model: '%s' in the checkpoint, '%s' in this program",
-               name ? name : "", m->name);
+                       name ? name : "", m->name);
     rt_ckpt_define_diffs(defines ? defines : "", m->defines, 1, out, len, &lines);
     rt_ckpt_define_diffs(m->defines, defines ? defines : "", 0, out, len, &lines);
   }
@@ -703,8 +703,8 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
   int held = 0;
   for (int i = 0; i < f->n; i++) held += is_weight(f->t[i].name);
   if (L.rank == 0 && held != total)
-    rt_ckpt_diff_add(out, len, &lines, "the checkpoint holds %d weight tensors, this model %d", held,
-             (int)total);
+    rt_ckpt_diff_add(out, len, &lines, "the checkpoint holds %d weight tensors, this model %d",
+                     held, (int)total);
 }
 
 /* Stops every rank with one error listing the differences of all ranks

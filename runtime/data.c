@@ -94,10 +94,12 @@ static int64_t check_header(int fd, const char *path, RtErr *e) {
   int64_t body = (int64_t)st.st_size - SHARD_HEADER_BYTES, want = 2 * (int64_t)h[2];
   if (body < want)
     return rt_err_set(e, path,
-                      "truncated: the header says %" PRId32 " tokens (%lld bytes), the file holds %lld",
+                      "truncated: the header says %" PRId32
+                      " tokens (%lld bytes), the file holds %lld",
                       h[2], (long long)want, (long long)body);
   if (body > want)
-    return rt_err_set(e, path, "%lld bytes follow the header, but it says %" PRId32 " tokens (%lld bytes)",
+    return rt_err_set(e, path,
+                      "%lld bytes follow the header, but it says %" PRId32 " tokens (%lld bytes)",
                       (long long)body, h[2], (long long)want);
   return h[2];
 }
@@ -126,7 +128,8 @@ static int open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab, RtErr
   int64_t window = batch * seq + 1;
   int rc = (s->tokens = check_header(fd, s->path, e)) < 0 ? -1 : 0;
   if (!rc && s->tokens < window)
-    rc = rt_err_set(e, s->path, "%lld tokens, fewer than one window of batch*seq+1 = %lld*%lld+1 = %lld",
+    rc = rt_err_set(e, s->path,
+                    "%lld tokens, fewer than one window of batch*seq+1 = %lld*%lld+1 = %lld",
                     (long long)s->tokens, (long long)batch, (long long)seq, (long long)window);
   if (!rc) rc = check_ids(fd, s->path, s->tokens, vocab, e);
   close(fd);

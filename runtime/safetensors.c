@@ -116,12 +116,14 @@ static int parse_offsets(RtStFile *f, RtStTensor *t, const cJSON *off, RtErr *e)
                       "tensor %s: \"data_offsets\" is not a pair of non-negative integers",
                       t->name);
   if (t->begin > t->end || t->end > f->data_bytes)
-    return rt_err_set(e, f->path, "tensor %s: data_offsets [%lld, %lld] outside the %lld bytes of data",
+    return rt_err_set(e, f->path,
+                      "tensor %s: data_offsets [%lld, %lld] outside the %lld bytes of data",
                       t->name, (long long)t->begin, (long long)t->end, (long long)f->data_bytes);
   if (t->end - t->begin != t->numel * t->dsize) {
     char s[200];
-    return rt_err_set(e, f->path, "tensor %s: %lld bytes of data for shape %s of %s (%lld expected)",
-                      t->name, (long long)(t->end - t->begin),
+    return rt_err_set(e, f->path,
+                      "tensor %s: %lld bytes of data for shape %s of %s (%lld expected)", t->name,
+                      (long long)(t->end - t->begin),
                       rt_st_shape_str(s, sizeof s, t->rank, t->shape), t->dtype,
                       (long long)(t->numel * t->dsize));
   }
@@ -131,7 +133,8 @@ static int parse_offsets(RtStFile *f, RtStTensor *t, const cJSON *off, RtErr *e)
 static int parse_tensor(RtStFile *f, const cJSON *j, RtErr *e) {
   RtStTensor *t = &f->t[f->n++];
   t->name = rt_xstrdup(j->string);
-  if (!cJSON_IsObject(j)) return rt_err_set(e, f->path, "tensor %s: entry is not a JSON object", t->name);
+  if (!cJSON_IsObject(j))
+    return rt_err_set(e, f->path, "tensor %s: entry is not a JSON object", t->name);
   for (int i = 0; i < f->n - 1; i++)
     if (!strcmp(f->t[i].name, t->name))
       return rt_err_set(e, f->path, "tensor %s appears twice", t->name);
@@ -175,7 +178,8 @@ static int read_header(RtStFile *f, char **text, uint64_t *len, RtErr *e) {
   f->fd = open(path, O_RDONLY);
   if (f->fd < 0) return rt_err_set(e, path, "cannot open: %s", strerror(errno));
   struct stat st;
-  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) return rt_err_set(e, path, "not a regular file");
+  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return rt_err_set(e, path, "not a regular file");
   if (st.st_size < 8)
     return rt_err_set(e, path, "truncated: %lld bytes, too short for a safetensors header",
                       (long long)st.st_size);
