@@ -8,7 +8,8 @@
 #                   corpus replay included
 #   make test-full  the whole 3D-parallel equivalence grid (tests/pp_run),
 #                   of which make test runs a representative part
-#   make fuzz       run libFuzzer on the readers for FUZZ_TIME seconds
+#   make fuzz       run libFuzzer on each reader for FUZZ_TIME seconds
+#                   (FUZZ=NAME for one: frontend safetensors state shard hw)
 #   make bench      time compiles of the paper's 1T model (bench/compile.sh)
 #   make clean      remove the build folders
 #
@@ -18,7 +19,8 @@
 JOBS      := $(shell nproc)
 BUILD     := build
 ASAN      := build-asan
-FUZZ_TIME ?= 60
+FUZZ_TIME ?= 600
+FUZZ      ?= frontend safetensors state shard hw
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo test test-full build-asan test-asan fuzz bench clean
@@ -45,8 +47,8 @@ test-full: deps
 	ctest --test-dir $(BUILD) --output-on-failure -L full
 
 # A separate folder: the sanitizers and clang's libFuzzer need their own
-# objects. ctest there replays the fuzz corpus twice, through fuzz_replay
-# and through the libFuzzer binary.
+# objects. ctest there replays every fuzz corpus through every harness
+# twice, through fuzz_replay_NAME and through the libFuzzer binary.
 build-asan: deps
 	cmake -S . -B $(ASAN) -DCMAKE_C_COMPILER=clang -DSHARDC_SANITIZE=ON -DSHARDC_FUZZ=ON
 	cmake --build $(ASAN) -j$(JOBS)
@@ -58,17 +60,24 @@ test-asan: build-asan
 	ASAN_OPTIONS=$${ASAN_OPTIONS:+$$ASAN_OPTIONS:}intercept_tls_get_addr=0 \
 	  ctest --test-dir $(ASAN) --output-on-failure -j2
 
-# New inputs go to $(ASAN)/fuzz/corpus (the seeds in tests/fuzz/corpus stay
-# as they are); a crash is written to $(ASAN)/fuzz/ and reproduced with
-# `$(ASAN)/fuzz/fuzz_replay FILE`. Worth keeping: copy it into the corpus.
-# -fork=1 runs the inputs in a child process that is replaced now and then:
-# the compiler's arena is only freed at exit, so one long-lived process
-# would grow without bound.
+# One campaign per harness in $(FUZZ), FUZZ_TIME seconds each. New inputs
+# go to $(ASAN)/fuzz/corpus/NAME (the seeds in tests/fuzz/corpus/NAME stay
+# as they are); a crash is written to $(ASAN)/fuzz/NAME-crash-* and
+# reproduced with `$(ASAN)/fuzz/fuzz_replay_NAME FILE`. An input that once
+# failed belongs in tests/fuzz/corpus/NAME, which ctest replays through
+# every harness. The frontend runs with -fork=1: the compiler's arena is
+# only freed at exit, so one long-lived process would grow without bound.
+# -close_fd_mask=2 silences the readers' error messages; libFuzzer and the
+# sanitizers keep reporting on a copy of stderr.
 fuzz: build-asan
-	mkdir -p $(ASAN)/fuzz/corpus
-	$(ASAN)/fuzz/fuzz_frontend -fork=1 -max_total_time=$(FUZZ_TIME) -timeout=10 \
-	  -rss_limit_mb=2048 -max_len=65536 -artifact_prefix=$(ASAN)/fuzz/ \
-	  $(ASAN)/fuzz/corpus tests/fuzz/corpus
+	@set -e; for h in $(FUZZ); do \
+	  mkdir -p $(ASAN)/fuzz/corpus/$$h; \
+	  fork=; [ $$h = frontend ] && fork=-fork=1; \
+	  echo "fuzz: $$h for $(FUZZ_TIME) s"; \
+	  $(ASAN)/fuzz/fuzz_$$h $$fork -max_total_time=$(FUZZ_TIME) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=65536 -close_fd_mask=2 -print_final_stats=1 \
+	    -artifact_prefix=$(ASAN)/fuzz/$$h- $(ASAN)/fuzz/corpus/$$h tests/fuzz/corpus/$$h; \
+	done
 
 bench: build
 	bench/compile.sh

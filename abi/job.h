@@ -29,8 +29,19 @@
 #define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
 #define JOB_RECORD_FMT "rank-%d"
 #define JOB_ABORT_FILE "abort"
+/* Under `shardc run` each rank program runs as the child of a small
+ * parent (driver/rankwrap.c), which writes JOB_DIR/rank-R.end once the
+ * rank has ended: "signal N" when a signal killed it, else "status N". */
+#define JOB_END_SUFFIX ".end"
 /* Seconds between heartbeats. */
 #define JOB_BEAT_SECONDS 0.2
+
+/* The memory the ranks of one machine may use, in bytes (a K, M, G or T
+ * suffix multiplies by powers of 1024): when set, `shardc run` and every
+ * rank program take it instead of what the machine says is available
+ * (/proc/meminfo's MemAvailable; a GPU's free memory), so that the check
+ * of the memory plan against it can be tested, and tightened by hand. */
+#define JOB_MEMORY_LIMIT_ENV "SHARDC_MEMORY_LIMIT"
 
 /* A rank program's exit statuses besides 0 and 1 (errors): a run stopped
  * by SIGTERM or SIGINT after it finished its step (and saved, with

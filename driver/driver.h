@@ -160,6 +160,15 @@ char **drv_srun_argv(const char *const *programs, int nprograms, int per, char *
 /* DIR/launch.sh from DIR/manifest.json: a POSIX sh script that starts every
  * rank with its program under mpirun or srun; false after an error. */
 bool drv_write_launch_script(const char *dir);
+/* memcheck.c: the printed memory plan (one total per program, each
+ * program run by ranks_per_program ranks of this machine) against the
+ * memory available: SHARDC_MEMORY_LIMIT, else MemAvailable when the plan
+ * is in host memory. False after one error line giving both. */
+bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory);
+/* rankwrap.c: `shardc __rank PROGRAM ARGS...`, the parent of each rank
+ * under shardc run, which records how the rank ended. */
+int drv_rank_parent(int argc, char **argv);
+#define DRV_RANK_PARENT_COMMAND "__rank"
 int drv_cmd_sample(int nargs, DrvArg *args);
 int drv_cmd_info(int nargs, DrvArg *args);
 int drv_cmd_passes(int nargs, DrvArg *args);

@@ -41,6 +41,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *name = argv[1];
+  /* Not a command for people: what mpirun starts under `shardc run`. */
+  if (strcmp(name, DRV_RANK_PARENT_COMMAND) == 0) return drv_rank_parent(argc - 2, argv + 2);
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
     print_main_help();
     return 0;

@@ -77,6 +77,8 @@ const char *drv_nearest_option(const DrvCommand *cmd, const char *name, size_t l
     int d = edit_distance(name, len, o->name);
     if (d < bestd) bestd = d, best = o->name;
   }
+  /* Every command takes --help, which no table lists. */
+  if (!best && edit_distance(name, len, "--help") < bestd) best = "--help";
   return best;
 }
 

@@ -163,6 +163,9 @@ typedef struct JobRank {
   char coord[64], program[256], action[400], state[16], why[1024];
   int status, has_status;
   int exit_note;     /* the rank left a RANK.exit note (mpirun ended it) */
+  int end_signal;    /* from its parent's RANK.end note: the signal that killed it */
+  int end_status;    /* ... or its exit status; -1 while there is no note */
+  double gone_at;    /* our clock at the last probe that found its process alive */
   int gone;          /* its process no longer runs */
   int local;         /* it runs on this machine (its pid means something here) */
   char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
@@ -197,12 +200,29 @@ static void job_on_signal(int sig) {
   job_last_signal = sig;
 }
 
-/* Reads rank i's record (and its exit note) into j->r[i]. */
+/* The note rank i's parent (rankwrap.c) leaves when the rank has ended. */
+static void read_end_note(Job *j, int i) {
+  JobRank *r = &j->r[i];
+  if (r->end_status >= 0 || r->end_signal) return;
+  char path[4200], word[16];
+  snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT JOB_END_SUFFIX, j->dir, i);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  int v;
+  if (fscanf(f, "%15s %d", word, &v) == 2) {
+    if (!strcmp(word, "signal")) r->end_signal = v;
+    else if (!strcmp(word, "status")) r->end_status = v;
+  }
+  fclose(f);
+}
+
+/* Reads rank i's record (and its exit notes) into j->r[i]. */
 static void read_record(Job *j, int i, double now) {
   JobRank *r = &j->r[i];
   char path[4200], buf[8192];
   snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT ".exit", j->dir, i);
   if (access(path, F_OK) == 0) r->exit_note = 1;
+  read_end_note(j, i);
   snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT, j->dir, i);
   FILE *f = fopen(path, "r");
   if (!f) return;
@@ -236,8 +256,9 @@ static void read_record(Job *j, int i, double now) {
 }
 
 /* Whether the rank's process is gone, and its state letter while not. */
-static void probe_process(JobRank *r) {
+static void probe_process(JobRank *r, double now) {
   if (!r->seen || !r->local || r->pid <= 0 || r->gone) return;
+  r->gone_at = now;
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)r->pid);
   FILE *f = fopen(path, "r");
@@ -257,12 +278,42 @@ static void scan(Job *j) {
   double now = job_now();
   for (int i = 0; i < j->n; i++) {
     read_record(j, i, now);
-    probe_process(&j->r[i]);
+    probe_process(&j->r[i], now);
   }
 }
 
 static int finished(const JobRank *r) {
   return !strcmp(r->state, "done") || !strcmp(r->state, "exited") || !strcmp(r->state, "failed");
+}
+
+/* Waiting longer than this for a rank's end note is not worth it. */
+#define JOB_END_WAIT 0.5
+
+/* "SIGKILL" for 9: the signals a rank may die of. */
+static const char *signal_name(int sig) {
+  static const struct {
+    int sig;
+    const char *name;
+  } names[] = {{SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"},
+               {SIGABRT, "SIGABRT"}, {SIGFPE, "SIGFPE"},   {SIGILL, "SIGILL"},
+               {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},
+               {SIGQUIT, "SIGQUIT"}, {SIGPIPE, "SIGPIPE"}, {SIGXCPU, "SIGXCPU"},
+               {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}, {SIGALRM, "SIGALRM"}};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (names[k].sig == sig) return names[k].name;
+  return "a signal";
+}
+
+/* Why a rank whose process is gone (without a finished record) ended. */
+static void gone_why(const Job *j, const JobRank *r, int i, char *why, size_t len) {
+  int sig = r->end_signal ? r->end_signal : j->banner_rank == i ? j->banner_signal : 0;
+  if (sig)
+    snprintf(why, len, "was killed by signal %d (%s) in %s", sig, signal_name(sig), r->action);
+  else if (r->end_status >= 0)
+    snprintf(why, len, "exited with status %d without a word in %s", r->end_status, r->action);
+  else
+    snprintf(why, len, "died without a word (killed by a signal such as SIGKILL, or crashed) "
+             "in %s", r->action);
 }
 
 /* The verdict: the rank to blame and why, or -1 while all is well. In
@@ -282,12 +333,9 @@ static int judge(Job *j, char *why, size_t len) {
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
     if (!r->seen || !r->gone || finished(r) || r->exit_note || j->signalled) continue;
-    if (j->banner_rank == i)
-      snprintf(why, len, "was killed by signal %d (%s) in %s", j->banner_signal,
-               j->banner_signame, r->action);
-    else
-      snprintf(why, len, "died without a word (killed by a signal such as SIGKILL, or crashed) "
-               "in %s", r->action);
+    /* Its parent writes how it ended right after; give it a moment. */
+    if (!r->end_signal && r->end_status < 0 && now - r->gone_at < JOB_END_WAIT) continue;
+    gone_why(j, r, i, why, len);
     return i;
   }
   if (j->timeout <= 0) return -1;
@@ -579,6 +627,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1};
   j.r = ir_alloc(sizeof(JobRank) * (size_t)ranks);
   memset(j.r, 0, sizeof(JobRank) * (size_t)ranks);
+  for (int i = 0; i < ranks; i++) j.r[i].end_status = -1;
   int status = supervise(&j, pipefd[0]);
   close(pipefd[0]);
   /* SHARDC_JOB_KEEP=1 keeps the records (for tests and post-mortems). */
@@ -620,7 +669,7 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 4) * nprograms + 28));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 28));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -661,10 +710,19 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
     if (jobdir) remove_job_dir(jobdir);
     return 1;
   }
+  /* Each rank runs under a parent of ours that records how it ended
+   * (rankwrap.c), when we know where this shardc is. */
+  char self[PATH_MAX];
+  ssize_t len = jobdir ? readlink("/proc/self/exe", self, sizeof self - 1) : -1;
+  if (len > 0) self[len] = 0;
   for (int p = 0; p < nprograms; p++) {
     if (p) mv[n++] = ":";
     mv[n++] = "-np";
     mv[n++] = (char *)ir_fmt("%d", per);
+    if (len > 0) {
+      mv[n++] = ir_strdup(self);
+      mv[n++] = DRV_RANK_PARENT_COMMAND;
+    }
     mv[n++] = (char *)programs[p];
     for (int i = 1; i < argc; i++) mv[n++] = argv[i];
   }
@@ -874,11 +932,16 @@ int drv_cmd_run(int argc, char **argv) {
    * is the last thing printed. */
   char *plan_text = NULL;
   size_t plan_len = 0;
-  FILE *plan = help ? NULL : open_memstream(&plan_text, &plan_len);
-  const char *dir = compile_and_build(model, nargs, args, dtype, run_target(nargs, args, &opt, help),
-                                      plan);
+  FILE *plan = usage ? NULL : open_memstream(&plan_text, &plan_len);
+  const char *target = run_target(nargs, args, &opt, help);
+  const char *dir = cache_dir(model, nargs, args, dtype);
+  int rc = drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan);
   if (plan) fclose(plan);
-  if (!dir) return 1;
+  if (rc != 0) return 1;
+  /* A plan the machine cannot hold is refused before anything is built. */
+  if (plan_text && !drv_check_memory(plan_text, opt.tp * opt.dp, strcmp(target, "cuda") != 0))
+    return 1;
+  if (run_make(dir) != 0) return 1;
   /* One program per pipeline stage serves its t x d ranks. */
   const char **programs = ir_alloc(sizeof(char *) * (size_t)opt.pp);
   for (int r = 0; r < opt.pp; r++)
@@ -886,7 +949,7 @@ int drv_cmd_run(int argc, char **argv) {
   theirs[0] = (char *)programs[0];
   theirs[ntheirs] = NULL;
   if (!usage && !check_program_args(cmd, programs[0], theirs, ntheirs)) return 1;
-  if (plan_text) fwrite(plan_text, 1, plan_len, stdout);
+  if (plan_text && !help) fwrite(plan_text, 1, plan_len, stdout);
   free(plan_text);
   fflush(stdout);
   int per = opt.tp * opt.dp;

@@ -145,8 +145,9 @@ static bool derive(Config *c) {
   if (c->global_batch == 0) c->global_batch = c->default_m * c->microbatch * c->dp;
   long long per = (long long)c->microbatch * c->dp;
   if (c->global_batch % per != 0) {
-    fprintf(stderr, "shardc %s: error: the global batch %d is not a multiple of microbatch %d x dp %d\n",
-            cmd, c->global_batch, c->microbatch, c->dp);
+    fprintf(stderr,
+            "shardc %s: error: --global-batch %d is not a multiple of microbatch %d x dp %d\n", cmd,
+            c->global_batch, c->microbatch, c->dp);
     return false;
   }
   c->m = (int)(c->global_batch / per);

@@ -140,6 +140,11 @@ static bool set_value(PlHw *hw, const Key *k, const char *v, IrLoc at) {
              v);
     return false;
   }
+  /* 1e300 GiB is a finite number of GiB but not of bytes. */
+  if (k->kind != KEY_INT && !isfinite(x * k->unit)) {
+    ir_error(at, "%s: '%s' is too large", k->name, v);
+    return false;
+  }
   if (k->kind == KEY_INT)
     *(int *)(base + k->offset) = (int)x;
   else
@@ -254,7 +259,11 @@ void pl_hw_print(FILE *out, const PlHw *hw) {
     } else if (k->kind == KEY_INT) {
       fprintf(out, "%s = %d\n", k->name, *(const int *)(base + k->offset));
     } else {
-      fprintf(out, "%s = %g\n", k->name, *(const double *)(base + k->offset) / k->unit);
+      double v = *(const double *)(base + k->offset);
+      /* A peak rate of 0 means the precision is not supported: the key is
+       * left out, as the file that said so did (0 does not read back). */
+      if (v == 0 && k->unit == T && !k->required) continue;
+      fprintf(out, "%s = %g\n", k->name, v / k->unit);
     }
   }
 }

@@ -216,7 +216,7 @@ static char *fmt_error(const char *fmt, ...) {
 static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
   int bd = c->microbatch * c->dp;
   if (c->global_batch % bd != 0) {
-    *error = fmt_error("global batch %d is not a multiple of microbatch x dp = %d x %d",
+    *error = fmt_error("--global-batch %d is not a multiple of microbatch %d x dp %d",
                        c->global_batch, c->microbatch, c->dp);
     return false;
   }

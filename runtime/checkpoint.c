@@ -661,89 +661,7 @@ void rt_ckpt_init_from(Rt *rt, const char *path) {
   rt_st_close(&f);
 }
 
-static int64_t meta_int(const RtStFile *f, const char *key) {
-  const char *v = rt_st_meta(f, key);
-  char *end;
-  if (!v) rt_fatal(f->path, "no '%s' in the metadata", key);
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (end == v || *end || errno || x < 0)
-    rt_fatal(f->path, "bad '%s' in the metadata: '%s'", key, v);
-  return x;
-}
-
-static void restore_rng(Rt *rt, const RtStFile *f) {
-  const char *v = rt_st_meta(f, "rng");
-  if (!v || strlen(v) != 64) rt_fatal(f->path, "no valid 'rng' in the metadata");
-  for (int i = 0; i < 4; i++) {
-    char word[17], *end;
-    memcpy(word, v + 16 * i, 16);
-    word[16] = 0;
-    rt->rng.s[i] = strtoull(word, &end, 16);
-    if (*end) rt_fatal(f->path, "bad 'rng' in the metadata: '%s'", v);
-  }
-}
-
 /* ------------------------------------------------- the model of a file */
-
-/* Appends a line ("  what") to the list of differences, up to a limit. */
-static void diff_add(char *out, size_t len, int *lines, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void diff_add(char *out, size_t len, int *lines, const char *fmt, ...) {
-  size_t n = strlen(out);
-  if (++*lines > 24) {
-    if (*lines == 25 && n + 16 < len) strcat(out, "\n  ...");
-    return;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  if (n + 4 < len) {
-    memcpy(out + n, "\n  ", 4);
-    vsnprintf(out + n + 3, len - n - 3, fmt, ap);
-  }
-  va_end(ap);
-}
-
-/* The value of -D key in "k=v k=v ...", into buf; NULL when absent. The
- * last one counts, as on the compiler's command line. */
-static const char *define_of(const char *defines, const char *key, char *buf, size_t len) {
-  size_t klen = strlen(key);
-  const char *found = NULL;
-  for (const char *p = defines; p && *p;) {
-    while (*p == ' ') p++;
-    size_t w = strcspn(p, " ");
-    if (w > klen && !strncmp(p, key, klen) && p[klen] == '=') {
-      snprintf(buf, len, "%.*s", (int)(w - klen - 1), p + klen + 1);
-      found = buf;
-    }
-    p += w;
-  }
-  return found;
-}
-
-/* Every -D of `a` that `b` lacks or sets otherwise; `batch` only splits a
- * step's sequences into microbatches (--microbatch) and is left out. */
-static void define_diffs(const char *a, const char *b, int a_is_file, char *out, size_t len,
-                         int *lines) {
-  for (const char *p = a; p && *p;) {
-    while (*p == ' ') p++;
-    size_t w = strcspn(p, " "), k = strcspn(p, "=");
-    if (!w) break;
-    char key[128], va[256], vb[256];
-    snprintf(key, sizeof key, "%.*s", (int)(k < w ? k : w), p);
-    p += w;
-    /* A key given twice is compared once, at its last place. */
-    if (!strcmp(key, "batch") || define_of(p, key, vb, sizeof vb) ||
-        !define_of(a, key, va, sizeof va))
-      continue;
-    const char *other = define_of(b, key, vb, sizeof vb);
-    if (!other)
-      diff_add(out, len, lines, "-D %s=%s only in %s", key, va,
-               a_is_file ? "the checkpoint" : "this program");
-    else if (a_is_file && strcmp(va, vb))
-      diff_add(out, len, lines, "-D %s: %s in the checkpoint, %s in this program", key, va, vb);
-  }
-}
 
 /* Whether p is a tensor of the weights in a file (not an AdamW moment). */
 static int is_weight(const char *name) {
@@ -765,10 +683,10 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
   const char *name = rt_st_meta(f, "model"), *defines = rt_st_meta(f, "defines");
   if (L.rank == 0) {
     if (!name || strcmp(name, m->name))
-      diff_add(out, len, &lines, "model: '%s' in the checkpoint, '%s' in this program",
-               name ? name : "", m->name);
-    define_diffs(defines ? defines : "", m->defines, 1, out, len, &lines);
-    define_diffs(m->defines, defines ? defines : "", 0, out, len, &lines);
+      rt_ckpt_diff_add(out, len, &lines, "model: '%s' in the checkpoint, '%s' in this program",
+                       name ? name : "", m->name);
+    rt_ckpt_define_diffs(defines ? defines : "", m->defines, 1, out, len, &lines);
+    rt_ckpt_define_diffs(m->defines, defines ? defines : "", 0, out, len, &lines);
   }
   int32_t mine = 0, total;
   if (L.at.tp == 0 && L.at.dp == 0)
@@ -777,7 +695,7 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
       if (!writes(prm, &L)) continue;
       mine++;
       char err[1024];
-      if (!find_param(f, prm, "", err, sizeof err)) diff_add(out, len, &lines, "%s", err);
+      if (!find_param(f, prm, "", err, sizeof err)) rt_ckpt_diff_add(out, len, &lines, "%s", err);
     }
   total = mine;
   if (L.c && rt_comm_size(L.c->world) > 1)
@@ -785,8 +703,8 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
   int held = 0;
   for (int i = 0; i < f->n; i++) held += is_weight(f->t[i].name);
   if (L.rank == 0 && held != total)
-    diff_add(out, len, &lines, "the checkpoint holds %d weight tensors, this model %d", held,
-             (int)total);
+    rt_ckpt_diff_add(out, len, &lines, "the checkpoint holds %d weight tensors, this model %d",
+                     held, (int)total);
 }
 
 /* Stops every rank with one error listing the differences of all ranks
@@ -884,13 +802,13 @@ void rt_ckpt_resume_open(Rt *rt) {
   free(dir);
   RtStFile *f = &rt->resume;
   rt_st_open(f, path);
-  const char *format = rt_st_meta(f, "format");
-  if (!format || strcmp(format, CKPT_STATE_FORMAT))
-    rt_fatal(path, "not a training state written by --save (format '%s')", format ? format : "");
+  RtCkptState st;
+  RtErr e;
+  if (rt_ckpt_state_fields(f, &st, &e)) rt_err_fatal(&e);
   refuse_other_model(rt, f, "--resume: a checkpoint of another model than this program's; the "
                             "differences");
-  rt->step = meta_int(f, "step");
-  restore_rng(rt, f);
+  rt->step = st.step;
+  memcpy(rt->rng.s, st.rng, sizeof st.rng);
   restore_flags(rt, f);
   /* Any layout loads any other's checkpoint; say when they differ. */
   const char *saved = rt_st_meta(f, "layout");

@@ -48,6 +48,24 @@ void rt_ckpt_resume_open(Rt *rt);
  * shapes): a checkpoint is never overwritten by another model's. One
  * error lists every difference. Collective over the world. */
 void rt_ckpt_check_save(Rt *rt);
+/* ckpt_state.c: the state file's own fields (its format, the step, the
+ * sampler's generator), checked; -1 with the error in *e when one is
+ * missing or bad. */
+typedef struct RtCkptState {
+  int64_t step;
+  uint64_t rng[4];
+} RtCkptState;
+int rt_ckpt_state_fields(const RtStFile *f, RtCkptState *out, RtErr *e);
+/* Appends a line ("\n  what") to a list of differences in out (len
+ * bytes), up to 24 lines and a "..." (*lines counts them). */
+void rt_ckpt_diff_add(char *out, size_t len, int *lines, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Every -D of `a` ("k=v k=v ...") that `b` lacks or sets otherwise, as
+ * lines of rt_ckpt_diff_add; `batch` only splits a step's sequences into
+ * microbatches (--microbatch) and is left out. a_is_file: a is the
+ * checkpoint's, b this program's (else the reverse). */
+void rt_ckpt_define_diffs(const char *a, const char *b, int a_is_file, char *out, size_t len,
+                          int *lines);
 /* Reads the weights and the optimizer state of the opened state file (with
  * ZeRO, this data-parallel rank's parts of the state). */
 void rt_ckpt_resume_load(Rt *rt);

@@ -39,7 +39,7 @@ static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 /* The sorted file list of a pattern; a plain name is taken as it is, so a
  * missing file gets the system's message rather than "no match". */
-static char **expand(const char *pattern, int *n) {
+static char **expand(const char *pattern, int *n, RtErr *e) {
   if (!has_glob_chars(pattern)) {
     char **one = rt_xmalloc(sizeof *one);
     one[0] = rt_xstrdup(pattern);
@@ -48,8 +48,11 @@ static char **expand(const char *pattern, int *n) {
   }
   glob_t g;
   int rc = glob(pattern, 0, NULL, &g);
-  if (rc == GLOB_NOMATCH) rt_fatal(pattern, "no file matches this pattern");
-  if (rc != 0) rt_fatal(pattern, "cannot expand the pattern");
+  if (rc != 0) {
+    rt_err_set(e, pattern, rc == GLOB_NOMATCH ? "no file matches this pattern"
+                                              : "cannot expand the pattern");
+    return NULL;
+  }
   char **list = rt_xmalloc(g.gl_pathc * sizeof *list);
   for (size_t i = 0; i < g.gl_pathc; i++)
     list[i] = rt_xstrdup(g.gl_pathv[i]);
@@ -58,88 +61,115 @@ static char **expand(const char *pattern, int *n) {
   return list;
 }
 
-static void read_exact(int fd, void *buf, size_t n, int64_t off, const char *path) {
+static int read_exact(int fd, void *buf, size_t n, int64_t off, const char *path, RtErr *e) {
   unsigned char *p = buf;
   while (n > 0) {
     ssize_t got = pread(fd, p, n, (off_t)off);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) rt_fatal(path, "read failed: %s", strerror(errno));
-    if (got == 0) rt_fatal(path, "truncated: the file ended while reading it");
+    if (got < 0) return rt_err_set(e, path, "read failed: %s", strerror(errno));
+    if (got == 0) return rt_err_set(e, path, "truncated: the file ended while reading it");
     p += got, n -= (size_t)got, off += got;
   }
+  return 0;
 }
 
-/* Checks the header against the file size; returns the token count. */
-static int64_t check_header(int fd, const char *path) {
+/* Checks the header against the file size; returns the token count, or
+ * -1 with the error in *e. */
+static int64_t check_header(int fd, const char *path, RtErr *e) {
   struct stat st;
-  if (fstat(fd, &st) != 0) rt_fatal(path, "cannot stat: %s", strerror(errno));
-  if (!S_ISREG(st.st_mode)) rt_fatal(path, "not a regular file");
+  if (fstat(fd, &st) != 0) return rt_err_set(e, path, "cannot stat: %s", strerror(errno));
+  if (!S_ISREG(st.st_mode)) return rt_err_set(e, path, "not a regular file");
   if (st.st_size < SHARD_HEADER_BYTES)
-    rt_fatal(path, "truncated: %lld bytes, shorter than the %d-byte shard header",
-             (long long)st.st_size, SHARD_HEADER_BYTES);
+    return rt_err_set(e, path, "truncated: %lld bytes, shorter than the %d-byte shard header",
+                      (long long)st.st_size, SHARD_HEADER_BYTES);
   int32_t h[SHARD_HEADER_INTS];
-  read_exact(fd, h, sizeof h, 0, path);
+  if (read_exact(fd, h, sizeof h, 0, path, e)) return -1;
   if (h[0] != SHARD_MAGIC)
-    rt_fatal(path, "not a token shard: magic %" PRId32 ", expected %d", h[0], SHARD_MAGIC);
+    return rt_err_set(e, path, "not a token shard: magic %" PRId32 ", expected %d", h[0],
+                      SHARD_MAGIC);
   if (h[1] != SHARD_VERSION)
-    rt_fatal(path, "unsupported shard version %" PRId32 ", expected %d", h[1], SHARD_VERSION);
-  if (h[2] < 0) rt_fatal(path, "bad token count %" PRId32 " in the header", h[2]);
+    return rt_err_set(e, path, "unsupported shard version %" PRId32 ", expected %d", h[1],
+                      SHARD_VERSION);
+  if (h[2] < 0) return rt_err_set(e, path, "bad token count %" PRId32 " in the header", h[2]);
   int64_t body = (int64_t)st.st_size - SHARD_HEADER_BYTES, want = 2 * (int64_t)h[2];
   if (body < want)
-    rt_fatal(path,
-             "truncated: the header says %" PRId32 " tokens (%lld bytes), the file holds %lld",
-             h[2], (long long)want, (long long)body);
+    return rt_err_set(e, path,
+                      "truncated: the header says %" PRId32
+                      " tokens (%lld bytes), the file holds %lld",
+                      h[2], (long long)want, (long long)body);
   if (body > want)
-    rt_fatal(path, "%lld bytes follow the header, but it says %" PRId32 " tokens (%lld bytes)",
-             (long long)body, h[2], (long long)want);
+    return rt_err_set(e, path,
+                      "%lld bytes follow the header, but it says %" PRId32 " tokens (%lld bytes)",
+                      (long long)body, h[2], (long long)want);
   return h[2];
 }
 
 /* Every token id must be below vocab: the embedding kernels trust it. */
-static void check_ids(int fd, const char *path, int64_t ntok, int64_t vocab) {
-  if (vocab >= 65536) return;
+static int check_ids(int fd, const char *path, int64_t ntok, int64_t vocab, RtErr *e) {
+  if (vocab >= 65536) return 0;
   enum { CHUNK = 1 << 20 };
   uint16_t *buf = rt_xmalloc(CHUNK * sizeof *buf);
-  for (int64_t at = 0; at < ntok; at += CHUNK) {
+  int rc = 0;
+  for (int64_t at = 0; at < ntok && !rc; at += CHUNK) {
     int64_t n = ntok - at < CHUNK ? ntok - at : CHUNK;
-    read_exact(fd, buf, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * at, path);
-    for (int64_t i = 0; i < n; i++)
+    rc = read_exact(fd, buf, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * at, path, e);
+    for (int64_t i = 0; i < n && !rc; i++)
       if (buf[i] >= vocab)
-        rt_fatal(path, "token %lld has id %u, outside the vocabulary of %lld", (long long)(at + i),
-                 buf[i], (long long)vocab);
+        rc = rt_err_set(e, path, "token %lld has id %u, outside the vocabulary of %lld",
+                        (long long)(at + i), buf[i], (long long)vocab);
   }
   free(buf);
+  return rc;
 }
 
-static void open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab) {
+static int open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab, RtErr *e) {
   int fd = open(s->path, O_RDONLY);
-  if (fd < 0) rt_fatal(s->path, "cannot open: %s", strerror(errno));
-  s->tokens = check_header(fd, s->path);
+  if (fd < 0) return rt_err_set(e, s->path, "cannot open: %s", strerror(errno));
   int64_t window = batch * seq + 1;
-  if (s->tokens < window)
-    rt_fatal(s->path, "%lld tokens, fewer than one window of batch*seq+1 = %lld*%lld+1 = %lld",
-             (long long)s->tokens, (long long)batch, (long long)seq, (long long)window);
-  check_ids(fd, s->path, s->tokens, vocab);
+  int rc = (s->tokens = check_header(fd, s->path, e)) < 0 ? -1 : 0;
+  if (!rc && s->tokens < window)
+    rc = rt_err_set(e, s->path,
+                    "%lld tokens, fewer than one window of batch*seq+1 = %lld*%lld+1 = %lld",
+                    (long long)s->tokens, (long long)batch, (long long)seq, (long long)window);
+  if (!rc) rc = check_ids(fd, s->path, s->tokens, vocab, e);
   close(fd);
+  return rc;
 }
 
-RtData *rt_data_open(const char *pattern, int64_t batch, int64_t seq, int64_t vocab) {
+RtData *rt_data_open_checked(const char *pattern, int64_t batch, int64_t seq, int64_t vocab,
+                             RtErr *e) {
   RtData *d = rt_xcalloc(1, sizeof *d);
-  char **paths = expand(pattern, &d->nshards);
+  char **paths = expand(pattern, &d->nshards, e);
+  if (!paths) {
+    free(d);
+    return NULL;
+  }
   d->shards = rt_xcalloc((size_t)d->nshards, sizeof *d->shards);
   d->stride = batch * seq;
+  int rc = 0;
   for (int i = 0; i < d->nshards; i++) {
     Shard *s = &d->shards[i];
     s->path = paths[i];
-    open_shard(s, batch, seq, vocab);
+    if (rc || (rc = open_shard(s, batch, seq, vocab, e))) continue;
     s->first_window = d->windows;
     d->windows += (s->tokens - 1) / d->stride;
     d->tokens += s->tokens;
   }
   free(paths);
+  if (rc) {
+    rt_data_close(d);
+    return NULL;
+  }
   d->stage = rt_xmalloc((size_t)(d->stride + 1) * sizeof *d->stage);
   d->perm = rt_xmalloc((size_t)d->windows * sizeof *d->perm);
   d->perm_epoch = -1;
+  return d;
+}
+
+RtData *rt_data_open(const char *pattern, int64_t batch, int64_t seq, int64_t vocab) {
+  RtErr e;
+  RtData *d = rt_data_open_checked(pattern, batch, seq, vocab, &e);
+  if (!d) rt_err_fatal(&e);
   return d;
 }
 
@@ -203,8 +233,10 @@ void rt_data_read(RtData *d, int64_t w, int32_t *out) {
   int64_t start = (w - s->first_window) * d->stride, n = d->stride + 1;
   int fd = open(s->path, O_RDONLY);
   if (fd < 0) rt_fatal(s->path, "cannot open: %s", strerror(errno));
-  read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path);
+  RtErr e;
+  int rc = read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path, &e);
   close(fd);
+  if (rc) rt_err_fatal(&e);
   for (int64_t i = 0; i < n; i++)
     out[i] = d->stage[i];
 }

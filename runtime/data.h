@@ -16,12 +16,17 @@
 
 #include <stdint.h>
 
+#include "util.h"
+
 typedef struct RtData RtData;
 
 /* Opens and checks every shard PATTERN names: header, size, at least one
  * window, every token id below vocab. Any problem is a fatal error naming
  * the file. */
 RtData *rt_data_open(const char *pattern, int64_t batch, int64_t seq, int64_t vocab);
+/* The same returning NULL with the error in *e instead of exiting. */
+RtData *rt_data_open_checked(const char *pattern, int64_t batch, int64_t seq, int64_t vocab,
+                             RtErr *e);
 void rt_data_close(RtData *d);
 
 int rt_data_shards(const RtData *d);

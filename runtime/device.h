@@ -41,6 +41,12 @@
  * allocation, split by offsets (main.c); the pipeline executor allocates
  * its temporaries, stash slots and message buffers here too. */
 void *rt_dev_alloc(int64_t bytes, const char *what);
+/* The bytes of model memory this machine has left for its ranks
+ * together: JOB_MEMORY_LIMIT_ENV when set (abi/job.h), else the host's
+ * MemAvailable (CPU) or the device's free memory (cudaMemGetInfo); -1 when
+ * not known. *source says which, for the message; *host whether model
+ * memory is host memory (which `shardc run` has checked already). */
+int64_t rt_dev_mem_available(const char **source, int *host);
 /* Frees what rt_dev_alloc returned; NULL is allowed. */
 void rt_dev_free(void *dev);
 /* Sets `bytes` of model memory from dev on to zero. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/job.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -19,6 +20,13 @@ void *rt_dev_alloc(int64_t bytes, const char *what) {
   if (posix_memalign(&mem, 64, n) != 0)
     rt_fatal(NULL, "out of memory allocating %s (%lld bytes)", what, (long long)n);
   return mem;
+}
+
+int64_t rt_dev_mem_available(const char **source, int *host) {
+  int64_t limit = rt_mem_limit_env();
+  *host = 1;
+  *source = limit >= 0 ? JOB_MEMORY_LIMIT_ENV : "MemAvailable in /proc/meminfo";
+  return limit >= 0 ? limit : rt_mem_available_host();
 }
 
 void rt_dev_free(void *dev) { free(dev); }

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
+#include "../abi/job.h"
 #include "kernels_cuda.h"
 #include "util.h"
 
@@ -67,6 +68,20 @@ static void dev_init(void) {
 }
 
 /* ------------------------------------------------------------ memory */
+
+int64_t rt_dev_mem_available(const char **source, int *host) {
+  int64_t limit = rt_mem_limit_env();
+  *host = 0;
+  if (limit >= 0) {
+    *source = JOB_MEMORY_LIMIT_ENV;
+    return limit;
+  }
+  dev_init();
+  size_t free_bytes = 0, total = 0;
+  *source = "free memory of the GPU, cudaMemGetInfo";
+  return cudaMemGetInfo(&free_bytes, &total) == cudaSuccess ? (int64_t)free_bytes : -1;
+}
+
 
 /* Stream-ordered (cudaMallocAsync, cudaFreeAsync on the device's stream):
  * cudaMalloc and cudaFree may wait for every stream of the device, and

@@ -391,13 +391,18 @@ void rt_flags_saved_value(const RtFlags *f, int i, char *buf, int len) {
   }
 }
 
-int rt_flags_restore(RtFlags *f, int i, const char *text, const char *origin) {
+int rt_flags_restore_checked(RtFlags *f, int i, const char *text, const char *origin) {
   /* Restored strings outlive the checkpoint file they came from. */
   static char *copies[NFLAGS];
   int k = saved_index(i);
   if (given[k]) return 1;
   free(copies[k]);
   copies[k] = rt_xstrdup(text);
-  if (set_value(f, &flags[k], copies[k], origin) != 0) exit(1);
-  return 0;
+  return set_value(f, &flags[k], copies[k], origin) != 0 ? -1 : 0;
+}
+
+int rt_flags_restore(RtFlags *f, int i, const char *text, const char *origin) {
+  int rc = rt_flags_restore_checked(f, i, text, origin);
+  if (rc < 0) exit(1);
+  return rc;
 }

@@ -53,5 +53,8 @@ void rt_flags_saved_value(const RtFlags *f, int i, char *buf, int len);
 /* Sets saved flag i from text unless it was given on the command line.
  * Returns 1 when it was given there (and kept), 0 when set from text. */
 int rt_flags_restore(RtFlags *f, int i, const char *text, const char *origin);
+/* The same returning -1 after the error (printed as `ORIGIN: message`)
+ * instead of exiting. */
+int rt_flags_restore_checked(RtFlags *f, int i, const char *text, const char *origin);
 
 #endif

@@ -261,15 +261,10 @@ static void open_data(Rt *rt) {
     rt->micro = m->microbatches;
   } else {
     if (f->global_batch == 0) f->global_batch = (m->microbatches > 0 ? m->microbatches : 1) * per;
-    if (f->global_batch % per) {
-      if (d == 1)
-        rt_fatal("--global-batch", "%lld is not a multiple of the model's batch %lld",
-                 (long long)f->global_batch, (long long)m->batch);
-      rt_fatal("--global-batch",
-               "%lld is not a multiple of the model's batch %lld times the %d data-parallel "
-               "replicas (%lld)",
-               (long long)f->global_batch, (long long)m->batch, d, (long long)per);
-    }
+    /* The words of shardc compile, run, schedule and simulate. */
+    if (f->global_batch % per)
+      rt_fatal(NULL, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
+               (long long)f->global_batch, (long long)m->batch, d);
     rt->micro = f->global_batch / per;
   }
   rt->rows = m->batch * m->seq;
@@ -283,9 +278,30 @@ static void open_data(Rt *rt) {
  * 64-byte boundary, all zero (and touched, so the resident size shows the
  * plan from the start). A pipeline stage's activations and temporaries are
  * the executor's. */
+/* A plan that does not fit is an error before anything is allocated,
+ * not an allocation that fails (or a machine that swaps) later: the plan's
+ * bytes times the ranks of this machine against what it has available.
+ * Host memory under `shardc run` was checked there, exactly (each stage's
+ * plan times its ranks; this rank knows only its own). */
+static void check_memory(const RtPlan *p) {
+  const char *source;
+  int host;
+  int64_t avail = rt_dev_mem_available(&source, &host);
+  int64_t per = p->weights + p->grads + p->optimizer + p->activations + p->temporaries;
+  int ranks = rt_local_ranks();
+  if (host && getenv(JOB_DIR_ENV)) return;
+  if (avail < 0 || per * ranks <= avail) return;
+  char a[32], b[32], c[32];
+  rt_fatal(NULL, "the memory plan needs %s for the %d rank%s of this machine (%s per rank), more "
+           "than the %s available (%s)", rt_fmt_bytes(b, sizeof b, per * ranks), ranks,
+           ranks == 1 ? "" : "s", rt_fmt_bytes(a, sizeof a, per), rt_fmt_bytes(c, sizeof c, avail),
+           source);
+}
+
 static void allocate(Rt *rt) {
   const RtModel *m = rt->model;
   const RtPlan *p = &m->plan;
+  check_memory(p);
   int one_chunk = rt->mesh.pp == 1;
   int64_t w = RT_ALIGN64(p->weights), g = RT_ALIGN64(p->grads), o = RT_ALIGN64(p->optimizer);
   int64_t total = w + g + o + (one_chunk ? RT_ALIGN64(p->activations + p->temporaries) : 0);

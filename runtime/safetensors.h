@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../abi/model.h"
+#include "util.h"
 
 typedef struct RtStTensor {
   char *name;
@@ -31,12 +32,16 @@ typedef struct RtStFile {
 /* Opens and checks the whole header: length, JSON, every dtype, shape and
  * offset range. Any problem is a fatal error naming the file. */
 void rt_st_open(RtStFile *f, const char *path);
+/* The same returning -1 with the error in *e (the file closed) instead of
+ * exiting: what the fuzz harness calls. */
+int rt_st_open_checked(RtStFile *f, const char *path, RtErr *e);
 void rt_st_close(RtStFile *f);
 const RtStTensor *rt_st_find(const RtStFile *f, const char *name);
 /* A __metadata__ value, NULL when absent. */
 const char *rt_st_meta(const RtStFile *f, const char *key);
 /* Reads a tensor into reals, converting from F32, F64, F16 or BF16. */
 void rt_st_read(const RtStFile *f, const RtStTensor *t, real *dst);
+int rt_st_read_checked(const RtStFile *f, const RtStTensor *t, real *dst, RtErr *e);
 /* "[768, 2304]" */
 const char *rt_st_shape_str(char *buf, int len, int rank, const int64_t *shape);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../abi/job.h"
+
 static void vreport(const char *what, const char *fmt, va_list ap) {
   /* stdout may hold buffered progress lines: flush them first so the error
    * appears after them, where it happened. */
@@ -53,6 +55,17 @@ _Noreturn void rt_fatal(const char *what, const char *fmt, ...) {
   va_end(ap);
   exit(1);
 }
+
+int rt_err_set(RtErr *e, const char *what, const char *fmt, ...) {
+  snprintf(e->what, sizeof e->what, "%s", what ? what : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+_Noreturn void rt_err_fatal(const RtErr *e) { rt_fatal(*e->what ? e->what : NULL, "%s", e->msg); }
 
 void *rt_xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
@@ -111,4 +124,39 @@ double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int64_t rt_mem_limit_env(void) {
+  const char *v = getenv(JOB_MEMORY_LIMIT_ENV);
+  if (!v || !*v) return -1;
+  char *end;
+  double x = strtod(v, &end);
+  static const char suffixes[] = "KMGT";
+  const char *s = *end ? strchr(suffixes, *end) : NULL;
+  if (s && *s) x *= (double)(1LL << (10 * (s - suffixes + 1))), end++;
+  if (end == v || *end || !(x >= 0 && x < 9e18))
+    rt_fatal(JOB_MEMORY_LIMIT_ENV, "'%s' is not a number of bytes (such as 8000000000 or 64G)", v);
+  return (int64_t)x;
+}
+
+int64_t rt_mem_available_host(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+int rt_local_ranks(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                               "SLURM_NTASKS_PER_NODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    int n = v ? atoi(v) : 0;
+    if (n > 0) return n;
+  }
+  return 1;
 }

@@ -23,6 +23,17 @@ extern void (*rt_fatal_hook)(const char *message);
 /* The same message without exiting, for code that reports several errors
  * before giving up. */
 void rt_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error a reader returns instead of exiting, so that it can be tested
+ * (and fuzzed) on bad files: the file or flag it is about and the message.
+ * rt_err_set fills it and returns -1; rt_err_fatal reports it as rt_fatal
+ * would have, word for word. */
+typedef struct RtErr {
+  char what[1024];
+  char msg[2048];
+} RtErr;
+int rt_err_set(RtErr *e, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+_Noreturn void rt_err_fatal(const RtErr *e);
 /* Allocation that cannot fail quietly: running out of memory is reported
  * with the size that was asked for. */
 void *rt_xmalloc(size_t n);
@@ -36,6 +47,15 @@ const char *rt_fmt_thousands(char *buf, size_t len, int64_t v);
  * off; errors and the sample are always printed. */
 extern int rt_quiet;
 void rt_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The memory the ranks of this machine may use (abi/job.h,
+ * JOB_MEMORY_LIMIT_ENV): the variable's bytes when it is set (a malformed
+ * value is a fatal error naming it), else -1. */
+int64_t rt_mem_limit_env(void);
+/* /proc/meminfo's MemAvailable in bytes, -1 when it cannot be read. */
+int64_t rt_mem_available_host(void);
+/* How many ranks of the job run on this machine, as the launcher (Open
+ * MPI, MPICH, Slurm) says; 1 when none does. */
+int rt_local_ranks(void);
 /* Seconds on a monotonic clock. */
 double rt_now(void);
 

@@ -1,10 +1,11 @@
 /* Replays fuzz inputs without libFuzzer: each argument is a file, or a
  * directory whose files are replayed in name order. Every input goes
- * through the same entry point the fuzzer calls (fuzz_frontend.c), so a
+ * through the same entry point the fuzzer calls (fuzz_NAME.c), so a
  * crash the fuzzer found, once saved in the corpus, stays tested by ctest
- * in every build, sanitizer builds with gcc included.
+ * in every build, sanitizer builds with gcc included. Each harness has
+ * its own replayer, fuzz_replay_NAME (tests/fuzz/tests.cmake).
  *
- *   fuzz_replay tests/fuzz/corpus [more files or directories...] */
+ *   fuzz_replay_NAME tests/fuzz/corpus [more files or directories...] */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdint.h>
@@ -73,8 +74,12 @@ static bool replay_path(const char *path, int *count) {
   }
   bool ok = true;
   for (int i = 0; i < n; i++) {
-    char *child = ir_fmt("%s/%s", path, names[i]->d_name);
+    /* Not in the compiler's arena: a harness may free that after each
+     * input. */
+    char *child;
+    if (asprintf(&child, "%s/%s", path, names[i]->d_name) < 0) die("out of memory");
     ok = replay_path(child, count) && ok;
+    free(child);
     free(names[i]);
   }
   free(names);

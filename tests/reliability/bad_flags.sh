@@ -114,10 +114,11 @@ bad "--vpp: expected a positive integer up to 32768, got '-1'" schedule "$M" --p
 bad "--fb-ratio: expected a number in (0, 1000], got '0'" schedule "$M" --pp 2 --fb-ratio 0
 bad "--fb-ratio: expected a number in (0, 1000], got 'abc'" schedule "$M" --pp 2 --fb-ratio abc
 bad "--schedule: unknown schedule 'nope' (known: gpipe, 1f1b, interleaved" schedule "$M" --pp 2 --schedule nope
-bad "is not a multiple of microbatch 2 x dp 1" schedule "$M" --pp 2 --global-batch 7 --microbatch 2
+bad "--global-batch 7 is not a multiple of microbatch 2 x dp 1" schedule "$M" --pp 2 --global-batch 7 --microbatch 2
 bad "--vpp-group) must hold p = 4 to m = 8 microbatches, not 2; --vpp-group 4 or 8 would do" schedule "$M" --pp 4 --vpp 2 --vpp-group 2
 bad "not a hardware preset (a100, h100, h200)" simulate "$M" --hw nope
 bad "--hw NAME|FILE is required" simulate "$M"
+bad "--global-batch 7 is not a multiple of microbatch 2 x dp 1" simulate "$M" --hw a100 --global-batch 7 --microbatch 2
 bad "--tp: expected a positive integer, got '0'" simulate "$M" --hw a100 --tp 0
 bad "--recompute: expected none, selective or full, got 'some'" simulate "$M" --hw a100 --recompute some
 bad "--precision: expected mixed or fp32, got 'bf16'" simulate "$M" --hw a100 --precision bf16
@@ -128,6 +129,8 @@ bad "no model file given" info
 bad "cannot open file" info /nonexistent.shard
 bad "option '--json' takes no value" info "$M" --json=yes
 bad "did you mean --json?" info "$M" --jsn
+bad "did you mean --measure?" hw --measur
+bad "did you mean --help?" passes --hlep
 
 # run: the launcher.
 bad "--launcher: expected mpirun or srun, got 'slurm'" run "$M" $T --tp 2 --launcher slurm --steps 0

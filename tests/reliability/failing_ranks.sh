@@ -4,7 +4,8 @@
 # d=2), a rank that raises an error, one killed with SIGKILL, one stopped
 # with SIGSTOP and one that spins without progress (SHARDC_FAULT, see
 # runtime/main.c) each end the whole job within --timeout: shardc run exits
-# 1 with one message naming the rank, its coordinates and why, every other
+# 1 with one message naming the rank, its coordinates and why (the signal
+# that killed it, the error, what it was doing), every other
 # rank exits with status 1 (its record says so), no rank process is left,
 # and none of mpirun's banners shows. Prints the kill points, the exit
 # codes and the time from the fault to the end of the job.
@@ -40,7 +41,7 @@ run() {
   check "$label: no banner of mpirun" sh -c "! grep -q 'mpirun noticed\|MPI_ABORT\|Primary job' '$label.txt'"
   others=0 good=0 left=0
   for rec in "prog-$label"/job-*/rank-*; do
-    case $rec in *.exit) continue ;; esac
+    case $rec in *.exit | *.end) continue ;; esac
     r=${rec##*rank-}
     pid=$(sed -n 's/^pid //p' "$rec")
     kill -0 "$pid" 2>/dev/null && left=$((left + 1))
@@ -51,16 +52,19 @@ run() {
   check "$label: the $others other ranks exited with status 1 ($good did)" \
     test "$others" -eq $((n - 1)) -a "$good" -eq "$others"
   check "$label: no rank process is left ($left)" test "$left" -eq 0
+  # Nor any process started from this case's folder (the ranks' parents).
+  procs=$(ps -eo args= | grep -c "[p]rog-$label/stage")
+  check "$label: no process of the job is left ($procs)" test "$procs" -eq 0
 }
 
 L4="--tp 2 --pp 2 --global-batch 4"
 L8="--tp 2 --pp 2 --dp 2 --global-batch 8"
 run error4 4 2 40 error "failed: SHARDC_FAULT: an error injected at step 40" $L4
-run kill4 4 3 60 kill "died without a word" $L4
+run kill4 4 3 60 kill "was killed by signal 9 (SIGKILL) in step" $L4
 run stop4 4 1 50 stop "stopped answering (the process is stopped)" $L4
 run hang4 4 2 30 hang "made no progress for [0-9]* s in step 30" $L4
 run error8 8 5 40 error "failed: SHARDC_FAULT: an error injected at step 40" $L8
-run kill8 8 6 60 kill "died without a word" $L8
+run kill8 8 6 60 kill "was killed by signal 9 (SIGKILL) in step" $L8
 run stop8 8 7 50 stop "stopped answering (the process is stopped)" $L8
 run hang8 8 4 30 hang "made no progress for [0-9]* s in step 30" $L8
 finish

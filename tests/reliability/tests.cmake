@@ -1,10 +1,11 @@
 # Reliability (docs/reliability.md): failing ranks end the whole job with
-# one message, NaN steps, preemption, checkpoint checks. They hold the
+# one message, NaN steps, preemption, checkpoint checks, bad flags, plans
+# larger than the machine's memory. They hold the
 # lock `mpirun` with the other tests that start ranks.
 if(TARGET shard_comm_mpi)
   set(reliability_tests)
   foreach(script failing_ranks nan preempt checkpoints keep_last resume_state determinism
-                 bad_flags)
+                 bad_flags memory)
     add_test(NAME reliability/${script}
              COMMAND sh ${TESTS_DIR}/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
     list(APPEND reliability_tests reliability/${script})

@@ -36,7 +36,7 @@ expect_error "a stray argument" "unexpected argument 'train.bin' (flags start wi
 "$TOY" --lr x --steps y --bogus >all.txt 2>&1
 check "every error of a command line is reported ($(grep -c error: all.txt) of 3)" \
   test "$(grep -c error: all.txt)" -eq 3
-expect_error "global batch not a multiple" "--global-batch: 6 is not a multiple of the model's batch 4" \
+expect_error "global batch not a multiple" "--global-batch 6 is not a multiple of microbatch 4 x dp 1" \
   "$TOY" --data train.bin --global-batch 6
 expect_error "--save-every without --save" "--save-every: needs --save DIR" "$TOY" --data train.bin --save-every 5
 expect_error "--eval-every without --val-data" "--eval-every: needs --val-data" \
