@@ -195,12 +195,17 @@ void rt_wd_place(int tp, int pp, int dp) {
 void rt_wd_phase(const char *fmt, ...) {
   if (!wd.on) return;
   int next = !atomic_load(&wd.cur);
+  int first = !*wd.phase[!next];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(wd.phase[next], sizeof wd.phase[next], fmt, ap);
   va_end(ap);
   atomic_store(&wd.cur, next);
   stamp();
+  /* The first phase now, not at the next beat: a rank killed before its
+   * beat thread ran again (a small model, a loaded machine) would be
+   * reported as still starting. */
+  if (first) write_record();
 }
 
 void rt_wd_comm(const char *what, const char *comm) {
