@@ -20,7 +20,7 @@ JOBS      := $(shell nproc)
 BUILD     := build
 ASAN      := build-asan
 FUZZ_TIME ?= 600
-FUZZ      ?= frontend safetensors state shard hw
+FUZZ      ?= frontend safetensors state shard hw manifest
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo test test-full build-asan test-asan fuzz bench clean

@@ -160,6 +160,12 @@ char **drv_srun_argv(const char *const *programs, int nprograms, int per, char *
 /* DIR/launch.sh from DIR/manifest.json: a POSIX sh script that starts every
  * rank with its program under mpirun or srun; false after an error. */
 bool drv_write_launch_script(const char *dir);
+/* launch_script.c: launch.sh's text from manifest.json's (*out malloc'd,
+ * for the caller to free); false with the reason in err when the text is
+ * not a manifest whose every rank names a program by a plain file name. */
+bool drv_launch_script_text(const char *manifest, char **out, size_t *len, const char **err);
+/* The most ranks a launch script starts. */
+#define DRV_LAUNCH_MAX_RANKS 1048576
 /* memcheck.c: the printed memory plan (one total per program, each
  * program run by ranks_per_program ranks of this machine) against the
  * memory available: SHARDC_MEMORY_LIMIT, else MemAvailable when the plan

@@ -125,6 +125,29 @@ def seeds_hw(shardc):
         out("hw", preset, text)
 
 
+def seeds_manifest(shardc):
+    """A manifest `shardc compile` writes, and some cut to what launch.sh
+    reads."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(HERE, "../../models/gpt2.shard")
+        subprocess.run([shardc, "compile", model, "-D", "layers=2", "--tp", "2", "--pp", "2",
+                        "-o", d], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(d, "manifest.json"), "rb") as f:
+            out("manifest", "compiled-t2p2", f.read())
+    def manifest(programs, tp=1, pp=1, dp=1):
+        return json.dumps({"model": "gpt2", "target": "cpu",
+                           "mesh": {"tp": tp, "pp": pp, "dp": dp},
+                           "ranks": [{"rank": i, "program": p}
+                                     for i, p in enumerate(programs)]},
+                          indent=2).encode()
+    out("manifest", "one-rank", manifest(["rank0"]))
+    out("manifest", "t2p2", manifest(["stage0"] * 2 + ["stage1"] * 2, tp=2, pp=2))
+    out("manifest", "interleaved-runs", manifest(["stage0", "stage1", "stage0", "stage1"], pp=2, dp=2))
+    out("manifest", "bad-program", manifest(["stage0", "$(reboot)"], pp=2))
+    out("manifest", "bad-no-ranks", b'{"model": "gpt2", "ranks": []}')
+
+
 def main():
     shardc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../build/shardc")
     seeds_safetensors()
@@ -133,6 +156,7 @@ def main():
     seeds_shard()
     seeds_shard_bad()
     seeds_hw(shardc)
+    seeds_manifest(shardc)
 
 
 if __name__ == "__main__":
