@@ -85,6 +85,8 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--vpp", "V", "model chunks per pipeline stage, interleaving (default 1)"},             \
       {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
        "even, else balanced by cost)"},                                                        \
+      {"--no-scatter-gather", NULL, "with --tp and no --sequence-parallel: send each pipeline " \
+       "message whole, not as each tensor rank's 1/t slice all-gathered on arrival"},         \
       {"--schedule", "NAME", DRV_SCHEDULE_HELP},                                               \
       DRV_SCHEDULE_OPTIONS,                                                                    \
       {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
@@ -94,7 +96,7 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--bucket-mb", "MB", "size of a data-parallel gradient bucket in MiB (default 25)"}
 
 /* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple, --pp,
- * --vpp, --pp-layout, --dp and --world-size into pass options; false after
+ * --vpp, --pp-layout, --no-scatter-gather, --dp and --world-size into pass options; false after
  * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 

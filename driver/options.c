@@ -203,6 +203,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   ok = int_flag(cmd, nargs, args, "--dp", 1, false, 1 << 20, &out->dp) && ok;
   out->pp_layout = drv_value(nargs, args, "--pp-layout");
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  out->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
   const char *strategy = drv_value(nargs, args, "--tp-strategy");
   if (strategy && strcmp(strategy, "none") == 0) {
     out->tp_strategy = PASS_TP_NONE;

@@ -29,6 +29,8 @@ typedef struct PassOptions {
                            * 0: no padding (the driver's default is 128) */
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
+  bool no_scatter_gather; /* --no-scatter-gather: pipeline messages carry the whole replicated
+                           * activation, not each tensor rank's 1/t slice (pp-partition) */
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
 } PassOptions;
 

@@ -25,6 +25,10 @@ typedef struct PlConfig {
   int global_batch;      /* B, sequences per step: m = B / (b d) */
   const char *schedule;  /* a name of passes/schedule.h's registry; NULL: the default */
   bool sequence_parallel;
+  /* --no-scatter-gather: with t > 1 and no sequence parallelism, each
+   * pipeline message goes whole from every tensor rank instead of as its
+   * 1/t slice all-gathered on arrival (the compiler's default). */
+  bool no_scatter_gather;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
   PlRecompute recompute;
   /* Memory as the CPU target keeps it: fp32 weights, gradients and Adam

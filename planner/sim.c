@@ -280,11 +280,12 @@ static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int6
 
 /* One pipeline message: with t > 1 and no sequence parallelism each
  * tensor rank sends its 1/t of the activation and the receiver gathers
- * the rest inside its node (Megatron's scatter/gather). */
+ * the rest inside its node (Megatron's scatter/gather), unless
+ * --no-scatter-gather sends it whole from every tensor rank. */
 static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
   double bytes = 2.0 * (double)m->msg_elems;
   PlLink l = pl_pp_link(hw, c);
-  if (c->tp <= 1 || c->sequence_parallel) return l.lat + bytes / l.bw;
+  if (c->tp <= 1 || c->sequence_parallel || c->no_scatter_gather) return l.lat + bytes / l.bw;
   return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
 }
 

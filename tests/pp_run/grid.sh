@@ -50,15 +50,18 @@ suits() {
     --global-batch $GB --schedule "$1" >/dev/null 2>&1
 }
 
-# A configuration: t p d v schedule zero sp [group] (sp: 1 or 0); schedule
-# - is the default (1f1b for v = 1, interleaved for v > 1); group, when
-# given, is the interleaved schedule's --vpp-group N; schedule file is
-# 1F1B written as a schedule file (one_f_one_b_file) for --schedule-file.
+# A configuration: t p d v schedule zero sp [group [flag]] (sp: 1 or 0);
+# schedule - is the default (1f1b for v = 1, interleaved for v > 1); group,
+# when given and not -, is the interleaved schedule's --vpp-group N;
+# schedule file is 1F1B written as a schedule file (one_f_one_b_file) for
+# --schedule-file; flag, when given, is one more flag of the run.
 quick_configs() {
   # Every registered schedule once, with ZeRO-1 over two replicas where it
   # takes v = 1, else on two chunks; last, interleaving with m = 8 not a
-  # multiple of p = 3, in microbatch groups of 5 (the last group 3); and
-  # 1F1B read from a schedule file.
+  # multiple of p = 3, in microbatch groups of 5 (the last group 3);
+  # 1F1B read from a schedule file; and pipeline messages as 1/t slices
+  # (scatter/gather, on whenever t > 1 without sequence parallelism) on
+  # one and two chunks and with replicas, and once whole.
   for s in $SCHEDULES; do
     if suits "$s" 2 1 2; then
       echo "1 2 2 1 $s 1 0"
@@ -75,6 +78,10 @@ quick_configs() {
 2 2 2 2 - 1 1
 1 3 1 2 - 0 0 5
 1 4 2 1 file 1 0
+2 2 1 1 - 0 0
+2 2 1 2 - 0 0
+2 2 2 1 - 1 0
+2 2 1 1 - 0 0 - --no-scatter-gather
 EOF
 }
 
@@ -158,8 +165,9 @@ printf '%s (%s): %d steps, global batch %d; one rank: loss@1 %s, loss@%d %s\n' "
 printf '%-34s %-9s %-9s %s\n' "t p d v schedule zero sp" "rel@1" "rel@$STEPS" "grads@1"
 n=0
 configs=$(case $MODE in full) full_configs ;; smoke) smoke_configs ;; *) quick_configs ;; esac)
-echo "$configs" | while read -r t p d v s z sp grp; do
-  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}"
+echo "$configs" | while read -r t p d v s z sp grp flag; do
+  [ "$grp" != - ] || grp=
+  name="t$t-p$p-d$d-v$v-$s-z$z-sp$sp${grp:+-g$grp}${flag:+$flag}"
   set -- --tp "$t" --pp "$p" --dp "$d" --vpp "$v" --zero "$z"
   if [ "$s" = file ]; then
     one_f_one_b_file "$p" $((GB / (2 * d))) "$name.sched"
@@ -169,6 +177,7 @@ echo "$configs" | while read -r t p d v s z sp grp; do
   fi
   [ "$sp" = 0 ] || set -- "$@" --sequence-parallel
   [ -z "$grp" ] || set -- "$@" --vpp-group "$grp"
+  [ -z "$flag" ] || set -- "$@" "$flag"
   if ! train "$name" "$@"; then
     echo "FAIL: $name: exit"
     sed 's/^/      /' "$name.out" | tail -5
@@ -179,7 +188,7 @@ echo "$configs" | while read -r t p d v s z sp grp; do
   g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
   gst=$?
   ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
-  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}" "$e1" "$e10" "${ge:-?}"
+  printf '%-34s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}${flag:+ $flag}" "$e1" "$e10" "${ge:-?}"
   le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
   le "$e10" 1e-4 || { echo "FAIL: $name: loss at step $STEPS"; echo x >>fails; }
   [ $gst -eq 0 ] || { echo "FAIL: $name: gradients: $g"; echo x >>fails; }
