@@ -31,9 +31,11 @@ typedef struct PlConfig {
   bool no_scatter_gather;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
   PlRecompute recompute;
-  /* Memory as the CPU target keeps it: fp32 weights, gradients and Adam
-   * moments (no master copy) and fp32 activations, instead of the paper's
-   * mixed precision. It changes the memory figures only, not the costs. */
+  /* fp32 everything, as the CPU target runs it, instead of the paper's
+   * mixed precision: memory as the CPU target keeps it (fp32 weights,
+   * gradients and Adam moments, no master copy, fp32 activations), and
+   * every byte the costs count (ops, messages, reductions, the optimizer)
+   * at 4 bytes per element. */
   bool fp32;
 } PlConfig;
 
@@ -45,6 +47,11 @@ typedef struct PlLink {
   double lat; /* seconds per message step */
 } PlLink;
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
+/* Bytes per activation, weight or message element as c's target runs it:
+ * 2 (bf16, the GPU target), 4 with fp32 (the CPU target). */
+double pl_elem_bytes(const PlConfig *c);
+/* The ranks of c, t * p * d: on a CPU description they share its cores. */
+int pl_ranks(const PlConfig *c);
 PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
 
