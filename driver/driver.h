@@ -88,6 +88,8 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--vpp", "V", "model chunks per pipeline stage, interleaving (default 1)"},             \
       {"--pp-layout", "N0,N1,...", "layers per virtual stage, one count each in order (default: " \
        "even, else balanced by cost)"},                                                        \
+      {"--no-scatter-gather", NULL, "with --tp and no --sequence-parallel: send each pipeline " \
+       "message whole, not as each tensor rank's 1/t slice all-gathered on arrival"},         \
       {"--schedule", "NAME", DRV_SCHEDULE_HELP},                                               \
       DRV_SCHEDULE_OPTIONS,                                                                    \
       {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
@@ -104,7 +106,8 @@ extern const char DRV_SCHEDULE_HELP[];
        "its input (default 1)"}
 
 /* --tp, --sequence-parallel, --tp-strategy, --vocab-multiple, --pp,
- * --vpp, --pp-layout, --dp, --world-size, --recompute and --recompute-layers into pass options; false after
+ * --vpp, --pp-layout, --no-scatter-gather, --dp, --world-size, --recompute and
+ * --recompute-layers into pass options; false after
  * a usage error of cmd. */
 bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *out);
 

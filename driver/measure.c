@@ -6,10 +6,14 @@
  * program: a throwaway model is compiled for the CPU target into a
  * scratch folder, which gives the Makefile with this build's compiler,
  * flags and libraries, and the measuring program is built against the same
- * libraries by a makefile that includes it. The program times k_gemm (the
- * CPU target's GEMM) by size and a large copy on one rank with all the
- * cores, then, under mpirun with the launch recipe of `shardc run`,
- * messages between two ranks through the runtime's rt_comm_send. */
+ * libraries by a makefile that includes it. The program times
+ * k_gemm_blocks (the CPU target's GEMM as a rank program calls it outside
+ * a row chunk: blocks of single-threaded BLAS shared by the OpenMP team) by size and a large copy on one rank with all the
+ * cores, then the same with one thread in each of `cores` copies run at
+ * once (what each of `cores` ranks gets: `shardc run` gives a rank cores /
+ * ranks threads, and the ranks contend for the memory and the caches),
+ * then, under mpirun with the launch recipe of `shardc run`, messages
+ * between two ranks through the runtime's rt_comm_send. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -58,7 +62,7 @@ static const char measure_c[] =
     "    double best = 1e30, start = now();\n"
     "    for (int r = 0; r < 3 || now() - start < 0.05; r++) {\n"
     "      double t0 = now();\n"
-    "      k_gemm(0, 0, n, n, n, 1, a, n, b, n, 0, c, n);\n"
+    "      k_gemm_blocks(0, 0, n, n, n, 1, a, n, b, n, 0, c, n);\n"
     "      double t = now() - t0;\n"
     "      if (t < best) best = t;\n"
     "    }\n"
@@ -137,7 +141,18 @@ typedef struct Measured {
   double p2p_bytes[2], p2p_s[2]; /* one message one way */
 } Measured;
 
-/* Runs a shell command and reads the lines the program prints. */
+/* Runs a shell command and reads the lines the program prints. Several
+ * copies of the program print a size each: the slowest copy's time is the
+ * one kept (the ranks of a step wait for the slowest). */
+static void keep_gemm(Measured *m, double n, double s) {
+  for (int i = 0; i < m->ngemm; i++)
+    if (m->gemm_n[i] == n) {
+      if (s > m->gemm_s[i]) m->gemm_s[i] = s;
+      return;
+    }
+  if (m->ngemm < 16) m->gemm_n[m->ngemm] = n, m->gemm_s[m->ngemm++] = s;
+}
+
 static bool read_lines(const char *command, Measured *m) {
   fflush(stdout);
   FILE *p = popen(command, "r");
@@ -145,9 +160,8 @@ static bool read_lines(const char *command, Measured *m) {
   char line[256];
   while (fgets(line, sizeof line, p)) {
     double a, b;
-    if (sscanf(line, "gemm %lf %lf", &a, &b) == 2 && m->ngemm < 16)
-      m->gemm_n[m->ngemm] = a, m->gemm_s[m->ngemm++] = b;
-    else if (sscanf(line, "copy %lf %lf", &a, &b) == 2) m->copy_bytes = a, m->copy_s = b;
+    if (sscanf(line, "gemm %lf %lf", &a, &b) == 2) keep_gemm(m, a, b);
+    else if (sscanf(line, "copy %lf %lf", &a, &b) == 2 && b > m->copy_s) m->copy_bytes = a, m->copy_s = b;
     else if (sscanf(line, "p2p %lf %lf", &a, &b) == 2 && m->np2p < 2)
       m->p2p_bytes[m->np2p] = a, m->p2p_s[m->np2p++] = b;
   }
@@ -172,14 +186,32 @@ static void fit_gemm(const Measured *m, double *peak, double *half) {
   *peak = 1 / a, *half = c / a;
 }
 
+/* The CPU attention is blocked products and a softmax: priced as the
+ * rate of a mid-sized GEMM (256^3) on the fitted curve. */
+static double attention_eff(double half) {
+  double mid = 2 * pow(256, 3);
+  return mid / (mid + half);
+}
+
+/* The one-core figures of a CPU description from the copies' run. */
+static void describe_core(const Measured *core, int cores, PlHw *hw) {
+  hw->cores = cores;
+  if (cores <= 1 || core->ngemm == 0 || core->copy_s <= 0) return; /* pl_hw_load's defaults */
+  double peak, half;
+  fit_gemm(core, &peak, &half);
+  hw->core_peak = peak, hw->core_gemm_half = half, hw->core_attn_eff = attention_eff(half);
+  hw->core_mem_bw = 2 * core->copy_bytes / core->copy_s;
+  hw->core_kernel_s = core->gemm_s[0];
+}
+
 /* The description from the measurements; notes what stood in for what. */
-static PlHw describe(const Measured *m, bool have_mpi, int cores) {
+static PlHw describe(const Measured *m, const Measured *core, bool have_mpi, int cores) {
   PlHw hw = *pl_hw_find("a100");
   double peak, half;
   fit_gemm(m, &peak, &half);
   hw.name = "measured";
   hw.doc = ir_fmt("this machine (%d cores), measured by shardc hw --measure: the CPU target's "
-                  "k_gemm, a copy%s", cores,
+                  "k_gemm_blocks and a copy, on all the cores and on one per rank%s", cores,
                   have_mpi ? ", rt_comm messages between two ranks" :
                              "; MPI not measured (links are the memory copy's figures)");
   for (int k = 0; k < PL_NPREC; k++) hw.peak_flops[k] = peak;
@@ -190,11 +222,9 @@ static PlHw describe(const Measured *m, bool have_mpi, int cores) {
   hw.gemm_eff = 1, hw.gemm_half = half;
   /* The kernel's fixed cost: the smallest product measured. */
   hw.kernel_s = m->ngemm ? m->gemm_s[0] : 5e-6;
-  /* The CPU target's attention is blocked products and a softmax: priced
-   * as the rate of a mid-sized GEMM (256^3). */
-  double mid = 2 * pow(256, 3);
-  hw.attn_eff = mid / (mid + half);
+  hw.attn_eff = attention_eff(half);
   hw.mem_eff = 1, hw.comm_eff = 1;
+  describe_core(core, cores, &hw);
   if (have_mpi) {
     double lat = m->p2p_s[0], big = m->p2p_s[1] - lat;
     hw.intra_lat = hw.inter_lat = lat;
@@ -206,13 +236,22 @@ static PlHw describe(const Measured *m, bool have_mpi, int cores) {
   return hw;
 }
 
-static void print_measured(FILE *f, const Measured *m, bool have_mpi) {
-  fprintf(f, "# Measured (best of several runs):\n");
+static void print_rates(FILE *f, const Measured *m) {
   for (int i = 0; i < m->ngemm; i++)
-    fprintf(f, "#   k_gemm %4.0f^3  %10.3f us  %8.2f GFLOP/s\n", m->gemm_n[i], 1e6 * m->gemm_s[i],
+    fprintf(f, "#   k_gemm_blocks %4.0f^3  %10.3f us  %8.2f GFLOP/s\n", m->gemm_n[i], 1e6 * m->gemm_s[i],
             2 * pow(m->gemm_n[i], 3) / m->gemm_s[i] / 1e9);
   fprintf(f, "#   copy %.0f MiB  %.3f ms  %.2f GB/s read + written\n", m->copy_bytes / 1048576,
           1e3 * m->copy_s, 2 * m->copy_bytes / m->copy_s / 1e9);
+}
+
+static void print_measured(FILE *f, const Measured *m, const Measured *core, int cores,
+                           bool have_mpi) {
+  fprintf(f, "# Measured (best of several runs), one process with all %d cores:\n", cores);
+  print_rates(f, m);
+  if (core->ngemm) {
+    fprintf(f, "# %d processes at once, one thread each (the slowest):\n", cores);
+    print_rates(f, core);
+  }
   for (int i = 0; have_mpi && i < m->np2p; i++)
     fprintf(f, "#   rt_comm_send %.0f bytes  %.3f us one way\n", m->p2p_bytes[i], 1e6 * m->p2p_s[i]);
   if (!have_mpi) fprintf(f, "#   MPI messages: not measured (%s could not run 2 ranks)\n", SHARDC_MPIEXEC);
@@ -247,11 +286,20 @@ int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args) {
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
-  Measured m = {0};
+  Measured m = {0}, core = {0};
   bool ok = build_program(dir);
   if (ok && (!read_lines(ir_fmt("cd %s && OMP_WAIT_POLICY=passive ./measure gemm %ld", dir, max), &m) ||
              m.ngemm == 0 || m.copy_s <= 0)) {
     fprintf(stderr, "shardc hw: error: the measuring program in %s failed\n", dir);
+    ok = false;
+  }
+  /* Each copy writes its own file, then all are read: the shell's wait
+   * hides the copies' exit status, so a missing size is the failure. */
+  const char *copies = ir_fmt("cd %s && for i in $(seq %ld); do OMP_NUM_THREADS=1 "
+                              "OMP_WAIT_POLICY=passive ./measure gemm %ld >core$i.txt & done; "
+                              "wait; cat core*.txt", dir, cores, max);
+  if (ok && cores > 1 && (!read_lines(copies, &core) || core.ngemm != m.ngemm || core.copy_s <= 0)) {
+    fprintf(stderr, "shardc hw: error: the measuring program's %ld copies in %s failed\n", cores, dir);
     ok = false;
   }
   bool have_mpi = false;
@@ -271,16 +319,16 @@ int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args) {
               "stand in from the memory copy\n", SHARDC_MPIEXEC);
   }
   if (ok) {
-    PlHw hw = describe(&m, have_mpi, (int)cores);
+    PlHw hw = describe(&m, &core, have_mpi, (int)cores);
     FILE *f = fopen(out, "w");
     if (!f) {
       fprintf(stderr, "shardc hw: error: cannot write %s: %s\n", out, strerror(errno));
       ok = false;
     } else {
-      print_measured(f, &m, have_mpi);
+      print_measured(f, &m, &core, (int)cores, have_mpi);
       pl_hw_print(f, &hw);
       if (fclose(f) != 0) ok = false;
-      print_measured(stdout, &m, have_mpi);
+      print_measured(stdout, &m, &core, (int)cores, have_mpi);
       printf("wrote %s (shardc hw %s prints it; --hw %s uses it)\n", out, out, out);
     }
   }

@@ -230,6 +230,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   out->pp_vshape = sched && sched->vshape;
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   ok = recompute_flags(cmd, nargs, args, out) && ok;
+  out->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
   const char *strategy = drv_value(nargs, args, "--tp-strategy");
   if (strategy && strcmp(strategy, "none") == 0) {
     out->tp_strategy = PASS_TP_NONE;

@@ -52,6 +52,8 @@ static const DrvOption simulate_options[] = {
     {"--global-batch", "N", "sequences per step (default: 8 microbatches per pipeline)"},
     {"--schedule", "NAME", "pipeline schedule (default 1f1b, interleaved when V > 1)"},
     {"--sequence-parallel", NULL, "with --tp: norms, dropout and residuals on sequence slices"},
+    {"--no-scatter-gather", NULL, "with --tp and no --sequence-parallel: price pipeline messages "
+     "sent whole, not as 1/t slices all-gathered on arrival"},
     {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
     {"--recompute", "none|selective|full",
      "recompute activations in the backward: none (default), the attention core, every layer"},
@@ -121,6 +123,7 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     return false;
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
+  c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
   else if (prec && strcmp(prec, "mixed") != 0) {

@@ -17,16 +17,22 @@
  * exponentials, the target logit) and its gradient two (the row max and
  * the sum of exponentials again). Nodes inside a repeat count once per
  * iteration. All ranks of the tensor axis run the same program, so each
- * sends the same bytes: the report gives one set of numbers for all. */
+ * sends the same bytes: the report gives one set of numbers for all.
+ *
+ * With p > 1 the pipeline axis lists the messages between stages
+ * (pp_boundary), each sent once by every tensor rank of its stage: S bytes,
+ * the tensor as one rank holds it (1/t of the activation with
+ * scatter/gather or sequence parallelism). Stages send different
+ * messages, so the per-rank pipeline figure is the largest over stages. */
 #include <string.h>
 
 #include "passes.h"
 
 /* The kinds rt_comm_bytes distinguishes. */
-typedef enum Kind { ALLREDUCE, ALLGATHER, REDUCE_SCATTER } Kind;
+typedef enum Kind { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, SEND } Kind;
 
 static const char *kind_name(Kind k) {
-  static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter"};
+  static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter", "send"};
   return names[k];
 }
 
@@ -35,6 +41,7 @@ static int64_t comm_bytes(Kind kind, int n, int64_t count, int elem) {
   int64_t s = count * elem;
   if (n <= 1) return 0;
   if (kind == ALLREDUCE) return 2 * (int64_t)(n - 1) * s / n;
+  if (kind == SEND) return s;
   return (int64_t)(n - 1) * s;
 }
 
@@ -48,6 +55,7 @@ typedef struct Row {
   int64_t count;     /* elements per call, as rt_comm_* receives them */
   int64_t calls;
   int64_t bytes;     /* sent by one rank over all calls */
+  int stage;         /* SEND: the pipeline stage that sends it; else -1 */
 } Row;
 
 typedef struct Report {
@@ -61,7 +69,7 @@ static const char *where(IrLoc loc) {
   return ir_fmt("%s:%d:%d", loc.file, loc.line, loc.col);
 }
 
-static void add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char *what,
+static Row *add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char *what,
                 IrLoc loc, int64_t count, int64_t calls, int n) {
   const char *at = where(loc);
   int64_t bytes = comm_bytes(kind, n, count, r->elem) * calls;
@@ -71,12 +79,13 @@ static void add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char
         strcmp(row->what, what) == 0 && strcmp(row->where, at) == 0) {
       row->calls += calls;
       row->bytes += bytes;
-      return;
+      return row;
     }
   }
   Row *row = ir_alloc(sizeof *row);
-  *row = (Row){phase, kind, axis, what, at, count, calls, bytes};
+  *row = (Row){phase, kind, axis, what, at, count, calls, bytes, -1};
   ir_vec_push(&r->rows, row);
+  return row;
 }
 
 static const char *type_str(const IrType *t) {
@@ -105,6 +114,13 @@ static void collect(Report *r, IrGraph *g) {
       continue;
     }
     if (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) loss_collectives(r, n, mult);
+    if (n->op == IR_OP_PP_BOUNDARY) {
+      int src = (int)ir_attr_int(n, "src"), dst = (int)ir_attr_int(n, "dst");
+      const IrValue *v = n->in[0];
+      add(r, n->phase, SEND, IR_AXIS_PIPELINE, ir_fmt("%s %d->%d", type_str(&v->type), src, dst),
+          n->loc, ir_type_numel(&v->type), mult, r->sizes[IR_AXIS_PIPELINE])->stage =
+          src % r->sizes[IR_AXIS_PIPELINE];
+    }
     if (!(ir_op_info(n->op)->flags & IR_OPF_COLLECTIVE)) continue;
     IrMeshAxis axis = (IrMeshAxis)ir_attr_int(n, "axis");
     int size = (int)ir_attr_int(n, "size");
@@ -120,11 +136,32 @@ static void collect(Report *r, IrGraph *g) {
 
 /* count * 2(n-1)/n or count * (n-1), printed exactly when whole. */
 static const char *sent_elems(const Row *row, int n) {
-  int64_t num = row->count * row->calls * (row->kind == ALLREDUCE ? 2 * (int64_t)(n - 1) : n - 1);
+  int64_t num = row->count * row->calls * (row->kind == ALLREDUCE ? 2 * (int64_t)(n - 1)
+                                           : row->kind == SEND ? 1 : n - 1);
   int64_t den = row->kind == ALLREDUCE ? n : 1;
   if (n <= 1) return "0";
   if (num % den == 0) return ir_fmt("%lld", (long long)(num / den));
   return ir_fmt("%.2f", (double)num / (double)den);
+}
+
+/* The bytes one rank of pipeline stage `stage` sends (-1: the most any
+ * stage's rank sends). */
+static int64_t stage_bytes(const Report *r, int stage) {
+  int64_t most = 0;
+  for (int s = stage < 0 ? 0 : stage; s < (stage < 0 ? r->sizes[IR_AXIS_PIPELINE] : stage + 1); s++) {
+    int64_t sum = 0;
+    for (int i = 0; i < r->rows.len; i++) {
+      const Row *row = r->rows.items[i];
+      if (row->kind == SEND && row->stage == s) sum += row->bytes;
+    }
+    if (sum > most) most = sum;
+  }
+  return most;
+}
+
+static void print_stages(FILE *out, const Report *r) {
+  for (int s = 0; s < r->sizes[IR_AXIS_PIPELINE]; s++)
+    fprintf(out, "  stage %d: each of its ranks sends %lld bytes\n", s, (long long)stage_bytes(r, s));
 }
 
 static void print_axis(FILE *out, Report *r, IrMeshAxis axis) {
@@ -156,6 +193,7 @@ static void print_axis(FILE *out, Report *r, IrMeshAxis axis) {
   fprintf(out, "  total: %lld calls, %lld bytes sent (%.6g elements)\n",
           (long long)(calls[0] + calls[1]), (long long)(bytes[0] + bytes[1]),
           (double)(bytes[0] + bytes[1]) / r->elem);
+  if (axis == IR_AXIS_PIPELINE) print_stages(out, r);
 }
 
 bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes) {
@@ -178,9 +216,12 @@ bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_by
   int64_t total = 0, per_axis[IR_MESH_AXES] = {0};
   for (int i = 0; i < r.rows.len; i++) {
     Row *row = r.rows.items[i];
+    if (row->kind == SEND) continue;
     if ((unsigned)row->axis < IR_MESH_AXES) per_axis[row->axis] += row->bytes;
     total += row->bytes;
   }
+  per_axis[IR_AXIS_PIPELINE] = stage_bytes(&r, -1);
+  total += per_axis[IR_AXIS_PIPELINE];
   for (int a = 0; a < IR_MESH_AXES; a++) print_axis(out, &r, (IrMeshAxis)a);
   fprintf(out, "\nper rank: %lld bytes sent (tensor %lld, pipeline %lld, data %lld)\n",
           (long long)total, (long long)per_axis[0], (long long)per_axis[1],

@@ -37,6 +37,8 @@ typedef struct PassOptions {
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
   bool pp_vshape;         /* the V placement of zb-v (rt_vstage): set for --schedule zb-v */
+  bool no_scatter_gather; /* --no-scatter-gather: pipeline messages carry the whole replicated
+                           * activation, not each tensor rank's 1/t slice (pp-partition) */
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
   PassRecompute recompute; /* --recompute */
   int recompute_layers;    /* --recompute-layers: layers per checkpoint under full (0: 1) */

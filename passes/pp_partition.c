@@ -27,6 +27,19 @@
  * none. With p = 1 the chunks share one rank's memory and nothing is sent.
  * autodiff turns each pp_boundary into the gradient's message back.
  *
+ * Scatter/gather (Narayanan et al. 2021, section 4.1): with t > 1 and no
+ * sequence parallelism the activation between stages is replicated over
+ * the tensor group, so the t ranks of a stage would send the same bytes t
+ * times. Instead each sends its 1/t slice, tp_slice(x){dim} at the end of
+ * the sending stage, and every stage that reads x all-gathers the slices
+ * after it receives them (a relaying stage passes the slice on untouched).
+ * dim is the first dim that t divides, the one with the least striding.
+ * The adjoints give the gradient's way back for free: all_gather's is
+ * tp_slice, so the receiver sends its slice of the (replicated) gradient,
+ * and tp_slice's is all_gather, so the sender gathers it. Only replicated
+ * float values travel this way; a split one (sequence parallelism) is
+ * already 1/t, and --no-scatter-gather sends everything whole.
+ *
  * Shared parameters: with p > 1 a parameter read on the first and on the
  * last virtual stage gets a second parameter for the last stage, NAME.stageK
  * tied(@NAME), read by that stage's nodes. The rank programs sum the two
@@ -45,6 +58,7 @@ typedef struct Part {
   IrGraph *g;
   int p, v, nv;     /* stages, chunks, virtual stages */
   int layers;       /* l */
+  int t;            /* tensor ranks that slice a replicated message (1: send whole) */
   double *cost;     /* [l + 2]: pre-layer nodes, each layer, post-layer nodes */
   int *count;       /* [nv]: layers per virtual stage */
   const char *how;  /* "even", "balanced by cost", "--pp-layout" */
@@ -283,9 +297,33 @@ static bool tie_params(Part *P) {
 
 /* The value of v as stage k sees it: per value, its copy on each stage. */
 typedef struct Relay {
-  IrValue **at; /* [nv] */
-  int reach;    /* the last stage that reads it */
+  IrValue **at;  /* [nv]: the message as stage k holds it (the slice, with scatter/gather) */
+  IrValue **use; /* [nv]: what stage k's nodes read: at[k], or the all-gather of it */
+  int reach;     /* the last stage that reads it */
+  int dim;       /* scatter/gather: the dim the message is cut along; -1: sent whole */
 } Relay;
+
+/* A tensor-parallel node of stage s on the tensor axis (t ranks), typed
+ * by its shape rule. */
+static IrValue *sg_node(Part *P, IrOp op, IrValue *x, int dim, int s, IrShard spec) {
+  IrAttr attrs[3] = {{"dim", ir_expr_int(dim, x->loc)},
+                     {"axis", ir_expr_int(IR_AXIS_TENSOR, x->loc)},
+                     {"size", ir_expr_int(P->t, x->loc)}};
+  IrNode *n = ir_add_node(P->g, op, &x, 1, attrs, 3, 1, x->loc);
+  n->stage = s;
+  if (!ir_op_info(op)->shape(n)) die("pp-partition: the shape rule of %s failed", ir_op_info(op)->name);
+  n->out[0]->shard = spec;
+  return n->out[0];
+}
+
+/* The dim a message x is cut along for scatter/gather, or -1 when it
+ * travels whole: not a replicated float value, or no dim that t divides. */
+static int sg_dim(const Part *P, const IrValue *x) {
+  if (P->t <= 1 || x->shard.kind != IR_REPLICATED || !ir_dtype_is_float(x->type.dtype)) return -1;
+  for (int d = 0; d < x->type.rank; d++)
+    if (x->type.shape[d] % P->t == 0) return d;
+  return -1;
+}
 
 /* Inserts the pp_boundary chains: the new node order is, per stage, the
  * messages it receives, then its own nodes. Returns the boundary count. */
@@ -302,11 +340,14 @@ static int insert_boundaries(Part *P) {
       if (!r) {
         r = ir_alloc(sizeof *r);
         r->at = ir_alloc(sizeof(IrValue *) * (size_t)P->nv);
-        r->at[x->def->stage] = x;
+        r->use = ir_alloc(sizeof(IrValue *) * (size_t)P->nv);
+        r->at[x->def->stage] = r->use[x->def->stage] = x;
+        r->dim = sg_dim(P, x);
         ir_ptrmap_put(&relays, x, r);
         ir_vec_push(&crossing, x);
       }
       if (r->reach < n->stage) r->reach = n->stage;
+      r->use[n->stage] = x; /* marks a reader; the stage's own copy replaces it below */
     }
   }
   IrVec old = g->nodes;
@@ -320,18 +361,28 @@ static int insert_boundaries(Part *P) {
       IrAttr attrs[2] = {{"src", ir_expr_int(s - 1, x->loc)}, {"dst", ir_expr_int(s, x->loc)}};
       IrNode *b = ir_add_node(g, IR_OP_PP_BOUNDARY, &r->at[s - 1], 1, attrs, 2, 1, x->loc);
       b->stage = s;
-      b->out[0]->type = x->type;
-      b->out[0]->shard = x->shard;
+      b->out[0]->type = r->at[s - 1]->type;
+      b->out[0]->shard = r->at[s - 1]->shard;
       r->at[s] = b->out[0];
+      if (r->use[s])
+        r->use[s] = r->dim < 0 ? r->at[s] : sg_node(P, IR_OP_ALL_GATHER, r->at[s], r->dim, s, x->shard);
       count++;
     }
     for (; next < old.len && ((IrNode *)old.items[next])->stage == s; next++) {
       IrNode *n = old.items[next];
       for (int k = 0; k < n->nin; k++) {
         Relay *r = n->in[k]->kind == IR_VAL_NODE ? ir_ptrmap_get(&relays, n->in[k]) : NULL;
-        if (r && r->at[n->stage]) n->in[k] = r->at[n->stage];
+        if (r && r->use[n->stage]) n->in[k] = r->use[n->stage];
       }
       ir_vec_push(&g->nodes, n);
+    }
+    /* The slices this stage sends, last in its chunk. */
+    for (int c = 0; c < crossing.len; c++) {
+      IrValue *x = crossing.items[c];
+      Relay *r = ir_ptrmap_get(&relays, x);
+      if (x->def->stage == s && r->dim >= 0)
+        r->at[s] = sg_node(P, IR_OP_TP_SLICE, x, r->dim, s,
+                           (IrShard){.kind = IR_SPLIT, .axis = IR_AXIS_TENSOR, .dim = r->dim});
     }
   }
   if (next != old.len) die("pp-partition: forward nodes out of stage order");
@@ -373,6 +424,8 @@ static bool check_input(IrGraph *g, int *layers) {
 bool pass_pp_partition(IrGraph **gp, const PassOptions *opt) {
   IrGraph *g = ir_top(*gp);
   Part P = {.g = g, .p = opt && opt->pp > 1 ? opt->pp : 1, .v = opt && opt->vpp > 1 ? opt->vpp : 1};
+  bool sliced = g->mesh[IR_AXIS_TENSOR] > 1 && !(opt && (opt->sequence_parallel || opt->no_scatter_gather));
+  P.t = sliced ? g->mesh[IR_AXIS_TENSOR] : 1;
   P.nv = P.p * P.v;
   const char *layout = opt ? opt->pp_layout : NULL;
   if (P.nv == 1 && !layout) return true;
@@ -393,6 +446,25 @@ bool pass_pp_partition(IrGraph **gp, const PassOptions *opt) {
 
 /* ------------------------------------------------------------ --report pp */
 
+/* The nodes that scatter/gather adds around the messages (the slice a
+ * message carries, the all-gather after it), which belong to no layer. */
+static IrPtrMap message_parts(IrGraph *g, int *sliced) {
+  IrPtrMap parts = {0};
+  *sliced = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    IrNode *from = n->nin ? n->in[0]->def : NULL;
+    if (n->op == IR_OP_ALL_GATHER && from && from->op == IR_OP_PP_BOUNDARY)
+      ir_ptrmap_put(&parts, n, n);
+    if (n->op == IR_OP_PP_BOUNDARY && from && from->op == IR_OP_TP_SLICE &&
+        n->phase == IR_PHASE_FORWARD) {
+      ir_ptrmap_put(&parts, from, from);
+      (*sliced)++;
+    }
+  }
+  return parts;
+}
+
 bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
   (void)opt;
   g = ir_top(g);
@@ -407,8 +479,9 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
           "is virtual stage %s)\n", p, v, nv, vs ? "c*p + r, or c*p + p-1-r for odd c (the V)" : "c*p + r");
   fprintf(out, "  %-7s %-5s %-5s %-12s %14s  %-10s %-10s %s\n", "vstage", "stage", "chunk",
           "layers", "fwd flops", "sends f+b", "recvs f+b", "holds");
-  int fwd = 0, bwd = 0;
+  int fwd = 0, bwd = 0, sliced;
   const char **ranges = ir_alloc(sizeof(char *) * (size_t)nv);
+  IrPtrMap parts = message_parts(g, &sliced);
   for (int s = 0; s < nv; s++) {
     int lo = -1, hi = -1, sends[2] = {0, 0}, recvs[2] = {0, 0};
     bool pre = false, post = false, seen_layer = false;
@@ -420,7 +493,7 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
         if (ir_attr_int(n, "src") == s) sends[b]++;
         if (ir_attr_int(n, "dst") == s) recvs[b]++;
       }
-      if (n->stage != s || b) continue;
+      if (n->stage != s || b || ir_ptrmap_get(&parts, n)) continue;
       flops += node_flops(n);
       if (n->layer >= 0) {
         if (lo < 0) lo = n->layer;
@@ -447,6 +520,10 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
   }
   fprintf(out, "messages per microbatch: %d activations forward, %d gradients backward\n", fwd,
           bwd);
+  if (sliced)
+    fprintf(out, "scatter/gather: %d of the activations (and their gradients) travel as each tensor "
+            "rank's 1/%d slice, all-gathered on arrival\n", sliced, g->mesh[IR_AXIS_TENSOR]);
+  ir_ptrmap_free(&parts);
   for (int i = 0; i < g->params.len; i++) {
     IrValue *w = g->params.items[i];
     if (w->tied)

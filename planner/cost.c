@@ -4,14 +4,21 @@
  * differentiated program (pl_model_build).
  *
  * Everything is priced as the GPU target runs it: 16-bit activations and
- * weights (bf16, ACT_BYTES), whatever dtype the graph was written in, since
- * the graph's types give element counts and the planner prices bytes. */
+ * weights (bf16), whatever dtype the graph was written in, since the
+ * graph's types give element counts and the planner prices bytes; with
+ * PlConfig.fp32 as the CPU target runs it, 4 bytes each (pl_elem_bytes).
+ * On a CPU description a rank's rates are its share of the cores
+ * (pl_hw_rank_share). */
 #include <math.h>
 #include <string.h>
 
 #include "planner.h"
 
-enum { ACT_BYTES = 2 };
+double pl_elem_bytes(const PlConfig *c) { return c->fp32 ? 4 : 2; }
+
+int pl_ranks(const PlConfig *c) {
+  return (c->tp > 1 ? c->tp : 1) * (c->pp > 1 ? c->pp : 1) * (c->dp > 1 ? c->dp : 1);
+}
 
 /* ------------------------------------------------------------ topology */
 
@@ -71,12 +78,12 @@ double pl_memory_s(const PlHw *hw, double bytes) {
 
 static double numel(const IrValue *v) { return (double)ir_type_numel(&v->type); }
 
-/* Bytes an op reads and writes. */
-static double io_bytes(const IrNode *n) {
+/* Bytes an op reads and writes, `elem` bytes per element. */
+static double io_bytes(const IrNode *n, double elem) {
   double e = 0;
   for (int i = 0; i < n->nin; i++) e += numel(n->in[i]);
   for (int i = 0; i < n->nout; i++) e += numel(n->out[i]);
-  return e * ACT_BYTES;
+  return e * elem;
 }
 
 /* Matrix FLOPs of a node. The forward ops have a rule in ops.def; the
@@ -103,7 +110,8 @@ static double node_flops(const IrNode *n) {
 }
 
 /* The time of one node; *comm is set for the collectives. */
-static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops, bool *comm) {
+static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops, double elem,
+                        bool *comm) {
   *comm = false;
   switch (n->op) {
   case IR_OP_RESHAPE: case IR_OP_TP_COPY: case IR_OP_TP_SLICE: case IR_OP_ARANGE:
@@ -112,18 +120,18 @@ static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops
   case IR_OP_ALL_REDUCE: case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER: {
     *comm = true;
     int size = (int)ir_attr_int(n, "size");
-    if (n->op == IR_OP_ALL_REDUCE) return pl_all_reduce_s(tp, size, numel(n->in[0]) * ACT_BYTES);
-    if (n->op == IR_OP_ALL_GATHER) return pl_all_gather_s(tp, size, numel(n->out[0]) * ACT_BYTES);
-    return pl_reduce_scatter_s(tp, size, numel(n->in[0]) * ACT_BYTES);
+    if (n->op == IR_OP_ALL_REDUCE) return pl_all_reduce_s(tp, size, numel(n->in[0]) * elem);
+    if (n->op == IR_OP_ALL_GATHER) return pl_all_gather_s(tp, size, numel(n->out[0]) * elem);
+    return pl_reduce_scatter_s(tp, size, numel(n->in[0]) * elem);
   }
   case IR_OP_ATTENTION: case IR_OP_ATTENTION_GRAD: {
-    double t = flops / (hw->attn_eff * hw->peak_flops[PL_BF16]), m = pl_memory_s(hw, io_bytes(n));
+    double t = flops / (hw->attn_eff * hw->peak_flops[PL_BF16]), m = pl_memory_s(hw, io_bytes(n, elem));
     return t > m ? t : m;
   }
   default:
     break;
   }
-  double m = pl_memory_s(hw, io_bytes(n));
+  double m = pl_memory_s(hw, io_bytes(n, elem));
   if (!(ir_op_info(n->op)->flags & IR_OPF_GEMM)) return m;
   double g = pl_gemm_s(hw, flops);
   return g > m ? g : m;
@@ -213,8 +221,10 @@ bool pl_tp_divides(const IrGraph *g, int t) {
   return true;
 }
 
-bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out) {
+bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *out) {
   *out = (PlModel){0};
+  PlHw share = pl_hw_rank_share(node, pl_ranks(c));
+  const PlHw *hw = &share;
   if (!one_layer(g, out)) return false;
   PassOptions opt = {.tp = c->tp, .pp = 1, .dp = 1, .vocab_multiple = 128,
                      .sequence_parallel = c->sequence_parallel};
@@ -229,7 +239,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
     IrNode *n = g->nodes.items[i];
     double flops = node_flops(n);
     bool comm;
-    double t = node_time(n, hw, tp, flops, &comm);
+    double t = node_time(n, hw, tp, flops, pl_elem_bytes(c), &comm);
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
     if (n->phase == IR_PHASE_FORWARD) {
       r->fwd += t, r->fwd_flops += flops;

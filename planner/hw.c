@@ -98,6 +98,13 @@ static const Key keys[] = {
     {"memory_efficiency", KEY_FRACTION, F(mem_eff), 1, false},
     {"kernel_us", KEY_NUM, F(kernel_s), US, false},
     {"comm_efficiency", KEY_FRACTION, F(comm_eff), 1, false},
+    /* A CPU description's shared cores (printed only when set). */
+    {"cores", KEY_INT, F(cores), 1, false},
+    {"core_peak_tflops", KEY_NUM, F(core_peak), T, false},
+    {"core_gemm_half_gflop", KEY_NUM, F(core_gemm_half), G, false},
+    {"core_attention_efficiency", KEY_FRACTION, F(core_attn_eff), 1, false},
+    {"core_memory_bw_gbs", KEY_NUM, F(core_mem_bw), G, false},
+    {"core_kernel_us", KEY_NUM, F(core_kernel_s), US, false},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -211,6 +218,16 @@ static char *slurp(const char *path) {
   return copy;
 }
 
+/* A CPU description without its one-core figures: each core a cores-th
+ * of the machine (perfect scaling), the fixed costs unchanged. */
+static void core_defaults(PlHw *hw) {
+  if (!hw->core_peak) hw->core_peak = hw->peak_flops[PL_BF16] / hw->cores;
+  if (!hw->core_gemm_half) hw->core_gemm_half = hw->gemm_half / hw->cores;
+  if (!hw->core_attn_eff) hw->core_attn_eff = hw->attn_eff;
+  if (!hw->core_mem_bw) hw->core_mem_bw = hw->mem_bw / hw->cores;
+  if (!hw->core_kernel_s) hw->core_kernel_s = hw->kernel_s;
+}
+
 static bool load_file(const char *path, PlHw *out) {
   char *text = slurp(path);
   if (!text) return false;
@@ -235,6 +252,7 @@ static bool load_file(const char *path, PlHw *out) {
       ok = false;
     }
   if (ok && !hw.peak_flops[PL_FP16]) hw.peak_flops[PL_FP16] = hw.peak_flops[PL_BF16];
+  if (ok && hw.cores > 0) core_defaults(&hw);
   *out = hw;
   return ok;
 }
@@ -253,6 +271,7 @@ void pl_hw_print(FILE *out, const PlHw *hw) {
   for (int i = 0; i < NKEYS; i++) {
     const Key *k = &keys[i];
     const char *base = (const char *)hw;
+    if (hw->cores <= 0 && strcmp(k->name, "cores") == 0) break;
     if (k->kind == KEY_TEXT) {
       const char *s = *(const char *const *)(base + k->offset);
       if (s && strcmp(k->name, "doc") != 0) fprintf(out, "%s = %s\n", k->name, s);
@@ -266,4 +285,28 @@ void pl_hw_print(FILE *out, const PlHw *hw) {
       fprintf(out, "%s = %g\n", k->name, v / k->unit);
     }
   }
+}
+
+/* x at w between a (w = 0) and b (w = 1). */
+static double lerp(double a, double b, double w) { return a + (b - a) * w; }
+
+PlHw pl_hw_rank_share(const PlHw *hw, int ranks) {
+  PlHw h = *hw;
+  int n = ranks > 1 ? ranks : 1, c = hw->cores;
+  if (c <= 0 || n == 1) return h;
+  /* `shardc run` gives each rank max(1, cores / ranks) threads; more ranks
+   * than cores take turns, each a cores / ranks share of one core. */
+  double threads = n <= c ? (double)(c / n) : 1, turn = n <= c ? 1 : (double)c / n;
+  double w = c > 1 ? (threads - 1) / (c - 1) : 1;
+  /* The rates between the two measured ends; the GEMM's fixed cost as
+   * seconds (half / peak), which is what a thread count changes. */
+  double half_s = lerp(hw->core_gemm_half / hw->core_peak, hw->gemm_half / hw->peak_flops[PL_BF16], w);
+  double peak = lerp(hw->core_peak, hw->peak_flops[PL_BF16], w) * turn;
+  for (int k = 0; k < PL_NPREC; k++)
+    if (h.peak_flops[k]) h.peak_flops[k] = peak;
+  h.gemm_half = half_s / turn * peak;
+  h.attn_eff = lerp(hw->core_attn_eff, hw->attn_eff, w);
+  h.mem_bw = lerp(hw->core_mem_bw, hw->mem_bw, w) * turn;
+  h.kernel_s = lerp(hw->core_kernel_s, hw->kernel_s, w) / turn;
+  return h;
 }

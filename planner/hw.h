@@ -25,6 +25,13 @@ typedef struct PlHw {
    * bytes at mem_eff of the bandwidth; each kernel costs at least
    * kernel_s; collectives reach comm_eff of the link bandwidth. */
   double gemm_eff, gemm_half, attn_eff, mem_eff, kernel_s, comm_eff;
+  /* A CPU description (`shardc hw --measure`): the node's `cores`, which
+   * the ranks on it share, each running cores / ranks OpenMP threads (the
+   * launch recipe of `shardc run`). The figures above are one rank's with
+   * every core; the core_ ones one rank's with one core while every other
+   * core runs a rank too. 0 cores: accelerators, one per rank. */
+  int cores;
+  double core_peak, core_gemm_half, core_attn_eff, core_mem_bw, core_kernel_s;
 } PlHw;
 
 /* The presets, ending with a {NULL} entry. */
@@ -36,5 +43,9 @@ const PlHw *pl_hw_find(const char *name);
 bool pl_hw_load(const char *name_or_file, PlHw *out);
 /* The description in the file format, which pl_hw_load reads back. */
 void pl_hw_print(FILE *out, const PlHw *hw);
+/* What one of `ranks` ranks on a node of hw gets: hw itself for
+ * accelerators; for a CPU description the rates of cores / ranks threads
+ * (docs/planner.md), between the one-core and the all-core figures. */
+PlHw pl_hw_rank_share(const PlHw *hw, int ranks);
 
 #endif

@@ -25,12 +25,18 @@ typedef struct PlConfig {
   int global_batch;      /* B, sequences per step: m = B / (b d) */
   const char *schedule;  /* a name of passes/schedule.h's registry; NULL: the default */
   bool sequence_parallel;
+  /* --no-scatter-gather: with t > 1 and no sequence parallelism, each
+   * pipeline message goes whole from every tensor rank instead of as its
+   * 1/t slice all-gathered on arrival (the compiler's default). */
+  bool no_scatter_gather;
   int zero;              /* 1: ZeRO-1, the optimizer state sharded over the d replicas */
   PlRecompute recompute;
   int recompute_layers;  /* full: layers per checkpoint N (0 or 1: every layer its own) */
-  /* Memory as the CPU target keeps it: fp32 weights, gradients and Adam
-   * moments (no master copy) and fp32 activations, instead of the paper's
-   * mixed precision. It changes the memory figures only, not the costs. */
+  /* fp32 everything, as the CPU target runs it, instead of the paper's
+   * mixed precision: memory as the CPU target keeps it (fp32 weights,
+   * gradients and Adam moments, no master copy, fp32 activations), and
+   * every byte the costs count (ops, messages, reductions, the optimizer)
+   * at 4 bytes per element. */
   bool fp32;
 } PlConfig;
 
@@ -42,6 +48,11 @@ typedef struct PlLink {
   double lat; /* seconds per message step */
 } PlLink;
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
+/* Bytes per activation, weight or message element as c's target runs it:
+ * 2 (bf16, the GPU target), 4 with fp32 (the CPU target). */
+double pl_elem_bytes(const PlConfig *c);
+/* The ranks of c, t * p * d: on a CPU description they share its cores. */
+int pl_ranks(const PlConfig *c);
 PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
 

@@ -19,12 +19,14 @@
 
 /* Bytes of what the optimizer touches per parameter: read the fp32
  * gradient, read and write the fp32 master weight and both Adam moments,
- * write the bf16 weight. */
-enum { OPT_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 };
+ * write the bf16 weight; in fp32 (the CPU target) the weight is the
+ * master, so no 16-bit copy. */
+static double opt_bytes_per_param(const PlConfig *c) { return 4 + 8 + 8 + 8 + (c->fp32 ? 0 : 2); }
 /* Bytes per gradient element the data-parallel reduction moves: 16-bit,
  * as Megatron-LM's fp16 training of the paper all-reduced its gradients
- * (docs/planner.md); the fp32 copy the memory counts is the optimizer's. */
-enum { GRAD_COMM_BYTES = 2 };
+ * (docs/planner.md); the fp32 copy the memory counts is the optimizer's.
+ * The CPU target reduces its fp32 gradients. */
+static double grad_comm_bytes(const PlConfig *c) { return pl_elem_bytes(c); }
 
 /* What one replay needs besides the tables. */
 typedef struct Sim {
@@ -287,20 +289,21 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
 static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int64_t max_params,
                        Sim *S) {
   int zd = c->zero && c->dp > 1 ? c->dp : 1;
-  S->opt = pl_memory_s(hw, (double)max_params / zd * OPT_BYTES_PER_PARAM);
+  S->opt = pl_memory_s(hw, (double)max_params / zd * opt_bytes_per_param(c));
   S->tail = 0;
-  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, 2.0 * (double)max_params);
+  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, pl_elem_bytes(c) * (double)max_params);
   if (c->pp * c->vpp > 1 && m->tied)
-    S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, GRAD_COMM_BYTES * (double)m->tied);
+    S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, grad_comm_bytes(c) * (double)m->tied);
 }
 
 /* One pipeline message: with t > 1 and no sequence parallelism each
  * tensor rank sends its 1/t of the activation and the receiver gathers
- * the rest inside its node (Megatron's scatter/gather). */
+ * the rest inside its node (Megatron's scatter/gather), unless
+ * --no-scatter-gather sends it whole from every tensor rank. */
 static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
-  double bytes = 2.0 * (double)m->msg_elems;
+  double bytes = pl_elem_bytes(c) * (double)m->msg_elems;
   PlLink l = pl_pp_link(hw, c);
-  if (c->tp <= 1 || c->sequence_parallel) return l.lat + bytes / l.bw;
+  if (c->tp <= 1 || c->sequence_parallel || c->no_scatter_gather) return l.lat + bytes / l.bw;
   return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
 }
 
@@ -366,7 +369,7 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   int p = S->p, nv = S->nv;
   chunk_costs(m, c, nv, count, S, params);
   for (int k = 0; k < nv; k++) {
-    double grad_bytes = GRAD_COMM_BYTES * (double)params[k];
+    double grad_bytes = grad_comm_bytes(c) * (double)params[k];
     S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
                            : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
   }
@@ -382,9 +385,11 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
 }
 
 /* pl_simulate, and with `timeline` the tables and when each action ran. */
-static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, bool timeline,
+static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool timeline,
                      PlResult *out, char **error) {
   *out = (PlResult){0};
+  PlHw share = pl_hw_rank_share(node, pl_ranks(c));
+  const PlHw *hw = &share;
   *error = NULL;
   if (!check_config(m, c, error)) return false;
   RtSchedule *s = build_tables(c, error);

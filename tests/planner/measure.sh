@@ -2,7 +2,8 @@
 # measure.sh SHARDC FILE: `shardc hw --measure -o FILE` at small sizes,
 # then `shardc hw FILE` must read it back with plausible positive numbers
 # (a CPU between 0.1 GFLOP/s and 100 TFLOP/s, memory and links between
-# 0.01 and 10000 GB/s, latencies under 10 ms).
+# 0.01 and 10000 GB/s, latencies under 10 ms; with more than one core
+# also the cores and one core's rates).
 set -e
 shardc=$1 file=$2
 rm -f "$file"
@@ -21,6 +22,10 @@ awk -F' = ' '
     need("intra_bw_gbs", 0.01, 1e4); need("inter_bw_gbs", 0.01, 1e4)
     need("intra_latency_us", 0, 1e4); need("kernel_us", 0, 1e4)
     need("gemm_efficiency", 0, 1.000001); need("attention_efficiency", 0, 1.000001)
+    # On more than one core, the one-core figures of a rank among others.
+    if (v["gpus_per_node"] + 0 > 1) {
+      need("cores", 1.5, 1e5); need("core_peak_tflops", 1e-4, 100); need("core_memory_bw_gbs", 0.01, 1e4)
+    }
     if (bad) exit 1
     print "measured description reads back: peak " v["peak_fp32_tflops"] " TFLOP/s, copy " \
           v["memory_bw_gbs"] " GB/s, link " v["intra_bw_gbs"] " GB/s, " v["intra_latency_us"] " us"

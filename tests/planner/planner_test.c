@@ -308,6 +308,34 @@ static void test_scale(void) {
 
 /* ----------------------------------------------------------------- units */
 
+/* A CPU description's cores shared by the ranks (pl_hw_rank_share): one
+ * rank has the all-core figures, `cores` ranks the one-core ones, between
+ * them the thread count interpolates, past them the ranks take turns; an
+ * accelerator description is unchanged. */
+static void test_rank_share(void) {
+  PlHw cpu = {.peak_flops = {400e9, 400e9, 400e9, 400e9}, .mem_bw = 40e9, .gemm_half = 4e6,
+              .kernel_s = 2e-6, .attn_eff = 0.9, .cores = 4, .core_peak = 120e9,
+              .core_gemm_half = 0.6e6, .core_mem_bw = 12e9, .core_kernel_s = 1e-6,
+              .core_attn_eff = 0.95};
+  PlHw one = pl_hw_rank_share(&cpu, 1), four = pl_hw_rank_share(&cpu, 4);
+  PlHw two = pl_hw_rank_share(&cpu, 2), eight = pl_hw_rank_share(&cpu, 8);
+  check(one.peak_flops[PL_BF16] == 400e9 && one.mem_bw == 40e9, "1 rank on 4 cores: all of them");
+  check(close_to(four.peak_flops[PL_BF16], 120e9) && close_to(four.mem_bw, 12e9) &&
+        close_to(four.gemm_half, 0.6e6) && close_to(four.kernel_s, 1e-6),
+        "4 ranks on 4 cores: the one-core figures, %.0f GFLOP/s", four.peak_flops[PL_BF16] / 1e9);
+  /* 2 threads: a third of the way from one core to four. */
+  check(close_to(two.peak_flops[PL_BF16], 120e9 + 280e9 / 3) && close_to(two.mem_bw, 12e9 + 28e9 / 3),
+        "2 ranks on 4 cores (2 threads each): %.1f GFLOP/s, %.1f GB/s",
+        two.peak_flops[PL_BF16] / 1e9, two.mem_bw / 1e9);
+  check(close_to(two.gemm_half / two.peak_flops[PL_BF16], 0.5e-5 + (1e-5 - 0.5e-5) / 3),
+        "2 threads: the GEMM's fixed cost interpolated as seconds, %.3g s",
+        two.gemm_half / two.peak_flops[PL_BF16]);
+  check(close_to(eight.peak_flops[PL_BF16], 60e9) && close_to(eight.kernel_s, 2e-6),
+        "8 ranks on 4 cores take turns: half a core each, %.0f GFLOP/s", eight.peak_flops[PL_BF16] / 1e9);
+  PlHw gpu = *pl_hw_find("a100"), shared = pl_hw_rank_share(&gpu, 64);
+  check(shared.peak_flops[PL_BF16] == gpu.peak_flops[PL_BF16], "a100: each rank its own GPU");
+}
+
 static void test_units(void) {
   PlLink l = {.bw = 100, .lat = 1};
   /* Ring all-reduce of 400 bytes over 4: 2(n-1) steps of latency and
@@ -346,6 +374,7 @@ static void test_units(void) {
   pp = pl_pp_link(&hw, &c);
   check(pp.lat == hw.inter_lat && close_to(pp.bw, hw.inter_bw / 8 * hw.comm_eff),
         "t=2 p=8: pipeline messages cross nodes, %.0f GB/s per GPU", pp.bw / 1e9);
+  test_rank_share();
 }
 
 /* ---------------------------------------------------------------- search */
