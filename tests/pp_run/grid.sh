@@ -249,6 +249,16 @@ echo "$configs" | while read -r t p d v s z sp grp rc flag; do
   g=$("$TOOL" cmp ref.grads "$name.grads" 1e-5)
   gst=$?
   ge=$(echo "$g" | sed -n 's/.*largest entry \([^ ]*\) .*/\1/p')
+  bits=
+  if [ -n "$rc" ]; then
+    if [ "$(strip_rate "$name")" = "$(strip_rate "$twin")" ] && cmp -s "$name.grads" "$twin.grads"; then
+      bits="= none, to the bit"
+    else
+      bits="DIFFERS from none"
+      echo "FAIL: $name: losses or gradients differ from $twin's"
+      echo x >>fails
+    fi
+  fi
   printf '%-34s %-9s %-9s %-9s %s\n' "$t $p $d $v $s $z $sp${grp:+ $grp}${rc:+ ${grp:--} $rc}${flag:+ ${grp:--} ${rc:--} $flag}" \
     "$e1" "$e10" "${ge:-?}" "$bits"
   le "$e1" 1e-5 || { echo "FAIL: $name: loss at step 1"; echo x >>fails; }
