@@ -16,9 +16,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Comment lines may quote the manifest's strings (printable, checked
+ * above); every other line's "$here/NAME" must be a plain name. */
 static void check_programs(const char *script) {
   for (const char *p = strstr(script, "$here/"); p; p = strstr(p, "$here/")) {
+    const char *line = p;
+    while (line > script && line[-1] != '\n') line--;
     p += 6;
+    if (*line == '#') continue;
     size_t n = strcspn(p, "\"");
     for (size_t i = 0; i < n; i++) {
       char c = p[i];
