@@ -415,6 +415,16 @@ static const char *shape_init(const IrType *t) {
  * copy of a tied parameter carries the original's. */
 static const char *param_name(const IrValue *v) { return v->tied ? v->tied->name : v->name; }
 
+/* RtParam.tied: 1 for both copies of a parameter tied across stages, 2
+ * for a copy whose original this program holds too (zb-v's V puts the
+ * first and the last virtual stage on one stage). */
+static int tied_kind(const CgProgram *pr, const IrValue *v) {
+  for (int c = 0; v->tied && c < pr->nchunks; c++)
+    for (int i = 0; i < pr->chunks[c].g->params.len; i++)
+      if (pr->chunks[c].g->params.items[i] == v->tied) return 2;
+  return v->tied || ir_ptrmap_get(pr->tied, v) ? 1 : 0;
+}
+
 static void emit_params(CgEmitter *e, const CgProgram *pr) {
   static const char *init[] = {[IR_INIT_NONE] = "RT_INIT_ZEROS", [IR_INIT_NORMAL] = "RT_INIT_NORMAL",
                                [IR_INIT_ZEROS] = "RT_INIT_ZEROS", [IR_INIT_ONES] = "RT_INIT_ONES"};
@@ -443,7 +453,7 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
            v->type.rank >= 2, split, split ? v->shard.dim : 0,
            split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
            v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0),
-           v->tied || ir_ptrmap_get(pr->tied, v) ? 1 : 0);
+           tied_kind(pr, v));
     }
   }
   if (total == 0) emit(e, "{0},");
