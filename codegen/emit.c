@@ -247,7 +247,9 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
  * progress. */
 static void emit_after_backward(CgEmitter *e, int first, int last) {
   const CgChunk *c = e->chunk;
-  if (!c || !c->nbuckets || first < e->plan->boundary) return;
+  /* Split, the sends of a stage post B's gradient and go on computing (a
+   * W): the message moves only while the sender is inside MPI. */
+  if (!c || (!c->nbuckets && !e->g->wsplit) || first < e->plan->boundary) return;
   /* Split, a bucket is final only in W (B of the last microbatch runs
    * before some W): those B completes are ready when W starts. */
   for (int b = 0; b < c->nbuckets && !(e->g->wsplit && first < e->plan->wboundary); b++)
@@ -651,6 +653,9 @@ static void emit_plan(CgEmitter *e, const CgProgram *pr) {
     emit(e, "/* Data parallelism: the runtime starts a bucket's reduction once its");
     emit(e, " * gradients are complete, and progresses reductions between nodes. */");
     emit(e, "#define BUCKET_READY(b) (ctx->bucket_ready ? ctx->bucket_ready(ctx, (b)) : (void)0)");
+    emit(e, "#define POLL() (ctx->poll ? ctx->poll(ctx) : (void)0)");
+  } else if (pr->chunks[0].g->wsplit) {
+    emit(e, "/* The runtime progresses the stage's sends between nodes. */");
     emit(e, "#define POLL() (ctx->poll ? ctx->poll(ctx) : (void)0)");
   }
   emit_blank(e);
