@@ -59,7 +59,10 @@ typedef struct RtParam {
   /* Pipeline parallelism: 1 when the first and the last pipeline stage
    * each hold a copy of this parameter (the tied GPT-2 embedding; both
    * copies carry the same name); their gradients are summed over the
-   * embedding group every step, so the copies stay identical. */
+   * embedding group every step, so the copies stay identical. 2 for the
+   * last virtual stage's copy when the first stage holds both (zb-v's V
+   * placement; the original there is 1): that stage sums the two itself,
+   * and only the original is counted in norms and checkpoints. */
   int tied;
 } RtParam;
 

@@ -4,8 +4,7 @@
 # script run.
 #
 # A LLaMA-style model at the demo shape (4 layers, hidden 128, 4 heads,
-# seq 128, vocabulary 256; LLaMA because zb-v's V placement refuses the
-# tied embedding of GPT-2) trains on p = 2 stages, one thread each, with
+# seq 128, vocabulary 256) trains on p = 2 stages, one thread each, with
 # m = 8 microbatches of 2 sequences (global batch 16) under
 #   1f1b         the baseline;
 #   interleaved  v = 2 chunks per stage (Megatron-LM's);
@@ -19,13 +18,27 @@
 # The machine may be shared: step times vary between runs (REPEAT=N runs
 # the four N times, round by round, and keeps each one's fastest).
 #
-#   bench/schedules.sh          BUILD=build-rel STEPS=20 REPEAT=2 bench/schedules.sh
+# Each rank is bound to a core (BIND=core; BIND=none lets them move). On a
+# 2-core machine shared with other jobs, unbound ranks made every schedule
+# 2-10x slower and swamped the differences between them: the same 1f1b
+# program took 0.29-2.2 s a step unbound against 0.13-0.23 s bound, in
+# alternating runs, and a trace of an unbound run showed one microbatch's
+# forward on stage 1 taking 7.5 to 284 ms (the same work) while stage 0
+# waited. Unbound, the ratios of zb-h1 and zb-v to 1f1b came out anywhere
+# from 0.45 to 1.9 (the 1.33 and 1.45 once reported among them); bound,
+# REPEAT=3 gave interleaved 0.80, zb-h1 0.91 and zb-v 0.87 in the same
+# session, against the unit-time prediction of 25.5/27 = 0.94, 25/27 =
+# 0.93 and 24.5/27 = 0.91 (F = B = W; measured, a W costs about 0.6 of an
+# F, so the W's fill less of the bubble than the tables assume).
+#
+#   bench/schedules.sh          BUILD=build-rel STEPS=20 REPEAT=2 BIND=none bench/schedules.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 SHARDC=$BUILD/shardc
 STEPS=${STEPS:-12}
 REPEAT=${REPEAT:-1}
+BIND=${BIND:-core}
 if [[ ! -x $SHARDC ]]; then
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j"$(nproc)" >/dev/null
@@ -53,7 +66,7 @@ train() {
   local args=(--data "$work/data.bin" --steps "$STEPS" --global-batch 16 --log-every 1 --quiet
               --log-json "$work/$name.jsonl")
   rm -f "$work/$name.jsonl" "$work/$name".rss.*
-  mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -x OMP_NUM_THREADS=1 \
+  mpirun --oversubscribe --bind-to "$BIND" --mca mpi_yield_when_idle 1 -x OMP_NUM_THREADS=1 \
     -np 1 /usr/bin/time -f "%M" -o "$work/$name.rss.0" "$work/$name/stage0" "${args[@]}" : \
     -np 1 /usr/bin/time -f "%M" -o "$work/$name.rss.1" "$work/$name/stage1" "${args[@]}" \
     </dev/null >"$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
@@ -86,7 +99,7 @@ for ((k = 0; k < REPEAT; k++)); do
   for s in 1f1b interleaved zb-h1 zb-v; do train "$s"; done
 done
 
-echo "pipeline schedules, p=2, m=8, LLaMA ${shape[*]}, $STEPS steps, one thread per rank, best of $REPEAT"
+echo "pipeline schedules, p=2, m=8, LLaMA ${shape[*]}, $STEPS steps, one thread per rank (bound: $BIND), best of $REPEAT"
 printf '%-12s %9s %8s %13s %8s %11s %13s\n' schedule s/step ratio "peak RSS (MB)" ratio "stash slots" "unit bubble"
 b_step=$(cat "$work/1f1b.step") b_rss=$(cat "$work/1f1b.rss")
 for s in 1f1b interleaved zb-h1 zb-v; do

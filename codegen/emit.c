@@ -247,7 +247,9 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
  * progress. */
 static void emit_after_backward(CgEmitter *e, int first, int last) {
   const CgChunk *c = e->chunk;
-  if (!c || !c->nbuckets || first < e->plan->boundary) return;
+  /* Split, the sends of a stage post B's gradient and go on computing (a
+   * W): the message moves only while the sender is inside MPI. */
+  if (!c || (!c->nbuckets && !e->g->wsplit) || first < e->plan->boundary) return;
   /* Split, a bucket is final only in W (B of the last microbatch runs
    * before some W): those B completes are ready when W starts. */
   for (int b = 0; b < c->nbuckets && !(e->g->wsplit && first < e->plan->wboundary); b++)
@@ -415,6 +417,16 @@ static const char *shape_init(const IrType *t) {
  * copy of a tied parameter carries the original's. */
 static const char *param_name(const IrValue *v) { return v->tied ? v->tied->name : v->name; }
 
+/* RtParam.tied: 1 for both copies of a parameter tied across stages, 2
+ * for a copy whose original this program holds too (zb-v's V puts the
+ * first and the last virtual stage on one stage). */
+static int tied_kind(const CgProgram *pr, const IrValue *v) {
+  for (int c = 0; v->tied && c < pr->nchunks; c++)
+    for (int i = 0; i < pr->chunks[c].g->params.len; i++)
+      if (pr->chunks[c].g->params.items[i] == v->tied) return 2;
+  return v->tied || ir_ptrmap_get(pr->tied, v) ? 1 : 0;
+}
+
 static void emit_params(CgEmitter *e, const CgProgram *pr) {
   static const char *init[] = {[IR_INIT_NONE] = "RT_INIT_ZEROS", [IR_INIT_NORMAL] = "RT_INIT_NORMAL",
                                [IR_INIT_ZEROS] = "RT_INIT_ZEROS", [IR_INIT_ONES] = "RT_INIT_ONES"};
@@ -443,7 +455,7 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
            v->type.rank >= 2, split, split ? v->shard.dim : 0,
            split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
            v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0),
-           v->tied || ir_ptrmap_get(pr->tied, v) ? 1 : 0);
+           tied_kind(pr, v));
     }
   }
   if (total == 0) emit(e, "{0},");
@@ -641,6 +653,9 @@ static void emit_plan(CgEmitter *e, const CgProgram *pr) {
     emit(e, "/* Data parallelism: the runtime starts a bucket's reduction once its");
     emit(e, " * gradients are complete, and progresses reductions between nodes. */");
     emit(e, "#define BUCKET_READY(b) (ctx->bucket_ready ? ctx->bucket_ready(ctx, (b)) : (void)0)");
+    emit(e, "#define POLL() (ctx->poll ? ctx->poll(ctx) : (void)0)");
+  } else if (pr->chunks[0].g->wsplit) {
+    emit(e, "/* The runtime progresses the stage's sends between nodes. */");
     emit(e, "#define POLL() (ctx->poll ? ctx->poll(ctx) : (void)0)");
   }
   emit_blank(e);

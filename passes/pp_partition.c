@@ -45,8 +45,11 @@
  * tied(@NAME), read by that stage's nodes. The rank programs sum the two
  * copies' gradients in the runtime, once per step (runtime/exec.c
  * sum_tied), which is the one place the sum is made: the IR holds no
- * all-reduce of them, so that it shows only what the programs run. Any
- * other sharing across stages is an error. */
+ * all-reduce of them, so that it shows only what the programs run. Under
+ * zb-v's V both virtual stages are on the first stage: the copy is made
+ * all the same (each chunk keeps its own weights and gradient slots), and
+ * that stage sums its two copies itself. Any other sharing across stages
+ * is an error. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,19 +237,9 @@ static void place(Part *P) {
   }
 }
 
-/* Whether a node of virtual stage s reads w. */
-static bool read_on(const IrGraph *g, const IrValue *w, int s) {
-  for (int j = 0; j < g->nodes.len; j++) {
-    const IrNode *n = g->nodes.items[j];
-    for (int k = 0; k < n->nin; k++)
-      if (n->in[k] == w && n->stage == s) return true;
-  }
-  return false;
-}
-
 /* Gives the last virtual stage its own copy of every parameter that the
- * first one reads too (p > 1). A parameter shared otherwise cannot be
- * kept in step by the embedding group: an error. */
+ * first one reads too (p > 1), on whichever stage the placement puts it.
+ * A parameter shared otherwise cannot be kept in step: an error. */
 static bool tie_params(Part *P) {
   IrGraph *g = P->g;
   int nparams = g->params.len;
@@ -254,16 +247,6 @@ static bool tie_params(Part *P) {
   for (int i = 0; i < nparams; i++) {
     IrValue *w = g->params.items[i], *copy = NULL;
     int first = -1, other = -1;
-    if (g->pp_vshape && read_on(g, w, 0) && read_on(g, w, P->nv - 1)) {
-      /* Both ends of the V are on the first stage: its two chunks would
-       * need their copies summed in memory, which the runtime does only
-       * across stages. */
-      ir_error(w->loc, "pipeline partition: @%s is read on the first and the last virtual stage, "
-               "which the V placement of zb-v puts on one stage; such tied parameters are not "
-               "supported there yet (use --schedule zb-h1)", w->name);
-      ok = false;
-      continue;
-    }
     for (int j = 0; j < g->nodes.len; j++) {
       IrNode *n = g->nodes.items[j];
       for (int k = 0; k < n->nin; k++) {
@@ -531,7 +514,8 @@ bool pass_pp_report(FILE *out, IrGraph *g, const PassOptions *opt) {
               w->name, nv - 1, w->tied->name,
               w->grad && w->grad->kind == IR_VAL_NODE && w->grad->def->op == IR_OP_ALL_REDUCE
                   ? "all-reduced over the embedding group"
-                  : "summed over the embedding group by the runtime, once per step");
+              : vs ? "summed on stage 0, which holds both, by the runtime, once per step"
+                   : "summed over the embedding group by the runtime, once per step");
   }
   return true;
 }

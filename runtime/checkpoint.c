@@ -215,8 +215,11 @@ static const char *const suffixes[3] = {"", ".exp_avg", ".exp_avg_sq"};
 static int gathered(const RtParam *p) { return p->split || p->unpadded > 0; }
 
 /* Whether this stage writes p: the copy of a tied parameter that the last
- * pipeline stage holds is the first stage's under the same name. */
-static int writes(const RtParam *p, const Place *L) { return !p->tied || L->at.pp == 0; }
+ * pipeline stage (or virtual stage, tied 2) holds is the first stage's
+ * under the same name. */
+static int writes(const RtParam *p, const Place *L) {
+  return !p->tied || (L->at.pp == 0 && p->tied != 2);
+}
 
 /* The whole tensors of this stage's parameters in `base` (a weights-shaped
  * array of this rank's parts) onto tensor-parallel rank 0, appended to l

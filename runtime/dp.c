@@ -259,7 +259,7 @@ double rt_mesh_grad_norm(Rt *rt) {
   const RtDp *dp = rt->dp;
   RtComms *cs = rt_tp_comms();
   /* A tied parameter's two copies hold the same summed gradient: the
-   * first stage counts it. */
+   * first stage counts it, its original only where it holds both. */
   int count_tied = rt->coord.pp == 0;
   double v[2] = {0, 0}; /* split over the tensor axis, replicated */
   if (dp && dp->zero) {
@@ -268,7 +268,7 @@ double rt_mesh_grad_norm(Rt *rt) {
     /* In a fixed order, so that every run adds the same way. */
     for (int64_t i = 0; i < dp->nranges; i++) {
       const RtParam *p = &m->params[dp->param[i]];
-      if (p->tied && !count_tied) continue;
+      if ((p->tied && !count_tied) || p->tied == 2) continue;
       v[p->split ? 0 : 1] += sq[i];
     }
     free(sq);
@@ -277,7 +277,7 @@ double rt_mesh_grad_norm(Rt *rt) {
     double *sq = rt_xmalloc((size_t)(m->nparams > 0 ? m->nparams : 1) * sizeof *sq);
     rt_param_sum_squares(m, rt->ctx.grads, sq);
     for (int p = 0; p < m->nparams; p++) {
-      if (m->params[p].tied && !count_tied) continue;
+      if ((m->params[p].tied && !count_tied) || m->params[p].tied == 2) continue;
       v[m->params[p].split ? 0 : 1] += sq[p];
     }
     free(sq);

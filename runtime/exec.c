@@ -53,6 +53,9 @@ struct RtExec {
   RtCommReq **fwd_req;
   int *tied;                 /* parameters tied across stages, by name */
   int ntied;
+  int *pair;                 /* [2 * npairs]: original, copy; both on this stage (V) */
+  int npairs;
+  real *pair_host;           /* host staging for their sum */
   double loss_sum;
   int opt_steps;
 };
@@ -148,6 +151,34 @@ static void check_tied(Rt *rt, RtExec *x) {
              both[0], both[1], both[2], both[3]);
 }
 
+/* The copies of a tied parameter that this stage holds both of (tied 2,
+ * and the original of the same name), in table order: the V placement's
+ * first stage. Each copy belongs to its own chunk, with its own gradient
+ * slot and bucket; sum_tied adds them here, not over the embedding group. */
+static void find_pairs(Rt *rt, RtExec *x) {
+  const RtModel *m = rt->model;
+  int64_t most = 0;
+  x->pair = rt_xcalloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *x->pair);
+  for (int i = 0; i < m->nparams; i++) {
+    if (m->params[i].tied != 2) continue;
+    int orig = -1;
+    for (int j = 0; j < m->nparams && orig < 0; j++)
+      if (m->params[j].tied == 1 && !strcmp(m->params[j].name, m->params[i].name)) orig = j;
+    if (orig < 0 || m->params[orig].numel != m->params[i].numel)
+      rt_fatal(m->name, "internal error: the copy of tied %s has no original on stage %d",
+               m->params[i].name, x->stage);
+    x->pair[2 * x->npairs] = orig, x->pair[2 * x->npairs + 1] = i, x->npairs++;
+    if (m->params[i].numel > most) most = m->params[i].numel;
+  }
+  if (x->npairs) x->pair_host = rt_xmalloc((size_t)(2 * most) * sizeof(real));
+}
+
+static int paired(const RtExec *x, int param) {
+  for (int k = 0; k < 2 * x->npairs; k++)
+    if (x->pair[k] == param) return 1;
+  return 0;
+}
+
 void rt_exec_init(Rt *rt) {
   const RtModel *m = rt->model;
   rt->exec = NULL;
@@ -201,8 +232,9 @@ void rt_exec_init(Rt *rt) {
   /* Tied parameters in name order, the same on the first and the last
    * stage whatever order their tables list them in. */
   x->tied = rt_xcalloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *x->tied);
+  find_pairs(rt, x);
   for (int i = 0; i < m->nparams; i++)
-    if (m->params[i].tied) x->tied[x->ntied++] = i;
+    if (m->params[i].tied && !paired(x, i)) x->tied[x->ntied++] = i;
   sort_model = m;
   qsort(x->tied, (size_t)x->ntied, sizeof *x->tied, by_name);
   if (x->ntied && !x->embed)
@@ -234,6 +266,8 @@ void rt_exec_free(Rt *rt) {
   free(x->fwd_out);
   free(x->fwd_req);
   free(x->tied);
+  free(x->pair);
+  free(x->pair_host);
   rt_dev_free(x->temps);
   free(x);
   rt->exec = NULL;
@@ -416,10 +450,28 @@ static void wgrad(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   *slot = NULL;
 }
 
+/* The two copies on this stage: g0 = g1 = g0 + g1, through the host (the
+ * device layer has no addition). Two addends give the same bits in either
+ * order, so this is the sum the embedding group would make. */
+static void sum_pairs(Rt *rt, RtExec *x) {
+  const RtModel *m = rt->model;
+  for (int k = 0; k < x->npairs; k++) {
+    const RtParam *p0 = &m->params[x->pair[2 * k]], *p1 = &m->params[x->pair[2 * k + 1]];
+    int64_t n = p0->numel, bytes = n * (int64_t)sizeof(real);
+    real *a = x->pair_host, *b = x->pair_host + n;
+    rt_dev_to_host(a, rt->ctx.grads + p0->offset, bytes);
+    rt_dev_to_host(b, rt->ctx.grads + p1->offset, bytes);
+    for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    rt_dev_from_host(rt->ctx.grads + p0->offset, a, bytes);
+    rt_dev_from_host(rt->ctx.grads + p1->offset, a, bytes);
+  }
+}
+
 /* The two copies of each tied parameter get the sum of their gradients:
  * after every backward of the step (inside one it would wait for a stage
  * that waits for this one). */
 static void sum_tied(Rt *rt, RtExec *x) {
+  sum_pairs(rt, x);
   if (!x->embed || rt_comm_size(x->embed) < 2) return;
   for (int i = 0; i < x->ntied; i++) {
     const RtParam *p = &rt->model->params[x->tied[i]];
@@ -432,9 +484,17 @@ static void sum_tied(Rt *rt, RtExec *x) {
  * parameter sit at different places in differently cut buckets, and MPI
  * may add the replicas' parts in another order for each: the copies would
  * drift apart in the last bits, step after step. The first stage's copy,
- * after the update, is made the last stage's too. */
+ * after the update, is made the last stage's too (or, both on the first
+ * stage, the last virtual stage's). */
 static void sync_tied(Rt *rt, RtExec *x) {
-  if (!x->embed || rt_comm_size(x->embed) < 2 || rt->mesh.dp <= 2) return;
+  if (rt->mesh.dp <= 2) return;
+  for (int k = 0; k < x->npairs; k++) {
+    const RtParam *p0 = &rt->model->params[x->pair[2 * k]];
+    const RtParam *p1 = &rt->model->params[x->pair[2 * k + 1]];
+    rt_dev_copy(rt->ctx.weights + p1->offset, rt->ctx.weights + p0->offset,
+                p0->numel * (int64_t)sizeof(real));
+  }
+  if (!x->embed || rt_comm_size(x->embed) < 2) return;
   for (int i = 0; i < x->ntied; i++) {
     const RtParam *p = &rt->model->params[x->tied[i]];
     rt_comm_broadcast(x->embed, rt->ctx.weights + p->offset, p->numel, RT_COMM_REAL, 0);

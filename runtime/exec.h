@@ -19,7 +19,8 @@
  * hang.
  *
  * OPT_STEP sums the gradients of tied parameters over the embedding group
- * (first and last stage), once, after every backward of the step, then
+ * (first and last stage), or on the first stage where it holds both copies
+ * (RtParam.tied 2), once, after every backward of the step, then
  * hands over to rt_update (data-parallel waits, norm, optimizer). */
 #ifndef SHARD_RT_EXEC_H
 #define SHARD_RT_EXEC_H

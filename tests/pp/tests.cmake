@@ -26,6 +26,9 @@ pp_test(gpt2_p2v2_layout 0 ${PP_GPT2} -D layers=5 --pp 2 --vpp 2 --pp-layout 1,2
 pp_test(llama_p3 0 ${PP_LLAMA} -D layers=5 --pp 3 --verify-each --emit-ir --report pp)
 # Megatron-LM's interleaved placement: p=4, v=2, 16 layers: stage 1 holds 2,3 and 10,11.
 pp_test(placement_p4v2 0 ${PP_GPT2} -D layers=16 --pp 4 --vpp 2 --report pp)
+# zb-v's V placement: stage 1 holds 2,3 and 12,13; stage 0 holds both ends
+# and both copies of the tied wte, whose gradients it sums itself.
+pp_test(placement_p4v2_zbv 0 ${PP_GPT2} -D layers=16 --pp 4 --vpp 2 --schedule zb-v --report pp)
 # A layout may leave the first and last virtual stage without layers.
 pp_test(layout_empty_ends 0 ${PP_GPT2} -D layers=5 --pp 3 --pp-layout 0,5,0 --report pp)
 

@@ -44,9 +44,9 @@ esac
 # here without an edit: SCHEDULES lists them, and suits tells whether one
 # takes p stages of v chunks with d replicas (m = GB / (2 d) microbatches).
 SCHEDULES=$("$SHARDC" schedule --list | awk '{ print $1 }')
-# The placement must suit the model too: zb-v's V puts the first and the
-# last virtual stage on one stage, where a tied embedding is refused, so
-# the model is partitioned as well (compile without a target writes nothing).
+# The placement must suit the model too (pp-partition may refuse a
+# layout the schedule takes), so the model is partitioned as well
+# (compile without a target writes nothing).
 suits() {
   # shellcheck disable=SC2086
   "$SHARDC" schedule "$MODELS/$MODEL.shard" $DEFS --pp "$2" --vpp "$3" --dp "$4" \
@@ -80,11 +80,15 @@ quick_configs() {
   done
   # The zero-bubble schedules (backward split into B and W) on more
   # shapes: tensor with sequence parallelism, four stages, ZeRO-1 on two
-  # chunks; each where the model takes it.
+  # chunks; each where the model takes it. zb-v also with ZeRO-1 over four
+  # replicas: the first stage holds both copies of GPT-2's tied embedding
+  # and, with d > 2, makes the second copy's weights the first's.
   for s in zb-h1 zb-v; do
     v=1
     suits "$s" 2 1 1 || v=2
-    for c in "2 2 1 $v $s 0 1" "1 4 1 $v $s 0 0" "1 2 2 $v $s 1 0"; do
+    d4=
+    [ "$s" = zb-v ] && d4="1 2 4 $v $s 1 0"
+    for c in "2 2 1 $v $s 0 1" "1 4 1 $v $s 0 0" "1 2 2 $v $s 1 0" ${d4:+"$d4"}; do
       # shellcheck disable=SC2086
       set -- $c
       [ "$c" = "1 2 2 1 $s 1 0" ] && continue # the loop above has it

@@ -50,13 +50,10 @@ sched_golden(err_unknown 1 gpt2.shard --schedule zigzag)
 sched_golden(err_batch 1 gpt2.shard --dp 4 --global-batch 10)
 
 # The zero-bubble schedules: zb-h1's JSON (the unit-time bubble, its
-# formula and the slots held until W), zb-v's summary, and zb-v refusing
-# GPT-2's tied embedding, which its V would put twice on the first stage.
+# formula and the slots held until W) and zb-v's summary (its placement
+# with GPT-2's tied embedding: pp/placement_p4v2_zbv).
 sched_golden(zb_h1_json 0 gpt2.shard --pp 4 --global-batch 8 --schedule zb-h1 --json)
 sched_golden(zb_v_text 0 gpt2.shard --pp 4 --vpp 2 --global-batch 8 --schedule zb-v)
-add_test(NAME schedule/err_zb_v_tied
-         COMMAND ${EXPECT} ${SCHED_DIR}/err_zb_v_tied.expected 1 --cd ${MODELS_DIR}
-                 -- ${SHARDC} compile gpt2.shard -D layers=4 --pp 2 --vpp 2 --schedule zb-v)
 
 # Interleaving for m not a multiple of p, in microbatch groups of N
 # (Megatron-LM's microbatch_group_size_per_vp_stage), and a group that
