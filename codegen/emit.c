@@ -598,6 +598,12 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   emit(e, ".mesh_dp = %d,", cg_mesh(e->g, IR_AXIS_DATA));
   emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
+  /* A plan that keeps the logits in 2-byte reals (PassMemPolicy.low_bytes)
+   * says so, for the runtime's sampling. */
+  const PassMemPlan *lp = e->chunks[e->nchunks - 1].plan;
+  const PassBuf *lb = mi->logits ? pass_memplan_find(lp, mi->logits) : NULL;
+  if (lb && lp->policy.low_bytes && lb->bytes < ir_type_numel(&mi->logits->type) * lp->real_bytes)
+    emit(e, ".logits_bf16 = 1,");
   if (pr->table) {
     emit(e, ".schedule = %s,", cstr(pr->schedule));
     emit(e, ".actions = actions,");
