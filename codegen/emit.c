@@ -872,6 +872,9 @@ bool cg_emit(const CgLayout *l) {
     names[r] = pr->name;
     if (o->plan_out)
       print_plan(o->plan_out, pr, l->real_bytes, l->policy.threads, l->pp > 1, o->act_without);
+    if (o->plan_out && l->policy.low_bytes)
+      fprintf(o->plan_out, "  (activations and temporaries in %d-byte reals: --precision bf16)\n",
+              l->policy.low_bytes);
     CgEmitter pe;
     emitter_begin(&pe, l, pr->chunks, pr->nchunks);
     emit_program(&pe, &l->model, pr);
