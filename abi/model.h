@@ -182,6 +182,9 @@ typedef struct RtModel {
   /* Columns of this rank's logits: vocab, or with tensor parallelism its
    * part of the padded vocabulary (0 means vocab). */
   int64_t logits_cols;
+  /* 1 where the logits are bf16, 2 bytes a column (the CUDA target's
+   * --precision bf16); 0: reals. */
+  int logits_bf16;
   /* Pipeline parallelism (p > 1): this stage's action table
    * (abi/schedule.h), built for `microbatches` microbatches per step
    * on each data-parallel replica. NULL when p = 1: the runtime then runs

@@ -53,6 +53,10 @@ typedef struct CgOptions {
   /* The CUDA target: the GPU architecture its programs are built for
    * (nvcc -arch; NULL: sm_90). */
   const char *cuda_arch;
+  /* The CUDA target's --precision bf16: the step's activations in bf16
+   * (the memory plan sizes them at 2 bytes), weights, gradients and
+   * optimizer state in the program's real. */
+  bool bf16;
   /* Per rank program (pipeline stage): the activation bytes it keeps
    * without recomputation, printed under its own (--recompute); NULL:
    * not printed. */

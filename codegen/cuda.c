@@ -1,4 +1,4 @@
-/* The CUDA target: one GPU, fp32. The program is CUDA C++ (.cu) whose host
+/* The CUDA target: one GPU, fp32 or bf16 (--precision bf16: below). The program is CUDA C++ (.cu) whose host
  * code calls the kernels of kernels/cuda/kernels_cuda.h (GEMMs through
  * cuBLASLt) on the device layer's stream, and each chain of elementwise
  * ops becomes one generated __global__ kernel that reads and writes each
@@ -12,7 +12,16 @@
  * (runtime/comm_nccl.c) carries; pipeline messages are the runtime's. The
  * tensor-parallel forms (tp_slice, the vocabulary-parallel embedding and
  * loss, per-rank dropout) take the rank's place from ctx->tp at run time,
- * as on the CPU (cpu_tp.c), so one program serves every tensor rank. */
+ * as on the CPU (cpu_tp.c), so one program serves every tensor rank.
+ *
+ * bf16 (one rank for now): the memory plan sizes the step's own values
+ * (activations, their gradients, temporaries) at 2 bytes; weights stay
+ * the fp32 masters, read through their bf16 working copy (W16, from
+ * rt_dev_weights_bf16 of device_cuda.c), and the gradients of the weights,
+ * the optimizer state, the graph's inputs and outputs (the loss) stay
+ * fp32. Whether a value is bf16 is read off the plan (low()); each kernel
+ * is called in its _bf16 form where its activations are, with typed
+ * pointers, so a call that mixes the two wrongly does not compile. */
 #include <string.h>
 
 #include "target.h"
@@ -76,7 +85,32 @@ static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i];
 static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
 static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
 static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
-static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
+
+/* The bf16 programs: those whose plan sizes the step's values at 2 bytes. */
+static bool bf16_mode(CgEmitter *e) { return e->plan->policy.low_bytes == 2; }
+
+/* Whether the kernels see v as bf16: a weight (its working copy) or a
+ * value the plan sized at 2 bytes an element. */
+static bool low(CgEmitter *e, const IrValue *v) {
+  if (!bf16_mode(e) || v->type.dtype == IR_I32 || v->type.dtype == IR_I64) return false;
+  const PassBuf *b = cg_buf(e, v);
+  if (b->region == PASS_REGION_WEIGHTS) return true;
+  if (b->region == PASS_REGION_GRADS || b->region == PASS_REGION_NONE) return false;
+  return b->bytes < numel(v) * e->plan->real_bytes;
+}
+
+static const char *sfx(CgEmitter *e, const IrValue *v) { return low(e, v) ? "_bf16" : ""; }
+
+/* A typed pointer to v: real * or, for a bf16 value, kc_bf16 * (a weight's
+ * working copy). */
+static const char *ref(CgEmitter *e, const IrValue *v) {
+  const char *r = cg_ref(e, v);
+  if (!low(e, v)) return r;
+  if (cg_buf(e, v)->region == PASS_REGION_WEIGHTS) return ir_fmt("W16%s", r + 3);
+  return ir_fmt("BF(%s)", r);
+}
+
+static const char *ctype(CgEmitter *e, const IrValue *v) { return low(e, v) ? "kc_bf16" : "real"; }
 
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
 
@@ -145,6 +179,9 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
   }
   int64_t N = ir_type_numel(f.shape);
   f.vectorizable = N > 0 && N % 4 == 0;
+  /* The vector loop moves float4: fp32 runs only. */
+  for (int l = 0; l < f.nloads; l++) f.vectorizable &= !low(e, f.loads[l].v);
+  for (int k = 0; k < f.nstores; k++) f.vectorizable &= !low(e, f.stores[k]);
   return f;
 }
 
@@ -153,6 +190,7 @@ static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v)
       return f->vec && f->loads[l].full ? ir_fmt("x%dl[l]", l)
+             : low(e, v)                ? ir_fmt("cu_f(x%d[%s])", l, f->loads[l].index)
                                         : ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
 }
@@ -200,7 +238,9 @@ static void emit_element(CgEmitter *e, const Fused *f) {
       const PassBuf *b = cg_buf(e, n->out[j]);
       const char *x = elem_expr(n, j, a);
       emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
-      if (b->region != PASS_REGION_NONE)
+      if (b->region != PASS_REGION_NONE && low(e, n->out[j]))
+        emit(e, "y%d[i] = cu_b(%s);", nstore++, reg(e, n->out[j]));
+      else if (b->region != PASS_REGION_NONE)
         emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
              b->region == PASS_REGION_GRADS ? "+" : "", reg(e, n->out[j]));
       else if (b->uses == 0)
@@ -257,8 +297,10 @@ static void emit_vector_loop(CgEmitter *e, Fused *f) {
 static void emit_fused_kernel(CgEmitter *e, int first, int last) {
   Fused f = fused_of(e, first, last);
   char *params = ir_strdup("int vec");
-  for (int l = 0; l < f.nloads; l++) params = ir_fmt("%s, const real *__restrict__ x%d", params, l);
-  for (int s = 0; s < f.nstores; s++) params = ir_fmt("%s, real *__restrict__ y%d", params, s);
+  for (int l = 0; l < f.nloads; l++)
+    params = ir_fmt("%s, const %s *__restrict__ x%d", params, ctype(e, f.loads[l].v), l);
+  for (int s = 0; s < f.nstores; s++)
+    params = ir_fmt("%s, %s *__restrict__ y%d", params, ctype(e, f.stores[s]), s);
   emit(e, "__global__ void %s(%s) {", kernel_name(e, first), params);
   e->depth++;
   emit(e, "const int64_t step = (int64_t)gridDim.x * blockDim.x;");
@@ -339,11 +381,49 @@ static void gemm_workspace(CgEmitter *e, int index) {
        (long long)e->plan->scratch_offset[index], (long long)(CUDA_GEMM_WORKSPACE - 256));
 }
 
-static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *A,
-                 int64_t lda, const char *B, int64_t ldb, bool add, const char *C, int64_t ldc) {
-  emit(e, "k_cuda_gemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", ta, tb,
-       (long long)M, (long long)N, (long long)K, A, (long long)lda, B, (long long)ldb,
-       add ? "1.0f" : "0.0f", C, (long long)ldc);
+/* The cuBLASLt types of a product's inputs (both bf16 or both fp32) and
+ * output; false, with an error, for inputs of two precisions. */
+typedef struct GemmTypes {
+  bool ab, c; /* bf16 */
+} GemmTypes;
+
+static bool gemm_types(CgEmitter *e, const IrNode *n, const IrValue *a, const IrValue *b,
+                       const IrValue *c, GemmTypes *t) {
+  t->ab = low(e, a), t->c = low(e, c);
+  if (t->ab == low(e, b)) return true;
+  cg_error(e, n, "bf16: a product of a bf16 and an fp32 operand");
+  return false;
+}
+
+static const char *kc_type(bool bf) { return bf ? "KC_BF16" : "KC_F32"; }
+
+/* A (strided batched when batch > 1) GEMM; fp32 throughout as k_cuda_gemm,
+ * otherwise k_cuda_gemm_ex with the types. */
+static void gemm_t(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                   int64_t K, const char *A, int64_t lda, int64_t sa, const char *B, int64_t ldb,
+                   int64_t sb, bool add, const char *C, int64_t ldc, int64_t sc) {
+  if (!t.ab && !t.c && batch == 1)
+    emit(e, "k_cuda_gemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", ta,
+         tb, (long long)M, (long long)N, (long long)K, A, (long long)lda, B, (long long)ldb,
+         add ? "1.0f" : "0.0f", C, (long long)ldc);
+  else if (!t.ab && !t.c)
+    emit(e, "k_cuda_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1.0f, %s, %lld, %lld, %s, %lld, "
+            "%lld, %s, %s, %lld, %lld);",
+         ta, tb, (long long)batch, (long long)M, (long long)N, (long long)K, A, (long long)lda,
+         (long long)sa, B, (long long)ldb, (long long)sb, add ? "1.0f" : "0.0f", C,
+         (long long)ldc, (long long)sc);
+  else
+    emit(e, "k_cuda_gemm_ex(%s, %s, %d, %d, %lld, %lld, %lld, %lld, 1.0f, %s, %lld, %lld, %s, "
+            "%lld, %lld, %s, %s, %lld, %lld);",
+         kc_type(t.ab), kc_type(t.c), ta, tb, (long long)batch, (long long)M, (long long)N,
+         (long long)K, A, (long long)lda, (long long)sa, B, (long long)ldb, (long long)sb,
+         add ? "1.0f" : "0.0f", C, (long long)ldc, (long long)sc);
+}
+
+static void gemm(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                 const char *A, int64_t lda, const char *B, int64_t ldb, bool add, const char *C,
+                 int64_t ldc) {
+  gemm_t(e, t, ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, add, C, ldc, 0);
 }
 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
@@ -361,18 +441,16 @@ static void emit_matmul(CgEmitter *e, int index) {
   int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
   int64_t lda = ta ? m : k, ldb = tb ? k : nn;
   bool add = into_grads(e, y);
+  GemmTypes t;
+  if (!gemm_types(e, n, a, b, y, &t)) return;
   gemm_workspace(e, index);
   if (batch == 1) {
-    gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
+    gemm(e, t, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
   } else if (bb == 1 && !ta && ba == batch) {
-    gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
+    gemm(e, t, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, add, ref(e, y), nn);
   } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
-    emit(e, "k_cuda_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1.0f, %s, %lld, %lld, %s, %lld, "
-            "%lld, %s, %s, %lld, %lld);",
-         ta, tb, (long long)batch, (long long)m, (long long)nn, (long long)k, ref(e, a),
-         (long long)lda, (long long)(ba == 1 ? 0 : m * k), ref(e, b), (long long)ldb,
-         (long long)(bb == 1 ? 0 : k * nn), add ? "1.0f" : "0.0f", ref(e, y), (long long)nn,
-         (long long)(m * nn));
+    gemm_t(e, t, ta, tb, batch, m, nn, k, ref(e, a), lda, ba == 1 ? 0 : m * k, ref(e, b), ldb,
+           bb == 1 ? 0 : k * nn, add, ref(e, y), nn, m * nn);
   } else {
     cg_error(e, n, "batch dims that neither match nor are shared");
   }
@@ -387,18 +465,22 @@ static void emit_linear(CgEmitter *e, int index) {
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t in = dim(x, -1), out = dim(y, -1), rows = rows_of(x);
   bool add = into_grads(e, y);
+  GemmTypes t;
+  if (!gemm_types(e, n, x, w, y, &t)) return;
   gemm_workspace(e, index);
-  if (n->nin == 3 && !add) {
-    emit(e, "k_cuda_gemm_epilogue(KC_F32, KC_F32, KC_EPI_BIAS, %s, 0, %d, %lld, %lld, %lld, 1.0f, "
+  /* The epilogue's bias is of the output's type. */
+  if (n->nin == 3 && !add && low(e, n->in[2]) == t.c) {
+    emit(e, "k_cuda_gemm_epilogue(%s, %s, KC_EPI_BIAS, %s, 0, %d, %lld, %lld, %lld, 1.0f, "
             "%s, %lld, %s, %lld, 0.0f, %s, %lld);",
-         ref(e, n->in[2]), tr, (long long)rows, (long long)out, (long long)in, ref(e, x),
-         (long long)in, ref(e, w), (long long)(tr ? in : out), ref(e, y), (long long)out);
+         kc_type(t.ab), kc_type(t.c), ref(e, n->in[2]), tr, (long long)rows, (long long)out,
+         (long long)in, ref(e, x), (long long)in, ref(e, w), (long long)(tr ? in : out),
+         ref(e, y), (long long)out);
     return;
   }
-  gemm(e, 0, tr, rows, out, in, ref(e, x), in, ref(e, w), tr ? in : out, add, ref(e, y), out);
+  gemm(e, t, 0, tr, rows, out, in, ref(e, x), in, ref(e, w), tr ? in : out, add, ref(e, y), out);
   if (n->nin == 3)
-    emit(e, "k_cuda_add_bias(%s, %s, %lld, %lld);", ref(e, y), ref(e, n->in[2]), (long long)rows,
-         (long long)out);
+    emit(e, "k_cuda_add_bias%s(%s, %s, %lld, %lld);", sfx(e, y), ref(e, y), ref(e, n->in[2]),
+         (long long)rows, (long long)out);
 }
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
@@ -407,8 +489,10 @@ static void emit_linear_dx(CgEmitter *e, int index) {
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t out = dim(dy, -1), in = dim(dx, -1);
+  GemmTypes t;
+  if (!gemm_types(e, n, dy, w, dx, &t)) return;
   gemm_workspace(e, index);
-  gemm(e, 0, !tr, rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
+  gemm(e, t, 0, !tr, rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
        into_grads(e, dx), ref(e, dx), in);
 }
 
@@ -420,28 +504,45 @@ static void emit_linear_dw(CgEmitter *e, int index) {
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
   bool add = into_grads(e, dw);
+  GemmTypes t;
+  if (!gemm_types(e, n, x, dy, dw, &t)) return;
   gemm_workspace(e, index);
   if (tr)
-    gemm(e, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, add, ref(e, dw), in);
+    gemm(e, t, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, add, ref(e, dw), in);
   else
-    gemm(e, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy), out, add, ref(e, dw), out);
+    gemm(e, t, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy), out, add, ref(e, dw), out);
 }
 
 /* ----------------------------------------------------------------- layout */
 
+/* y = x, a cast where one is bf16 and the other not. */
 static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
-  emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(real), cudaMemcpyDeviceToDevice, "
-          "k_cuda_stream()));",
-       ref(e, y), ref(e, x), (long long)numel(x));
+  if (low(e, x) != low(e, y))
+    emit(e, "k_cuda_cast_%s(%s, %s, %lld);", low(e, y) ? "f32_bf16" : "bf16_f32", ref(e, y),
+         ref(e, x), (long long)numel(x));
+  else
+    emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(%s), cudaMemcpyDeviceToDevice, "
+            "k_cuda_stream()));",
+         ref(e, y), ref(e, x), (long long)numel(x), ctype(e, x));
+}
+
+/* The shared layout calls (layout_ops.c) take untyped pointers: for bf16
+ * the prologue's cu_bf16_* wrappers. */
+static const char *layout_prefix(CgEmitter *e, const IrNode *n) {
+  return low(e, n->in[0]) ? "cu_bf16_" : "k_cuda_";
 }
 
 static void emit_transpose(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  if (!cg_transpose_call(e, n, "k_cuda_")) emit_copy(e, n->out[0], n->in[0]);
+  if (!cg_transpose_call(e, n, layout_prefix(e, n))) emit_copy(e, n->out[0], n->in[0]);
 }
 
-static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), true, "k_cuda_"); }
-static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), false, "k_cuda_"); }
+static void emit_split_heads(CgEmitter *e, int index) {
+  cg_heads_call(e, node_at(e, index), true, layout_prefix(e, node_at(e, index)));
+}
+static void emit_merge_heads(CgEmitter *e, int index) {
+  cg_heads_call(e, node_at(e, index), false, layout_prefix(e, node_at(e, index)));
+}
 
 /* A split that is not a view: one strided block copy per part. */
 static void emit_split(CgEmitter *e, int index) {
@@ -450,7 +551,7 @@ static void emit_split(CgEmitter *e, int index) {
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
   int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
   for (int j = 0; j < n->nout; j++)
-    emit(e, "k_cuda_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", ref(e, n->out[j]), (long long)part,
+    emit(e, "k_cuda_copy2d%s(%s, %lld, %s%s, %lld, %lld, %lld);", sfx(e, x), ref(e, n->out[j]), (long long)part,
          ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
          (long long)outer, (long long)part);
 }
@@ -462,7 +563,7 @@ static void emit_concat(CgEmitter *e, int index) {
   int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
   for (int j = 0; j < n->nin; j++) {
     int64_t c = numel(n->in[j]) / outer;
-    emit(e, "k_cuda_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", ref(e, y),
+    emit(e, "k_cuda_copy2d%s(%s%s, %lld, %s, %lld, %lld, %lld);", sfx(e, y), ref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, ref(e, n->in[j]),
          (long long)c, (long long)outer, (long long)c);
     at += c;
@@ -477,9 +578,22 @@ static void emit_sum_to(CgEmitter *e, int index) {
   int64_t N = numel(x), M = numel(y);
   switch (bc.kind) {
   case CG_BC_FULL: emit_copy(e, y, x); return;
+  default: break;
+  }
+  /* A bf16 sum (not a weight's gradient): the prologue's kernel, one
+   * thread per column adding the rows in order in double. */
+  if (low(e, y) && bc.kind != CG_BC_ROW) {
+    emit(e, "cu_sum_rows<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %lldLL, "
+            "%lldLL);",
+         (long long)M, ref(e, y), ref(e, x), (long long)(N / M), (long long)M);
+    emit(e, "CU_LAUNCHED();");
+    return;
+  }
+  switch (bc.kind) {
+  case CG_BC_FULL: return;
   case CG_BC_SCALAR:
   case CG_BC_SUFFIX:
-    emit(e, "k_cuda_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M),
+    emit(e, "k_cuda_sum_rows%s(%s, %s, %lld, %lld);", sfx(e, x), ref(e, y), ref(e, x), (long long)(N / M),
          (long long)M);
     return;
   case CG_BC_ROW:
@@ -521,13 +635,13 @@ static void emit_attention(CgEmitter *e, int index) {
   attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   if (n->op == IR_OP_ATTENTION)
-    emit(e, "k_cuda_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
-         ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
+    emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
+         sfx(e, q), ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal);
   else
-    emit(e, "k_cuda_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, "
-            "%d, %s);",
-         ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
+    emit(e, "k_cuda_attention_bwd%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
+            "%lld, %d, %s);",
+         sfx(e, q), ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
          ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal,
          scratch(e, index));
@@ -536,7 +650,7 @@ static void emit_attention(CgEmitter *e, int index) {
 static void emit_layernorm(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rows_of(x),
        (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
@@ -544,7 +658,7 @@ static void emit_layernorm(CgEmitter *e, int index) {
 static void emit_rmsnorm(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
@@ -556,7 +670,7 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
-  emit(e, "k_cuda_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", ref(e, n->out[0]),
+  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
        ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
        cg_real(ir_attr_float(n, "eps")), scratch(e, index));
@@ -565,7 +679,7 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", ref(e, n->out[0]),
+  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
        ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
        (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")), scratch(e, index));
 }
@@ -573,14 +687,14 @@ static void emit_rmsnorm_grad(CgEmitter *e, int index) {
 static void emit_softmax(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_softmax_fwd%s(%s, %s, %lld, %lld);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        (long long)rows_of(x), (long long)dim(x, -1));
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_softmax_bwd%s(%s, %s, %s, %lld, %lld);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
 }
 
@@ -588,6 +702,10 @@ static void emit_causal_mask(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int64_t s = dim(x, -1);
+  if (low(e, x)) {
+    cg_error(e, n, "bf16: no bf16 causal mask (the attention op has its own)");
+    return;
+  }
   emit(e, "k_cuda_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
        (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
@@ -596,7 +714,7 @@ static void emit_rope(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
-  emit(e, "k_cuda_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        (long long)(numel(x) / (dim(x, -2) * dim(x, -1))), (long long)dim(x, -2), (long long)H,
        (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
        (int)ir_attr_int(n, "inverse"));
@@ -605,8 +723,8 @@ static void emit_rope(CgEmitter *e, int index) {
 /* The mask is the CPU's, bit for bit (a function of seed, site and index). */
 static void emit_dropout(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  emit(e, "k_cuda_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
-       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+  emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]), ref(e, n->in[0]),
        (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
@@ -617,11 +735,11 @@ static void emit_loss(CgEmitter *e, int index) {
   if (!need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
-    emit(e, "k_cuda_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld, %s);", ref(e, n->out[0]),
+    emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", sfx(e, logits), ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V,
          scratch(e, index));
   else
-    emit(e, "k_cuda_cross_entropy_bwd(%s, %s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
+    emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", sfx(e, logits), ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
          (long long)V);
 }
@@ -645,12 +763,12 @@ static void emit_embedding(CgEmitter *e, int index) {
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) {
-    emit(e, "k_cuda_embedding_fwd(%s, %s, %s, %lld, %lld);", ref(e, y), ref(e, ids),
+    emit(e, "k_cuda_embedding_fwd%s(%s, %s, %s, %lld, %lld);", sfx(e, y), ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, -1));
   } else if (into_grads(e, y)) {
     emit_embedding_add(e, n, "0", dim(y, 0));
   } else {
-    emit(e, "k_cuda_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
+    emit(e, "k_cuda_embedding_bwd%s(%s, %s, %s, %lld, %lld, %lld);", sfx(e, n->in[1]), ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
   }
 }
@@ -665,7 +783,7 @@ static void emit_arange(CgEmitter *e, int index) {
 static void emit_zeros(CgEmitter *e, int index) {
   const IrValue *y = node_at(e, index)->out[0];
   emit(e, "CU_CHECK(cudaMemsetAsync(%s, 0, %lld * sizeof(%s), k_cuda_stream()));", ref(e, y),
-       (long long)numel(y), y->type.dtype == IR_I32 ? "int32_t" : "real");
+       (long long)numel(y), y->type.dtype == IR_I32 ? "int32_t" : ctype(e, y));
 }
 
 static void emit_reshape(CgEmitter *e, int index) {
@@ -842,7 +960,8 @@ static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *g
   int64_t n = numel(grad);
   if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
   /* The param's slot in the gradients: where WGT(...) is in the weights. */
-  emit(e, "k_cuda_accumulate(GRD%s, %s, %lld);", cg_ref(e, param) + 3, ref(e, grad), (long long)n);
+  emit(e, "k_cuda_accumulate%s(GRD%s, %s, %lld);", sfx(e, grad), cg_ref(e, param) + 3, ref(e, grad),
+       (long long)n);
 }
 
 /* Only a compiler built with the CUDA libraries can write a build file
@@ -860,6 +979,14 @@ static void check_supported(CgEmitter *e) {
       cuda_state(e)->refused = true;
       return;
     }
+  if (bf16_mode(e) && (e->nchunks > 1 || cg_mesh(e->g, IR_AXIS_TENSOR) > 1 ||
+                      cg_mesh(e->g, IR_AXIS_DATA) > 1)) {
+    ir_error(ir_cmdline, "cuda target: --precision bf16 runs on one rank for now; compile with "
+                         "t = p = d = 1, or with --precision fp32");
+    e->errors++;
+    cuda_state(e)->refused = true;
+    return;
+  }
   if (e->plan->real_bytes != 4) {
     ir_error(ir_cmdline, "cuda target: the programs are fp32 (--dtype f64 is for gradient checks, "
                          "on the CPU target)");
@@ -935,6 +1062,51 @@ static void emit_tp_prologue(CgEmitter *e) {
   emit_blank(e);
 }
 
+/* What the bf16 programs add: the typed pointers of ref(), the weights'
+ * working copy, the conversions of the fused kernels and the bf16 forms of
+ * the shared layout calls (layout_prefix). */
+static void emit_bf16_prologue(CgEmitter *e) {
+  emit(e, "/* bf16: the step's values are bf16 (kc_bf16, its bits), the weights are read");
+  emit(e, " * from their bf16 working copy, which the device layer keeps fresh. */");
+  emit(e, "extern \"C\" uint16_t *rt_dev_weights_bf16(const real *w, int64_t n);");
+  emit(e, "#define BF(p) ((kc_bf16 *)(p))");
+  emit(e, "#define W16(elems) (rt_dev_weights_bf16(ctx->weights, %lldLL) + (elems))",
+       (long long)e->plan->nweights);
+  emit(e, "__device__ __forceinline__ real cu_f(real x) { return x; }");
+  emit(e, "__device__ __forceinline__ real cu_f(kc_bf16 x) {");
+  emit(e, "  return __bfloat162float(__ushort_as_bfloat16(x));");
+  emit(e, "}");
+  emit(e, "__device__ __forceinline__ kc_bf16 cu_b(real x) {");
+  emit(e, "  return __bfloat16_as_ushort(__float2bfloat16(x));");
+  emit(e, "}");
+  emit(e, "__device__ __forceinline__ void cu_st(real *y, real x) { *y = x; }");
+  emit(e, "__device__ __forceinline__ void cu_st(kc_bf16 *y, real x) { *y = cu_b(x); }");
+  emit(e, "/* y[j] = the sum over r of x[r, j] (rows of n), in row order, in double. */");
+  emit(e, "template <typename TY, typename T>");
+  emit(e, "__global__ void cu_sum_rows(TY *__restrict__ y, const T *__restrict__ x, int64_t rows, "
+          "int64_t n) {");
+  emit(e, "  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;");
+  emit(e, "       j += (int64_t)gridDim.x * blockDim.x) {");
+  emit(e, "    double s = 0;");
+  emit(e, "    for (int64_t r = 0; r < rows; r++) s += cu_f(x[r * n + j]);");
+  emit(e, "    cu_st(&y[j], (real)s);");
+  emit(e, "  }");
+  emit(e, "}");
+  emit(e, "[[maybe_unused]] static void cu_bf16_transpose(real *y, const real *x, int64_t outer, "
+          "int64_t n0, int64_t mid, int64_t n1, int64_t inner) {");
+  emit(e, "  k_cuda_transpose_bf16(BF(y), (const kc_bf16 *)x, outer, n0, mid, n1, inner);");
+  emit(e, "}");
+  static const char *const heads[] = {"split", "merge"};
+  for (int k = 0; k < 2; k++) {
+    emit(e, "[[maybe_unused]] static void cu_bf16_%s_heads(real *y, const real *x, int64_t b, "
+            "int64_t s, int64_t H, int64_t d) {",
+         heads[k]);
+    emit(e, "  k_cuda_%s_heads_bf16(BF(y), (const kc_bf16 *)x, b, s, H, d);", heads[k]);
+    emit(e, "}");
+  }
+  emit_blank(e);
+}
+
 static void cuda_prologue(CgEmitter *e) {
   check_supported(e);
   emit(e, "#include <math.h>");
@@ -944,6 +1116,7 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "#include <time.h>");
   emit_blank(e);
   emit(e, "#include <cuda_runtime.h>");
+  if (bf16_mode(e)) emit(e, "#include <cuda_bf16.h>");
   emit_blank(e);
   emit(e, "#include \"kernels/cuda/kernels_cuda.h\"");
   emit(e, "extern \"C\" {");
@@ -964,6 +1137,7 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "#define CU_ALIGNED16(p) ((uintptr_t)(p) %% 16 == 0)");
   emit_blank(e);
   emit_tp_prologue(e);
+  if (bf16_mode(e)) emit_bf16_prologue(e);
   emit(e, "/* The generated kernels' grid: enough blocks to fill every multiprocessor a");
   emit(e, " * few times over, fewer for a small tensor; each thread strides through");
   emit(e, " * the rest. No result depends on it (no kernel here reduces). */");
@@ -1003,25 +1177,30 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "/* embedding_grad added into its slot: thread j owns column j and adds the");
   emit(e, " * rows in token order, so equal ids never race and the sums are the CPU's.");
   emit(e, " * The slot holds rows [lo, lo + V) of the table; other ids are another rank's. */");
+  if (bf16_mode(e)) emit(e, "template <typename T>");
   emit(e, "__global__ void cu_embedding_add(real *__restrict__ g, const int32_t *__restrict__ ids,");
-  emit(e, "                                 const real *__restrict__ dy, int64_t rows, int64_t h,");
+  emit(e, "                                 const %s *__restrict__ dy, int64_t rows, int64_t h,",
+       bf16_mode(e) ? "T" : "real");
   emit(e, "                                 int64_t lo, int64_t V) {");
   emit(e, "  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < h;");
   emit(e, "       j += (int64_t)gridDim.x * blockDim.x)");
   emit(e, "    for (int64_t r = 0; r < rows; r++) {");
   emit(e, "      const int64_t row = (int64_t)ids[r] - lo;");
-  emit(e, "      if (row >= 0 && row < V) g[row * h + j] += dy[r * h + j];");
+  emit(e, "      if (row >= 0 && row < V) g[row * h + j] += %s;",
+       bf16_mode(e) ? "cu_f(dy[r * h + j])" : "dy[r * h + j]");
   emit(e, "    }");
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* y[r] = the sum of row r of x [M, n], in order, in double: the CPU's order. */");
-  emit(e, "__global__ void cu_sum_last(real *__restrict__ y, const real *__restrict__ x, "
-          "int64_t M, int64_t n) {");
+  if (bf16_mode(e)) emit(e, "template <typename TY, typename T>");
+  emit(e, "__global__ void cu_sum_last(%s *__restrict__ y, const %s *__restrict__ x, "
+          "int64_t M, int64_t n) {",
+       bf16_mode(e) ? "TY" : "real", bf16_mode(e) ? "T" : "real");
   emit(e, "  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < M;");
   emit(e, "       r += (int64_t)gridDim.x * blockDim.x) {");
   emit(e, "    double s = 0;");
-  emit(e, "    for (int64_t j = 0; j < n; j++) s += x[r * n + j];");
-  emit(e, "    y[r] = (real)s;");
+  emit(e, "    for (int64_t j = 0; j < n; j++) s += %s;", bf16_mode(e) ? "cu_f(x[r * n + j])" : "x[r * n + j]");
+  emit(e, "    %s;", bf16_mode(e) ? "cu_st(&y[r], (real)s)" : "y[r] = (real)s");
   emit(e, "  }");
   emit(e, "}");
   emit_blank(e);
@@ -1192,7 +1371,8 @@ static void *cuda_state_new(CgEmitter *e) {
 
 const CgTarget cg_target_cuda = {
     .name = "cuda",
-    .doc = "CUDA C++ for NVIDIA GPUs (fp32; cuBLASLt GEMMs, NCCL between ranks, nvcc)",
+    .doc = "CUDA C++ for NVIDIA GPUs (fp32, or bf16 on one rank; cuBLASLt GEMMs, NCCL between "
+           "ranks, nvcc)",
     .source_ext = ".cu",
     .buildfile_name = "Makefile",
     .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"

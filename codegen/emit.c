@@ -610,6 +610,12 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   emit(e, ".mesh_dp = %d,", cg_mesh(e->g, IR_AXIS_DATA));
   emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
+  /* A plan that keeps the logits in 2-byte reals (PassMemPolicy.low_bytes)
+   * says so, for the runtime's sampling. */
+  const PassMemPlan *lp = e->chunks[e->nchunks - 1].plan;
+  const PassBuf *lb = mi->logits ? pass_memplan_find(lp, mi->logits) : NULL;
+  if (lb && lp->policy.low_bytes && lb->bytes < ir_type_numel(&mi->logits->type) * lp->real_bytes)
+    emit(e, ".logits_bf16 = 1,");
   if (pr->table) {
     emit(e, ".schedule = %s,", cstr(pr->schedule));
     emit(e, ".actions = actions,");
@@ -881,6 +887,9 @@ bool cg_emit(const CgLayout *l) {
     names[r] = pr->name;
     if (o->plan_out)
       print_plan(o->plan_out, pr, l->real_bytes, l->policy.threads, l->pp > 1, o->act_without);
+    if (o->plan_out && l->policy.low_bytes)
+      fprintf(o->plan_out, "  (activations and temporaries in %d-byte reals: --precision bf16)\n",
+              l->policy.low_bytes);
     CgEmitter pe;
     emitter_begin(&pe, l, pr->chunks, pr->nchunks);
     emit_program(&pe, &l->model, pr);

@@ -342,6 +342,7 @@ CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
   l->real_bytes = o->dtype == IR_F64 ? 8 : 4;
   l->policy = t->memplan ? *t->memplan : (PassMemPolicy){0};
   if (o->threads > 0) l->policy.threads = o->threads;
+  if (o->bf16) l->policy.low_bytes = 2;
   l->tp = cg_mesh(g, IR_AXIS_TENSOR), l->pp = cg_mesh(g, IR_AXIS_PIPELINE);
   l->dp = cg_mesh(g, IR_AXIS_DATA), l->vpp = g->vpp > 1 ? g->vpp : 1;
   if (!check_options(l) || !model_info(g, o, t, &l->model)) return NULL;

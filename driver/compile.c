@@ -15,7 +15,7 @@ static const DrvOption compile_options[] = {
     {"-o", "DIR", "the folder for the rank programs, manifest and Makefile"},
     {"--dtype", "f32|f64", "the programs' floating point type (default f32; f64 for gradient checks)"},
     {"--cuda-arch", "sm_NN", "--target cuda: the GPU architecture to build for (default sm_90)"},
-    {"--precision", "fp32", "the precision of the step (fp32; bf16 is still to come)"},
+    {"--precision", "fp32|bf16", "the precision of the step (default fp32; bf16: --target cuda, one rank)"},
     {"--emit-ir", NULL, "print the IR after the pipeline"},
     {"--passes", "a,b,c", "run these passes instead of the default pipeline (empty: none)"},
     {"--print-after", "PASS", "print the IR after each run of PASS"},
@@ -188,9 +188,14 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (o.cuda_arch && strncmp(o.cuda_arch, "sm_", 3) != 0 && strncmp(o.cuda_arch, "compute_", 8) != 0)
     return drv_usage_error(&drv_compile_command, "--cuda-arch: expected sm_NN, got '%s'", o.cuda_arch);
   const char *precision = drv_value(nargs, args, "--precision");
-  if (precision && strcmp(precision, "fp32") != 0)
-    return drv_usage_error(&drv_compile_command, "--precision: only fp32 is there yet, not '%s'",
+  if (precision && strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0)
+    return drv_usage_error(&drv_compile_command, "--precision: expected fp32 or bf16, got '%s'",
                            precision);
+  o.bf16 = precision && strcmp(precision, "bf16") == 0;
+  if (o.bf16 && (!target || strcmp(target, "cuda") != 0))
+    return drv_usage_error(&drv_compile_command,
+                           "--precision: bf16 is for --target cuda; the %s target runs fp32",
+                           target ? target : "cpu");
   if (!check_layout(&opt, &o, true)) return 1;
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);

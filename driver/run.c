@@ -845,6 +845,7 @@ static const DrvOption run_options[] = {
     {"--out", "DIR", "compile into DIR instead of .shardc/MODEL-HASH"},
     {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
     {"--target", "NAME", "cpu or cuda (default: cuda for one rank where a GPU is visible, else cpu)"},
+    {"--precision", "fp32|bf16", "the step's precision, as in compile (bf16: --target cuda)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     DRV_LAUNCH_OPTIONS,
@@ -855,10 +856,11 @@ static const DrvOption run_options[] = {
 const DrvCommand drv_run_command = {
     "run", "MODEL [compile options] [training options]",
     "compile, build and start training a model",
-    "The model file comes first. -D, --microbatch, --dtype, --out, --passes and the\n"
-    "parallel flags (--tp, --sequence-parallel, --tp-strategy, --vocab-multiple,\n"
-    "--pp, --vpp, --pp-layout, --schedule, --dp, --zero, --bucket-mb) are\n"
-    "shardc's; --global-batch goes to both (the schedule is built for it);\n"
+    "The model file comes first. -D, --microbatch, --dtype, --precision, --out,\n"
+    "--passes and the parallel flags (--tp, --sequence-parallel, --tp-strategy,\n"
+    "--vocab-multiple, --pp, --vpp, --pp-layout, --schedule, --dp, --zero,\n"
+    "--bucket-mb) are shardc's; --global-batch goes to both (the schedule is\n"
+    "built for it);\n"
     "every other option goes to the training program, whose own --help lists\n"
     "them (data, steps, optimizer, logging, checkpoints, sampling):\n"
     "  shardc run MODEL --help\n"

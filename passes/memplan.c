@@ -410,6 +410,14 @@ static int64_t first_fit(Item *items, int n) {
   return align_up(top);
 }
 
+/* Whether buffer k holds its reals in the policy's low precision: a value
+ * of the step itself (PassMemPolicy.low_bytes). */
+static bool is_low(Planner *pl, int k) {
+  const PassBuf *b = &pl->p->bufs[k];
+  return pl->p->policy.low_bytes > 0 && is_real(b->value->type.dtype) &&
+         b->value->kind == IR_VAL_NODE && !b->grad_of && !pl->output[k] && !pl->direct[k];
+}
+
 /* Params in declaration order, each at a 64-byte boundary. */
 static void place_weights(Planner *pl) {
   PassMemPlan *p = pl->p;
@@ -438,6 +446,7 @@ static void place_buffers(Planner *pl) {
   for (int k = 0; k < p->nbufs; k++) {
     PassBuf *b = &p->bufs[k];
     if (b->alias || b->value->kind == IR_VAL_PARAM) continue;
+    if (is_low(pl, k)) b->bytes = ir_type_numel(&b->value->type) * p->policy.low_bytes;
     if (pl->reg[k]) {
       b->region = PASS_REGION_NONE;
     } else if (pl->direct[k]) {
@@ -484,6 +493,12 @@ static void place_views(Planner *pl) {
     PassBuf *r = buf_of(pl, b->alias);
     b->region = r->region;
     b->offset = r->offset + pl->delta[k];
+    /* A view of a low-precision root is one too, `delta` counted in its
+     * elements. */
+    if (is_low(pl, r->index)) {
+      b->bytes = ir_type_numel(&b->value->type) * pl->p->policy.low_bytes;
+      b->offset = r->offset + pl->delta[k] / pl->p->real_bytes * pl->p->policy.low_bytes;
+    }
   }
 }
 
@@ -500,7 +515,8 @@ static PassMemPolicy policy_of(const PassMemPolicy *policy) {
 bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPolicy *policy) {
   PassMemPolicy q = policy_of(policy);
   return p && p->real_bytes == real_bytes && p->policy.threads == q.threads &&
-         p->policy.scratch_reals == q.scratch_reals && p->policy.row_chunks == q.row_chunks;
+         p->policy.scratch_reals == q.scratch_reals && p->policy.row_chunks == q.row_chunks &&
+         p->policy.low_bytes == q.low_bytes;
 }
 
 PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy) {

@@ -58,6 +58,12 @@ typedef struct PassMemPolicy {
   /* Whether runs of row chunks are planned (PassMemPlan.chunked): the CPU
    * target writes them as parallel loops over chunks. */
   bool row_chunks;
+  /* Bytes of an element of the step's own real values (activations and
+   * temporaries that are neither a param's gradient nor a graph input or
+   * output), and of the views of them; 0: the plan's real. A GPU target's
+   * bf16 programs set 2: weights, their gradients and the optimizer state
+   * stay in the plan's real. */
+  int low_bytes;
 } PassMemPolicy;
 
 /* The plan's threads when a policy asks for none. */

@@ -65,6 +65,13 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes);
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);
 
+/* The CUDA device only (device_cuda.c), for the programs of --precision
+ * bf16: the bf16 working copy (the bits of n bfloat16s) of the n fp32
+ * master weights at w, allocated on the first call and refreshed from
+ * the masters whenever they changed since (a copy into them, the
+ * optimizer's step). */
+uint16_t *rt_dev_weights_bf16(const real *w, int64_t n);
+
 /* ---------------------------------------------- the optimizer and norms */
 
 /* A run of n elements of the weights (and gradients) from element w on,

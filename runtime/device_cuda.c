@@ -8,6 +8,11 @@
  * that is current then: the one the NCCL backend chose for this rank's
  * local rank (comm_nccl.c, in rt_comm_init, which runs first), or device 0
  * of those visible.
+ * The bf16 programs read their weights from a bf16 working copy of the
+ * fp32 masters (rt_dev_weights_bf16): the AdamW step writes it as it
+ * updates the masters, and anything else that writes into the masters (a
+ * checkpoint loaded, the initial weights, SGD) marks it stale, so it is
+ * cast afresh before its next use.
  * The optimizer's and the norms' small tables of runs live in device
  * buffers that grow to the largest call seen and are then reused, so after
  * the first step nothing is allocated. */
@@ -41,7 +46,19 @@ static struct {
   /* Host staging of the run tables. */
   KcRun *host_runs;
   int64_t host_cap;
+  /* The bf16 working copy of the weights at `master` (n elements). */
+  const real *master;
+  int64_t master_n;
+  kc_bf16 *copy;
+  int stale;
 } dev;
+
+/* A write of `bytes` at dst that reaches into the masters leaves their
+ * bf16 copy stale. */
+static void wrote(const void *dst, int64_t bytes) {
+  const char *d = dst, *m = (const char *)dev.master;
+  if (dev.copy && d < m + dev.master_n * (int64_t)sizeof(real) && m < d + bytes) dev.stale = 1;
+}
 
 /* Picks the device, creates the stream and points the kernels at it. A
  * machine without a usable device is told so plainly. */
@@ -106,11 +123,17 @@ void *rt_dev_alloc(int64_t bytes, const char *what) {
  * stream is enough. */
 void rt_dev_free(void *dev_mem) {
   if (dev_mem) CUDA_CHECK(cudaFreeAsync(dev_mem, dev.stream));
+  if (dev_mem && dev_mem == (void *)dev.master) { /* the next masters get a copy of their own */
+    kc_bf16 *copy = dev.copy;
+    dev.copy = NULL, dev.master = NULL, dev.master_n = 0;
+    rt_dev_free(copy);
+  }
 }
 
 void rt_dev_zero(void *dev_mem, int64_t bytes) {
   dev_init();
   if (bytes > 0) CUDA_CHECK(cudaMemsetAsync(dev_mem, 0, (size_t)bytes, dev.stream));
+  wrote(dev_mem, bytes);
 }
 
 /* ------------------------------------------------------------- copies */
@@ -129,18 +152,39 @@ void rt_dev_from_host(void *dev_mem, const void *host, int64_t bytes) {
   if (bytes <= 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dev_mem, host, (size_t)bytes, cudaMemcpyHostToDevice, dev.stream));
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  wrote(dev_mem, bytes);
 }
 
 void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   dev_init();
   if (bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, dev.stream));
+  wrote(dst, bytes);
 }
 
 void rt_dev_sync(void) {
   dev_init();
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
   CUDA_CHECK(cudaGetLastError());
+}
+
+/* --------------------------------------------- the bf16 working copy */
+
+/* One copy, of the one weights region a program of one rank has: a call
+ * for other weights replaces it. The cast is k_cuda_cast_f32_bf16's round
+ * to nearest even, the AdamW kernel's too. */
+uint16_t *rt_dev_weights_bf16(const real *w, int64_t n) {
+  dev_init();
+  if (dev.master != w || dev.master_n != n) {
+    rt_dev_free(dev.copy);
+    dev.copy = rt_dev_alloc(n * (int64_t)sizeof(kc_bf16), "the bf16 copy of the weights");
+    dev.master = w;
+    dev.master_n = n;
+    dev.stale = 1;
+  }
+  if (dev.stale) k_cuda_cast_f32_bf16(dev.copy, w, n);
+  dev.stale = 0;
+  return dev.copy;
 }
 
 /* ---------------------------------------------------- tables of runs */
@@ -180,14 +224,19 @@ static KcRun run_of(int64_t w, int64_t s, int64_t n, int decay) {
 
 /* --------------------------------------------------------- the optimizer */
 
-/* One launch over every element of the n staged runs. */
+/* One launch over every element of the n staged runs. AdamW writes the
+ * updated weights' bf16 copy as it goes (when the masters have one that is
+ * not stale); SGD leaves it to be cast before its next use. */
 static void update(int64_t n, real *w, const real *g, real *mom, real *vel, const RtDevOpt *o) {
   int64_t total = upload_runs(n);
   if (o->adamw) {
     KcAdamW h = {o->grad_scale, o->decay, o->beta1, o->beta2, o->eps, o->step_size, o->bc2_sqrt};
-    k_cuda_adamw_runs(w, g, mom, vel, NULL, dev.runs, n, total, &h);
+    kc_bf16 *copy = dev.copy && !dev.stale && w == dev.master ? dev.copy : NULL;
+    k_cuda_adamw_runs(w, g, mom, vel, copy, dev.runs, n, total, &h);
+    if (!copy) wrote(w, dev.master_n * (int64_t)sizeof(real));
   } else {
     k_cuda_sgd_runs(w, g, dev.runs, n, total, o->decay, o->lr, o->grad_scale);
+    wrote(w, dev.master_n * (int64_t)sizeof(real));
   }
 }
 

@@ -5,6 +5,7 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,18 @@ int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k,
   return best; /* rounding left u past the end */
 }
 
+/* The first n (at most 256) bf16 logits of a device row, as reals. */
+static void bf16_to_host(real *out, const uint16_t *row, int n) {
+  uint16_t bits[256];
+  rt_dev_to_host(bits, row, n * (int64_t)sizeof *bits);
+  for (int i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)bits[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    out[i] = f;
+  }
+}
+
 /* Runs the model on the last (at most seq) tokens of the context and
  * copies the first n logits of the last of them into `out` (host); a
  * tensor-parallel rank joins its columns with the others' on the device,
@@ -60,8 +73,13 @@ static void next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole, re
   rt_load_micro(rt, rt->window, 0);
   c->forward(&rt->ctx);
   rt->ctx.training = 1;
-  const real *logits = (const real *)rt_loc(&rt->ctx, c, c->logits_offset);
   int64_t cols = rt_logits_cols(m);
+  if (m->logits_bf16) { /* one rank: shardc compiles bf16 for no mesh */
+    const uint16_t *half = (const uint16_t *)rt_loc(&rt->ctx, c, c->logits_offset);
+    bf16_to_host(out, half + (k - 1) * cols, n);
+    return;
+  }
+  const real *logits = (const real *)rt_loc(&rt->ctx, c, c->logits_offset);
   const real *row = rt_tp_gather_row(logits + (k - 1) * cols, cols, whole);
   rt_dev_to_host(out, row, n * (int64_t)sizeof *out);
 }

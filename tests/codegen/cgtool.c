@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
   const char *model = argv[2], *out = compile && argc > 3 ? argv[3] : NULL;
   const char *pipeline = cg_pipeline("cpu", false);
   const char *defines[64];
-  int ndefines = 0, threads = 0;
+  int ndefines = 0, threads = 0, low_bytes = 0;
   bool print = false, corrupt_plan = false;
   IrDType dtype = IR_F32;
   for (int i = compile ? 4 : 3; i < argc; i++) {
@@ -349,6 +349,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--corrupt") == 0) corrupt_plan = true;
     else if (strcmp(argv[i], "--passes") == 0 && i + 1 < argc) pipeline = argv[++i];
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+    /* The bf16 plans of the CUDA target: the step's values at 2 bytes. */
+    else if (strcmp(argv[i], "--low-bytes") == 0 && i + 1 < argc) low_bytes = atoi(argv[++i]);
     else if (strcmp(argv[i], "-D") == 0 && i + 1 < argc && ndefines < 64) defines[ndefines++] = argv[++i];
     else {
       fprintf(stderr, "cgtool: unexpected argument '%s'\n", argv[i]);
@@ -384,6 +386,7 @@ int main(int argc, char **argv) {
   int rb = dtype == IR_F64 ? 8 : 4;
   PassMemPolicy policy = *cg_memplan_policy("cpu");
   if (threads > 0) policy.threads = threads;
+  policy.low_bytes = low_bytes;
   PassMemPlan *p = pass_memplan_build(g, rb, &policy);
   if (!p) return 1;
   pass_memplan_print(stdout, p);

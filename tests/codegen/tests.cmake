@@ -29,6 +29,10 @@ cg_plan_test(gpt2_tiny ${MODELS_DIR} gpt2.shard ${CG_GPT2_TINY})
 cg_plan_test(gpt2_tiny_f64 ${MODELS_DIR} gpt2.shard ${CG_GPT2_TINY} --f64)
 cg_plan_test(gpt2_small_seq256 ${MODELS_DIR} gpt2.shard -D seq=256)
 cg_plan_test(llama_tiny ${MODELS_DIR} llama.shard ${CG_LLAMA_TINY})
+# The CUDA target's bf16 plans (--precision bf16): the step's values at 2
+# bytes, weights and their gradients at 4; the replay checks them alike.
+cg_plan_test(gpt2_tiny_bf16 ${MODELS_DIR} gpt2.shard ${CG_GPT2_TINY} --low-bytes 2)
+cg_plan_test(llama_tiny_bf16 ${MODELS_DIR} llama.shard ${CG_LLAMA_TINY} --low-bytes 2)
 cg_plan_test(elem ${CG_TESTS_DIR} elem.shard)
 cg_plan_test(fwd_only ${CG_TESTS_DIR} fwd.shard ${CG_FWD_ONLY})
 # The checker itself: a plan with two live buffers on the same bytes fails.

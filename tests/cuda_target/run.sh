@@ -26,6 +26,23 @@ if [ -s "$work/make.txt" ]; then
 fi
 echo "built $(basename "$model") ($*) with nvcc in $((t1 - t0)) s: $(wc -l <"$work/out/rank0.cu") lines," \
   "$(grep -c '^__global__ void fused_' "$work/out/rank0.cu") fused kernels"
+# bf16: the step's GEMMs and kernels are the bf16 ones, and the memory plan
+# keeps the activations in about half the bytes of the fp32 program's.
+case " $* " in *" --precision bf16 "*)
+  gemms=$(grep -c 'KC_BF16' "$work/out/rank0.cu" || true)
+  calls=$(grep -c '_bf16(' "$work/out/rank0.cu" || true)
+  [ "$gemms" -gt 0 ] && [ "$calls" -gt 0 ] || { echo "FAIL: no bf16 GEMMs or kernels in rank0.cu"; exit 1; }
+  "$shardc" compile "$model" --target cuda -o "$work/fp32" "$@" --precision fp32 >"$work/plan32.txt" ||
+    { echo "FAIL: compile fp32"; cat "$work/plan32.txt"; exit 1; }
+  a16=$(awk '/activations kept/ {print $(NF-3)}' "$work/plan.txt")
+  a32=$(awk '/activations kept/ {print $(NF-3)}' "$work/plan32.txt")
+  w16=$(awk '/^  weights/ {print $(NF-3)}' "$work/plan.txt")
+  w32=$(awk '/^  weights/ {print $(NF-3)}' "$work/plan32.txt")
+  echo "bf16: $gemms GEMMs with KC_BF16, $calls bf16 kernel calls; activations kept $a16 bytes (fp32: $a32), weights $w16 (fp32: $w32)"
+  [ "$w16" -eq "$w32" ] || { echo "FAIL: the fp32 master weights changed size"; exit 1; }
+  [ $((2 * a16)) -le $((a32 + 64 * 64)) ] && [ "$a16" -lt "$a32" ] ||
+    { echo "FAIL: the bf16 activations are not about half the fp32 ones"; exit 1; } ;;
+esac
 prog=$work/out/rank0
 "$prog" --help >"$work/help.txt" 2>&1 || { echo "FAIL: --help"; cat "$work/help.txt"; exit 1; }
 grep -q '^usage: ' "$work/help.txt" || { echo "FAIL: --help prints no usage"; exit 1; }

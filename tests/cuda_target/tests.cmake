@@ -34,7 +34,20 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/arch
            COMMAND sh -c "\"$0\" compile \"$1\" --target cuda --cuda-arch sm_80 -o \"$2\" >/dev/null && grep '^ARCH = sm_80$' \"$2/Makefile\""
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/arch)
-  set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build PROPERTIES LABELS cuda)
+  # --precision bf16: the same two programs in bf16 (run.sh also checks the
+  # plan's bf16 activations against the fp32 program's), and what bf16
+  # refuses: the CPU target, and (for now) more than one rank.
+  add_test(NAME cuda_target/gpt2_bf16_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
+                   ${CT_GPT2} --precision bf16)
+  add_test(NAME cuda_target/llama_bf16_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
+                   ${CT_LLAMA} --precision bf16)
+  add_test(NAME cuda_target/bf16_refusals
+           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep -E 'bf16 runs on one rank|need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\""
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals)
+  set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
+                       cuda_target/llama_bf16_build PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"

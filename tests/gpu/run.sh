@@ -22,12 +22,15 @@
 #   kernels memcheck   the same, --small shapes, under compute-sanitizer memcheck
 #   kernels racecheck  the same, --small shapes, under compute-sanitizer racecheck
 #   device             tests/gpu/test_device_cuda: runtime/device_cuda.c (copies,
-#                      the optimizer, the norms) against the CPU kernels
+#                      the optimizer, the norms, the bf16 working copy of the
+#                      weights) against the CPU kernels
 #                      (CMake build only: it needs the runtime's dependencies)
 #   gpt2 fp32, llama   the tiny GPT-2 and LLaMA (odd vocabulary 257 and sequence 31,
 #     fp32             GQA for LLaMA) compiled for --target cuda and --target cpu,
 #                      10 steps each on the bundled corpus with the same seed: every
 #                      step's loss within 1e-4 of the CPU target's
+#   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
+#     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -97,27 +100,30 @@ TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
 TRAIN="--data $DATA --seed 1 --quiet"
 
-# prog MODEL TARGET: compiles and builds the tiny MODEL for TARGET (make
-# leaves an up-to-date program alone); prints the program's path.
+# prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL for
+# TARGET in PRECISION (default fp32; make leaves an up-to-date program
+# alone); prints the program's path.
 prog() {
-  local dir=$MW/$1-$2 defs
+  local prec=${3:-fp32} dir=$MW/$1-$2 defs
+  [ "$prec" = fp32 ] || dir=$dir-$prec
   eval "defs=\$TINY_$1"
   # shellcheck disable=SC2086
-  "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision fp32 \
+  "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision "$prec" \
     --cuda-arch "sm_$ARCH" \
-    -o "$dir" >"$MW/$1-$2.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" >>"$MW/$1-$2.compile.log" 2>&1 ||
-    { echo "FAIL: $1 for --target $2 does not compile and build:" >&2; cat "$MW/$1-$2.compile.log" >&2; return 1; }
+    -o "$dir" >"$dir.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: $1 for --target $2 ($prec) does not compile and build:" >&2; cat "$dir.compile.log" >&2; return 1; }
   echo "$dir/rank0"
 }
 
 # steps_losses JSON: "step loss" per line of a --log-json file.
 steps_losses() { sed 's/.*"step":\([0-9]*\).*"loss":\([^,}]*\).*/\1 \2/' "$1"; }
 
-# cmp_losses WHAT REF OTHER TOL: every step of REF in OTHER, |loss - ref| <= TOL.
+# cmp_losses WHAT REF OTHER TOL [rel]: every step of REF in OTHER,
+# |loss - ref| <= TOL, or with `rel` |loss - ref| <= TOL |ref|.
 cmp_losses() {
   steps_losses "$2" >"$2.sl"
   steps_losses "$3" >"$3.sl"
-  awk -v what="$1" -v tol="$4" -v want="$STEPS" '
+  awk -v what="$1" -v tol="$4" -v want="$STEPS" -v rel="${5:-}" '
     NR == FNR { ref[$1] = $2; next }
     { got[$1] = $2 }
     END {
@@ -127,11 +133,13 @@ cmp_losses() {
           printf "FAIL: %s: step %s: %s against %s\n", what, s, got[s], ref[s]; exit 1
         }
         d = got[s] - ref[s]; if (d < 0) d = -d
+        if (rel != "") { r = ref[s] < 0 ? -ref[s] : ref[s]; d = r > 0 ? d / r : d }
         if (d > worst) worst = d
         n++
       }
       if (n != want) { printf "FAIL: %s: %d steps compared, not %d\n", what, n, want; exit 1 }
-      printf "%s: %d steps, largest |loss difference| %.2e (limit %s)\n", what, n, worst, tol
+      printf "%s: %d steps, largest %s|loss difference| %.2e (limit %s)\n", what, n,
+             rel != "" ? "relative " : "", worst, tol
       exit worst > tol
     }' "$2.sl" "$3.sl"
 }
@@ -146,6 +154,21 @@ check_fp32() { # MODEL
   "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cuda.json" || { echo "FAIL: the GPU run"; return 1; }
   cmp_losses "$1 fp32, GPU against CPU" "$MW/$1-cpu.json" "$MW/$1-cuda.json" 1e-4 || return 1
   echo "all checks passed: $1 fp32 losses as the CPU target's over $STEPS steps"
+}
+
+# bf16 on the GPU against the CPU target's fp32 run: the same data, seed
+# and steps; bf16 rounding allows 2e-2 of each step's loss.
+check_bf16() { # MODEL
+  local cpu gpu
+  cpu=$(prog "$1" cpu) && gpu=$(prog "$1" cuda bf16) || return 1
+  rm -f "$MW/$1-cpu.json" "$MW/$1-cuda-bf16.json"
+  # shellcheck disable=SC2086
+  "$cpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
+  # shellcheck disable=SC2086
+  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cuda-bf16.json" || { echo "FAIL: the GPU run"; return 1; }
+  cmp_losses "$1 bf16 GPU against fp32 CPU" "$MW/$1-cpu.json" "$MW/$1-cuda-bf16.json" 2e-2 rel ||
+    return 1
+  echo "all checks passed: $1 bf16 losses within 2e-2 of the CPU target's fp32 ones over $STEPS steps"
 }
 
 check_grads() {
@@ -325,6 +348,8 @@ if [ -n "$MODEL_CHECK" ]; then
   case $MODEL_CHECK in
     fp32-gpt2) check_fp32 gpt2 ;;
     fp32-llama) check_fp32 llama ;;
+    bf16-gpt2) check_bf16 gpt2 ;;
+    bf16-llama) check_bf16 llama ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
@@ -418,7 +443,7 @@ fi
 
 # ------------------------------------------------- model checks (issue 10)
 # Each check runs as `run.sh --model-check NAME BUILD` (above) under a
-# time limit; only bf16 is still to come.
+# time limit.
 # Each gets at most what is left of the run's ten minutes (which the
 # kernel checks' limits alone nearly fill, though they take far less); on
 # one H200 the five together should take a minute or two, most of it the
@@ -435,6 +460,8 @@ model_check() { # NAME LIMIT_S CHECK
 if [ "$BUILD_KIND" = cmake ]; then
   model_check "gpt2 fp32" 90 fp32-gpt2
   model_check "llama fp32" 90 fp32-llama
+  model_check "gpt2 bf16" 90 bf16-gpt2
+  model_check "llama bf16" 90 bf16-llama
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
@@ -450,7 +477,8 @@ if [ "$BUILD_KIND" = cmake ]; then
     done
   fi
 else
-  for r in "gpt2 fp32" "llama fp32" "gradients 1 step" "checkpoint crossing" "model sanitizer" \
+  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
+           "checkpoint crossing" "model sanitizer" \
            "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
   done

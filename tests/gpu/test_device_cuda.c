@@ -2,7 +2,10 @@
  * memory, copies and zeroing round trips, the optimizer over a model's
  * parameters and over ZeRO-style ranges (AdamW and SGD), and the sums of
  * squares, one line per check (normwise error, fp32 within 1e-5; copies
- * exact).
+ * exact), and the bf16 working copy of the weights (rt_dev_weights_bf16)
+ * against its CPU twin, the round to nearest even of the masters, exactly:
+ * after its first cast, after an AdamW step (which writes it), after an
+ * SGD step and after a copy into the masters (which leave it stale).
  *
  * Without a CUDA device it prints why and exits 77 (skipped). With
  * --no-device it checks the other side instead: where there is no device,
@@ -10,6 +13,7 @@
  * error and a non-zero exit (ctest matches the message); where there is
  * one, that check is skipped. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +132,63 @@ static void test_optimizer(int64_t n, int adamw) {
   free(w), free(g), free(mo), free(ve);
 }
 
+/* The CPU twin of the bf16 copy: the masters rounded to nearest even (NaN
+ * kept a quiet NaN), back in fp32 to compare. */
+static float bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+  else u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The copy on the device against the rounding of the masters there. */
+static void check_copy(const char *what, const float *dw, int64_t n) {
+  uint16_t *bits = malloc((size_t)n * 2);
+  rt_dev_to_host(bits, rt_dev_weights_bf16(dw, n), n * 2);
+  float *w = to_host(dw, n), *got = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)bits[i] << 16;
+    memcpy(&got[i], &u, 4);
+    w[i] = bf16_round(w[i]);
+  }
+  check(what, got, w, n, 0);
+  free(bits), free(w), free(got);
+}
+
+static void test_weights_bf16(int64_t n) {
+  RtParam prm = {0};
+  prm.numel = n;
+  prm.weight_decay = 1;
+  RtModel m;
+  memset(&m, 0, sizeof m);
+  m.params = &prm;
+  m.nparams = 1;
+  m.nweights = n;
+  float *w = hrand(n, 1), *g = hrand(n, 1), *mo = hrand(n, 0.1f), *ve = hrand(n, 0.01f);
+  for (int64_t i = 0; i < n; i++) ve[i] = fabsf(ve[i]);
+  float *dw = on_device(w, n), *dg = on_device(g, n), *dm = on_device(mo, n), *dv = on_device(ve, n);
+  check_copy("weights_bf16 first cast", dw, n);
+  RtDevOpt o = {1, 0.8f, 1 - 1e-4f, 1e-3f, 0.9f, 0.95f, 1e-8f, 1e-3f / 0.19f, sqrtf(1 - 0.9025f)};
+  rt_dev_update_params(&m, dw, dg, dm, dv, &o);
+  KAdamW h = {o.grad_scale, o.decay, o.beta1, o.beta2, o.eps, o.step_size, o.bc2_sqrt};
+  k_adamw(w, g, mo, ve, n, &h);
+  float *got = to_host(dw, n);
+  check("weights_bf16 adamw masters", got, w, n, 1e-5);
+  free(got);
+  check_copy("weights_bf16 after adamw", dw, n);
+  o.adamw = 0;
+  rt_dev_update_params(&m, dw, dg, dm, dv, &o);
+  check_copy("weights_bf16 after sgd", dw, n);
+  float *w2 = hrand(n, 2);
+  rt_dev_from_host(dw, w2, n * 4);
+  check_copy("weights_bf16 after a copy in", dw, n);
+  rt_dev_free(dw), rt_dev_free(dg), rt_dev_free(dm), rt_dev_free(dv);
+  free(w), free(w2), free(g), free(mo), free(ve);
+}
+
 static void test_norms(int64_t n, int64_t chunk) {
   float *x = hrand(n, 1), *dx = on_device(x, n);
   RtDevRange r[3] = {{0, 0, n / 4, 0}, {n / 4, 0, n / 2 - n / 4, 0}, {n / 2, 0, n - n / 2, 0}};
@@ -177,6 +238,7 @@ int main(int argc, char **argv) {
     test_optimizer(sizes[i], 1);
     test_optimizer(sizes[i], 0);
     test_norms(sizes[i], sizes[i] > 100 ? 97 : 2);
+    test_weights_bf16(sizes[i]);
   }
   printf("%s\n", failures ? "some checks failed" : "all checks passed");
   return failures ? 1 : 0;

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Training speed on one GPU, to run once where there is one (an H200 or
+# another Hopper: built for sm_90 unless CUDA_ARCH says otherwise): GPT-2
+# small (12 x 768) and medium (24 x 1024) and a 1.3B shape (24 x 2048, 16
+# heads), all at seq 1024 and vocabulary 50257, in bf16 (--precision
+# bf16: bf16 step, fp32 masters and AdamW state), each measured in the
+# same run as
+#  - ours: the CUDA target's program on the bundled corpus, the median of
+#    the per-step tokens/s of the --log-json lines after the warm-up;
+#  - PyTorch eager and torch.compile (bench/torch_gpt2.py: the same shape,
+#    batch, precision and step count), where python3 -c "import torch" works.
+# MFU is REFERENCE.md's model FLOPs without recomputation,
+# 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per step, over the measured step
+# time, against the planner's dense bf16 peak of `shardc hw h200` (989
+# TFLOP/s). Memory: the largest GPU memory nvidia-smi shows for our process
+# (CUDA context and cuBLASLt included) against the memory plan's total,
+# and PyTorch's peak allocated memory. The table gives the ratios ours /
+# eager and ours / compile.
+#
+#   bench/gpu.sh [BUILD_DIR]        (default build-gpu; configured and built
+#                                    here when it has no shardc)
+#   BENCH_WARMUP=2 BENCH_STEPS=5    steps before timing, steps timed
+#   BENCH_BUDGET_S=420              runs that would start after this many
+#                                    seconds are skipped (the table says so)
+#
+# Without a GPU it builds what it can (shardc, the three bf16 programs with
+# nvcc), checks that the PyTorch script compiles, prints the table with
+# every run SKIPped and the reason, and exits 0.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+export LC_ALL=C
+BUILD=${1:-build-gpu}
+ARCH=${CUDA_ARCH:-90}
+WARM=${BENCH_WARMUP:-2}
+STEPS=${BENCH_STEPS:-5}
+BUDGET=${BENCH_BUDGET_S:-420}
+JOBS=$(nproc 2>/dev/null || echo 4)
+BW=$BUILD/bench-gpu
+mkdir -p "$BW"
+SHARDC=$BUILD/shardc
+DATA=$BUILD/data/austen_train.bin
+# name layers hidden heads batch
+SHAPES=("small 12 768 12 16" "medium 24 1024 16 16" "1.3B 24 2048 16 8")
+SEQ=1024
+VOCAB=50257
+
+NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+REASON=
+[ "$NGPUS" -gt 0 ] || REASON="no GPU (nvidia-smi sees none)"
+if python3 -c "import torch" 2>/dev/null; then TORCH=1; else TORCH=0; fi
+
+# ------------------------------------------------------------------ build
+if [ ! -x "$SHARDC" ] || [ ! -f "$DATA" ]; then
+  echo "== building shardc in $BUILD"
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+    >"$BW/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j"$JOBS" --target shardc demo_data shard_rt_cuda shard_kernels_cuda \
+      >"$BW/build.log" 2>&1 ||
+    { echo "FAIL: the build (see $BW/configure.log, $BW/build.log)"; exit 1; }
+fi
+python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$ROOT/bench/torch_gpt2.py" ||
+  { echo "FAIL: bench/torch_gpt2.py does not compile"; exit 1; }
+
+PEAK=$("$SHARDC" hw h200 2>/dev/null | sed -n 's/^peak_bf16_tflops = //p')
+[ -n "$PEAK" ] || PEAK=989
+
+# The model FLOPs of one token (REFERENCE.md, without recomputation).
+flops_per_token() { # layers hidden
+  awk -v l="$1" -v h="$2" -v s=$SEQ -v V=$VOCAB \
+    'BEGIN { printf "%.6e", 72 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) }'
+}
+
+# build_ours NAME LAYERS HIDDEN HEADS BATCH: the bf16 program; prints its folder.
+build_ours() {
+  local dir=$BW/$1
+  "$SHARDC" compile "$ROOT/models/gpt2.shard" -D layers="$2" -D hidden="$3" -D heads="$4" \
+    -D batch="$5" -D seq=$SEQ -D vocab=$VOCAB --target cuda --precision bf16 \
+    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.plan.txt" 2>&1 &&
+    "$SHARDC" build "$dir" >"$dir.build.log" 2>&1 ||
+    { echo "FAIL: $1 does not compile and build (see $dir.plan.txt, $dir.build.log)" >&2; return 1; }
+  echo "$dir"
+}
+
+# run_ours DIR: trains, sampling the process's GPU memory; prints
+# "tokens_per_s max_mem_MiB".
+run_ours() {
+  local dir=$1 pid mem=0 m
+  rm -f "$dir.json"
+  "$dir/rank0" --data "$DATA" --steps $((WARM + STEPS)) --seed 1 --quiet \
+    --log-json "$dir.json" >"$dir.run.log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+      awk -F', *' -v p="$pid" '$1 == p { print $2 }')
+    [ -n "$m" ] && [ "$m" -gt "$mem" ] && mem=$m
+    sleep 0.2
+  done
+  wait "$pid" || { echo "FAIL: $(tail -n 1 "$dir.run.log")" >&2; return 1; }
+  sed 's/.*"step":\([0-9]*\).*"tokens_per_s":\([^,}]*\).*/\1 \2/' "$dir.json" |
+    awk -v w="$WARM" '$1 > w { print $2 }' | sort -g |
+    awk -v mem="$mem" '{ v[NR] = $1 } END { if (NR) printf "%.0f %d\n", v[int((NR + 1) / 2)], mem }'
+}
+
+# run_torch MODE LAYERS HIDDEN HEADS BATCH: prints "tokens_per_s peak_MiB".
+run_torch() {
+  python3 "$ROOT/bench/torch_gpt2.py" --mode "$1" --layers "$2" --hidden "$3" --heads "$4" \
+    --batch "$5" --seq $SEQ --vocab $VOCAB --warmup "$WARM" --steps "$STEPS" 2>"$BW/torch.err" |
+    tail -n 1 | sed 's/.*"tokens_per_s": \([^,]*\),.*"peak_mem_bytes": \([0-9]*\).*/\1 \2/' |
+    awk 'NF == 2 { printf "%.0f %d\n", $1, $2 / 1048576 }'
+}
+
+ROWS=()
+t_start=$SECONDS
+left_ok() { [ $((SECONDS - t_start)) -lt "$BUDGET" ]; }
+for shape in "${SHAPES[@]}"; do
+  # shellcheck disable=SC2086
+  set -- $shape
+  name=$1 l=$2 h=$3 heads=$4 b=$5
+  fpt=$(flops_per_token "$l" "$h")
+  ours="SKIP" mfu="-" mem="-" eager="-" comp="-" r_e="-" r_c="-" note=""
+  dir=$(build_ours "$name" "$l" "$h" "$heads" "$b") || { ROWS+=("$name FAIL build"); continue; }
+  plan=$(awk '/^  total/ { printf "%.0f", $(NF-3) / 1048576 }' "$dir.plan.txt")
+  echo "== $name: l=$l h=$h heads=$heads batch=$b seq=$SEQ, built ($dir), plan $plan MiB"
+  if [ -n "$REASON" ]; then
+    note=$REASON
+  elif ! left_ok; then
+    note="skipped: past the ${BUDGET}s budget"
+  else
+    if got=$(run_ours "$dir") && [ -n "$got" ]; then
+      set -- $got
+      ours=$1 mem="$2/$plan"
+      mfu=$(awk -v t="$1" -v f="$fpt" -v p="$PEAK" 'BEGIN { printf "%.1f%%", 100 * t * f / (p * 1e12) }')
+    else
+      ours=FAIL note="ours failed (see $dir.run.log)"
+    fi
+    if [ "$TORCH" = 1 ]; then
+      for mode in eager compile; do
+        left_ok || { note="$note torch $mode skipped (budget)"; continue; }
+        tg=$(run_torch "$mode" "$l" "$h" "$heads" "$b")
+        [ -n "$tg" ] || { note="$note torch $mode failed ($BW/torch.err)"; continue; }
+        set -- $tg
+        if [ "$mode" = eager ]; then eager="$1 ($2 MiB)"; else comp="$1 ($2 MiB)"; fi
+        case $ours in SKIP | FAIL) ;; *)
+          r=$(awk -v a="$ours" -v b="$1" 'BEGIN { printf "%.2f", a / b }')
+          if [ "$mode" = eager ]; then r_e=$r; else r_c=$r; fi ;;
+        esac
+      done
+    else
+      note="$note no PyTorch (python3 -c 'import torch' fails)"
+    fi
+  fi
+  ROWS+=("$(printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s' "$name" "$ours" "$mfu" "$mem" \
+    "$eager" "$comp" "$r_e" "$r_c" "$note")")
+done
+
+echo
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $STEPS timed steps," \
+  "peak $PEAK TFLOP/s, $(date -u '+%Y-%m-%d %H:%M UTC')"
+printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s\n' shape "ours tok/s" MFU "MiB used/plan" \
+  "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" note
+for r in "${ROWS[@]}"; do echo "$r"; done
+[ -n "$REASON" ] && echo "SKIP: $REASON; built shardc and the three bf16 programs, nothing ran"
+exit 0
