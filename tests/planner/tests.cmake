@@ -78,12 +78,19 @@ add_test(NAME planner/memory_plan_llama_sp
 # `shardc run --trace` on the demo shape, on one rank and on two (t, p and
 # d = 2 in turn): every rank's forward, backward and optimizer events in
 # valid JSON; then each layout simulated with the description `shardc hw
-# --measure --max-size 256` writes, and `shardc compare-trace` prints the
-# measured and simulated step times and their ratio (a measurement the test
-# prints, not a bound it holds: trace_run.sh).
+# --measure --max-size 512` writes, and `shardc compare-trace` prints the
+# measured and simulated step times and their ratio, held within 25%
+# (trace_run.sh; in the sanitizer build printed only).
 if(TARGET shard_comm_mpi)
+  # Under the sanitizers the programs' timings say nothing of the model:
+  # the comparison is printed, not held to the bound.
+  if(SHARDC_SANITIZE)
+    set(TRACE_BOUND 0)
+  else()
+    set(TRACE_BOUND 1)
+  endif()
   add_test(NAME planner/trace_run
-           COMMAND env COMPARE=1 sh ${PLANNER_DIR}/trace_run.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+           COMMAND env COMPARE=1 BOUND=${TRACE_BOUND} sh ${PLANNER_DIR}/trace_run.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
                    ${CMAKE_CURRENT_BINARY_DIR}/planner_trace_run)
   # Alone: another test on the same cores would slow the runs, not their prediction.
   set_tests_properties(planner/trace_run PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun RUN_SERIAL TRUE)

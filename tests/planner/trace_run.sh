@@ -48,11 +48,18 @@ sys.exit(0 if min(shares) >= 0.8 else 1)
 PY
 }
 # within NAME: |error| <= 25, running the layout again (up to 3 attempts
-# in all) while it is not; prints each attempt's step times.
+# in all) while it is not; prints each attempt's step times. BOUND=0 (the
+# sanitizer build: its programs' own kernels run several times slower,
+# while the GEMMs `hw --measure` times are OpenBLAS's, uninstrumented)
+# prints the first attempt and holds nothing.
 within() {
   for attempt in 1 2 3; do
     e=$(error "$1")
     sed -n "s/^step time: measured \([0-9.]* ms\).*simulated \([0-9.]* ms\).*/$1 attempt $attempt: measured \1, simulated \2 (error $e%)/p" "$1.cmp"
+    if [ "${BOUND:-1}" = 0 ]; then
+      echo "$1: not held to the 25% bound (BOUND=0: a sanitizer build)"
+      return 0
+    fi
     [ -n "$e" ] && awk -v e="$e" 'BEGIN { exit !(e <= 25 && e >= -25) }' && return 0
     [ $attempt = 3 ] && break
     train "$1" $mesh || return 1
