@@ -455,41 +455,23 @@ static void emit_sum_to(CgEmitter *e, int index) {
 
 /* ------------------------------------------------------- the other kernels */
 
-static bool need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
-  if (v->type.dtype == IR_I32) return true;
-  cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(v->type.dtype));
-  return false;
-}
-
-static const char *scratch(CgEmitter *e, int index) {
-  return ir_fmt("TMP(%lld)", (long long)e->plan->scratch_offset[index]);
-}
-
-/* Query heads, kv heads and the head size of attention over q[b, s, H*d]. */
-static void attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) {
-  *H = ir_attr_int(n, "heads");
-  *K = ir_attr_int(n, "kv_heads");
-  if (*K == 0) *K = *H;
-  *d = dim(n->in[0], -1) / *H;
-}
-
 static void emit_attention(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
-  attention_dims(n, &H, &K, &d);
+  cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   /* In a chunk: its whole sequences (memplan's row_local). */
   int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(q, 1) : dim(q, 0);
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
   else
     emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
          rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, scratch(e, index));
+         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
@@ -573,7 +555,7 @@ static void emit_dropout(CgEmitter *e, int index) {
 static void emit_loss(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
-  if (!need_i32(e, n, targets)) return;
+  if (!cg_need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
@@ -625,7 +607,7 @@ void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
 static void emit_embedding(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
-  if (!need_i32(e, n, ids)) return;
+  if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
     emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
          cg_cpu_chunk_rows(e) ? " + r0" : "", ref(e, n->in[1]),

@@ -608,31 +608,13 @@ static void emit_sum_to(CgEmitter *e, int index) {
 
 /* ------------------------------------------------------- the other kernels */
 
-static bool need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
-  if (v->type.dtype == IR_I32) return true;
-  cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(v->type.dtype));
-  return false;
-}
-
-static const char *scratch(CgEmitter *e, int index) {
-  return ir_fmt("TMP(%lld)", (long long)e->plan->scratch_offset[index]);
-}
-
-/* Query heads, kv heads and the head size of attention over q[b, s, H*d]. */
-static void attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) {
-  *H = ir_attr_int(n, "heads");
-  *K = ir_attr_int(n, "kv_heads");
-  if (*K == 0) *K = *H;
-  *d = dim(n->in[0], -1) / *H;
-}
-
 /* The forward keeps no statistics (NULL scratch): the backward recomputes
  * them into its own. */
 static void emit_attention(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
-  attention_dims(n, &H, &K, &d);
+  cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
@@ -644,7 +626,7 @@ static void emit_attention(CgEmitter *e, int index) {
          sfx(e, q), ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
          ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
          (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal,
-         scratch(e, index));
+         cg_scratch(e, index));
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
@@ -673,7 +655,7 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
   emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
        ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
-       cg_real(ir_attr_float(n, "eps")), scratch(e, index));
+       cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
@@ -681,7 +663,7 @@ static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
        ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")), scratch(e, index));
+       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
@@ -732,12 +714,12 @@ static void emit_dropout(CgEmitter *e, int index) {
 static void emit_loss(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
-  if (!need_i32(e, n, targets)) return;
+  if (!cg_need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", sfx(e, logits), ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V,
-         scratch(e, index));
+         cg_scratch(e, index));
   else
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", sfx(e, logits), ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
@@ -761,7 +743,7 @@ static void emit_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, in
 static void emit_embedding(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
-  if (!need_i32(e, n, ids)) return;
+  if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) {
     emit(e, "k_cuda_embedding_fwd%s(%s, %s, %s, %lld, %lld);", sfx(e, y), ref(e, y), ref(e, ids),
          ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, -1));
@@ -813,7 +795,7 @@ static void emit_tp_copy(CgEmitter *e, int index) {
 /* This rank's rows [tp * V, (tp + 1) * V) of the table. */
 static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   const IrValue *ids = n->in[0], *y = n->out[0];
-  if (!need_i32(e, n, ids)) return;
+  if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
     int64_t V = dim(table, 0);
@@ -837,7 +819,7 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
  * each, in the device scratch. */
 static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
-  if (!need_i32(e, n, targets)) return;
+  if (!cg_need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);
@@ -1235,7 +1217,7 @@ static const char *scratch_call(const IrNode *n) {
   switch (n->op) {
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
-    attention_dims(n, &H, &K, &d);
+    cg_attention_dims(n, &H, &K, &d);
     return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld)", (long long)dim(n->in[0], 0),
                   (long long)dim(n->in[0], 1), (long long)H);
   }
@@ -1333,7 +1315,7 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
   case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE;
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
-    attention_dims(n, &H, &K, &d);
+    cg_attention_dims(n, &H, &K, &d);
     return 2 * dim(n->in[0], 0) * H * dim(n->in[0], 1) * 4;
   }
   case IR_OP_LAYERNORM_GRAD:

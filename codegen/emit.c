@@ -79,6 +79,24 @@ const char *cg_name(CgEmitter *e, const IrValue *v) {
   }
 }
 
+const char *cg_scratch(CgEmitter *e, int index) {
+  return ir_fmt("TMP(%lld)", (long long)e->plan->scratch_offset[index]);
+}
+
+bool cg_need_i32(CgEmitter *e, const IrNode *n, const IrValue *v) {
+  if (v->type.dtype == IR_I32) return true;
+  cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(v->type.dtype));
+  return false;
+}
+
+void cg_attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d) {
+  *H = ir_attr_int(n, "heads");
+  *K = ir_attr_int(n, "kv_heads");
+  if (*K == 0) *K = *H;
+  const IrValue *q = n->in[0];
+  *d = q->type.shape[q->type.rank - 1] / *H;
+}
+
 const char *cg_real(double x) {
   if (isnan(x)) return "NAN";
   if (isinf(x)) return x < 0 ? "-INFINITY" : "INFINITY";

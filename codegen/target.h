@@ -100,6 +100,12 @@ const PassBuf *cg_buf(CgEmitter *e, const IrValue *v);
 const char *cg_name(CgEmitter *e, const IrValue *v);
 /* A real constant of the generated code: (real)0.5, -INFINITY. */
 const char *cg_real(double x);
+/* The node's kernel scratch, planned by the target's memory policy. */
+const char *cg_scratch(CgEmitter *e, int index);
+/* Whether v (token ids) is i32, else an error at n. */
+bool cg_need_i32(CgEmitter *e, const IrNode *n, const IrValue *v);
+/* Query heads, kv heads and the head size of attention n over q[b, s, H*d]. */
+void cg_attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d);
 
 /* A target: the policy a program is built under (its pass pipeline, its
  * memory plan's scratch and threads) and the code it writes: kernel calls,
