@@ -103,6 +103,22 @@ __device__ __forceinline__ float kc_block_max(float v, float *buf) {
   return v;
 }
 
+/* Max and sum(exp(x - max)) over the first n values of a row, to every
+ * thread of the block (softmax, cross-entropy). */
+template <typename T>
+__device__ void kc_row_max_sumexp(const T *x, int64_t n, float *fbuf, double *dbuf, float *m,
+                               double *sum) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    mx = fmaxf(mx, kc_f(x[j]));
+  mx = kc_block_max(mx, fbuf);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    s += expf(kc_f(x[j]) - mx);
+  *m = mx;
+  *sum = kc_block_sum(s, dbuf);
+}
+
 /* The sum over a warp, returned to every lane. */
 template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1)

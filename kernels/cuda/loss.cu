@@ -6,22 +6,6 @@
  * block, so the loss has the same bits on every run. */
 #include "common.cuh"
 
-/* Max and sum(exp(x - max)) over the first n logits of a row, to every
- * thread of the block. */
-template <typename T>
-__device__ void row_max_sumexp(const T *x, int64_t n, float *fbuf, double *dbuf, float *m,
-                               double *sum) {
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    mx = fmaxf(mx, kc_f(x[j]));
-  mx = kc_block_max(mx, fbuf);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    s += expf(kc_f(x[j]) - mx);
-  *m = mx;
-  *sum = kc_block_sum(s, dbuf);
-}
-
 /* row[r] = log(sum) + max - x[target]; NaN for a target out of range. */
 template <typename T>
 __global__ void ce_rows_kernel(double *row, const T *logits, const int32_t *targets, int64_t V,
@@ -32,7 +16,7 @@ __global__ void ce_rows_kernel(double *row, const T *logits, const int32_t *targ
   const T *x = logits + r * V;
   float m;
   double sum;
-  row_max_sumexp(x, valid, fbuf, dbuf, &m, &sum);
+  kc_row_max_sumexp(x, valid, fbuf, dbuf, &m, &sum);
   if (threadIdx.x == 0) {
     int32_t t = targets[r];
     KC_ASSERT(t >= 0 && t < valid);
@@ -69,7 +53,7 @@ __global__ void ce_bwd_kernel(T *dlogits, const T *logits, const int32_t *target
     m = rowmax[r];
     sum = sumexp[r];
   } else {
-    row_max_sumexp(x, n, fbuf, dbuf, &m, &sum);
+    kc_row_max_sumexp(x, n, fbuf, dbuf, &m, &sum);
   }
   double dl = (double)dloss[0] / (double)rows;
   float scale = (float)(dl / sum);

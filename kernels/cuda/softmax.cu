@@ -7,14 +7,10 @@ template <typename T> __global__ void softmax_fwd_kernel(T *y, const T *x, int64
   __shared__ double dbuf[32];
   const T *xr = x + blockIdx.x * n;
   T *yr = y + blockIdx.x * n;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    m = fmaxf(m, kc_f(xr[j]));
-  m = kc_block_max(m, fbuf);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    s += expf(kc_f(xr[j]) - m);
-  float inv = (float)(1.0 / kc_block_sum(s, dbuf));
+  float m;
+  double sum;
+  kc_row_max_sumexp(xr, n, fbuf, dbuf, &m, &sum);
+  float inv = (float)(1.0 / sum);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     yr[j] = kc_to<T>(expf(kc_f(xr[j]) - m) * inv);
 }
