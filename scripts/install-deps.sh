@@ -20,14 +20,16 @@ set -euo pipefail
 #     slurmctld, slurmd and munge for tests/launch/slurm.sh, which starts
 #     them from a configuration of its own (the packages' services are
 #     not configured or used)
+#   shellcheck: tests/launch/mpirun.sh checks the launch.sh shardc writes
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
           libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
-          python3-numpy python3-torch time slurm-wlm)
+          python3-numpy python3-torch time slurm-wlm shellcheck)
 
 # A package counts as present when dpkg has it installed; for the ones that
 # are only a tool, that tool on PATH counts too (a cmake built by hand, say).
 declare -A tool=([cmake]=cmake [flex]=flex [bison]=bison [pkg-config]=pkg-config
-                 [clang]=clang [python3]=python3 [openmpi-bin]=mpirun)
+                 [clang]=clang [python3]=python3 [openmpi-bin]=mpirun
+                 [shellcheck]=shellcheck)
 
 installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'

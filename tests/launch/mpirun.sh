@@ -50,5 +50,7 @@ else
 fi
 if command -v shellcheck >/dev/null 2>&1; then
   check "shellcheck -s sh launch.sh" shellcheck -s sh prog-4/launch.sh
+else
+  echo "skip: shellcheck -s sh launch.sh (shellcheck is not on PATH; scripts/install-deps.sh installs it)"
 fi
 finish
