@@ -61,6 +61,9 @@ void rt_dev_from_host(void *dev, const void *host, int64_t bytes);
 /* Model memory to model memory: `bytes` from src into dst, which do not
  * overlap (pipeline messages in and out of a chunk's locations). */
 void rt_dev_copy(void *dst, const void *src, int64_t bytes);
+/* Model memory: y[i] += x[i] for i < n (the two local copies of a tied
+ * parameter's gradient, exec.c). */
+void rt_dev_accumulate(real *y, const real *x, int64_t n);
 
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);

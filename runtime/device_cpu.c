@@ -49,6 +49,10 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 
+void rt_dev_accumulate(real *y, const real *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
 void rt_dev_sync(void) {}
 
 /* --------------------------------------------------------- the optimizer */

@@ -162,6 +162,12 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   wrote(dst, bytes);
 }
 
+void rt_dev_accumulate(real *y, const real *x, int64_t n) {
+  dev_init();
+  if (n > 0) k_cuda_accumulate(y, x, n);
+  wrote(y, n * (int64_t)sizeof(real));
+}
+
 void rt_dev_sync(void) {
   dev_init();
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));

@@ -55,7 +55,6 @@ struct RtExec {
   int ntied;
   int *pair;                 /* [2 * npairs]: original, copy; both on this stage (V) */
   int npairs;
-  real *pair_host;           /* host staging for their sum */
   double loss_sum;
   int opt_steps;
 };
@@ -157,7 +156,6 @@ static void check_tied(Rt *rt, RtExec *x) {
  * slot and bucket; sum_tied adds them here, not over the embedding group. */
 static void find_pairs(Rt *rt, RtExec *x) {
   const RtModel *m = rt->model;
-  int64_t most = 0;
   x->pair = rt_xcalloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *x->pair);
   for (int i = 0; i < m->nparams; i++) {
     if (m->params[i].tied != 2) continue;
@@ -168,9 +166,7 @@ static void find_pairs(Rt *rt, RtExec *x) {
       rt_fatal(m->name, "internal error: the copy of tied %s has no original on stage %d",
                m->params[i].name, x->stage);
     x->pair[2 * x->npairs] = orig, x->pair[2 * x->npairs + 1] = i, x->npairs++;
-    if (m->params[i].numel > most) most = m->params[i].numel;
   }
-  if (x->npairs) x->pair_host = rt_xmalloc((size_t)(2 * most) * sizeof(real));
 }
 
 static int paired(const RtExec *x, int param) {
@@ -267,7 +263,6 @@ void rt_exec_free(Rt *rt) {
   free(x->fwd_req);
   free(x->tied);
   free(x->pair);
-  free(x->pair_host);
   rt_dev_free(x->temps);
   free(x);
   rt->exec = NULL;
@@ -450,20 +445,16 @@ static void wgrad(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   *slot = NULL;
 }
 
-/* The two copies on this stage: g0 = g1 = g0 + g1, through the host (the
- * device layer has no addition). Two addends give the same bits in either
- * order, so this is the sum the embedding group would make. */
+/* The two copies on this stage: g0 = g1 = g0 + g1, in model memory. Two
+ * addends give the same bits in either order, so this is the sum the
+ * embedding group would make. */
 static void sum_pairs(Rt *rt, RtExec *x) {
   const RtModel *m = rt->model;
   for (int k = 0; k < x->npairs; k++) {
     const RtParam *p0 = &m->params[x->pair[2 * k]], *p1 = &m->params[x->pair[2 * k + 1]];
-    int64_t n = p0->numel, bytes = n * (int64_t)sizeof(real);
-    real *a = x->pair_host, *b = x->pair_host + n;
-    rt_dev_to_host(a, rt->ctx.grads + p0->offset, bytes);
-    rt_dev_to_host(b, rt->ctx.grads + p1->offset, bytes);
-    for (int64_t i = 0; i < n; i++) a[i] += b[i];
-    rt_dev_from_host(rt->ctx.grads + p0->offset, a, bytes);
-    rt_dev_from_host(rt->ctx.grads + p1->offset, a, bytes);
+    real *g0 = rt->ctx.grads + p0->offset, *g1 = rt->ctx.grads + p1->offset;
+    rt_dev_accumulate(g0, g1, p0->numel);
+    rt_dev_copy(g1, g0, p0->numel * (int64_t)sizeof(real));
   }
 }
 
