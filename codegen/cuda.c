@@ -366,8 +366,8 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
   emit(e, "{");
   e->depth++;
   emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("1%s", aligned) : "0");
-  emit(e, "%s<<<cu_grid(vec ? %lldLL : %lldLL), CU_THREADS, 0, k_cuda_stream()>>>(vec%s);",
-       kernel_name(e, first), (long long)(N / 4), (long long)N, args);
+  emit(e, "CU_LAUNCH(cu_grid(vec ? %lldLL : %lldLL), %s)(vec%s);", (long long)(N / 4),
+       (long long)N, kernel_name(e, first), args);
   e->depth--;
   emit(e, "}");
   emit(e, "CU_LAUNCHED();");
@@ -583,7 +583,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
   /* A bf16 sum (not a weight's gradient): the prologue's kernel, one
    * thread per column adding the rows in order in double. */
   if (low(e, y) && bc.kind != CG_BC_ROW) {
-    emit(e, "cu_sum_rows<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %lldLL, "
+    emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_rows)(%s, %s, %lldLL, "
             "%lldLL);",
          (long long)M, ref(e, y), ref(e, x), (long long)(N / M), (long long)M);
     emit(e, "CU_LAUNCHED();");
@@ -597,7 +597,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
          (long long)M);
     return;
   case CG_BC_ROW:
-    emit(e, "cu_sum_last<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %lldLL, "
+    emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_last)(%s, %s, %lldLL, "
             "%lldLL);",
          (long long)M, ref(e, y), ref(e, x), (long long)M, (long long)bc.size);
     emit(e, "CU_LAUNCHED();");
@@ -730,7 +730,7 @@ static void emit_loss(CgEmitter *e, int index) {
  * this rank's (all of them, lo = 0, without a vocabulary split). */
 static void emit_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V) {
   const IrValue *y = n->out[0];
-  emit(e, "cu_embedding_add<<<cu_grid(%lldLL), CU_THREADS, 0, k_cuda_stream()>>>(%s, %s, %s, "
+  emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_embedding_add)(%s, %s, %s, "
           "%lldLL, %lldLL, %s, %lldLL);",
        (long long)dim(y, -1), ref(e, y), ref(e, n->in[0]), ref(e, n->in[1]),
        (long long)numel(n->in[0]), (long long)dim(y, -1), lo, (long long)V);
@@ -1101,6 +1101,7 @@ static void cuda_prologue(CgEmitter *e) {
   if (bf16_mode(e)) emit(e, "#include <cuda_bf16.h>");
   emit_blank(e);
   emit(e, "#include \"kernels/cuda/kernels_cuda.h\"");
+  emit(e, "#include \"kernels/cuda/launch.h\"");
   emit(e, "extern \"C\" {");
   emit(e, "#include \"abi/model.h\"");
   emit(e, "}");
@@ -1124,6 +1125,7 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, " * few times over, fewer for a small tensor; each thread strides through");
   emit(e, " * the rest. No result depends on it (no kernel here reduces). */");
   emit(e, "#define CU_THREADS %d", CUDA_THREADS);
+  emit(e, "#define CU_LAUNCH(grid, ...) KC_LAUNCH(grid, CU_THREADS, 0, k_cuda_stream(), __VA_ARGS__)");
   emit(e, "static unsigned cu_grid(int64_t n) {");
   emit(e, "  static int64_t most;");
   emit(e, "  if (!most) {");

@@ -47,7 +47,7 @@ static void rope(T *y, const T *x, int64_t b, int64_t s, int64_t H, int64_t d, f
   KC_REQUIRE(d % 2 == 0, "rope on an odd head size %lld", (long long)d);
   int64_t n = b * s * H * (d / 2);
   if (n == 0) return;
-  rope_kernel<<<KC_GRID(n)>>>(y, x, b, s, H, d, theta, inverse);
+  KC_LAUNCH(KC_GRID(n), rope_kernel)(y, x, b, s, H, d, theta, inverse);
   KC_LAUNCHED();
 }
 
@@ -236,10 +236,10 @@ static unsigned att_blocks(int64_t rows) {
  * 4 or 8 values a lane. */
 #define ATT_DISPATCH(d, kernel, grid, ...)                                                    \
   do {                                                                                       \
-    if ((d) <= 32) kernel<1><<<grid, 32 * ATT_WARPS, 0, kc_stream()>>>(__VA_ARGS__);        \
-    else if ((d) <= 64) kernel<2><<<grid, 32 * ATT_WARPS, 0, kc_stream()>>>(__VA_ARGS__);   \
-    else if ((d) <= 128) kernel<4><<<grid, 32 * ATT_WARPS, 0, kc_stream()>>>(__VA_ARGS__);  \
-    else kernel<8><<<grid, 32 * ATT_WARPS, 0, kc_stream()>>>(__VA_ARGS__);                  \
+    if ((d) <= 32) KC_LAUNCH(grid, 32 * ATT_WARPS, 0, kc_stream(), kernel<1>)(__VA_ARGS__); \
+    else if ((d) <= 64) KC_LAUNCH(grid, 32 * ATT_WARPS, 0, kc_stream(), kernel<2>)(__VA_ARGS__); \
+    else if ((d) <= 128) KC_LAUNCH(grid, 32 * ATT_WARPS, 0, kc_stream(), kernel<4>)(__VA_ARGS__); \
+    else KC_LAUNCH(grid, 32 * ATT_WARPS, 0, kc_stream(), kernel<8>)(__VA_ARGS__); \
     KC_LAUNCHED();                                                                           \
   } while (0)
 

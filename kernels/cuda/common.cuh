@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels_cuda.h"
+#include "launch.h"
 
 /* Every launch goes to the stream k_cuda_set_stream chose (the default
  * stream until then). */

@@ -40,7 +40,7 @@ static void dropout(T *y, const T *x, int64_t n, float rate, uint64_t seed, uint
   uint64_t key = mix64(seed ^ mix64(site + GOLDEN));
   uint64_t threshold = (uint64_t)((double)rate * 18446744073709551616.0);
   float scale = (float)(1.0 / (1.0 - (double)rate));
-  dropout_kernel<<<KC_GRID(n)>>>(y, x, n, key, threshold, scale);
+  KC_LAUNCH(KC_GRID(n), dropout_kernel)(y, x, n, key, threshold, scale);
   KC_LAUNCHED();
 }
 

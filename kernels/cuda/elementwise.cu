@@ -69,99 +69,99 @@ template <typename D, typename S> __global__ void cast_kernel(D *y, const S *x, 
 extern "C" {
 void k_cuda_add_bias(float *y, const float *bias, int64_t rows, int64_t n) {
   if (rows * n == 0) return;
-  add_bias_kernel<<<KC_GRID(rows * n)>>>(y, bias, rows, n);
+  KC_LAUNCH(KC_GRID(rows * n), add_bias_kernel)(y, bias, rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_add_bias_bf16(kc_bf16 *y, const kc_bf16 *bias, int64_t rows, int64_t n) {
   if (rows * n == 0) return;
-  add_bias_kernel<<<KC_GRID(rows * n)>>>(B16(y), CB16(bias), rows, n);
+  KC_LAUNCH(KC_GRID(rows * n), add_bias_kernel)(B16(y), CB16(bias), rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_sum_rows(float *out, const float *x, int64_t rows, int64_t n) {
   if (n == 0) return;
-  sum_rows_kernel<<<KC_GRID(n)>>>(out, x, rows, n);
+  KC_LAUNCH(KC_GRID(n), sum_rows_kernel)(out, x, rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_sum_rows_bf16(float *out, const kc_bf16 *x, int64_t rows, int64_t n) {
   if (n == 0) return;
-  sum_rows_kernel<<<KC_GRID(n)>>>(out, CB16(x), rows, n);
+  KC_LAUNCH(KC_GRID(n), sum_rows_kernel)(out, CB16(x), rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_gelu_fwd(float *y, const float *x, int64_t n) {
   if (n == 0) return;
-  gelu_fwd_kernel<<<KC_GRID(n)>>>(y, x, n);
+  KC_LAUNCH(KC_GRID(n), gelu_fwd_kernel)(y, x, n);
   KC_LAUNCHED();
 }
 void k_cuda_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n) {
   if (n == 0) return;
-  gelu_bwd_kernel<<<KC_GRID(n)>>>(dx, x, dy, n);
+  KC_LAUNCH(KC_GRID(n), gelu_bwd_kernel)(dx, x, dy, n);
   KC_LAUNCHED();
 }
 void k_cuda_gelu_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n) {
   if (n == 0) return;
-  gelu_fwd_kernel<<<KC_GRID(n)>>>(B16(y), CB16(x), n);
+  KC_LAUNCH(KC_GRID(n), gelu_fwd_kernel)(B16(y), CB16(x), n);
   KC_LAUNCHED();
 }
 void k_cuda_gelu_bwd_bf16(kc_bf16 *dx, const kc_bf16 *x, const kc_bf16 *dy, int64_t n) {
   if (n == 0) return;
-  gelu_bwd_kernel<<<KC_GRID(n)>>>(B16(dx), CB16(x), CB16(dy), n);
+  KC_LAUNCH(KC_GRID(n), gelu_bwd_kernel)(B16(dx), CB16(x), CB16(dy), n);
   KC_LAUNCHED();
 }
 void k_cuda_swiglu_fwd(float *y, const float *gate, const float *up, int64_t n) {
   if (n == 0) return;
-  swiglu_fwd_kernel<<<KC_GRID(n)>>>(y, gate, up, n);
+  KC_LAUNCH(KC_GRID(n), swiglu_fwd_kernel)(y, gate, up, n);
   KC_LAUNCHED();
 }
 void k_cuda_swiglu_bwd(float *dgate, float *dup, const float *gate, const float *up,
                        const float *dy, int64_t n) {
   if (n == 0) return;
-  swiglu_bwd_kernel<<<KC_GRID(n)>>>(dgate, dup, gate, up, dy, n);
+  KC_LAUNCH(KC_GRID(n), swiglu_bwd_kernel)(dgate, dup, gate, up, dy, n);
   KC_LAUNCHED();
 }
 void k_cuda_swiglu_fwd_bf16(kc_bf16 *y, const kc_bf16 *gate, const kc_bf16 *up, int64_t n) {
   if (n == 0) return;
-  swiglu_fwd_kernel<<<KC_GRID(n)>>>(B16(y), CB16(gate), CB16(up), n);
+  KC_LAUNCH(KC_GRID(n), swiglu_fwd_kernel)(B16(y), CB16(gate), CB16(up), n);
   KC_LAUNCHED();
 }
 void k_cuda_swiglu_bwd_bf16(kc_bf16 *dgate, kc_bf16 *dup, const kc_bf16 *gate,
                             const kc_bf16 *up, const kc_bf16 *dy, int64_t n) {
   if (n == 0) return;
-  swiglu_bwd_kernel<<<KC_GRID(n)>>>(B16(dgate), B16(dup), CB16(gate), CB16(up), CB16(dy), n);
+  KC_LAUNCH(KC_GRID(n), swiglu_bwd_kernel)(B16(dgate), B16(dup), CB16(gate), CB16(up), CB16(dy), n);
   KC_LAUNCHED();
 }
 void k_cuda_add(float *y, const float *a, const float *b, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<KC_GRID(n)>>>(y, a, b, n);
+  KC_LAUNCH(KC_GRID(n), add_kernel)(y, a, b, n);
   KC_LAUNCHED();
 }
 void k_cuda_add_bf16(kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<KC_GRID(n)>>>(B16(y), CB16(a), CB16(b), n);
+  KC_LAUNCH(KC_GRID(n), add_kernel)(B16(y), CB16(a), CB16(b), n);
   KC_LAUNCHED();
 }
 void k_cuda_accumulate(float *y, const float *x, int64_t n) {
   if (n == 0) return;
-  accumulate_kernel<<<KC_GRID(n)>>>(y, x, n);
+  KC_LAUNCH(KC_GRID(n), accumulate_kernel)(y, x, n);
   KC_LAUNCHED();
 }
 void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n) {
   if (n == 0) return;
-  accumulate_kernel<<<KC_GRID(n)>>>(y, CB16(x), n);
+  KC_LAUNCH(KC_GRID(n), accumulate_kernel)(y, CB16(x), n);
   KC_LAUNCHED();
 }
 void k_cuda_scale(float *y, const float *x, float alpha, int64_t n) {
   if (n == 0) return;
-  scale_kernel<<<KC_GRID(n)>>>(y, x, alpha, n);
+  KC_LAUNCH(KC_GRID(n), scale_kernel)(y, x, alpha, n);
   KC_LAUNCHED();
 }
 void k_cuda_cast_f32_bf16(kc_bf16 *y, const float *x, int64_t n) {
   if (n == 0) return;
-  cast_kernel<<<KC_GRID(n)>>>(B16(y), x, n);
+  KC_LAUNCH(KC_GRID(n), cast_kernel)(B16(y), x, n);
   KC_LAUNCHED();
 }
 void k_cuda_cast_bf16_f32(float *y, const kc_bf16 *x, int64_t n) {
   if (n == 0) return;
-  cast_kernel<<<KC_GRID(n)>>>(y, CB16(x), n);
+  KC_LAUNCH(KC_GRID(n), cast_kernel)(y, CB16(x), n);
   KC_LAUNCHED();
 }
 }

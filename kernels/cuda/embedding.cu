@@ -42,7 +42,7 @@ template <typename T>
 static void emb_fwd(T *out, const int32_t *ids, const T *table, int64_t n, int64_t h, int64_t lo,
                     int64_t V, int strict) {
   if (n * h == 0) return;
-  emb_fwd_kernel<<<KC_GRID(n * h)>>>(out, ids, table, n, h, lo, V, strict);
+  KC_LAUNCH(KC_GRID(n * h), emb_fwd_kernel)(out, ids, table, n, h, lo, V, strict);
   KC_LAUNCHED();
 }
 
@@ -53,7 +53,7 @@ static void emb_bwd(float *dtable, const int32_t *ids, const T *dout, int64_t n,
   KC_REQUIRE((V + EMB_IDS - 1) / EMB_IDS <= 65535, "embedding of %lld rows", (long long)V);
   int threads = h < 128 ? 32 : 128;
   dim3 grid((unsigned)((h + threads - 1) / threads), (unsigned)((V + EMB_IDS - 1) / EMB_IDS));
-  emb_bwd_kernel<<<grid, threads, 0, kc_stream()>>>(dtable, ids, dout, n, V, h, lo, strict);
+  KC_LAUNCH(grid, threads, 0, kc_stream(), emb_bwd_kernel)(dtable, ids, dout, n, V, h, lo, strict);
   KC_LAUNCHED();
 }
 
@@ -83,7 +83,7 @@ void k_cuda_embedding_bwd_bf16(float *dtable, const int32_t *ids, const kc_bf16 
 }
 void k_cuda_arange(int32_t *out, int64_t n) {
   if (n == 0) return;
-  arange_kernel<<<KC_GRID(n)>>>(out, n);
+  KC_LAUNCH(KC_GRID(n), arange_kernel)(out, n);
   KC_LAUNCHED();
 }
 void k_cuda_embedding_fwd_vp(float *out, const int32_t *ids, const float *table, int64_t n,

@@ -164,7 +164,7 @@ static void gemm(KcType ab, KcType c, KcEpilogue epi, const void *bias, int tran
   if (K == 0) {
     KC_REQUIRE(epi == KC_EPI_NONE, "an empty GEMM with an epilogue");
     KC_REQUIRE(c == KC_F32 && batch == 1, "an empty bf16 or batched GEMM");
-    scale_c_kernel<<<KC_GRID(M * N)>>>((float *)C, M, N, ldc, beta);
+    KC_LAUNCH(KC_GRID(M * N), scale_c_kernel)((float *)C, M, N, ldc, beta);
     KC_LAUNCHED();
     return;
   }

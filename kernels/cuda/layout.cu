@@ -46,25 +46,25 @@ __global__ void copy2d_kernel(T *dst, int64_t ldd, const T *src, int64_t lds, in
 
 template <typename T> static void split_heads(T *y, const T *x, int64_t b, int64_t s, int64_t H, int64_t d) {
   if (b * s * H * d == 0) return;
-  split_heads_kernel<<<KC_GRID(b * s * H * d)>>>(y, x, b, s, H, d);
+  KC_LAUNCH(KC_GRID(b * s * H * d), split_heads_kernel)(y, x, b, s, H, d);
   KC_LAUNCHED();
 }
 template <typename T> static void merge_heads(T *y, const T *x, int64_t b, int64_t s, int64_t H, int64_t d) {
   if (b * s * H * d == 0) return;
-  merge_heads_kernel<<<KC_GRID(b * s * H * d)>>>(y, x, b, s, H, d);
+  KC_LAUNCH(KC_GRID(b * s * H * d), merge_heads_kernel)(y, x, b, s, H, d);
   KC_LAUNCHED();
 }
 template <typename T>
 static void transpose(T *y, const T *x, int64_t outer, int64_t n0, int64_t mid, int64_t n1, int64_t inner) {
   int64_t n = outer * n0 * mid * n1 * inner;
   if (n == 0) return;
-  transpose_kernel<<<KC_GRID(n)>>>(y, x, outer, n0, mid, n1, inner);
+  KC_LAUNCH(KC_GRID(n), transpose_kernel)(y, x, outer, n0, mid, n1, inner);
   KC_LAUNCHED();
 }
 template <typename T>
 static void copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
-  copy2d_kernel<<<KC_GRID(rows * cols)>>>(dst, ldd, src, lds, rows, cols);
+  KC_LAUNCH(KC_GRID(rows * cols), copy2d_kernel)(dst, ldd, src, lds, rows, cols);
   KC_LAUNCHED();
 }
 

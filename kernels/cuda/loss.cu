@@ -117,11 +117,11 @@ static void ce_fwd(float *loss, const T *logits, const int32_t *targets, int64_t
   KC_REQUIRE(rows <= INT32_MAX && valid <= V, "cross entropy of %lld rows, %lld of %lld columns",
              (long long)rows, (long long)valid, (long long)V);
   if (rows > 0) {
-    ce_rows_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>((double *)scratch, logits,
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), ce_rows_kernel)((double *)scratch, logits,
                                                                        targets, V, valid);
     KC_LAUNCHED();
   }
-  mean_kernel<<<1, 1024, 0, kc_stream()>>>(loss, (const double *)scratch, rows);
+  KC_LAUNCH(1, 1024, 0, kc_stream(), mean_kernel)(loss, (const double *)scratch, rows);
   KC_LAUNCHED();
 }
 
@@ -132,7 +132,7 @@ static void ce_bwd(T *dlogits, const T *logits, const int32_t *targets, const fl
   if (rows == 0 || V == 0) return;
   KC_REQUIRE(rows <= INT32_MAX && n <= V, "cross entropy of %lld rows, %lld of %lld columns",
              (long long)rows, (long long)n, (long long)V);
-  ce_bwd_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), ce_bwd_kernel)(
       dlogits, logits, targets, dloss, rowmax, sumexp, rows, V, lo, n, valid);
   KC_LAUNCHED();
 }
@@ -160,25 +160,25 @@ void k_cuda_cross_entropy_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits,
 }
 void k_cuda_ce_vp_max(float *rowmax, const float *logits, int64_t rows, int64_t V, int64_t n) {
   if (rows == 0) return;
-  vp_max_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(rowmax, logits, V, n);
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_max_kernel)(rowmax, logits, V, n);
   KC_LAUNCHED();
 }
 void k_cuda_ce_vp_sumexp(float *sumexp, const float *logits, const float *rowmax, int64_t rows,
                          int64_t V, int64_t n) {
   if (rows == 0) return;
-  vp_sumexp_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(sumexp, logits, rowmax, V,
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_sumexp_kernel)(sumexp, logits, rowmax, V,
                                                                        n);
   KC_LAUNCHED();
 }
 void k_cuda_ce_vp_target(float *tgt, const float *logits, const int32_t *targets, int64_t rows,
                          int64_t V, int64_t lo, int64_t n, int64_t valid) {
   if (rows == 0) return;
-  vp_target_kernel<<<KC_GRID(rows)>>>(tgt, logits, targets, rows, V, lo, n, valid);
+  KC_LAUNCH(KC_GRID(rows), vp_target_kernel)(tgt, logits, targets, rows, V, lo, n, valid);
   KC_LAUNCHED();
 }
 void k_cuda_ce_vp_loss(float *loss, const float *rowmax, const float *sumexp, const float *tgt,
                        int64_t rows) {
-  vp_loss_kernel<<<1, 1024, 0, kc_stream()>>>(loss, rowmax, sumexp, tgt, rows);
+  KC_LAUNCH(1, 1024, 0, kc_stream(), vp_loss_kernel)(loss, rowmax, sumexp, tgt, rows);
   KC_LAUNCHED();
 }
 void k_cuda_ce_vp_bwd(float *dlogits, const float *logits, const int32_t *targets,

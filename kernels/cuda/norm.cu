@@ -109,7 +109,7 @@ static void norm_fwd(int layer, T *y, const T *x, const T *w, const T *b, int64_
                      float eps) {
   if (rows == 0 || h == 0) return;
   KC_REQUIRE(rows <= INT32_MAX, "normalisation of %lld rows", (long long)rows);
-  norm_fwd_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(layer, y, x, w, b, h, eps);
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_fwd_kernel)(layer, y, x, w, b, h, eps);
   KC_LAUNCHED();
 }
 
@@ -131,14 +131,14 @@ static void norm_bwd(int layer, T *dx, float *dw, float *db, const T *dy, const 
   KC_REQUIRE(rows <= INT32_MAX && chunks <= 65535, "normalisation of %lld rows", (long long)rows);
   unsigned cols = (unsigned)((h + KC_ELT_THREADS - 1) / KC_ELT_THREADS);
   if (rows > 0) {
-    norm_bwd_dx_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(layer, dx, dy, x, w, h,
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel)(layer, dx, dy, x, w, h,
                                                                            eps, stat);
     KC_LAUNCHED();
-    norm_bwd_partial_kernel<<<dim3(cols, (unsigned)chunks), KC_ELT_THREADS, 0, kc_stream()>>>(
+    KC_LAUNCH(dim3(cols, (unsigned)chunks), KC_ELT_THREADS, 0, kc_stream(), norm_bwd_partial_kernel)(
         pw, db ? pb : NULL, dy, x, stat, rows, h);
     KC_LAUNCHED();
   }
-  norm_bwd_total_kernel<<<cols, KC_ELT_THREADS, 0, kc_stream()>>>(dw, db, pw, pb, chunks, h);
+  KC_LAUNCH(cols, KC_ELT_THREADS, 0, kc_stream(), norm_bwd_total_kernel)(dw, db, pw, pb, chunks, h);
   KC_LAUNCHED();
 }
 

@@ -72,25 +72,25 @@ __global__ void sum_squares_kernel(double *out, const float *x, const KcRun *run
 extern "C" {
 void k_cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, const KcAdamW *h) {
   if (n == 0) return;
-  adamw_kernel<<<KC_GRID(n)>>>(w, g, m, v, n, *h);
+  KC_LAUNCH(KC_GRID(n), adamw_kernel)(w, g, m, v, n, *h);
   KC_LAUNCHED();
 }
 void k_cuda_adamw_runs(float *w, const float *g, float *m, float *v, kc_bf16 *w_bf16,
                        const KcRun *runs, int64_t nr, int64_t total, const KcAdamW *h) {
   if (nr == 0 || total == 0) return;
-  adamw_runs_kernel<<<KC_GRID(total)>>>(w, g, m, v, B16(w_bf16), runs, nr, total, *h);
+  KC_LAUNCH(KC_GRID(total), adamw_runs_kernel)(w, g, m, v, B16(w_bf16), runs, nr, total, *h);
   KC_LAUNCHED();
 }
 void k_cuda_sgd_runs(float *w, const float *g, const KcRun *runs, int64_t nr, int64_t total,
                      float decay, float lr, float grad_scale) {
   if (nr == 0 || total == 0) return;
-  sgd_runs_kernel<<<KC_GRID(total)>>>(w, g, runs, nr, total, decay, lr, grad_scale);
+  KC_LAUNCH(KC_GRID(total), sgd_runs_kernel)(w, g, runs, nr, total, decay, lr, grad_scale);
   KC_LAUNCHED();
 }
 void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int64_t nr) {
   if (nr == 0) return;
   KC_REQUIRE(nr <= INT32_MAX, "%lld runs", (long long)nr);
-  sum_squares_kernel<<<(unsigned)nr, SUMSQ_THREADS, 0, kc_stream()>>>(out, x, runs);
+  KC_LAUNCH((unsigned)nr, SUMSQ_THREADS, 0, kc_stream(), sum_squares_kernel)(out, x, runs);
   KC_LAUNCHED();
 }
 }

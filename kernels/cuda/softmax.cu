@@ -37,13 +37,13 @@ __global__ void causal_mask_kernel(float *y, const float *x, int64_t batch, int6
 template <typename T> static void softmax_fwd(T *y, const T *x, int64_t rows, int64_t n) {
   if (rows == 0 || n == 0) return;
   KC_REQUIRE(rows <= INT32_MAX, "softmax of %lld rows", (long long)rows);
-  softmax_fwd_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(y, x, n);
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), softmax_fwd_kernel)(y, x, n);
   KC_LAUNCHED();
 }
 template <typename T> static void softmax_bwd(T *dx, const T *y, const T *dy, int64_t rows, int64_t n) {
   if (rows == 0 || n == 0) return;
   KC_REQUIRE(rows <= INT32_MAX, "softmax of %lld rows", (long long)rows);
-  softmax_bwd_kernel<<<(unsigned)rows, KC_ROW_THREADS, 0, kc_stream()>>>(dx, y, dy, n);
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), softmax_bwd_kernel)(dx, y, dy, n);
   KC_LAUNCHED();
 }
 
@@ -61,7 +61,7 @@ void k_cuda_softmax_bwd_bf16(kc_bf16 *dx, const kc_bf16 *y, const kc_bf16 *dy, i
 }
 void k_cuda_causal_mask(float *y, const float *x, int64_t batch, int64_t s, float fill) {
   if (batch * s == 0) return;
-  causal_mask_kernel<<<KC_GRID(batch * s * s)>>>(y, x, batch, s, fill);
+  KC_LAUNCH(KC_GRID(batch * s * s), causal_mask_kernel)(y, x, batch, s, fill);
   KC_LAUNCHED();
 }
 }
