@@ -216,7 +216,8 @@ MULTI_t2="--tp 2 --global-batch 4"
 MULTI_p2="--pp 2 --global-batch 4"
 MULTI_d2="--dp 2 --global-batch 4"
 MULTI_one="--global-batch 4"
-NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+# shellcheck source=tests/gpu/ranks.sh
+. "$ROOT/tests/gpu/ranks.sh"
 
 # multi_prog LAYOUT TARGET: compiles and builds the tiny GPT-2 for the
 # layout; prints its folder.
@@ -232,34 +233,6 @@ multi_prog() {
   echo "$dir"
 }
 
-# mpirun_job DIR SHARE KILL ARGS...: starts every rank of DIR's manifest
-# under mpirun (one -np 1 block per rank, MPMD), each through env: with
-# SHARE=1 the ranks share the GPUs (the NCCL settings above); with KILL=1
-# rank 1 is killed once the run has logged two steps (or after 60 s).
-mpirun_job() {
-  local dir=$1 share=$2 kill=$3 r=0 prog
-  local -a cmd=()
-  shift 3
-  local -a envs=()
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  for prog in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$dir/manifest.json"); do
-    envs=(env OMP_NUM_THREADS=1)
-    [ "$share" = 1 ] && envs+=(NCCL_HOSTID="shard-rank$r" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-                               NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
-    [ ${#cmd[@]} -gt 0 ] && cmd+=(:)
-    if [ "$kill" = 1 ] && [ $r = 1 ]; then
-      cmd+=(-np 1 "${envs[@]}" bash "$MW/kill-rank.sh" "$dir/$prog" "$@")
-    else
-      cmd+=(-np 1 "${envs[@]}" "$dir/$prog" "$@")
-    fi
-    r=$((r + 1))
-  done
-  mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "${cmd[@]}"
-}
-
-# How a layout of N ranks runs here: 0 on its own GPUs, 1 sharing them.
-share_of() { [ "$1" -le "$NGPUS" ] && echo 0 || echo 1; }
-ranks_of() { grep -c '"rank":' "$1/manifest.json"; }
 
 check_nccl() { # LAYOUT
   local cpu gpu one n share how
@@ -274,10 +247,10 @@ check_nccl() { # LAYOUT
   # shellcheck disable=SC2086
   "$one/rank0" $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$cpu" 0 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
+  mpirun_job "$cpu" 0 - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$gpu" "$share" 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cuda.json" \
+  mpirun_job "$gpu" "$share" - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cuda.json" \
     >"$MW/nccl-$1-cuda.log" 2>&1 || {
     tail -n 20 "$MW/nccl-$1-cuda.log"
     if grep -q -i 'duplicate GPU' "$MW/nccl-$1-cuda.log"; then
@@ -310,7 +283,7 @@ KILL
   rm -f "$MW/nccl-kill.json"
   t0=$SECONDS
   # shellcheck disable=SC2086
-  timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); MW=$MW; mpirun_job $gpu $share 1 \
+  timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); mpirun_job $gpu $share $MW/kill-rank.sh \
     $TRAIN --steps 100000 --log-every 1 --timeout $limit --log-json $MW/nccl-kill.json" \
     >"$MW/nccl-kill.log" 2>&1
   rc=$?
