@@ -100,6 +100,17 @@ TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
 TRAIN="--data $DATA --seed 1 --quiet"
 
+# build_prog DIR TARGET: builds a compiled folder: with shardc, or for the
+# CUDA target under GPU_EMU=1 with the C++ compiler against the CPU
+# emulator of tests/emu (the make variables of BUILD/emu/program.mk).
+build_prog() {
+  if [ "$2" = cuda ] && [ -n "${GPU_EMU:-}" ]; then
+    make -s -C "$1" -f Makefile -f "$(cd "$BUILD" && pwd)/emu/program.mk"
+  else
+    "$SHARDC_BIN" build "$1"
+  fi
+}
+
 # prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL for
 # TARGET in PRECISION (default fp32; make leaves an up-to-date program
 # alone); prints the program's path.
@@ -110,7 +121,7 @@ prog() {
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision "$prec" \
     --cuda-arch "sm_$ARCH" \
-    -o "$dir" >"$dir.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+    -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" $2 >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: $1 for --target $2 ($prec) does not compile and build:" >&2; cat "$dir.compile.log" >&2; return 1; }
   echo "$dir/rank0"
 }
@@ -314,9 +325,17 @@ if [ -n "$MODEL_CHECK" ]; then
   mkdir -p "$MW"
   # The one-GPU checks need a GPU to mean anything; the nccl ones build
   # their programs first and say so themselves.
+  if [ -n "${GPU_EMU:-}" ]; then
+    [ -f "$BUILD/emu/program.mk" ] || { echo "SKIP: GPU_EMU=1 but no $BUILD/emu/program.mk"; exit 77; }
+    "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 --target cuda -o "$MW/probe" \
+      >"$MW/probe.log" 2>&1 ||
+      { echo "SKIP: this shardc cannot compile for --target cuda: $(grep -m1 error "$MW/probe.log")"
+        exit 77; }
+    echo "GPU_EMU=1: the CUDA programs run on the CPU emulator of tests/emu, not on a GPU"
+  fi
   case $MODEL_CHECK in
     nccl-*) ;;
-    *) [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none)"; exit 77; } ;;
+    *) [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none)"; exit 77; } ;;
   esac
   case $MODEL_CHECK in
     fp32-gpt2) check_fp32 gpt2 ;;
