@@ -57,3 +57,16 @@ set_tests_properties(emu/device PROPERTIES LABELS emu)
 add_test(NAME emu/no_device COMMAND test_device_cuda_emu --no-device)
 set_tests_properties(emu/no_device PROPERTIES LABELS emu ENVIRONMENT SHARD_EMU_DEVICES=0
                      PASS_REGULAR_EXPRESSION "error: no CUDA device")
+
+# The whole shape list of the kernel test (about 30 s in Release): make test-full.
+add_test(NAME emu/kernels_full COMMAND test_kernels_cuda_emu)
+set_tests_properties(emu/kernels_full PROPERTIES LABELS "emu;full"
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+
+# The emulator's own checks (tests/emu/test_emu.cc).
+add_executable(test_emu ${EMU_DIR}/test_emu.cc)
+target_compile_definitions(test_emu PRIVATE SHARD_CUDA_EMU)
+set_target_properties(test_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+target_link_libraries(test_emu PRIVATE shard_cuda_emu)
+add_test(NAME emu/self COMMAND test_emu)
+set_tests_properties(emu/self PROPERTIES LABELS emu)
