@@ -72,3 +72,9 @@ set_target_properties(test_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED 
 target_link_libraries(test_emu PRIVATE shard_cuda_emu)
 add_test(NAME emu/self COMMAND test_emu)
 set_tests_properties(emu/self PROPERTIES LABELS emu)
+
+# The generated CUDA programs on the emulator (programs.cmake: the make
+# variables that build them with the C++ compiler, and their model checks).
+if(EXISTS ${EMU_DIR}/programs.cmake)
+  include(${EMU_DIR}/programs.cmake)
+endif()
