@@ -46,8 +46,17 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/bf16_refusals
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep -E 'bf16 runs on one rank|need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\""
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals)
+  # The GEMM epilogues: which nodes they absorb, and the program without
+  # them (--no-gemm-epilogue), which must build as well.
+  add_test(NAME cuda_target/gpt2_epilogues
+           COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
+                   ${CT_GPT2})
+  add_test(NAME cuda_target/gpt2_no_epilogue_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
+                   ${CT_GPT2} --no-gemm-epilogue)
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
-                       cuda_target/llama_bf16_build PROPERTIES LABELS cuda)
+                       cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
+                       cuda_target/gpt2_no_epilogue_build PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"
