@@ -6,7 +6,12 @@
  * transposition flags, and C keeps its leading dimension. The algorithm of
  * each distinct problem (types, flags, sizes, leading dimensions, batch
  * and strides, and the alignment of the pointers, which the heuristics
- * take into account) is chosen once by cuBLASLt's heuristics and cached. */
+ * take into account) is chosen once by cuBLASLt's heuristics and cached,
+ * or with the timed search on (k_cuda_gemm_set_search) the fastest of the
+ * heuristics' best few at the problem's first call. The epilogues of
+ * k_cuda_gemm_fused (kernels_cuda.h) are cuBLASLt's where its heuristics
+ * offer an algorithm, and the unfused composition of our own kernels
+ * where they do not. */
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
