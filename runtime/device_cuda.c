@@ -174,6 +174,71 @@ void rt_dev_sync(void) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+/* ------------------------------------------------------ staged windows */
+
+/* Pinned host buffers, their copies in GPU memory, and the events that
+ * order them: `copied` after a slot's copy on the copy stream (the step's
+ * stream waits for it in get, the host in stage_host), `consumed` on the
+ * step's stream at a put, which the copy waits for (the step before may
+ * still be reading the slot's previous window). */
+struct RtDevStage {
+  int64_t bytes;
+  void *host[2], *mem[2];
+  cudaEvent_t copied[2], consumed[2];
+  int pending[2];
+};
+
+static cudaStream_t copy_stream;
+
+RtDevStage *rt_dev_stage_new(int64_t bytes) {
+  dev_init();
+  if (!copy_stream) CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  RtDevStage *s = rt_xcalloc(1, sizeof *s);
+  s->bytes = bytes > 0 ? bytes : 1;
+  for (int k = 0; k < 2; k++) {
+    if (cudaHostAlloc(&s->host[k], (size_t)s->bytes, cudaHostAllocDefault) != cudaSuccess)
+      rt_fatal(NULL, "out of pinned host memory for a staged token window (%lld bytes)",
+               (long long)s->bytes);
+    s->mem[k] = rt_dev_alloc(s->bytes, "a staged token window");
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->copied[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->consumed[k], cudaEventDisableTiming));
+  }
+  return s;
+}
+
+void *rt_dev_stage_host(RtDevStage *s, int slot) {
+  if (s->pending[slot]) CUDA_CHECK(cudaEventSynchronize(s->copied[slot]));
+  s->pending[slot] = 0;
+  return s->host[slot];
+}
+
+void rt_dev_stage_put(RtDevStage *s, int slot) {
+  CUDA_CHECK(cudaEventRecord(s->consumed[slot], dev.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream, s->consumed[slot], 0));
+  CUDA_CHECK(cudaMemcpyAsync(s->mem[slot], s->host[slot], (size_t)s->bytes,
+                             cudaMemcpyHostToDevice, copy_stream));
+  CUDA_CHECK(cudaEventRecord(s->copied[slot], copy_stream));
+  s->pending[slot] = 1;
+}
+
+const void *rt_dev_stage_get(RtDevStage *s, int slot) {
+  CUDA_CHECK(cudaStreamWaitEvent(dev.stream, s->copied[slot], 0));
+  return s->mem[slot];
+}
+
+void rt_dev_stage_free(RtDevStage *s) {
+  if (!s) return;
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  for (int k = 0; k < 2; k++) {
+    CUDA_CHECK(cudaFreeHost(s->host[k]));
+    rt_dev_free(s->mem[k]);
+    CUDA_CHECK(cudaEventDestroy(s->copied[k]));
+    CUDA_CHECK(cudaEventDestroy(s->consumed[k]));
+  }
+  free(s);
+}
+
 /* --------------------------------------------- the bf16 working copy */
 
 /* One copy, of the one weights region a program of one rank has: a call

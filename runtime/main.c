@@ -571,6 +571,7 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_trace_add_kind(RT_SCHED_OPT_STEP, 0, 0, u, rt_trace_now());
   }
   rt->step = s + 1;
+  rt_end_window(rt);
   rt_dev_sync(); /* the step's time includes all of its work */
   double dt = rt_now() - t0 - rt->skipped;
   info->step = s + 1;
@@ -702,6 +703,8 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   rt_data_close(rt->val);
   rt_exec_free(rt);
   rt_dp_free(rt);
+  rt_end_window(rt);
+  rt_dev_stage_free(rt->stage);
   free(rt->window);
   free(rt->norm_partials);
   rt_dev_free(rt->mem);

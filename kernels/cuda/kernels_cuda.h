@@ -67,11 +67,54 @@ void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch
 /* C = epi(alpha op(A) op(B) + beta C + bias) with bias [N] (of C's type)
  * added to every row, and for KC_EPI_BIAS_GELU the tanh GELU of k_gelu
  * after it: a linear layer's bias and activation in cuBLASLt's epilogue. */
-typedef enum KcEpilogue { KC_EPI_NONE = 0, KC_EPI_BIAS = 1, KC_EPI_BIAS_GELU = 2 } KcEpilogue;
+typedef enum KcEpilogue {
+  KC_EPI_NONE = 0,
+  KC_EPI_BIAS = 1,          /* C = P + bias */
+  KC_EPI_BIAS_GELU = 2,     /* C = gelu(P + bias) */
+  KC_EPI_BIAS_GELU_AUX = 3, /* aux = P + bias, C = gelu(aux): the forward of a training step */
+  KC_EPI_DGELU = 4,         /* C = gelu'(aux) P: P is the gradient of gelu(aux) */
+  KC_EPI_DGELU_BGRAD = 5,   /* as KC_EPI_DGELU, and bias[N] = the sum of C's rows */
+  KC_EPI_BGRAD_A = 6,       /* bias[M] = the sum over k of op(A)[m, k] */
+  KC_EPI_BGRAD_B = 7,       /* bias[N] = the sum over k of op(B)[k, n] */
+  KC_EPI_COUNT
+} KcEpilogue;
 void k_cuda_gemm_epilogue(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a,
                           int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                           int64_t lda, const void *B, int64_t ldb, float beta, void *C,
                           int64_t ldc);
+/* The general form, P = alpha op(A) op(B) (+ beta C): the epilogue, its
+ * bias (read for KC_EPI_BIAS*, written for the *BGRAD* forms) of type
+ * bias_type, and the GELU's pre-activation aux [M, N] row-major with
+ * leading dimension ldaux (a multiple of 8, cuBLASLt's rule), of C's type.
+ * The GELU and gradient forms take beta = 0, ldc = N and ldaux = N; the
+ * bias gradients are fp32 and overwrite bias (they are not added in).
+ * Where cuBLASLt's heuristics offer no algorithm for the epilogue (the
+ * types, transpositions or alignment), the product runs unfused: the plain
+ * GEMM, then k_cuda_add_bias, k_cuda_gelu_*, k_cuda_sum_rows (or a column
+ * sum of an operand), which is what an unfused program runs; the first
+ * such fallback of each epilogue is reported once on stderr. Returns 1
+ * when cuBLASLt ran the epilogue, 0 when it ran unfused. */
+typedef struct KcGemmEpi {
+  KcEpilogue epi;
+  void *bias;
+  KcType bias_type;
+  void *aux;
+  int64_t ldaux;
+} KcGemmEpi;
+int k_cuda_gemm_fused(KcType ab, KcType c, const KcGemmEpi *epi, int trans_a, int trans_b,
+                      int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                      const void *B, int64_t ldb, float beta, void *C, int64_t ldc);
+/* The timed search: with n > 1 the first call of each problem (with
+ * beta = 0, outside stream capture) runs each of the heuristics' n best
+ * algorithms once, timed with events, and keeps the fastest; 0 or 1 (the
+ * default) keeps the heuristics' first choice. k_cuda_gemm_init reads
+ * SHARD_GEMM_SEARCH from the environment. Algorithms may round
+ * differently (split-k, the order of the k sums), so with the search on,
+ * a run's bits can depend on timings: off by default. */
+void k_cuda_gemm_set_search(int n);
+/* With on set, every epilogue runs unfused (the fallback above), so that
+ * tests check both paths and a run can compare them on one GPU. */
+void k_cuda_gemm_set_unfused(int on);
 /* How many shapes the algorithm cache holds now (for tests). */
 int k_cuda_gemm_cached(void);
 

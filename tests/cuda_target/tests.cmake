@@ -46,8 +46,26 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/bf16_refusals
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep -E 'bf16 runs on one rank|need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\""
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals)
+  # The GEMM epilogues: which nodes they absorb, and the program without
+  # them (--no-gemm-epilogue), which must build as well.
+  add_test(NAME cuda_target/gpt2_epilogues
+           COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
+                   ${CT_GPT2})
+  add_test(NAME cuda_target/gpt2_no_epilogue_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
+                   ${CT_GPT2} --no-gemm-epilogue)
+  # The same GPT-2 built on the CPU emulator of tests/emu (always built)
+  # and trained against the CPU target: fused, unfused and bf16.
+  set(CT_EMU_LINK "$<TARGET_FILE:shard_rt_cuda_emu> $<TARGET_FILE:shard_data> $<TARGET_FILE:${SHARD_COMM_LIB}> $<TARGET_FILE:shard_kernels_cuda_emu> $<TARGET_FILE:shard_cuda_emu> ${SHARD_COMM_LINK} -fopenmp -lcjson -lm")
+  add_test(NAME cuda_target/gpt2_emu_train
+           COMMAND sh ${CT_DIR}/emu_model.sh ${SHARDC} ${CT_WORK}/emu_train ${MODELS_DIR}/gpt2.shard
+                   ${CMAKE_BINARY_DIR}/data/austen_train.bin ${CMAKE_CXX_COMPILER} ${CMAKE_SOURCE_DIR}
+                   "${CT_EMU_LINK}" ${CT_GPT2})
+  set_tests_properties(cuda_target/gpt2_emu_train PROPERTIES TIMEOUT 300)
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
-                       cuda_target/llama_bf16_build PROPERTIES LABELS cuda)
+                       cuda_target/gpt2_emu_train
+                       cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
+                       cuda_target/gpt2_no_epilogue_build PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"

@@ -31,6 +31,9 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   gpt2 epilogues     the tiny GPT-2 fp32 on the GPU with cuBLASLt's epilogues (bias+GELU,
+#                      dgelu, bias gradients) against the same program compiled with
+#                      --no-gemm-epilogue: every step's loss within 1e-5 (relative)
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -180,6 +183,29 @@ check_bf16() { # MODEL
   cmp_losses "$1 bf16 GPU against fp32 CPU" "$MW/$1-cpu.json" "$MW/$1-cuda-bf16.json" 2e-2 rel ||
     return 1
   echo "all checks passed: $1 bf16 losses within 2e-2 of the CPU target's fp32 ones over $STEPS steps"
+}
+
+# The fused GEMM epilogues against the same program without them
+# (--no-gemm-epilogue), both on the GPU in fp32: the same sums in another
+# order, so within fp32 rounding. A fallback to the unfused path shows in
+# the log (gemm.cu reports it once per epilogue).
+check_epilogues() {
+  local gpu dir=$MW/gpt2-cuda-noepi
+  gpu=$(prog gpt2 cuda) || return 1
+  # shellcheck disable=SC2086
+  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 --target cuda --no-gemm-epilogue \
+    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" \
+    >>"$dir.compile.log" 2>&1 || { echo "FAIL: --no-gemm-epilogue does not build"; return 1; }
+  grep -c 'k_cuda_gemm_fused' "$(dirname "$gpu")/rank0.cu" | sed 's/^/fused GEMMs: /'
+  rm -f "$MW/gpt2-epi.json" "$MW/gpt2-noepi.json"
+  # shellcheck disable=SC2086
+  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/gpt2-epi.json" || { echo "FAIL: the fused run"; return 1; }
+  # shellcheck disable=SC2086
+  "$dir/rank0" $TRAIN --steps $STEPS --log-json "$MW/gpt2-noepi.json" ||
+    { echo "FAIL: the unfused run"; return 1; }
+  cmp_losses "gpt2 fp32 epilogues against none" "$MW/gpt2-noepi.json" "$MW/gpt2-epi.json" 1e-5 rel ||
+    return 1
+  echo "all checks passed: the fused epilogues give the unfused program's losses"
 }
 
 check_grads() {
@@ -342,6 +368,7 @@ if [ -n "$MODEL_CHECK" ]; then
     fp32-llama) check_fp32 llama ;;
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
+    epilogues) check_epilogues ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
@@ -454,6 +481,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "gpt2 epilogues" 60 epilogues
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
