@@ -176,23 +176,32 @@ layout t2p2v2_sg gpt2 "$GPT2" --tp 2 --pp 2 --vpp 2 --dp 2 --zero 1 --global-bat
 PRECS=
 
 # The host code of a multi-rank program: --help, then a start on its two
-# ranks under mpirun, which gets through the NCCL backend's start (MPI,
-# the communicators; without a GPU no NCCL) to the device layer, which
-# needs the GPU.
+# ranks under mpirun, which gets through the runtime's checks of the
+# program's tables (the bf16 pipeline's messages of 2-byte elements
+# included) and the NCCL backend's start (MPI, the communicators; without
+# a GPU no NCCL) to the device layer, which needs the GPU.
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+start() { # NAME MPIRUN_ARGS...
+  what=$1
+  shift
+  if ! command -v mpirun >/dev/null; then
+    echo "no mpirun: the two-rank start of $what is not tried"
+  elif timeout 60 mpirun --oversubscribe "$@" >start.txt 2>&1; then
+    ok "$what: started on two ranks (a GPU is present)"
+  elif grep -q 'error: .*no CUDA device' start.txt; then
+    ok "$what: a start on two ranks without a GPU ends with: $(grep -m1 'no CUDA device' start.txt)"
+  else
+    fail "$what: the two-rank start failed without the no-device error"; head -5 start.txt
+  fi
+}
 prog=cuda_t2/rank0
 if [ -x "$prog" ]; then
   check "t2: rank0 --help exits 0" "$prog" --help
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  if ! command -v mpirun >/dev/null; then
-    echo "no mpirun: the two-rank start is not tried"
-  elif timeout 60 mpirun --oversubscribe -np 2 "$prog" --steps 0 >start.txt 2>&1; then
-    ok "t2: started on two ranks (a GPU is present)"
-  elif grep -q 'error: .*no CUDA device' start.txt; then
-    ok "t2: a start on two ranks without a GPU ends with: $(grep -m1 'no CUDA device' start.txt)"
-  else
-    fail "t2: the two-rank start failed without the no-device error"; head -5 start.txt
-  fi
+  start t2 -np 2 "$prog" --steps 0
 fi
+p2=cuda_p2_bf16
+[ -x $p2/stage0 ] && [ -x $p2/stage1 ] &&
+  start "p2 bf16" -np 1 $p2/stage0 --steps 0 : -np 1 $p2/stage1 --steps 0
 echo "multi.sh: $(($(date +%s) - T0)) s"
 [ "$FAILS" = 0 ] || { echo "$FAILS check(s) failed"; exit 1; }
 echo "all passed"
