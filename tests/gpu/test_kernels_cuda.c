@@ -336,52 +336,55 @@ static void test_activations(int64_t n) {
 
 /* --- embeddings ---------------------------------------------------------------- */
 
+/* The GPU's forward and backward of the whole table (vp = 0) or of this
+ * rank's rows [lo, lo + R) of it (vp = 1), in fp32 or bf16 rows. */
+static void embedding_gpu(int vp, int bf, void *y, float *dtable, const int32_t *ids,
+                          const void *table, const void *dout, int64_t n, int64_t R, int64_t h,
+                          int64_t lo) {
+  if (vp && bf) {
+    k_cuda_embedding_fwd_vp_bf16(y, ids, table, n, h, lo, R);
+    k_cuda_embedding_bwd_vp_bf16(dtable, ids, dout, n, R, h, lo);
+  } else if (vp) {
+    k_cuda_embedding_fwd_vp(y, ids, table, n, h, lo, R);
+    k_cuda_embedding_bwd_vp(dtable, ids, dout, n, R, h, lo);
+  } else if (bf) {
+    k_cuda_embedding_fwd_bf16(y, ids, table, n, h);
+    k_cuda_embedding_bwd_bf16(dtable, ids, dout, n, R, h);
+  } else {
+    k_cuda_embedding_fwd(y, ids, table, n, h);
+    k_cuda_embedding_bwd(dtable, ids, dout, n, R, h);
+  }
+}
+
+/* The whole table, then the vocabulary-parallel form (this rank holds rows
+ * [lo, lo + Vr)); in bf16 the rows are bf16 (rounded first, for both
+ * sides) and the table's gradient fp32. */
 static void test_embedding(int64_t n, int64_t V, int64_t h) {
   const char *sh = SHAPE("n%lld V%lld h%lld", (long long)n, (long long)V, (long long)h);
-  for (int bf = 0; bf < 2; bf++) {
-    float *table = hrand(V * h, 1), *dout = hrand(n * h, 1);
-    if (bf) { round_bf16(table, V * h); round_bf16(dout, n * h); }
-    int32_t *ids = hids(n, 0, V);
-    int32_t *dids = dput_raw(ids, (size_t)n * 4);
-    void *dtable = dput(table, V * h, bf), *ddout = dput(dout, n * h, bf), *dy = dnew(n * h, bf);
-    float *dgrad = dnew(V * h, 0);
-    float *y = halloc(n * h * 4), *grad = halloc(V * h * 4);
-    if (bf) {
-      k_cuda_embedding_fwd_bf16(dy, dids, dtable, n, h);
-      k_cuda_embedding_bwd_bf16(dgrad, dids, ddout, n, V, h);
-    } else {
-      k_cuda_embedding_fwd(dy, dids, dtable, n, h);
-      k_cuda_embedding_bwd(dgrad, dids, ddout, n, V, h);
+  int64_t lo_vp = V / 3, Vr = V - lo_vp - V / 4 > 0 ? V - lo_vp - V / 4 : 1;
+  for (int vp = 0; vp < 2; vp++)
+    for (int bf = 0; bf < 2; bf++) {
+      int64_t lo = vp ? lo_vp : 0, R = vp ? Vr : V;
+      float *table = hrand(R * h, 1), *dout = hrand(n * h, 1);
+      if (bf) { round_bf16(table, R * h); round_bf16(dout, n * h); }
+      int32_t *ids = hids(n, 0, V);
+      int32_t *dids = dput_raw(ids, (size_t)n * 4);
+      void *dtable = dput(table, R * h, bf), *ddout = dput(dout, n * h, bf), *dy = dnew(n * h, bf);
+      float *dgrad = dnew(R * h, 0), *y = halloc(n * h * 4), *grad = halloc(R * h * 4);
+      embedding_gpu(vp, bf, dy, dgrad, dids, dtable, ddout, n, R, h, lo);
+      if (vp) {
+        k_embedding_fwd_vp(y, ids, table, n, h, lo, R);
+        k_embedding_bwd_vp(grad, ids, dout, n, R, h, lo);
+      } else {
+        k_embedding_fwd(y, ids, table, n, h);
+        k_embedding_bwd(grad, ids, dout, n, R, h);
+      }
+      check(name(vp ? "embedding_fwd_vp" : "embedding_fwd", bf), sh, dget(dy, n * h, bf), y,
+            n * h, 0);
+      check(name(vp ? "embedding_bwd_vp" : "embedding_bwd", bf), sh, dget(dgrad, R * h, 0), grad,
+            R * h, 0);
+      end_test();
     }
-    k_embedding_fwd(y, ids, table, n, h);
-    k_embedding_bwd(grad, ids, dout, n, V, h);
-    check(name("embedding_fwd", bf), sh, dget(dy, n * h, bf), y, n * h, 0);
-    check(name("embedding_bwd", bf), sh, dget(dgrad, V * h, 0), grad, V * h, 0);
-    end_test();
-  }
-  /* Vocabulary-parallel: this rank holds rows [lo, lo + Vr); in bf16 the
-   * rows are bf16 (rounded first, for both sides), the table's gradient
-   * fp32. */
-  int64_t lo = V / 3, Vr = V - lo - V / 4 > 0 ? V - lo - V / 4 : 1;
-  for (int bf = 0; bf < 2; bf++) {
-    float *table = hrand(Vr * h, 1), *dout = hrand(n * h, 1);
-    if (bf) { round_bf16(table, Vr * h); round_bf16(dout, n * h); }
-    int32_t *ids = hids(n, 0, V);
-    int32_t *dids = dput_raw(ids, (size_t)n * 4);
-    void *dtable = dput(table, Vr * h, bf), *ddout = dput(dout, n * h, bf), *dy = dnew(n * h, bf);
-    float *dgrad = dnew(Vr * h, 0), *y = halloc(n * h * 4), *grad = halloc(Vr * h * 4);
-    if (bf) {
-      k_cuda_embedding_fwd_vp_bf16(dy, dids, dtable, n, h, lo, Vr);
-      k_cuda_embedding_bwd_vp_bf16(dgrad, dids, ddout, n, Vr, h, lo);
-    } else {
-      k_cuda_embedding_fwd_vp(dy, dids, dtable, n, h, lo, Vr);
-      k_cuda_embedding_bwd_vp(dgrad, dids, ddout, n, Vr, h, lo);
-    }
-    k_embedding_fwd_vp(y, ids, table, n, h, lo, Vr);
-    k_embedding_bwd_vp(grad, ids, dout, n, Vr, h, lo);
-    check(name("embedding_fwd_vp", bf), sh, dget(dy, n * h, bf), y, n * h, 0);
-    check(name("embedding_bwd_vp", bf), sh, dget(dgrad, Vr * h, 0), grad, Vr * h, 0);
-  }
   int32_t *dar = dalloc((size_t)n * 4), *ar = halloc((size_t)n * 4);
   k_cuda_arange(dar, n);
   CK(cudaMemcpy(ar, dar, (size_t)n * 4, cudaMemcpyDeviceToHost));
