@@ -14,14 +14,18 @@
  * loss, per-rank dropout) take the rank's place from ctx->tp at run time,
  * as on the CPU (cpu_tp.c), so one program serves every tensor rank.
  *
- * bf16 (one rank for now): the memory plan sizes the step's own values
+ * bf16, on every mesh: the memory plan sizes the step's own values
  * (activations, their gradients, temporaries) at 2 bytes; weights stay
  * the fp32 masters, read through their bf16 working copy (W16, from
  * rt_dev_weights_bf16 of device_cuda.c), and the gradients of the weights,
  * the optimizer state, the graph's inputs and outputs (the loss) stay
  * fp32. Whether a value is bf16 is read off the plan (low()); each kernel
  * is called in its _bf16 form where its activations are, with typed
- * pointers, so a call that mixes the two wrongly does not compile. */
+ * pointers, so a call that mixes the two wrongly does not compile. Between
+ * ranks the activations and their gradients travel in bf16 (the
+ * collectives of collectives.c and the pipeline messages, which the plan
+ * keeps at 2 bytes); weight gradients, their reductions and the
+ * vocabulary-parallel loss's row statistics stay fp32. */
 #include <string.h>
 
 #include "target.h"
@@ -994,8 +998,8 @@ static void emit_tp_slice(CgEmitter *e, int index) {
   if (!cg_comm_tensor_axis(e, n)) return;
   const IrValue *x = n->in[0], *y = n->out[0];
   int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
-  emit(e, "k_cuda_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", ref(e, y),
-       (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
+  emit(e, "k_cuda_copy2d%s(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", sfx(e, x),
+       ref(e, y), (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
 }
 
@@ -1012,50 +1016,55 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
     int64_t V = dim(table, 0);
-    emit(e, "k_cuda_embedding_fwd_vp(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
-         ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids), (long long)dim(y, -1),
-         (long long)V, (long long)V);
+    emit(e, "k_cuda_embedding_fwd_vp%s(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
+         sfx(e, y), ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids),
+         (long long)dim(y, -1), (long long)V, (long long)V);
     return;
   }
   int64_t V = dim(y, 0), h = dim(y, -1);
   if (into_grads(e, y))
     emit_embedding_add(e, n, ir_fmt("(int64_t)ctx->tp * %lld", (long long)V), V);
   else
-    emit(e, "k_cuda_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
-         ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids), (long long)V,
-         (long long)h, (long long)V);
+    emit(e, "k_cuda_embedding_bwd_vp%s(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
+         sfx(e, n->in[1]), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids),
+         (long long)V, (long long)h, (long long)V);
 }
 
 /* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits,
  * as on the CPU: all-reduces of the row max (MAX), then of the sum of
  * exponentials and, forward, of the target logit (SUM), one real per row
- * each, in the device scratch. */
+ * each, in the device scratch. With bf16 logits the kernels read them in
+ * their _bf16 forms, and these statistics stay fp32 (Megatron-LM's
+ * vocabulary-parallel cross-entropy works on fp32 logits): a bf16 row
+ * max and sum of exponentials would cost the loss 3 significant digits
+ * for a few bytes per row. */
 static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);
-  const char *L = ref(e, logits), *T = ref(e, targets);
+  const char *L = ref(e, logits), *T = ref(e, targets), *s = sfx(e, logits);
   emit(e, "{");
   e->depth++;
   emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
   emit(e, "const int64_t n = %lld - lo < 0 ? 0 : %lld - lo > %lld ? %lld : %lld - lo;",
        (long long)valid, (long long)valid, (long long)V, (long long)V, (long long)valid);
   emit(e, "real *mx = cu_tp_scratch(), *se = mx + %lld;", (long long)rows);
-  emit(e, "k_cuda_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "k_cuda_ce_vp_max%s(mx, %s, %lld, %lld, n);", s, L, (long long)rows, (long long)V);
   cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
-  emit(e, "k_cuda_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "k_cuda_ce_vp_sumexp%s(se, %s, mx, %lld, %lld, n);", s, L, (long long)rows,
+       (long long)V);
   cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
   if (n->op == IR_OP_CROSS_ENTROPY) {
     emit(e, "real *tg = mx + %lld;", (long long)(2 * rows));
-    emit(e, "k_cuda_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
-         (long long)V, (long long)valid);
+    emit(e, "k_cuda_ce_vp_target%s(tg, %s, %s, %lld, %lld, lo, n, %lld);", s, L, T,
+         (long long)rows, (long long)V, (long long)valid);
     cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
     emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", ref(e, n->out[0]), (long long)rows);
   } else {
-    emit(e, "k_cuda_ce_vp_bwd(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", ref(e, n->out[0]), L,
-         T, ref(e, n->in[2]), (long long)rows, (long long)V);
+    emit(e, "k_cuda_ce_vp_bwd%s(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", s,
+         ref(e, n->out[0]), L, T, ref(e, n->in[2]), (long long)rows, (long long)V);
   }
   e->depth--;
   emit(e, "}");
@@ -1064,8 +1073,8 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
 /* Dropout on a tensor-parallel split: each rank draws its own stream, the
  * CPU's tp_seed. */
 static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
-  emit(e, "k_cuda_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
-       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+  emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]), ref(e, n->in[0]),
        (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
@@ -1175,14 +1184,6 @@ static void check_supported(CgEmitter *e) {
       cuda_state(e)->refused = true;
       return;
     }
-  if (bf16_mode(e) && (e->nchunks > 1 || cg_mesh(e->g, IR_AXIS_TENSOR) > 1 ||
-                      cg_mesh(e->g, IR_AXIS_DATA) > 1)) {
-    ir_error(ir_cmdline, "cuda target: --precision bf16 runs on one rank for now; compile with "
-                         "t = p = d = 1, or with --precision fp32");
-    e->errors++;
-    cuda_state(e)->refused = true;
-    return;
-  }
   if (e->plan->real_bytes != 4) {
     ir_error(ir_cmdline, "cuda target: the programs are fp32 (--dtype f64 is for gradient checks, "
                          "on the CPU target)");
@@ -1266,8 +1267,8 @@ static void emit_bf16_prologue(CgEmitter *e) {
   emit(e, " * from their bf16 working copy, which the device layer keeps fresh. */");
   emit(e, "extern \"C\" uint16_t *rt_dev_weights_bf16(const real *w, int64_t n);");
   emit(e, "#define BF(p) ((kc_bf16 *)(p))");
-  emit(e, "#define W16(elems) (rt_dev_weights_bf16(ctx->weights, %lldLL) + (elems))",
-       (long long)e->plan->nweights);
+  /* The copy is of the program's whole weights region (every chunk's). */
+  emit(e, "#define W16(elems) (rt_dev_weights_bf16(ctx->weights, ctx->model->nweights) + (elems))");
   emit(e, "__device__ __forceinline__ real cu_f(real x) { return x; }");
   emit(e, "__device__ __forceinline__ real cu_f(kc_bf16 x) {");
   emit(e, "  return __bfloat162float(__ushort_as_bfloat16(x));");
@@ -1556,9 +1557,13 @@ static const PassMemPolicy cuda_memplan = {
 };
 
 static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
-                         int64_t part) {
-  emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
-       (long long)b, (long long)part);
+                         int64_t part, bool low) {
+  if (low)
+    emit(e, "k_cuda_transpose_bf16(BF(%s), (const kc_bf16 *)%s, 1, %lld, 1, %lld, %lld);", dst,
+         src, (long long)a, (long long)b, (long long)part);
+  else
+    emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
+         (long long)b, (long long)part);
 }
 
 static void *cuda_state_new(CgEmitter *e) {
@@ -1570,7 +1575,7 @@ static void *cuda_state_new(CgEmitter *e) {
 
 const CgTarget cg_target_cuda = {
     .name = "cuda",
-    .doc = "CUDA C++ for NVIDIA GPUs (fp32, or bf16 on one rank; cuBLASLt GEMMs, NCCL between "
+    .doc = "CUDA C++ for NVIDIA GPUs (fp32 or bf16; cuBLASLt GEMMs, NCCL between "
            "ranks, nvcc)",
     .source_ext = ".cu",
     .buildfile_name = "Makefile",

@@ -64,6 +64,12 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes);
 /* Model memory: y[i] += x[i] for i < n (the two local copies of a tied
  * parameter's gradient, exec.c). */
 void rt_dev_accumulate(real *y, const real *x, int64_t n);
+/* Model memory at dst was written by someone other than the device layer
+ * (the comm backend: ZeRO-1's all-gather of the updated weights, the tied
+ * weights' broadcast), so whatever the device derives from it is stale: on
+ * CUDA, the bf16 working copy of the weights is cast afresh before its next
+ * use. Nothing on the CPU device. */
+void rt_dev_written(void *dst, int64_t bytes);
 
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);

@@ -49,6 +49,11 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 
+void rt_dev_written(void *dst, int64_t bytes) {
+  (void)dst;
+  (void)bytes;
+}
+
 void rt_dev_accumulate(real *y, const real *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -11,8 +11,9 @@
  * The bf16 programs read their weights from a bf16 working copy of the
  * fp32 masters (rt_dev_weights_bf16): the AdamW step writes it as it
  * updates the masters, and anything else that writes into the masters (a
- * checkpoint loaded, the initial weights, SGD) marks it stale, so it is
- * cast afresh before its next use.
+ * checkpoint loaded, the initial weights, SGD, and with ZeRO-1 the
+ * all-gather of the other replicas' updated fp32 shards, rt_dev_written)
+ * marks it stale, so it is cast afresh, whole, before its next use.
  * The optimizer's and the norms' small tables of runs live in device
  * buffers that grow to the largest call seen and are then reused, so after
  * the first step nothing is allocated. */
@@ -161,6 +162,8 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, dev.stream));
   wrote(dst, bytes);
 }
+
+void rt_dev_written(void *dst, int64_t bytes) { wrote(dst, bytes); }
 
 void rt_dev_accumulate(real *y, const real *x, int64_t n) {
   dev_init();

@@ -166,6 +166,11 @@ void k_cuda_embedding_fwd_vp(float *out, const int32_t *ids, const float *table,
                              int64_t h, int64_t lo, int64_t V);
 void k_cuda_embedding_bwd_vp(float *dtable, const int32_t *ids, const float *dout, int64_t n,
                              int64_t V, int64_t h, int64_t lo);
+/* The same with bf16 rows (the gradient of the table stays fp32). */
+void k_cuda_embedding_fwd_vp_bf16(kc_bf16 *out, const int32_t *ids, const kc_bf16 *table,
+                                  int64_t n, int64_t h, int64_t lo, int64_t V);
+void k_cuda_embedding_bwd_vp_bf16(float *dtable, const int32_t *ids, const kc_bf16 *dout,
+                                  int64_t n, int64_t V, int64_t h, int64_t lo);
 
 /* --- normalisation (norm.cu) -------------------------------------------------- */
 /* One block per row; b may be NULL. The backward writes dx, overwrites dw
@@ -287,6 +292,16 @@ void k_cuda_ce_vp_loss(float *loss, const float *rowmax, const float *sumexp, co
 void k_cuda_ce_vp_bwd(float *dlogits, const float *logits, const int32_t *targets,
                       const float *dloss, const float *rowmax, const float *sumexp, int64_t rows,
                       int64_t V, int64_t lo, int64_t n);
+/* The same over bf16 logits (and a bf16 dlogits); the statistics stay fp32. */
+void k_cuda_ce_vp_max_bf16(float *rowmax, const kc_bf16 *logits, int64_t rows, int64_t V,
+                           int64_t n);
+void k_cuda_ce_vp_sumexp_bf16(float *sumexp, const kc_bf16 *logits, const float *rowmax,
+                              int64_t rows, int64_t V, int64_t n);
+void k_cuda_ce_vp_target_bf16(float *tgt, const kc_bf16 *logits, const int32_t *targets,
+                              int64_t rows, int64_t V, int64_t lo, int64_t n, int64_t valid);
+void k_cuda_ce_vp_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits, const int32_t *targets,
+                           const float *dloss, const float *rowmax, const float *sumexp,
+                           int64_t rows, int64_t V, int64_t lo, int64_t n);
 
 /* --- dropout (dropout.cu) ----------------------------------------------------- */
 /* The mask of k_dropout_fwd bit for bit: a pure function of (seed, site, i)

@@ -47,6 +47,10 @@
 #                      else with its ranks sharing the GPUs (each rank its own
 #                      NCCL_HOSTID, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, sockets on
 #                      loopback); the note says how it ran, or why it could not
+#   nccl t2 bf16,      the same three layouts compiled with --precision bf16 (bf16
+#     p2 bf16, d2 bf16 activations, collectives and pipeline messages; fp32 weight
+#                      gradients and their reductions): every step's loss within 2e-2
+#                      (relative) of the CPU target's fp32 run of the same layout
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -256,14 +260,15 @@ MULTI_one="--global-batch 4"
 # shellcheck source=tests/gpu/ranks.sh
 . "$ROOT/tests/gpu/ranks.sh"
 
-# multi_prog LAYOUT TARGET: compiles and builds the tiny GPT-2 for the
-# layout; prints its folder.
+# multi_prog LAYOUT TARGET [PRECISION]: compiles and builds the tiny GPT-2
+# for the layout (fp32 unless PRECISION says bf16); prints its folder.
 multi_prog() {
-  local dir=$MW/nccl-$1-$2 opts
+  local prec=${3:-fp32} dir=$MW/nccl-$1-$2 opts
+  [ "$prec" = fp32 ] || dir=$dir-$prec
   eval "opts=\$MULTI_$1"
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $opts --target "$2" \
-    --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+    --precision "$prec" --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
     "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: gpt2 $1 for --target $2 does not compile and build:" >&2
       cat "$dir.compile.log" >&2; return 1; }
@@ -271,30 +276,40 @@ multi_prog() {
 }
 
 
-check_nccl() { # LAYOUT
-  local cpu gpu one n share how
+# check_nccl LAYOUT [bf16]: fp32 against the CPU target's same layout
+# within 1e-4 (and that against one rank); bf16 within 2e-2 relative.
+check_nccl() { # LAYOUT [PRECISION]
+  local cpu gpu one n share how prec=${2:-fp32} tag=cuda
+  [ "$prec" = fp32 ] || tag=cuda-$prec
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
-  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda) && one=$(multi_prog one cpu) || return 1
-  echo "built gpt2 $1 for both targets"
+  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
+    return 1
+  echo "built gpt2 $1 for both targets ($prec on the GPU)"
   [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   how=$([ "$share" = 1 ] && echo "$n ranks sharing $NGPUS GPU(s) over sockets" || echo "$n ranks, one GPU each")
-  rm -f "$MW/nccl-$1"-*.json
+  rm -f "$MW/nccl-$1"-one.json "$MW/nccl-$1"-cpu.json "$MW/nccl-$1-$tag.json"
   # shellcheck disable=SC2086
   "$one/rank0" $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
   # shellcheck disable=SC2086
   mpirun_job "$cpu" 0 - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$gpu" "$share" - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cuda.json" \
-    >"$MW/nccl-$1-cuda.log" 2>&1 || {
-    tail -n 20 "$MW/nccl-$1-cuda.log"
-    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-cuda.log"; then
+  mpirun_job "$gpu" "$share" - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-$tag.json" \
+    >"$MW/nccl-$1-$tag.log" 2>&1 || {
+    tail -n 20 "$MW/nccl-$1-$tag.log"
+    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-$tag.log"; then
       echo "SKIP: $1 could not run: NCCL refused $how"; return 77
     fi
     echo "FAIL: the CUDA target's $1 run ($how)"; return 1; }
   cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
+  if [ "$prec" = bf16 ]; then
+    cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$MW/nccl-$1-cpu.json" \
+      "$MW/nccl-$1-$tag.json" 2e-2 rel || return 1
+    echo "all checks passed: gpt2 $1 bf16 on NCCL ($how) within 2e-2 of the CPU target's fp32 losses"
+    return 0
+  fi
   cmp_losses "$1 on NCCL against the CPU target" "$MW/nccl-$1-cpu.json" "$MW/nccl-$1-cuda.json" 1e-4 ||
     return 1
   echo "all checks passed: gpt2 $1 on NCCL ($how) has the CPU target's losses"
@@ -375,6 +390,9 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-t2) check_nccl t2 ;;
     nccl-p2) check_nccl p2 ;;
     nccl-d2) check_nccl d2 ;;
+    nccl-t2-bf16) check_nccl t2 bf16 ;;
+    nccl-p2-bf16) check_nccl p2 bf16 ;;
+    nccl-d2-bf16) check_nccl d2 bf16 ;;
     nccl-kill) check_nccl_kill ;;
     *) echo "unknown model check $MODEL_CHECK"; exit 2 ;;
   esac
@@ -490,16 +508,21 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl t2" 90 nccl-t2
     model_check "nccl p2" 90 nccl-p2
     model_check "nccl d2" 90 nccl-d2
+    model_check "nccl t2 bf16" 90 nccl-t2-bf16
+    model_check "nccl p2 bf16" 90 nccl-p2-bf16
+    model_check "nccl d2 bf16" 90 nccl-d2-bf16
     model_check "nccl rank killed" 120 nccl-kill
   else
-    for r in "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
+    for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
+             "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
   fi
 else
   for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
            "checkpoint crossing" "model sanitizer" \
-           "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
+           "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
+           "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
   done
 fi

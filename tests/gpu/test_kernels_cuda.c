@@ -443,42 +443,55 @@ static void test_activations(int64_t n) {
 
 /* --- embeddings ---------------------------------------------------------------- */
 
+/* The GPU's forward and backward of the whole table (vp = 0) or of this
+ * rank's rows [lo, lo + R) of it (vp = 1), in fp32 or bf16 rows. */
+static void embedding_gpu(int vp, int bf, void *y, float *dtable, const int32_t *ids,
+                          const void *table, const void *dout, int64_t n, int64_t R, int64_t h,
+                          int64_t lo) {
+  if (vp && bf) {
+    k_cuda_embedding_fwd_vp_bf16(y, ids, table, n, h, lo, R);
+    k_cuda_embedding_bwd_vp_bf16(dtable, ids, dout, n, R, h, lo);
+  } else if (vp) {
+    k_cuda_embedding_fwd_vp(y, ids, table, n, h, lo, R);
+    k_cuda_embedding_bwd_vp(dtable, ids, dout, n, R, h, lo);
+  } else if (bf) {
+    k_cuda_embedding_fwd_bf16(y, ids, table, n, h);
+    k_cuda_embedding_bwd_bf16(dtable, ids, dout, n, R, h);
+  } else {
+    k_cuda_embedding_fwd(y, ids, table, n, h);
+    k_cuda_embedding_bwd(dtable, ids, dout, n, R, h);
+  }
+}
+
+/* The whole table, then the vocabulary-parallel form (this rank holds rows
+ * [lo, lo + Vr)); in bf16 the rows are bf16 (rounded first, for both
+ * sides) and the table's gradient fp32. */
 static void test_embedding(int64_t n, int64_t V, int64_t h) {
   const char *sh = SHAPE("n%lld V%lld h%lld", (long long)n, (long long)V, (long long)h);
-  for (int bf = 0; bf < 2; bf++) {
-    float *table = hrand(V * h, 1), *dout = hrand(n * h, 1);
-    if (bf) { round_bf16(table, V * h); round_bf16(dout, n * h); }
-    int32_t *ids = hids(n, 0, V);
-    int32_t *dids = dput_raw(ids, (size_t)n * 4);
-    void *dtable = dput(table, V * h, bf), *ddout = dput(dout, n * h, bf), *dy = dnew(n * h, bf);
-    float *dgrad = dnew(V * h, 0);
-    float *y = halloc(n * h * 4), *grad = halloc(V * h * 4);
-    if (bf) {
-      k_cuda_embedding_fwd_bf16(dy, dids, dtable, n, h);
-      k_cuda_embedding_bwd_bf16(dgrad, dids, ddout, n, V, h);
-    } else {
-      k_cuda_embedding_fwd(dy, dids, dtable, n, h);
-      k_cuda_embedding_bwd(dgrad, dids, ddout, n, V, h);
+  int64_t lo_vp = V / 3, Vr = V - lo_vp - V / 4 > 0 ? V - lo_vp - V / 4 : 1;
+  for (int vp = 0; vp < 2; vp++)
+    for (int bf = 0; bf < 2; bf++) {
+      int64_t lo = vp ? lo_vp : 0, R = vp ? Vr : V;
+      float *table = hrand(R * h, 1), *dout = hrand(n * h, 1);
+      if (bf) { round_bf16(table, R * h); round_bf16(dout, n * h); }
+      int32_t *ids = hids(n, 0, V);
+      int32_t *dids = dput_raw(ids, (size_t)n * 4);
+      void *dtable = dput(table, R * h, bf), *ddout = dput(dout, n * h, bf), *dy = dnew(n * h, bf);
+      float *dgrad = dnew(R * h, 0), *y = halloc(n * h * 4), *grad = halloc(R * h * 4);
+      embedding_gpu(vp, bf, dy, dgrad, dids, dtable, ddout, n, R, h, lo);
+      if (vp) {
+        k_embedding_fwd_vp(y, ids, table, n, h, lo, R);
+        k_embedding_bwd_vp(grad, ids, dout, n, R, h, lo);
+      } else {
+        k_embedding_fwd(y, ids, table, n, h);
+        k_embedding_bwd(grad, ids, dout, n, R, h);
+      }
+      check(name(vp ? "embedding_fwd_vp" : "embedding_fwd", bf), sh, dget(dy, n * h, bf), y,
+            n * h, 0);
+      check(name(vp ? "embedding_bwd_vp" : "embedding_bwd", bf), sh, dget(dgrad, R * h, 0), grad,
+            R * h, 0);
+      end_test();
     }
-    k_embedding_fwd(y, ids, table, n, h);
-    k_embedding_bwd(grad, ids, dout, n, V, h);
-    check(name("embedding_fwd", bf), sh, dget(dy, n * h, bf), y, n * h, 0);
-    check(name("embedding_bwd", bf), sh, dget(dgrad, V * h, 0), grad, V * h, 0);
-    end_test();
-  }
-  /* Vocabulary-parallel: this rank holds rows [lo, lo + Vr). */
-  int64_t lo = V / 3, Vr = V - lo - V / 4 > 0 ? V - lo - V / 4 : 1;
-  float *table = hrand(Vr * h, 1), *dout = hrand(n * h, 1);
-  int32_t *ids = hids(n, 0, V);
-  int32_t *dids = dput_raw(ids, (size_t)n * 4);
-  float *dtable = dput(table, Vr * h, 0), *ddout = dput(dout, n * h, 0), *dy = dnew(n * h, 0);
-  float *dgrad = dnew(Vr * h, 0), *y = halloc(n * h * 4), *grad = halloc(Vr * h * 4);
-  k_cuda_embedding_fwd_vp(dy, dids, dtable, n, h, lo, Vr);
-  k_cuda_embedding_bwd_vp(dgrad, dids, ddout, n, Vr, h, lo);
-  k_embedding_fwd_vp(y, ids, table, n, h, lo, Vr);
-  k_embedding_bwd_vp(grad, ids, dout, n, Vr, h, lo);
-  check("embedding_fwd_vp", sh, dget(dy, n * h, 0), y, n * h, 0);
-  check("embedding_bwd_vp", sh, dget(dgrad, Vr * h, 0), grad, Vr * h, 0);
   int32_t *dar = dalloc((size_t)n * 4), *ar = halloc((size_t)n * 4);
   k_cuda_arange(dar, n);
   CK(cudaMemcpy(ar, dar, (size_t)n * 4, cudaMemcpyDeviceToHost));
@@ -656,6 +669,79 @@ static void vp_part(int r, int64_t V, int64_t valid, int64_t *lo, int64_t *Vr, i
   *n = valid - *lo < 0 ? 0 : valid - *lo > *Vr ? *Vr : valid - *lo;
 }
 
+/* Vocabulary-parallel over two ranks: rank r holds columns [lo, lo + Vr)
+ * as its own [rows, Vr] array; the all-reduces are done here, on the
+ * CPU's pieces, and both sides finish from the same statistics. In bf16
+ * the logits (rounded first, for both sides) and their gradient are bf16,
+ * the statistics fp32. */
+static void test_loss_vp(int64_t rows, int64_t V, int64_t valid, const char *shape, int bf) {
+  float *x = hrand(rows * V, 6);
+  if (bf) round_bf16(x, rows * V);
+  int32_t *t = hids(rows, 0, valid);
+  int32_t *dT = dput_raw(t, (size_t)rows * 4);
+  float *gmax = halloc(rows * 4), *gsum = halloc(rows * 4), *gtgt = halloc(rows * 4);
+  float *part[2], *pmax[2];
+  for (int r = 0; r < 2; r++) {
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
+    part[r] = halloc(rows * Vr * 4);
+    k_copy2d(part[r], Vr, x + lo, V, rows, Vr);
+    pmax[r] = halloc(rows * 4);
+    k_ce_vp_max(pmax[r], part[r], rows, Vr, n);
+    void *dX = dput(part[r], rows * Vr, bf);
+    float *dM = dnew(rows, 0);
+    if (bf) k_cuda_ce_vp_max_bf16(dM, dX, rows, Vr, n);
+    else k_cuda_ce_vp_max(dM, dX, rows, Vr, n);
+    check(name("ce_vp_max", bf), SHAPE("%.100s rank%d", shape, r), dget(dM, rows, 0), pmax[r],
+          rows, 0);
+  }
+  for (int64_t i = 0; i < rows; i++) gmax[i] = pmax[0][i] > pmax[1][i] ? pmax[0][i] : pmax[1][i];
+  memset(gsum, 0, rows * 4);
+  memset(gtgt, 0, rows * 4);
+  float *dGM = dput(gmax, rows, 0);
+  for (int r = 0; r < 2; r++) {
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
+    float *se = halloc(rows * 4), *tg = halloc(rows * 4);
+    k_ce_vp_sumexp(se, part[r], gmax, rows, Vr, n);
+    k_ce_vp_target(tg, part[r], t, rows, Vr, lo, n, valid);
+    void *dX = dput(part[r], rows * Vr, bf);
+    float *dS = dnew(rows, 0), *dTg = dnew(rows, 0);
+    if (bf) {
+      k_cuda_ce_vp_sumexp_bf16(dS, dX, dGM, rows, Vr, n);
+      k_cuda_ce_vp_target_bf16(dTg, dX, dT, rows, Vr, lo, n, valid);
+    } else {
+      k_cuda_ce_vp_sumexp(dS, dX, dGM, rows, Vr, n);
+      k_cuda_ce_vp_target(dTg, dX, dT, rows, Vr, lo, n, valid);
+    }
+    check(name("ce_vp_sumexp", bf), SHAPE("%.100s rank%d", shape, r), dget(dS, rows, 0), se,
+          rows, TOL32);
+    check(name("ce_vp_target", bf), SHAPE("%.100s rank%d", shape, r), dget(dTg, rows, 0), tg,
+          rows, 0);
+    for (int64_t i = 0; i < rows; i++) { gsum[i] += se[i]; gtgt[i] += tg[i]; }
+  }
+  float loss, dloss2 = 0.75f;
+  k_ce_vp_loss(&loss, gmax, gsum, gtgt, rows);
+  float *dGS = dput(gsum, rows, 0), *dGT = dput(gtgt, rows, 0), *dL = dnew(1, 0),
+        *dDL = dput(&dloss2, 1, 0);
+  if (!bf) {
+    k_cuda_ce_vp_loss(dL, dGM, dGS, dGT, rows);
+    check("ce_vp_loss", shape, dget(dL, 1, 0), &loss, 1, TOL32);
+  }
+  for (int r = 0; r < 2; r++) {
+    int64_t lo, Vr, n;
+    vp_part(r, V, valid, &lo, &Vr, &n);
+    float *g = halloc(rows * Vr * 4);
+    void *dX = dput(part[r], rows * Vr, bf), *dG = dnew(rows * Vr, bf);
+    k_ce_vp_bwd(g, part[r], t, &dloss2, gmax, gsum, rows, Vr, lo, n);
+    if (bf) k_cuda_ce_vp_bwd_bf16(dG, dX, dT, dDL, dGM, dGS, rows, Vr, lo, n);
+    else k_cuda_ce_vp_bwd(dG, dX, dT, dDL, dGM, dGS, rows, Vr, lo, n);
+    check(name("ce_vp_bwd", bf), SHAPE("%.100s rank%d", shape, r), dget(dG, rows * Vr, bf), g,
+          rows * Vr, tol(bf));
+  }
+  end_test();
+}
+
 static void test_loss(int64_t rows, int64_t V, int64_t valid) {
   const char *sh = SHAPE("rows%lld V%lld valid%lld", (long long)rows, (long long)V, (long long)valid);
   char shape[128];
@@ -683,57 +769,8 @@ static void test_loss(int64_t rows, int64_t V, int64_t valid) {
     check(name("cross_entropy_bwd", bf), shape, dget(dG, rows * V, bf), dx, rows * V, tol(bf));
     end_test();
   }
-  /* Vocabulary-parallel over two ranks: rank r holds columns [lo, lo + Vr)
-   * as its own [rows, Vr] array; the all-reduces are done here, on the
-   * CPU's pieces, and both sides finish from the same statistics. */
-  float *x = hrand(rows * V, 6);
-  int32_t *t = hids(rows, 0, valid);
-  int32_t *dT = dput_raw(t, (size_t)rows * 4);
-  float *gmax = halloc(rows * 4), *gsum = halloc(rows * 4), *gtgt = halloc(rows * 4);
-  float *part[2], *pmax[2];
-  for (int r = 0; r < 2; r++) {
-    int64_t lo, Vr, n;
-    vp_part(r, V, valid, &lo, &Vr, &n);
-    part[r] = halloc(rows * Vr * 4);
-    k_copy2d(part[r], Vr, x + lo, V, rows, Vr);
-    pmax[r] = halloc(rows * 4);
-    k_ce_vp_max(pmax[r], part[r], rows, Vr, n);
-    float *dX = dput(part[r], rows * Vr, 0), *dM = dnew(rows, 0);
-    k_cuda_ce_vp_max(dM, dX, rows, Vr, n);
-    check("ce_vp_max", SHAPE("%.100s rank%d", shape, r), dget(dM, rows, 0), pmax[r], rows, 0);
-  }
-  for (int64_t i = 0; i < rows; i++) gmax[i] = pmax[0][i] > pmax[1][i] ? pmax[0][i] : pmax[1][i];
-  memset(gsum, 0, rows * 4);
-  memset(gtgt, 0, rows * 4);
-  float *dGM = dput(gmax, rows, 0);
-  for (int r = 0; r < 2; r++) {
-    int64_t lo, Vr, n;
-    vp_part(r, V, valid, &lo, &Vr, &n);
-    float *se = halloc(rows * 4), *tg = halloc(rows * 4);
-    k_ce_vp_sumexp(se, part[r], gmax, rows, Vr, n);
-    k_ce_vp_target(tg, part[r], t, rows, Vr, lo, n, valid);
-    float *dX = dput(part[r], rows * Vr, 0), *dS = dnew(rows, 0), *dTg = dnew(rows, 0);
-    k_cuda_ce_vp_sumexp(dS, dX, dGM, rows, Vr, n);
-    k_cuda_ce_vp_target(dTg, dX, dT, rows, Vr, lo, n, valid);
-    check("ce_vp_sumexp", SHAPE("%.100s rank%d", shape, r), dget(dS, rows, 0), se, rows, TOL32);
-    check("ce_vp_target", SHAPE("%.100s rank%d", shape, r), dget(dTg, rows, 0), tg, rows, 0);
-    for (int64_t i = 0; i < rows; i++) { gsum[i] += se[i]; gtgt[i] += tg[i]; }
-  }
-  float loss, dloss2 = 0.75f;
-  k_ce_vp_loss(&loss, gmax, gsum, gtgt, rows);
-  float *dGS = dput(gsum, rows, 0), *dGT = dput(gtgt, rows, 0), *dL = dnew(1, 0),
-        *dDL = dput(&dloss2, 1, 0);
-  k_cuda_ce_vp_loss(dL, dGM, dGS, dGT, rows);
-  check("ce_vp_loss", shape, dget(dL, 1, 0), &loss, 1, TOL32);
-  for (int r = 0; r < 2; r++) {
-    int64_t lo, Vr, n;
-    vp_part(r, V, valid, &lo, &Vr, &n);
-    float *g = halloc(rows * Vr * 4), *dX = dput(part[r], rows * Vr, 0), *dG = dnew(rows * Vr, 0);
-    k_ce_vp_bwd(g, part[r], t, &dloss2, gmax, gsum, rows, Vr, lo, n);
-    k_cuda_ce_vp_bwd(dG, dX, dT, dDL, dGM, dGS, rows, Vr, lo, n);
-    check("ce_vp_bwd", SHAPE("%.100s rank%d", shape, r), dget(dG, rows * Vr, 0), g, rows * Vr, TOL32);
-  }
-  end_test();
+  test_loss_vp(rows, V, valid, shape, 0);
+  test_loss_vp(rows, V, valid, shape, 1);
 }
 
 /* --- dropout ---------------------------------------------------------------------- */
