@@ -61,16 +61,7 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_no_epilogue_build
            COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --no-gemm-epilogue)
-  # The same GPT-2 built on the CPU emulator of tests/emu (always built)
-  # and trained against the CPU target: fused, unfused and bf16.
-  set(CT_EMU_LINK "$<TARGET_FILE:shard_rt_cuda_emu> $<TARGET_FILE:shard_data> $<TARGET_FILE:${SHARD_COMM_LIB}> $<TARGET_FILE:shard_kernels_cuda_emu> $<TARGET_FILE:shard_cuda_emu> ${SHARD_COMM_LINK} -fopenmp -lcjson -lm")
-  add_test(NAME cuda_target/gpt2_emu_train
-           COMMAND sh ${CT_DIR}/emu_model.sh ${SHARDC} ${CT_WORK}/emu_train ${MODELS_DIR}/gpt2.shard
-                   ${CMAKE_BINARY_DIR}/data/austen_train.bin ${CMAKE_CXX_COMPILER} ${CMAKE_SOURCE_DIR}
-                   "${CT_EMU_LINK}" ${CT_GPT2})
-  set_tests_properties(cuda_target/gpt2_emu_train PROPERTIES TIMEOUT 300)
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
-                       cuda_target/gpt2_emu_train
                        cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
                        cuda_target/gpt2_no_epilogue_build PROPERTIES LABELS cuda)
 else()

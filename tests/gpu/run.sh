@@ -198,8 +198,8 @@ check_epilogues() {
   gpu=$(prog gpt2 cuda) || return 1
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 --target cuda --no-gemm-epilogue \
-    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" \
-    >>"$dir.compile.log" 2>&1 || { echo "FAIL: --no-gemm-epilogue does not build"; return 1; }
+    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" cuda >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: --no-gemm-epilogue does not build"; return 1; }
   grep -c 'k_cuda_gemm_fused' "$(dirname "$gpu")/rank0.cu" | sed 's/^/fused GEMMs: /'
   rm -f "$MW/gpt2-epi.json" "$MW/gpt2-noepi.json"
   # shellcheck disable=SC2086
