@@ -316,7 +316,7 @@ __device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att
       KC_ASSERT(bi < a.b && hd < heads && c + 8 <= a.d);
       piece = *(const uint4 *)(x + ((bi * a.s + t) * heads + hd) * a.d + c);
     }
-    *(uint4 *)&dst[r][c] = piece;
+    memcpy(&dst[r][c], &piece, sizeof piece); /* 16 bytes into a bf16 row, without type punning */
   }
 }
 

@@ -564,12 +564,12 @@ static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d
       k_cuda_attention_set_impl(KC_ATT_FLASH);
       int flash = k_cuda_attention_impl(d) == KC_ATT_FLASH;
       AttOut got = attention_bf16(KC_ATT_FLASH, q, k, v, dy, b, s, H, K, d, causal);
-      check_attention(flash ? "attention_flash_bf16" : "attention_bf16", shape, got, want, nq, nk,
+      check_attention(flash ? "attention_flash" : "attention_bf16", shape, got, want, nq, nk,
                       s, TOL16);
       if (flash) {
         AttOut simple = attention_bf16(KC_ATT_SIMPLE, q, k, v, dy, b, s, H, K, d, causal);
-        check_attention("attention_simple_bf16", shape, simple, want, nq, nk, s, TOL16);
-        check_attention("flash_vs_simple_bf16", shape, got, simple, nq, nk, s, TOL16);
+        check_attention("attention_simple", shape, simple, want, nq, nk, s, TOL16);
+        check_attention("flash_vs_simple", shape, got, simple, nq, nk, s, TOL16);
       }
     } else {
       void *Q = dput(q, nq, 0), *Kd = dput(k, nk, 0), *Vd = dput(v, nk, 0), *DY = dput(dy, nq, 0);
