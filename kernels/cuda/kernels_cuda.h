@@ -190,14 +190,15 @@ void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_b
                                int64_t d, int causal, void *scratch);
 /* Which kernels the bf16 calls run. KC_ATT_FLASH (the default): tiles in
  * shared memory and tensor-core products (wmma, bf16 operands, fp32
- * accumulation, fp32 softmax statistics), for head sizes that are a
- * multiple of 16 up to 128 and 16-byte aligned tensors; other calls, and
- * every call under KC_ATT_SIMPLE, run the warp-per-row kernels above. Both
- * are deterministic (no atomics) and take the same scratch. KC_ATT_AUTO
- * (the state at start-up) reads the environment at the first call:
- * SHARD_ATTENTION=simple or flash (unset: flash). The fp32 calls always run
- * the warp-per-row kernels. k_cuda_attention_impl says which path a bf16
- * call of head size d takes now, so that a test knows what it compared. */
+ * accumulation, fp32 softmax statistics; sm_80 and later), for head sizes
+ * that are a multiple of 16 up to 128 and 16-byte aligned tensors; other
+ * calls, and every call under KC_ATT_SIMPLE, run the warp-per-row kernels
+ * above. Both are deterministic (no atomics) and take the same scratch.
+ * KC_ATT_AUTO (the state at start-up) reads the environment at the first
+ * call: SHARD_ATTENTION=simple or flash (unset: flash; anything else
+ * aborts). The fp32 calls always run the warp-per-row kernels.
+ * k_cuda_attention_impl says which path a bf16 call of head size d takes
+ * now, so that a test knows what it compared. */
 typedef enum KcAttImpl { KC_ATT_AUTO = 0, KC_ATT_FLASH = 1, KC_ATT_SIMPLE = 2 } KcAttImpl;
 void k_cuda_attention_set_impl(KcAttImpl impl);
 KcAttImpl k_cuda_attention_impl(int64_t d);

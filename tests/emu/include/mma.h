@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 namespace nvcuda {
 namespace wmma {
@@ -76,12 +77,14 @@ inline uint32_t emu_hash(uint32_t h, const void *p, size_t n) {
   return h;
 }
 
-/* Every lane of the warp must reach this with the same h. */
+/* Every lane of the warp must reach this from the same call (`what`) with
+ * the same h. */
 inline void emu_warp_agree(uint32_t h, const char *what) {
 #ifdef KC_MMA_EMU_ONE_LANE
   (void)h;
   (void)what;
 #else
+  h = emu_hash(h, what, strlen(what));
   uint32_t h0 = __shfl_sync(0xffffffffu, h, 0);
   if (h0 != h) {
     fprintf(stderr, "wmma emulation: %s: lanes of a warp disagree (thread %u of block %u)\n",
