@@ -320,14 +320,25 @@ __device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att
   }
 }
 
-/* The warp's 16 rows of dst (staged at rows 16 warp of the tile) as
- * operand fragments, nd = d / 16 of them. */
+/* The block's own FA_ROWS rows of x from row r0 (head hd of `heads`) as
+ * operand fragments, nd = d / 16 of them, each warp its 16 rows; staged
+ * through the tile rows once every warp is done with them. */
 template <int D>
-__device__ void fa_frags(FragA *f, int nd, const bf16 (*rows)[D + FA_PAD]) {
+__device__ void fa_own_rows(FragA *f, int nd, bf16 (*rows)[D + FA_PAD], const bf16 *x,
+                            const Att &a, int64_t bi, int64_t heads, int64_t hd, int64_t r0) {
+  __syncthreads();
+  fa_load<D>(rows, FA_ROWS, x, a, bi, heads, hd, r0);
+  __syncthreads();
   int warp = threadIdx.x / 32;
 #pragma unroll
   for (int c = 0; c < D / 16; c++)
     if (c < nd) wmma::load_matrix_sync(f[c], &rows[16 * warp][16 * c], D + FA_PAD);
+}
+
+template <int D> __device__ void fa_zero(FragC *acc) {
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    wmma::fill_fragment(acc[c], 0.0f);
 }
 
 /* out (16 x FA_COLS, fp32) = A B^T for the warp's operand rows A (nd
@@ -465,13 +476,9 @@ __global__ void __launch_bounds__(FA_THREADS)
   int64_t i = iw + lane / 2; /* the row of this lane's statistics */
   FaWarp &w = sh.w[warp];
   FragA qf[D / 16];
-  fa_load<D>(sh.rows, FA_ROWS, q, a, bi, a.H, h, i0);
-  __syncthreads();
-  fa_frags<D>(qf, nd, sh.rows);
+  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
   FragC o[D / 16], ridx;
-#pragma unroll
-  for (int c = 0; c < D / 16; c++)
-    wmma::fill_fragment(o[c], 0.0f);
+  fa_zero<D>(o);
   if (OUT) fa_row_index(ridx, w);
   float m = -INFINITY, l = 0;
   for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
@@ -542,16 +549,9 @@ __global__ void __launch_bounds__(FA_THREADS)
   FaWarp &w = sh.w[warp];
   FragA qf[D / 16], dyf[D / 16];
   FragC acc[D / 16];
-  fa_load<D>(sh.rows, FA_ROWS, q, a, bi, a.H, h, i0);
-  __syncthreads();
-  fa_frags<D>(qf, nd, sh.rows);
-  __syncthreads();
-  fa_load<D>(sh.rows, FA_ROWS, dy, a, bi, a.H, h, i0);
-  __syncthreads();
-  fa_frags<D>(dyf, nd, sh.rows);
-#pragma unroll
-  for (int c = 0; c < D / 16; c++)
-    wmma::fill_fragment(acc[c], 0.0f);
+  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
+  fa_own_rows<D>(dyf, nd, sh.rows, dy, a, bi, a.H, h, i0);
+  fa_zero<D>(acc);
   KC_ASSERT(i >= a.s || stat < a.b * a.H * a.s);
   float rlse = i < a.s ? lse[stat] : 0.0f, rD = i < a.s ? dsum[stat] : 0.0f;
   for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
@@ -584,18 +584,10 @@ __global__ void __launch_bounds__(FA_THREADS)
   FaWarp &w = sh.w[warp];
   FragA kf[D / 16], vf[D / 16];
   FragC dkacc[D / 16], dvacc[D / 16];
-  fa_load<D>(sh.rows, FA_ROWS, k, a, bi, a.K, g, j0);
-  __syncthreads();
-  fa_frags<D>(kf, nd, sh.rows);
-  __syncthreads();
-  fa_load<D>(sh.rows, FA_ROWS, v, a, bi, a.K, g, j0);
-  __syncthreads();
-  fa_frags<D>(vf, nd, sh.rows);
-#pragma unroll
-  for (int c = 0; c < D / 16; c++) {
-    wmma::fill_fragment(dkacc[c], 0.0f);
-    wmma::fill_fragment(dvacc[c], 0.0f);
-  }
+  fa_own_rows<D>(kf, nd, sh.rows, k, a, bi, a.K, g, j0);
+  fa_own_rows<D>(vf, nd, sh.rows, v, a, bi, a.K, g, j0);
+  fa_zero<D>(dkacc);
+  fa_zero<D>(dvacc);
   int64_t first = a.causal ? j0 / FA_COLS : 0, tiles = (a.s + FA_COLS - 1) / FA_COLS;
   for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
     for (int64_t qt = first; qt < tiles; qt++) {
