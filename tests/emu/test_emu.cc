@@ -207,10 +207,11 @@ static void test_graphs() {
   cudaStreamIsCapturing(s, &st);
   /* Device memory is host memory here: a look that records nothing. */
   expect(st == cudaStreamCaptureStatusActive && d[0] == 0, "captured work does not run");
-  cudaGraph_t g;
-  cudaGraphExec_t x;
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t x = nullptr;
   expect(cudaStreamEndCapture(s, &g) == cudaSuccess && cudaGraphInstantiate(&x, g, 0) == cudaSuccess,
          "end capture (with a forked and rejoined stream), instantiate");
+  cudaGraphDestroy(g); /* the executable graph keeps what it replays */
   cudaGraphLaunch(x, s);
   cudaGraphLaunch(x, s);
   cudaStreamSynchronize(s);

@@ -59,9 +59,11 @@ set_tests_properties(emu/no_device PROPERTIES LABELS emu ENVIRONMENT SHARD_EMU_D
                      PASS_REGULAR_EXPRESSION "error: no CUDA device")
 
 # The whole shape list of the kernel test (about 30 s in Release): make test-full.
-add_test(NAME emu/kernels_full COMMAND test_kernels_cuda_emu)
-set_tests_properties(emu/kernels_full PROPERTIES LABELS "emu;full"
-                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+if(SHARDC_TEST_FULL)
+  add_test(NAME emu/kernels_full COMMAND test_kernels_cuda_emu)
+  set_tests_properties(emu/kernels_full PROPERTIES LABELS "emu;full"
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+endif()
 
 # The emulator's own checks (tests/emu/test_emu.cc).
 add_executable(test_emu ${EMU_DIR}/test_emu.cc)
@@ -70,3 +72,9 @@ set_target_properties(test_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED 
 target_link_libraries(test_emu PRIVATE shard_cuda_emu)
 add_test(NAME emu/self COMMAND test_emu)
 set_tests_properties(emu/self PROPERTIES LABELS emu)
+
+# The generated CUDA programs on the emulator (programs.cmake: the make
+# variables that build them with the C++ compiler, and their model checks).
+if(EXISTS ${EMU_DIR}/programs.cmake)
+  include(${EMU_DIR}/programs.cmake)
+endif()
