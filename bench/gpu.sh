@@ -15,8 +15,7 @@
 # TFLOP/s). Memory: the largest GPU memory nvidia-smi shows for our process
 # (CUDA context and cuBLASLt included) against the memory plan's total,
 # and PyTorch's peak allocated memory. The table gives the ratios ours /
-# eager and ours / compile. Then attention alone: flash against the simple
-# kernels and the plain path (the section "attention" below).
+# eager and ours / compile.
 #
 #   bench/gpu.sh [BUILD_DIR]        (default build-gpu; configured and built
 #                                    here when it has no shardc)
@@ -111,6 +110,23 @@ run_torch() {
     awk 'NF == 2 { printf "%.0f %d\n", $1, $2 / 1048576 }'
 }
 
+# -------------------------------------------------------------- attention
+# Attention's forward + backward at GPT-2 small's shape (b 8, s 1024, 12
+# heads of 64, causal): the flash and the simple bf16 kernels and the plain
+# fp32 path (scores through cuBLASLt), each the median of 10 runs, timed by
+# test_kernels_cuda --bench-attention, with the ratios simple/flash and
+# plain/flash. First, and printed at once: it takes seconds.
+echo "== attention forward + backward (b 8, s 1024, 12 heads of 64, causal)"
+if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$BW/build-attention.log" 2>&1; then
+  echo "FAIL: test_kernels_cuda does not build (see $BW/build-attention.log)"
+elif [ -n "$REASON" ]; then
+  echo "SKIP: $REASON"
+elif "$BUILD/tests/test_kernels_cuda" --bench-attention >"$BW/attention.txt" 2>&1; then
+  sed -n 's/^attention_bench //p' "$BW/attention.txt"
+else
+  echo "FAIL: $(tail -n 1 "$BW/attention.txt")"
+fi
+
 ROWS=()
 t_start=$SECONDS
 left_ok() { [ $((SECONDS - t_start)) -lt "$BUDGET" ]; }
@@ -155,25 +171,6 @@ for shape in "${SHAPES[@]}"; do
     "$eager" "$comp" "$r_e" "$r_c" "$note")")
 done
 
-# -------------------------------------------------------------- attention
-# Attention's forward + backward at GPT-2 small's shape (b 8, s 1024, 12
-# heads of 64, causal): the flash and the simple bf16 kernels and the plain
-# fp32 path (scores through cuBLASLt), each the median of 10 runs, timed by
-# test_kernels_cuda --bench-attention, with the ratios simple/flash and
-# plain/flash.
-ATT_LINES=()
-if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$BW/build-attention.log" 2>&1; then
-  ATT_LINES=("FAIL: test_kernels_cuda does not build (see $BW/build-attention.log)")
-elif [ -n "$REASON" ]; then
-  ATT_LINES=("SKIP: $REASON")
-elif ! left_ok; then
-  ATT_LINES=("SKIP: past the ${BUDGET}s budget")
-elif "$BUILD/tests/test_kernels_cuda" --bench-attention >"$BW/attention.txt" 2>&1; then
-  mapfile -t ATT_LINES < <(sed -n 's/^attention_bench //p' "$BW/attention.txt")
-else
-  ATT_LINES=("FAIL: $(tail -n 1 "$BW/attention.txt")")
-fi
-
 echo
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $STEPS timed steps," \
@@ -181,7 +178,5 @@ echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $
 printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s\n' shape "ours tok/s" MFU "MiB used/plan" \
   "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" note
 for r in "${ROWS[@]}"; do echo "$r"; done
-echo "== attention forward + backward (b 8, s 1024, 12 heads of 64, causal)"
-for r in "${ATT_LINES[@]}"; do echo "$r"; done
 [ -n "$REASON" ] && echo "SKIP: $REASON; built shardc and the three bf16 programs, nothing ran"
 exit 0
