@@ -111,6 +111,23 @@ run_torch() {
     awk 'NF == 2 { printf "%.0f %d\n", $1, $2 / 1048576 }'
 }
 
+# -------------------------------------------------------------- attention
+# Attention's forward + backward at GPT-2 small's shape (b 8, s 1024, 12
+# heads of 64, causal): the flash and the simple bf16 kernels and the plain
+# fp32 path (scores through cuBLASLt), each the median of 10 runs, timed by
+# test_kernels_cuda --bench-attention, with the ratios simple/flash and
+# plain/flash. First, and printed at once: it takes seconds.
+echo "== attention forward + backward (b 8, s 1024, 12 heads of 64, causal)"
+if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$BW/build-attention.log" 2>&1; then
+  echo "FAIL: test_kernels_cuda does not build (see $BW/build-attention.log)"
+elif [ -n "$REASON" ]; then
+  echo "SKIP: $REASON"
+elif "$BUILD/tests/test_kernels_cuda" --bench-attention >"$BW/attention.txt" 2>&1; then
+  sed -n 's/^attention_bench //p' "$BW/attention.txt"
+else
+  echo "FAIL: $(tail -n 1 "$BW/attention.txt")"
+fi
+
 ROWS=()
 t_start=$SECONDS
 left_ok() { [ $((SECONDS - t_start)) -lt "$BUDGET" ]; }

@@ -213,11 +213,13 @@ void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_
 /* y = softmax(q k^T / sqrt(d) (+ causal mask)) v, shapes as k_attention_fwd
  * (q, y [b, s, H*d]; k, v [b, s, K*d]; query head j reads kv head
  * j / (H / K)); d at most K_CUDA_ATT_MAX_D. The s x s scores are never
- * written: each query row is one warp that streams the keys with an online
- * softmax. The backward recomputes the probabilities: a pass for each
- * row's log-sum-exp and sum(dy y) into the scratch, then dq by query rows
- * and dk, dv by key rows (each owned by one warp, summed over the query
- * heads of its group in order: no atomics). Scratch:
+ * written: the keys stream past the query rows with an online softmax
+ * (one warp a query row in the simple kernels, 16 rows a warp and tiles of
+ * keys in shared memory in the flash ones, see k_cuda_attention_set_impl).
+ * The backward recomputes the probabilities: a pass for each row's
+ * log-sum-exp and sum(dy y) into the scratch, then dq by query rows and
+ * dk, dv by key rows (each owned by one warp, summed over the query heads
+ * of its group in order: no atomics). Scratch:
  * k_cuda_attention_scratch(b, s, H) bytes; the forward writes each query
  * row's log-sum-exp into its first half and takes NULL for none. */
 #define K_CUDA_ATT_MAX_D 256
@@ -234,6 +236,20 @@ void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_b
                                const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
                                int64_t d, int causal, void *scratch);
+/* Which kernels the bf16 calls run. KC_ATT_FLASH (the default): tiles in
+ * shared memory and tensor-core products (wmma, bf16 operands, fp32
+ * accumulation, fp32 softmax statistics; sm_80 and later), for head sizes
+ * that are a multiple of 16 up to 128 and 16-byte aligned tensors; other
+ * calls, and every call under KC_ATT_SIMPLE, run the warp-per-row kernels
+ * above. Both are deterministic (no atomics) and take the same scratch.
+ * KC_ATT_AUTO (the state at start-up) reads the environment at the first
+ * call: SHARD_ATTENTION=simple or flash (unset: flash; anything else
+ * aborts). The fp32 calls always run the warp-per-row kernels.
+ * k_cuda_attention_impl says which path a bf16 call of head size d takes
+ * now, so that a test knows what it compared. */
+typedef enum KcAttImpl { KC_ATT_AUTO = 0, KC_ATT_FLASH = 1, KC_ATT_SIMPLE = 2 } KcAttImpl;
+void k_cuda_attention_set_impl(KcAttImpl impl);
+KcAttImpl k_cuda_attention_impl(int64_t d);
 /* The plain path, fp32, kept to check the fast one against on the same
  * GPU: per head, scores by GEMM into the scratch, the causal mask, the
  * softmax kernel, a GEMM with v (and the backward the same way). It does

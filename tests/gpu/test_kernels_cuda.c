@@ -14,7 +14,8 @@
  *
  * With --small only the first two shapes of each list run (for the runs
  * under compute-sanitizer, which are slow), with --shapes N the first N
- * (the CPU emulator of tests/emu runs 3). Without a CUDA device
+ * (the CPU emulator of tests/emu runs 3); --bench-attention times the
+ * attention paths instead (bench/gpu.sh). Without a CUDA device
  * (cudaGetDeviceCount fails or finds none) the program prints why and
  * exits 77, which ctest reports as skipped. */
 #include <math.h>
@@ -611,8 +612,48 @@ static void test_rope(int64_t b, int64_t s, int64_t H, int64_t d) {
 
 /* --- attention ----------------------------------------------------------------- */
 
+/* The four outputs of one attention run, on the host. */
+typedef struct AttOut {
+  float *y, *dq, *dk, *dv;
+} AttOut;
+
+/* The bf16 path `impl` (KC_ATT_FLASH or KC_ATT_SIMPLE) on device copies of
+ * q, k, v, dy (bf16 values already), forward then backward. */
+static AttOut attention_bf16(KcAttImpl impl, const float *q, const float *k, const float *v,
+                             const float *dy, int64_t b, int64_t s, int64_t H, int64_t K,
+                             int64_t d, int causal) {
+  int64_t nq = b * s * H * d, nk = b * s * K * d;
+  void *Q = dput(q, nq, 1), *Kd = dput(k, nk, 1), *Vd = dput(v, nk, 1), *DY = dput(dy, nq, 1);
+  void *Y = dnew(nq, 1), *DQ = dnew(nq, 1), *DK = dnew(nk, 1), *DV = dnew(nk, 1);
+  void *scratch = dalloc((size_t)k_cuda_attention_scratch(b, s, H));
+  k_cuda_attention_set_impl(impl);
+  k_cuda_attention_fwd_bf16(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
+  k_cuda_attention_bwd_bf16(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+  k_cuda_attention_set_impl(KC_ATT_FLASH);
+  AttOut o = {dget(Y, nq, 1), dget(DQ, nq, 1), dget(DK, nk, 1), dget(DV, nk, 1)};
+  return o;
+}
+
+/* got against want, part by part, as base_fwd, base_bwd_dq, ... At s = 1
+ * dq and dk are exactly zero, so their error has the inputs' scale as its
+ * floor (check_floor). */
+static void check_attention(const char *base, const char *shape, AttOut got, AttOut want,
+                            int64_t nq, int64_t nk, int64_t s, double tolerance) {
+  const char *part[] = {"fwd", "bwd_dq", "bwd_dk", "bwd_dv"};
+  float *g[] = {got.y, got.dq, got.dk, got.dv}, *w[] = {want.y, want.dq, want.dk, want.dv};
+  int64_t count[] = {nq, nq, nk, nk};
+  char buf[64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(buf, sizeof buf, "%s_%s", base, part[i]);
+    check_floor(buf, shape, g[i], w[i], count[i], tolerance, s == 1 && (i == 1 || i == 2));
+  }
+}
+
 /* The fast kernels in fp32 and bf16 and the plain path in fp32, forward and
- * backward, each against k_attention_fwd/bwd on the same inputs. */
+ * backward, each against k_attention_fwd/bwd on the same inputs. Where the
+ * bf16 calls take the flash kernels (k_cuda_attention_impl), the
+ * warp-per-row kernels run on the same inputs too, and the flash results
+ * are also checked against theirs. */
 static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal) {
   const char *sh = SHAPE("b%lld s%lld H%lld K%lld d%lld%s", (long long)b, (long long)s,
                          (long long)H, (long long)K, (long long)d, causal ? " causal" : "");
@@ -624,38 +665,102 @@ static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d
     int bf = path == 1;
     float *q = hrand(nq, 1), *k = hrand(nk, 1), *v = hrand(nk, 1), *dy = hrand(nq, 1);
     if (bf) { round_bf16(q, nq); round_bf16(k, nk); round_bf16(v, nk); round_bf16(dy, nq); }
-    float *y = halloc(nq * 4), *dq = halloc(nq * 4), *dk = halloc(nk * 4), *dv = halloc(nk * 4);
-    k_attention_fwd(y, q, k, v, b, s, H, K, d, causal, cpu_scratch);
-    k_attention_bwd(dq, dk, dv, dy, q, k, v, y, b, s, H, K, d, causal, cpu_scratch);
-    void *Q = dput(q, nq, bf), *Kd = dput(k, nk, bf), *Vd = dput(v, nk, bf), *DY = dput(dy, nq, bf);
-    void *Y = dnew(nq, bf), *DQ = dnew(nq, bf), *DK = dnew(nk, bf), *DV = dnew(nk, bf);
-    void *scratch = dalloc((size_t)(path == 2 ? k_cuda_attention_plain_scratch(b, s, H)
-                                              : k_cuda_attention_scratch(b, s, H)));
-    if (path == 0) {
-      k_cuda_attention_fwd(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
-      k_cuda_attention_bwd(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
-    } else if (path == 1) {
-      k_cuda_attention_fwd_bf16(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
-      k_cuda_attention_bwd_bf16(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+    AttOut want = {halloc(nq * 4), halloc(nq * 4), halloc(nk * 4), halloc(nk * 4)};
+    k_attention_fwd(want.y, q, k, v, b, s, H, K, d, causal, cpu_scratch);
+    k_attention_bwd(want.dq, want.dk, want.dv, dy, q, k, v, want.y, b, s, H, K, d, causal,
+                    cpu_scratch);
+    if (bf) {
+      k_cuda_attention_set_impl(KC_ATT_FLASH);
+      int flash = k_cuda_attention_impl(d) == KC_ATT_FLASH;
+      AttOut got = attention_bf16(KC_ATT_FLASH, q, k, v, dy, b, s, H, K, d, causal);
+      check_attention(flash ? "attention_flash" : "attention_bf16", shape, got, want, nq, nk,
+                      s, TOL16);
+      if (flash) {
+        AttOut simple = attention_bf16(KC_ATT_SIMPLE, q, k, v, dy, b, s, H, K, d, causal);
+        check_attention("attention_simple", shape, simple, want, nq, nk, s, TOL16);
+        check_attention("flash_vs_simple", shape, got, simple, nq, nk, s, TOL16);
+      }
     } else {
-      k_cuda_attention_fwd_plain(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
-      k_cuda_attention_bwd_plain(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
-    }
-    const char *base[] = {"attention", "attention", "attention_plain"};
-    char buf[64];
-    const char *part[] = {"fwd", "bwd_dq", "bwd_dk", "bwd_dv"};
-    void *dev[] = {Y, DQ, DK, DV};
-    float *want[] = {y, dq, dk, dv};
-    int64_t count[] = {nq, nq, nk, nk};
-    for (int i = 0; i < 4; i++) {
-      snprintf(buf, sizeof buf, "%s_%s", base[path], part[i]);
-      check_floor(name(buf, bf), shape, dget(dev[i], count[i], bf), want[i], count[i], tol(bf),
-                  s == 1 && (i == 1 || i == 2));
+      void *Q = dput(q, nq, 0), *Kd = dput(k, nk, 0), *Vd = dput(v, nk, 0), *DY = dput(dy, nq, 0);
+      void *Y = dnew(nq, 0), *DQ = dnew(nq, 0), *DK = dnew(nk, 0), *DV = dnew(nk, 0);
+      void *scratch = dalloc((size_t)(path == 2 ? k_cuda_attention_plain_scratch(b, s, H)
+                                                : k_cuda_attention_scratch(b, s, H)));
+      if (path == 0) {
+        k_cuda_attention_fwd(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
+        k_cuda_attention_bwd(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+      } else {
+        k_cuda_attention_fwd_plain(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
+        k_cuda_attention_bwd_plain(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+      }
+      AttOut got = {dget(Y, nq, 0), dget(DQ, nq, 0), dget(DK, nk, 0), dget(DV, nk, 0)};
+      check_attention(path == 2 ? "attention_plain" : "attention", shape, got, want, nq, nk, s,
+                      TOL32);
     }
     end_test();
     cpu_scratch = halloc((size_t)(k_attention_scratch(s) * omp_get_max_threads()) * sizeof(real));
   }
   end_test();
+}
+
+/* --bench-attention: forward + backward times at GPT-2 small's shape
+ * (b 8, s 1024, 12 heads of 64, causal), the median of 10 after 2 warm-up
+ * runs, for the flash and the simple bf16 paths and the plain fp32 path
+ * (which writes the scores, 800 MiB of scratch here), and their ratios.
+ * bench/gpu.sh runs it. */
+static double time_attention(int path, void *const *t, int64_t b, int64_t s, int64_t H, int64_t d,
+                             void *scratch) {
+  double ms[10];
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int rep = -2; rep < 10; rep++) {
+    CK(cudaEventRecord(e0, k_cuda_stream()));
+    if (path < 2) {
+      k_cuda_attention_set_impl(path == 0 ? KC_ATT_FLASH : KC_ATT_SIMPLE);
+      k_cuda_attention_fwd_bf16(t[4], t[0], t[1], t[2], b, s, H, H, d, 1, NULL);
+      k_cuda_attention_bwd_bf16(t[5], t[6], t[7], t[3], t[0], t[1], t[2], t[4], b, s, H, H, d, 1,
+                                scratch);
+    } else {
+      k_cuda_attention_fwd_plain(t[4], t[0], t[1], t[2], b, s, H, H, d, 1, scratch);
+      k_cuda_attention_bwd_plain(t[5], t[6], t[7], t[3], t[0], t[1], t[2], t[4], b, s, H, H, d, 1,
+                                 scratch);
+    }
+    CK(cudaEventRecord(e1, k_cuda_stream()));
+    CK(cudaEventSynchronize(e1));
+    float m;
+    CK(cudaEventElapsedTime(&m, e0, e1));
+    if (rep >= 0) ms[rep] = m;
+  }
+  k_cuda_attention_set_impl(KC_ATT_FLASH);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  for (int i = 1; i < 10; i++) /* insertion sort for the median */
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double x = ms[j];
+      ms[j] = ms[j - 1];
+      ms[j - 1] = x;
+    }
+  return (ms[4] + ms[5]) / 2;
+}
+
+static void bench_attention(void) {
+  const int64_t b = 8, s = 1024, H = 12, d = 64, n = b * s * H * d;
+  double ms[3];
+  const char *names[] = {"flash bf16", "simple bf16", "plain fp32"};
+  for (int path = 0; path < 3; path++) {
+    int bf = path < 2;
+    float *x = hrand(n, 1);
+    void *t[8];
+    for (int i = 0; i < 8; i++) t[i] = i < 4 ? dput(x, n, bf) : dnew(n, bf);
+    void *scratch = dalloc((size_t)(bf ? k_cuda_attention_scratch(b, s, H)
+                                       : k_cuda_attention_plain_scratch(b, s, H)));
+    ms[path] = time_attention(path, t, b, s, H, d, scratch);
+    printf("attention_bench %-12s b%lld s%lld H%lld d%lld causal  fwd+bwd %8.3f ms\n", names[path],
+           (long long)b, (long long)s, (long long)H, (long long)d, ms[path]);
+    end_test();
+  }
+  printf("attention_bench ratio simple/flash %.2f  plain/flash %.2f\n", ms[1] / ms[0],
+         ms[2] / ms[0]);
 }
 
 /* --- loss ------------------------------------------------------------------------ */
@@ -904,6 +1009,7 @@ static size_t shapes(size_t n) { return small && n > small ? small : n; }
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--small") == 0) small = 2;
   if (argc > 2 && strcmp(argv[1], "--shapes") == 0) small = (size_t)atoi(argv[2]);
+  int bench = argc > 1 && strcmp(argv[1], "--bench-attention") == 0;
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -918,6 +1024,12 @@ int main(int argc, char **argv) {
   void *ws = dalloc(K_CUDA_GEMM_WORKSPACE);
   ndbufs = 0; /* the workspace lives to the end */
   k_cuda_gemm_init(ws, K_CUDA_GEMM_WORKSPACE);
+  if (bench) {
+    bench_attention();
+    k_cuda_gemm_shutdown();
+    CK(cudaFree(ws));
+    return 0;
+  }
 
   static const int64_t gemm[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {257, 129, 300}};
   EACH(i, gemm) test_gemm(gemm[i][0], gemm[i][1], gemm[i][2]);
@@ -956,6 +1068,14 @@ int main(int argc, char **argv) {
                                    {1, 200, 2, 1, 128, 1}, {1, 33, 2, 2, 256, 1}};
   EACH(i, att)
     test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], (int)att[i][5]);
+  /* Shapes for the flash kernels (d a multiple of 16): s off the tiles of
+   * 32 and 64, one head per kv head and groups of 2 and 3, both masks. */
+  static const int64_t flash[][6] = {{1, 31, 2, 1, 16, 1},  {2, 33, 4, 2, 64, 0},
+                                     {1, 100, 3, 3, 128, 1}, {1, 100, 4, 2, 16, 0},
+                                     {2, 31, 2, 2, 128, 0},  {1, 97, 6, 2, 64, 1}};
+  EACH(i, flash)
+    test_attention(flash[i][0], flash[i][1], flash[i][2], flash[i][3], flash[i][4],
+                   (int)flash[i][5]);
   static const int64_t ce[][3] = {{1, 2, 1}, {7, 33, 30}, {64, 256, 256}, {33, 50304, 50257}};
   EACH(i, ce) test_loss(ce[i][0], ce[i][1], ce[i][2]);
 
