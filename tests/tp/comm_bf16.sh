@@ -25,8 +25,8 @@ shift 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-SHAPE="-D vocab=257 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
-LLAMA="-D vocab=257 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D batch=2"
+SHAPE=(-D vocab=257 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2)
+LLAMA=(-D vocab=257 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D batch=2)
 
 # rows FILE: "phase kind tensor bytes" of every row of a report.
 rows() {
@@ -39,10 +39,10 @@ rows() {
 check_report() {
   local name=$1 model=$2
   shift 2
-  # shellcheck disable=SC2086
-  "$shardc" compile "$model" "$@" --report comm >"$tmp/$name.f32" &&
-    "$shardc" compile "$model" "$@" --precision bf16 --report comm >"$tmp/$name.bf16" ||
-    { echo "FAIL: $name: no report"; fail=1; return; }
+  if ! "$shardc" compile "$model" "$@" --report comm >"$tmp/$name.f32" ||
+    ! "$shardc" compile "$model" "$@" --precision bf16 --report comm >"$tmp/$name.bf16"; then
+    echo "FAIL: $name: no report"; fail=1; return
+  fi
   rows "$tmp/$name.f32" >"$tmp/$name.f32.rows"
   rows "$tmp/$name.bf16" >"$tmp/$name.bf16.rows"
   paste -d '#' "$tmp/$name.f32.rows" "$tmp/$name.bf16.rows" | awk -F'#' -v name="$name" '
@@ -74,11 +74,11 @@ stage_of() { sed -n "s/^  stage $2: each of its ranks sends \([0-9]*\) bytes/\1/
 
 if [ "$mode" = report ]; then
   models=$1
-  check_report gpt2-t2 "$models/gpt2.shard" $SHAPE --tp 2
-  check_report gpt2-t2-sp "$models/gpt2.shard" $SHAPE --tp 2 --sequence-parallel
-  check_report gpt2-p2 "$models/gpt2.shard" $SHAPE --pp 2
-  check_report gpt2-t2p2 "$models/gpt2.shard" $SHAPE --tp 2 --pp 2 --sequence-parallel
-  check_report llama-t2-sp "$models/llama.shard" $LLAMA --tp 2 --sequence-parallel
+  check_report gpt2-t2 "$models/gpt2.shard" "${SHAPE[@]}" --tp 2
+  check_report gpt2-t2-sp "$models/gpt2.shard" "${SHAPE[@]}" --tp 2 --sequence-parallel
+  check_report gpt2-p2 "$models/gpt2.shard" "${SHAPE[@]}" --pp 2
+  check_report gpt2-t2p2 "$models/gpt2.shard" "${SHAPE[@]}" --tp 2 --pp 2 --sequence-parallel
+  check_report llama-t2-sp "$models/llama.shard" "${LLAMA[@]}" --tp 2 --sequence-parallel
   # The gradient reductions stay f32: sequence parallelism has some.
   grep -q '^  backward  all_reduce      f32\[' "$tmp/gpt2-t2-sp.bf16" ||
     { echo "FAIL: gpt2-t2-sp: no f32 gradient reduction in the bf16 report"; fail=1; }
@@ -91,7 +91,7 @@ build=$1 models=$2
 data=$build/data/austen_train.bin
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 [ -f "$build/emu/program.mk" ] && [ -f "$data" ] || { echo "SKIP: no emulator make file or corpus"; exit 77; }
-"$shardc" compile "$models/gpt2.shard" $SHAPE --target cuda -o "$tmp/probe" >"$tmp/probe.log" 2>&1 ||
+"$shardc" compile "$models/gpt2.shard" "${SHAPE[@]}" --target cuda -o "$tmp/probe" >"$tmp/probe.log" 2>&1 ||
   { echo "SKIP: this shardc cannot compile for --target cuda: $(grep -m1 error "$tmp/probe.log")"; exit 77; }
 # shellcheck source=tests/gpu/ranks.sh
 . "$(dirname "$0")/../gpu/ranks.sh"
@@ -103,9 +103,9 @@ TRAIN="--data $data --seed 1 --quiet --steps 2 --global-batch $((2 * MICRO)) --c
 job() {
   local name=$1 target=$2 prec=$3 dir=$tmp/$1
   shift 3
-  "$shardc" compile "$models/gpt2.shard" $SHAPE "$@" --precision "$prec" --report comm \
+  "$shardc" compile "$models/gpt2.shard" "${SHAPE[@]}" "$@" --precision "$prec" --report comm \
     >"$tmp/$name.report" || return 1
-  "$shardc" compile "$models/gpt2.shard" $SHAPE "$@" --target "$target" --precision "$prec" \
+  "$shardc" compile "$models/gpt2.shard" "${SHAPE[@]}" "$@" --target "$target" --precision "$prec" \
     --global-batch $((2 * MICRO)) -o "$dir" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; return 1; }
   if [ "$target" = cuda ]; then
     make -s -C "$dir" -f Makefile -f "$(cd "$build" && pwd)/emu/program.mk" >>"$tmp/$name.log" 2>&1
@@ -126,7 +126,7 @@ job t2-bf16 cuda bf16 --tp 2 --sequence-parallel || { echo "FAIL: gpt2 t2 sp bf1
 for r in 0 1; do
   got=$(comm 1 "$tmp/t2-bf16.out" $r) want=$(($(tensor_of "$tmp/t2-bf16.report") * MICRO))
   echo "t2 sp bf16 rank $r: tensor bytes a step $got, report $want (fp32 report: $(($(
-    "$shardc" compile "$models/gpt2.shard" $SHAPE --tp 2 --sequence-parallel --report comm |
+    "$shardc" compile "$models/gpt2.shard" "${SHAPE[@]}" --tp 2 --sequence-parallel --report comm |
     sed -n 's/^per rank: .*(tensor \([0-9]*\),.*/\1/p') * MICRO)))"
   [ "$got" = "$want" ] || { echo "FAIL: t2 sp bf16 rank $r: $got bytes, not $want"; fail=1; }
 done
