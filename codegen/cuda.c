@@ -130,7 +130,7 @@ static bool into_grads(CgEmitter *e, const IrValue *out) {
 typedef struct Load {
   const IrValue *v;
   const char *index;
-  bool full; /* read at i: four at a time in the vector loop */
+  bool full; /* read at i: a whole 16 bytes at a time in the vector loop */
 } Load;
 
 typedef struct Fused {
@@ -140,10 +140,13 @@ typedef struct Fused {
   int nloads;
   const IrValue **stores; /* the outputs that leave the kernel, in order */
   int nstores;
-  /* The kernel has a loop of 16-byte accesses (float4) for the operands
-   * read whole and the outputs, taken when their addresses allow; `vec`
-   * is set while its body is written. */
+  /* The kernel has a loop of 16-byte accesses for the operands read whole
+   * and the outputs, taken when their addresses allow: `width` elements a
+   * thread, 4 (one float4 each) in an fp32 run, 8 where one of them is
+   * bf16 (one uint4 of bf16, two float4 of fp32); `vec` is set while its
+   * body is written. */
   bool vectorizable, vec;
+  int width;
 } Fused;
 
 static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
@@ -181,11 +184,12 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) f.stores[f.nstores++] = n->out[j];
   }
+  bool bf = false;
+  for (int l = 0; l < f.nloads; l++) bf |= f.loads[l].full && low(e, f.loads[l].v);
+  for (int k = 0; k < f.nstores; k++) bf |= low(e, f.stores[k]);
+  f.width = bf ? 8 : 4;
   int64_t N = ir_type_numel(f.shape);
-  f.vectorizable = N > 0 && N % 4 == 0;
-  /* The vector loop moves float4: fp32 runs only. */
-  for (int l = 0; l < f.nloads; l++) f.vectorizable &= !low(e, f.loads[l].v);
-  for (int k = 0; k < f.nstores; k++) f.vectorizable &= !low(e, f.stores[k]);
+  f.vectorizable = N >= f.width;
   return f;
 }
 
@@ -243,7 +247,7 @@ static void emit_element(CgEmitter *e, const Fused *f) {
       const char *x = elem_expr(n, j, a);
       emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE && low(e, n->out[j]))
-        emit(e, "y%d[i] = cu_b(%s);", nstore++, reg(e, n->out[j]));
+        emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", nstore++, reg(e, n->out[j]));
       else if (b->region != PASS_REGION_NONE)
         emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
              b->region == PASS_REGION_GRADS ? "+" : "", reg(e, n->out[j]));
@@ -253,51 +257,87 @@ static void emit_element(CgEmitter *e, const Fused *f) {
   }
 }
 
-/* The vector loop: four elements a thread, the whole operands and the
- * outputs moved as float4, every other operand read by its index. */
+/* The 16-byte accesses of the vector loop: pointer p of type t read or
+ * written at vector k of thread q's `width` elements. */
+static const char *vec_at(const Fused *f, const char *t, const char *p, int l, int k, bool bf) {
+  int per = bf ? 8 : 4;
+  if (f->width == per) return ir_fmt("reinterpret_cast<%s *>(%s%d)[q]", t, p, l);
+  return ir_fmt("reinterpret_cast<%s *>(%s%d)[%d * q + %d]", t, p, l, f->width / per, k);
+}
+
+/* Operand or output p%d's `width` elements into fp32 registers p%dl: an
+ * fp32 one as float4s, a bf16 one as a uint4 whose 32-bit words hold two
+ * each (the lower address in the low half), widened by cu_f as the
+ * scalar loop widens them. */
+static void emit_vec_read(CgEmitter *e, const Fused *f, const char *p, int l, bool bf,
+                          const char *qual) {
+  char *lanes = ir_strdup("");
+  if (bf) {
+    emit(e, "const uint4 %s%dq = %s;", p, l, vec_at(f, "const uint4", p, l, 0, true));
+    for (const char *c = "xyzw"; *c; c++)
+      lanes = ir_fmt("%s%scu_f_lo(%s%dq.%c), cu_f_hi(%s%dq.%c)", lanes, *lanes ? ", " : "", p, l,
+                     *c, p, l, *c);
+  }
+  for (int k = 0; !bf && k < f->width / 4; k++) {
+    const char *q = ir_fmt("%s%dq%s", p, l, k ? ir_fmt("%d", k) : "");
+    emit(e, "const float4 %s = %s;", q, vec_at(f, "const float4", p, l, k, false));
+    lanes = ir_fmt("%s%s%s.x, %s.y, %s.z, %s.w", lanes, k ? ", " : "", q, q, q, q);
+  }
+  emit(e, "%sreal %s%dl[%d] = {%s};", qual, p, l, f->width, lanes);
+}
+
+/* Output s's registers back to memory, a bf16 one rounded by cu_b (in
+ * cu_b2) as the scalar loop rounds it. */
+static void emit_vec_write(CgEmitter *e, const Fused *f, int s, bool bf) {
+  if (bf) {
+    emit(e, "%s = make_uint4(cu_b2(y%dl[0], y%dl[1]), cu_b2(y%dl[2], y%dl[3]), "
+            "cu_b2(y%dl[4], y%dl[5]), cu_b2(y%dl[6], y%dl[7]));",
+         vec_at(f, "uint4", "y", s, 0, true), s, s, s, s, s, s, s, s);
+    return;
+  }
+  for (int k = 0; k < f->width / 4; k++)
+    emit(e, "%s = make_float4(y%dl[%d], y%dl[%d], y%dl[%d], y%dl[%d]);",
+         vec_at(f, "float4", "y", s, k, false), s, 4 * k, s, 4 * k + 1, s, 4 * k + 2, s, 4 * k + 3);
+}
+
+/* The vector loop: `width` elements a thread, the whole operands and the
+ * outputs moved 16 bytes at a time, every other operand read by its index. */
 static void emit_vector_loop(CgEmitter *e, Fused *f) {
+  int w = f->width;
   emit(e, "if (vec) {");
   e->depth++;
   emit(e, "for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < %lldLL; q += step) {",
-       (long long)(ir_type_numel(f->shape) / 4));
+       (long long)(ir_type_numel(f->shape) / w));
   e->depth++;
   for (int l = 0; l < f->nloads; l++)
-    if (f->loads[l].full) {
-      emit(e, "const float4 x%dq = reinterpret_cast<const float4 *>(x%d)[q];", l, l);
-      emit(e, "const real x%dl[4] = {x%dq.x, x%dq.y, x%dq.z, x%dq.w};", l, l, l, l, l);
-    }
+    if (f->loads[l].full) emit_vec_read(e, f, "x", l, low(e, f->loads[l].v), "const ");
   for (int s = 0; s < f->nstores; s++) {
-    if (grads_store(e, f->stores[s])) {
-      emit(e, "const float4 y%dq = reinterpret_cast<const float4 *>(y%d)[q];", s, s);
-      emit(e, "real y%dl[4] = {y%dq.x, y%dq.y, y%dq.z, y%dq.w};", s, s, s, s, s);
-    } else {
-      emit(e, "real y%dl[4] = {0, 0, 0, 0};", s);
-    }
+    if (grads_store(e, f->stores[s])) emit_vec_read(e, f, "y", s, false, "");
+    else emit(e, "real y%dl[%d] = {%s};", s, w, w == 4 ? "0, 0, 0, 0" : "0, 0, 0, 0, 0, 0, 0, 0");
   }
   emit(e, "#pragma unroll");
-  emit(e, "for (int l = 0; l < 4; l++) {");
+  emit(e, "for (int l = 0; l < %d; l++) {", w);
   e->depth++;
-  emit(e, "const int64_t i = 4 * q + l;");
+  emit(e, "const int64_t i = %d * q + l;", w);
   emit(e, "(void)i;");
   f->vec = true;
   emit_element(e, f);
   f->vec = false;
   e->depth--;
   emit(e, "}");
-  for (int s = 0; s < f->nstores; s++)
-    emit(e, "reinterpret_cast<float4 *>(y%d)[q] = make_float4(y%dl[0], y%dl[1], y%dl[2], y%dl[3]);",
-         s, s, s, s, s);
+  for (int s = 0; s < f->nstores; s++) emit_vec_write(e, f, s, low(e, f->stores[s]));
   e->depth--;
   emit(e, "}");
-  emit(e, "return;");
+  /* The last N % width elements, if any, are the scalar loop's. */
+  if (ir_type_numel(f->shape) % w == 0) emit(e, "return;");
   e->depth--;
   emit(e, "}");
 }
 
 /* The __global__ kernel of the run first..last: a grid-stride loop over
  * its elements, each operand read once, each output that leaves the run
- * written once; with vec set (by the launch, from the addresses) four
- * elements at a time. */
+ * written once; with vec set (by the launch, from the addresses) `width`
+ * elements at a time, and the scalar loop over the rest. */
 static void emit_fused_kernel(CgEmitter *e, int first, int last) {
   Fused f = fused_of(e, first, last);
   char *params = ir_strdup("int vec");
@@ -310,8 +350,10 @@ static void emit_fused_kernel(CgEmitter *e, int first, int last) {
   emit(e, "const int64_t step = (int64_t)gridDim.x * blockDim.x;");
   if (f.vectorizable) emit_vector_loop(e, &f);
   else emit(e, "(void)vec;");
-  emit(e, "for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < %lldLL; i += step) {",
-       (long long)ir_type_numel(f.shape));
+  int64_t N = ir_type_numel(f.shape), tail = N / f.width * f.width;
+  const char *from = f.vectorizable && tail < N ? ir_fmt("(vec ? %lldLL : 0) + ", (long long)tail) : "";
+  emit(e, "for (int64_t i = %sblockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < %lldLL; i += step) {",
+       from, (long long)N);
   e->depth++;
   emit_element(e, &f);
   e->depth--;
@@ -362,8 +404,9 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
       if (!elem_expr(n, j, (const char *[3]){"a", "b", "c"}))
         cg_error(e, n, "no inline form for this elementwise op");
   }
-  /* The vector loop when every pointer it moves float4 through is 16-byte
-   * aligned (a whole number of float4 from the plan's 64-byte regions). */
+  /* The vector loop when every pointer it moves 16 bytes at a time through
+   * is 16-byte aligned (the plan's 64-byte regions hold whole vectors), and
+   * unless SHARD_CUDA_VECTOR=0 turns it off (cu_vector). */
   char *args = ir_strdup(""), *aligned = ir_strdup("");
   for (int l = 0; l < f.nloads; l++) {
     args = ir_fmt("%s, %s", args, ref(e, f.loads[l].v));
@@ -376,8 +419,8 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
   int64_t N = ir_type_numel(f.shape);
   emit(e, "{");
   e->depth++;
-  emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("1%s", aligned) : "0");
-  emit(e, "CU_LAUNCH(cu_grid(vec ? %lldLL : %lldLL), %s)(vec%s);", (long long)(N / 4),
+  emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("cu_vector()%s", aligned) : "0");
+  emit(e, "CU_LAUNCH(cu_grid(vec ? %lldLL : %lldLL), %s)(vec%s);", (long long)(N / f.width),
        (long long)N, kernel_name(e, first), args);
   e->depth--;
   emit(e, "}");
@@ -1276,6 +1319,13 @@ static void emit_bf16_prologue(CgEmitter *e) {
   emit(e, "__device__ __forceinline__ kc_bf16 cu_b(real x) {");
   emit(e, "  return __bfloat16_as_ushort(__float2bfloat16(x));");
   emit(e, "}");
+  emit(e, "/* The two bf16 of a 32-bit word of the vector loops (the lower address in");
+  emit(e, " * the low half), widened and rounded as one at a time. */");
+  emit(e, "__device__ __forceinline__ real cu_f_lo(unsigned w) { return cu_f((kc_bf16)(w & 0xffffu)); }");
+  emit(e, "__device__ __forceinline__ real cu_f_hi(unsigned w) { return cu_f((kc_bf16)(w >> 16)); }");
+  emit(e, "__device__ __forceinline__ unsigned cu_b2(real lo, real hi) {");
+  emit(e, "  return (unsigned)cu_b(lo) | (unsigned)cu_b(hi) << 16;");
+  emit(e, "}");
   emit(e, "__device__ __forceinline__ void cu_st(real *y, real x) { *y = x; }");
   emit(e, "__device__ __forceinline__ void cu_st(kc_bf16 *y, real x) { *y = cu_b(x); }");
   emit(e, "/* y[j] = the sum over r of x[r, j] (rows of n), in row order, in double. */");
@@ -1351,6 +1401,17 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "  }");
   emit(e, "  int64_t blocks = (n + CU_THREADS - 1) / CU_THREADS;");
   emit(e, "  return (unsigned)(blocks < 1 ? 1 : blocks < most ? blocks : most);");
+  emit(e, "}");
+  emit(e, "/* Whether the fused kernels may take their 16-byte loops: yes unless");
+  emit(e, " * SHARD_CUDA_VECTOR=0, which runs the element-at-a-time loops instead (the");
+  emit(e, " * same bits: tests/gpu/run.sh's vector check compares the two). */");
+  emit(e, "[[maybe_unused]] static int cu_vector(void) {");
+  emit(e, "  static int on = -1;");
+  emit(e, "  if (on < 0) {");
+  emit(e, "    const char *s = getenv(\"SHARD_CUDA_VECTOR\");");
+  emit(e, "    on = !(s && s[0] == '0' && !s[1]);");
+  emit(e, "  }");
+  emit(e, "  return on;");
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* The tanh GELU and the SiLU of the kernels, in fp32 (not static: a program");

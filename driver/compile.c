@@ -75,9 +75,10 @@ static bool set_data_axis(IrGraph *g, const PassOptions *opt) {
 
 /* Loads the model and runs the pipeline with the flags' printing and
  * options; prints the IR (--emit-ir) and the comm report (--report comm,
- * reals of real_bytes bytes). NULL after errors. */
+ * reals of real_bytes bytes, activations of low_bytes in a bf16 program,
+ * else 0). NULL after errors. */
 static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const char *pipeline,
-                              const PassOptions *opt, int real_bytes) {
+                              const PassOptions *opt, int real_bytes, int low_bytes) {
   IrGraph *g = drv_load_model(model, nargs, args);
   if (!g || !set_data_axis(g, opt)) return NULL;
   PassManagerFlags flags = {
@@ -90,7 +91,7 @@ static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const 
   if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
   const char *report = drv_value(nargs, args, "--report");
   if (report && strcmp(report, "pp") == 0 && !pass_pp_report(stdout, g, opt)) return NULL;
-  if (report && strcmp(report, "comm") == 0 && !pass_comm_report(stdout, g, opt, real_bytes))
+  if (report && strcmp(report, "comm") == 0 && !pass_comm_report(stdout, g, opt, real_bytes, low_bytes))
     return NULL;
   fflush(stdout);
   return g;
@@ -180,6 +181,15 @@ static const int64_t *kept_without_recompute(const char *model, int nargs, DrvAr
   return cg_kept_activations(g, &plain, bytes, opt.pp) ? bytes : NULL;
 }
 
+/* --precision: fp32 (the default) or bf16; false after a usage error. */
+static bool parse_precision(const DrvCommand *cmd, int nargs, DrvArg *args, bool *bf16) {
+  const char *precision = drv_value(nargs, args, "--precision");
+  *bf16 = precision && strcmp(precision, "bf16") == 0;
+  if (!precision || *bf16 || strcmp(precision, "fp32") == 0) return true;
+  drv_usage_error(cmd, "--precision: expected fp32 or bf16, got '%s'", precision);
+  return false;
+}
+
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
                        const char *out_dir, IrDType dtype, FILE *plan_out) {
   PassOptions opt;
@@ -189,11 +199,7 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   o.cuda_arch = drv_value(nargs, args, "--cuda-arch");
   if (o.cuda_arch && strncmp(o.cuda_arch, "sm_", 3) != 0 && strncmp(o.cuda_arch, "compute_", 8) != 0)
     return drv_usage_error(&drv_compile_command, "--cuda-arch: expected sm_NN, got '%s'", o.cuda_arch);
-  const char *precision = drv_value(nargs, args, "--precision");
-  if (precision && strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0)
-    return drv_usage_error(&drv_compile_command, "--precision: expected fp32 or bf16, got '%s'",
-                           precision);
-  o.bf16 = precision && strcmp(precision, "bf16") == 0;
+  if (!parse_precision(&drv_compile_command, nargs, args, &o.bf16)) return 1;
   o.no_gemm_epilogue = drv_flag(nargs, args, "--no-gemm-epilogue");
   if (o.bf16 && (!target || strcmp(target, "cuda") != 0))
     return drv_usage_error(&drv_compile_command,
@@ -204,7 +210,8 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   opt.memplan = cg_memplan_policy(target);
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
-  IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4);
+  IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4,
+                             o.bf16 ? 2 : 0);
   if (!g || !check_global_batch(g, &opt, &o)) return 1;
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
   int ndefines = 0;
@@ -254,7 +261,10 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline && (pipelined || report || opt.tp > 1)) pipeline = cg_pipeline(NULL, pipelined);
   if (!pipeline) pipeline = pass_default_pipeline;
-  return compile_graph(model, nargs, args, pipeline, &opt, 4) ? 0 : 1;
+  /* --precision bf16 prices the report for a bf16 program (--target cuda). */
+  bool bf16;
+  if (!parse_precision(cmd, nargs, args, &bf16)) return 1;
+  return compile_graph(model, nargs, args, pipeline, &opt, 4, bf16 ? 2 : 0) ? 0 : 1;
 }
 
 static const DrvOption no_options[] = {{NULL, NULL, NULL}};

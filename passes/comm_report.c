@@ -23,7 +23,15 @@
  * (pp_boundary), each sent once by every tensor rank of its stage: S bytes,
  * the tensor as one rank holds it (1/t of the activation with
  * scatter/gather or sequence parallelism). Stages send different
- * messages, so the per-rank pipeline figure is the largest over stages. */
+ * messages, so the per-rank pipeline figure is the largest over stages.
+ *
+ * A bf16 program (low_bytes 2: `--precision bf16`) moves its activations
+ * and their gradients at 2 bytes an element, as the memory plan keeps them
+ * (passes/memplan.c is_low) and codegen/collectives.c sends them
+ * (RT_COMM_BF16): every pipeline message, and every collective except
+ * those whose values are a param's gradient or reduced into one
+ * (memplan's mark_wide), a graph output, or the vocab-parallel loss's
+ * statistics, which stay at the real's size. */
 #include <string.h>
 
 #include "passes.h"
@@ -55,12 +63,15 @@ typedef struct Row {
   int64_t count;     /* elements per call, as rt_comm_* receives them */
   int64_t calls;
   int64_t bytes;     /* sent by one rank over all calls */
+  int elem;          /* bytes of one element */
   int stage;         /* SEND: the pipeline stage that sends it; else -1 */
 } Row;
 
 typedef struct Report {
   IrVec rows;
-  int elem;
+  int elem;          /* the real's bytes */
+  int low;           /* a bf16 program's activation bytes; 0: the real's */
+  IrPtrMap wide;     /* values kept at the real's size in such a program */
   int sizes[IR_MESH_AXES];
 } Report;
 
@@ -70,26 +81,56 @@ static const char *where(IrLoc loc) {
 }
 
 static Row *add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char *what,
-                IrLoc loc, int64_t count, int64_t calls, int n) {
+                IrLoc loc, int64_t count, int64_t calls, int n, int elem) {
   const char *at = where(loc);
-  int64_t bytes = comm_bytes(kind, n, count, r->elem) * calls;
+  int64_t bytes = comm_bytes(kind, n, count, elem) * calls;
   for (int i = 0; i < r->rows.len; i++) {
     Row *row = r->rows.items[i];
     if (row->phase == phase && row->kind == kind && row->axis == axis && row->count == count &&
-        strcmp(row->what, what) == 0 && strcmp(row->where, at) == 0) {
+        row->elem == elem && strcmp(row->what, what) == 0 && strcmp(row->where, at) == 0) {
       row->calls += calls;
       row->bytes += bytes;
       return row;
     }
   }
   Row *row = ir_alloc(sizeof *row);
-  *row = (Row){phase, kind, axis, what, at, count, calls, bytes, -1};
+  *row = (Row){phase, kind, axis, what, at, count, calls, bytes, elem, -1};
   ir_vec_push(&r->rows, row);
   return row;
 }
 
-static const char *type_str(const IrType *t) {
-  return ir_fmt("%s%s", ir_dtype_name(t->dtype), ir_shape_str(t));
+/* A param's gradient, and what a collective reduces into one, through
+ * collectives (memplan's mark_wide): the real's size in a bf16 program. */
+static void mark_wide(Report *r, const IrValue *v) {
+  ir_ptrmap_put(&r->wide, v, &r->wide);
+  if (v->kind != IR_VAL_NODE) return;
+  IrOp op = v->def->op;
+  if (op == IR_OP_ALL_REDUCE || op == IR_OP_REDUCE_SCATTER || op == IR_OP_ALL_GATHER)
+    mark_wide(r, v->def->in[0]);
+}
+
+static void mark_wide_values(Report *r, const IrGraph *g) {
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *prm = g->params.items[i];
+    if (prm->grad) mark_wide(r, prm->grad);
+  }
+  for (int i = 0; i < g->outputs.len; i++) ir_ptrmap_put(&r->wide, g->outputs.items[i], &r->wide);
+}
+
+static bool is_real(IrDType t) { return t == IR_F32 || t == IR_F64; }
+
+/* Bytes of an element of v as it travels: 2 for a bf16 program's
+ * activation (a pipeline message always, a collective's value unless it
+ * is wide), else the real's. */
+static int elem_of(const Report *r, const IrValue *v, bool message) {
+  if (!r->low || !is_real(v->type.dtype)) return r->elem;
+  if (!message && ir_ptrmap_get(&r->wide, v)) return r->elem;
+  return r->low;
+}
+
+/* The tensor's type as it travels: bf16 for a 2-byte element. */
+static const char *type_str(const IrType *t, int elem) {
+  return ir_fmt("%s%s", elem == 2 ? "bf16" : ir_dtype_name(t->dtype), ir_shape_str(t));
 }
 
 /* The all-reduces inside a vocab-parallel cross_entropy (3) or its
@@ -102,7 +143,7 @@ static void loss_collectives(Report *r, const IrNode *n, int64_t mult) {
   const char *op = ir_op_info(n->op)->name;
   for (int i = 0; i < (fwd ? 3 : 2); i++)
     add(r, n->phase, ALLREDUCE, IR_AXIS_TENSOR, ir_fmt("%s: %s", op, parts[i]), n->loc, positions,
-        mult, r->sizes[IR_AXIS_TENSOR]);
+        mult, r->sizes[IR_AXIS_TENSOR], r->elem);
 }
 
 static void collect(Report *r, IrGraph *g) {
@@ -117,8 +158,9 @@ static void collect(Report *r, IrGraph *g) {
     if (n->op == IR_OP_PP_BOUNDARY) {
       int src = (int)ir_attr_int(n, "src"), dst = (int)ir_attr_int(n, "dst");
       const IrValue *v = n->in[0];
-      add(r, n->phase, SEND, IR_AXIS_PIPELINE, ir_fmt("%s %d->%d", type_str(&v->type), src, dst),
-          n->loc, ir_type_numel(&v->type), mult, r->sizes[IR_AXIS_PIPELINE])->stage =
+      int elem = elem_of(r, v, true);
+      add(r, n->phase, SEND, IR_AXIS_PIPELINE, ir_fmt("%s %d->%d", type_str(&v->type, elem), src, dst),
+          n->loc, ir_type_numel(&v->type), mult, r->sizes[IR_AXIS_PIPELINE], elem)->stage =
           src % r->sizes[IR_AXIS_PIPELINE];
     }
     if (!(ir_op_info(n->op)->flags & IR_OPF_COLLECTIVE)) continue;
@@ -130,7 +172,10 @@ static void collect(Report *r, IrGraph *g) {
     /* rt_comm_* counts what each rank contributes: the input of an
      * all-reduce or all-gather, the (received) result of a reduce-scatter. */
     const IrValue *v = kind == REDUCE_SCATTER ? n->out[0] : n->in[0];
-    add(r, n->phase, kind, axis, type_str(&v->type), n->loc, ir_type_numel(&v->type), mult, size);
+    /* In and out travel in one precision (collectives.c refuses two). */
+    int a = elem_of(r, n->in[0], false), b = elem_of(r, n->out[0], false), elem = a > b ? a : b;
+    add(r, n->phase, kind, axis, type_str(&v->type, elem), n->loc, ir_type_numel(&v->type), mult,
+        size, elem);
   }
 }
 
@@ -168,6 +213,7 @@ static void print_axis(FILE *out, Report *r, IrMeshAxis axis) {
   int n = r->sizes[axis];
   fprintf(out, "\naxis %s (%d rank%s):", ir_axis_name(axis), n, n == 1 ? "" : "s");
   int64_t calls[2] = {0, 0}, bytes[2] = {0, 0};
+  double elems[2] = {0, 0};
   bool any = false;
   for (int i = 0; i < r->rows.len; i++) any |= ((Row *)r->rows.items[i])->axis == axis;
   if (!any || n <= 1) {
@@ -185,29 +231,34 @@ static void print_axis(FILE *out, Report *r, IrMeshAxis axis) {
             (long long)row->bytes, row->where);
     calls[row->phase] += row->calls;
     bytes[row->phase] += row->bytes;
+    elems[row->phase] += (double)row->bytes / row->elem;
   }
   static const char *const phases[] = {"forward", "backward"};
   for (int p = 0; p < 2; p++)
     fprintf(out, "  %s: %lld calls, %lld bytes sent (%.6g elements)\n", phases[p],
-            (long long)calls[p], (long long)bytes[p], (double)bytes[p] / r->elem);
+            (long long)calls[p], (long long)bytes[p], elems[p]);
   fprintf(out, "  total: %lld calls, %lld bytes sent (%.6g elements)\n",
           (long long)(calls[0] + calls[1]), (long long)(bytes[0] + bytes[1]),
-          (double)(bytes[0] + bytes[1]) / r->elem);
+          elems[0] + elems[1]);
   if (axis == IR_AXIS_PIPELINE) print_stages(out, r);
 }
 
-bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes) {
-  Report r = {.elem = real_bytes == 8 ? 8 : 4};
+bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes,
+                      int low_bytes) {
+  Report r = {.elem = real_bytes == 8 ? 8 : 4, .low = low_bytes == 2 ? 2 : 0};
   g = ir_top(g);
   if (!pass_check_typed(g, "--report comm")) return false;
+  r.wide.arena = true;
+  mark_wide_values(&r, g);
   r.sizes[IR_AXIS_TENSOR] = g->mesh[IR_AXIS_TENSOR] > 1 ? g->mesh[IR_AXIS_TENSOR] : pass_tp(opt);
   r.sizes[IR_AXIS_PIPELINE] = opt && opt->pp > 1 ? opt->pp : 1;
   r.sizes[IR_AXIS_DATA] = opt && opt->dp > 1 ? opt->dp : 1;
   collect(&r, g);
   int t = r.sizes[IR_AXIS_TENSOR], p = r.sizes[IR_AXIS_PIPELINE], d = r.sizes[IR_AXIS_DATA];
   fprintf(out, "communication of one microbatch (forward and backward), model %s\n", g->name);
-  fprintf(out, "mesh: t = %d, p = %d, d = %d (%d rank%s); reals of %d bytes; bytes as "
-          "rt_comm counts them\n", t, p, d, t * p * d, t * p * d == 1 ? "" : "s", r.elem);
+  fprintf(out, "mesh: t = %d, p = %d, d = %d (%d rank%s); reals of %d bytes%s; bytes as "
+          "rt_comm counts them\n", t, p, d, t * p * d, t * p * d == 1 ? "" : "s", r.elem,
+          r.low ? ", activations and pipeline messages in bf16 (2 bytes)" : "");
   fprintf(out, "every rank runs the same program and sends the same bytes:\n");
   for (int pp = 0; pp < p; pp++)
     for (int dp = 0; dp < d; dp++)

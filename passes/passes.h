@@ -118,10 +118,12 @@ IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim);
  * collective one microbatch runs (forward and backward), per mesh axis,
  * with the bytes each rank sends by the runtime's counting rules
  * (runtime/comm.h, rt_comm_bytes), for a program whose reals have
- * `real_bytes` bytes (4 or 8). Collectives inside a repeat count once per
+ * `real_bytes` bytes (4 or 8) and, with low_bytes 2 (--precision bf16),
+ * whose activations travel in bf16. Collectives inside a repeat count once per
  * iteration. Writes to out; the TP ranks all send the same, which it says.
  * False after reporting a graph it cannot count (not folded and typed). */
-bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes);
+bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes,
+                      int low_bytes);
 
 /* Config evaluation shared by fold and the driver: evaluates e against the
  * (already folded) config table of g. Returns false after reporting an error

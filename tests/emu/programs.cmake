@@ -26,7 +26,7 @@ LDLIBS = ${OpenMP_C_FLAGS} ${emu_cjson_flags} ${SHARD_COMM_LINK} -lm
 # The model checks of tests/gpu/run.sh on the emulator. They compile with
 # --target cuda, which needs a shardc configured with nvcc (it refuses the
 # target otherwise); without nvcc they say so and skip.
-foreach(check fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama epilogues grads ckpt)
+foreach(check fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues grads ckpt)
   add_test(NAME emu/model/${check}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/run.sh --model-check ${check} ${CMAKE_BINARY_DIR})
   # One at a time: the checks share their program folders (BUILD/gpu-models).
@@ -34,3 +34,17 @@ foreach(check fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama epilogues grads ckpt)
                        RESOURCE_LOCK gpu_models
                        ENVIRONMENT "GPU_EMU=1;OMP_NUM_THREADS=1")
 endforeach()
+
+# The bf16 comm report against the runtime's byte counters (--comm-stats):
+# gpt2 bf16 at t=2 (sequence parallel) and p=2, built for the emulator and
+# run over MPI (tests/tp/comm_bf16.sh).
+add_test(NAME emu/comm_bf16
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tp/comm_bf16.sh runtime $<TARGET_FILE:shardc>
+                 ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/models)
+set_tests_properties(emu/comm_bf16 PROPERTIES LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 300
+                     RESOURCE_LOCK mpirun ENVIRONMENT "OMP_NUM_THREADS=1")
+# Open MPI leaks at exit what no suppression can name (tests/comm).
+if(SHARDC_SANITIZE)
+  set_tests_properties(emu/comm_bf16 PROPERTIES
+                       ENVIRONMENT "OMP_NUM_THREADS=1;LSAN_OPTIONS=detect_leaks=0")
+endif()

@@ -31,6 +31,11 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   vector loops       the tiny GPT-2 and LLaMA (and tests/gpu/vector.shard: a mixed
+#                      bf16/fp32 run, a scalar tail) in bf16, the fused kernels' 16-byte
+#                      loops on (the default) and off (SHARD_CUDA_VECTOR=0): every
+#                      step's loss and gradient norm the same to the bit; a copy whose
+#                      bf16 vector stores are perturbed must differ (the loops ran)
 #   gpt2 epilogues     the tiny GPT-2 fp32 on the GPU with cuBLASLt's epilogues (bias+GELU,
 #                      dgelu, bias gradients) against the same program compiled with
 #                      --no-gemm-epilogue: every step's loss within 1e-5 (relative)
@@ -105,6 +110,8 @@ MW=$BUILD/gpu-models
 STEPS=10
 TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
+# tests/gpu/vector.shard: the vector check's own shapes (no -D needed).
+TINY_vector=""
 TRAIN="--data $DATA --seed 1 --quiet"
 
 # build_prog DIR TARGET: builds a compiled folder: with shardc, or for the
@@ -118,15 +125,17 @@ build_prog() {
   fi
 }
 
-# prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL for
-# TARGET in PRECISION (default fp32; make leaves an up-to-date program
-# alone); prints the program's path.
+# prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL
+# (models/MODEL.shard, else tests/gpu/MODEL.shard) for TARGET in PRECISION
+# (default fp32; make leaves an up-to-date program alone); prints the
+# program's path.
 prog() {
-  local prec=${3:-fp32} dir=$MW/$1-$2 defs
+  local prec=${3:-fp32} dir=$MW/$1-$2 defs src=$ROOT/models/$1.shard
   [ "$prec" = fp32 ] || dir=$dir-$prec
+  [ -f "$src" ] || src=$ROOT/tests/gpu/$1.shard
   eval "defs=\$TINY_$1"
   # shellcheck disable=SC2086
-  "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision "$prec" \
+  "$SHARDC_BIN" compile "$src" $defs --target "$2" --precision "$prec" \
     --cuda-arch "sm_$ARCH" \
     -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" $2 >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: $1 for --target $2 ($prec) does not compile and build:" >&2; cat "$dir.compile.log" >&2; return 1; }
@@ -210,6 +219,51 @@ check_epilogues() {
   cmp_losses "gpt2 fp32 epilogues against none" "$MW/gpt2-noepi.json" "$MW/gpt2-epi.json" 1e-5 rel ||
     return 1
   echo "all checks passed: the fused epilogues give the unfused program's losses"
+}
+
+# json_bits JSON: "step loss grad_norm" per line, as the program printed
+# them (cJSON prints a double so that it reads back to the same bits).
+json_bits() { sed 's/.*"step":\([0-9]*\).*"loss":\([^,}]*\).*"grad_norm":\([^,}]*\).*/\1 \2 \3/' "$1"; }
+
+# The fused kernels' 16-byte loops (8 bf16 a uint4, 4 fp32 a float4,
+# mixed runs 8 of each) against their element-at-a-time loops, which
+# SHARD_CUDA_VECTOR=0 takes instead: the same arithmetic on the same
+# widened values, so the same bits. To show that the vector loops ran, a
+# copy of the program whose bf16 vector stores add 1/128 to every other
+# element must train differently. tests/gpu/vector.shard adds a mixed run
+# (bf16 and fp32 outputs) and runs with a scalar tail.
+check_vector() {
+  local m gpu dir out=""
+  for m in gpt2 llama vector; do
+    gpu=$(prog $m cuda bf16) || return 1
+    local n
+    n=$(grep -c 'cu_b2(y' "$gpu.cu")
+    [ "$n" -gt 0 ] || { echo "FAIL: $m: no bf16 vector loop in $gpu.cu"; return 1; }
+    rm -f "$MW/$m-vec-on.json" "$MW/$m-vec-off.json" "$MW/$m-vec-mut.json"
+    # shellcheck disable=SC2086
+    "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$m-vec-on.json" || { echo "FAIL: $m vector on"; return 1; }
+    # shellcheck disable=SC2086
+    SHARD_CUDA_VECTOR=0 "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$m-vec-off.json" ||
+      { echo "FAIL: $m vector off"; return 1; }
+    json_bits "$MW/$m-vec-on.json" >"$MW/$m-vec-on.bits"
+    json_bits "$MW/$m-vec-off.json" >"$MW/$m-vec-off.bits"
+    [ "$(wc -l <"$MW/$m-vec-on.bits")" = $STEPS ] && cmp -s "$MW/$m-vec-on.bits" "$MW/$m-vec-off.bits" ||
+      { echo "FAIL: $m: vector loops on and off differ:"; diff "$MW/$m-vec-on.bits" "$MW/$m-vec-off.bits"
+        return 1; }
+    dir=$MW/$m-cuda-bf16-vecmut
+    rm -rf "$dir" && cp -r "$(dirname "$gpu")" "$dir" &&
+      sed -i 's/cu_b2(y\([0-9]*\)l\[0\]/cu_b2(1.0078125f * y\1l[0]/' "$dir/rank0.cu" &&
+      build_prog "$dir" cuda >"$dir.build.log" 2>&1 || { echo "FAIL: $m: the perturbed copy"; return 1; }
+    # shellcheck disable=SC2086
+    "$dir/rank0" $TRAIN --steps $STEPS --log-json "$MW/$m-vec-mut.json" || { echo "FAIL: $m perturbed"; return 1; }
+    json_bits "$MW/$m-vec-mut.json" | cmp -s - "$MW/$m-vec-on.bits" &&
+      { echo "FAIL: $m: perturbing the bf16 vector stores changed nothing: the vector loops never ran"
+        return 1; }
+    echo "$m bf16: $n bf16 vector stores; $STEPS steps' losses and gradient norms equal to the bit" \
+      "on and off (last loss $(tail -n 1 "$MW/$m-vec-on.bits" | cut -d' ' -f2))"
+    out="$out $m"
+  done
+  echo "all checks passed: vector loops on and off give the same bits:$out"
 }
 
 check_grads() {
@@ -384,6 +438,7 @@ if [ -n "$MODEL_CHECK" ]; then
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
     epilogues) check_epilogues ;;
+    vector) check_vector ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
@@ -499,6 +554,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "vector loops" 120 vector
   model_check "gpt2 epilogues" 60 epilogues
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt

@@ -33,6 +33,10 @@ tp_test(llama_gqa_t2_sp 0 ${TP_LLAMA} --tp 2 --sequence-parallel --passes=${TP_P
 # The comm report, per collective and mesh axis.
 tp_test(comm_gpt2_t2 0 ${TP_GPT2} --tp 2 --report comm)
 tp_test(comm_gpt2_t4_sp 0 ${TP_GPT2} -D heads=4 --tp 4 --sequence-parallel --report comm)
+# --precision bf16: activations and pipeline messages at half the bytes,
+# the gradient reductions and the loss statistics unchanged (comm_bf16.sh;
+# emu/comm_bf16 runs the same programs against the runtime's counters).
+add_test(NAME tp/comm_bf16 COMMAND bash ${TP_DIR}/comm_bf16.sh report ${SHARDC} ${MODELS_DIR})
 
 # Model annotations: the megatron plan of a small model, the same model
 # with one weight annotated `replicated` (its MLP pair stays whole), and a
