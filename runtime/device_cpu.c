@@ -55,6 +55,17 @@ void rt_dev_accumulate(real *y, const real *x, int64_t n) {
 
 void rt_dev_sync(void) {}
 
+/* ------------------------------------------------------- CUDA graphs */
+
+/* No graphs on the CPU: every call is a plain one. */
+RtDevGraphRun rt_dev_graph_call(RtDevGraphs **g, void (*fn)(RtCtx *), RtCtx *ctx) {
+  (void)g;
+  fn(ctx);
+  return RT_DEV_GRAPH_PLAIN;
+}
+
+void rt_dev_graph_free(RtDevGraphs *g) { (void)g; }
+
 /* --------------------------------------------------------- the optimizer */
 
 /* Each thread takes an equal share of all the elements of all the

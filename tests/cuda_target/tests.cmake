@@ -46,8 +46,18 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/bf16_refusals
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep -E 'bf16 runs on one rank|need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\""
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals)
+  # CUDA graphs: which chunk functions each layout's programs mark
+  # capturable, and that a capturable function's dropout reads its seed
+  # from device memory (graphs.sh; compiles only).
+  if(TARGET shard_comm_nccl)
+    set(CT_NCCL 1)
+  else()
+    set(CT_NCCL 0)
+  endif()
+  add_test(NAME cuda_target/graphs
+           COMMAND sh ${CT_DIR}/graphs.sh ${SHARDC} ${MODELS_DIR} ${CT_WORK}/graphs ${CT_NCCL})
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
-                       cuda_target/llama_bf16_build PROPERTIES LABELS cuda)
+                       cuda_target/llama_bf16_build cuda_target/graphs PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"
