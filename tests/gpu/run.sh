@@ -31,6 +31,11 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   cuda graphs        the tiny GPT-2 in fp32, and again with dropout 0.1, on the GPU
+#                      with --cuda-graphs on and off: the same losses to the bit over
+#                      10 steps, within 1e-4 of the CPU target's; with graphs on the
+#                      log says forward and backward are replayed and counts replays,
+#                      with them off it says every function ran plainly
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -169,6 +174,53 @@ check_bf16() { # MODEL
   cmp_losses "$1 bf16 GPU against fp32 CPU" "$MW/$1-cpu.json" "$MW/$1-cuda-bf16.json" 2e-2 rel ||
     return 1
   echo "all checks passed: $1 bf16 losses within 2e-2 of the CPU target's fp32 ones over $STEPS steps"
+}
+
+# graphs_run PROG JSON LOG on|off: 10 steps with the banner and the closing
+# graph counts (not --quiet).
+graphs_run() {
+  rm -f "$2"
+  "$1" --data "$DATA" --seed 1 --steps $STEPS --log-json "$2" --cuda-graphs "$4" >"$3" 2>&1 ||
+    { echo "FAIL: the GPU run with --cuda-graphs $4:"; tail -n 5 "$3"; return 1; }
+}
+
+# CUDA graphs against plain launches: the same kernels with the same
+# arguments, so the same bits; dropout 0.1 checks the seed's way through
+# device memory (its mask is the CPU's bit for bit).
+check_graphs() {
+  local cpu gpu tag dir t logs replays
+  for tag in plain drop; do
+    if [ $tag = plain ]; then
+      cpu=$(prog gpt2 cpu) && gpu=$(prog gpt2 cuda) || return 1
+    else
+      for t in cpu cuda; do
+        dir=$MW/gpt2-$t-drop
+        # shellcheck disable=SC2086
+        "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 -D dropout_rate=0.1 --target $t \
+          --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+          "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+          { echo "FAIL: gpt2 with dropout for --target $t:"; cat "$dir.compile.log"; return 1; }
+      done
+      cpu=$MW/gpt2-cpu-drop/rank0 gpu=$MW/gpt2-cuda-drop/rank0
+    fi
+    logs=$MW/graphs-$tag
+    rm -f "$logs-cpu.json"
+    # shellcheck disable=SC2086
+    "$cpu" $TRAIN --steps $STEPS --log-json "$logs-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
+    graphs_run "$gpu" "$logs-on.json" "$logs-on.log" on || return 1
+    graphs_run "$gpu" "$logs-off.json" "$logs-off.log" off || return 1
+    grep -q '^cuda graphs: replayed as graphs: forward, backward' "$logs-on.log" ||
+      { echo "FAIL: $tag: the log does not say forward and backward are replayed:"; grep 'cuda graphs' "$logs-on.log"; return 1; }
+    replays=$(sed -n 's/^cuda graphs: \([0-9]*\) captured, \([0-9]*\) replays.*/\2/p' "$logs-on.log")
+    [ "${replays:-0}" -gt 0 ] || { echo "FAIL: $tag: no graph was replayed"; grep 'cuda graphs' "$logs-on.log"; return 1; }
+    grep -q 'plain launches (--cuda-graphs off): forward, backward' "$logs-off.log" &&
+      ! grep -q 'replays' "$logs-off.log" ||
+      { echo "FAIL: $tag: --cuda-graphs off still ran graphs:"; grep 'cuda graphs' "$logs-off.log"; return 1; }
+    echo "$tag: $(grep '^cuda graphs: [0-9]' "$logs-on.log")"
+    cmp_losses "$tag graphs on against off" "$logs-off.json" "$logs-on.json" 0 || return 1
+    cmp_losses "$tag graphs on against the CPU target" "$logs-cpu.json" "$logs-on.json" 1e-4 || return 1
+  done
+  echo "all checks passed: graphs on and off give the same losses, with and without dropout"
 }
 
 check_grads() {
@@ -350,6 +402,7 @@ if [ -n "$MODEL_CHECK" ]; then
     fp32-llama) check_fp32 llama ;;
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
+    graphs) check_graphs ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
@@ -462,6 +515,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "cuda graphs" 90 graphs
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
@@ -477,7 +531,7 @@ if [ "$BUILD_KIND" = cmake ]; then
     done
   fi
 else
-  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
+  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "cuda graphs" "gradients 1 step" \
            "checkpoint crossing" "model sanitizer" \
            "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
