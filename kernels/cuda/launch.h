@@ -12,10 +12,13 @@
 #ifdef SHARD_CUDA_EMU
 /* The emulator's launch (tests/emu/include/cuda_runtime.h) takes the
  * kernel as a generic lambda, so that a template kernel's parameters are
- * deduced from the arguments as nvcc deduces them. */
+ * deduced from the arguments as nvcc deduces them, and its name and the
+ * launch's place for its messages. The parentheses matter: without them
+ * the argument list that follows the macro would call the lambda itself,
+ * on the host, once. */
 #define KC_LAUNCH_(grid, block, shared, stream, ...)                                   \
-  kc_emu::Launch((grid), (block), (shared), (stream)) %                                \
-      [](auto... kc_emu_args_) { __VA_ARGS__(kc_emu_args_...); }
+  (kc_emu::Launch((grid), (block), (shared), (stream), #__VA_ARGS__, __FILE__, __LINE__) % \
+   [](auto... kc_emu_args_) { __VA_ARGS__(kc_emu_args_...); })
 #else
 #define KC_LAUNCH_(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
 #endif
