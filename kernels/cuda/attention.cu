@@ -265,14 +265,38 @@ static void att_bwd(T *dq, T *dk, T *dv, const T *dy, const T *q, const T *k, co
 
 /* ------------------------------------------------------------ plain path */
 
+/* The heads batch: for each batch row and each place r in a kv group, one
+ * strided batched GEMM over the K kv heads g, whose query heads are
+ * h = g * group + r (q_h at column h*d, P_h the (bi*H + h)-th s x s block),
+ * so that head h reads kv head g = h / group. Operands are given as
+ * (pointer, ld, batch stride) per g. */
+typedef struct Heads {
+  int64_t bi, r;
+} Heads;
+
+template <typename T> static T *q_of(T *q, const Att &a, Heads x) {
+  return q + (x.bi * a.s * a.H + x.r) * a.d;
+}
+template <typename T> static T *kv_of(T *k, const Att &a, Heads x) {
+  return k + x.bi * a.s * a.K * a.d;
+}
+static int64_t p_at(const Att &a, Heads x) { return (x.bi * a.H + x.r) * a.s * a.s; }
+
+/* C_g = alpha op(A_g) op(B_g) + beta C_g over the kv heads g. */
+static void heads_gemm(const Att &a, int ta, int tb, int64_t M, int64_t N, int64_t K_, float alpha,
+                       const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
+                       int64_t sb, float beta, float *C, int64_t ldc, int64_t sc) {
+  k_cuda_gemm_batched(ta, tb, a.K, M, N, K_, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+}
+
 /* P_h (scratch, [s, s]) = softmax(mask(q_h k_g^T / sqrt(d))) for every
- * (batch row, head), by one GEMM per head and the softmax kernel over all. */
+ * (batch row, head), by batched GEMMs and the softmax kernel over all. */
 static void plain_probs(float *P, const float *q, const float *k, const Att &a) {
-  for (int64_t bi = 0; bi < a.b; bi++)
-    for (int64_t h = 0; h < a.H; h++)
-      k_cuda_gemm(0, 1, a.s, a.s, a.d, a.scale, q + (bi * a.s * a.H + h) * a.d, a.H * a.d,
-                  k + (bi * a.s * a.K + h / a.group) * a.d, a.K * a.d, 0, P + (bi * a.H + h) * a.s * a.s,
-                  a.s);
+  int64_t s = a.s, d = a.d, G = a.group;
+  for (Heads x = {0, 0}; x.bi < a.b; x.bi++)
+    for (x.r = 0; x.r < G; x.r++)
+      heads_gemm(a, 0, 1, s, s, d, a.scale, q_of(q, a, x), a.H * d, G * d, kv_of(k, a, x),
+                 a.K * d, d, 0, P + p_at(a, x), s, G * s * s);
   if (a.causal) k_cuda_causal_mask(P, P, a.b * a.H, a.s, -INFINITY);
   k_cuda_softmax_fwd(P, P, a.b * a.H * a.s, a.s);
 }
@@ -281,11 +305,12 @@ static void plain_fwd(float *y, const float *q, const float *k, const float *v, 
                       int64_t s, int64_t H, int64_t K, int64_t d, int causal, void *scratch) {
   Att a = att_make(b, s, H, K, d, causal);
   float *P = (float *)scratch;
+  int64_t G = a.group;
   plain_probs(P, q, k, a);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++)
-      k_cuda_gemm(0, 0, s, d, s, 1, P + (bi * H + h) * s * s, s, v + (bi * s * K + h / a.group) * d,
-                  K * d, 0, y + (bi * s * H + h) * d, H * d);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < G; x.r++)
+      heads_gemm(a, 0, 0, s, d, s, 1, P + p_at(a, x), s, G * s * s, kv_of(v, a, x), K * d, d, 0,
+                 q_of(y, a, x), H * d, G * d);
 }
 
 /* dP = dy_h v_g^T, dS = softmax'(P) dP / sqrt(d) (masked entries have P = 0,
@@ -296,21 +321,24 @@ static void plain_bwd(float *dq, float *dk, float *dv, const float *dy, const fl
                       int64_t d, int causal, void *scratch) {
   Att a = att_make(b, s, H, K, d, causal);
   float *P = (float *)scratch, *G = P + b * H * s * s;
+  int64_t g = a.group;
   plain_probs(P, q, k, a);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++)
-      k_cuda_gemm(0, 1, s, s, d, 1, dy + (bi * s * H + h) * d, H * d,
-                  v + (bi * s * K + h / a.group) * d, K * d, 0, G + (bi * H + h) * s * s, s);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < g; x.r++)
+      heads_gemm(a, 0, 1, s, s, d, 1, q_of(dy, a, x), H * d, g * d, kv_of(v, a, x), K * d, d, 0,
+                 G + p_at(a, x), s, g * s * s);
   k_cuda_softmax_bwd(G, P, G, b * H * s, s);
   k_cuda_scale(G, G, a.scale, b * H * s * s);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++) {
-      int64_t g = h / a.group, qo = (bi * s * H + h) * d, ko = (bi * s * K + g) * d;
-      const float *Gh = G + (bi * H + h) * s * s, *Ph = P + (bi * H + h) * s * s;
-      float beta = h % a.group ? 1.0f : 0.0f;
-      k_cuda_gemm(0, 0, s, d, s, 1, Gh, s, k + ko, K * d, 0, dq + qo, H * d);
-      k_cuda_gemm(1, 0, s, d, s, 1, Gh, s, q + qo, H * d, beta, dk + ko, K * d);
-      k_cuda_gemm(1, 0, s, d, s, 1, Ph, s, dy + qo, H * d, beta, dv + ko, K * d);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < g; x.r++) {
+      const float *Gh = G + p_at(a, x), *Ph = P + p_at(a, x);
+      float beta = x.r ? 1.0f : 0.0f;
+      heads_gemm(a, 0, 0, s, d, s, 1, Gh, s, g * s * s, kv_of(k, a, x), K * d, d, 0,
+                 q_of(dq, a, x), H * d, g * d);
+      heads_gemm(a, 1, 0, s, d, s, 1, Gh, s, g * s * s, q_of(q, a, x), H * d, g * d, beta,
+                 kv_of(dk, a, x), K * d, d);
+      heads_gemm(a, 1, 0, s, d, s, 1, Ph, s, g * s * s, q_of(dy, a, x), H * d, g * d, beta,
+                 kv_of(dv, a, x), K * d, d);
     }
 }
 

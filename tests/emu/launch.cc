@@ -133,9 +133,7 @@ kc_emu_switch:
 void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "shard cuda emulator: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vnote(fmt, ap);
   va_end(ap);
   abort();
 }
