@@ -111,3 +111,13 @@ if(TARGET shard_comm_nccl)
                          PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
   endif()
 endif()
+
+# CUDA graphs on the CPU emulator: tests/gpu/run.sh's "cuda graphs" check
+# (the tiny GPT-2 with and without dropout, --cuda-graphs on against off to
+# the bit and against the CPU target) with GPU_EMU=1, like the emu/model/*
+# checks of tests/emu/programs.cmake; it skips where there is no
+# BUILD/emu/program.mk or the shardc cannot compile for --target cuda.
+add_test(NAME emu/model/graphs
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/run.sh --model-check graphs ${CMAKE_BINARY_DIR})
+set_tests_properties(emu/model/graphs PROPERTIES LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 600
+                     RESOURCE_LOCK gpu_models ENVIRONMENT "GPU_EMU=1;OMP_NUM_THREADS=1")
