@@ -38,7 +38,8 @@
 #                      with --cuda-graphs on and off: the same losses to the bit over
 #                      10 steps, within 1e-4 of the CPU target's; with graphs on the
 #                      log says forward and backward are replayed and counts replays,
-#                      with them off it says every function ran plainly
+#                      with them off it says every function ran plainly; and gpt2 p=2
+#                      (a graph per stash slot) on against off, and against one rank
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -261,7 +262,43 @@ check_graphs() {
     cmp_losses "$tag graphs on against off" "$logs-off.json" "$logs-on.json" 0 || return 1
     cmp_losses "$tag graphs on against the CPU target" "$logs-cpu.json" "$logs-on.json" 1e-4 || return 1
   done
-  echo "all checks passed: graphs on and off give the same losses, with and without dropout"
+  check_graphs_p2 || return $?
+  echo "all checks passed: graphs on and off give the same losses, with and without dropout," \
+    "and on a pipeline stage's stash slots"
+}
+
+# A pipeline (p=2, 1f1b): a stage captures its functions once per stash
+# slot, each with its own activations; on against off to the bit, and
+# against the CPU target's one rank at the same global batch.
+check_graphs_p2() {
+  local dir=$MW/graphs-p2-cuda one m n logs=$MW/graphs-p2 captured
+  command -v mpirun >/dev/null || { echo "p2: no mpirun: the pipeline part is left out"; return 0; }
+  # shellcheck disable=SC2086
+  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $MULTI_p2 --target cuda \
+    --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+    build_prog "$dir" cuda >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: gpt2 p2 for --target cuda:"; cat "$dir.compile.log"; return 1; }
+  one=$(multi_prog one cpu) || return 1
+  rm -f "$logs"-*.json
+  # shellcheck disable=SC2086
+  # (a program of one rank takes its global batch at run time)
+  "$one/rank0" $TRAIN $MULTI_one --steps $STEPS --log-json "$logs-one.json" ||
+    { echo "FAIL: one rank"; return 1; }
+  n=$(ranks_of "$dir")
+  for m in on off; do
+    mpirun_job "$dir" "$(share_of "$n")" - --data "$DATA" --seed 1 --steps $STEPS \
+      --log-json "$logs-$m.json" --cuda-graphs $m >"$logs-$m.log" 2>&1 ||
+      { echo "FAIL: p2 with --cuda-graphs $m:"; tail -n 5 "$logs-$m.log"; return 1; }
+  done
+  captured=$(sed -n 's/^cuda graphs: \([0-9]*\) captured, \([0-9]*\) replays.*/\1 \2/p' "$logs-on.log")
+  echo "p2 stage 0: peak stash $(sed -n 's/^pipeline:.*peak stash \([0-9]*\).*/\1/p' "$logs-on.log"), graphs" \
+    "captured and replayed: ${captured:-none}"
+  # shellcheck disable=SC2086
+  set -- $captured
+  [ "${1:-0}" -ge 4 ] && [ "${2:-0}" -gt 0 ] ||
+    { echo "FAIL: p2: want a forward and a backward graph per stash slot, and replays"; return 1; }
+  cmp_losses "p2 graphs on against off" "$logs-off.json" "$logs-on.json" 0 || return 1
+  cmp_losses "p2 graphs on against the CPU target's one rank" "$logs-one.json" "$logs-on.json" 1e-4
 }
 
 check_grads() {
@@ -553,7 +590,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
   model_check "gpt2 epilogues" 60 epilogues
-  model_check "cuda graphs" 90 graphs
+  model_check "cuda graphs" 120 graphs
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
