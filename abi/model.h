@@ -212,7 +212,36 @@ typedef struct RtModel {
    * rt_vstage), where virtual stages p - 1 and p share the last stage and
    * pass their tensors in memory; 0: chunk c is virtual stage c p + stage. */
   int vshape;
+  /* CUDA graphs (the CUDA target; NULL in every other program): which
+   * chunk functions may be captured once and replayed, and how the values
+   * of a step reach the captured kernels. */
+  const struct RtGraphs *graphs;
 } RtModel;
+
+/* A CUDA program's chunk functions as graphs (runtime/graphs.c). The
+ * compiler decides which functions may be captured: those that launch
+ * kernels, cuBLASLt calls and device-to-device copies on the compute
+ * stream only, at pointers and sizes that are the same at every call
+ * given the same RtCtx pointers. A function that talks to the host in the
+ * middle (a collective over rt_comm, the data-parallel BUCKET_READY and
+ * POLL hooks) is not. The runtime captures a function on its second call
+ * for each set of pointers (the first is the warm-up that fills cuBLASLt's
+ * algorithm cache and the program's other lazy state) and replays it
+ * afterwards. */
+typedef struct RtGraphs {
+  /* [3 * c + f] for chunk c and f = 0 forward, 1 backward, 2 wgrad: NULL
+   * where that function may be captured, else why not (for the start-up
+   * log); a wgrad that does not exist reads "no W". */
+  const char *const *why_not;
+  /* Writes the values of one step that captured kernels read from device
+   * memory (ctx->seed and ctx->training, for dropout) into that memory,
+   * on the compute stream; the runtime calls it before every call of a
+   * chunk function, captured or not. NULL: the program reads none. */
+  void (*step_values)(const struct RtCtx *ctx);
+  /* Why this build captures nothing at all (the per-op timer of
+   * SHARD_PROFILE waits for the GPU after every node); NULL otherwise. */
+  const char *off;
+} RtGraphs;
 
 /* Chunk c's W function, or NULL when its backward is not split. */
 static inline void (*rt_chunk_wgrad(const RtModel *m, int c))(struct RtCtx *) {

@@ -23,6 +23,10 @@
 #   BENCH_BUDGET_S=420              runs that would start after this many
 #                                    seconds are skipped (the table says so)
 #
+# CUDA graphs: a small shape (6 x 256, seq 128, bf16) with --cuda-graphs on
+# and off, its step times and their ratio off / on (the line after the
+# first table).
+#
 # Then the many-rank table (the section "many ranks" below says what it
 # measures). Without a GPU it builds what it can (shardc and every program
 # with nvcc), checks that the PyTorch script compiles, prints the table with
@@ -83,13 +87,15 @@ build_ours() {
   echo "$dir"
 }
 
-# run_ours DIR: trains, sampling the process's GPU memory; prints
+# run_ours DIR [FLAGS...]: trains (WARM + STEPS steps, or RUN_STEPS
+# counting the warm-up), sampling the process's GPU memory; prints
 # "tokens_per_s max_mem_MiB".
 run_ours() {
   local dir=$1 pid mem=0 m
+  shift
   rm -f "$dir.json"
-  "$dir/rank0" --data "$DATA" --steps $((WARM + STEPS)) --seed 1 --quiet \
-    --log-json "$dir.json" >"$dir.run.log" 2>&1 &
+  "$dir/rank0" --data "$DATA" --steps "${RUN_STEPS:-$((WARM + STEPS))}" --seed 1 --quiet \
+    --log-json "$dir.json" "$@" >"$dir.run.log" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
@@ -171,6 +177,36 @@ for shape in "${SHAPES[@]}"; do
   ROWS+=("$(printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s' "$name" "$ours" "$mfu" "$mem" \
     "$eager" "$comp" "$r_e" "$r_c" "$note")")
 done
+
+# CUDA graphs: the step time of a small shape, where launch overhead
+# shows, with --cuda-graphs on and off (one program: a runtime flag). The
+# graphs are captured on a function's second call, so the timed steps
+# after the warm-up replay them.
+G_SHAPE="6 256 4 4" G_SEQ=128 G_VOCAB=512 G_STEPS=${BENCH_GRAPH_STEPS:-40}
+graph_row() {
+  local l h heads b dir got ms on off
+  # shellcheck disable=SC2086
+  set -- $G_SHAPE
+  l=$1 h=$2 heads=$3 b=$4
+  dir=$BW/graphs
+  "$SHARDC" compile "$ROOT/models/gpt2.shard" -D layers="$l" -D hidden="$h" -D heads="$heads" \
+    -D batch="$b" -D seq=$G_SEQ -D vocab=$G_VOCAB --target cuda --precision bf16 \
+    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.plan.txt" 2>&1 &&
+    "$SHARDC" build "$dir" >"$dir.build.log" 2>&1 ||
+    { echo "graphs: FAIL: the small shape does not build (see $dir.build.log)"; return; }
+  local what="l=$l h=$h heads=$heads batch=$b seq=$G_SEQ vocab=$G_VOCAB, bf16, $G_STEPS steps"
+  if [ -n "$REASON" ]; then echo "graphs ($what): SKIP: $REASON; built"; return; fi
+  left_ok || { echo "graphs ($what): skipped: past the ${BUDGET}s budget"; return; }
+  for mode in on off; do
+    got=$(RUN_STEPS=$G_STEPS run_ours "$dir" --cuda-graphs $mode) && [ -n "$got" ] ||
+      { echo "graphs ($what): FAIL: --cuda-graphs $mode (see $dir.run.log)"; return; }
+    ms=$(echo "$got" | awk -v n=$((b * G_SEQ)) '{ printf "%.3f", 1e3 * n / $1 }')
+    if [ $mode = on ]; then on=$ms; else off=$ms; fi
+  done
+  echo "graphs ($what): on $on ms/step, off $off ms/step, off/on $(awk -v a="$off" -v b="$on" \
+    'BEGIN { printf "%.2f", a / b }')"
+}
+GRAPH_LINE=$(graph_row)
 
 # ------------------------------------------------------ many ranks (issue 11)
 # GPT-2 small at seq 1024 over NCCL, global batch MULTI_GB sequences of
@@ -288,6 +324,7 @@ echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $
 printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s\n' shape "ours tok/s" MFU "MiB used/plan" \
   "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" note
 for r in "${ROWS[@]}"; do echo "$r"; done
+echo "$GRAPH_LINE"
 echo
 echo "== many ranks: GPT-2 small, seq $SEQ, global batch $MULTI_GB of $MULTI_B, $WARM warm-up + $STEPS timed steps"
 printf '%-5s %5s %5s %-34s %9s %9s %7s %6s  %s\n' layout ranks prec "how it ran" "s/step" "/one" \

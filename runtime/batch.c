@@ -54,9 +54,8 @@ void rt_zero_grads(Rt *rt) {
 
 /* The loss the forward just computed. */
 static double forward_loss(Rt *rt) {
-  const RtChunk *c = &rt->model->chunks[0];
-  c->forward(&rt->ctx);
-  return rt_chunk_loss(&rt->ctx, c);
+  rt_chunk_call(rt, 0, RT_FN_FORWARD);
+  return rt_chunk_loss(&rt->ctx, &rt->model->chunks[0]);
 }
 
 double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
@@ -91,7 +90,7 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
     rt_trace_add_kind(RT_SCHED_F, 0, (int)k, t0, t1);
     rt_seed_dloss(rt, c);
     if (rt->dp) rt_dp_backward_begin(rt, 0, k == rt->micro - 1);
-    c->backward(&rt->ctx);
+    rt_chunk_call(rt, 0, RT_FN_BACKWARD);
     rt_trace_add_kind(RT_SCHED_B, 0, (int)k, t1, rt_trace_now());
   }
   if (rt->dp) rt_dp_backward_done(rt);

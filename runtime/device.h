@@ -105,6 +105,31 @@ void rt_dev_stage_free(RtDevStage *s);
  * optimizer's step). */
 uint16_t *rt_dev_weights_bf16(const real *w, int64_t n);
 
+/* ------------------------------------------------------- CUDA graphs */
+
+/* The graphs of one chunk function, one per set of pointers it ran at
+ * (rt_dev_graph_call); opaque to the caller. */
+typedef struct RtDevGraphs RtDevGraphs;
+
+typedef enum RtDevGraphRun {
+  RT_DEV_GRAPH_PLAIN,    /* fn ran as plain calls: the warm-up of these pointers */
+  RT_DEV_GRAPH_CAPTURED, /* fn was captured into a new graph, which then ran */
+  RT_DEV_GRAPH_REPLAYED, /* the graph captured at these pointers ran again */
+} RtDevGraphRun;
+
+/* Runs fn(ctx), a chunk function the compiler marked capturable
+ * (RtGraphs), through a graph of its launches: *g holds its graphs (NULL
+ * before the first call). A graph is keyed by the pointers fn bakes into
+ * its launches: ctx's weights, grads, activations and temporaries, and
+ * the device's own (the bf16 working copy of the weights, which is cast
+ * afresh before every call where it is stale, since a graph cannot). The
+ * first call at a key runs fn plainly, the second captures and runs it,
+ * later ones replay it. A capture that fails ends the run with CUDA's
+ * error. Devices without graphs (the CPU) always run fn plainly. */
+RtDevGraphRun rt_dev_graph_call(RtDevGraphs **g, void (*fn)(RtCtx *), RtCtx *ctx);
+/* Frees every graph of *g; NULL is allowed. */
+void rt_dev_graph_free(RtDevGraphs *g);
+
 /* ---------------------------------------------- the optimizer and norms */
 
 /* A run of n elements of the weights (and gradients) from element w on,

@@ -83,6 +83,17 @@ void rt_dev_stage_free(RtDevStage *s) {
   free(s);
 }
 
+/* ------------------------------------------------------- CUDA graphs */
+
+/* No graphs on the CPU: every call is a plain one. */
+RtDevGraphRun rt_dev_graph_call(RtDevGraphs **g, void (*fn)(RtCtx *), RtCtx *ctx) {
+  (void)g;
+  fn(ctx);
+  return RT_DEV_GRAPH_PLAIN;
+}
+
+void rt_dev_graph_free(RtDevGraphs *g) { (void)g; }
+
 /* --------------------------------------------------------- the optimizer */
 
 /* Each thread takes an equal share of all the elements of all the

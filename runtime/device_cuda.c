@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../abi/job.h"
 #include "kernels_cuda.h"
@@ -259,6 +260,87 @@ uint16_t *rt_dev_weights_bf16(const real *w, int64_t n) {
   if (dev.stale) k_cuda_cast_f32_bf16(dev.copy, w, n);
   dev.stale = 0;
   return dev.copy;
+}
+
+/* ------------------------------------------------------- CUDA graphs */
+
+/* What a captured function's launches bake in besides its code and the
+ * program's own device symbols: the pointers it reads through ctx (and,
+ * in a bf16 program, the working copy W16 points into). The chunk
+ * functions the compiler marks capturable use nothing else of ctx but
+ * ctx->tp, which a rank keeps for its whole run. */
+typedef struct GraphKey {
+  const void *weights, *grads, *activations, *temporaries, *bf16;
+} GraphKey;
+
+typedef struct Graph {
+  GraphKey key;
+  int warm;             /* ran once plainly at this key: cuBLASLt's plans and the rest are made */
+  cudaGraphExec_t exec; /* NULL until captured */
+} Graph;
+
+struct RtDevGraphs {
+  Graph *graph;
+  int n, cap;
+};
+
+static Graph *graph_at(RtDevGraphs *g, const GraphKey *k) {
+  for (int i = 0; i < g->n; i++)
+    if (memcmp(&g->graph[i].key, k, sizeof *k) == 0) return &g->graph[i];
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 4;
+    Graph *more = rt_xcalloc((size_t)g->cap, sizeof *more);
+    if (g->n) memcpy(more, g->graph, (size_t)g->n * sizeof *more);
+    free(g->graph);
+    g->graph = more;
+  }
+  Graph *gr = &g->graph[g->n++];
+  memset(gr, 0, sizeof *gr);
+  gr->key = *k;
+  return gr;
+}
+
+/* The capture runs fn once with the stream in capture mode: its launches
+ * are recorded, not run. ThreadLocal mode makes a call of this thread
+ * that cannot be captured (an allocation, a synchronisation, a copy to
+ * the host) fail at once, with CUDA's error, instead of being recorded,
+ * and leaves other threads' CUDA calls (NCCL's) alone. */
+static void capture(Graph *gr, void (*fn)(RtCtx *), RtCtx *ctx) {
+  cudaGraph_t graph = NULL;
+  CUDA_CHECK(cudaStreamBeginCapture(dev.stream, cudaStreamCaptureModeThreadLocal));
+  fn(ctx);
+  cudaError_t err = cudaStreamEndCapture(dev.stream, &graph);
+  if (err != cudaSuccess)
+    rt_fatal("cuda", "%s:%d: capturing a chunk function as a CUDA graph: %s (--cuda-graphs off "
+             "runs it as plain launches)", __FILE__, __LINE__, cudaGetErrorString(err));
+  CUDA_CHECK(cudaGraphInstantiate(&gr->exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+RtDevGraphRun rt_dev_graph_call(RtDevGraphs **g, void (*fn)(RtCtx *), RtCtx *ctx) {
+  dev_init();
+  if (!*g) *g = rt_xcalloc(1, sizeof **g);
+  /* A graph reads the working copy as it stands: refresh it first. */
+  if (dev.copy && dev.stale) rt_dev_weights_bf16(dev.master, dev.master_n);
+  GraphKey k = {ctx->weights, ctx->grads, ctx->activations, ctx->temporaries, dev.copy};
+  Graph *gr = graph_at(*g, &k);
+  if (!gr->warm) {
+    gr->warm = 1;
+    fn(ctx);
+    return RT_DEV_GRAPH_PLAIN;
+  }
+  RtDevGraphRun run = RT_DEV_GRAPH_REPLAYED;
+  if (!gr->exec) capture(gr, fn, ctx), run = RT_DEV_GRAPH_CAPTURED;
+  CUDA_CHECK(cudaGraphLaunch(gr->exec, dev.stream));
+  return run;
+}
+
+void rt_dev_graph_free(RtDevGraphs *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n; i++)
+    if (g->graph[i].exec) CUDA_CHECK(cudaGraphExecDestroy(g->graph[i].exec));
+  free(g->graph);
+  free(g);
 }
 
 /* ---------------------------------------------------- tables of runs */

@@ -401,7 +401,7 @@ static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   /* The trace's F starts once its input is here: the wait is RECV's. */
   double t0 = rt_trace_now();
   rt->ctx.seed = rt_dropout_seed(rt, step, g);
-  ch->forward(&rt->ctx);
+  rt_chunk_call(rt, c, RT_FN_FORWARD);
   if (ch->has_loss) x->loss_sum += rt_chunk_loss(&rt->ctx, ch);
   if (ch->nsend_act) keep(rt, x, RT_SCHED_ACT, c, mb);
   rt_trace_add_kind(RT_SCHED_F, c, mb, t0, rt_trace_now());
@@ -427,7 +427,7 @@ static void backward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
    * dropout_grad, and by recomputed dropout), and other forwards ran
    * since its own. */
   rt->ctx.seed = rt_dropout_seed(rt, step, rt_global_mb(rt, mb));
-  ch->backward(&rt->ctx);
+  rt_chunk_call(rt, c, RT_FN_BACKWARD);
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   if (ch->nsend_grad) keep(rt, x, RT_SCHED_GRAD, c, mb);
   rt_trace_add_kind(RT_SCHED_B, c, mb, t0, rt_trace_now());
@@ -448,7 +448,7 @@ static void wgrad(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   if (rt->dp) rt_dp_backward_begin(rt, c, last);
   /* As in backward: any mask W draws again is its microbatch's own. */
   rt->ctx.seed = rt_dropout_seed(rt, step, rt_global_mb(rt, mb));
-  rt_chunk_wgrad(rt->model, c)(&rt->ctx);
+  rt_chunk_call(rt, c, RT_FN_WGRAD);
   if (rt->dp) rt_dp_backward_begin(rt, c, 0);
   rt_trace_add_kind(RT_SCHED_W, c, mb, t0, rt_trace_now());
   release(x, c, *slot);
@@ -591,7 +591,7 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
     }
     rt->ctx.seed = seed;
-    ch->forward(&rt->ctx);
+    rt_chunk_call(rt, c, RT_FN_FORWARD);
     if (ch->has_loss) loss += rt_chunk_loss(&rt->ctx, ch);
     if (ch->nsend_act) {
       int64_t n = x->numel[1][RT_SCHED_ACT][c];

@@ -124,6 +124,11 @@ static const Flag flags[] = {
      "named as `shardc simulate --trace` names its events"},
     {"trace-steps", K_INT, F(trace_steps), "N", "2", 1, 1, 1e6, NULL, 0,
      "steps --trace records"},
+    {"cuda-graphs", K_CHOICE, F(cuda_graphs), "on|off", "on", 1, 0, 0, "on|off", 0,
+     "CUDA target: capture each chunk function the compiler marked capturable (the start-up "
+     "log lists them) as a CUDA graph on its second call at the same memory, and replay it "
+     "after; off runs every kernel as a plain launch (the same results; measures what graphs "
+     "save). Programs of other targets ignore it"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,
      "instead of training, compare the gradient of the first batch with central "
      "differences at N coordinates of every parameter (meaningful in f64 builds)"},

@@ -7,6 +7,7 @@
 enum { RT_SCHED_COSINE, RT_SCHED_CONSTANT };
 enum { RT_OPT_ADAMW, RT_OPT_SGD };
 enum { RT_NAN_STOP, RT_NAN_SKIP };
+enum { RT_GRAPHS_ON, RT_GRAPHS_OFF };
 
 typedef struct RtFlags {
   const char *data, *val_data;
@@ -37,6 +38,7 @@ typedef struct RtFlags {
   double timeout;      /* seconds without progress before a job is declared hung */
   const char *trace;   /* --trace FILE: the actions' wall times, as a Chrome trace */
   int64_t trace_steps; /* how many steps --trace records */
+  int64_t cuda_graphs;  /* RT_GRAPHS_*: the CUDA target's chunk functions as graphs (graphs.c) */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

@@ -377,6 +377,10 @@ static void print_banner(Rt *rt) {
     rt_dp_describe(rt, line, sizeof line);
     rt_say("data parallel: %s\n", line);
   }
+  if (m->graphs) {
+    rt_graphs_describe(rt, line, sizeof line);
+    rt_say("cuda graphs: %s\n", line);
+  }
   if (rt->train)
     print_data("train data", rt->f.data, rt->train, rt->f.no_shuffle ? ", in order" : ", shuffled");
   if (rt->val) print_data("val data", rt->f.val_data, rt->val, "");
@@ -704,6 +708,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   if (rt->f.sample_prompt && !rt->preempted) rt_sample(rt);
   rt_data_close(rt->train);
   rt_data_close(rt->val);
+  rt_graphs_finish(rt);
   rt_exec_free(rt);
   rt_dp_free(rt);
   rt_end_window(rt);

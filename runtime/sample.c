@@ -71,7 +71,7 @@ static void next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole, re
   memcpy(rt->window, ctx + start, (size_t)k * sizeof *ctx);
   rt->ctx.training = 0;
   rt_load_micro(rt, rt->window, 0);
-  c->forward(&rt->ctx);
+  rt_chunk_call(rt, 0, RT_FN_FORWARD);
   rt->ctx.training = 1;
   int64_t cols = rt_logits_cols(m);
   if (m->logits_bf16) { /* a tensor-parallel rank gathers the row in bf16 */

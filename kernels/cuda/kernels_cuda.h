@@ -331,6 +331,31 @@ void k_cuda_dropout_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n, float rate
                              uint64_t site);
 void k_cuda_dropout_bwd_bf16(kc_bf16 *dx, const kc_bf16 *dy, int64_t n, float rate,
                              uint64_t seed, uint64_t site);
+/* The values of one step that kernels captured in a CUDA graph read from
+ * device memory when they run (a graph replays the arguments it was
+ * captured with): the dropout seed, and whether the run trains. */
+typedef struct KcStep {
+  uint64_t seed;
+  int32_t training; /* 0: dropout is the identity (evaluation, sampling) */
+  int32_t unused;
+} KcStep;
+/* *step (device memory) = {seed, training}, by one thread on the
+ * library's stream: the values travel as launch arguments, so nothing on
+ * the host is read after the call returns. */
+void k_cuda_step_set(KcStep *step, uint64_t seed, int training);
+/* k_cuda_dropout_* with the seed and the training switch read from *step
+ * (device memory) as the kernel runs: the mask of seed step->seed ^ mix
+ * (mix: 0, or a tensor-parallel rank's own stream) at `rate` when
+ * step->training, else a copy; the same bits as k_cuda_dropout_fwd(y, x,
+ * n, training ? rate : 0, seed ^ mix, site). */
+void k_cuda_dropout_step_fwd(float *y, const float *x, int64_t n, float rate, const KcStep *step,
+                             uint64_t mix, uint64_t site);
+void k_cuda_dropout_step_bwd(float *dx, const float *dy, int64_t n, float rate,
+                             const KcStep *step, uint64_t mix, uint64_t site);
+void k_cuda_dropout_step_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t n, float rate,
+                                  const KcStep *step, uint64_t mix, uint64_t site);
+void k_cuda_dropout_step_bwd_bf16(kc_bf16 *dx, const kc_bf16 *dy, int64_t n, float rate,
+                                  const KcStep *step, uint64_t mix, uint64_t site);
 
 /* --- optimizer (optim.cu) ----------------------------------------------------- */
 /* The constants of one step, as KAdamW (host memory, passed by value). */

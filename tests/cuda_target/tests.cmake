@@ -61,9 +61,14 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_no_epilogue_build
            COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --no-gemm-epilogue)
+  # CUDA graphs: which chunk functions each layout's programs mark
+  # capturable, and that a capturable function's dropout reads its seed
+  # from device memory (graphs.sh; compiles only).
+  add_test(NAME cuda_target/graphs
+           COMMAND sh ${CT_DIR}/graphs.sh ${SHARDC} ${MODELS_DIR} ${CT_WORK}/graphs ${CT_HAVE_NCCL})
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
                        cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
-                       cuda_target/gpt2_no_epilogue_build PROPERTIES LABELS cuda)
+                       cuda_target/gpt2_no_epilogue_build cuda_target/graphs PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"

@@ -39,6 +39,12 @@
 #   gpt2 epilogues     the tiny GPT-2 fp32 on the GPU with cuBLASLt's epilogues (bias+GELU,
 #                      dgelu, bias gradients) against the same program compiled with
 #                      --no-gemm-epilogue: every step's loss within 1e-5 (relative)
+#   cuda graphs        the tiny GPT-2 in fp32, and again with dropout 0.1, on the GPU
+#                      with --cuda-graphs on and off: the same losses to the bit over
+#                      10 steps, within 1e-4 of the CPU target's; with graphs on the
+#                      log says forward and backward are replayed and counts replays,
+#                      with them off it says every function ran plainly; and gpt2 p=2
+#                      (a graph per stash slot) on against off, and against one rank
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -266,6 +272,89 @@ check_vector() {
   echo "all checks passed: vector loops on and off give the same bits:$out"
 }
 
+# graphs_run PROG JSON LOG on|off: 10 steps with the banner and the closing
+# graph counts (not --quiet).
+graphs_run() {
+  rm -f "$2"
+  "$1" --data "$DATA" --seed 1 --steps $STEPS --log-json "$2" --cuda-graphs "$4" >"$3" 2>&1 ||
+    { echo "FAIL: the GPU run with --cuda-graphs $4:"; tail -n 5 "$3"; return 1; }
+}
+
+# CUDA graphs against plain launches: the same kernels with the same
+# arguments, so the same bits; dropout 0.1 checks the seed's way through
+# device memory (its mask is the CPU's bit for bit).
+check_graphs() {
+  local cpu gpu tag dir t logs replays
+  for tag in plain drop; do
+    if [ $tag = plain ]; then
+      cpu=$(prog gpt2 cpu) && gpu=$(prog gpt2 cuda) || return 1
+    else
+      for t in cpu cuda; do
+        dir=$MW/gpt2-$t-drop
+        # shellcheck disable=SC2086
+        "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 -D dropout_rate=0.1 --target $t \
+          --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+          build_prog "$dir" $t >>"$dir.compile.log" 2>&1 ||
+          { echo "FAIL: gpt2 with dropout for --target $t:"; cat "$dir.compile.log"; return 1; }
+      done
+      cpu=$MW/gpt2-cpu-drop/rank0 gpu=$MW/gpt2-cuda-drop/rank0
+    fi
+    logs=$MW/graphs-$tag
+    rm -f "$logs-cpu.json"
+    # shellcheck disable=SC2086
+    "$cpu" $TRAIN --steps $STEPS --log-json "$logs-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
+    graphs_run "$gpu" "$logs-on.json" "$logs-on.log" on || return 1
+    graphs_run "$gpu" "$logs-off.json" "$logs-off.log" off || return 1
+    grep -q '^cuda graphs: replayed as graphs: forward, backward' "$logs-on.log" ||
+      { echo "FAIL: $tag: the log does not say forward and backward are replayed:"; grep 'cuda graphs' "$logs-on.log"; return 1; }
+    replays=$(sed -n 's/^cuda graphs: \([0-9]*\) captured, \([0-9]*\) replays.*/\2/p' "$logs-on.log")
+    [ "${replays:-0}" -gt 0 ] || { echo "FAIL: $tag: no graph was replayed"; grep 'cuda graphs' "$logs-on.log"; return 1; }
+    grep -q 'plain launches (--cuda-graphs off): forward, backward' "$logs-off.log" &&
+      ! grep -q 'replays' "$logs-off.log" ||
+      { echo "FAIL: $tag: --cuda-graphs off still ran graphs:"; grep 'cuda graphs' "$logs-off.log"; return 1; }
+    echo "$tag: $(grep '^cuda graphs: [0-9]' "$logs-on.log")"
+    cmp_losses "$tag graphs on against off" "$logs-off.json" "$logs-on.json" 0 || return 1
+    cmp_losses "$tag graphs on against the CPU target" "$logs-cpu.json" "$logs-on.json" 1e-4 || return 1
+  done
+  check_graphs_p2 || return $?
+  echo "all checks passed: graphs on and off give the same losses, with and without dropout," \
+    "and on a pipeline stage's stash slots"
+}
+
+# A pipeline (p=2, 1f1b): a stage captures its functions once per stash
+# slot, each with its own activations; on against off to the bit, and
+# against the CPU target's one rank at the same global batch.
+check_graphs_p2() {
+  local dir=$MW/graphs-p2-cuda one m n logs=$MW/graphs-p2 captured
+  command -v mpirun >/dev/null || { echo "p2: no mpirun: the pipeline part is left out"; return 0; }
+  # shellcheck disable=SC2086
+  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $MULTI_p2 --target cuda \
+    --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+    build_prog "$dir" cuda >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: gpt2 p2 for --target cuda:"; cat "$dir.compile.log"; return 1; }
+  one=$(multi_prog one cpu) || return 1
+  rm -f "$logs"-*.json
+  # shellcheck disable=SC2086
+  # (a program of one rank takes its global batch at run time)
+  "$one/rank0" $TRAIN $MULTI_one --steps $STEPS --log-json "$logs-one.json" ||
+    { echo "FAIL: one rank"; return 1; }
+  n=$(ranks_of "$dir")
+  for m in on off; do
+    mpirun_job "$dir" "$(share_of "$n")" - --data "$DATA" --seed 1 --steps $STEPS \
+      --log-json "$logs-$m.json" --cuda-graphs $m >"$logs-$m.log" 2>&1 ||
+      { echo "FAIL: p2 with --cuda-graphs $m:"; tail -n 5 "$logs-$m.log"; return 1; }
+  done
+  captured=$(sed -n 's/^cuda graphs: \([0-9]*\) captured, \([0-9]*\) replays.*/\1 \2/p' "$logs-on.log")
+  echo "p2 stage 0: peak stash $(sed -n 's/^pipeline:.*peak stash \([0-9]*\).*/\1/p' "$logs-on.log"), graphs" \
+    "captured and replayed: ${captured:-none}"
+  # shellcheck disable=SC2086
+  set -- $captured
+  [ "${1:-0}" -ge 4 ] && [ "${2:-0}" -gt 0 ] ||
+    { echo "FAIL: p2: want a forward and a backward graph per stash slot, and replays"; return 1; }
+  cmp_losses "p2 graphs on against off" "$logs-off.json" "$logs-on.json" 0 || return 1
+  cmp_losses "p2 graphs on against the CPU target's one rank" "$logs-one.json" "$logs-on.json" 1e-4
+}
+
 check_grads() {
   local tool=$BUILD/tests/tptool m out=""
   [ -x "$tool" ] || { echo "SKIP: no tptool (it is built with MPI) to compare safetensors"; return 77; }
@@ -439,6 +528,7 @@ if [ -n "$MODEL_CHECK" ]; then
     bf16-llama) check_bf16 llama ;;
     epilogues) check_epilogues ;;
     vector) check_vector ;;
+    graphs) check_graphs ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
@@ -556,6 +646,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama bf16" 90 bf16-llama
   model_check "vector loops" 120 vector
   model_check "gpt2 epilogues" 60 epilogues
+  model_check "cuda graphs" 120 graphs
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
@@ -575,7 +666,7 @@ if [ "$BUILD_KIND" = cmake ]; then
     done
   fi
 else
-  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
+  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "cuda graphs" "gradients 1 step" \
            "checkpoint crossing" "model sanitizer" \
            "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
            "nccl rank killed"; do

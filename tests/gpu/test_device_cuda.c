@@ -5,8 +5,11 @@
  * exact), and the bf16 working copy of the weights (rt_dev_weights_bf16)
  * against its CPU twin, the round to nearest even of the masters, exactly:
  * after its first cast, after an AdamW step (which writes it), after an
- * SGD step and after a copy into the masters (which leave it stale); and
- * the staged token windows (test_stage).
+ * SGD step and after a copy into the masters (which leave it stale); the
+ * staged token windows (test_stage); and CUDA graphs (rt_dev_graph_call):
+ * a function run plainly, captured, then replayed at the same pointers,
+ * reading the memory as it stands at each replay, and warmed up afresh at
+ * new pointers.
  *
  * Without a CUDA device it prints why and exits 77 (skipped). With
  * --no-device it checks the other side instead: where there is no device,
@@ -23,6 +26,7 @@
 
 #include "device.h"
 #include "kernels.h"
+#include "kernels_cuda.h"
 
 #define SKIP 77
 
@@ -254,6 +258,42 @@ static void test_stage(int64_t n) {
   free(back), free(want);
 }
 
+/* The chunk function of the graph test: temporaries += activations. */
+static int64_t graph_n;
+static void graph_fn(RtCtx *ctx) {
+  k_cuda_accumulate((float *)ctx->temporaries, (const float *)ctx->activations, graph_n);
+}
+
+static void test_graphs(int64_t n) {
+  static const char *const kinds[] = {"plain", "captured", "replayed"};
+  float *x = hrand(n, 1), *x2 = hrand(n, 1), *y = hrand(n, 1);
+  float *dx = on_device(x, n), *dx2 = on_device(x2, n), *dy = on_device(y, n);
+  RtCtx ctx = {0};
+  ctx.activations = (unsigned char *)dx;
+  ctx.temporaries = (unsigned char *)dy;
+  graph_n = n;
+  RtDevGraphs *g = NULL;
+  RtDevGraphRun want[5] = {RT_DEV_GRAPH_PLAIN, RT_DEV_GRAPH_CAPTURED, RT_DEV_GRAPH_REPLAYED,
+                           RT_DEV_GRAPH_REPLAYED, RT_DEV_GRAPH_PLAIN};
+  char line[128] = "";
+  int bad = 0;
+  for (int k = 0; k < 5; k++) {
+    if (k == 3) rt_dev_from_host(dx, x2, n * 4); /* a replay reads x as it is now */
+    if (k == 4) ctx.activations = (unsigned char *)dx2; /* new pointers: a new warm-up */
+    RtDevGraphRun got = rt_dev_graph_call(&g, graph_fn, &ctx);
+    bad |= got != want[k];
+    snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", k ? " " : "", kinds[got]);
+  }
+  for (int64_t i = 0; i < n; i++) y[i] = (((y[i] + x[i]) + x[i]) + x[i]) + x2[i] + x2[i];
+  float *back = to_host(dy, n);
+  printf("graph calls: %s%s\n", line, bad ? "  FAIL (want plain captured replayed replayed plain)" : "");
+  failures += bad;
+  check("graph replays", back, y, n, 0);
+  rt_dev_graph_free(g);
+  rt_dev_free(dx), rt_dev_free(dx2), rt_dev_free(dy);
+  free(x), free(x2), free(y), free(back);
+}
+
 int main(int argc, char **argv) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -280,6 +320,7 @@ int main(int argc, char **argv) {
     test_norms(sizes[i], sizes[i] > 100 ? 97 : 2);
     test_weights_bf16(sizes[i]);
     test_stage(sizes[i]);
+    test_graphs(sizes[i]);
   }
   printf("%s\n", failures ? "some checks failed" : "all checks passed");
   return failures ? 1 : 0;

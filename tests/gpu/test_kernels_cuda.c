@@ -899,6 +899,26 @@ static void test_dropout(int64_t n, float rate) {
     if (bf) { round_bf16(y, n); round_bf16(g, n); } /* x scale, rounded once as the GPU does */
     check(name("dropout_fwd", bf), sh, dget(dy, n, bf), y, n, 0);
     check(name("dropout_bwd", bf), sh, dget(dg, n, bf), g, n, 0);
+    /* The graphs' forms: the seed (here split into a step's seed and a
+     * mix) and the training switch from device memory; not training, a
+     * copy of x. */
+    KcStep *step = dalloc(sizeof(KcStep));
+    uint64_t mix = 0x9e3779b97f4a7c15ull * 3;
+    void *sy = dnew(n, bf), *sg = dnew(n, bf), *sc = dnew(n, bf);
+    k_cuda_step_set(step, seed ^ mix, 1);
+    if (bf) {
+      k_cuda_dropout_step_fwd_bf16(sy, dx, n, rate, step, mix, site);
+      k_cuda_dropout_step_bwd_bf16(sg, dx, n, rate, step, mix, site);
+    } else {
+      k_cuda_dropout_step_fwd(sy, dx, n, rate, step, mix, site);
+      k_cuda_dropout_step_bwd(sg, dx, n, rate, step, mix, site);
+    }
+    k_cuda_step_set(step, seed ^ mix, 0);
+    if (bf) k_cuda_dropout_step_fwd_bf16(sc, dx, n, rate, step, mix, site);
+    else k_cuda_dropout_step_fwd(sc, dx, n, rate, step, mix, site);
+    check(name("dropout_step_fwd", bf), sh, dget(sy, n, bf), y, n, 0);
+    check(name("dropout_step_bwd", bf), sh, dget(sg, n, bf), g, n, 0);
+    check(name("dropout_step_off", bf), sh, dget(sc, n, bf), x, n, 0);
     end_test();
   }
 }
