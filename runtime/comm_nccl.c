@@ -177,11 +177,24 @@ typedef struct Nccl {
   cudaStream_t stream;
 } Nccl;
 
-/* One request: an MPI one (host memory) or an NCCL operation, which is
- * either issued (its event is recorded after it on the stream) or still
- * waiting in the group of pending messages. */
+/* A host view of a buffer: the buffer itself in host memory, else a copy
+ * of its bytes (taken after the compute stream's work). `in` places a
+ * buffer that lies inside another's staged copy (the in-place forms). */
+typedef struct Staged {
+  const char *dev;
+  char *host;
+  size_t bytes;
+  int copy;
+} Staged;
+
+/* One request: an MPI one (host memory, or device memory staged through
+ * the host copies it keeps until it completes) or an NCCL operation,
+ * which is either issued (its event is recorded after it on the stream)
+ * or still waiting in the group of pending messages. */
 struct RtCommReq {
   MpiReq *mpi;
+  Staged keep[2];
+  int back[2]; /* keep[i] goes back to the device once complete */
   cudaEvent_t done;
   int pending;
   const char *what; /* the NCCL function, for the watchdog */
@@ -448,29 +461,20 @@ static RtCommReq *issued(RtCommReq *r, const Nccl *n, int nb) {
   return NULL;
 }
 
-/* A request for an operation that is already complete (MPI's blocking
- * form ran): only there so that wait can free it. */
-static RtCommReq *completed(int nb, const RtComm *c) {
-  return nb ? req_of("done", c) : NULL;
-}
-
-static RtCommReq *wrap_mpi(MpiReq *m, const RtComm *c) {
+/* A non-blocking MPI operation, on the host views a and b (either may be
+ * NULL): staged copies stay with the request, so that the operation stays
+ * non-blocking (an irecv posted before the matching isend on both sides
+ * must not wait), and go back to the device when it completes. */
+static RtCommReq *wrap_mpi(MpiReq *m, const RtComm *c, const Staged *a, int back_a,
+                           const Staged *b, int back_b) {
   RtCommReq *r = req_of("MPI", c);
   r->mpi = m;
+  if (a) r->keep[0] = *a, r->back[0] = back_a;
+  if (b) r->keep[1] = *b, r->back[1] = back_b;
   return r;
 }
 
 /* ---- Host staging ------------------------------------------------------------------ */
-
-/* A host view of a buffer: the buffer itself in host memory, else a copy
- * of its bytes (taken after the compute stream's work). `in` places a
- * buffer that lies inside another's staged copy (the in-place forms). */
-typedef struct Staged {
-  const char *dev;
-  char *host;
-  size_t bytes;
-  int copy;
-} Staged;
 
 static Staged stage(const void *p, size_t bytes, const Staged *in) {
   Staged s = {p, (char *)p, bytes, 0};
@@ -506,8 +510,7 @@ static size_t nbytes(int64_t count, RtCommType t) {
 
 /* Each is written once, as in comm_mpi.c: with nb the non-blocking form.
  * On NCCL the checks are the MPI backend's, then the call; over MPI the
- * non-blocking form of a host operation stays non-blocking, a staged one
- * completes before it returns. */
+ * non-blocking form stays non-blocking, staged or not (wrap_mpi). */
 
 static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t count,
                                RtCommType type, RtCommOp op, int nb) {
@@ -516,12 +519,11 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
   Nccl *n = nccl_for(c, send, recv);
   size_t bytes = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_iallreduce(c, send, recv, count, type, op), c);
     Staged r = stage(recv, bytes, NULL), s = stage(send, bytes, &r);
+    if (nb) return wrap_mpi(mpi_iallreduce(c, s.host, r.host, count, type, op), c, &s, 0, &r, 1);
     mpi_allreduce(c, s.host, r.host, count, type, op);
     unstage(&s, 0), unstage(&r, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
@@ -540,12 +542,11 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   Nccl *n = nccl_for(c, send, recv);
   size_t part = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_iallgather(c, send, recv, count, type), c);
     Staged r = stage(recv, part * (size_t)c->size, NULL), s = stage(send, part, &r);
+    if (nb) return wrap_mpi(mpi_iallgather(c, s.host, r.host, count, type), c, &s, 0, &r, 1);
     mpi_allgather(c, s.host, r.host, count, type);
     unstage(&s, 0), unstage(&r, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (send != (const char *)recv + part * (size_t)c->rank)
@@ -564,14 +565,15 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
   Nccl *n = nccl_for(c, send, recv);
   size_t part = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_ireduce_scatter(c, send, recv, count, type, op), c);
     Staged s = stage(send, part * (size_t)c->size, NULL), r = stage(recv, part, &s);
-    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
     /* In place, the result is inside the send buffer's copy. */
     int inside = r.host != recv && !r.copy;
+    if (nb)
+      return wrap_mpi(mpi_ireduce_scatter(c, s.host, r.host, count, type, op), c, &r, 1, &s,
+                      inside);
+    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
     unstage(&r, 1), unstage(&s, inside);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (recv != (const char *)send + part * (size_t)c->rank)
@@ -590,11 +592,11 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
   flush();
   Nccl *n = nccl_for(c, buf, buf);
   if (!n) {
-    if (nb && !on_device(buf)) return wrap_mpi(mpi_ibroadcast(c, buf, count, type, root), c);
     Staged b = stage(buf, nbytes(count, type), NULL);
+    if (nb) return wrap_mpi(mpi_ibroadcast(c, b.host, count, type, root), c, &b, 1, NULL, 0);
     mpi_broadcast(c, b.host, count, type, root);
     unstage(&b, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   check_rank(c, fn, "root", root);
@@ -613,14 +615,14 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
   Nccl *n = nccl_for(c, buf, buf);
   if (!n) {
     flush();
-    if (nb && !on_device(buf))
-      return wrap_mpi(send ? mpi_isend(c, buf, count, type, peer)
-                           : mpi_irecv(c, buf, count, type, peer), c);
     Staged b = stage(buf, nbytes(count, type), NULL);
+    if (nb)
+      return wrap_mpi(send ? mpi_isend(c, b.host, count, type, peer)
+                           : mpi_irecv(c, b.host, count, type, peer), c, &b, !send, NULL, 0);
     if (send) mpi_send(c, b.host, count, type, peer);
     else mpi_recv(c, b.host, count, type, peer);
     unstage(&b, !send);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   check_rank(c, fn, "peer", peer);
@@ -641,7 +643,7 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
 
 static RtCommReq *nc_barrier(RtComm *c, int nb) {
   flush();
-  if (nb) return wrap_mpi(mpi_ibarrier(c), c);
+  if (nb) return wrap_mpi(mpi_ibarrier(c), c, NULL, 0, NULL, 0);
   mpi_barrier(c);
   return NULL;
 }
@@ -691,12 +693,18 @@ RtCommReq *rt_comm_ibarrier(RtComm *c) { return nc_barrier(c, 1); }
 
 /* ---- Completion ----------------------------------------------------------------------- */
 
+/* An MPI request has completed: its staged results go to the device. */
+static void mpi_done(RtCommReq *r) {
+  for (int i = 0; i < 2; i++) unstage(&r->keep[i], r->back[i]);
+  free(r);
+}
+
 void rt_comm_wait(RtCommReq *r) {
   if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
   if (r->mpi) {
     flush();
     mpi_wait(r->mpi);
-    free(r);
+    mpi_done(r);
   } else if (r->done || r->pending) {
     wait_nccl(r);
   } else {
@@ -714,7 +722,7 @@ int rt_comm_test(RtCommReq *r) {
   if (r->mpi) {
     flush();
     if (!mpi_test(r->mpi)) return 0;
-    free(r);
+    mpi_done(r);
     return 1;
   }
   if ((r->done || r->pending) && !passed(r)) return 0;
