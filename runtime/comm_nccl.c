@@ -62,15 +62,17 @@
  * target agrees with the CUDA target within rounding, not bit for bit.
  *
  * Errors. Every NCCL and CUDA call is checked (NCCL_CHECK, CUDA_CHECK); a
- * failure, or an asynchronous error seen while waiting, aborts every NCCL
- * communicator of this rank (ncclCommAbort, so that no kernel stays stuck
- * on a dead peer) and then brings the job down as comm_mpi.c does
- * (rt_comm_fatal: the launcher ends the job under `shardc run`, MPI_Abort
- * otherwise). A rank that stops answering without an error is the
- * watchdog's (watchdog.c): the wait reports what it waits for, and the
- * launcher or --timeout ends the job. A failure inside the MPI part itself
- * goes down through comm_mpi.c's own path, without the NCCL aborts, which
- * the process's end makes moot. NCCL cannot check a received message's
+ * failure, or an asynchronous error seen while waiting, or a failure of
+ * the MPI part, is reported first (the peers see the abort and fail too,
+ * and their MPI_Abort could otherwise end this rank before it has said
+ * why), then aborts every NCCL communicator of this rank (ncclCommAbort,
+ * so that no kernel stays stuck on a dead peer) and brings the job down as
+ * comm_mpi.c does (rt_comm_fatal: the launcher ends the job under `shardc
+ * run`, MPI_Abort otherwise). A rank that stops answering without an error
+ * is the watchdog's (watchdog.c): every NCCL call that may wait for peers
+ * (an operation, a group's end: connections are made at first use) and
+ * every wait report what they wait for, and the launcher or --timeout ends
+ * the job. NCCL cannot check a received message's
  * length: a mismatch between two ranks' programs shows as wrong data or a
  * hang (the MPI backend reports it). */
 #include "comm.h"
@@ -141,6 +143,10 @@ static void mpi_wait(MpiReq *req);
 /* The wrappers call mpi_wait one by one instead. */
 __attribute__((unused)) static void mpi_waitall(MpiReq **reqs, int n);
 static int mpi_test(MpiReq *req);
+/* Every fatal error, the MPI part's too, aborts the NCCL communicators,
+ * once the message is out (see Errors at the top). */
+static void abort_all(void);
+#define COMM_BEFORE_EXIT() abort_all()
 
 #include "comm_mpi.c"
 
@@ -240,7 +246,6 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  abort_all();
   mpi_comm_fatal("%s", msg);
 }
 
@@ -248,6 +253,14 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
  * message of rt_comm_fatal names the rank. */
 #define NCCL_CHECK(n, call) nccl_check((call), (n), #call, __FILE__, __LINE__)
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+/* An NCCL call that may wait for the peers (connections are set up at an
+ * operation's first use): the watchdog says what this rank waits in. */
+#define NCCL_WAITING(n, fn, call)                                                                  \
+  do {                                                                                             \
+    rt_wd_comm(fn, (n)->comm->name);                                                               \
+    NCCL_CHECK(n, call);                                                                           \
+    rt_wd_comm_done();                                                                             \
+  } while (0)
 
 static void nccl_check(ncclResult_t r, const Nccl *n, const char *call, const char *file,
                        int line) {
@@ -425,7 +438,7 @@ static void flush(void) {
     if (m->send) NCCL_CHECK(n, ncclSend(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
     else NCCL_CHECK(n, ncclRecv(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
   }
-  NCCL_CHECK(NULL, ncclGroupEnd());
+  NCCL_WAITING(n, "ncclGroupEnd", ncclGroupEnd());
   for (int i = 0; i < nc.np2p; i++) mark_done(nc.p2p[i].req, n);
   nc.np2p = 0;
 }
@@ -530,8 +543,9 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
   count_bytes(c, RT_COMM_ALLREDUCE, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllReduce", c);
-  NCCL_CHECK(n, ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                              n->stream));
+  NCCL_WAITING(n, "ncclAllReduce",
+               ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                             n->stream));
   return issued(r, n, nb);
 }
 
@@ -554,7 +568,8 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   count_bytes(c, RT_COMM_ALLGATHER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllGather", c);
-  NCCL_CHECK(n, ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
+  NCCL_WAITING(n, "ncclAllGather",
+               ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
   return issued(r, n, nb);
 }
 
@@ -581,8 +596,9 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
   count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclReduceScatter", c);
-  NCCL_CHECK(n, ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                                  n->stream));
+  NCCL_WAITING(n, "ncclReduceScatter",
+               ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                                 n->stream));
   return issued(r, n, nb);
 }
 
@@ -603,7 +619,8 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
   count_bytes(c, RT_COMM_BROADCAST, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclBroadcast", c);
-  NCCL_CHECK(n, ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
+  NCCL_WAITING(n, "ncclBroadcast",
+               ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
   return issued(r, n, nb);
 }
 
