@@ -102,7 +102,7 @@ cudaError_t symbol_address(void **ptr, const void *symbol, size_t bytes);
 #define blockIdx (static_cast<const uint3 &>(kc_emu::g_block))
 #define blockDim (static_cast<const dim3 &>(kc_emu::g_block_dim))
 #define gridDim (static_cast<const dim3 &>(kc_emu::g_grid_dim))
-#define warpSize 32
+constexpr int warpSize = 32;
 
 #define __syncthreads() kc_emu::syncthreads(__FILE__, __LINE__)
 #define __syncwarp(...) kc_emu_syncwarp_(__FILE__, __LINE__, ##__VA_ARGS__)
