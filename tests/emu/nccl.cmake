@@ -28,3 +28,43 @@ if(TARGET shard_comm_mpi)
     set_tests_properties(${emu_nccl_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
   endif()
 endif()
+
+# The NCCL backend of comm.h (runtime/comm_nccl.c) on the stand-in and the
+# emulated CUDA runtime (tests/emu/tests.cmake): what the CUDA target's
+# multi-rank programs link under the emulator.
+if(TARGET shard_nccl_emu AND TARGET shard_kernels_cuda_emu)
+  add_library(shard_comm_nccl_emu STATIC ${CMAKE_SOURCE_DIR}/runtime/comm_nccl.c)
+  target_include_directories(shard_comm_nccl_emu PUBLIC ${CMAKE_SOURCE_DIR}/runtime)
+  target_link_libraries(shard_comm_nccl_emu PUBLIC shard_nccl_emu shard_kernels_cuda_emu
+                                                   MPI::MPI_C shard_data)
+
+  # tests/comm's checks with every buffer in device memory (comm_device_test.c),
+  # and failures while the others wait in an NCCL all-reduce: a rank that
+  # fails, one that exits without a word, one that stops answering (the
+  # others' watchdog ends them after --timeout 2, naming the call).
+  add_executable(comm_device_test ${EMU_DIR}/comm_device_test.c)
+  target_link_libraries(comm_device_test PRIVATE shard_comm_nccl_emu m)
+  set_target_properties(comm_device_test PROPERTIES LINKER_LANGUAGE CXX)
+  set(EMU_FAIL sh ${TESTS_DIR}/comm/fail.sh ${TESTS_DIR}/comm/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  set(EMU_PROG $<TARGET_FILE:comm_device_test>)
+  set(emu_comm_tests)
+  foreach(np 2 4 8)
+    add_test(NAME emu/comm_nccl_np${np} COMMAND ${EMU_MPIRUN} ${np} ${EMU_PROG} check)
+    list(APPEND emu_comm_tests emu/comm_nccl_np${np})
+  endforeach()
+  add_test(NAME emu/comm_nccl_fail COMMAND ${EMU_FAIL} 4
+           "shardc: error: rank 1: injected failure, on purpose" ${EMU_PROG} nccl_fail 1)
+  add_test(NAME emu/comm_nccl_exit COMMAND ${EMU_FAIL} 4
+           "Process name: \\[\\[[0-9]+,[0-9]+\\],2\\]" ${EMU_PROG} nccl_exit 2)
+  add_test(NAME emu/comm_nccl_hang COMMAND ${EMU_FAIL} 4
+           "rank [0-2] .*no progress for 2 s in starting, in ncclAllReduce on the tensor communicator"
+           ${EMU_PROG} nccl_hang 3)
+  add_test(NAME emu/comm_nccl_fail_world COMMAND ${EMU_FAIL} 4
+           "shardc: error: rank 2: injected failure, on purpose" ${EMU_PROG} fail 2)
+  list(APPEND emu_comm_tests emu/comm_nccl_fail emu/comm_nccl_exit emu/comm_nccl_hang
+       emu/comm_nccl_fail_world)
+  set_tests_properties(${emu_comm_tests} PROPERTIES LABELS emu TIMEOUT 60 RESOURCE_LOCK mpirun)
+  if(SHARDC_SANITIZE)
+    set_tests_properties(${emu_comm_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
+  endif()
+endif()

@@ -100,6 +100,7 @@ typedef struct Op {
   ncclDataType_t type;
   ncclRedOp_t op;
   int root; /* the root or the peer */
+  cudaStream_t stream;
   int tag;
   int phase; /* 0 posted first, 1 second round, 2 done */
   MPI_Request *req;
@@ -114,6 +115,7 @@ static struct {
   int nops, capops;
   uint32_t ids; /* made by this process */
   int tag_span;
+  long long nops_run, ngroups; /* for the tests: shard_nccl_emu_ops */
   char last[512];
 } st;
 
@@ -616,6 +618,22 @@ static ncclResult_t run(Op *ops, int n) {
   return r;
 }
 
+/* The emulated runtime's, where the program links it (the stand-in's own
+ * test does not): the stream must be one it knows, and must not capture,
+ * since the operation runs now and would be missing from the graph. */
+#pragma weak shard_emu_stream_valid
+#pragma weak cudaStreamIsCapturing
+
+static ncclResult_t check_stream(ncclComm_t c, const char *fn, cudaStream_t s) {
+  if (shard_emu_stream_valid && !shard_emu_stream_valid(s))
+    return fail(c, ncclInvalidArgument, "%s: not a stream of this process", fn);
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing && cudaStreamIsCapturing(s, &cap) == cudaSuccess &&
+      cap != cudaStreamCaptureStatusNone)
+    return fail(c, ncclInvalidUsage, "%s: the stream captures, which the emulation cannot", fn);
+  return ncclSuccess;
+}
+
 /* Checks the arguments, then runs the operation or keeps it for the
  * group's end. */
 static ncclResult_t enqueue(Op o) {
@@ -637,6 +655,9 @@ static ncclResult_t enqueue(Op o) {
     return fail(c, ncclInvalidArgument, "%s: a buffer is NULL", fn);
   if (o.count > SIZE_MAX / 8 / (size_t)c->nranks)
     return fail(c, ncclInvalidArgument, "%s: count %zu is too large", fn, o.count);
+  ncclResult_t bad = check_stream(c, fn, o.stream);
+  if (bad != ncclSuccess) return bad;
+  st.nops_run++;
   if (o.kind != K_SEND && o.kind != K_RECV) o.tag = TAG_COLL + (int)(c->seq++ % (unsigned long)st.tag_span);
   if (o.count == 0) return ncclSuccess; /* NCCL moves nothing either */
   if (st.depth == 0) return run(&o, 1);
@@ -660,43 +681,44 @@ ncclResult_t ncclGroupEnd(void) {
   if (--st.depth > 0) return ncclSuccess;
   int n = st.nops;
   st.nops = 0;
+  st.ngroups += n > 0;
   return run(st.ops, n);
 }
 
 static Op op_of(Kind k, const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                int root, ncclComm_t c) {
+                int root, ncclComm_t c, cudaStream_t stream) {
   return (Op){.kind = k, .c = c, .send = s, .recv = r, .count = n, .type = t, .op = op,
-              .root = root};
+              .root = root, .stream = stream};
+}
+
+void shard_nccl_emu_ops(long long *ops, long long *groups) {
+  *ops = st.nops_run;
+  *groups = st.ngroups;
 }
 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_ALLREDUCE, s, r, n, t, op, 0, c));
+  return enqueue(op_of(K_ALLREDUCE, s, r, n, t, op, 0, c, stream));
 }
 
 ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                         int root, ncclComm_t c, cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_REDUCE, s, r, n, t, op, root, c));
+  return enqueue(op_of(K_REDUCE, s, r, n, t, op, root, c, stream));
 }
 
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_REDUCE_SCATTER, s, r, n, t, op, 0, c));
+  return enqueue(op_of(K_REDUCE_SCATTER, s, r, n, t, op, 0, c, stream));
 }
 
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_ALLGATHER, s, r, n, t, ncclSum, 0, c));
+  return enqueue(op_of(K_ALLGATHER, s, r, n, t, ncclSum, 0, c, stream));
 }
 
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root,
                            ncclComm_t c, cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_BROADCAST, s, r, n, t, ncclSum, root, c));
+  return enqueue(op_of(K_BROADCAST, s, r, n, t, ncclSum, root, c, stream));
 }
 
 ncclResult_t ncclBcast(void *b, size_t n, ncclDataType_t t, int root, ncclComm_t c,
@@ -706,12 +728,10 @@ ncclResult_t ncclBcast(void *b, size_t n, ncclDataType_t t, int root, ncclComm_t
 
 ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
                       cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_SEND, s, NULL, n, t, ncclSum, peer, c));
+  return enqueue(op_of(K_SEND, s, NULL, n, t, ncclSum, peer, c, stream));
 }
 
 ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
                       cudaStream_t stream) {
-  (void)stream;
-  return enqueue(op_of(K_RECV, NULL, r, n, t, ncclSum, peer, c));
+  return enqueue(op_of(K_RECV, NULL, r, n, t, ncclSum, peer, c, stream));
 }

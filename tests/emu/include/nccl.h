@@ -112,6 +112,10 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+/* The emulation's own, for tests: the operations it has run (those of
+ * groups included) and the groups it has ended with operations in them. */
+void shard_nccl_emu_ops(long long *ops, long long *groups);
+
 #ifdef __cplusplus
 }
 #endif
