@@ -116,6 +116,7 @@ static struct {
   uint32_t ids; /* made by this process */
   int tag_span;
   long long nops_run, ngroups; /* for the tests: shard_nccl_emu_ops */
+  int stats, me;
   char last[512];
 } st;
 
@@ -268,9 +269,21 @@ static ncclResult_t init_rank(ncclComm_t c, const Id *id) {
   return ncclSuccess;
 }
 
+/* With SHARD_NCCL_EMU_STATS set, each process says at its end what went
+ * through the emulation, so that a test can tell it was used at all. */
+static void print_stats(void) {
+  fprintf(stderr, "nccl emulation: world rank %d: %lld operations, %lld groups\n", st.me,
+          st.nops_run, st.ngroups);
+}
+
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   ncclResult_t r = need_mpi("ncclCommInitRank");
   if (r != ncclSuccess) return r;
+  if (!st.stats && getenv("SHARD_NCCL_EMU_STATS")) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &st.me);
+    st.stats = 1;
+    atexit(print_stats);
+  }
   Id id;
   memcpy(&id, commId.internal, sizeof id);
   if (!comm) return fail(NULL, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
