@@ -53,16 +53,20 @@ emu() {
 }
 
 # job DIR LOG [MPIRUN_OPTION...]: every rank of DIR's manifest under
-# mpirun (one block per rank, each with the options).
+# mpirun (one block per rank, each with the options); with KILL set, rank
+# 1 runs through $KILL and TRAIN is KILL_TRAIN.
 job() {
   dir=$1 log=$2
   shift 2
-  opt="$*"
+  opt="$*" r=0
   set --
   for prog in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$dir/manifest.json"); do
     [ $# -gt 0 ] && set -- "$@" :
+    wrap= train=$TRAIN
+    [ -n "${KILL:-}" ] && train=$KILL_TRAIN && [ $r = 1 ] && wrap="sh $KILL"
     # shellcheck disable=SC2086
-    set -- "$@" -np 1 $opt "$dir/$prog" $TRAIN --log-json "$log"
+    set -- "$@" -np 1 $opt $wrap "$dir/$prog" $train --log-json "$log"
+    r=$((r + 1))
   done
   # comm.h's launch recipe (tests/comm/mpirun.sh), for several programs.
   [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -105,5 +109,31 @@ for l in $LAYOUTS; do
   close "$l: CPU target against one rank" one.json "cpu_$l.json"
   close "$l: CUDA target on the emulator over NCCL against the CPU target" "cpu_$l.json" "emu_$l.json"
 done
+# tests/gpu/run.sh's "nccl rank killed": t=2, rank 1 killed (SIGKILL) once
+# the run has logged two steps; the job must end, non-zero, naming it,
+# well within its --timeout.
+kill_rank() {
+  limit=20
+  cat >kill.sh <<KILL
+"\$@" & pid=\$!
+for _ in \$(seq 600); do
+  [ "\$(wc -l <kill.json 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 \$pid
+wait \$pid
+KILL
+  t=$(date +%s)
+  KILL=kill.sh KILL_TRAIN="$TRAIN --steps 100000 --log-every 1 --timeout $limit" \
+    job emu_t2 kill.json >kill.run 2>&1
+  rc=$? dt=$(($(date +%s) - t))
+  if [ $rc != 0 ] && [ $rc != 124 ] && [ $dt -le $((limit + 30)) ] &&
+    grep -Eq 'Process name: \[\[[0-9]+,[0-9]+\],1\]' kill.run; then
+    ok "t2, rank 1 killed after $(wc -l <kill.json) steps: mpirun exit $rc after $dt s, naming rank 1"
+  else
+    fail "t2, rank 1 killed: exit $rc after $dt s (--timeout $limit)"; tail -8 kill.run
+  fi
+}
+[ -f emu_t2.json ] && kill_rank
 echo "$(($(date +%s) - T0)) s"
 finish
