@@ -22,15 +22,20 @@ TINY="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 # too: a program's own default is batch x d sequences (2 for one rank and
 # for t=2), whatever the compile's --global-batch said.
 TRAIN="--data $DATA --seed 1 --quiet --steps 10 --no-shuffle --global-batch 4"
-MULTI_t2="--tp 2 --global-batch 4"
-MULTI_p2="--pp 2 --global-batch 4"
-MULTI_d2="--dp 2 --global-batch 4"
-MULTI_one="--global-batch 4"
+# The compile options of a layout; each trains 4 sequences a step.
+opts_of() {
+  case $1 in
+  t2) echo "--tp 2 --global-batch 4" ;;
+  p2) echo "--pp 2 --global-batch 4" ;;
+  d2) echo "--dp 2 --global-batch 4" ;;
+  *) echo "--global-batch 4" ;;
+  esac
+}
 T0=$(date +%s)
 
 # cpu LAYOUT: the CPU target's programs, built by shardc.
 cpu() {
-  eval "opts=\$MULTI_$1"
+  opts=$(opts_of "$1")
   # shellcheck disable=SC2086
   "$SHARDC" compile "$SRC/models/gpt2.shard" $TINY $opts -o "cpu_$1" >"cpu_$1.log" 2>&1 &&
     "$SHARDC" build "cpu_$1" >>"cpu_$1.log" 2>&1
@@ -38,7 +43,7 @@ cpu() {
 
 # emu LAYOUT: the CUDA target's sources, each rank built as C++ on the emulator.
 emu() {
-  eval "opts=\$MULTI_$1"
+  opts=$(opts_of "$1")
   # shellcheck disable=SC2086
   "$SHARDC" compile "$SRC/models/gpt2.shard" $TINY $opts --target cuda -o "emu_$1" \
     >"emu_$1.log" 2>&1 || return 1
@@ -62,7 +67,7 @@ job() {
   set --
   for prog in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$dir/manifest.json"); do
     [ $# -gt 0 ] && set -- "$@" :
-    wrap= train=$TRAIN
+    wrap='' train=$TRAIN
     [ -n "${KILL:-}" ] && train=$KILL_TRAIN && [ $r = 1 ] && wrap="sh $KILL"
     # shellcheck disable=SC2086
     set -- "$@" -np 1 $opt $wrap "$dir/$prog" $train --log-json "$log"
