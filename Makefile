@@ -50,7 +50,7 @@ test-full: deps
 # objects. ctest there replays every fuzz corpus through every harness
 # twice, through fuzz_replay_NAME and through the libFuzzer binary.
 build-asan: deps
-	cmake -S . -B $(ASAN) -DCMAKE_C_COMPILER=clang -DSHARDC_SANITIZE=ON -DSHARDC_FUZZ=ON
+	cmake -S . -B $(ASAN) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHARDC_SANITIZE=ON -DSHARDC_FUZZ=ON
 	cmake --build $(ASAN) -j$(JOBS)
 
 # intercept_tls_get_addr=0 works around clang 14's LeakSanitizer crashing

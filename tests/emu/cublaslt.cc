@@ -272,6 +272,16 @@ template <typename T> cublasStatus_t put(T *dst, const void *buf, size_t size) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/* An attribute's n bytes at src into buf (size bytes), as cuBLASLt's
+ * getters: a null buffer of size 0 asks for the size only. */
+cublasStatus_t get(const void *src, size_t n, void *buf, size_t size, size_t *written) {
+  if (written) *written = n;
+  if (!buf && size == 0) return written ? CUBLAS_STATUS_SUCCESS : bad("nowhere to write");
+  if (!buf || size != n) return bad("an attribute buffer of the wrong size");
+  memcpy(buf, src, n);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" {
@@ -374,11 +384,7 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
   case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: src = &d.aux_ld, n = 8; break;
   default: return unsupported("reading a matmul descriptor attribute the emulator does not implement");
   }
-  if (written) *written = n;
-  if (!buf && size == 0) return written ? CUBLAS_STATUS_SUCCESS : bad("nowhere to write");
-  if (!buf || size != n) return bad("an attribute buffer of the wrong size");
-  memcpy(buf, src, n);
-  return CUBLAS_STATUS_SUCCESS;
+  return get(src, n, buf, size, written);
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType_t type,
@@ -427,10 +433,7 @@ cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t layout,
   case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: src = &l.stride, n = 8; break;
   default: return unsupported("reading a layout attribute the emulator does not implement");
   }
-  if (written) *written = n;
-  if (!buf || size != n) return bad("an attribute buffer of the wrong size");
-  memcpy(buf, src, n);
-  return CUBLAS_STATUS_SUCCESS;
+  return get(src, n, buf, size, written);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <stdarg.h>
+
 #include <functional>
 
 namespace kc_emu {
@@ -14,6 +16,7 @@ namespace kc_emu {
 [[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints the reason an API call fails, once per call, to stderr. */
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vnote(const char *fmt, va_list ap);
 
 /* Whether [p, p + bytes) lies inside one device allocation. */
 bool device_range(const void *p, size_t bytes);

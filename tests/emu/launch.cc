@@ -133,9 +133,7 @@ kc_emu_switch:
 void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "shard cuda emulator: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vnote(fmt, ap);
   va_end(ap);
   abort();
 }
@@ -215,9 +213,12 @@ void start(Fiber *f, int i) {
   f->stack = stack_for(i);
   f->fake = nullptr;
 #ifdef KC_EMU_ASAN
-  /* The previous fiber on this stack never returned: its frames' redzones
-   * are still poisoned. */
-  ASAN_UNPOISON_MEMORY_REGION(f->stack, STACK);
+  /* Every fiber of a block returns from the kernel before the block ends,
+   * so its frames' redzones are unpoisoned again, all but fiber_main's,
+   * which the next fiber's fiber_main lays out the same way. The top of
+   * the stack is cleared anyway (the whole stack would cost a memset of its
+   * shadow per thread). */
+  ASAN_UNPOISON_MEMORY_REGION(f->stack + STACK - 16384, 16384);
 #endif
 #ifdef KC_EMU_USE_UCONTEXT
   getcontext(&f->ctx);

@@ -119,10 +119,14 @@ CUstream_st *stream_of(cudaStream_t s, bool *ok) {
   return *ok && s != cudaStreamLegacy && s != cudaStreamPerThread ? s : nullptr;
 }
 
-/* A capture that forbids what is being done now ends invalidated. */
-bool capture_forbids(const char *what) {
+/* A capture that forbids what is being done now ends invalidated: any
+ * call that may synchronise (legacy_only: work on the legacy stream, which
+ * synchronises with blocking streams only) under a capture that is not
+ * relaxed. */
+bool capture_forbids(const char *what, bool legacy_only = false) {
   for (CUstream_st *s : R.streams)
-    if (s->graph && !s->invalidated && s->mode != cudaStreamCaptureModeRelaxed) {
+    if (s->graph && !s->invalidated && s->mode != cudaStreamCaptureModeRelaxed &&
+        (!legacy_only || !(s->flags & cudaStreamNonBlocking))) {
       note("%s while a stream captures: cudaErrorStreamCaptureUnsupported, and the capture is "
            "invalidated", what);
       for (CUstream_st *t : R.streams)
@@ -199,6 +203,24 @@ cudaError_t set_memory(void *p, int value, size_t n, cudaStream_t stream, bool a
   return enqueue(stream, [p, value, n]() { memset(p, value, n); }, "cudaMemsetAsync");
 }
 
+/* A new stream or event (flags up to max), kept in `live`; and its end. */
+template <typename H> cudaError_t create(std::set<H *> &live, H **out, unsigned flags, unsigned max) {
+  cudaError_t e = need_device();
+  if (e != cudaSuccess) return e;
+  if (!out || flags > max) return fail(cudaErrorInvalidValue);
+  H *h = new H();
+  h->flags = flags;
+  live.insert(h);
+  *out = h;
+  return cudaSuccess;
+}
+template <typename H> cudaError_t destroy(std::set<H *> &live, H *h) {
+  if (!live.count(h)) return fail(cudaErrorInvalidResourceHandle);
+  live.erase(h);
+  delete h;
+  return cudaSuccess;
+}
+
 } // namespace
 
 cudaError_t set_last_error(cudaError_t e) {
@@ -206,12 +228,16 @@ cudaError_t set_last_error(cudaError_t e) {
   return e;
 }
 
-void note(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+void vnote(const char *fmt, va_list ap) {
   fprintf(stderr, "shard cuda emulator: ");
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+void note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vnote(fmt, ap);
   va_end(ap);
 }
 
@@ -236,7 +262,7 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, const char 
     s->ops++;
     return cudaSuccess;
   }
-  if (!s && capture_forbids(what)) return fail(cudaErrorStreamCaptureImplicit);
+  if (!s && capture_forbids(what, true)) return fail(cudaErrorStreamCaptureImplicit);
   work();
   return cudaSuccess;
 }
@@ -523,23 +549,10 @@ int shard_emu_stream_valid(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
-  cudaError_t e = need_device();
-  if (e != cudaSuccess) return e;
-  if (!stream || flags > cudaStreamNonBlocking) return fail(cudaErrorInvalidValue);
-  CUstream_st *s = new CUstream_st();
-  s->flags = flags;
-  R.streams.insert(s);
-  *stream = s;
-  return cudaSuccess;
+  return create(R.streams, stream, flags, cudaStreamNonBlocking);
 }
 cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithFlags(stream, 0); }
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!R.streams.count(stream)) return fail(cudaErrorInvalidResourceHandle);
-  R.streams.erase(stream);
-  delete stream;
-  return cudaSuccess;
-}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) { return destroy(R.streams, stream); }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   cudaError_t e = need_device();
@@ -567,23 +580,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-  cudaError_t e = need_device();
-  if (e != cudaSuccess) return e;
-  if (!event || flags > 7) return fail(cudaErrorInvalidValue);
-  CUevent_st *ev = new CUevent_st();
-  ev->flags = flags;
-  R.events.insert(ev);
-  *event = ev;
-  return cudaSuccess;
+  return create(R.events, event, flags, 7);
 }
 cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (!R.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
-  R.events.erase(event);
-  delete event;
-  return cudaSuccess;
-}
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy(R.events, event); }
 
 /* Recorded inside a capture, an event marks a point of the graph (what a
  * stream waiting on it depends on); outside, the time it was reached. */
@@ -597,7 +597,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     event->ops = s->ops;
     return cudaSuccess;
   }
-  if (!s && capture_forbids("cudaEventRecord on the default stream"))
+  if (!s && capture_forbids("cudaEventRecord on the default stream", true))
     return fail(cudaErrorStreamCaptureImplicit);
   event->graph = nullptr;
   event->recorded = true;
@@ -732,18 +732,7 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  if (!R.execs.count(exec)) return fail(cudaErrorInvalidResourceHandle);
-  R.execs.erase(exec);
-  delete exec;
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  if (!R.graphs.count(graph)) return fail(cudaErrorInvalidResourceHandle);
-  R.graphs.erase(graph);
-  delete graph;
-  return cudaSuccess;
-}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { return destroy(R.execs, exec); }
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) { return destroy(R.graphs, graph); }
 
 } // extern "C"

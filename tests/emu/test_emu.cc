@@ -207,15 +207,34 @@ static void test_graphs() {
   cudaStreamIsCapturing(s, &st);
   /* Device memory is host memory here: a look that records nothing. */
   expect(st == cudaStreamCaptureStatusActive && d[0] == 0, "captured work does not run");
-  cudaGraph_t g;
-  cudaGraphExec_t x;
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t x = nullptr;
   expect(cudaStreamEndCapture(s, &g) == cudaSuccess && cudaGraphInstantiate(&x, g, 0) == cudaSuccess,
          "end capture (with a forked and rejoined stream), instantiate");
+  cudaGraphDestroy(g); /* the executable graph keeps what it replays */
   cudaGraphLaunch(x, s);
   cudaGraphLaunch(x, s);
   cudaStreamSynchronize(s);
   cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
   expect(h[0] == 4 && h[99] == 4, "two launches of the graph replay it twice");
+
+  /* The legacy stream does not synchronise with a non-blocking stream, so
+   * work on it during that stream's capture runs; with a blocking one it
+   * would, and fails. */
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  KC_LAUNCH(1, 32, 0, 0, add_one)(d, 1);
+  bool ran = cudaGetLastError() == cudaSuccess && d[0] == 5;
+  expect(cudaStreamEndCapture(s, &g) == cudaSuccess && ran,
+         "legacy-stream work during a non-blocking stream's capture runs");
+  cudaGraphDestroy(g);
+  cudaStream_t blocking;
+  cudaStreamCreate(&blocking);
+  cudaStreamBeginCapture(blocking, cudaStreamCaptureModeGlobal);
+  KC_LAUNCH(1, 32, 0, 0, add_one)(d, 1);
+  expect(cudaGetLastError() == cudaErrorStreamCaptureImplicit &&
+             cudaStreamEndCapture(blocking, &g) == cudaErrorStreamCaptureInvalidated,
+         "and during a blocking stream's capture fails, invalidating it");
+  cudaStreamDestroy(blocking);
 
   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
   expect(cudaMemcpy(h, d, 4, cudaMemcpyDeviceToHost) == cudaErrorStreamCaptureUnsupported,

@@ -43,7 +43,14 @@ target_link_libraries(shard_rt_cuda_emu PUBLIC shard_data shard_kernels_cuda_emu
 add_executable(test_kernels_cuda_emu ${CMAKE_SOURCE_DIR}/tests/gpu/test_kernels_cuda.c)
 target_link_libraries(test_kernels_cuda_emu PRIVATE shard_kernels_cuda_emu shard_kernels_f32)
 set_target_properties(test_kernels_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
-add_test(NAME emu/kernels COMMAND test_kernels_cuda_emu --small)
+# The first three shapes of each list (odd ones and rows longer than a
+# block among them: about 5 s of CPU in Release); the first two under the
+# sanitizers, which are slower still.
+set(emu_shapes --shapes 3)
+if(SHARDC_SANITIZE)
+  set(emu_shapes --small)
+endif()
+add_test(NAME emu/kernels COMMAND test_kernels_cuda_emu ${emu_shapes})
 set_tests_properties(emu/kernels PROPERTIES LABELS emu
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 
@@ -59,9 +66,11 @@ set_tests_properties(emu/no_device PROPERTIES LABELS emu ENVIRONMENT SHARD_EMU_D
                      PASS_REGULAR_EXPRESSION "error: no CUDA device")
 
 # The whole shape list of the kernel test (about 30 s in Release): make test-full.
-add_test(NAME emu/kernels_full COMMAND test_kernels_cuda_emu)
-set_tests_properties(emu/kernels_full PROPERTIES LABELS "emu;full"
-                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+if(SHARDC_TEST_FULL)
+  add_test(NAME emu/kernels_full COMMAND test_kernels_cuda_emu)
+  set_tests_properties(emu/kernels_full PROPERTIES LABELS "emu;full"
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+endif()
 
 # The emulator's own checks (tests/emu/test_emu.cc).
 add_executable(test_emu ${EMU_DIR}/test_emu.cc)
@@ -73,3 +82,9 @@ set_tests_properties(emu/self PROPERTIES LABELS emu)
 
 # The NCCL stand-in (nccl_mpi.c) and the NCCL backend of comm.h on the emulator.
 include(${CMAKE_CURRENT_LIST_DIR}/nccl.cmake)
+
+# The generated CUDA programs on the emulator (programs.cmake: the make
+# variables that build them with the C++ compiler, and their model checks).
+if(EXISTS ${EMU_DIR}/programs.cmake)
+  include(${EMU_DIR}/programs.cmake)
+endif()

@@ -13,7 +13,8 @@
  * the embedding backward, casts) are checked with tolerance 0.
  *
  * With --small only the first two shapes of each list run (for the runs
- * under compute-sanitizer, which are slow). Without a CUDA device
+ * under compute-sanitizer, which are slow), with --shapes N the first N
+ * (the CPU emulator of tests/emu runs 3). Without a CUDA device
  * (cudaGetDeviceCount fails or finds none) the program prints why and
  * exits 77, which ctest reports as skipped. */
 #include <math.h>
@@ -764,12 +765,13 @@ static void test_layout(int64_t b, int64_t s, int64_t H, int64_t d) {
 /* --- main ------------------------------------------------------------------------ */
 
 /* How many of a list of `n` shapes to run. */
-static int small;
-static size_t shapes(size_t n) { return small && n > 2 ? 2 : n; }
+static size_t small;
+static size_t shapes(size_t n) { return small && n > small ? small : n; }
 #define EACH(i, list) for (size_t i = 0; i < shapes(sizeof list / sizeof list[0]); i++)
 
 int main(int argc, char **argv) {
-  small = argc > 1 && strcmp(argv[1], "--small") == 0;
+  if (argc > 1 && strcmp(argv[1], "--small") == 0) small = 2;
+  if (argc > 2 && strcmp(argv[1], "--shapes") == 0) small = (size_t)atoi(argv[2]);
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
