@@ -9,6 +9,7 @@
 #
 #   nccl_programs.sh SHARDC SOURCE_DIR DATA CXX "LINK..." [LAYOUT...]
 #
+# LAYOUT: t2, p2, d2 (the default list), t2p2 or t2p2d2.
 # SHARDC must be able to write multi-rank CUDA programs (a build with nvcc
 # and NCCL); LINK is the libraries, in order, and the link flags.
 set -u
@@ -28,6 +29,8 @@ opts_of() {
   t2) echo "--tp 2 --global-batch 4" ;;
   p2) echo "--pp 2 --global-batch 4" ;;
   d2) echo "--dp 2 --global-batch 4" ;;
+  t2p2) echo "--tp 2 --pp 2 --global-batch 4" ;;
+  t2p2d2) echo "--tp 2 --pp 2 --dp 2 --global-batch 4" ;;
   *) echo "--global-batch 4" ;;
   esac
 }
