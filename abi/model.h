@@ -95,8 +95,9 @@ typedef struct RtPlan {
  * the runtime allocates the two back to back, so o is simply
  * ctx->activations + o. */
 
-/* One tensor of a pipeline message: `numel` reals at `offset`. A message
- * is the concatenation of its parts, in order. */
+/* One tensor of a pipeline message: `numel` reals (bf16 where
+ * RtModel.messages_bf16 says so) at `offset`. A message is the
+ * concatenation of its parts, in order. */
 typedef struct RtMsgPart {
   int64_t offset;
   int64_t numel;
@@ -185,6 +186,10 @@ typedef struct RtModel {
   /* 1 where the logits are bf16, 2 bytes a column (the CUDA target's
    * --precision bf16); 0: reals. */
   int logits_bf16;
+  /* 1 where the pipeline messages are bf16: every RtMsgPart counts
+   * elements of 2 bytes, and the runtime sends them as RT_COMM_BF16 (the
+   * CUDA target's --precision bf16); 0: reals. */
+  int messages_bf16;
   /* Pipeline parallelism (p > 1): this stage's action table
    * (abi/schedule.h), built for `microbatches` microbatches per step
    * on each data-parallel replica. NULL when p = 1: the runtime then runs

@@ -23,8 +23,9 @@
 #   BENCH_BUDGET_S=420              runs that would start after this many
 #                                    seconds are skipped (the table says so)
 #
-# Without a GPU it builds what it can (shardc, the three bf16 programs with
-# nvcc), checks that the PyTorch script compiles, prints the table with
+# Then the many-rank table (the section "many ranks" below says what it
+# measures). Without a GPU it builds what it can (shardc and every program
+# with nvcc), checks that the PyTorch script compiles, prints the table with
 # every run SKIPped and the reason, and exits 0.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -110,6 +111,23 @@ run_torch() {
     awk 'NF == 2 { printf "%.0f %d\n", $1, $2 / 1048576 }'
 }
 
+# -------------------------------------------------------------- attention
+# Attention's forward + backward at GPT-2 small's shape (b 8, s 1024, 12
+# heads of 64, causal): the flash and the simple bf16 kernels and the plain
+# fp32 path (scores through cuBLASLt), each the median of 10 runs, timed by
+# test_kernels_cuda --bench-attention, with the ratios simple/flash and
+# plain/flash. First, and printed at once: it takes seconds.
+echo "== attention forward + backward (b 8, s 1024, 12 heads of 64, causal)"
+if ! cmake --build "$BUILD" -j"$JOBS" --target test_kernels_cuda >"$BW/build-attention.log" 2>&1; then
+  echo "FAIL: test_kernels_cuda does not build (see $BW/build-attention.log)"
+elif [ -n "$REASON" ]; then
+  echo "SKIP: $REASON"
+elif "$BUILD/tests/test_kernels_cuda" --bench-attention >"$BW/attention.txt" 2>&1; then
+  sed -n 's/^attention_bench //p' "$BW/attention.txt"
+else
+  echo "FAIL: $(tail -n 1 "$BW/attention.txt")"
+fi
+
 ROWS=()
 t_start=$SECONDS
 left_ok() { [ $((SECONDS - t_start)) -lt "$BUDGET" ]; }
@@ -154,6 +172,115 @@ for shape in "${SHAPES[@]}"; do
     "$eager" "$comp" "$r_e" "$r_c" "$note")")
 done
 
+# ------------------------------------------------------ many ranks (issue 11)
+# GPT-2 small at seq 1024 over NCCL, global batch MULTI_GB sequences of
+# microbatch MULTI_B, for each layout this machine can start: its step time
+# against the same model on one rank (same global batch, so the same
+# tokens per step), and for d = 2 how much of the gradient reduction the
+# backward hides (the runtime's --dp-stats: 1 - exposed wait with overlap
+# / exposed wait with --no-overlap). With fewer GPUs than ranks the ranks
+# share them over sockets (tests/gpu/ranks.sh), which the row says: a
+# sharing row measures the code path, not the speed of a real cluster.
+# t = 4 and 8 run only where there are that many GPUs: their per-GPU
+# efficiency is one rank's step time / (t x the layout's).
+# shellcheck source=tests/gpu/ranks.sh
+. "$ROOT/tests/gpu/ranks.sh"
+MULTI_B=${BENCH_MULTI_BATCH:-4}
+MULTI_GB=${BENCH_MULTI_GLOBAL:-16}
+MULTI_PREC=${BENCH_MULTI_PRECISION:-bf16}
+MLAYOUTS=("t2 --tp 2" "p2 --pp 2" "d2 --dp 2")
+[ "$NGPUS" -ge 4 ] && MLAYOUTS+=("t4 --tp 4")
+[ "$NGPUS" -ge 8 ] && MLAYOUTS+=("t8 --tp 8")
+
+# build_multi NAME FLAGS...: the program folder of a layout (falls back to
+# fp32 where MULTI_PREC does not compile for it); prints "DIR PRECISION".
+build_multi() {
+  local name=$1 dir=$BW/multi-$1 prec
+  shift
+  for prec in $MULTI_PREC fp32; do
+    "$SHARDC" compile "$ROOT/models/gpt2.shard" -D layers=12 -D hidden=768 -D heads=12 \
+      -D batch="$MULTI_B" -D seq=$SEQ -D vocab=$VOCAB --global-batch "$MULTI_GB" "$@" \
+      --target cuda --precision "$prec" --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.plan.txt" 2>&1 &&
+      "$SHARDC" build "$dir" >"$dir.build.log" 2>&1 && { echo "$dir $prec"; return 0; }
+  done
+  echo "FAIL: multi-rank $name does not compile and build (see $dir.plan.txt, $dir.build.log)" >&2
+  return 1
+}
+
+# run_multi DIR TAG FLAGS...: trains; prints "s_per_step exposed_wait_ms"
+# (the wait is "-" without data parallelism).
+run_multi() {
+  local dir=$1 n log
+  log=$BW/$(basename "$1")-$2
+  shift 2
+  rm -f "$log.json"
+  n=$(ranks_of "$dir")
+  if [ "$n" = 1 ]; then
+    "$dir/rank0" --data "$DATA" --steps $((WARM + STEPS)) --seed 1 --quiet --log-json "$log.json" \
+      "$@" >"$log.log" 2>&1 || return 1
+  else
+    mpirun_job "$dir" "$(share_of "$n")" - --data "$DATA" --steps $((WARM + STEPS)) --seed 1 \
+      --quiet --log-json "$log.json" "$@" >"$log.log" 2>&1 || return 1
+  fi
+  local wait
+  wait=$(sed -n 's/^dp reduce: rank 0 .*exposed wait \([0-9.]*\) ms.*/\1/p' "$log.log" | tail -n 1)
+  sed 's/.*"step":\([0-9]*\).*"tokens_per_s":\([^,}]*\).*/\1 \2/' "$log.json" |
+    awk -v w="$WARM" '$1 > w { print $2 }' | sort -g |
+    awk -v tok=$((MULTI_GB * SEQ)) -v wt="${wait:--}" \
+      '{ v[NR] = $1 } END { if (NR) printf "%.4f %s\n", tok / v[int((NR + 1) / 2)], wt }'
+}
+
+MROWS=()
+declare -A ONE_S=()
+# one_rank PREC: one rank's s/step at that precision (built and run once).
+one_rank() {
+  if [ -z "${ONE_S[$1]:-}" ]; then
+    local got r
+    ONE_S[$1]=-
+    if got=$(MULTI_PREC=$1 build_multi "one-$1") && [ "${got#* }" = "$1" ] &&
+      r=$(run_multi "${got% *}" overlap) && [ -n "$r" ]; then
+      ONE_S[$1]=${r% *}
+      MROWS+=("$(printf '%-5s %5s %5s %-34s %9s %9s %7s %6s' one 1 "$1" "one GPU" "${ONE_S[$1]}" \
+        1.00 - -)")
+    fi
+  fi
+}
+for layout in "${MLAYOUTS[@]}"; do
+  # shellcheck disable=SC2086
+  set -- $layout
+  name=$1
+  shift
+  got=$(build_multi "$name" "$@") || { MROWS+=("$name FAIL build"); continue; }
+  set -- $got
+  dir=$1 prec=$2
+  n=$(ranks_of "$dir")
+  how=$([ "$(share_of "$n")" = 1 ] && echo "sharing $NGPUS GPU(s) over sockets" || echo "own GPUs")
+  s="SKIP" ratio="-" hidden="-" eff="-" note=""
+  if [ -n "$REASON" ]; then
+    note=$REASON
+  elif ! left_ok; then
+    note="skipped: past the ${BUDGET}s budget"
+  elif one_rank "$prec" && r=$(run_multi "$dir" overlap --dp-stats) && [ -n "$r" ]; then
+    set -- $r
+    s=$1 one_s=${ONE_S[$prec]}
+    [ "$one_s" != - ] && ratio=$(awk -v a="$s" -v b="$one_s" 'BEGIN { printf "%.2f", a / b }')
+    case $name in t[0-9]*)
+      [ "$how" = "own GPUs" ] && [ "$one_s" != - ] && eff=$(awk -v a="$s" -v b="$one_s" \
+        -v t="${name#t}" 'BEGIN { printf "%.0f%%", 100 * b / (t * a) }') ;;
+    esac
+    if [ "$2" != - ] && left_ok && r0=$(run_multi "$dir" serial --dp-stats --no-overlap) &&
+      [ -n "$r0" ]; then
+      set -- $2 $r0
+      hidden=$(awk -v a="$1" -v b="$3" 'BEGIN { printf "%.2f", (b > 0 ? 1 - a / b : 0) }')
+      note="exposed wait $1 ms, --no-overlap $3 ms ($4 s/step)"
+    fi
+  else
+    s=FAIL note="see $BW/multi-$name-overlap.log"
+  fi
+  MROWS+=("$(printf '%-5s %5s %5s %-34s %9s %9s %7s %6s  %s' "$name" "$n" "$prec" "$how" "$s" \
+    "$ratio" "$hidden" "$eff" "$note")")
+done
+
 echo
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $STEPS timed steps," \
@@ -161,5 +288,10 @@ echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $
 printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s\n' shape "ours tok/s" MFU "MiB used/plan" \
   "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" note
 for r in "${ROWS[@]}"; do echo "$r"; done
-[ -n "$REASON" ] && echo "SKIP: $REASON; built shardc and the three bf16 programs, nothing ran"
+echo
+echo "== many ranks: GPT-2 small, seq $SEQ, global batch $MULTI_GB of $MULTI_B, $WARM warm-up + $STEPS timed steps"
+printf '%-5s %5s %5s %-34s %9s %9s %7s %6s  %s\n' layout ranks prec "how it ran" "s/step" "/one" \
+  hidden "eff/GPU" note
+for r in "${MROWS[@]}"; do echo "$r"; done
+[ -n "$REASON" ] && echo "SKIP: $REASON; built shardc and the programs of both tables, nothing ran"
 exit 0

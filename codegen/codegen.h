@@ -57,6 +57,10 @@ typedef struct CgOptions {
    * (the memory plan sizes them at 2 bytes), weights, gradients and
    * optimizer state in the program's real. */
   bool bf16;
+  /* The CUDA target's --no-gemm-epilogue: a GELU, its gradient and a bias
+   * gradient after a GEMM run as kernels of their own instead of in
+   * cuBLASLt's epilogue. */
+  bool no_gemm_epilogue;
   /* Per rank program (pipeline stage): the activation bytes it keeps
    * without recomputation, printed under its own (--recompute); NULL:
    * not printed. */

@@ -1,6 +1,8 @@
 /* The collectives of a partitioned graph, written once for every target:
  * each is a call of runtime/comm.h on the tensor-axis communicator
- * (ctx->tp_comm). The runtime's comm backend (MPI on the CPU, NCCL on a
+ * (ctx->tp_comm), of the program's real, or RT_COMM_BF16 where the
+ * memory plan keeps the values at 2 bytes (a GPU target's bf16
+ * activations; weight gradients stay real). The runtime's comm backend (MPI on the CPU, NCCL on a
  * GPU) behind comm.h does the work; the target only supplies, for
  * gathers and scatters along a dim with anything but 1s before it, the
  * permuting copy between comm.h's rank-major layout and the tensor's
@@ -42,9 +44,31 @@ int64_t cg_comm_scratch_reals(const IrNode *n) {
   return 0;
 }
 
+/* Whether the plan keeps v's elements at 2 bytes (a GPU target's bf16
+ * programs: the step's activations and their gradients, not the weight
+ * gradients); the collective then moves them as RT_COMM_BF16. */
+static bool low(CgEmitter *e, const IrValue *v) {
+  return cg_buf(e, v)->bytes < numel(v) * e->plan->real_bytes;
+}
+
+/* The comm.h type of a collective from x to y; false, with an error, for
+ * two precisions (comm.h moves one). */
+static bool comm_type(CgEmitter *e, const IrNode *n, const IrValue *x, const IrValue *y,
+                      const char **type) {
+  *type = low(e, x) ? "RT_COMM_BF16" : "RT_COMM_REAL";
+  if (low(e, x) == low(e, y)) return true;
+  cg_error(e, n, "bf16: a collective between a bf16 and an fp32 value");
+  return false;
+}
+
+static void allreduce_t(CgEmitter *e, const char *src, const char *dst, int64_t n,
+                        const char *type, const char *op) {
+  emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, %s, %s);", src, dst, (long long)n, type,
+       op);
+}
+
 void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op) {
-  emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, %s);", src, dst,
-       (long long)n, op);
+  allreduce_t(e, src, dst, n, "RT_COMM_REAL", op);
 }
 
 /* The parts of x joined in rank order along dim: comm.h gathers rank-major
@@ -52,28 +76,26 @@ void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n
 static void emit_all_gather(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
   int64_t o = cg_comm_outer(n, x), t = ir_attr_int(n, "size"), part = numel(x) / o;
-  if (o == 1) {
-    emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x),
-         cg_ref(e, y), (long long)numel(x));
-    return;
-  }
-  const char *tmp = e->target->comm_scratch;
-  emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL);", cg_ref(e, x), tmp,
-       (long long)numel(x));
-  e->target->permute(e, cg_ref(e, y), tmp, t, o, part);
+  const char *type;
+  if (!comm_type(e, n, x, y, &type)) return;
+  const char *tmp = o == 1 ? cg_ref(e, y) : e->target->comm_scratch;
+  emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, %s);", cg_ref(e, x), tmp,
+       (long long)numel(x), type);
+  if (o > 1) e->target->permute(e, cg_ref(e, y), tmp, t, o, part, low(e, x));
 }
 
 /* Part r along dim of the sum: x [outer][t][part] is made rank-major first. */
 static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
   int64_t o = cg_comm_outer(n, y), t = ir_attr_int(n, "size"), part = numel(y) / o;
-  const char *src = cg_ref(e, x);
+  const char *src = cg_ref(e, x), *type;
+  if (!comm_type(e, n, x, y, &type)) return;
   if (o > 1) {
     src = e->target->comm_scratch;
-    e->target->permute(e, src, cg_ref(e, x), o, t, part);
+    e->target->permute(e, src, cg_ref(e, x), o, t, part, low(e, x));
   }
-  emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, RT_COMM_REAL, RT_COMM_SUM);", src,
-       cg_ref(e, y), (long long)numel(y));
+  emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, %s, RT_COMM_SUM);", src,
+       cg_ref(e, y), (long long)numel(y), type);
 }
 
 bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
@@ -84,10 +106,13 @@ bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
 
 bool cg_comm_node(CgEmitter *e, const IrNode *n) {
   switch (n->op) {
-  case IR_OP_ALL_REDUCE:
-    if (cg_comm_tensor_axis(e, n))
-      cg_comm_allreduce(e, cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), numel(n->in[0]), "RT_COMM_SUM");
+  case IR_OP_ALL_REDUCE: {
+    const char *type;
+    if (cg_comm_tensor_axis(e, n) && comm_type(e, n, n->in[0], n->out[0], &type))
+      allreduce_t(e, cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), numel(n->in[0]), type,
+                  "RT_COMM_SUM");
     return true;
+  }
   case IR_OP_ALL_GATHER:
     if (cg_comm_tensor_axis(e, n)) emit_all_gather(e, n);
     return true;

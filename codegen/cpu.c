@@ -936,8 +936,10 @@ static void cpu_plan_defines(CgEmitter *e) {
   emit(e, "#define PLAN_ATTENTION_SCRATCH %lldLL", (long long)scratch);
 }
 
+/* The CPU target plans no low-precision values: `low` is never set. */
 static void cpu_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
-                        int64_t part) {
+                        int64_t part, bool low) {
+  if (low) die("cpu target: a bf16 permutation");
   emit(e, "k_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a, (long long)b,
        (long long)part);
 }

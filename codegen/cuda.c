@@ -14,14 +14,18 @@
  * loss, per-rank dropout) take the rank's place from ctx->tp at run time,
  * as on the CPU (cpu_tp.c), so one program serves every tensor rank.
  *
- * bf16 (one rank for now): the memory plan sizes the step's own values
+ * bf16, on every mesh: the memory plan sizes the step's own values
  * (activations, their gradients, temporaries) at 2 bytes; weights stay
  * the fp32 masters, read through their bf16 working copy (W16, from
  * rt_dev_weights_bf16 of device_cuda.c), and the gradients of the weights,
  * the optimizer state, the graph's inputs and outputs (the loss) stay
  * fp32. Whether a value is bf16 is read off the plan (low()); each kernel
  * is called in its _bf16 form where its activations are, with typed
- * pointers, so a call that mixes the two wrongly does not compile. */
+ * pointers, so a call that mixes the two wrongly does not compile. Between
+ * ranks the activations and their gradients travel in bf16 (the
+ * collectives of collectives.c and the pipeline messages, which the plan
+ * keeps at 2 bytes); weight gradients, their reductions and the
+ * vocabulary-parallel loss's row statistics stay fp32. */
 #include <string.h>
 
 #include "target.h"
@@ -317,6 +321,9 @@ static void emit_fused_kernel(CgEmitter *e, int first, int last) {
   emit_blank(e);
 }
 
+/* Whether node j runs in an earlier GEMM's epilogue (below). */
+static bool in_epilogue(CgEmitter *e, int j);
+
 static bool all_written(CgEmitter *e, int first, int last) {
   for (int k = first; k <= last; k++)
     if (!e->target->writes_op(node_at(e, k)->op)) return false;
@@ -336,7 +343,7 @@ static void emit_fused_kernels(CgEmitter *e) {
     for (int i = 0; i < e->g->nodes.len; i++) {
       if (p->view[i] || p->absorbed[i] || !p->fused[i]) continue;
       int last = p->group_last[i];
-      if (all_written(e, i, last)) emit_fused_kernel(e, i, last);
+      if (all_written(e, i, last) && !in_epilogue(e, i)) emit_fused_kernel(e, i, last);
       i = last;
     }
   }
@@ -344,6 +351,10 @@ static void emit_fused_kernels(CgEmitter *e) {
 }
 
 static void cuda_fused(CgEmitter *e, int first, int last) {
+  if (in_epilogue(e, first)) {
+    emit(e, "/* in the epilogue of the GEMM that computes its operand */");
+    return;
+  }
   Fused f = fused_of(e, first, last);
   for (int k = first; k <= last; k++) {
     const IrNode *n = node_at(e, k);
@@ -426,6 +437,189 @@ static void gemm(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t M, int64_t N
   gemm_t(e, t, ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, add, C, ldc, 0);
 }
 
+/* --------------------------------------------------------- GEMM epilogues */
+
+/* Where the graph has linear -> gelu, the GELU runs in cuBLASLt's epilogue
+ * (keeping the pre-activation, the linear's output, for the backward); in
+ * the backward, linear_dx -> gelu_grad runs as one GEMM with the GELU's
+ * gradient in the epilogue, and a bias gradient (sum_to over rows) of the
+ * gelu_grad's output or of a linear_dw's dy goes into that GEMM's
+ * epilogue too. The absorbed nodes write no code of their own. A fused
+ * GEMM writes an output before the node that defines it in the plan: that
+ * is allowed only where no other buffer sharing its bytes is live in
+ * between (free_early), and within one phase. --no-gemm-epilogue turns it
+ * all off; kernels/cuda/gemm.cu runs an epilogue unfused where cuBLASLt has
+ * no algorithm for it. */
+static bool epilogues_on(CgEmitter *e) { return !e->opt->no_gemm_epilogue; }
+
+static int phase_of(CgEmitter *e, int i) {
+  return i >= e->plan->wboundary ? 2 : i >= e->plan->boundary ? 1 : 0;
+}
+
+/* Whether v (an output of node `at`'s successor `def`) may be written by
+ * node `at` already: no other buffer overlapping its bytes is live over
+ * positions at+1 .. def+1, except `skip` (a value the fused node neither
+ * reads nor writes), and no node from `from` to `def` has kernel scratch
+ * there: from = at for an output the GEMM writes (its cuBLASLt workspace is
+ * in use meanwhile), at + 1 for one copied in after the GEMM. */
+static bool free_early(CgEmitter *e, const IrValue *v, int at, int def, const IrValue *skip,
+                       int from) {
+  const PassBuf *vb = cg_buf(e, v);
+  if (vb->region == PASS_REGION_NONE || vb->region == PASS_REGION_GRADS || vb->alias)
+    return false;
+  if (phase_of(e, at) != phase_of(e, def)) return false;
+  for (int k = 0; k < e->plan->nbufs; k++) {
+    const PassBuf *b = &e->plan->bufs[k];
+    if (b == vb || b->alias == v || b->region != vb->region) continue;
+    if (skip && (b->value == skip || b->alias == skip)) continue;
+    bool overlap = b->offset < vb->offset + vb->bytes && vb->offset < b->offset + b->bytes;
+    if (overlap && b->first <= def + 1 && b->last >= at + 1) return false;
+  }
+  for (int m = from; m <= def && vb->region == PASS_REGION_TEMPORARIES; m++) {
+    int64_t off = e->plan->scratch_offset[m], bytes = e->plan->scratch_bytes[m];
+    if (off >= 0 && off < vb->offset + vb->bytes && vb->offset < off + bytes) return false;
+  }
+  return true;
+}
+
+static int index_of(CgEmitter *e, const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return -1;
+  for (int i = 0; i < e->g->nodes.len; i++)
+    if (node_at(e, i) == v->def) return i;
+  return -1;
+}
+
+/* Node j as an elementwise op of its own (a fused run of one node). */
+static bool alone(CgEmitter *e, int j, IrOp op) {
+  const PassMemPlan *p = e->plan;
+  return j >= 0 && j < e->g->nodes.len && node_at(e, j)->op == op && p->fused[j] &&
+         p->group_first[j] == j && p->group_last[j] == j && !p->view[j] && !p->absorbed[j];
+}
+
+/* The gelu that linear node i absorbs (its next node, reading its
+ * output), or -1. */
+static int gelu_of_linear(CgEmitter *e, int i) {
+  const IrNode *n = node_at(e, i);
+  if (!epilogues_on(e) || n->op != IR_OP_LINEAR || n->nin != 3 || !alone(e, i + 1, IR_OP_GELU))
+    return -1;
+  const IrValue *y = n->out[0], *g = node_at(e, i + 1)->out[0];
+  if (node_at(e, i + 1)->in[0] != y || into_grads(e, y) || dim(y, -1) % 8) return -1;
+  if (low(e, g) != low(e, y) || low(e, n->in[2]) != low(e, y)) return -1;
+  return free_early(e, g, i, i + 1, NULL, i) ? i + 1 : -1;
+}
+
+/* The gelu_grad that linear_dx node i absorbs (the one reader of its
+ * output, as the gradient), or -1. */
+static int dgelu_of_linear_dx(CgEmitter *e, int i) {
+  const IrNode *n = node_at(e, i);
+  if (!epilogues_on(e) || n->op != IR_OP_LINEAR_DX) return -1;
+  const IrValue *dx = n->out[0];
+  if (cg_buf(e, dx)->uses != 1 || into_grads(e, dx) || dim(dx, -1) % 8) return -1;
+  for (int j = i + 1; j < e->g->nodes.len; j++) {
+    const IrNode *m = node_at(e, j);
+    bool reads = false;
+    for (int k = 0; k < m->nin; k++) reads |= m->in[k] == dx;
+    if (!reads) continue;
+    if (!alone(e, j, IR_OP_GELU_GRAD) || m->in[1] != dx || m->in[0] == dx) return -1;
+    const IrValue *x = m->in[0], *g = m->out[0];
+    if (low(e, x) != low(e, dx) || low(e, g) != low(e, dx)) return -1;
+    return free_early(e, g, i, j, dx, i) ? j : -1;
+  }
+  return -1;
+}
+
+/* A GEMM's epilogue writes a bias gradient into a stash after its cuBLASLt
+ * workspace (in its scratch: cuda_scratch_bytes), from where it is copied
+ * to the sum_to's own buffer once the GEMM is done: the plan may well have
+ * put that buffer over the workspace, which the GEMM is using. */
+static int64_t stash_bytes(int64_t n) { return (n * 4 + 255) / 256 * 256; }
+
+/* Whether node i's stash (the end of its scratch) leaves y alone. */
+static bool clear_of_stash(CgEmitter *e, const IrValue *y, int i) {
+  const PassBuf *b = cg_buf(e, y);
+  int64_t lo = e->plan->scratch_offset[i] + CUDA_GEMM_WORKSPACE - 256;
+  int64_t hi = e->plan->scratch_offset[i] + e->plan->scratch_bytes[i];
+  return b->region != PASS_REGION_TEMPORARIES || b->offset >= hi || b->offset + b->bytes <= lo;
+}
+
+static bool bgrad_fits(CgEmitter *e, const IrValue *y, int i, int k) {
+  return e->plan->scratch_bytes[i] >= CUDA_GEMM_WORKSPACE + stash_bytes(numel(y)) &&
+         clear_of_stash(e, y, i) && free_early(e, y, i, k, NULL, i + 1);
+}
+
+/* The node that computes bias gradient k (a sum_to over the rows of a
+ * gelu_grad's output or of a linear_dw's dy, into an fp32 temporary that
+ * is added to its slot after k) in its epilogue, or -1. */
+static int bgrad_owner(CgEmitter *e, int k) {
+  const IrNode *n = node_at(e, k);
+  if (!epilogues_on(e) || n->op != IR_OP_SUM_TO || e->plan->view[k] || e->plan->chunked[k])
+    return -1;
+  const IrValue *x = n->in[0], *y = n->out[0];
+  if (cg_bcast(&y->type, &x->type).kind != CG_BC_SUFFIX || dim(y, -1) != dim(x, -1) || low(e, y))
+    return -1;
+  int j = index_of(e, x);
+  if (j > 0 && node_at(e, j)->op == IR_OP_GELU_GRAD)
+    for (int i = 0; i < j; i++)
+      if (node_at(e, i)->op == IR_OP_LINEAR_DX && dgelu_of_linear_dx(e, i) == j &&
+          bgrad_fits(e, y, i, k))
+        return i;
+  for (int i = 0; i < k; i++) {
+    const IrNode *m = node_at(e, i);
+    if (m->op == IR_OP_LINEAR_DW && m->in[1] == x && bgrad_fits(e, y, i, k)) return i;
+  }
+  return -1;
+}
+
+/* The bias gradient node i computes in its epilogue, or NULL. */
+static const IrValue *bgrad_of(CgEmitter *e, int i, const IrValue *summed) {
+  for (int k = i + 1; k < e->g->nodes.len; k++)
+    if (node_at(e, k)->op == IR_OP_SUM_TO && node_at(e, k)->in[0] == summed &&
+        bgrad_owner(e, k) == i)
+      return node_at(e, k)->out[0];
+  return NULL;
+}
+
+/* Whether node j's code is written by an earlier GEMM's epilogue. */
+static bool in_epilogue(CgEmitter *e, int j) {
+  const IrNode *n = node_at(e, j);
+  if (n->op == IR_OP_GELU) return j > 0 && gelu_of_linear(e, j - 1) == j;
+  if (n->op == IR_OP_GELU_GRAD) {
+    int i = index_of(e, n->in[1]);
+    return i >= 0 && dgelu_of_linear_dx(e, i) == j;
+  }
+  if (n->op == IR_OP_SUM_TO) return bgrad_owner(e, j) >= 0;
+  return false;
+}
+
+/* One k_cuda_gemm_fused call of node `index`: C = epi(op(A) op(B)) with
+ * the epilogue's bias (read) or bias gradient (fp32, by way of the stash)
+ * and aux; leading dims those of dense row-major operands. */
+static void gemm_fused(CgEmitter *e, int index, GemmTypes t, const char *epi, const IrValue *bias,
+                       const IrValue *aux, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                       const char *A, int64_t lda, const char *B, int64_t ldb, bool add,
+                       const char *C) {
+  bool grad = strstr(epi, "BGRAD") != NULL;
+  const char *stash = ir_fmt("(float *)((char *)CU_ALIGN256(TMP(%lld)) + %lld)",
+                             (long long)e->plan->scratch_offset[index],
+                             (long long)(CUDA_GEMM_WORKSPACE - 256));
+  emit(e, "{");
+  e->depth++;
+  emit(e, "const KcGemmEpi epi = {%s, %s, %s, %s, %lld};", epi,
+       grad ? stash : bias ? ir_fmt("(void *)%s", ref(e, bias)) : "NULL",
+       kc_type(!grad && bias && low(e, bias)), aux ? ir_fmt("(void *)%s", ref(e, aux)) : "NULL",
+       (long long)(aux ? N : 0));
+  emit(e, "k_cuda_gemm_fused(%s, %s, &epi, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, "
+          "%s, %s, %lld);",
+       kc_type(t.ab), kc_type(t.c), ta, tb, (long long)M, (long long)N, (long long)K, A,
+       (long long)lda, B, (long long)ldb, add ? "1.0f" : "0.0f", C, (long long)N);
+  if (grad)
+    emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(float), cudaMemcpyDeviceToDevice, "
+            "k_cuda_stream()));",
+         ref(e, bias), stash, (long long)numel(bias));
+  e->depth--;
+  emit(e, "}");
+}
+
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
  * contiguous, a strided batched GEMM otherwise (a shared operand has
  * stride 0). */
@@ -468,6 +662,12 @@ static void emit_linear(CgEmitter *e, int index) {
   GemmTypes t;
   if (!gemm_types(e, n, x, w, y, &t)) return;
   gemm_workspace(e, index);
+  int j = gelu_of_linear(e, index);
+  if (j >= 0) {
+    gemm_fused(e, index, t, "KC_EPI_BIAS_GELU_AUX", n->in[2], y, 0, tr, rows, out, in, ref(e, x), in,
+               ref(e, w), tr ? in : out, false, ref(e, node_at(e, j)->out[0]));
+    return;
+  }
   /* The epilogue's bias is of the output's type. */
   if (n->nin == 3 && !add && low(e, n->in[2]) == t.c) {
     emit(e, "k_cuda_gemm_epilogue(%s, %s, KC_EPI_BIAS, %s, 0, %d, %lld, %lld, %lld, 1.0f, "
@@ -492,6 +692,15 @@ static void emit_linear_dx(CgEmitter *e, int index) {
   GemmTypes t;
   if (!gemm_types(e, n, dy, w, dx, &t)) return;
   gemm_workspace(e, index);
+  int j = dgelu_of_linear_dx(e, index);
+  if (j >= 0) {
+    const IrNode *g = node_at(e, j);
+    const IrValue *db = bgrad_of(e, index, g->out[0]);
+    gemm_fused(e, index, t, db ? "KC_EPI_DGELU_BGRAD" : "KC_EPI_DGELU", db, g->in[0], 0, !tr,
+               rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out, false,
+               ref(e, g->out[0]));
+    return;
+  }
   gemm(e, t, 0, !tr, rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
        into_grads(e, dx), ref(e, dx), in);
 }
@@ -507,7 +716,15 @@ static void emit_linear_dw(CgEmitter *e, int index) {
   GemmTypes t;
   if (!gemm_types(e, n, x, dy, dw, &t)) return;
   gemm_workspace(e, index);
-  if (tr)
+  /* dy's bias gradient: the sum over the GEMM's k of its dy operand. */
+  const IrValue *db = bgrad_of(e, index, dy);
+  if (db && tr)
+    gemm_fused(e, index, t, "KC_EPI_BGRAD_A", db, NULL, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x),
+               in, add, ref(e, dw));
+  else if (db)
+    gemm_fused(e, index, t, "KC_EPI_BGRAD_B", db, NULL, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy),
+               out, add, ref(e, dw));
+  else if (tr)
     gemm(e, t, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, add, ref(e, dw), in);
   else
     gemm(e, t, 1, 0, in, out, rows, ref(e, x), in, ref(e, dy), out, add, ref(e, dw), out);
@@ -781,8 +998,8 @@ static void emit_tp_slice(CgEmitter *e, int index) {
   if (!cg_comm_tensor_axis(e, n)) return;
   const IrValue *x = n->in[0], *y = n->out[0];
   int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
-  emit(e, "k_cuda_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", ref(e, y),
-       (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
+  emit(e, "k_cuda_copy2d%s(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", sfx(e, x),
+       ref(e, y), (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
 }
 
@@ -799,50 +1016,55 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
     int64_t V = dim(table, 0);
-    emit(e, "k_cuda_embedding_fwd_vp(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
-         ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids), (long long)dim(y, -1),
-         (long long)V, (long long)V);
+    emit(e, "k_cuda_embedding_fwd_vp%s(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
+         sfx(e, y), ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids),
+         (long long)dim(y, -1), (long long)V, (long long)V);
     return;
   }
   int64_t V = dim(y, 0), h = dim(y, -1);
   if (into_grads(e, y))
     emit_embedding_add(e, n, ir_fmt("(int64_t)ctx->tp * %lld", (long long)V), V);
   else
-    emit(e, "k_cuda_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
-         ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids), (long long)V,
-         (long long)h, (long long)V);
+    emit(e, "k_cuda_embedding_bwd_vp%s(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
+         sfx(e, n->in[1]), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids),
+         (long long)V, (long long)h, (long long)V);
 }
 
 /* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits,
  * as on the CPU: all-reduces of the row max (MAX), then of the sum of
  * exponentials and, forward, of the target logit (SUM), one real per row
- * each, in the device scratch. */
+ * each, in the device scratch. With bf16 logits the kernels read them in
+ * their _bf16 forms, and these statistics stay fp32 (Megatron-LM's
+ * vocabulary-parallel cross-entropy works on fp32 logits): a bf16 row
+ * max and sum of exponentials would cost the loss 3 significant digits
+ * for a few bytes per row. */
 static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
   int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);
-  const char *L = ref(e, logits), *T = ref(e, targets);
+  const char *L = ref(e, logits), *T = ref(e, targets), *s = sfx(e, logits);
   emit(e, "{");
   e->depth++;
   emit(e, "const int64_t lo = (int64_t)ctx->tp * %lld;", (long long)V);
   emit(e, "const int64_t n = %lld - lo < 0 ? 0 : %lld - lo > %lld ? %lld : %lld - lo;",
        (long long)valid, (long long)valid, (long long)V, (long long)V, (long long)valid);
   emit(e, "real *mx = cu_tp_scratch(), *se = mx + %lld;", (long long)rows);
-  emit(e, "k_cuda_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "k_cuda_ce_vp_max%s(mx, %s, %lld, %lld, n);", s, L, (long long)rows, (long long)V);
   cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
-  emit(e, "k_cuda_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  emit(e, "k_cuda_ce_vp_sumexp%s(se, %s, mx, %lld, %lld, n);", s, L, (long long)rows,
+       (long long)V);
   cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
   if (n->op == IR_OP_CROSS_ENTROPY) {
     emit(e, "real *tg = mx + %lld;", (long long)(2 * rows));
-    emit(e, "k_cuda_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
-         (long long)V, (long long)valid);
+    emit(e, "k_cuda_ce_vp_target%s(tg, %s, %s, %lld, %lld, lo, n, %lld);", s, L, T,
+         (long long)rows, (long long)V, (long long)valid);
     cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
     emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", ref(e, n->out[0]), (long long)rows);
   } else {
-    emit(e, "k_cuda_ce_vp_bwd(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", ref(e, n->out[0]), L,
-         T, ref(e, n->in[2]), (long long)rows, (long long)V);
+    emit(e, "k_cuda_ce_vp_bwd%s(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", s,
+         ref(e, n->out[0]), L, T, ref(e, n->in[2]), (long long)rows, (long long)V);
   }
   e->depth--;
   emit(e, "}");
@@ -851,8 +1073,8 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
 /* Dropout on a tensor-parallel split: each rank draws its own stream, the
  * CPU's tp_seed. */
 static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
-  emit(e, "k_cuda_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
-       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
+  emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]), ref(e, n->in[0]),
        (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
@@ -931,7 +1153,8 @@ static bool tp_form(const IrNode *n) { return flag(n, "vocab_parallel") || flag(
 
 static void cuda_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
-  if (tp_form(n)) emit_tp_form(e, index);
+  if (in_epilogue(e, index)) emit(e, "/* in the epilogue of the GEMM that computes its operand */");
+  else if (tp_form(n)) emit_tp_form(e, index);
   else if (cuda_kernels[n->op]) cuda_kernels[n->op](e, index);
   else cg_error(e, n, "not supported");
 }
@@ -961,14 +1184,6 @@ static void check_supported(CgEmitter *e) {
       cuda_state(e)->refused = true;
       return;
     }
-  if (bf16_mode(e) && (e->nchunks > 1 || cg_mesh(e->g, IR_AXIS_TENSOR) > 1 ||
-                      cg_mesh(e->g, IR_AXIS_DATA) > 1)) {
-    ir_error(ir_cmdline, "cuda target: --precision bf16 runs on one rank for now; compile with "
-                         "t = p = d = 1, or with --precision fp32");
-    e->errors++;
-    cuda_state(e)->refused = true;
-    return;
-  }
   if (e->plan->real_bytes != 4) {
     ir_error(ir_cmdline, "cuda target: the programs are fp32 (--dtype f64 is for gradient checks, "
                          "on the CPU target)");
@@ -1052,8 +1267,8 @@ static void emit_bf16_prologue(CgEmitter *e) {
   emit(e, " * from their bf16 working copy, which the device layer keeps fresh. */");
   emit(e, "extern \"C\" uint16_t *rt_dev_weights_bf16(const real *w, int64_t n);");
   emit(e, "#define BF(p) ((kc_bf16 *)(p))");
-  emit(e, "#define W16(elems) (rt_dev_weights_bf16(ctx->weights, %lldLL) + (elems))",
-       (long long)e->plan->nweights);
+  /* The copy is of the program's whole weights region (every chunk's). */
+  emit(e, "#define W16(elems) (rt_dev_weights_bf16(ctx->weights, ctx->model->nweights) + (elems))");
   emit(e, "__device__ __forceinline__ real cu_f(real x) { return x; }");
   emit(e, "__device__ __forceinline__ real cu_f(kc_bf16 x) {");
   emit(e, "  return __bfloat162float(__ushort_as_bfloat16(x));");
@@ -1312,9 +1527,10 @@ static void cuda_buildfile(CgEmitter *e, const char *const *programs, int nprogr
 static int64_t cuda_scratch_bytes(const IrNode *n) {
   switch (n->op) {
   case IR_OP_MATMUL:
-  case IR_OP_LINEAR:
-  case IR_OP_LINEAR_DX:
-  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE;
+  case IR_OP_LINEAR: return CUDA_GEMM_WORKSPACE;
+  /* And the stash of a bias gradient in the epilogue (stash_bytes). */
+  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + stash_bytes(dim(n->out[0], -1));
+  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + stash_bytes(dim(n->in[1], -1));
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
@@ -1341,9 +1557,13 @@ static const PassMemPolicy cuda_memplan = {
 };
 
 static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
-                         int64_t part) {
-  emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
-       (long long)b, (long long)part);
+                         int64_t part, bool low) {
+  if (low)
+    emit(e, "k_cuda_transpose_bf16(BF(%s), (const kc_bf16 *)%s, 1, %lld, 1, %lld, %lld);", dst,
+         src, (long long)a, (long long)b, (long long)part);
+  else
+    emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
+         (long long)b, (long long)part);
 }
 
 static void *cuda_state_new(CgEmitter *e) {
@@ -1355,7 +1575,7 @@ static void *cuda_state_new(CgEmitter *e) {
 
 const CgTarget cg_target_cuda = {
     .name = "cuda",
-    .doc = "CUDA C++ for NVIDIA GPUs (fp32, or bf16 on one rank; cuBLASLt GEMMs, NCCL between "
+    .doc = "CUDA C++ for NVIDIA GPUs (fp32 or bf16; cuBLASLt GEMMs, NCCL between "
            "ranks, nvcc)",
     .source_ext = ".cu",
     .buildfile_name = "Makefile",

@@ -606,6 +606,25 @@ static void emit_actions(CgEmitter *e, const CgProgram *pr) {
   emit_blank(e);
 }
 
+/* Whether the plans keep the pipeline messages at 2 bytes an element
+ * (PassMemPolicy.low_values): then every part of every message is, and
+ * the runtime sends them as bf16. */
+static bool messages_low(CgEmitter *e) {
+  int low = 0, parts = 0;
+  for (int c = 0; c < e->nchunks; c++) {
+    const CgChunk *ch = &e->chunks[c];
+    const IrVec *vecs[] = {&ch->recv_act, &ch->send_act, &ch->recv_grad, &ch->send_grad};
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < vecs[k]->len; i++) {
+        const IrValue *v = vecs[k]->items[i];
+        parts++;
+        low += pass_memplan_find(ch->plan, v)->bytes < ir_type_numel(&v->type) * ch->plan->real_bytes;
+      }
+  }
+  if (low && low != parts) die("%d of %d message parts are bf16", low, parts);
+  return low > 0;
+}
+
 static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr) {
   int nparams = 0;
   for (int c = 0; c < e->nchunks; c++) nparams += e->chunks[c].g->params.len;
@@ -634,6 +653,7 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   const PassBuf *lb = mi->logits ? pass_memplan_find(lp, mi->logits) : NULL;
   if (lb && lp->policy.low_bytes && lb->bytes < ir_type_numel(&mi->logits->type) * lp->real_bytes)
     emit(e, ".logits_bf16 = 1,");
+  if (messages_low(e)) emit(e, ".messages_bf16 = 1,");
   if (pr->table) {
     emit(e, ".schedule = %s,", cstr(pr->schedule));
     emit(e, ".actions = actions,");

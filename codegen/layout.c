@@ -200,6 +200,22 @@ static bool check_options(const CgLayout *l) {
 
 /* ------------------------------------------------------- chunks, schedule */
 
+/* The policy chunk c is planned under: the layout's, and with low-precision
+ * values (bf16) the chunk's pipeline messages among them, so that
+ * activations and their gradients travel between stages in bf16. */
+static PassMemPolicy chunk_policy(const CgLayout *l, const CgChunk *c) {
+  PassMemPolicy p = l->policy;
+  if (!p.low_bytes) return p;
+  IrPtrMap *m = ir_alloc(sizeof *m);
+  memset(m, 0, sizeof *m);
+  m->arena = true;
+  const IrVec *parts[] = {&c->recv_act, &c->send_act, &c->recv_grad, &c->send_grad};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < parts[k]->len; i++) ir_ptrmap_put(m, parts[k]->items[i], m);
+  p.low_values = m;
+  return p;
+}
+
 /* One chunk per virtual stage with its memory plan: the whole graph when
  * p * v = 1 (its plan from the memplan pass when made for this target),
  * else pp-split's parts. */
@@ -220,7 +236,8 @@ static bool make_chunks(CgLayout *l) {
     all[k].g = pc[k].g;
     all[k].recv_act = pc[k].recv_act, all[k].send_act = pc[k].send_act;
     all[k].recv_grad = pc[k].recv_grad, all[k].send_grad = pc[k].send_grad;
-    if (!(all[k].plan = pass_memplan_build(pc[k].g, rb, &l->policy))) return false;
+    PassMemPolicy policy = chunk_policy(l, &all[k]);
+    if (!(all[k].plan = pass_memplan_build(pc[k].g, rb, &policy))) return false;
   }
   return true;
 }
@@ -288,7 +305,8 @@ static bool make_schedule(CgLayout *l) {
 static bool split_backward(CgLayout *l) {
   for (int k = 0; sched_has_w(l->schedule) && k < l->nchunks; k++) {
     pass_split_backward(l->chunks[k].g);
-    if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &l->policy)))
+    PassMemPolicy policy = chunk_policy(l, &l->chunks[k]);
+    if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &policy)))
       return false;
   }
   return true;

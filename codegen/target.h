@@ -159,11 +159,12 @@ struct CgTarget {
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
   /* For the collectives along inner dims: writes dst [b][a][part] from
-   * src [a][b][part] (pointer expressions of the generated code), and the
-   * name of the program's buffer of cg_comm_scratch_reals reals that holds
-   * the rank-major copy. */
+   * src [a][b][part] (pointer expressions of the generated code; elements
+   * of 2 bytes with `low`, the plan's low precision), and the name of the
+   * program's buffer of cg_comm_scratch_reals reals that holds the
+   * rank-major copy. */
   void (*permute)(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
-                  int64_t part);
+                  int64_t part, bool low);
   const char *comm_scratch;
   /* The program's entry point, after the tables (`rt_model`). */
   void (*entry)(CgEmitter *e);

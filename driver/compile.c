@@ -15,7 +15,9 @@ static const DrvOption compile_options[] = {
     {"-o", "DIR", "the folder for the rank programs, manifest and Makefile"},
     {"--dtype", "f32|f64", "the programs' floating point type (default f32; f64 for gradient checks)"},
     {"--cuda-arch", "sm_NN", "--target cuda: the GPU architecture to build for (default sm_90)"},
-    {"--precision", "fp32|bf16", "the precision of the step (default fp32; bf16: --target cuda, one rank)"},
+    {"--precision", "fp32|bf16", "the precision of the step (default fp32; bf16: --target cuda)"},
+    {"--no-gemm-epilogue", NULL, "--target cuda: GELU, its gradient and bias gradients as kernels of "
+     "their own after the GEMMs, not in cuBLASLt's epilogue (for comparison)"},
     {"--emit-ir", NULL, "print the IR after the pipeline"},
     {"--passes", "a,b,c", "run these passes instead of the default pipeline (empty: none)"},
     {"--print-after", "PASS", "print the IR after each run of PASS"},
@@ -192,6 +194,7 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
     return drv_usage_error(&drv_compile_command, "--precision: expected fp32 or bf16, got '%s'",
                            precision);
   o.bf16 = precision && strcmp(precision, "bf16") == 0;
+  o.no_gemm_epilogue = drv_flag(nargs, args, "--no-gemm-epilogue");
   if (o.bf16 && (!target || strcmp(target, "cuda") != 0))
     return drv_usage_error(&drv_compile_command,
                            "--precision: bf16 is for --target cuda; the %s target runs fp32",

@@ -846,6 +846,7 @@ static const DrvOption run_options[] = {
     {"--passes", "a,b,c", "run these passes instead of the target's pipeline, as in compile"},
     {"--target", "NAME", "cpu or cuda (default: cuda for one rank where a GPU is visible, else cpu)"},
     {"--precision", "fp32|bf16", "the step's precision, as in compile (bf16: --target cuda)"},
+    {"--no-gemm-epilogue", NULL, "as in compile (--target cuda)"},
     DRV_TP_OPTIONS,
     DRV_PP_OPTIONS,
     DRV_LAUNCH_OPTIONS,

@@ -60,8 +60,9 @@ static const DrvOption simulate_options[] = {
     {"--recompute-layers", "N", "--recompute full: layers per checkpoint (default 1); memory keeps "
      "every N-th layer's input and one group's activations"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
-    {"--precision", "mixed|fp32",
-     "memory as mixed precision keeps it (default), or fp32 everything as the CPU target does"},
+    {"--precision", "mixed|bf16|fp32",
+     "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
+     "weight-gradient reductions); or fp32 everything as the CPU target does"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
     {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
@@ -126,8 +127,10 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
+  else if (prec && strcmp(prec, "bf16") == 0) c->bf16 = true;
   else if (prec && strcmp(prec, "mixed") != 0) {
-    drv_usage_error(&drv_simulate_command, "--precision: expected mixed or fp32, got '%s'", prec);
+    drv_usage_error(&drv_simulate_command, "--precision: expected mixed, bf16 or fp32, got '%s'",
+                    prec);
     return false;
   }
   return ok;

@@ -109,7 +109,9 @@ static void index_values(Planner *pl) {
   pl->output = calloc((size_t)n, sizeof *pl->output);
   pl->direct = calloc((size_t)n, sizeof *pl->direct);
   pl->reg = calloc((size_t)n, sizeof *pl->reg);
-  if (!pl->def || !pl->delta || !pl->outside || !pl->output || !pl->direct || !pl->reg)
+  pl->wide = calloc((size_t)n, sizeof *pl->wide);
+  if (!pl->def || !pl->delta || !pl->outside || !pl->output || !pl->direct || !pl->reg ||
+      !pl->wide)
     die("out of memory");
   for (int i = 0; i < g->inputs.len; i++) add_buf(pl, g->inputs.items[i], -1);
   for (int i = 0; i < g->params.len; i++) add_buf(pl, g->params.items[i], -1);
@@ -127,6 +129,7 @@ static void planner_free(Planner *pl) {
   free(pl->output);
   free(pl->direct);
   free(pl->reg);
+  free(pl->wide);
 }
 
 /* ------------------------------------------------------- views and loops */
@@ -263,6 +266,18 @@ static void mark_direct(Planner *pl, const IrValue *v, const IrValue *prm) {
   }
 }
 
+/* A partial gradient that a collective sums into a param's gradient (a
+ * norm's weight under sequence parallelism) keeps the gradient's real in
+ * a plan of low-precision values: comm.h moves one type per call, and
+ * weight gradients are reduced in full precision. */
+static void mark_wide(Planner *pl, const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return;
+  pl->wide[buf_of(pl, v)->index] = true;
+  IrOp op = v->def->op;
+  if (op == IR_OP_ALL_REDUCE || op == IR_OP_REDUCE_SCATTER || op == IR_OP_ALL_GATHER)
+    mark_wide(pl, v->def->in[0]);
+}
+
 static void plan_grads(Planner *pl) {
   for (int i = 0; i < pl->g->params.len; i++) {
     IrValue *prm = pl->g->params.items[i];
@@ -274,6 +289,7 @@ static void plan_grads(Planner *pl) {
   for (int i = 0; i < pl->g->params.len; i++) {
     IrValue *prm = pl->g->params.items[i];
     if (prm->grad && can_direct(pl, prm->grad, prm, 0)) mark_direct(pl, prm->grad, prm);
+    if (prm->grad) mark_wide(pl, prm->grad);
   }
 }
 
@@ -411,11 +427,16 @@ static int64_t first_fit(Item *items, int n) {
 }
 
 /* Whether buffer k holds its reals in the policy's low precision: a value
- * of the step itself (PassMemPolicy.low_bytes). */
+ * of the step itself (PassMemPolicy.low_bytes), or one the policy names
+ * (its low_values: pipeline messages). */
 static bool is_low(Planner *pl, int k) {
   const PassBuf *b = &pl->p->bufs[k];
-  return pl->p->policy.low_bytes > 0 && is_real(b->value->type.dtype) &&
-         b->value->kind == IR_VAL_NODE && !b->grad_of && !pl->output[k] && !pl->direct[k];
+  const PassMemPolicy *po = &pl->p->policy;
+  if (po->low_bytes <= 0 || !is_real(b->value->type.dtype) || b->grad_of || pl->direct[k] ||
+      pl->wide[k])
+    return false;
+  if (po->low_values && ir_ptrmap_get(po->low_values, b->value)) return true;
+  return b->value->kind == IR_VAL_NODE && !pl->output[k];
 }
 
 /* Params in declaration order, each at a 64-byte boundary. */
@@ -516,7 +537,7 @@ bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPo
   PassMemPolicy q = policy_of(policy);
   return p && p->real_bytes == real_bytes && p->policy.threads == q.threads &&
          p->policy.scratch_reals == q.scratch_reals && p->policy.row_chunks == q.row_chunks &&
-         p->policy.low_bytes == q.low_bytes;
+         p->policy.low_bytes == q.low_bytes && p->policy.low_values == q.low_values;
 }
 
 PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy) {

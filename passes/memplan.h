@@ -64,6 +64,10 @@ typedef struct PassMemPolicy {
    * bf16 programs set 2: weights, their gradients and the optimizer state
    * stay in the plan's real. */
   int low_bytes;
+  /* Graph inputs and outputs planned at low_bytes all the same (NULL:
+   * none): a pipeline chunk's messages, so that activations and their
+   * gradients travel between stages in bf16 (codegen/layout.c). */
+  const IrPtrMap *low_values;
 } PassMemPolicy;
 
 /* The plan's threads when a policy asks for none. */

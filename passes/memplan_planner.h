@@ -18,6 +18,7 @@ typedef struct Planner {
   bool *output;   /* a named output of the model */
   bool *direct;   /* a gradient its node adds straight into the grads region */
   bool *reg;      /* never leaves its fused loop: no memory */
+  bool *wide;     /* a part of a param's gradient that a collective reduces: never low */
 } Planner;
 
 /* PassMemPlan.map holds each value's index in bufs plus one (the map's

@@ -38,6 +38,12 @@ typedef struct PlConfig {
    * every byte the costs count (ops, messages, reductions, the optimizer)
    * at 4 bytes per element. */
   bool fp32;
+  /* The CUDA target's --precision bf16 (Megatron-LM's bf16 recipe): as
+   * mixed precision, activations, pipeline messages and tensor-parallel
+   * collectives at 2 bytes, but the weight gradients reduced in fp32 (the
+   * data-parallel buckets, ZeRO-1's reduce-scatter, the tied embedding's
+   * sum) and ZeRO-1's all-gather of the updated fp32 weights at 4. */
+  bool bf16;
 } PlConfig;
 
 /* Where the ranks of each parallel group sit: the rank order is Megatron's

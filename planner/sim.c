@@ -25,8 +25,8 @@ static double opt_bytes_per_param(const PlConfig *c) { return 4 + 8 + 8 + 8 + (c
 /* Bytes per gradient element the data-parallel reduction moves: 16-bit,
  * as Megatron-LM's fp16 training of the paper all-reduced its gradients
  * (docs/planner.md); the fp32 copy the memory counts is the optimizer's.
- * The CPU target reduces its fp32 gradients. */
-static double grad_comm_bytes(const PlConfig *c) { return pl_elem_bytes(c); }
+ * The CPU target and the CUDA target's bf16 reduce their fp32 gradients. */
+static double grad_comm_bytes(const PlConfig *c) { return c->bf16 ? 4 : pl_elem_bytes(c); }
 
 /* What one replay needs besides the tables. */
 typedef struct Sim {
@@ -291,7 +291,10 @@ static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int6
   int zd = c->zero && c->dp > 1 ? c->dp : 1;
   S->opt = pl_memory_s(hw, (double)max_params / zd * opt_bytes_per_param(c));
   S->tail = 0;
-  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, pl_elem_bytes(c) * (double)max_params);
+  /* The updated weights: 16-bit in the paper's mixed precision, the fp32
+   * masters (then cast on every rank) in the CUDA target's bf16. */
+  double wbytes = c->bf16 ? 4 : pl_elem_bytes(c);
+  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, wbytes * (double)max_params);
   if (c->pp * c->vpp > 1 && m->tied)
     S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, grad_comm_bytes(c) * (double)m->tied);
 }

@@ -11,12 +11,17 @@
 #include "trace.h"
 #include "util.h"
 
+/* The step's staged window is already in model memory: its microbatches
+ * are device copies, which need not wait for the step's work so far. */
 void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g) {
-  const int32_t *base = window + g * rt->rows;
+  const int32_t *dev = rt->window_dev && window == rt->window ? rt->window_dev : NULL;
+  const int32_t *base = (dev ? dev : window) + g * rt->rows;
   for (int i = 0; i < c->ninputs; i++) {
     const RtInput *in = &c->inputs[i];
-    rt_dev_from_host(rt_loc(&rt->ctx, c, in->offset_bytes), base + (in->is_target ? 1 : 0),
-                     rt->rows * (int64_t)sizeof *base);
+    void *dst = rt_loc(&rt->ctx, c, in->offset_bytes);
+    int64_t bytes = rt->rows * (int64_t)sizeof *base;
+    if (dev) rt_dev_copy(dst, base + (in->is_target ? 1 : 0), bytes);
+    else rt_dev_from_host(dst, base + (in->is_target ? 1 : 0), bytes);
   }
 }
 
@@ -124,14 +129,40 @@ double rt_eval(Rt *rt) {
   return rt_mesh_mean(rt, sum, n);
 }
 
-void rt_fetch_window(Rt *rt, int64_t step) {
+/* The window of `step` into host buffer w. */
+static void read_window(Rt *rt, int64_t step, int32_t *w) {
   int64_t n = rt->f.global_batch * rt->model->seq + 1;
   if (!rt->train) {
     uint64_t key = rt_key2((uint64_t)rt->f.seed, 0x746f6b656e73 /* "tokens" */);
     for (int64_t i = 0; i < n; i++)
-      rt->window[i] = (int32_t)(rt_hash_unit(key, (uint64_t)i) * (double)rt->model->vocab);
+      w[i] = (int32_t)(rt_hash_unit(key, (uint64_t)i) * (double)rt->model->vocab);
     return;
   }
-  int64_t w = rt_data_window_at(rt->train, step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
-  rt_data_read(rt->train, w, rt->window);
+  int64_t k = rt_data_window_at(rt->train, step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
+  rt_data_read(rt->train, k, w);
+}
+
+static void stage_window(Rt *rt, int slot, int64_t step) {
+  read_window(rt, step, rt_dev_stage_host(rt->stage, slot));
+  rt_dev_stage_put(rt->stage, slot);
+  rt->stage_step[slot] = step;
+}
+
+void rt_fetch_window(Rt *rt, int64_t step) {
+  if (!rt->stage) {
+    int64_t n = rt->f.global_batch * rt->model->seq + 1;
+    rt->stage = rt_dev_stage_new(n * (int64_t)sizeof(int32_t));
+    rt->stage_step[0] = rt->stage_step[1] = -1;
+    rt->window_buf = rt->window;
+  }
+  int slot = rt->stage_step[0] == step ? 0 : rt->stage_step[1] == step ? 1 : -1;
+  if (slot < 0) stage_window(rt, slot = 0, step);
+  rt->window = rt_dev_stage_host(rt->stage, slot);
+  rt->window_dev = rt_dev_stage_get(rt->stage, slot);
+  if (step + 1 < rt->f.steps) stage_window(rt, 1 - slot, step + 1);
+}
+
+void rt_end_window(Rt *rt) {
+  if (rt->window_buf) rt->window = rt->window_buf;
+  rt->window_dev = NULL;
 }

@@ -88,12 +88,18 @@
 typedef struct RtComm RtComm;       /* a group of ranks */
 typedef struct RtCommReq RtCommReq; /* a non-blocking operation in flight */
 
-typedef enum RtCommType { RT_COMM_F32, RT_COMM_F64, RT_COMM_I32, RT_COMM_NTYPES } RtCommType;
+/* RT_COMM_BF16: bfloat16 (its 16 bits, the upper half of an fp32), what
+ * the CUDA target's bf16 programs move their activations in. Its sums and
+ * maxima are formed in fp32 and rounded to bf16 once: on NCCL, ncclBfloat16;
+ * over MPI, which has no bf16, the ranks' parts are gathered and added in
+ * rank order, ((x0 + x1) + x2) + ..., in fp32, then rounded to nearest even,
+ * so the result is the same on every rank and in every run. */
+typedef enum RtCommType { RT_COMM_F32, RT_COMM_F64, RT_COMM_I32, RT_COMM_BF16, RT_COMM_NTYPES } RtCommType;
 typedef enum RtCommOp { RT_COMM_SUM, RT_COMM_MAX } RtCommOp;
 
 /* Bytes of one element of a type. */
 static inline int rt_comm_type_size(RtCommType type) {
-  return type == RT_COMM_F64 ? 8 : 4;
+  return type == RT_COMM_F64 ? 8 : type == RT_COMM_BF16 ? 2 : 4;
 }
 
 /* ---- Bootstrap ---------------------------------------------------------- */

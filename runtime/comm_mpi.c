@@ -24,8 +24,10 @@ struct RtComm {
 };
 
 /* A request remembers what to check or finish once MPI is done: the size a
- * receive must have had, and the copy out of the temporary buffer of an
- * in-place reduce-scatter. */
+ * receive must have had, the copy out of the temporary buffer of an
+ * in-place reduce-scatter, and the sum of a bf16 reduction's gathered
+ * parts (nparts > 0: tmp holds nparts runs of `count` bf16, reduced into
+ * dst). */
 struct RtCommReq {
   MPI_Request req;
   RtComm *comm;
@@ -35,6 +37,9 @@ struct RtCommReq {
   int peer;
   void *tmp, *dst;      /* copy tmp to dst (bytes) when complete */
   size_t bytes;
+  int nparts;           /* a bf16 reduction: the ranks' parts in tmp */
+  int64_t count;
+  RtCommOp op;
 };
 
 static struct {
@@ -248,6 +253,7 @@ static MPI_Datatype mpi_type(RtComm *c, const char *fn, RtCommType t) {
   case RT_COMM_F32: return MPI_FLOAT;
   case RT_COMM_F64: return MPI_DOUBLE;
   case RT_COMM_I32: return MPI_INT32_T;
+  case RT_COMM_BF16: return MPI_UINT16_T; /* moved as bits; reductions: bf16_reduce */
   default: rt_comm_fatal("%s on the %s communicator: unknown element type %d", fn, c->name, (int)t);
   }
 }
@@ -306,6 +312,71 @@ static RtCommReq *req_new(RtComm *c, const char *what) {
   return r;
 }
 
+/* ---- bf16 reductions ---------------------------------------------------- *
+ * MPI has no bf16 type, and a user-defined MPI_Op would not do: MPI fixes
+ * the order of a non-commutative op's operands but lets the implementation
+ * group them, and every partial result would be rounded to bf16 again. So
+ * each rank gathers the parts it reduces (all of them for an all-reduce,
+ * its own block of each rank's for a reduce-scatter, through MPI_Alltoall)
+ * and adds them itself in rank order in fp32, rounding once to nearest
+ * even: the same bits on every rank, in every run, whatever MPI chooses.
+ * It moves (n - 1) S bytes for an all-reduce instead of a ring's
+ * 2 (n - 1) S / n; only host memory and the staged path take it (the CUDA
+ * target's device buffers go through ncclBfloat16). */
+
+static float bf16_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t float_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* dst[j] = the reduction of parts[r * count + j] over r = 0, 1, ..., in order. */
+static void bf16_reduce(void *dst, const void *parts, int nparts, int64_t count, RtCommOp op) {
+  const uint16_t *x = parts;
+  uint16_t *y = dst;
+  for (int64_t j = 0; j < count; j++) {
+    float acc = bf16_float(x[j]);
+    for (int r = 1; r < nparts; r++) {
+      float v = bf16_float(x[(int64_t)r * count + j]);
+      acc = op == RT_COMM_MAX ? (v > acc || v != v ? v : acc) : acc + v;
+    }
+    y[j] = float_bf16(acc);
+  }
+}
+
+/* The bf16 all-reduce (alltoall = 0) or reduce-scatter (1) of `n` result
+ * elements into recv; the parts travel as MPI_UINT16_T. */
+static RtCommReq *bf16_reduction(RtComm *c, const void *send, void *recv, int n, RtCommOp op,
+                                 int alltoall, int nb) {
+  void *parts = rt_xmalloc((size_t)c->size * (size_t)n * 2 + 1);
+  const char *what = alltoall ? (nb ? "MPI_Ialltoall" : "MPI_Alltoall")
+                              : (nb ? "MPI_Iallgather" : "MPI_Allgather");
+  if (!nb) {
+    if (alltoall)
+      MPI_WAITING(c, what, MPI_Alltoall(send, n, MPI_UINT16_T, parts, n, MPI_UINT16_T, c->comm));
+    else
+      MPI_WAITING(c, what, MPI_Allgather(send, n, MPI_UINT16_T, parts, n, MPI_UINT16_T, c->comm));
+    bf16_reduce(recv, parts, c->size, n, op);
+    free(parts);
+    return NULL;
+  }
+  RtCommReq *r = req_new(c, what);
+  r->tmp = parts, r->dst = recv, r->nparts = c->size, r->count = n, r->op = op;
+  if (alltoall)
+    MPI_CHECK(c, MPI_Ialltoall(send, n, MPI_UINT16_T, parts, n, MPI_UINT16_T, c->comm, &r->req));
+  else
+    MPI_CHECK(c, MPI_Iallgather(send, n, MPI_UINT16_T, parts, n, MPI_UINT16_T, c->comm, &r->req));
+  return r;
+}
+
 /* ---- Collectives ------------------------------------------------------- *
  * Each operation is written once: with `nb` it starts the non-blocking form
  * and returns its request, without it completes and returns NULL. */
@@ -320,6 +391,7 @@ static RtCommReq *allreduce(RtComm *c, const void *send, void *recv, int64_t cou
   if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
   const void *s = send == recv ? MPI_IN_PLACE : send;
   count_bytes(c, RT_COMM_ALLREDUCE, count, type);
+  if (type == RT_COMM_BF16) return bf16_reduction(c, send, recv, n, op, 0, nb);
   if (!nb) {
     MPI_WAITING(c, "MPI_Allreduce", MPI_Allreduce(s, recv, n, t, o, c->comm));
     return NULL;
@@ -363,6 +435,10 @@ static RtCommReq *reduce_scatter(RtComm *c, const void *send, void *recv, int64_
   size_t part = (size_t)n * (size_t)rt_comm_type_size(type);
   int inplace = recv == (const char *)send + part * (size_t)c->rank;
   if (!inplace) check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
+  if (type == RT_COMM_BF16) {
+    count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
+    return bf16_reduction(c, send, recv, n, op, 1, nb);
+  }
   void *out = inplace ? rt_xmalloc(part) : recv;
   count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
   if (!nb) {
@@ -501,7 +577,8 @@ RtCommReq *rt_comm_ibarrier(RtComm *c) { return barrier(c, 1); }
 
 static void finish(RtCommReq *r, const MPI_Status *st) {
   if (r->expect >= 0) check_received(r->comm, st, r->expect, r->type, r->peer);
-  if (r->tmp) memcpy(r->dst, r->tmp, r->bytes), free(r->tmp);
+  if (r->nparts) bf16_reduce(r->dst, r->tmp, r->nparts, r->count, r->op), free(r->tmp);
+  else if (r->tmp) memcpy(r->dst, r->tmp, r->bytes), free(r->tmp);
   free(r);
 }
 

@@ -399,8 +399,16 @@ static Nccl *nccl_for(RtComm *c, const void *a, const void *b) {
   return n && on_device(a) && on_device(b) ? n : NULL;
 }
 
+/* bf16 sums and maxima are NCCL's: fp32 arithmetic inside, rounded to
+ * bf16 at each step of its ring (the MPI path rounds once; the two agree
+ * within bf16's rounding, not to the bit). */
 static ncclDataType_t nccl_type(RtCommType t) {
-  return t == RT_COMM_F64 ? ncclFloat64 : t == RT_COMM_I32 ? ncclInt32 : ncclFloat32;
+  switch (t) {
+  case RT_COMM_F64: return ncclFloat64;
+  case RT_COMM_I32: return ncclInt32;
+  case RT_COMM_BF16: return ncclBfloat16;
+  default: return ncclFloat32;
+  }
 }
 
 static ncclRedOp_t nccl_op(RtCommOp op) { return op == RT_COMM_MAX ? ncclMax : ncclSum; }

@@ -64,9 +64,39 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes);
 /* Model memory: y[i] += x[i] for i < n (the two local copies of a tied
  * parameter's gradient, exec.c). */
 void rt_dev_accumulate(real *y, const real *x, int64_t n);
+/* Model memory at dst was written by someone other than the device layer
+ * (the comm backend: ZeRO-1's all-gather of the updated weights, the tied
+ * weights' broadcast), so whatever the device derives from it is stale: on
+ * CUDA, the bf16 working copy of the weights is cast afresh before its next
+ * use. Nothing on the CPU device. */
+void rt_dev_written(void *dst, int64_t bytes);
 
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);
+
+/* ------------------------------------------------------ staged windows */
+
+/* Token windows on their way into the model's inputs, in two slots (the
+ * current step's and the next one's), each a host buffer and its copy in
+ * model memory. The runtime fills a slot's host buffer, rt_dev_stage_put
+ * issues the copy and returns at once, and rt_dev_stage_get hands out the
+ * model-memory copy, ordered before every operation issued after it. On
+ * the CUDA device the host buffers are pinned (cudaHostAlloc) and the copy
+ * runs on a stream of its own, so the next window's copy overlaps the step
+ * that runs meanwhile; on the CPU device a slot's host buffer is its copy
+ * (ordinary memory, nothing to copy). */
+typedef struct RtDevStage RtDevStage;
+RtDevStage *rt_dev_stage_new(int64_t bytes);
+/* Slot `slot` (0 or 1)'s host buffer, to fill: the copy the slot's last
+ * put issued is complete when this returns. */
+void *rt_dev_stage_host(RtDevStage *s, int slot);
+/* Copies the slot's host buffer into its model memory, once everything
+ * issued before (the last readers of its previous contents) is done. */
+void rt_dev_stage_put(RtDevStage *s, int slot);
+/* The slot's model memory, holding what its last put copied for every
+ * operation issued from now on. */
+const void *rt_dev_stage_get(RtDevStage *s, int slot);
+void rt_dev_stage_free(RtDevStage *s);
 
 /* The CUDA device only (device_cuda.c), for the programs of --precision
  * bf16: the bf16 working copy (the bits of n bfloat16s) of the n fp32

@@ -49,11 +49,39 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 
+void rt_dev_written(void *dst, int64_t bytes) {
+  (void)dst;
+  (void)bytes;
+}
+
 void rt_dev_accumulate(real *y, const real *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 void rt_dev_sync(void) {}
+
+/* ------------------------------------------------------ staged windows */
+
+/* Model memory is host memory: a slot's host buffer is its copy. */
+struct RtDevStage {
+  void *slot[2];
+};
+
+RtDevStage *rt_dev_stage_new(int64_t bytes) {
+  RtDevStage *s = rt_xcalloc(1, sizeof *s);
+  for (int k = 0; k < 2; k++) s->slot[k] = rt_dev_alloc(bytes, "a staged token window");
+  return s;
+}
+
+void *rt_dev_stage_host(RtDevStage *s, int slot) { return s->slot[slot]; }
+void rt_dev_stage_put(RtDevStage *s, int slot) { (void)s, (void)slot; }
+const void *rt_dev_stage_get(RtDevStage *s, int slot) { return s->slot[slot]; }
+
+void rt_dev_stage_free(RtDevStage *s) {
+  if (!s) return;
+  for (int k = 0; k < 2; k++) rt_dev_free(s->slot[k]);
+  free(s);
+}
 
 /* --------------------------------------------------------- the optimizer */
 

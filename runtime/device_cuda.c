@@ -11,8 +11,9 @@
  * The bf16 programs read their weights from a bf16 working copy of the
  * fp32 masters (rt_dev_weights_bf16): the AdamW step writes it as it
  * updates the masters, and anything else that writes into the masters (a
- * checkpoint loaded, the initial weights, SGD) marks it stale, so it is
- * cast afresh before its next use.
+ * checkpoint loaded, the initial weights, SGD, and with ZeRO-1 the
+ * all-gather of the other replicas' updated fp32 shards, rt_dev_written)
+ * marks it stale, so it is cast afresh, whole, before its next use.
  * The optimizer's and the norms' small tables of runs live in device
  * buffers that grow to the largest call seen and are then reused, so after
  * the first step nothing is allocated. */
@@ -162,6 +163,8 @@ void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   wrote(dst, bytes);
 }
 
+void rt_dev_written(void *dst, int64_t bytes) { wrote(dst, bytes); }
+
 void rt_dev_accumulate(real *y, const real *x, int64_t n) {
   dev_init();
   if (n > 0) k_cuda_accumulate(y, x, n);
@@ -172,6 +175,71 @@ void rt_dev_sync(void) {
   dev_init();
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
   CUDA_CHECK(cudaGetLastError());
+}
+
+/* ------------------------------------------------------ staged windows */
+
+/* Pinned host buffers, their copies in GPU memory, and the events that
+ * order them: `copied` after a slot's copy on the copy stream (the step's
+ * stream waits for it in get, the host in stage_host), `consumed` on the
+ * step's stream at a put, which the copy waits for (the step before may
+ * still be reading the slot's previous window). */
+struct RtDevStage {
+  int64_t bytes;
+  void *host[2], *mem[2];
+  cudaEvent_t copied[2], consumed[2];
+  int pending[2];
+};
+
+static cudaStream_t copy_stream;
+
+RtDevStage *rt_dev_stage_new(int64_t bytes) {
+  dev_init();
+  if (!copy_stream) CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  RtDevStage *s = rt_xcalloc(1, sizeof *s);
+  s->bytes = bytes > 0 ? bytes : 1;
+  for (int k = 0; k < 2; k++) {
+    if (cudaHostAlloc(&s->host[k], (size_t)s->bytes, cudaHostAllocDefault) != cudaSuccess)
+      rt_fatal(NULL, "out of pinned host memory for a staged token window (%lld bytes)",
+               (long long)s->bytes);
+    s->mem[k] = rt_dev_alloc(s->bytes, "a staged token window");
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->copied[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->consumed[k], cudaEventDisableTiming));
+  }
+  return s;
+}
+
+void *rt_dev_stage_host(RtDevStage *s, int slot) {
+  if (s->pending[slot]) CUDA_CHECK(cudaEventSynchronize(s->copied[slot]));
+  s->pending[slot] = 0;
+  return s->host[slot];
+}
+
+void rt_dev_stage_put(RtDevStage *s, int slot) {
+  CUDA_CHECK(cudaEventRecord(s->consumed[slot], dev.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream, s->consumed[slot], 0));
+  CUDA_CHECK(cudaMemcpyAsync(s->mem[slot], s->host[slot], (size_t)s->bytes,
+                             cudaMemcpyHostToDevice, copy_stream));
+  CUDA_CHECK(cudaEventRecord(s->copied[slot], copy_stream));
+  s->pending[slot] = 1;
+}
+
+const void *rt_dev_stage_get(RtDevStage *s, int slot) {
+  CUDA_CHECK(cudaStreamWaitEvent(dev.stream, s->copied[slot], 0));
+  return s->mem[slot];
+}
+
+void rt_dev_stage_free(RtDevStage *s) {
+  if (!s) return;
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  for (int k = 0; k < 2; k++) {
+    CUDA_CHECK(cudaFreeHost(s->host[k]));
+    rt_dev_free(s->mem[k]);
+    CUDA_CHECK(cudaEventDestroy(s->copied[k]));
+    CUDA_CHECK(cudaEventDestroy(s->consumed[k]));
+  }
+  free(s);
 }
 
 /* --------------------------------------------- the bf16 working copy */

@@ -302,6 +302,10 @@ static void all_gather_weights(Rt *rt) {
     dp->req[j] = rt_comm_iallgather(dp->comm, w + (int64_t)dp->rank * q, w, q, RT_COMM_REAL);
   }
   rt_comm_waitall(dp->req, dp->nb);
+  /* The fp32 masters are gathered (not a bf16 copy), so every replica's
+   * working copy is cast from the same fp32 weights. */
+  for (int j = 0; j < dp->nb; j++)
+    rt_dev_written(rt->ctx.weights + dp->b[j].offset, dp->b[j].numel * (int64_t)sizeof(real));
 }
 
 /* This replica's shard of the step (the state of zero.h) and then the

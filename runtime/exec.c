@@ -17,7 +17,7 @@
  * comm.h sends and receives) while it exists and the operation while in
  * flight. */
 typedef struct Msg {
-  real *buf;
+  void *buf;
   RtCommReq *req;
   RtSchedAction act; /* --trace: the SEND or RECV that posted it, and when */
   double posted;
@@ -32,6 +32,7 @@ typedef struct Pool {
 struct RtExec {
   int p, v, m, stage, nvstages;
   RtComm *pipe, *embed;
+  RtCommType msg_type;       /* of a message's elements: reals, or bf16 (messages_bf16) */
   unsigned char *temps;
   Pool *pool;                /* per chunk */
   unsigned char **slot;      /* [c * m + mb]: the slot of (c, mb) in flight */
@@ -49,7 +50,7 @@ struct RtExec {
   int reads_inputs;          /* some chunk reads the model's inputs */
   /* The forward-only pass's buffers, one per chunk (a microbatch at a
    * time). */
-  real **fwd_in, **fwd_out;
+  void **fwd_in, **fwd_out;
   RtCommReq **fwd_req;
   int *tied;                 /* parameters tied across stages, by name */
   int ntied;
@@ -65,20 +66,28 @@ static int64_t parts_numel(const RtMsgPart *p, int n) {
   return s;
 }
 
+/* Bytes of one element of a message: a real, or bf16 where the program's
+ * plans keep the messages in 2 bytes (RtModel.messages_bf16). */
+static int64_t msg_elem(const RtModel *m) { return m->messages_bf16 ? 2 : (int64_t)sizeof(real); }
+
 /* The message's tensor out of the chunk's locations into buf ... */
-static void parts_out(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n, real *buf) {
+static void parts_out(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n, void *buf) {
+  unsigned char *b = buf;
   for (int i = 0; i < n; i++) {
-    rt_dev_copy(buf, rt_loc(ctx, c, p[i].offset), p[i].numel * (int64_t)sizeof(real));
-    buf += p[i].numel;
+    int64_t bytes = p[i].numel * msg_elem(ctx->model);
+    rt_dev_copy(b, rt_loc(ctx, c, p[i].offset), bytes);
+    b += bytes;
   }
 }
 
 /* ... and from buf into them. */
 static void parts_in(const RtCtx *ctx, const RtChunk *c, const RtMsgPart *p, int n,
-                     const real *buf) {
+                     const void *buf) {
+  const unsigned char *b = buf;
   for (int i = 0; i < n; i++) {
-    rt_dev_copy(rt_loc(ctx, c, p[i].offset), buf, p[i].numel * (int64_t)sizeof(real));
-    buf += p[i].numel;
+    int64_t bytes = p[i].numel * msg_elem(ctx->model);
+    rt_dev_copy(rt_loc(ctx, c, p[i].offset), b, bytes);
+    b += bytes;
   }
 }
 
@@ -90,8 +99,8 @@ static void *dev_zeroed(int64_t bytes, const char *what) {
   return mem;
 }
 
-/* A message buffer of n reals. */
-static real *msg_buf(int64_t n) { return rt_dev_alloc(n * (int64_t)sizeof(real), "a message"); }
+/* A message buffer of n elements. */
+static void *msg_buf(const RtModel *m, int64_t n) { return rt_dev_alloc(n * msg_elem(m), "a message"); }
 
 /* ------------------------------------------------------------- slots */
 
@@ -188,6 +197,7 @@ void rt_exec_init(Rt *rt) {
   x->nvstages = x->p * x->v;
   x->pipe = cs->axis[RT_AXIS_PIPELINE];
   x->embed = cs->axis[RT_AXIS_EMBED];
+  x->msg_type = m->messages_bf16 ? RT_COMM_BF16 : RT_COMM_REAL;
   x->temps = dev_zeroed(m->plan.temporaries, "the temporaries");
   rt->ctx.temporaries = x->temps;
   rt->ctx.activations = NULL;
@@ -299,10 +309,10 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
     rt_fatal(rt->model->name, "internal error: RECV(%s, chunk %d, microbatch %d) posted twice",
              rt_sched_msg_name(a->msg), a->chunk, a->mb);
   int64_t n = x->numel[0][a->msg][a->chunk];
-  r->buf = msg_buf(n);
+  r->buf = msg_buf(rt->model, n);
   r->act = *a;
   r->posted = rt_trace_now();
-  r->req = rt_comm_irecv(x->pipe, r->buf, n, RT_COMM_REAL, a->peer);
+  r->req = rt_comm_irecv(x->pipe, r->buf, n, x->msg_type, a->peer);
 }
 
 /* The received tensor of (c, mb) into the chunk's recv parts, once here;
@@ -342,7 +352,7 @@ static void keep(Rt *rt, RtExec *x, int msg, int c, int mb) {
   if (s->buf)
     rt_fatal(rt->model->name, "internal error: the %s of chunk %d, microbatch %d, is still unsent",
              rt_sched_msg_name(msg), c, mb);
-  s->buf = msg_buf(x->numel[1][msg][c]);
+  s->buf = msg_buf(rt->model, x->numel[1][msg][c]);
   if (msg == RT_SCHED_ACT)
     parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, s->buf);
   else
@@ -357,7 +367,7 @@ static void post_send(Rt *rt, RtExec *x, const RtSchedAction *a) {
              rt_sched_msg_name(a->msg), a->chunk, a->mb, a->msg == RT_SCHED_ACT ? "F" : "B");
   s->act = *a;
   s->posted = rt_trace_now();
-  s->req = rt_comm_isend(x->pipe, s->buf, x->numel[1][a->msg][a->chunk], RT_COMM_REAL, a->peer);
+  s->req = rt_comm_isend(x->pipe, s->buf, x->numel[1][a->msg][a->chunk], x->msg_type, a->peer);
   x->pending[x->npending++] = s;
 }
 
@@ -489,6 +499,7 @@ static void sync_tied(Rt *rt, RtExec *x) {
   for (int i = 0; i < x->ntied; i++) {
     const RtParam *p = &rt->model->params[x->tied[i]];
     rt_comm_broadcast(x->embed, rt->ctx.weights + p->offset, p->numel, RT_COMM_REAL, 0);
+    rt_dev_written(rt->ctx.weights + p->offset, p->numel * (int64_t)sizeof(real));
   }
 }
 
@@ -574,8 +585,8 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_out[x->local[RT_SCHED_ACT][c]]);
     } else if (ch->nrecv_act) {
       int64_t n = x->numel[0][RT_SCHED_ACT][c];
-      if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(n);
-      rt_comm_recv(x->pipe, x->fwd_in[c], n, RT_COMM_REAL,
+      if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(m, n);
+      rt_comm_recv(x->pipe, x->fwd_in[c], n, x->msg_type,
                    rt_vstage_stage(x->p, m->vshape, ch->vstage - 1));
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
     }
@@ -584,11 +595,11 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
     if (ch->has_loss) loss += rt_chunk_loss(&rt->ctx, ch);
     if (ch->nsend_act) {
       int64_t n = x->numel[1][RT_SCHED_ACT][c];
-      if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(n);
+      if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(m, n);
       parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
       int to = rt_vstage_stage(x->p, m->vshape, ch->vstage + 1);
       /* The next chunk on this stage reads it from fwd_out. */
-      if (to != x->stage) x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, RT_COMM_REAL, to);
+      if (to != x->stage) x->fwd_req[c] = rt_comm_isend(x->pipe, x->fwd_out[c], n, x->msg_type, to);
     }
     release(x, c, s);
   }

@@ -39,11 +39,13 @@ static int in_chunk(const RtChunk *c, int64_t off, int64_t bytes) {
   return off + bytes <= c->activations + c->temporaries;
 }
 
-static int parts_inside(const RtChunk *c, const RtMsgPart *p, int n) {
+/* Each part of a message inside the chunk's memory, its elements reals or
+ * (RtModel.messages_bf16) 2 bytes. */
+static int parts_inside(const RtModel *m, const RtChunk *c, const RtMsgPart *p, int n) {
+  int64_t elem = m->messages_bf16 ? 2 : (int64_t)sizeof(real);
   if (n < 0 || (n > 0 && !p)) return 0;
   for (int i = 0; i < n; i++)
-    if (p[i].numel <= 0 || !in_chunk(c, p[i].offset, p[i].numel * (int64_t)sizeof(real)))
-      return 0;
+    if (p[i].numel <= 0 || !in_chunk(c, p[i].offset, p[i].numel * elem)) return 0;
   return 1;
 }
 
@@ -74,7 +76,8 @@ static void check_chunk(const RtModel *m, int c, int p) {
     rt_fatal(what, "internal error: chunk %d (virtual stage %d of %d) %s the loss", c, vs, nv,
              ch->has_loss ? "computes" : "does not compute");
   if (ch->has_loss) {
-    int64_t logits = m->batch * m->seq * rt_logits_cols(m) * (int64_t)sizeof(real);
+    int64_t elem = m->logits_bf16 ? 2 : (int64_t)sizeof(real);
+    int64_t logits = m->batch * m->seq * rt_logits_cols(m) * elem;
     if (!in_chunk(ch, ch->loss_offset, sizeof(real)) ||
         !in_chunk(ch, ch->dloss_offset, sizeof(real)) || !in_chunk(ch, ch->logits_offset, logits))
       rt_fatal(what, "internal error: loss, d_loss or logits lie outside chunk %d's memory", c);
@@ -82,10 +85,10 @@ static void check_chunk(const RtModel *m, int c, int p) {
   /* Messages: an activation in from the previous virtual stage (but on the
    * first), out to the next (but on the last); gradients the other way. */
   int in = p > 1 && vs > 0, out = p > 1 && !last;
-  if (!parts_inside(ch, ch->recv_act, ch->nrecv_act) ||
-      !parts_inside(ch, ch->send_act, ch->nsend_act) ||
-      !parts_inside(ch, ch->recv_grad, ch->nrecv_grad) ||
-      !parts_inside(ch, ch->send_grad, ch->nsend_grad) || (ch->nrecv_act > 0) != in ||
+  if (!parts_inside(m, ch, ch->recv_act, ch->nrecv_act) ||
+      !parts_inside(m, ch, ch->send_act, ch->nsend_act) ||
+      !parts_inside(m, ch, ch->recv_grad, ch->nrecv_grad) ||
+      !parts_inside(m, ch, ch->send_grad, ch->nsend_grad) || (ch->nrecv_act > 0) != in ||
       (ch->nsend_grad > 0) != in || (ch->nsend_act > 0) != out || (ch->nrecv_grad > 0) != out)
     rt_fatal(what, "internal error: the message parts of chunk %d (virtual stage %d) are wrong", c,
              vs);
@@ -571,6 +574,7 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_trace_add_kind(RT_SCHED_OPT_STEP, 0, 0, u, rt_trace_now());
   }
   rt->step = s + 1;
+  rt_end_window(rt);
   rt_dev_sync(); /* the step's time includes all of its work */
   double dt = rt_now() - t0 - rt->skipped;
   info->step = s + 1;
@@ -702,6 +706,8 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   rt_data_close(rt->val);
   rt_exec_free(rt);
   rt_dp_free(rt);
+  rt_end_window(rt);
+  rt_dev_stage_free(rt->stage);
   free(rt->window);
   free(rt->norm_partials);
   rt_dev_free(rt->mem);

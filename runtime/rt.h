@@ -37,6 +37,15 @@ typedef struct Rt {
   int64_t rows;          /* tokens per microbatch: batch * seq */
   RtData *train, *val;
   int32_t *window;       /* the step's global_batch * seq + 1 tokens */
+  /* During a step, window is the host buffer of a slot of `stage` (a new
+   * struct RtDevStage of device.h, set up by the first rt_fetch_window) and
+   * window_dev its copy in model memory, from which the inputs are loaded;
+   * rt_end_window puts back `window_buf`, the buffer evaluation and
+   * sampling fill themselves, and clears window_dev. */
+  int32_t *window_buf;
+  const int32_t *window_dev;
+  struct RtDevStage *stage;
+  int64_t stage_step[2]; /* the step whose window each slot holds; -1: none */
   double *norm_partials; /* one per chunk of the gradient norm */
   int64_t norm_chunks;
   int64_t step;          /* optimizer steps completed */
@@ -94,8 +103,14 @@ double rt_window_loss(Rt *rt, const int32_t *window, int64_t step, int training)
  * data-parallel replicas share the windows out. */
 double rt_eval(Rt *rt);
 /* The step's window of training data (or seeded random tokens when there
- * is no --data, which only gradient checks do). */
+ * is no --data, which only gradient checks do) into rt->window, and its
+ * copy in model memory (staged through a slot of rt->stage) into
+ * rt->window_dev; then the next step's window is copied into the other
+ * slot while this step runs. The windows are those of the step numbers,
+ * whenever they are read: the data order does not change. */
 void rt_fetch_window(Rt *rt, int64_t step);
+/* After the step: rt->window is the plain host buffer again. */
+void rt_end_window(Rt *rt);
 
 /* main.c: the end of a step once every backward has run: the
  * data-parallel reductions are waited for, --dump-grads written (when

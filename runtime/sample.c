@@ -74,13 +74,13 @@ static void next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole, re
   c->forward(&rt->ctx);
   rt->ctx.training = 1;
   int64_t cols = rt_logits_cols(m);
-  if (m->logits_bf16) { /* one rank: shardc compiles bf16 for no mesh */
+  if (m->logits_bf16) { /* a tensor-parallel rank gathers the row in bf16 */
     const uint16_t *half = (const uint16_t *)rt_loc(&rt->ctx, c, c->logits_offset);
-    bf16_to_host(out, half + (k - 1) * cols, n);
+    bf16_to_host(out, rt_tp_gather_row(half + (k - 1) * cols, cols, 1, whole), n);
     return;
   }
   const real *logits = (const real *)rt_loc(&rt->ctx, c, c->logits_offset);
-  const real *row = rt_tp_gather_row(logits + (k - 1) * cols, cols, whole);
+  const real *row = rt_tp_gather_row(logits + (k - 1) * cols, cols, 0, whole);
   rt_dev_to_host(out, row, n * (int64_t)sizeof *out);
 }
 

@@ -309,8 +309,8 @@ void rt_tp_step_end(Rt *rt, int64_t step) {
   fflush(stdout);
 }
 
-const real *rt_tp_gather_row(const real *part, int64_t cols, real *whole) {
+const void *rt_tp_gather_row(const void *part, int64_t cols, int bf16, void *whole) {
   if (!tp.tensor) return part;
-  rt_comm_allgather(tp.tensor, part, whole, cols, RT_COMM_REAL);
+  rt_comm_allgather(tp.tensor, part, whole, cols, bf16 ? RT_COMM_BF16 : RT_COMM_REAL);
   return whole;
 }

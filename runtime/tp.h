@@ -85,10 +85,11 @@ void rt_tp_step_begin(Rt *rt);
 void rt_tp_step_mark(Rt *rt);
 void rt_tp_step_end(Rt *rt, int64_t step);
 
-/* The whole row of logits (all t parts joined, rt_logits_cols * t reals)
- * from this rank's `cols` columns. Collective over the tensor axis; with
- * t = 1 it returns `part` itself. part and whole are model memory (the
- * logits where the forward left them, device.h). */
-const real *rt_tp_gather_row(const real *part, int64_t cols, real *whole);
+/* The whole row of logits (all t parts joined, rt_logits_cols * t
+ * elements: reals, or bf16 with `bf16` set) from this rank's `cols`
+ * columns. Collective over the tensor axis; with t = 1 it returns `part`
+ * itself. part and whole are model memory (the logits where the forward
+ * left them, device.h). */
+const void *rt_tp_gather_row(const void *part, int64_t cols, int bf16, void *whole);
 
 #endif

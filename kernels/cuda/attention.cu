@@ -1,21 +1,31 @@
 /* Rotary position embeddings and scaled dot-product attention.
  *
- * The attention kernels never write the s x s scores. Each query row (or,
- * in the backward's dk/dv pass, each key row) is one warp: its lanes hold
- * the row's d values, LANE_VALS of them each (value c on lane c % 32), and
- * the warp streams the other side's rows one at a time, a dot product
- * being a sum over the lanes. The forward keeps an online softmax (running
- * max, running denominator, output rescaled when the max grows). The
- * backward first stores each query row's log-sum-exp and sum(dy y) in the
- * scratch, then writes dq by query rows and dk, dv by key rows, each row
- * owned by one warp that adds its terms in a fixed order: no atomics. This
- * is the simple, readable form of the flash-attention idea, not a tuned
- * one: no tiles in shared memory and no tensor cores yet.
+ * The attention kernels never write the s x s scores. Two forms:
+ *
+ * The simple kernels (fp32, and bf16 where the flash ones do not apply or
+ * SHARD_ATTENTION=simple): each query row (or, in the backward's dk/dv
+ * pass, each key row) is one warp: its lanes hold the row's d values,
+ * a few of them each (value c on lane c % 32), and the warp streams
+ * the other side's rows one at a time, a dot product being a sum over the
+ * lanes. The forward keeps an online softmax (running max, running
+ * denominator, output rescaled when the max grows). The backward first
+ * stores each query row's log-sum-exp and sum(dy y) in the scratch, then
+ * writes dq by query rows and dk, dv by key rows, each row owned by one
+ * warp that adds its terms in a fixed order: no atomics. No tiles in
+ * shared memory, no tensor cores: the readable form of the idea, and what
+ * the flash kernels are checked against on the same GPU.
+ *
+ * The flash kernels (bf16, head sizes a multiple of 16 up to 128): the same
+ * passes over tiles in shared memory with tensor-core products; the comment
+ * that opens their section says how.
  *
  * The plain path at the end (scores by cuBLASLt, the mask and softmax
  * kernels, then GEMMs) writes the scores and exists to check the fast path
  * on the same GPU. */
 #include <math.h>
+#include <mma.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -215,6 +225,448 @@ __global__ void att_dkv_kernel(T *dk, T *dv, const T *q, const T *k, const T *v,
   store_row(dv + kv_row(a, bi, j, g), dvacc, a.d);
 }
 
+/* ------------------------------------------------- flash, on tensor cores */
+
+/* The bf16 path for head sizes that are a multiple of 16 up to 128: tiles
+ * of q, k, v in shared memory and 16 x 16 x 16 tensor-core products
+ * (nvcuda::wmma, bf16 operands, fp32 accumulators), the FlashAttention-2
+ * structure without atomics.
+ *
+ * - Forward: a block owns FA_ROWS query rows of one (batch row, head),
+ *   each of its FA_WARPS warps 16 of them, q held as operand fragments and
+ *   the output as fp32 accumulators. The block streams the keys FA_COLS at
+ *   a time through shared memory; each warp forms its 16 x FA_COLS scores
+ *   by tensor core, takes them to its shared scratch for the online
+ *   softmax (fp32 max and sum, two lanes a row), rescales its output rows
+ *   and adds P v by tensor core with P rounded to bf16.
+ * - Backward: pass 1 is the forward without v: each row's log-sum-exp,
+ *   and D = sum(dy y). Pass 2 gives a block FA_ROWS keys of one kv head
+ *   (16 a warp, k and v as fragments, dk and dv as accumulators) and
+ *   streams the query rows of every head of its group FA_COLS at a time,
+ *   recomputing P^T = exp(k q^T / sqrt(d) - lse) and
+ *   dS^T = P^T (v dy^T - D) / sqrt(d): dv += P^T dy, dk += dS^T q. Pass 3
+ *   gives a block FA_ROWS query rows and streams the keys: dq += dS k.
+ *   Every sum has one owner and a fixed order: no atomics.
+ * - Rows past s are loaded as zeros and masked, so any s works; under the
+ *   causal mask a block visits only the tiles that hold a visible pair, and
+ *   a warp skips the products of a tile its 16 rows cannot see.
+ * - Which element of a tile a lane holds in a fragment is unspecified, so
+ *   the kernels never assume it: a row operation on an accumulator (the
+ *   softmax's rescaling) looks up each element's row in `ridx`, a fragment
+ *   loaded from a matrix whose entries are their row numbers, and anything
+ *   that needs a whole row goes through shared memory. */
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_ROWS (16 * FA_WARPS) /* a block's own rows: queries (forward, dq), keys (dk, dv) */
+#define FA_COLS 32              /* the streamed rows of one tile */
+#define FA_PAD 8                /* bf16 padding of a shared row: 16 bytes, off the same banks */
+#define FA_FPAD 4               /* the same for fp32 rows */
+#define FA_LDS (FA_COLS + FA_FPAD)
+#define FA_LDP (FA_COLS + FA_PAD)
+
+namespace wmma = nvcuda::wmma;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBt;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+
+/* One warp's scratch: its 16 rows against a tile's FA_COLS columns. */
+struct FaWarp {
+  float s[16][FA_LDS];  /* scores (k q^T in dk, dv) */
+  float t[16][FA_LDS];  /* dP, and the staging of output fragments */
+  bf16 p[16][FA_LDP];   /* P as a bf16 operand */
+  bf16 ds[16][FA_LDP];  /* dS as a bf16 operand */
+  float row[16];        /* a factor per row, for fa_scale_rows */
+  float pad[8];
+};
+
+/* A block's shared memory: 2 FA_COLS rows of a tile (k then v, or q then
+ * dy), used first to stage the block's own rows into fragments; the
+ * warps' scratch; the statistics of a tile's query rows (dk, dv). Every
+ * fragment pointer in it is 32-byte aligned, as load_matrix_sync wants. */
+template <int D> struct alignas(32) FaShared {
+  bf16 rows[2 * FA_COLS][D + FA_PAD];
+  FaWarp w[FA_WARPS];
+  float lse[FA_COLS], dsum[FA_COLS];
+};
+static_assert(FA_ROWS == 2 * FA_COLS, "the block's own rows are staged through a tile's rows");
+static_assert(sizeof(FaWarp) % 32 == 0 && sizeof(bf16[16][FA_LDP]) % 32 == 0 &&
+                  sizeof(float[16][FA_LDS]) % 32 == 0,
+              "fragment pointers stay 32-byte aligned");
+static_assert(sizeof(FaShared<128>) <= 48 * 1024, "static shared memory of a block");
+
+/* Whether query i may see key j. */
+__device__ __forceinline__ bool fa_visible(const Att &a, int64_t i, int64_t j) {
+  return i < a.s && j < a.s && (!a.causal || j <= i);
+}
+
+/* Rows r0 .. r0 + n of head hd (of `heads`) of batch row bi of a
+ * [b, s, heads, d] tensor into dst, zeros past s; 16-byte pieces (d is a
+ * multiple of 16 and the host checked that x is 16-byte aligned). Every
+ * thread of the block takes part. */
+template <int D>
+__device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att &a, int64_t bi,
+                        int64_t heads, int64_t hd, int64_t r0) {
+  int per = (int)(a.d / 8);
+  for (int e = threadIdx.x; e < n * per; e += blockDim.x) {
+    int r = e / per, c = e % per * 8;
+    int64_t t = r0 + r;
+    uint4 piece = make_uint4(0, 0, 0, 0);
+    if (t < a.s) {
+      KC_ASSERT(bi < a.b && hd < heads && c + 8 <= a.d);
+      piece = *(const uint4 *)(x + ((bi * a.s + t) * heads + hd) * a.d + c);
+    }
+    memcpy(&dst[r][c], &piece, sizeof piece); /* 16 bytes into a bf16 row, without type punning */
+  }
+}
+
+/* The block's own FA_ROWS rows of x from row r0 (head hd of `heads`) as
+ * operand fragments, nd = d / 16 of them, each warp its 16 rows; staged
+ * through the tile rows once every warp is done with them. */
+template <int D>
+__device__ void fa_own_rows(FragA *f, int nd, bf16 (*rows)[D + FA_PAD], const bf16 *x,
+                            const Att &a, int64_t bi, int64_t heads, int64_t hd, int64_t r0) {
+  __syncthreads();
+  fa_load<D>(rows, FA_ROWS, x, a, bi, heads, hd, r0);
+  __syncthreads();
+  int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    if (c < nd) wmma::load_matrix_sync(f[c], &rows[16 * warp][16 * c], D + FA_PAD);
+}
+
+template <int D> __device__ void fa_zero(FragC *acc) {
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    wmma::fill_fragment(acc[c], 0.0f);
+}
+
+/* out (16 x FA_COLS, fp32) = A B^T for the warp's operand rows A (nd
+ * fragments along d) and a tile's FA_COLS rows B. */
+template <int D>
+__device__ void fa_products(float (*out)[FA_LDS], const FragA *A, int nd,
+                            const bf16 (*B)[D + FA_PAD]) {
+#pragma unroll
+  for (int j = 0; j < FA_COLS / 16; j++) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int c = 0; c < D / 16; c++)
+      if (c < nd) {
+        FragBt b;
+        wmma::load_matrix_sync(b, &B[16 * j][16 * c], D + FA_PAD);
+        wmma::mma_sync(acc, A[c], b, acc);
+      }
+    wmma::store_matrix_sync(&out[0][16 * j], acc, FA_LDS, wmma::mem_row_major);
+  }
+  __syncwarp();
+}
+
+/* acc[c] += P B for the warp's bf16 rows P (16 x FA_COLS, shared) and a
+ * tile's FA_COLS rows B (FA_COLS x d). */
+template <int D>
+__device__ void fa_accumulate(FragC *acc, int nd, const bf16 (*P)[FA_LDP],
+                              const bf16 (*B)[D + FA_PAD]) {
+#pragma unroll
+  for (int j = 0; j < FA_COLS / 16; j++) {
+    FragA pa;
+    wmma::load_matrix_sync(pa, &P[0][16 * j], FA_LDP);
+#pragma unroll
+    for (int c = 0; c < D / 16; c++)
+      if (c < nd) {
+        FragB b;
+        wmma::load_matrix_sync(b, &B[16 * j][16 * c], D + FA_PAD);
+        wmma::mma_sync(acc[c], pa, b, acc[c]);
+      }
+  }
+}
+
+/* A fragment whose every element holds its own row number: the lookup
+ * that lets an accumulator be scaled by rows without knowing which
+ * elements a lane holds. Built in the warp's scratch t. */
+__device__ void fa_row_index(FragC &ridx, FaWarp &w) {
+  int lane = threadIdx.x % 32;
+  for (int e = lane; e < 16 * 16; e += 32)
+    w.t[e / 16][e % 16] = (float)(e / 16);
+  __syncwarp();
+  wmma::load_matrix_sync(ridx, &w.t[0][0], FA_LDS, wmma::mem_row_major);
+  __syncwarp();
+}
+
+/* acc[c] row r *= w.row[r], elementwise through the row lookup. */
+template <int D> __device__ void fa_scale_rows(FragC *acc, int nd, const FragC &ridx, const FaWarp &w) {
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    if (c < nd)
+      for (int e = 0; e < ridx.num_elements; e++)
+        acc[c].x[e] *= w.row[(int)ridx.x[e]];
+}
+
+/* The warp's 16 accumulator rows (first row i0 of head hd of `heads`) to
+ * memory as bf16, rows past s left out, staged through the scratch t. */
+template <int D>
+__device__ void fa_store(bf16 *x, const FragC *acc, int nd, FaWarp &w, const Att &a, int64_t bi,
+                         int64_t heads, int64_t hd, int64_t i0) {
+  int lane = threadIdx.x % 32, r = lane / 2, c0 = lane % 2 * 8;
+  int64_t t = i0 + r;
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    if (c < nd) {
+      wmma::store_matrix_sync(&w.t[0][0], acc[c], FA_LDS, wmma::mem_row_major);
+      __syncwarp();
+      if (t < a.s) {
+        KC_ASSERT(bi < a.b && hd < heads);
+        bf16 *o = x + ((bi * a.s + t) * heads + hd) * a.d + 16 * c + c0;
+        for (int e = 0; e < 8; e++)
+          o[e] = __float2bfloat16(w.t[r][c0 + e]);
+      }
+      __syncwarp();
+    }
+}
+
+/* One step of the online softmax for the lane's row (row lane / 2 of the
+ * warp's scratch, query i, the half of the columns of parity lane % 2)
+ * over the scores of the key tile at j0: folds them into the running max
+ * m and sum l, writes exp(score - m) to w.p when `probs`, and returns the
+ * factor by which the older terms shrink. */
+__device__ float fa_online(FaWarp &w, const Att &a, int64_t i, int64_t j0, float &m, float &l,
+                           bool probs) {
+  int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  float x[FA_COLS / 2], mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < FA_COLS / 2; e++) {
+    int c = 2 * e + half;
+    x[e] = fa_visible(a, i, j0 + c) ? w.s[r][c] * a.scale : -INFINITY;
+    mx = fmaxf(mx, x[e]);
+  }
+  float mn = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+  float base = mn == -INFINITY ? 0.0f : mn; /* a row that has seen no key yet */
+  float sum = 0;
+#pragma unroll
+  for (int e = 0; e < FA_COLS / 2; e++) {
+    float p = expf(x[e] - base);
+    sum += p;
+    if (probs) w.p[r][2 * e + half] = __float2bfloat16(p);
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  float alpha = expf(m - base);
+  l = l * alpha + sum;
+  m = mn;
+  return alpha;
+}
+
+/* The key tiles a query tile starting at i0 visits. */
+__device__ __forceinline__ int64_t fa_key_tiles(const Att &a, int64_t i0) {
+  int64_t end = a.causal ? (i0 + FA_ROWS < a.s ? i0 + FA_ROWS : a.s) : a.s;
+  return (end + FA_COLS - 1) / FA_COLS;
+}
+
+/* The forward (OUT: y, and lse when not NULL) or the backward's pass 1
+ * (lse and D = sum(dy y), from y and dy). Block (query tile, head, batch
+ * row), the last query tiles first: under the causal mask they are the
+ * longest. */
+template <int D, bool OUT>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_fwd_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dy, Att a,
+                  float *lse, float *dsum) {
+  __shared__ FaShared<D> sh;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
+  int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
+  int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS, iw = i0 + 16 * warp;
+  int64_t i = iw + lane / 2; /* the row of this lane's statistics */
+  FaWarp &w = sh.w[warp];
+  FragA qf[D / 16];
+  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
+  FragC o[D / 16], ridx;
+  fa_zero<D>(o);
+  if (OUT) fa_row_index(ridx, w);
+  float m = -INFINITY, l = 0;
+  for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
+    int64_t j0 = kt * FA_COLS;
+    __syncthreads(); /* every warp is done with the previous tile */
+    fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
+    if (OUT) fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
+    __syncthreads();
+    if (a.causal && j0 > iw + 15) continue; /* the warp's rows see none of these keys */
+    fa_products<D>(w.s, qf, nd, sh.rows);
+    float alpha = fa_online(w, a, i, j0, m, l, OUT);
+    if (!OUT) continue;
+    if (lane % 2 == 0) w.row[lane / 2] = alpha;
+    __syncwarp();
+    fa_scale_rows<D>(o, nd, ridx, w);
+    fa_accumulate<D>(o, nd, w.p, sh.rows + FA_COLS);
+  }
+  __syncwarp(); /* every lane is done with the last tile's factors */
+  if (OUT) {
+    if (lane % 2 == 0) w.row[lane / 2] = l > 0 ? 1.0f / l : 0.0f;
+    __syncwarp();
+    fa_scale_rows<D>(o, nd, ridx, w);
+    fa_store<D>(y, o, nd, w, a, bi, a.H, h, iw);
+  } else { /* D: each lane of the pair half of the row, then their sum */
+    float dot = 0;
+    if (i < a.s)
+      for (int64_t c = lane % 2; c < a.d; c += 2)
+        dot += kc_f(y[q_row(a, bi, i, h) + c]) * kc_f(dy[q_row(a, bi, i, h) + c]);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    if (lane % 2 == 0 && i < a.s) dsum[(bi * a.H + h) * a.s + i] = dot;
+  }
+  if (lse && lane % 2 == 0 && i < a.s) lse[(bi * a.H + h) * a.s + i] = m + logf(l);
+}
+
+/* dS (bf16, w.ds) = P (dP - D) / sqrt(d) and, when `probs`, P (bf16, w.p),
+ * from the scores in w.s and dP in w.t, for the lane's 16 elements of the
+ * warp's 16 x FA_COLS tile: P = exp(score / sqrt(d) - lse). The tile's
+ * rows are queries i0 + r and its columns keys j0 + c (dq), or the other
+ * way round (`keys_are_rows`: dk, dv); lse and D are those of the
+ * element's query, from the lane's own row (rlse, rD) or from the
+ * tile's column statistics in shared memory. */
+__device__ void fa_grad_tile(FaWarp &w, const Att &a, int64_t r0, int64_t c0, bool keys_are_rows,
+                             float rlse, float rD, const float *clse, const float *cD, bool probs) {
+  int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+#pragma unroll
+  for (int e = 0; e < FA_COLS / 2; e++) {
+    int c = 2 * e + half;
+    int64_t i = keys_are_rows ? c0 + c : r0 + r, j = keys_are_rows ? r0 + r : c0 + c;
+    float L = keys_are_rows ? clse[c] : rlse, Dv = keys_are_rows ? cD[c] : rD;
+    float p = fa_visible(a, i, j) ? expf(w.s[r][c] * a.scale - L) : 0.0f;
+    w.ds[r][c] = __float2bfloat16(p * (w.t[r][c] - Dv) * a.scale);
+    if (probs) w.p[r][c] = __float2bfloat16(p);
+  }
+  __syncwarp();
+}
+
+/* Pass 3: dq = sum_j dS_ij k_j. Block (query tile, head, batch row) as the
+ * forward's; the keys stream FA_COLS at a time. */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dq_kernel(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dy, Att a,
+                 const float *lse, const float *dsum) {
+  __shared__ FaShared<D> sh;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
+  int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
+  int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS, iw = i0 + 16 * warp;
+  int64_t i = iw + lane / 2, stat = (bi * a.H + h) * a.s + i;
+  FaWarp &w = sh.w[warp];
+  FragA qf[D / 16], dyf[D / 16];
+  FragC acc[D / 16];
+  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
+  fa_own_rows<D>(dyf, nd, sh.rows, dy, a, bi, a.H, h, i0);
+  fa_zero<D>(acc);
+  KC_ASSERT(i >= a.s || stat < a.b * a.H * a.s);
+  float rlse = i < a.s ? lse[stat] : 0.0f, rD = i < a.s ? dsum[stat] : 0.0f;
+  for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
+    int64_t j0 = kt * FA_COLS;
+    __syncthreads();
+    fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
+    fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
+    __syncthreads();
+    if (a.causal && j0 > iw + 15) continue;
+    fa_products<D>(w.s, qf, nd, sh.rows);
+    fa_products<D>(w.t, dyf, nd, sh.rows + FA_COLS);
+    fa_grad_tile(w, a, iw, j0, false, rlse, rD, NULL, NULL, false);
+    fa_accumulate<D>(acc, nd, w.ds, sh.rows);
+  }
+  fa_store<D>(dq, acc, nd, w, a, bi, a.H, h, iw);
+}
+
+/* Pass 2: dv = sum_i P_ij dy_i and dk = sum_i dS_ij q_i over the query
+ * heads of kv head g in order and their query rows in order. Block (key
+ * tile, kv head, batch row), FA_ROWS keys, 16 a warp; the query rows of
+ * each head stream FA_COLS at a time with their statistics. */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dkv_kernel(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+                  const bf16 *dy, Att a, const float *lse, const float *dsum) {
+  __shared__ FaShared<D> sh;
+  int warp = threadIdx.x / 32, nd = (int)(a.d / 16);
+  int64_t g = blockIdx.y, bi = blockIdx.z;
+  int64_t j0 = (int64_t)blockIdx.x * FA_ROWS, jw = j0 + 16 * warp;
+  FaWarp &w = sh.w[warp];
+  FragA kf[D / 16], vf[D / 16];
+  FragC dkacc[D / 16], dvacc[D / 16];
+  fa_own_rows<D>(kf, nd, sh.rows, k, a, bi, a.K, g, j0);
+  fa_own_rows<D>(vf, nd, sh.rows, v, a, bi, a.K, g, j0);
+  fa_zero<D>(dkacc);
+  fa_zero<D>(dvacc);
+  int64_t first = a.causal ? j0 / FA_COLS : 0, tiles = (a.s + FA_COLS - 1) / FA_COLS;
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
+    for (int64_t qt = first; qt < tiles; qt++) {
+      int64_t i0 = qt * FA_COLS;
+      __syncthreads();
+      fa_load<D>(sh.rows, FA_COLS, q, a, bi, a.H, h, i0);
+      fa_load<D>(sh.rows + FA_COLS, FA_COLS, dy, a, bi, a.H, h, i0);
+      for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
+        int64_t stat = (bi * a.H + h) * a.s + i0 + c;
+        KC_ASSERT(i0 + c >= a.s || stat < a.b * a.H * a.s);
+        sh.lse[c] = i0 + c < a.s ? lse[stat] : 0.0f;
+        sh.dsum[c] = i0 + c < a.s ? dsum[stat] : 0.0f;
+      }
+      __syncthreads();
+      if (a.causal && i0 + FA_COLS - 1 < jw) continue; /* no query here sees the warp's keys */
+      fa_products<D>(w.s, kf, nd, sh.rows);
+      fa_products<D>(w.t, vf, nd, sh.rows + FA_COLS);
+      fa_grad_tile(w, a, jw, i0, true, 0, 0, sh.lse, sh.dsum, true);
+      fa_accumulate<D>(dvacc, nd, w.p, sh.rows + FA_COLS);
+      fa_accumulate<D>(dkacc, nd, w.ds, sh.rows);
+    }
+  fa_store<D>(dk, dkacc, nd, w, a, bi, a.K, g, jw);
+  fa_store<D>(dv, dvacc, nd, w, a, bi, a.K, g, jw);
+}
+
+
+/* The path bf16 attention takes: KC_ATT_AUTO until k_cuda_attention_set_impl
+ * or the first call, which reads SHARD_ATTENTION. */
+static KcAttImpl att_impl = KC_ATT_AUTO;
+
+static KcAttImpl att_impl_now(void) {
+  if (att_impl == KC_ATT_AUTO) {
+    const char *env = getenv("SHARD_ATTENTION");
+    att_impl = KC_ATT_FLASH;
+    if (env && strcmp(env, "simple") == 0) att_impl = KC_ATT_SIMPLE;
+    else if (env && *env && strcmp(env, "flash") != 0)
+      kc_die(__FILE__, __LINE__, "SHARD_ATTENTION=%s: expected flash or simple", env);
+  }
+  return att_impl;
+}
+
+/* Whether the flash kernels take a bf16 call of head size d whose tensors
+ * start at p[0 .. n): the head size, 16-byte aligned tensors (the tile
+ * loads move 16 bytes) and the grid's limits. */
+static bool fa_takes(const Att &a, const void *const *p, int n) {
+  if (att_impl_now() != KC_ATT_FLASH || a.d % 16 != 0 || a.d > 128) return false;
+  if (a.b > 65535 || a.H > 65535 || (a.s + FA_ROWS - 1) / FA_ROWS > INT32_MAX) return false;
+  for (int i = 0; i < n; i++)
+    if ((uintptr_t)p[i] % 16 != 0) return false;
+  return true;
+}
+
+static dim3 fa_grid(const Att &a, int64_t heads) {
+  return dim3((unsigned)((a.s + FA_ROWS - 1) / FA_ROWS), (unsigned)heads, (unsigned)a.b);
+}
+
+template <int D>
+static void fa_fwd(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const Att &a, float *lse) {
+  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D, true>)(
+      y, q, k, v, (const bf16 *)NULL, a, lse, (float *)NULL);
+  KC_LAUNCHED();
+}
+
+/* Pass 1 reads y (the kernel's output pointer, written only by the
+ * forward), passes 2 and 3 take the statistics it leaves in the scratch. */
+template <int D>
+static void fa_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const bf16 *y, const Att &a, float *lse, float *dsum) {
+  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D, false>)(
+      const_cast<bf16 *>(y), q, k, v, dy, a, lse, dsum);
+  KC_LAUNCHED();
+  KC_LAUNCH(fa_grid(a, a.K), FA_THREADS, 0, kc_stream(), fa_dkv_kernel<D>)(
+      dk, dv, q, k, v, dy, a, (const float *)lse, (const float *)dsum);
+  KC_LAUNCHED();
+  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_dq_kernel<D>)(
+      dq, q, k, v, dy, a, (const float *)lse, (const float *)dsum);
+  KC_LAUNCHED();
+}
+
 /* ------------------------------------------------------------ launching */
 
 static Att att_make(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal) {
@@ -265,14 +717,38 @@ static void att_bwd(T *dq, T *dk, T *dv, const T *dy, const T *q, const T *k, co
 
 /* ------------------------------------------------------------ plain path */
 
+/* The heads batch: for each batch row and each place r in a kv group, one
+ * strided batched GEMM over the K kv heads g, whose query heads are
+ * h = g * group + r (q_h at column h*d, P_h the (bi*H + h)-th s x s block),
+ * so that head h reads kv head g = h / group. Operands are given as
+ * (pointer, ld, batch stride) per g. */
+typedef struct Heads {
+  int64_t bi, r;
+} Heads;
+
+template <typename T> static T *q_of(T *q, const Att &a, Heads x) {
+  return q + (x.bi * a.s * a.H + x.r) * a.d;
+}
+template <typename T> static T *kv_of(T *k, const Att &a, Heads x) {
+  return k + x.bi * a.s * a.K * a.d;
+}
+static int64_t p_at(const Att &a, Heads x) { return (x.bi * a.H + x.r) * a.s * a.s; }
+
+/* C_g = alpha op(A_g) op(B_g) + beta C_g over the kv heads g. */
+static void heads_gemm(const Att &a, int ta, int tb, int64_t M, int64_t N, int64_t K_, float alpha,
+                       const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
+                       int64_t sb, float beta, float *C, int64_t ldc, int64_t sc) {
+  k_cuda_gemm_batched(ta, tb, a.K, M, N, K_, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+}
+
 /* P_h (scratch, [s, s]) = softmax(mask(q_h k_g^T / sqrt(d))) for every
- * (batch row, head), by one GEMM per head and the softmax kernel over all. */
+ * (batch row, head), by batched GEMMs and the softmax kernel over all. */
 static void plain_probs(float *P, const float *q, const float *k, const Att &a) {
-  for (int64_t bi = 0; bi < a.b; bi++)
-    for (int64_t h = 0; h < a.H; h++)
-      k_cuda_gemm(0, 1, a.s, a.s, a.d, a.scale, q + (bi * a.s * a.H + h) * a.d, a.H * a.d,
-                  k + (bi * a.s * a.K + h / a.group) * a.d, a.K * a.d, 0, P + (bi * a.H + h) * a.s * a.s,
-                  a.s);
+  int64_t s = a.s, d = a.d, G = a.group;
+  for (Heads x = {0, 0}; x.bi < a.b; x.bi++)
+    for (x.r = 0; x.r < G; x.r++)
+      heads_gemm(a, 0, 1, s, s, d, a.scale, q_of(q, a, x), a.H * d, G * d, kv_of(k, a, x),
+                 a.K * d, d, 0, P + p_at(a, x), s, G * s * s);
   if (a.causal) k_cuda_causal_mask(P, P, a.b * a.H, a.s, -INFINITY);
   k_cuda_softmax_fwd(P, P, a.b * a.H * a.s, a.s);
 }
@@ -281,11 +757,12 @@ static void plain_fwd(float *y, const float *q, const float *k, const float *v, 
                       int64_t s, int64_t H, int64_t K, int64_t d, int causal, void *scratch) {
   Att a = att_make(b, s, H, K, d, causal);
   float *P = (float *)scratch;
+  int64_t G = a.group;
   plain_probs(P, q, k, a);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++)
-      k_cuda_gemm(0, 0, s, d, s, 1, P + (bi * H + h) * s * s, s, v + (bi * s * K + h / a.group) * d,
-                  K * d, 0, y + (bi * s * H + h) * d, H * d);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < G; x.r++)
+      heads_gemm(a, 0, 0, s, d, s, 1, P + p_at(a, x), s, G * s * s, kv_of(v, a, x), K * d, d, 0,
+                 q_of(y, a, x), H * d, G * d);
 }
 
 /* dP = dy_h v_g^T, dS = softmax'(P) dP / sqrt(d) (masked entries have P = 0,
@@ -296,21 +773,24 @@ static void plain_bwd(float *dq, float *dk, float *dv, const float *dy, const fl
                       int64_t d, int causal, void *scratch) {
   Att a = att_make(b, s, H, K, d, causal);
   float *P = (float *)scratch, *G = P + b * H * s * s;
+  int64_t g = a.group;
   plain_probs(P, q, k, a);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++)
-      k_cuda_gemm(0, 1, s, s, d, 1, dy + (bi * s * H + h) * d, H * d,
-                  v + (bi * s * K + h / a.group) * d, K * d, 0, G + (bi * H + h) * s * s, s);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < g; x.r++)
+      heads_gemm(a, 0, 1, s, s, d, 1, q_of(dy, a, x), H * d, g * d, kv_of(v, a, x), K * d, d, 0,
+                 G + p_at(a, x), s, g * s * s);
   k_cuda_softmax_bwd(G, P, G, b * H * s, s);
   k_cuda_scale(G, G, a.scale, b * H * s * s);
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t h = 0; h < H; h++) {
-      int64_t g = h / a.group, qo = (bi * s * H + h) * d, ko = (bi * s * K + g) * d;
-      const float *Gh = G + (bi * H + h) * s * s, *Ph = P + (bi * H + h) * s * s;
-      float beta = h % a.group ? 1.0f : 0.0f;
-      k_cuda_gemm(0, 0, s, d, s, 1, Gh, s, k + ko, K * d, 0, dq + qo, H * d);
-      k_cuda_gemm(1, 0, s, d, s, 1, Gh, s, q + qo, H * d, beta, dk + ko, K * d);
-      k_cuda_gemm(1, 0, s, d, s, 1, Ph, s, dy + qo, H * d, beta, dv + ko, K * d);
+  for (Heads x = {0, 0}; x.bi < b; x.bi++)
+    for (x.r = 0; x.r < g; x.r++) {
+      const float *Gh = G + p_at(a, x), *Ph = P + p_at(a, x);
+      float beta = x.r ? 1.0f : 0.0f;
+      heads_gemm(a, 0, 0, s, d, s, 1, Gh, s, g * s * s, kv_of(k, a, x), K * d, d, 0,
+                 q_of(dq, a, x), H * d, g * d);
+      heads_gemm(a, 1, 0, s, d, s, 1, Gh, s, g * s * s, q_of(q, a, x), H * d, g * d, beta,
+                 kv_of(dk, a, x), K * d, d);
+      heads_gemm(a, 1, 0, s, d, s, 1, Ph, s, g * s * s, q_of(dy, a, x), H * d, g * d, beta,
+                 kv_of(dv, a, x), K * d, d);
     }
 }
 
@@ -338,14 +818,36 @@ void k_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dy, cons
 void k_cuda_attention_fwd_bf16(kc_bf16 *y, const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
                                void *scratch) {
+  Att a = att_make(b, s, H, K, d, causal);
+  const void *p[] = {y, q, k, v};
+  if (b * H * s > 0 && fa_takes(a, p, 4)) {
+    if (d <= 64) fa_fwd<64>(B16(y), CB16(q), CB16(k), CB16(v), a, (float *)scratch);
+    else fa_fwd<128>(B16(y), CB16(q), CB16(k), CB16(v), a, (float *)scratch);
+    return;
+  }
   att_fwd(B16(y), CB16(q), CB16(k), CB16(v), b, s, H, K, d, causal, scratch);
 }
 void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_bf16 *dy,
                                const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
                                int64_t d, int causal, void *scratch) {
+  Att a = att_make(b, s, H, K, d, causal);
+  const void *p[] = {dq, dk, dv, dy, q, k, v, y};
+  if (b * H * s > 0 && fa_takes(a, p, 8)) {
+    float *lse = (float *)scratch, *D = lse + b * H * s;
+    if (d <= 64)
+      fa_bwd<64>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), a, lse, D);
+    else
+      fa_bwd<128>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), a, lse, D);
+    return;
+  }
   att_bwd(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), b, s, H, K, d,
           causal, scratch);
+}
+void k_cuda_attention_set_impl(KcAttImpl impl) { att_impl = impl; }
+KcAttImpl k_cuda_attention_impl(int64_t d) {
+  Att a = {1, 1, 1, 1, d, 1, 0, 1.0f};
+  return fa_takes(a, NULL, 0) ? KC_ATT_FLASH : KC_ATT_SIMPLE;
 }
 int64_t k_cuda_attention_plain_scratch(int64_t b, int64_t s, int64_t H) {
   return 2 * b * H * s * s * (int64_t)sizeof(float);

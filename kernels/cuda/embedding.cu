@@ -94,4 +94,12 @@ void k_cuda_embedding_bwd_vp(float *dtable, const int32_t *ids, const float *dou
                              int64_t V, int64_t h, int64_t lo) {
   emb_bwd(dtable, ids, dout, n, V, h, lo, 0);
 }
+void k_cuda_embedding_fwd_vp_bf16(kc_bf16 *out, const int32_t *ids, const kc_bf16 *table,
+                                  int64_t n, int64_t h, int64_t lo, int64_t V) {
+  emb_fwd(B16(out), ids, CB16(table), n, h, lo, V, 0);
+}
+void k_cuda_embedding_bwd_vp_bf16(float *dtable, const int32_t *ids, const kc_bf16 *dout,
+                                  int64_t n, int64_t V, int64_t h, int64_t lo) {
+  emb_bwd(dtable, ids, CB16(dout), n, V, h, lo, 0);
+}
 }

@@ -67,11 +67,54 @@ void k_cuda_gemm_ex(KcType ab, KcType c, int trans_a, int trans_b, int64_t batch
 /* C = epi(alpha op(A) op(B) + beta C + bias) with bias [N] (of C's type)
  * added to every row, and for KC_EPI_BIAS_GELU the tanh GELU of k_gelu
  * after it: a linear layer's bias and activation in cuBLASLt's epilogue. */
-typedef enum KcEpilogue { KC_EPI_NONE = 0, KC_EPI_BIAS = 1, KC_EPI_BIAS_GELU = 2 } KcEpilogue;
+typedef enum KcEpilogue {
+  KC_EPI_NONE = 0,
+  KC_EPI_BIAS = 1,          /* C = P + bias */
+  KC_EPI_BIAS_GELU = 2,     /* C = gelu(P + bias) */
+  KC_EPI_BIAS_GELU_AUX = 3, /* aux = P + bias, C = gelu(aux): the forward of a training step */
+  KC_EPI_DGELU = 4,         /* C = gelu'(aux) P: P is the gradient of gelu(aux) */
+  KC_EPI_DGELU_BGRAD = 5,   /* as KC_EPI_DGELU, and bias[N] = the sum of C's rows */
+  KC_EPI_BGRAD_A = 6,       /* bias[M] = the sum over k of op(A)[m, k] */
+  KC_EPI_BGRAD_B = 7,       /* bias[N] = the sum over k of op(B)[k, n] */
+  KC_EPI_COUNT
+} KcEpilogue;
 void k_cuda_gemm_epilogue(KcType ab, KcType c, KcEpilogue epi, const void *bias, int trans_a,
                           int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                           int64_t lda, const void *B, int64_t ldb, float beta, void *C,
                           int64_t ldc);
+/* The general form, P = alpha op(A) op(B) (+ beta C): the epilogue, its
+ * bias (read for KC_EPI_BIAS*, written for the *BGRAD* forms) of type
+ * bias_type, and the GELU's pre-activation aux [M, N] row-major with
+ * leading dimension ldaux (a multiple of 8, cuBLASLt's rule), of C's type.
+ * The GELU and gradient forms take beta = 0, ldc = N and ldaux = N; the
+ * bias gradients are fp32 and overwrite bias (they are not added in).
+ * Where cuBLASLt's heuristics offer no algorithm for the epilogue (the
+ * types, transpositions or alignment), the product runs unfused: the plain
+ * GEMM, then k_cuda_add_bias, k_cuda_gelu_*, k_cuda_sum_rows (or a column
+ * sum of an operand), which is what an unfused program runs; the first
+ * such fallback of each epilogue is reported once on stderr. Returns 1
+ * when cuBLASLt ran the epilogue, 0 when it ran unfused. */
+typedef struct KcGemmEpi {
+  KcEpilogue epi;
+  void *bias;
+  KcType bias_type;
+  void *aux;
+  int64_t ldaux;
+} KcGemmEpi;
+int k_cuda_gemm_fused(KcType ab, KcType c, const KcGemmEpi *epi, int trans_a, int trans_b,
+                      int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                      const void *B, int64_t ldb, float beta, void *C, int64_t ldc);
+/* The timed search: with n > 1 the first call of each problem (with
+ * beta = 0, outside stream capture) runs each of the heuristics' n best
+ * algorithms once, timed with events, and keeps the fastest; 0 or 1 (the
+ * default) keeps the heuristics' first choice. k_cuda_gemm_init reads
+ * SHARD_GEMM_SEARCH from the environment. Algorithms may round
+ * differently (split-k, the order of the k sums), so with the search on,
+ * a run's bits can depend on timings: off by default. */
+void k_cuda_gemm_set_search(int n);
+/* With on set, every epilogue runs unfused (the fallback above), so that
+ * tests check both paths and a run can compare them on one GPU. */
+void k_cuda_gemm_set_unfused(int on);
 /* How many shapes the algorithm cache holds now (for tests). */
 int k_cuda_gemm_cached(void);
 
@@ -123,6 +166,11 @@ void k_cuda_embedding_fwd_vp(float *out, const int32_t *ids, const float *table,
                              int64_t h, int64_t lo, int64_t V);
 void k_cuda_embedding_bwd_vp(float *dtable, const int32_t *ids, const float *dout, int64_t n,
                              int64_t V, int64_t h, int64_t lo);
+/* The same with bf16 rows (the gradient of the table stays fp32). */
+void k_cuda_embedding_fwd_vp_bf16(kc_bf16 *out, const int32_t *ids, const kc_bf16 *table,
+                                  int64_t n, int64_t h, int64_t lo, int64_t V);
+void k_cuda_embedding_bwd_vp_bf16(float *dtable, const int32_t *ids, const kc_bf16 *dout,
+                                  int64_t n, int64_t V, int64_t h, int64_t lo);
 
 /* --- normalisation (norm.cu) -------------------------------------------------- */
 /* One block per row; b may be NULL. The backward writes dx, overwrites dw
@@ -165,11 +213,13 @@ void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_
 /* y = softmax(q k^T / sqrt(d) (+ causal mask)) v, shapes as k_attention_fwd
  * (q, y [b, s, H*d]; k, v [b, s, K*d]; query head j reads kv head
  * j / (H / K)); d at most K_CUDA_ATT_MAX_D. The s x s scores are never
- * written: each query row is one warp that streams the keys with an online
- * softmax. The backward recomputes the probabilities: a pass for each
- * row's log-sum-exp and sum(dy y) into the scratch, then dq by query rows
- * and dk, dv by key rows (each owned by one warp, summed over the query
- * heads of its group in order: no atomics). Scratch:
+ * written: the keys stream past the query rows with an online softmax
+ * (one warp a query row in the simple kernels, 16 rows a warp and tiles of
+ * keys in shared memory in the flash ones, see k_cuda_attention_set_impl).
+ * The backward recomputes the probabilities: a pass for each row's
+ * log-sum-exp and sum(dy y) into the scratch, then dq by query rows and
+ * dk, dv by key rows (each owned by one warp, summed over the query heads
+ * of its group in order: no atomics). Scratch:
  * k_cuda_attention_scratch(b, s, H) bytes; the forward writes each query
  * row's log-sum-exp into its first half and takes NULL for none. */
 #define K_CUDA_ATT_MAX_D 256
@@ -186,6 +236,20 @@ void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_b
                                const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
                                int64_t d, int causal, void *scratch);
+/* Which kernels the bf16 calls run. KC_ATT_FLASH (the default): tiles in
+ * shared memory and tensor-core products (wmma, bf16 operands, fp32
+ * accumulation, fp32 softmax statistics; sm_80 and later), for head sizes
+ * that are a multiple of 16 up to 128 and 16-byte aligned tensors; other
+ * calls, and every call under KC_ATT_SIMPLE, run the warp-per-row kernels
+ * above. Both are deterministic (no atomics) and take the same scratch.
+ * KC_ATT_AUTO (the state at start-up) reads the environment at the first
+ * call: SHARD_ATTENTION=simple or flash (unset: flash; anything else
+ * aborts). The fp32 calls always run the warp-per-row kernels.
+ * k_cuda_attention_impl says which path a bf16 call of head size d takes
+ * now, so that a test knows what it compared. */
+typedef enum KcAttImpl { KC_ATT_AUTO = 0, KC_ATT_FLASH = 1, KC_ATT_SIMPLE = 2 } KcAttImpl;
+void k_cuda_attention_set_impl(KcAttImpl impl);
+KcAttImpl k_cuda_attention_impl(int64_t d);
 /* The plain path, fp32, kept to check the fast one against on the same
  * GPU: per head, scores by GEMM into the scratch, the causal mask, the
  * softmax kernel, a GEMM with v (and the backward the same way). It does
@@ -244,6 +308,16 @@ void k_cuda_ce_vp_loss(float *loss, const float *rowmax, const float *sumexp, co
 void k_cuda_ce_vp_bwd(float *dlogits, const float *logits, const int32_t *targets,
                       const float *dloss, const float *rowmax, const float *sumexp, int64_t rows,
                       int64_t V, int64_t lo, int64_t n);
+/* The same over bf16 logits (and a bf16 dlogits); the statistics stay fp32. */
+void k_cuda_ce_vp_max_bf16(float *rowmax, const kc_bf16 *logits, int64_t rows, int64_t V,
+                           int64_t n);
+void k_cuda_ce_vp_sumexp_bf16(float *sumexp, const kc_bf16 *logits, const float *rowmax,
+                              int64_t rows, int64_t V, int64_t n);
+void k_cuda_ce_vp_target_bf16(float *tgt, const kc_bf16 *logits, const int32_t *targets,
+                              int64_t rows, int64_t V, int64_t lo, int64_t n, int64_t valid);
+void k_cuda_ce_vp_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits, const int32_t *targets,
+                           const float *dloss, const float *rowmax, const float *sumexp,
+                           int64_t rows, int64_t V, int64_t lo, int64_t n);
 
 /* --- dropout (dropout.cu) ----------------------------------------------------- */
 /* The mask of k_dropout_fwd bit for bit: a pure function of (seed, site, i)

@@ -66,35 +66,38 @@ __global__ void ce_bwd_kernel(T *dlogits, const T *logits, const int32_t *target
   }
 }
 
-__global__ void vp_max_kernel(float *rowmax, const float *logits, int64_t V, int64_t n) {
+template <typename T>
+__global__ void vp_max_kernel(float *rowmax, const T *logits, int64_t V, int64_t n) {
   __shared__ float buf[32];
-  const float *x = logits + blockIdx.x * V;
+  const T *x = logits + blockIdx.x * V;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    mx = fmaxf(mx, x[j]);
+    mx = fmaxf(mx, kc_f(x[j]));
   mx = kc_block_max(mx, buf);
   if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
 }
 
-__global__ void vp_sumexp_kernel(float *sumexp, const float *logits, const float *rowmax, int64_t V,
+template <typename T>
+__global__ void vp_sumexp_kernel(float *sumexp, const T *logits, const float *rowmax, int64_t V,
                                  int64_t n) {
   __shared__ double buf[32];
-  const float *x = logits + blockIdx.x * V;
+  const T *x = logits + blockIdx.x * V;
   float m = rowmax[blockIdx.x];
   double s = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    s += expf(x[j] - m);
+    s += expf(kc_f(x[j]) - m);
   s = kc_block_sum(s, buf);
   if (threadIdx.x == 0) sumexp[blockIdx.x] = (float)s;
 }
 
-__global__ void vp_target_kernel(float *tgt, const float *logits, const int32_t *targets,
+template <typename T>
+__global__ void vp_target_kernel(float *tgt, const T *logits, const int32_t *targets,
                                  int64_t rows, int64_t V, int64_t lo, int64_t n, int64_t valid) {
   KC_FOR_ELEMENTS(r, rows) {
     int32_t g = targets[r];
     KC_ASSERT(g >= 0 && g < valid);
     int64_t t = (int64_t)g - lo;
-    tgt[r] = g < 0 || g >= valid ? NAN : t >= 0 && t < n ? logits[r * V + t] : 0.0f;
+    tgt[r] = g < 0 || g >= valid ? NAN : t >= 0 && t < n ? kc_f(logits[r * V + t]) : 0.0f;
   }
 }
 
@@ -137,6 +140,28 @@ static void ce_bwd(T *dlogits, const T *logits, const int32_t *targets, const fl
   KC_LAUNCHED();
 }
 
+template <typename T>
+static void vp_max(float *rowmax, const T *logits, int64_t rows, int64_t V, int64_t n) {
+  if (rows == 0) return;
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_max_kernel)(rowmax, logits, V, n);
+  KC_LAUNCHED();
+}
+template <typename T>
+static void vp_sumexp(float *sumexp, const T *logits, const float *rowmax, int64_t rows,
+                      int64_t V, int64_t n) {
+  if (rows == 0) return;
+  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_sumexp_kernel)(sumexp, logits,
+                                                                              rowmax, V, n);
+  KC_LAUNCHED();
+}
+template <typename T>
+static void vp_target(float *tgt, const T *logits, const int32_t *targets, int64_t rows,
+                      int64_t V, int64_t lo, int64_t n, int64_t valid) {
+  if (rows == 0) return;
+  KC_LAUNCH(KC_GRID(rows), vp_target_kernel)(tgt, logits, targets, rows, V, lo, n, valid);
+  KC_LAUNCHED();
+}
+
 extern "C" {
 int64_t k_cuda_ce_scratch(int64_t rows) { return (rows > 0 ? rows : 1) * (int64_t)sizeof(double); }
 void k_cuda_cross_entropy_fwd(float *loss, const float *logits, const int32_t *targets,
@@ -159,22 +184,15 @@ void k_cuda_cross_entropy_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits,
          rows, V, 0, valid, valid);
 }
 void k_cuda_ce_vp_max(float *rowmax, const float *logits, int64_t rows, int64_t V, int64_t n) {
-  if (rows == 0) return;
-  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_max_kernel)(rowmax, logits, V, n);
-  KC_LAUNCHED();
+  vp_max(rowmax, logits, rows, V, n);
 }
 void k_cuda_ce_vp_sumexp(float *sumexp, const float *logits, const float *rowmax, int64_t rows,
                          int64_t V, int64_t n) {
-  if (rows == 0) return;
-  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), vp_sumexp_kernel)(sumexp, logits, rowmax, V,
-                                                                       n);
-  KC_LAUNCHED();
+  vp_sumexp(sumexp, logits, rowmax, rows, V, n);
 }
 void k_cuda_ce_vp_target(float *tgt, const float *logits, const int32_t *targets, int64_t rows,
                          int64_t V, int64_t lo, int64_t n, int64_t valid) {
-  if (rows == 0) return;
-  KC_LAUNCH(KC_GRID(rows), vp_target_kernel)(tgt, logits, targets, rows, V, lo, n, valid);
-  KC_LAUNCHED();
+  vp_target(tgt, logits, targets, rows, V, lo, n, valid);
 }
 void k_cuda_ce_vp_loss(float *loss, const float *rowmax, const float *sumexp, const float *tgt,
                        int64_t rows) {
@@ -185,5 +203,22 @@ void k_cuda_ce_vp_bwd(float *dlogits, const float *logits, const int32_t *target
                       const float *dloss, const float *rowmax, const float *sumexp, int64_t rows,
                       int64_t V, int64_t lo, int64_t n) {
   ce_bwd(dlogits, logits, targets, dloss, rowmax, sumexp, rows, V, lo, n, n);
+}
+void k_cuda_ce_vp_max_bf16(float *rowmax, const kc_bf16 *logits, int64_t rows, int64_t V,
+                           int64_t n) {
+  vp_max(rowmax, CB16(logits), rows, V, n);
+}
+void k_cuda_ce_vp_sumexp_bf16(float *sumexp, const kc_bf16 *logits, const float *rowmax,
+                              int64_t rows, int64_t V, int64_t n) {
+  vp_sumexp(sumexp, CB16(logits), rowmax, rows, V, n);
+}
+void k_cuda_ce_vp_target_bf16(float *tgt, const kc_bf16 *logits, const int32_t *targets,
+                              int64_t rows, int64_t V, int64_t lo, int64_t n, int64_t valid) {
+  vp_target(tgt, CB16(logits), targets, rows, V, lo, n, valid);
+}
+void k_cuda_ce_vp_bwd_bf16(kc_bf16 *dlogits, const kc_bf16 *logits, const int32_t *targets,
+                           const float *dloss, const float *rowmax, const float *sumexp,
+                           int64_t rows, int64_t V, int64_t lo, int64_t n) {
+  ce_bwd(B16(dlogits), CB16(logits), targets, dloss, rowmax, sumexp, rows, V, lo, n, n);
 }
 }

@@ -310,6 +310,105 @@ static void check_collectives(RtComm *c) {
   complete(rt_comm_ibarrier(c));
 }
 
+/* ---- bf16 --------------------------------------------------------------- *
+ * comm.h's bf16 reductions add the ranks' parts in rank order in fp32 and
+ * round once to nearest even. The values are chosen so that bf16 sums are
+ * inexact: a reduction that rounded after every addition, or added in
+ * another order, gives other bits for many elements (counted and printed,
+ * so the check is seen to discriminate). */
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t bf16_value(int wrank, int64_t i, int salt) {
+  return to_bf16((float)value(wrank, i, salt) * 0.0137f + (float)(wrank % 3) * 1.7f);
+}
+
+/* The reduction of element i over c's ranks: rank order in fp32, rounded
+ * once (stepwise = 0) or after every addition (1). */
+static uint16_t bf16_want(RtComm *c, RtCommOp op, int64_t i, int salt, int stepwise) {
+  float acc = from_bf16(bf16_value(rt_comm_world_rank_of(c, 0), i, salt));
+  for (int r = 1; r < rt_comm_size(c); r++) {
+    float v = from_bf16(bf16_value(rt_comm_world_rank_of(c, r), i, salt));
+    acc = op == RT_COMM_MAX ? fmaxf(acc, v) : acc + v;
+    if (stepwise) acc = from_bf16(to_bf16(acc));
+  }
+  return to_bf16(acc);
+}
+
+static long bf16_discriminating; /* elements where the two roundings differ */
+
+static void check_bf16_reduction(RtComm *c, int64_t n, int nb, RtCommOp op, int scatter,
+                                 int inplace) {
+  int size = rt_comm_size(c), r = rt_comm_rank(c), salt = (int)n + 3 * nb + 7 * scatter;
+  int64_t total = scatter ? n * size : n;
+  uint16_t *s = alloc(total), *d0 = alloc(n);
+  uint16_t *d = !inplace ? d0 : scatter ? s + n * r : s;
+  for (int64_t i = 0; i < total; i++) s[i] = bf16_value(rt_comm_world_rank(), i, salt);
+  RtCommReq *q = NULL;
+  if (scatter && nb) q = rt_comm_ireduce_scatter(c, s, d, n, RT_COMM_BF16, op);
+  else if (scatter) rt_comm_reduce_scatter(c, s, d, n, RT_COMM_BF16, op);
+  else if (nb) q = rt_comm_iallreduce(c, s, d, n, RT_COMM_BF16, op);
+  else rt_comm_allreduce(c, s, d, n, RT_COMM_BF16, op);
+  complete(q);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t at = scatter ? r * n + i : i;
+    CHECK(C_COLL, d[i] == bf16_want(c, op, at, salt, 0),
+          "%s bf16 %s%s %s n=%lld on %s [%lld]: %#x, not the rank-order fp32 %s rounded once",
+          form(nb), scatter ? "reduce-scatter" : "allreduce", inplace ? " in place" : "",
+          op == RT_COMM_SUM ? "sum" : "max", (long long)n, rt_comm_name(c), (long long)i, d[i],
+          op == RT_COMM_SUM ? "sum" : "max");
+    if (op == RT_COMM_SUM && bf16_want(c, op, at, salt, 1) != d[i]) bf16_discriminating++;
+  }
+  free(s);
+  free(d0);
+}
+
+/* The reductions, and the bits of an all-gather, a broadcast and a send. */
+static void check_bf16(RtComm *c) {
+  static const int64_t sizes[] = {1, 7, 1000};
+  for (int si = 0; si < 3; si++)
+    for (int nb = 0; nb < 2; nb++)
+      for (int scatter = 0; scatter < 2; scatter++) {
+        check_bf16_reduction(c, sizes[si], nb, RT_COMM_SUM, scatter, 0);
+        check_bf16_reduction(c, sizes[si], nb, RT_COMM_SUM, scatter, 1);
+        check_bf16_reduction(c, sizes[si], nb, RT_COMM_MAX, scatter, 0);
+      }
+  int size = rt_comm_size(c), r = rt_comm_rank(c);
+  uint16_t *all = alloc(7 * size), b[7];
+  for (int i = 0; i < 7; i++) all[r * 7 + i] = b[i] = bf16_value(rt_comm_world_rank(), i, 99);
+  rt_comm_allgather(c, all + r * 7, all, 7, RT_COMM_BF16);
+  rt_comm_broadcast(c, b, 7, RT_COMM_BF16, size - 1);
+  for (int q = 0; q < size; q++)
+    for (int i = 0; i < 7; i++)
+      CHECK(C_COLL, all[q * 7 + i] == bf16_value(rt_comm_world_rank_of(c, q), i, 99),
+            "bf16 allgather on %s", rt_comm_name(c));
+  for (int i = 0; i < 7; i++)
+    CHECK(C_COLL, b[i] == bf16_value(rt_comm_world_rank_of(c, size - 1), i, 99),
+          "bf16 broadcast on %s", rt_comm_name(c));
+  if (size > 1) {
+    uint16_t m[5], got[5];
+    for (int i = 0; i < 5; i++) m[i] = bf16_value(rt_comm_world_rank(), i, 5);
+    RtCommReq *q = rt_comm_irecv(c, got, 5, RT_COMM_BF16, (r + size - 1) % size);
+    rt_comm_send(c, m, 5, RT_COMM_BF16, (r + 1) % size);
+    complete(q);
+    for (int i = 0; i < 5; i++)
+      CHECK(C_P2P, got[i] == bf16_value(rt_comm_world_rank_of(c, (r + size - 1) % size), i, 5),
+            "bf16 send/recv on %s", rt_comm_name(c));
+  }
+  free(all);
+}
+
 /* ---- Point to point ---------------------------------------------------- */
 
 static void check_message(RtComm *c, const void *b, RtCommType t, int64_t n, int from, int salt,
@@ -496,6 +595,7 @@ static void check_meshes(int *nmeshes, int *same_forms, int *ndet) {
       RtComm *c = cs->axis[a];
       if (!c) continue;
       check_collectives(c);
+      check_bf16(c);
       check_p2p(c);
       check_counters(c);
       if (rt_comm_size(c) > 1) *same_forms &= check_determinism(c, RT_COMM_F32, 4099), ++*ndet;
@@ -512,6 +612,7 @@ static int run_checks(void) {
   check_bytes_table();
   RtComm *w = rt_comm_world();
   check_collectives(w);
+  check_bf16(w);
   check_p2p(w);
   check_counters(w);
   int same_forms = 1, ndet = 0, nmeshes = 0;
@@ -525,6 +626,8 @@ static int run_checks(void) {
   double total[C_NCAT];
   for (int i = 0; i < C_NCAT; i++) total[i] = (double)nchecks[i];
   rt_comm_allreduce(w, total, total, C_NCAT, RT_COMM_F64, RT_COMM_SUM);
+  double disc = (double)bf16_discriminating;
+  rt_comm_allreduce(w, &disc, &disc, 1, RT_COMM_F64, RT_COMM_SUM);
   if (me == 0) {
     printf("comm: %d ranks; the world and every communicator of %d meshes:", nworld, nmeshes);
     for (size_t i = 0; i < sizeof meshes / sizeof *meshes; i++)
@@ -532,6 +635,10 @@ static int run_checks(void) {
         printf(" (t%d,p%d,d%d)", meshes[i].tp, meshes[i].pp, meshes[i].dp);
     printf("\n  all collectives blocking and non-blocking (wait and test), f32/f64/i32, "
            "sizes 1/7/1000 (+0 and 65537 on the world), in place and not\n");
+    printf("  bf16: all-reduce and reduce-scatter (sum, max) equal to the rank-order fp32 "
+           "result rounded once, on %.0f elements where rounding after each addition "
+           "differs; all-gather, broadcast and send/recv move the bits\n",
+           disc);
     for (int i = 0; i < C_NCAT; i++)
       printf("  %-15s %9.0f checks passed (all ranks)\n", cat_name[i], total[i]);
     printf("  determinism: %d reductions gave the same bits on every rank and every repeat; "

@@ -12,8 +12,8 @@ set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D lay
 # Without the NCCL backend (shard_comm_nccl), a mesh of more than one rank
 # is refused before anything is written, with or without the CUDA
 # libraries; with it, multi.sh builds a part of the equivalence grid's
-# layouts and compares their tables with the CPU target's (about a minute:
-# one nvcc build per distinct program).
+# layouts in fp32 and bf16 and compares their tables with the CPU target's
+# (about two minutes on two cores: one nvcc build per distinct program).
 if(TARGET shard_comm_nccl)
   add_test(NAME cuda_target/multi_rank
            COMMAND sh ${CT_DIR}/multi.sh ${SHARDC} ${MODELS_DIR})
@@ -36,18 +36,34 @@ if(TARGET shard_rt_cuda)
                    ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/arch)
   # --precision bf16: the same two programs in bf16 (run.sh also checks the
   # plan's bf16 activations against the fp32 program's), and what bf16
-  # refuses: the CPU target, and (for now) more than one rank.
+  # refuses: the CPU target, and a mesh of more than one rank where the
+  # runtime has no NCCL backend (with it, multi.sh builds every layout in
+  # bf16).
   add_test(NAME cuda_target/gpt2_bf16_build
            COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --precision bf16)
   add_test(NAME cuda_target/llama_bf16_build
            COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA} --precision bf16)
+  if(TARGET shard_comm_nccl)
+    set(CT_HAVE_NCCL 1)
+  else()
+    set(CT_HAVE_NCCL 0)
+  endif()
   add_test(NAME cuda_target/bf16_refusals
-           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep -E 'bf16 runs on one rank|need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\""
-                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals)
+           COMMAND sh -c "out=$(\"$0\" compile \"$1\" --precision bf16 -o \"$2/cpu\" 2>&1) && exit 1; echo \"$out\" | grep 'bf16 is for --target cuda' || exit 1; if [ \"$3\" = 1 ]; then \"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" >/dev/null; else out=$(\"$0\" compile \"$1\" --target cuda --precision bf16 --dp 2 -o \"$2/dp\" 2>&1) && exit 1; echo \"$out\" | grep 'need the NCCL backend' && test ! -e \"$2/dp/rank0.cu\"; fi"
+                   ${SHARDC} ${MODELS_DIR}/gpt2.shard ${CT_WORK}/bf16_refusals ${CT_HAVE_NCCL})
+  # The GEMM epilogues: which nodes they absorb, and the program without
+  # them (--no-gemm-epilogue), which must build as well.
+  add_test(NAME cuda_target/gpt2_epilogues
+           COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
+                   ${CT_GPT2})
+  add_test(NAME cuda_target/gpt2_no_epilogue_build
+           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
+                   ${CT_GPT2} --no-gemm-epilogue)
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
-                       cuda_target/llama_bf16_build PROPERTIES LABELS cuda)
+                       cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
+                       cuda_target/gpt2_no_epilogue_build PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries
            COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'built without the CUDA libraries'"

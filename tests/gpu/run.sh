@@ -31,6 +31,9 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   gpt2 epilogues     the tiny GPT-2 fp32 on the GPU with cuBLASLt's epilogues (bias+GELU,
+#                      dgelu, bias gradients) against the same program compiled with
+#                      --no-gemm-epilogue: every step's loss within 1e-5 (relative)
 #   gradients 1 step   --dump-grads after one step, GPU against CPU, within 1e-4 of
 #                      each tensor's largest entry (needs tptool, an MPI build's)
 #   checkpoint         5 steps on one target, --resume to 10 on the other, both ways:
@@ -44,6 +47,10 @@
 #                      else with its ranks sharing the GPUs (each rank its own
 #                      NCCL_HOSTID, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, sockets on
 #                      loopback); the note says how it ran, or why it could not
+#   nccl t2 bf16,      the same three layouts compiled with --precision bf16 (bf16
+#     p2 bf16, d2 bf16 activations, collectives and pipeline messages; fp32 weight
+#                      gradients and their reductions): every step's loss within 2e-2
+#                      (relative) of the CPU target's fp32 run of the same layout
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -100,6 +107,17 @@ TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
 TRAIN="--data $DATA --seed 1 --quiet"
 
+# build_prog DIR TARGET: builds a compiled folder: with shardc, or for the
+# CUDA target under GPU_EMU=1 with the C++ compiler against the CPU
+# emulator of tests/emu (the make variables of BUILD/emu/program.mk).
+build_prog() {
+  if [ "$2" = cuda ] && [ -n "${GPU_EMU:-}" ]; then
+    make -s -C "$1" -f Makefile -f "$(cd "$BUILD" && pwd)/emu/program.mk"
+  else
+    "$SHARDC_BIN" build "$1"
+  fi
+}
+
 # prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL for
 # TARGET in PRECISION (default fp32; make leaves an up-to-date program
 # alone); prints the program's path.
@@ -110,7 +128,7 @@ prog() {
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/$1.shard" $defs --target "$2" --precision "$prec" \
     --cuda-arch "sm_$ARCH" \
-    -o "$dir" >"$dir.compile.log" 2>&1 && "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+    -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" $2 >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: $1 for --target $2 ($prec) does not compile and build:" >&2; cat "$dir.compile.log" >&2; return 1; }
   echo "$dir/rank0"
 }
@@ -171,6 +189,29 @@ check_bf16() { # MODEL
   echo "all checks passed: $1 bf16 losses within 2e-2 of the CPU target's fp32 ones over $STEPS steps"
 }
 
+# The fused GEMM epilogues against the same program without them
+# (--no-gemm-epilogue), both on the GPU in fp32: the same sums in another
+# order, so within fp32 rounding. A fallback to the unfused path shows in
+# the log (gemm.cu reports it once per epilogue).
+check_epilogues() {
+  local gpu dir=$MW/gpt2-cuda-noepi
+  gpu=$(prog gpt2 cuda) || return 1
+  # shellcheck disable=SC2086
+  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 --target cuda --no-gemm-epilogue \
+    --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" cuda >>"$dir.compile.log" 2>&1 ||
+    { echo "FAIL: --no-gemm-epilogue does not build"; return 1; }
+  grep -c 'k_cuda_gemm_fused' "$(dirname "$gpu")/rank0.cu" | sed 's/^/fused GEMMs: /'
+  rm -f "$MW/gpt2-epi.json" "$MW/gpt2-noepi.json"
+  # shellcheck disable=SC2086
+  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/gpt2-epi.json" || { echo "FAIL: the fused run"; return 1; }
+  # shellcheck disable=SC2086
+  "$dir/rank0" $TRAIN --steps $STEPS --log-json "$MW/gpt2-noepi.json" ||
+    { echo "FAIL: the unfused run"; return 1; }
+  cmp_losses "gpt2 fp32 epilogues against none" "$MW/gpt2-noepi.json" "$MW/gpt2-epi.json" 1e-5 rel ||
+    return 1
+  echo "all checks passed: the fused epilogues give the unfused program's losses"
+}
+
 check_grads() {
   local tool=$BUILD/tests/tptool m out=""
   [ -x "$tool" ] || { echo "SKIP: no tptool (it is built with MPI) to compare safetensors"; return 77; }
@@ -216,75 +257,59 @@ MULTI_t2="--tp 2 --global-batch 4"
 MULTI_p2="--pp 2 --global-batch 4"
 MULTI_d2="--dp 2 --global-batch 4"
 MULTI_one="--global-batch 4"
-NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+# shellcheck source=tests/gpu/ranks.sh
+. "$ROOT/tests/gpu/ranks.sh"
 
-# multi_prog LAYOUT TARGET: compiles and builds the tiny GPT-2 for the
-# layout; prints its folder.
+# multi_prog LAYOUT TARGET [PRECISION]: compiles and builds the tiny GPT-2
+# for the layout (fp32 unless PRECISION says bf16); prints its folder.
 multi_prog() {
-  local dir=$MW/nccl-$1-$2 opts
+  local prec=${3:-fp32} dir=$MW/nccl-$1-$2 opts
+  [ "$prec" = fp32 ] || dir=$dir-$prec
   eval "opts=\$MULTI_$1"
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $opts --target "$2" \
-    --precision fp32 --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
+    --precision "$prec" --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
     "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: gpt2 $1 for --target $2 does not compile and build:" >&2
       cat "$dir.compile.log" >&2; return 1; }
   echo "$dir"
 }
 
-# mpirun_job DIR SHARE KILL ARGS...: starts every rank of DIR's manifest
-# under mpirun (one -np 1 block per rank, MPMD), each through env: with
-# SHARE=1 the ranks share the GPUs (the NCCL settings above); with KILL=1
-# rank 1 is killed once the run has logged two steps (or after 60 s).
-mpirun_job() {
-  local dir=$1 share=$2 kill=$3 r=0 prog
-  local -a cmd=()
-  shift 3
-  local -a envs=()
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  for prog in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$dir/manifest.json"); do
-    envs=(env OMP_NUM_THREADS=1)
-    [ "$share" = 1 ] && envs+=(NCCL_HOSTID="shard-rank$r" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-                               NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
-    [ ${#cmd[@]} -gt 0 ] && cmd+=(:)
-    if [ "$kill" = 1 ] && [ $r = 1 ]; then
-      cmd+=(-np 1 "${envs[@]}" bash "$MW/kill-rank.sh" "$dir/$prog" "$@")
-    else
-      cmd+=(-np 1 "${envs[@]}" "$dir/$prog" "$@")
-    fi
-    r=$((r + 1))
-  done
-  mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "${cmd[@]}"
-}
 
-# How a layout of N ranks runs here: 0 on its own GPUs, 1 sharing them.
-share_of() { [ "$1" -le "$NGPUS" ] && echo 0 || echo 1; }
-ranks_of() { grep -c '"rank":' "$1/manifest.json"; }
-
-check_nccl() { # LAYOUT
-  local cpu gpu one n share how
+# check_nccl LAYOUT [bf16]: fp32 against the CPU target's same layout
+# within 1e-4 (and that against one rank); bf16 within 2e-2 relative.
+check_nccl() { # LAYOUT [PRECISION]
+  local cpu gpu one n share how prec=${2:-fp32} tag=cuda
+  [ "$prec" = fp32 ] || tag=cuda-$prec
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
-  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda) && one=$(multi_prog one cpu) || return 1
-  echo "built gpt2 $1 for both targets"
+  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
+    return 1
+  echo "built gpt2 $1 for both targets ($prec on the GPU)"
   [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   how=$([ "$share" = 1 ] && echo "$n ranks sharing $NGPUS GPU(s) over sockets" || echo "$n ranks, one GPU each")
-  rm -f "$MW/nccl-$1"-*.json
+  rm -f "$MW/nccl-$1"-one.json "$MW/nccl-$1"-cpu.json "$MW/nccl-$1-$tag.json"
   # shellcheck disable=SC2086
   "$one/rank0" $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$cpu" 0 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
+  mpirun_job "$cpu" 0 - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$gpu" "$share" 0 $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cuda.json" \
-    >"$MW/nccl-$1-cuda.log" 2>&1 || {
-    tail -n 20 "$MW/nccl-$1-cuda.log"
-    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-cuda.log"; then
+  mpirun_job "$gpu" "$share" - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-$tag.json" \
+    >"$MW/nccl-$1-$tag.log" 2>&1 || {
+    tail -n 20 "$MW/nccl-$1-$tag.log"
+    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-$tag.log"; then
       echo "SKIP: $1 could not run: NCCL refused $how"; return 77
     fi
     echo "FAIL: the CUDA target's $1 run ($how)"; return 1; }
   cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
+  if [ "$prec" = bf16 ]; then
+    cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$MW/nccl-$1-cpu.json" \
+      "$MW/nccl-$1-$tag.json" 2e-2 rel || return 1
+    echo "all checks passed: gpt2 $1 bf16 on NCCL ($how) within 2e-2 of the CPU target's fp32 losses"
+    return 0
+  fi
   cmp_losses "$1 on NCCL against the CPU target" "$MW/nccl-$1-cpu.json" "$MW/nccl-$1-cuda.json" 1e-4 ||
     return 1
   echo "all checks passed: gpt2 $1 on NCCL ($how) has the CPU target's losses"
@@ -310,7 +335,7 @@ KILL
   rm -f "$MW/nccl-kill.json"
   t0=$SECONDS
   # shellcheck disable=SC2086
-  timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); MW=$MW; mpirun_job $gpu $share 1 \
+  timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); mpirun_job $gpu $share $MW/kill-rank.sh \
     $TRAIN --steps 100000 --log-every 1 --timeout $limit --log-json $MW/nccl-kill.json" \
     >"$MW/nccl-kill.log" 2>&1
   rc=$?
@@ -341,21 +366,33 @@ if [ -n "$MODEL_CHECK" ]; then
   mkdir -p "$MW"
   # The one-GPU checks need a GPU to mean anything; the nccl ones build
   # their programs first and say so themselves.
+  if [ -n "${GPU_EMU:-}" ]; then
+    [ -f "$BUILD/emu/program.mk" ] || { echo "SKIP: GPU_EMU=1 but no $BUILD/emu/program.mk"; exit 77; }
+    "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 --target cuda -o "$MW/probe" \
+      >"$MW/probe.log" 2>&1 ||
+      { echo "SKIP: this shardc cannot compile for --target cuda: $(grep -m1 error "$MW/probe.log")"
+        exit 77; }
+    echo "GPU_EMU=1: the CUDA programs run on the CPU emulator of tests/emu, not on a GPU"
+  fi
   case $MODEL_CHECK in
     nccl-*) ;;
-    *) [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none)"; exit 77; } ;;
+    *) [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none)"; exit 77; } ;;
   esac
   case $MODEL_CHECK in
     fp32-gpt2) check_fp32 gpt2 ;;
     fp32-llama) check_fp32 llama ;;
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
+    epilogues) check_epilogues ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
     sanitizer) check_sanitizer ;;
     nccl-t2) check_nccl t2 ;;
     nccl-p2) check_nccl p2 ;;
     nccl-d2) check_nccl d2 ;;
+    nccl-t2-bf16) check_nccl t2 bf16 ;;
+    nccl-p2-bf16) check_nccl p2 bf16 ;;
+    nccl-d2-bf16) check_nccl d2 bf16 ;;
     nccl-kill) check_nccl_kill ;;
     *) echo "unknown model check $MODEL_CHECK"; exit 2 ;;
   esac
@@ -462,6 +499,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "gpt2 epilogues" 60 epilogues
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
@@ -470,16 +508,21 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl t2" 90 nccl-t2
     model_check "nccl p2" 90 nccl-p2
     model_check "nccl d2" 90 nccl-d2
+    model_check "nccl t2 bf16" 90 nccl-t2-bf16
+    model_check "nccl p2 bf16" 90 nccl-p2-bf16
+    model_check "nccl d2 bf16" 90 nccl-d2-bf16
     model_check "nccl rank killed" 120 nccl-kill
   else
-    for r in "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
+    for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
+             "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
   fi
 else
   for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
            "checkpoint crossing" "model sanitizer" \
-           "nccl t2" "nccl p2" "nccl d2" "nccl rank killed"; do
+           "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
+           "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
   done
 fi

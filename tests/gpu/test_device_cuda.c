@@ -5,7 +5,8 @@
  * exact), and the bf16 working copy of the weights (rt_dev_weights_bf16)
  * against its CPU twin, the round to nearest even of the masters, exactly:
  * after its first cast, after an AdamW step (which writes it), after an
- * SGD step and after a copy into the masters (which leave it stale).
+ * SGD step and after a copy into the masters (which leave it stale); and
+ * the staged token windows (test_stage).
  *
  * Without a CUDA device it prints why and exits 77 (skipped). With
  * --no-device it checks the other side instead: where there is no device,
@@ -214,6 +215,45 @@ static void test_norms(int64_t n, int64_t chunk) {
   free(x), free(oc), free(gc), free(wc);
 }
 
+/* The staged token windows (rt_dev_stage_*), as the training loop uses
+ * them: at each step the current slot's copy is taken, the next step's
+ * window is written into the other slot's host buffer and put before the
+ * current one has been read (a copy into other model memory, as the
+ * inputs' loads do); every read must see exactly its own step's tokens.
+ * The host buffers must be pinned. */
+static void pattern(int32_t *x, int64_t n, int64_t step) {
+  for (int64_t i = 0; i < n; i++) x[i] = (int32_t)(step * 1000003 + i);
+}
+
+static void test_stage(int64_t n) {
+  RtDevStage *s = rt_dev_stage_new(n * 4);
+  int32_t *dst = rt_dev_alloc(n * 4, "the inputs");
+  int32_t *back = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
+  int bad = 0, steps = 6;
+  struct cudaPointerAttributes at;
+  int pinned = cudaPointerGetAttributes(&at, rt_dev_stage_host(s, 0)) == cudaSuccess &&
+               at.type == cudaMemoryTypeHost;
+  pattern(rt_dev_stage_host(s, 0), n, 0);
+  rt_dev_stage_put(s, 0);
+  for (int step = 0; step < steps; step++) {
+    int slot = step % 2;
+    const int32_t *d = rt_dev_stage_get(s, slot);
+    pattern(rt_dev_stage_host(s, 1 - slot), n, step + 1);
+    rt_dev_stage_put(s, 1 - slot);
+    rt_dev_copy(dst, d, n * 4);
+    rt_dev_to_host(back, dst, n * 4);
+    pattern(want, n, step);
+    bad += memcmp(back, want, (size_t)n * 4) != 0;
+  }
+  int ok = bad == 0 && pinned;
+  printf("%-34s n%-8lld %d of %d steps wrong, host buffers %s  %s\n", "stage (windows)",
+         (long long)n, bad, steps, pinned ? "pinned" : "NOT pinned", ok ? "ok" : "FAIL");
+  failures += !ok;
+  rt_dev_stage_free(s);
+  rt_dev_free(dst);
+  free(back), free(want);
+}
+
 int main(int argc, char **argv) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -239,6 +279,7 @@ int main(int argc, char **argv) {
     test_optimizer(sizes[i], 0);
     test_norms(sizes[i], sizes[i] > 100 ? 97 : 2);
     test_weights_bf16(sizes[i]);
+    test_stage(sizes[i]);
   }
   printf("%s\n", failures ? "some checks failed" : "all checks passed");
   return failures ? 1 : 0;

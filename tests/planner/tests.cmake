@@ -53,6 +53,11 @@ planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
 # (--no-scatter-gather) when the stages sit on different nodes.
 add_test(NAME planner/scatter_gather
          COMMAND sh ${PLANNER_DIR}/scatter_gather.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+# --precision bf16 (the CUDA target's): mixed precision's time without
+# replicas, longer with them (fp32 weight-gradient reductions), fp32's
+# longer still.
+add_test(NAME planner/precision
+         COMMAND sh ${PLANNER_DIR}/precision.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
 # `shardc hw --measure` at small sizes writes a description that `shardc
 # hw FILE` reads back with plausible positive numbers.
 add_test(NAME planner/hw_measure

@@ -121,7 +121,7 @@ bad "--hw NAME|FILE is required" simulate "$M"
 bad "--global-batch 7 is not a multiple of microbatch 2 x dp 1" simulate "$M" --hw a100 --global-batch 7 --microbatch 2
 bad "--tp: expected a positive integer, got '0'" simulate "$M" --hw a100 --tp 0
 bad "--recompute: expected none, selective or full, got 'some'" simulate "$M" --hw a100 --recompute some
-bad "--precision: expected mixed or fp32, got 'bf16'" simulate "$M" --hw a100 --precision bf16
+bad "--precision: expected mixed, bf16 or fp32, got 'fp16'" simulate "$M" --hw a100 --precision fp16
 bad "--zero: expected 0 or 1" simulate "$M" --hw a100 --zero 3
 bad "the model has 12 layers, fewer than the p x v = 100 x 1 virtual stages" simulate "$M" --hw a100 --pp 100
 bad "unexpected argument 'extra' (one model file only)" info "$M" extra

@@ -320,6 +320,22 @@ static void test_device(void) {
   CHECK(!memcmp(a, b, sizeof a), "sums of squares over ranges = over chunks: %.15f %.15f %.15f",
         a[0], a[1], a[2]);
   rt_dev_free(g);
+  /* Staged windows as the training loop uses them: the next slot written
+   * and put before the current one is read. */
+  RtDevStage *st = rt_dev_stage_new(DEV_N * 4);
+  int32_t got[DEV_N], bad = 0;
+  for (int i = 0; i < DEV_N; i++) ((int32_t *)rt_dev_stage_host(st, 0))[i] = i;
+  rt_dev_stage_put(st, 0);
+  for (int step = 0; step < 4; step++) {
+    const int32_t *d = rt_dev_stage_get(st, step % 2);
+    int32_t *next = rt_dev_stage_host(st, 1 - step % 2);
+    for (int i = 0; i < DEV_N; i++) next[i] = (step + 1) * 7919 + i;
+    rt_dev_stage_put(st, 1 - step % 2);
+    rt_dev_to_host(got, d, sizeof got);
+    for (int i = 0; i < DEV_N; i++) bad += got[i] != step * 7919 + i;
+  }
+  CHECK(bad == 0, "staged windows: 4 steps, %d tokens wrong", bad);
+  rt_dev_stage_free(st);
 }
 
 int main(void) {
