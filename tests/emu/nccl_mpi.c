@@ -29,9 +29,11 @@
  * element at a time, and sends the result back (all-reduce) or each rank
  * its block (reduce-scatter, block r of the rank-major buffer to rank r).
  * The result is therefore the same bits on every rank and in every run,
- * whatever the timing. bf16 is added in fp32 and rounded to bf16 after
- * each addition, as NCCL's ring does at each hop; ncclAvg is the sum
- * divided by the number of ranks. Sends and receives between two ranks
+ * whatever the timing. bf16 is added in fp32 and rounded to bf16 once, at
+ * the end, which is comm.h's rule for its bf16 reductions (and the MPI
+ * backend's); NCCL's ring rounds at every hop instead, in ring order, so a
+ * GPU's bf16 sums of three ranks or more may differ from these in the last
+ * bit. ncclAvg is the sum divided by the number of ranks. Sends and receives between two ranks
  * match in posting order (one tag), as NCCL's do; collectives carry a
  * per-communicator sequence number in their tag.
  *
@@ -417,7 +419,7 @@ static void fold(void *out, const void *const *in, int k, size_t n, ncclDataType
       float a = bf16_to_float(((const uint16_t *)in[0])[i]);
       for (int r = 1; r < k; r++) {
         float b = bf16_to_float(((const uint16_t *)in[r])[i]);
-        a = bf16_to_float(float_to_bf16(COMBINE(float, float, a, b, op)));
+        a = COMBINE(float, float, a, b, op);
       }
       if (op == ncclAvg) a /= (float)k;
       ((uint16_t *)out)[i] = float_to_bf16(a);
