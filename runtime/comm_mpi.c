@@ -48,6 +48,12 @@ static struct {
   RtComm world;
 } g = {.rank = -1};
 
+/* What a backend built on this file (comm_nccl.c) must end once the
+ * message is out and before the job goes down: its own communicators. */
+#ifndef COMM_BEFORE_EXIT
+#define COMM_BEFORE_EXIT() ((void)0)
+#endif
+
 _Noreturn void rt_comm_fatal(const char *fmt, ...) {
   char msg[2048];
   va_list ap;
@@ -66,6 +72,7 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
     rt_error(NULL, "%s", msg);
   }
   fflush(stderr);
+  COMM_BEFORE_EXIT();
   /* Under `shardc run` the launcher ends the job (every other rank exits
    * with status 1, abi/job.h) and names this rank in its message. */
   if (rt_wd_supervised()) {

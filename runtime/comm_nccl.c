@@ -62,15 +62,17 @@
  * target agrees with the CUDA target within rounding, not bit for bit.
  *
  * Errors. Every NCCL and CUDA call is checked (NCCL_CHECK, CUDA_CHECK); a
- * failure, or an asynchronous error seen while waiting, aborts every NCCL
- * communicator of this rank (ncclCommAbort, so that no kernel stays stuck
- * on a dead peer) and then brings the job down as comm_mpi.c does
- * (rt_comm_fatal: the launcher ends the job under `shardc run`, MPI_Abort
- * otherwise). A rank that stops answering without an error is the
- * watchdog's (watchdog.c): the wait reports what it waits for, and the
- * launcher or --timeout ends the job. A failure inside the MPI part itself
- * goes down through comm_mpi.c's own path, without the NCCL aborts, which
- * the process's end makes moot. NCCL cannot check a received message's
+ * failure, or an asynchronous error seen while waiting, or a failure of
+ * the MPI part, is reported first (the peers see the abort and fail too,
+ * and their MPI_Abort could otherwise end this rank before it has said
+ * why), then aborts every NCCL communicator of this rank (ncclCommAbort,
+ * so that no kernel stays stuck on a dead peer) and brings the job down as
+ * comm_mpi.c does (rt_comm_fatal: the launcher ends the job under `shardc
+ * run`, MPI_Abort otherwise). A rank that stops answering without an error
+ * is the watchdog's (watchdog.c): every NCCL call that may wait for peers
+ * (an operation, a group's end: connections are made at first use) and
+ * every wait report what they wait for, and the launcher or --timeout ends
+ * the job. NCCL cannot check a received message's
  * length: a mismatch between two ranks' programs shows as wrong data or a
  * hang (the MPI backend reports it). */
 #include "comm.h"
@@ -141,6 +143,10 @@ static void mpi_wait(MpiReq *req);
 /* The wrappers call mpi_wait one by one instead. */
 __attribute__((unused)) static void mpi_waitall(MpiReq **reqs, int n);
 static int mpi_test(MpiReq *req);
+/* Every fatal error, the MPI part's too, aborts the NCCL communicators,
+ * once the message is out (see Errors at the top). */
+static void abort_all(void);
+#define COMM_BEFORE_EXIT() abort_all()
 
 #include "comm_mpi.c"
 
@@ -177,11 +183,24 @@ typedef struct Nccl {
   cudaStream_t stream;
 } Nccl;
 
-/* One request: an MPI one (host memory) or an NCCL operation, which is
- * either issued (its event is recorded after it on the stream) or still
- * waiting in the group of pending messages. */
+/* A host view of a buffer: the buffer itself in host memory, else a copy
+ * of its bytes (taken after the compute stream's work). `in` places a
+ * buffer that lies inside another's staged copy (the in-place forms). */
+typedef struct Staged {
+  const char *dev;
+  char *host;
+  size_t bytes;
+  int copy;
+} Staged;
+
+/* One request: an MPI one (host memory, or device memory staged through
+ * the host copies it keeps until it completes) or an NCCL operation,
+ * which is either issued (its event is recorded after it on the stream)
+ * or still waiting in the group of pending messages. */
 struct RtCommReq {
   MpiReq *mpi;
+  Staged keep[2];
+  int back[2]; /* keep[i] goes back to the device once complete */
   cudaEvent_t done;
   int pending;
   const char *what; /* the NCCL function, for the watchdog */
@@ -227,7 +246,6 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  abort_all();
   mpi_comm_fatal("%s", msg);
 }
 
@@ -235,6 +253,14 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
  * message of rt_comm_fatal names the rank. */
 #define NCCL_CHECK(n, call) nccl_check((call), (n), #call, __FILE__, __LINE__)
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+/* An NCCL call that may wait for the peers (connections are set up at an
+ * operation's first use): the watchdog says what this rank waits in. */
+#define NCCL_WAITING(n, fn, call)                                                                  \
+  do {                                                                                             \
+    rt_wd_comm(fn, (n)->comm->name);                                                               \
+    NCCL_CHECK(n, call);                                                                           \
+    rt_wd_comm_done();                                                                             \
+  } while (0)
 
 static void nccl_check(ncclResult_t r, const Nccl *n, const char *call, const char *file,
                        int line) {
@@ -420,7 +446,7 @@ static void flush(void) {
     if (m->send) NCCL_CHECK(n, ncclSend(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
     else NCCL_CHECK(n, ncclRecv(m->buf, m->count, m->type, m->peer, n->nc, n->stream));
   }
-  NCCL_CHECK(NULL, ncclGroupEnd());
+  NCCL_WAITING(n, "ncclGroupEnd", ncclGroupEnd());
   for (int i = 0; i < nc.np2p; i++) mark_done(nc.p2p[i].req, n);
   nc.np2p = 0;
 }
@@ -456,29 +482,20 @@ static RtCommReq *issued(RtCommReq *r, const Nccl *n, int nb) {
   return NULL;
 }
 
-/* A request for an operation that is already complete (MPI's blocking
- * form ran): only there so that wait can free it. */
-static RtCommReq *completed(int nb, const RtComm *c) {
-  return nb ? req_of("done", c) : NULL;
-}
-
-static RtCommReq *wrap_mpi(MpiReq *m, const RtComm *c) {
+/* A non-blocking MPI operation, on the host views a and b (either may be
+ * NULL): staged copies stay with the request, so that the operation stays
+ * non-blocking (an irecv posted before the matching isend on both sides
+ * must not wait), and go back to the device when it completes. */
+static RtCommReq *wrap_mpi(MpiReq *m, const RtComm *c, const Staged *a, int back_a,
+                           const Staged *b, int back_b) {
   RtCommReq *r = req_of("MPI", c);
   r->mpi = m;
+  if (a) r->keep[0] = *a, r->back[0] = back_a;
+  if (b) r->keep[1] = *b, r->back[1] = back_b;
   return r;
 }
 
 /* ---- Host staging ------------------------------------------------------------------ */
-
-/* A host view of a buffer: the buffer itself in host memory, else a copy
- * of its bytes (taken after the compute stream's work). `in` places a
- * buffer that lies inside another's staged copy (the in-place forms). */
-typedef struct Staged {
-  const char *dev;
-  char *host;
-  size_t bytes;
-  int copy;
-} Staged;
 
 static Staged stage(const void *p, size_t bytes, const Staged *in) {
   Staged s = {p, (char *)p, bytes, 0};
@@ -514,8 +531,7 @@ static size_t nbytes(int64_t count, RtCommType t) {
 
 /* Each is written once, as in comm_mpi.c: with nb the non-blocking form.
  * On NCCL the checks are the MPI backend's, then the call; over MPI the
- * non-blocking form of a host operation stays non-blocking, a staged one
- * completes before it returns. */
+ * non-blocking form stays non-blocking, staged or not (wrap_mpi). */
 
 static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t count,
                                RtCommType type, RtCommOp op, int nb) {
@@ -524,20 +540,20 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
   Nccl *n = nccl_for(c, send, recv);
   size_t bytes = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_iallreduce(c, send, recv, count, type, op), c);
     Staged r = stage(recv, bytes, NULL), s = stage(send, bytes, &r);
+    if (nb) return wrap_mpi(mpi_iallreduce(c, s.host, r.host, count, type, op), c, &s, 0, &r, 1);
     mpi_allreduce(c, s.host, r.host, count, type, op);
     unstage(&s, 0), unstage(&r, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
   count_bytes(c, RT_COMM_ALLREDUCE, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllReduce", c);
-  NCCL_CHECK(n, ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                              n->stream));
+  NCCL_WAITING(n, "ncclAllReduce",
+               ncclAllReduce(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                             n->stream));
   return issued(r, n, nb);
 }
 
@@ -548,12 +564,11 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   Nccl *n = nccl_for(c, send, recv);
   size_t part = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_iallgather(c, send, recv, count, type), c);
     Staged r = stage(recv, part * (size_t)c->size, NULL), s = stage(send, part, &r);
+    if (nb) return wrap_mpi(mpi_iallgather(c, s.host, r.host, count, type), c, &s, 0, &r, 1);
     mpi_allgather(c, s.host, r.host, count, type);
     unstage(&s, 0), unstage(&r, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (send != (const char *)recv + part * (size_t)c->rank)
@@ -561,7 +576,8 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   count_bytes(c, RT_COMM_ALLGATHER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllGather", c);
-  NCCL_CHECK(n, ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
+  NCCL_WAITING(n, "ncclAllGather",
+               ncclAllGather(send, recv, (size_t)count, nccl_type(type), n->nc, n->stream));
   return issued(r, n, nb);
 }
 
@@ -572,14 +588,15 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
   Nccl *n = nccl_for(c, send, recv);
   size_t part = nbytes(count, type);
   if (!n) {
-    if (nb && !on_device(send) && !on_device(recv))
-      return wrap_mpi(mpi_ireduce_scatter(c, send, recv, count, type, op), c);
     Staged s = stage(send, part * (size_t)c->size, NULL), r = stage(recv, part, &s);
-    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
     /* In place, the result is inside the send buffer's copy. */
     int inside = r.host != recv && !r.copy;
+    if (nb)
+      return wrap_mpi(mpi_ireduce_scatter(c, s.host, r.host, count, type, op), c, &r, 1, &s,
+                      inside);
+    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
     unstage(&r, 1), unstage(&s, inside);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   if (recv != (const char *)send + part * (size_t)c->rank)
@@ -587,8 +604,9 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
   count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclReduceScatter", c);
-  NCCL_CHECK(n, ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
-                                  n->stream));
+  NCCL_WAITING(n, "ncclReduceScatter",
+               ncclReduceScatter(send, recv, (size_t)count, nccl_type(type), nccl_op(op), n->nc,
+                                 n->stream));
   return issued(r, n, nb);
 }
 
@@ -598,18 +616,19 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
   flush();
   Nccl *n = nccl_for(c, buf, buf);
   if (!n) {
-    if (nb && !on_device(buf)) return wrap_mpi(mpi_ibroadcast(c, buf, count, type, root), c);
     Staged b = stage(buf, nbytes(count, type), NULL);
+    if (nb) return wrap_mpi(mpi_ibroadcast(c, b.host, count, type, root), c, &b, 1, NULL, 0);
     mpi_broadcast(c, b.host, count, type, root);
     unstage(&b, 1);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   check_rank(c, fn, "root", root);
   count_bytes(c, RT_COMM_BROADCAST, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclBroadcast", c);
-  NCCL_CHECK(n, ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
+  NCCL_WAITING(n, "ncclBroadcast",
+               ncclBroadcast(buf, buf, (size_t)count, nccl_type(type), root, n->nc, n->stream));
   return issued(r, n, nb);
 }
 
@@ -621,14 +640,14 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
   Nccl *n = nccl_for(c, buf, buf);
   if (!n) {
     flush();
-    if (nb && !on_device(buf))
-      return wrap_mpi(send ? mpi_isend(c, buf, count, type, peer)
-                           : mpi_irecv(c, buf, count, type, peer), c);
     Staged b = stage(buf, nbytes(count, type), NULL);
+    if (nb)
+      return wrap_mpi(send ? mpi_isend(c, b.host, count, type, peer)
+                           : mpi_irecv(c, b.host, count, type, peer), c, &b, !send, NULL, 0);
     if (send) mpi_send(c, b.host, count, type, peer);
     else mpi_recv(c, b.host, count, type, peer);
     unstage(&b, !send);
-    return completed(nb, c);
+    return NULL;
   }
   check_count(c, fn, count);
   check_rank(c, fn, "peer", peer);
@@ -649,7 +668,7 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
 
 static RtCommReq *nc_barrier(RtComm *c, int nb) {
   flush();
-  if (nb) return wrap_mpi(mpi_ibarrier(c), c);
+  if (nb) return wrap_mpi(mpi_ibarrier(c), c, NULL, 0, NULL, 0);
   mpi_barrier(c);
   return NULL;
 }
@@ -699,12 +718,18 @@ RtCommReq *rt_comm_ibarrier(RtComm *c) { return nc_barrier(c, 1); }
 
 /* ---- Completion ----------------------------------------------------------------------- */
 
+/* An MPI request has completed: its staged results go to the device. */
+static void mpi_done(RtCommReq *r) {
+  for (int i = 0; i < 2; i++) unstage(&r->keep[i], r->back[i]);
+  free(r);
+}
+
 void rt_comm_wait(RtCommReq *r) {
   if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
   if (r->mpi) {
     flush();
     mpi_wait(r->mpi);
-    free(r);
+    mpi_done(r);
   } else if (r->done || r->pending) {
     wait_nccl(r);
   } else {
@@ -722,7 +747,7 @@ int rt_comm_test(RtCommReq *r) {
   if (r->mpi) {
     flush();
     if (!mpi_test(r->mpi)) return 0;
-    free(r);
+    mpi_done(r);
     return 1;
   }
   if ((r->done || r->pending) && !passed(r)) return 0;

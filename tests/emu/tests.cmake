@@ -82,6 +82,9 @@ target_link_libraries(test_emu PRIVATE shard_cuda_emu)
 add_test(NAME emu/self COMMAND test_emu)
 set_tests_properties(emu/self PROPERTIES LABELS emu)
 
+# The NCCL stand-in (nccl_mpi.c) and the NCCL backend of comm.h on the emulator.
+include(${CMAKE_CURRENT_LIST_DIR}/nccl.cmake)
+
 # The generated CUDA programs on the emulator (programs.cmake: the make
 # variables that build them with the C++ compiler, and their model checks).
 if(EXISTS ${EMU_DIR}/programs.cmake)
