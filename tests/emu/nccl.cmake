@@ -71,7 +71,7 @@ endif()
 
 # The CUDA target's runtime on the emulator with the NCCL backend, as
 # shard_rt_cuda_emu (tests.cmake) is with the CPU's: what the multi-rank
-# CUDA programs link under the emulator (nccl_programs.sh).
+# CUDA programs link under the emulator (programs.cmake).
 if(TARGET shard_comm_nccl_emu AND TARGET shard_rt_cuda_emu)
   add_library(shard_rt_cuda_nccl_emu STATIC ${EMU_RT_SOURCES}
                                             ${CMAKE_SOURCE_DIR}/runtime/device_cuda.c)
@@ -79,22 +79,4 @@ if(TARGET shard_comm_nccl_emu AND TARGET shard_rt_cuda_emu)
   target_link_libraries(shard_rt_cuda_nccl_emu PUBLIC shard_data shard_kernels_cuda_emu
                                                       shard_comm_nccl_emu OpenMP::OpenMP_C
                                                       PkgConfig::CJSON m)
-endif()
-
-# The CUDA target's t=2, p=2 and d=2 programs of the tiny GPT-2 built on
-# the emulator and run over the NCCL stand-in under mpirun, against the
-# CPU target's losses (tests/gpu/run.sh's "nccl" rows without a GPU). It
-# needs a shardc that writes multi-rank CUDA programs, which only a build
-# with nvcc and NCCL has (codegen/cuda.c's check_supported). About 2 min.
-if(TARGET shard_rt_cuda_nccl_emu AND TARGET shard_comm_nccl)
-  list(JOIN CJSON_LDFLAGS " " emu_cjson)
-  set(emu_link "$<TARGET_FILE:shard_rt_cuda_nccl_emu> $<TARGET_FILE:shard_comm_nccl_emu>")
-  string(APPEND emu_link " $<TARGET_FILE:shard_nccl_emu> $<TARGET_FILE:shard_kernels_cuda_emu>")
-  string(APPEND emu_link " $<TARGET_FILE:shard_cuda_emu> $<TARGET_FILE:shard_data>")
-  string(APPEND emu_link " ${SHARD_COMM_LINK} ${emu_cjson} -lm -lpthread")
-  add_test(NAME emu/nccl_programs
-           COMMAND sh ${EMU_DIR}/nccl_programs.sh ${SHARDC} ${CMAKE_SOURCE_DIR}
-                   ${SHARDC_DATA_DIR}/austen_train.bin ${CMAKE_CXX_COMPILER} "${emu_link}")
-  set_tests_properties(emu/nccl_programs PROPERTIES LABELS "emu;cuda" TIMEOUT 900
-                       RESOURCE_LOCK mpirun)
 endif()

@@ -11,8 +11,9 @@
 
 NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
 
-# How a layout of N ranks runs here: 0 on its own GPUs, 1 sharing them.
-share_of() { [ "$1" -le "$NGPUS" ] && echo 0 || echo 1; }
+# How a layout of N ranks runs here: 0 on its own GPUs (or on the CPU
+# emulator, GPU_EMU=1, whose NCCL stand-in needs no settings), 1 sharing them.
+share_of() { [ -n "${GPU_EMU:-}" ] || [ "$1" -le "$NGPUS" ] && echo 0 || echo 1; }
 ranks_of() { grep -c '"rank":' "$1/manifest.json"; }
 
 # mpirun_job DIR SHARE KILL_SCRIPT ARGS...: starts every rank of DIR's

@@ -400,6 +400,12 @@ MULTI_t2="--tp 2 --global-batch 4"
 MULTI_p2="--pp 2 --global-batch 4"
 MULTI_d2="--dp 2 --global-batch 4"
 MULTI_one="--global-batch 4"
+# The runs' options: 4 sequences a step at run time too (a program's own
+# default is batch x d sequences, 2 for one rank and for t = 2, whatever
+# the compile's --global-batch said), in file order (shuffled orders are
+# not the same sequences per step across layouts), as the CPU target's
+# equivalence grid runs.
+MTRAIN="$TRAIN --global-batch 4 --no-shuffle"
 # shellcheck source=tests/gpu/ranks.sh
 . "$ROOT/tests/gpu/ranks.sh"
 
@@ -412,7 +418,7 @@ multi_prog() {
   # shellcheck disable=SC2086
   "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $opts --target "$2" \
     --precision "$prec" --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
-    "$SHARDC_BIN" build "$dir" >>"$dir.compile.log" 2>&1 ||
+    build_prog "$dir" "$2" >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: gpt2 $1 for --target $2 does not compile and build:" >&2
       cat "$dir.compile.log" >&2; return 1; }
   echo "$dir"
@@ -428,24 +434,35 @@ check_nccl() { # LAYOUT [PRECISION]
   cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
     return 1
   echo "built gpt2 $1 for both targets ($prec on the GPU)"
-  [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
+  [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
+    { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   how=$([ "$share" = 1 ] && echo "$n ranks sharing $NGPUS GPU(s) over sockets" || echo "$n ranks, one GPU each")
+  [ -n "${GPU_EMU:-}" ] && how="$n ranks on the CPU emulator, NCCL over MPI"
   rm -f "$MW/nccl-$1"-one.json "$MW/nccl-$1"-cpu.json "$MW/nccl-$1-$tag.json"
   # shellcheck disable=SC2086
-  "$one/rank0" $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
+  "$one/rank0" $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$cpu" 0 - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
+  mpirun_job "$cpu" 0 - $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$gpu" "$share" - $TRAIN --steps $STEPS --log-json "$MW/nccl-$1-$tag.json" \
+  SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS \
+    --log-json "$MW/nccl-$1-$tag.json" \
     >"$MW/nccl-$1-$tag.log" 2>&1 || {
     tail -n 20 "$MW/nccl-$1-$tag.log"
     if grep -q -i 'duplicate GPU' "$MW/nccl-$1-$tag.log"; then
       echo "SKIP: $1 could not run: NCCL refused $how"; return 77
     fi
     echo "FAIL: the CUDA target's $1 run ($how)"; return 1; }
+  if [ -n "${GPU_EMU:-}" ]; then
+    # Every rank's NCCL stand-in says how many operations it ran: none
+    # would mean the layout never reached comm_nccl.c's NCCL path.
+    local used
+    used=$(grep -c 'nccl emulation: world rank [0-9]*: [1-9][0-9]* operations' "$MW/nccl-$1-$tag.log")
+    [ "$used" = "$n" ] || { echo "FAIL: $1: $used of $n ranks ran operations on (emulated) NCCL"; return 1; }
+    echo "$1: every rank ran operations on (emulated) NCCL"
+  fi
   cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
   if [ "$prec" = bf16 ]; then
     cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$MW/nccl-$1-cpu.json" \
@@ -462,7 +479,8 @@ check_nccl_kill() {
   local gpu n share t0 dt rc limit=20
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
   gpu=$(multi_prog t2 cuda) || return 1
-  [ "$NGPUS" -gt 0 ] || { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
+  [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
+    { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
   cat >"$MW/kill-rank.sh" <<KILL
 # Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
 "\$@" & pid=\$!
@@ -479,7 +497,7 @@ KILL
   t0=$SECONDS
   # shellcheck disable=SC2086
   timeout $((limit + 60)) bash -c "$(declare -f mpirun_job); mpirun_job $gpu $share $MW/kill-rank.sh \
-    $TRAIN --steps 100000 --log-every 1 --timeout $limit --log-json $MW/nccl-kill.json" \
+    $MTRAIN --steps 100000 --log-every 1 --timeout $limit --log-json $MW/nccl-kill.json" \
     >"$MW/nccl-kill.log" 2>&1
   rc=$?
   dt=$((SECONDS - t0))
