@@ -1191,16 +1191,6 @@ static void check_supported(CgEmitter *e) {
     cuda_state(e)->refused = true;
     return;
   }
-  /* Recomputed nodes are ordinary nodes of the backward, but nobody has
-   * compared their losses to the bit on a GPU yet: refused until then. */
-  for (int i = 0; i < e->g->nodes.len; i++)
-    if (node_at(e, i)->recomputed) {
-      ir_error(ir_cmdline, "cuda target: activation recomputation (--recompute) is not checked "
-                           "on a GPU yet; compile with --recompute none, or for the cpu target");
-      e->errors++;
-      cuda_state(e)->refused = true;
-      return;
-    }
   if (!SHARDC_RT_LIBS_CUDA[0]) {
     ir_error(ir_cmdline, "cuda target: this shardc was built without the CUDA libraries (nvcc was "
                          "not found when it was configured); reconfigure with nvcc on PATH");
