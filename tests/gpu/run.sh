@@ -46,6 +46,9 @@
 #                      every step's loss and gradient norm to the bit with
 #                      --no-gemm-epilogue, within 1e-5 relative with the epilogues,
 #                      within 1e-4 of the CPU target's (bf16: 2e-2 relative)
+#   dropout            the tiny GPT-2 at dropout_rate 0.1: every step's loss within
+#                      1e-4 of the CPU target's, with --recompute full to the bit of
+#                      the program without, bf16 within 2e-2 (relative)
 #   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
 #     nccl d2          backend against the CPU target's same layout over MPI: every
 #                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
@@ -260,7 +263,7 @@ check_ckpt() { # 5 steps on one target, resumed to 10 on the other
   echo "all checks passed: checkpoints cross GPU->CPU and CPU->GPU"
 }
 
-# ---------------------------------------- recomputation (issue 10)
+# ------------------------------- recomputation and dropout (issue 10)
 # tests/recompute/unfused.shard: a GPT-2 with its attention written out
 # (scores, scale, causal mask, softmax, dropout 0.1 of the probabilities).
 TINY_unfused=$TINY_gpt2
@@ -351,6 +354,38 @@ check_recompute() { # PRECISION
     done
   done
   echo "all checks passed: --recompute selective and full ($prec) train the losses without it"
+}
+
+# Dropout (the tiny GPT-2 at rate 0.1: the embedding's and the two
+# projections'): the counter-based masks are the CPU's bit for bit, so the
+# losses are the CPU target's within 1e-4 (bf16: 2e-2 relative); with
+# --recompute full the backward draws the recomputed dropouts' masks
+# again, which must be the forward's (the losses of the program without
+# recomputation, to the bit: with dropout on neither program fuses a gelu
+# gradient into its GEMM, so the two run the same kernels).
+# The rate must matter: the CPU's losses move by more than 1e-3 from those
+# at rate 0.
+check_dropout() {
+  local cpu gpu full bf zero moved D="-D dropout_rate=0.1"
+  # shellcheck disable=SC2086
+  cpu=$(prog gpt2 cpu fp32 drop $D) && gpu=$(prog gpt2 cuda fp32 drop $D) &&
+    full=$(prog gpt2 cuda fp32 drop-full $D --recompute full) &&
+    bf=$(prog gpt2 cuda bf16 drop $D) && zero=$(prog gpt2 cpu) || return 1
+  train "$zero" "$MW/drop-0.json" && train "$cpu" "$MW/drop-cpu.json" &&
+    train "$gpu" "$MW/drop-cuda.json" && train "$full" "$MW/drop-full.json" &&
+    train "$bf" "$MW/drop-bf16.json" || return 1
+  moved=$(cmp_losses "gpt2 dropout 0.1 against 0, CPU" "$MW/drop-0.json" "$MW/drop-cpu.json" 1e-3)
+  case $? in
+    0) echo "FAIL: the rate does not matter: $moved"; return 1 ;;
+    *) case $moved in FAIL*) echo "$moved"; return 1 ;; esac ;;
+  esac
+  echo "${moved% (limit*}"
+  cmp_losses "gpt2 dropout 0.1, GPU against CPU" "$MW/drop-cpu.json" "$MW/drop-cuda.json" 1e-4 &&
+    same_bits "gpt2 dropout 0.1 --recompute full against none" "$MW/drop-cuda.json" \
+      "$MW/drop-full.json" &&
+    cmp_losses "gpt2 dropout 0.1 bf16 GPU against fp32 CPU" "$MW/drop-cpu.json" "$MW/drop-bf16.json" \
+      2e-2 rel || return 1
+  echo "all checks passed: dropout 0.1 on the GPU has the CPU target's masks, recomputed too"
 }
 
 # ------------------------------------------- multi-rank checks (issue 11)
@@ -491,6 +526,7 @@ if [ -n "$MODEL_CHECK" ]; then
     ckpt) check_ckpt ;;
     recompute) check_recompute fp32 ;;
     recompute-bf16) check_recompute bf16 ;;
+    dropout) check_dropout ;;
     sanitizer) check_sanitizer ;;
     nccl-t2) check_nccl t2 ;;
     nccl-p2) check_nccl p2 ;;
@@ -608,9 +644,10 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
-  # 18 and 11 builds of a tiny rank program, most of them run 10 steps.
+  # 18, 11 and 5 builds of a tiny rank program, most of them run 10 steps.
   model_check "recompute" 150 recompute
   model_check "recompute bf16" 90 recompute-bf16
+  model_check "dropout" 60 dropout
   cmake --build "$BUILD" -j"$JOBS" --target shard_comm_nccl >>"$LOGS/build.log" 2>&1 || true
   if [ -f "$BUILD/runtime/libshard_comm_nccl.a" ]; then
     model_check "nccl t2" 90 nccl-t2
@@ -628,7 +665,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   fi
 else
   for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
-           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" \
+           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" \
            "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
            "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
