@@ -49,6 +49,9 @@
 #   dropout            the tiny GPT-2 at dropout_rate 0.1: every step's loss within
 #                      1e-4 of the CPU target's, with --recompute full to the bit of
 #                      the program without, bf16 within 2e-2 (relative)
+#   accumulation       the tiny GPT-2 and LLaMA run with --global-batch 4 (2 microbatches
+#                      a step, gradients accumulated) against the CPU target's same
+#                      program: every step's loss within 1e-4 over 10 steps
 #   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
 #     nccl d2          backend against the CPU target's same layout over MPI: every
 #                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
@@ -269,12 +272,13 @@ check_ckpt() { # 5 steps on one target, resumed to 10 on the other
 TINY_unfused=$TINY_gpt2
 
 # train PROGRAM JSON: STEPS steps of TRAIN, logged to JSON. A program whose
-# source is that of one this check ran already (--no-gemm-epilogue where
-# there is no epilogue to leave out) is not run again: its log is copied.
+# source is that of one this check ran already with the same TRAIN
+# (--no-gemm-epilogue where there is no epilogue to leave out) is not run
+# again: its log is copied.
 declare -A TRAINED
 train() {
   local key
-  key=$(cat "$1".c* | cksum)
+  key=$({ cat "$1".c*; echo "$TRAIN"; } | cksum)
   rm -f "$2"
   if [ -n "${TRAINED[$key]:-}" ]; then
     cp "${TRAINED[$key]}" "$2"
@@ -386,6 +390,21 @@ check_dropout() {
     cmp_losses "gpt2 dropout 0.1 bf16 GPU against fp32 CPU" "$MW/drop-cpu.json" "$MW/drop-bf16.json" \
       2e-2 rel || return 1
   echo "all checks passed: dropout 0.1 on the GPU has the CPU target's masks, recomputed too"
+}
+
+# Gradient accumulation on one rank: training with --global-batch 4 and
+# microbatches of 2 sequences, so each step runs two forwards and
+# backwards whose gradients add in their slots before one optimizer step;
+# the CUDA target against the CPU target, every step's loss within 1e-4.
+check_accum() {
+  local m cpu gpu TRAIN="$TRAIN --global-batch 4"
+  for m in gpt2 llama; do
+    cpu=$(prog $m cpu) && gpu=$(prog $m cuda) || return 1
+    train "$cpu" "$MW/gb4-$m-cpu.json" && train "$gpu" "$MW/gb4-$m-cuda.json" || return 1
+    cmp_losses "$m --global-batch 4 (2 microbatches), GPU against CPU" "$MW/gb4-$m-cpu.json" \
+      "$MW/gb4-$m-cuda.json" 1e-4 || return 1
+  done
+  echo "all checks passed: gradient accumulation over 2 microbatches has the CPU target's losses"
 }
 
 # ------------------------------------------- multi-rank checks (issue 11)
@@ -527,6 +546,7 @@ if [ -n "$MODEL_CHECK" ]; then
     recompute) check_recompute fp32 ;;
     recompute-bf16) check_recompute bf16 ;;
     dropout) check_dropout ;;
+    accum) check_accum ;;
     sanitizer) check_sanitizer ;;
     nccl-t2) check_nccl t2 ;;
     nccl-p2) check_nccl p2 ;;
@@ -644,10 +664,11 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
-  # 18, 11 and 5 builds of a tiny rank program, most of them run 10 steps.
+  # 18, 11, 5 and 4 builds of a tiny rank program, most of them run 10 steps.
   model_check "recompute" 150 recompute
   model_check "recompute bf16" 90 recompute-bf16
   model_check "dropout" 60 dropout
+  model_check "accumulation" 60 accum
   cmake --build "$BUILD" -j"$JOBS" --target shard_comm_nccl >>"$LOGS/build.log" 2>&1 || true
   if [ -f "$BUILD/runtime/libshard_comm_nccl.a" ]; then
     model_check "nccl t2" 90 nccl-t2
@@ -665,7 +686,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   fi
 else
   for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
-           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" \
+           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" "accumulation" \
            "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
            "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
