@@ -437,6 +437,12 @@ multi_prog() {
 # within 1e-4 (and that against one rank); bf16 within 2e-2 relative.
 check_nccl() { # LAYOUT [PRECISION]
   local cpu gpu one n share how prec=${2:-fp32} tag=cuda
+  # The global batch of MULTI_*, at run time too: compile's --global-batch
+  # fixes only a pipeline stage's microbatches; a program of one stage
+  # takes its global batch from the run (default its microbatch times d),
+  # so one rank and t=2 would train 2 sequences a step where p=2 and d=2
+  # train 4.
+  local TRAIN="$TRAIN --global-batch 4"
   [ "$prec" = fp32 ] || tag=cuda-$prec
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
   cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
