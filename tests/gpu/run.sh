@@ -692,7 +692,8 @@ if [ "$BUILD_KIND" = cmake ]; then
   fi
 else
   for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gradients 1 step" \
-           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" "accumulation" \
+           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" \
+           "accumulation" \
            "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
            "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
