@@ -901,11 +901,7 @@ static void emit_causal_mask(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int64_t s = dim(x, -1);
-  if (low(e, x)) {
-    cg_error(e, n, "bf16: no bf16 causal mask (the attention op has its own)");
-    return;
-  }
-  emit(e, "k_cuda_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_causal_mask%s(%s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
 
