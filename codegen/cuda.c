@@ -944,11 +944,7 @@ static void emit_causal_mask(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   const IrValue *x = n->in[0];
   int64_t s = dim(x, -1);
-  if (low(e, x)) {
-    cg_error(e, n, "bf16: no bf16 causal mask (the attention op has its own)");
-    return;
-  }
-  emit(e, "k_cuda_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
+  emit(e, "k_cuda_causal_mask%s(%s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
        (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
 
@@ -1238,16 +1234,6 @@ static void check_supported(CgEmitter *e) {
     cuda_state(e)->refused = true;
     return;
   }
-  /* Recomputed nodes are ordinary nodes of the backward, but nobody has
-   * compared their losses to the bit on a GPU yet: refused until then. */
-  for (int i = 0; i < e->g->nodes.len; i++)
-    if (node_at(e, i)->recomputed) {
-      ir_error(ir_cmdline, "cuda target: activation recomputation (--recompute) is not checked "
-                           "on a GPU yet; compile with --recompute none, or for the cpu target");
-      e->errors++;
-      cuda_state(e)->refused = true;
-      return;
-    }
   if (!SHARDC_RT_LIBS_CUDA[0]) {
     ir_error(ir_cmdline, "cuda target: this shardc was built without the CUDA libraries (nvcc was "
                          "not found when it was configured); reconfigure with nvcc on PATH");

@@ -203,6 +203,8 @@ void k_cuda_softmax_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t rows, int64_t
 void k_cuda_softmax_bwd_bf16(kc_bf16 *dx, const kc_bf16 *y, const kc_bf16 *dy, int64_t rows,
                              int64_t n);
 void k_cuda_causal_mask(float *y, const float *x, int64_t batch, int64_t s, float fill);
+/* The bf16 form: the fill rounded to bf16, the kept scores copied. */
+void k_cuda_causal_mask_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t batch, int64_t s, float fill);
 
 /* --- attention (attention.cu) ------------------------------------------------- */
 /* Rotary embedding as k_rope (angles in double, rounded to fp32); y may be x. */

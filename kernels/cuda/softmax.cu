@@ -27,11 +27,18 @@ template <typename T> __global__ void softmax_bwd_kernel(T *dx, const T *y, cons
     dx[o + j] = kc_to<T>(kc_f(y[o + j]) * (kc_f(dy[o + j]) - dot));
 }
 
-__global__ void causal_mask_kernel(float *y, const float *x, int64_t batch, int64_t s, float fill) {
+template <typename T>
+__global__ void causal_mask_kernel(T *y, const T *x, int64_t batch, int64_t s, float fill) {
   KC_FOR_ELEMENTS(e, batch * s * s) {
     int64_t j = e % s, i = e / s % s;
-    y[e] = j <= i ? x[e] : fill;
+    y[e] = j <= i ? x[e] : kc_to<T>(fill);
   }
+}
+
+template <typename T> static void causal_mask(T *y, const T *x, int64_t batch, int64_t s, float fill) {
+  if (batch * s == 0) return;
+  KC_LAUNCH(KC_GRID(batch * s * s), causal_mask_kernel)(y, x, batch, s, fill);
+  KC_LAUNCHED();
 }
 
 template <typename T> static void softmax_fwd(T *y, const T *x, int64_t rows, int64_t n) {
@@ -60,8 +67,9 @@ void k_cuda_softmax_bwd_bf16(kc_bf16 *dx, const kc_bf16 *y, const kc_bf16 *dy, i
   softmax_bwd(B16(dx), CB16(y), CB16(dy), rows, n);
 }
 void k_cuda_causal_mask(float *y, const float *x, int64_t batch, int64_t s, float fill) {
-  if (batch * s == 0) return;
-  KC_LAUNCH(KC_GRID(batch * s * s), causal_mask_kernel)(y, x, batch, s, fill);
-  KC_LAUNCHED();
+  causal_mask(y, x, batch, s, fill);
+}
+void k_cuda_causal_mask_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t batch, int64_t s, float fill) {
+  causal_mask(B16(y), CB16(x), batch, s, fill);
 }
 }

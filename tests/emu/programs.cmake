@@ -38,7 +38,7 @@ LDLIBS = ${OpenMP_C_FLAGS} ${emu_cjson_flags} ${SHARD_COMM_LINK} -lm -lpthread
 # --target cuda, which needs a shardc configured with nvcc (it refuses the
 # target otherwise); without nvcc they say so and skip.
 foreach(check fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues graphs grads ckpt
-              ${emu_checks})
+              recompute recompute-bf16 dropout accum ${emu_checks})
   add_test(NAME emu/model/${check}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/run.sh --model-check ${check} ${CMAKE_BINARY_DIR})
   # One at a time: the checks share their program folders (BUILD/gpu-models).

@@ -51,6 +51,18 @@
 #     crossing         the losses of the CPU-only run within 1e-4
 #   model sanitizer    compute-sanitizer memcheck and racecheck on 2 steps of the
 #                      tiny GPT-2's CUDA program
+#   recompute,         --recompute selective and full (the tiny GPT-2 and LLaMA, and
+#     recompute bf16   tests/recompute/unfused.shard, the attention written out)
+#                      against the same program without recomputation:
+#                      every step's loss and gradient norm to the bit with
+#                      --no-gemm-epilogue, within 1e-5 relative with the epilogues,
+#                      within 1e-4 of the CPU target's (bf16: 2e-2 relative)
+#   dropout            the tiny GPT-2 at dropout_rate 0.1: every step's loss within
+#                      1e-4 of the CPU target's, with --recompute full to the bit of
+#                      the program without, bf16 within 2e-2 (relative)
+#   accumulation       the tiny GPT-2 and LLaMA run with --global-batch 4 (2 microbatches
+#                      a step, gradients accumulated) against the CPU target's same
+#                      program: every step's loss within 1e-4 over 10 steps
 #   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
 #     nccl d2          backend against the CPU target's same layout over MPI: every
 #                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
@@ -131,17 +143,20 @@ build_prog() {
   fi
 }
 
-# prog MODEL TARGET [PRECISION]: compiles and builds the tiny MODEL
-# (models/MODEL.shard, else tests/gpu/MODEL.shard) for TARGET in PRECISION
-# (default fp32; make leaves an up-to-date program alone); prints the
-# program's path.
+# prog MODEL TARGET [PRECISION [TAG OPTIONS...]]: compiles and builds the
+# tiny MODEL (models/MODEL.shard, else tests/gpu/ or tests/recompute/MODEL.shard) for
+# TARGET in PRECISION (default fp32), with more compile OPTIONS in the
+# folder named with TAG (make leaves an up-to-date program alone); prints
+# the program's path.
 prog() {
-  local prec=${3:-fp32} dir=$MW/$1-$2 defs src=$ROOT/models/$1.shard
+  local prec=${3:-fp32} dir=$MW/$1-$2 defs file=$ROOT/models/$1.shard
   [ "$prec" = fp32 ] || dir=$dir-$prec
-  [ -f "$src" ] || src=$ROOT/tests/gpu/$1.shard
+  [ -z "${4:-}" ] || dir=$dir-$4
+  [ -f "$file" ] || file=$ROOT/tests/gpu/$1.shard
+  [ -f "$file" ] || file=$ROOT/tests/recompute/$1.shard
   eval "defs=\$TINY_$1"
   # shellcheck disable=SC2086
-  "$SHARDC_BIN" compile "$src" $defs --target "$2" --precision "$prec" \
+  "$SHARDC_BIN" compile "$file" $defs "${@:5}" --target "$2" --precision "$prec" \
     --cuda-arch "sm_$ARCH" \
     -o "$dir" >"$dir.compile.log" 2>&1 && build_prog "$dir" $2 >>"$dir.compile.log" 2>&1 ||
     { echo "FAIL: $1 for --target $2 ($prec) does not compile and build:" >&2; cat "$dir.compile.log" >&2; return 1; }
@@ -393,6 +408,146 @@ check_ckpt() { # 5 steps on one target, resumed to 10 on the other
   echo "all checks passed: checkpoints cross GPU->CPU and CPU->GPU"
 }
 
+# ------------------------------- recomputation and dropout (issue 10)
+# tests/recompute/unfused.shard: a GPT-2 with its attention written out
+# (scores, scale, causal mask, softmax, dropout 0.1 of the probabilities).
+TINY_unfused=$TINY_gpt2
+
+# train PROGRAM JSON: STEPS steps of TRAIN, logged to JSON. A program whose
+# source is that of one this check ran already with the same TRAIN
+# (--no-gemm-epilogue where there is no epilogue to leave out) is not run
+# again: its log is copied.
+declare -A TRAINED
+train() {
+  local key
+  key=$({ cat "$1".c*; echo "$TRAIN"; } | cksum)
+  rm -f "$2"
+  if [ -n "${TRAINED[$key]:-}" ]; then
+    cp "${TRAINED[$key]}" "$2"
+    echo "$1: the program of ${TRAINED[$key]%.json}, not run again"
+    return 0
+  fi
+  # shellcheck disable=SC2086
+  "$1" $TRAIN --steps $STEPS --log-json "$2" || { echo "FAIL: the run of $1"; return 1; }
+  TRAINED[$key]=$2
+}
+
+# bits JSON: "step loss grad_norm" per step, with every digit printed.
+bits() { sed 's/.*"step":\([0-9]*\).*"loss":\([^,}]*\).*"grad_norm":\([^,}]*\).*/\1 \2 \3/' "$1"; }
+
+# same_bits WHAT REF OTHER: every step's loss and gradient norm in OTHER
+# are REF's to the bit.
+same_bits() {
+  local n
+  n=$(bits "$2" | wc -l)
+  if [ "$n" = "$STEPS" ] && [ "$(bits "$2")" = "$(bits "$3")" ]; then
+    echo "$1: $n steps, losses and gradient norms to the bit"
+    return 0
+  fi
+  echo "FAIL: $1: not the same bits over $n steps; the first that differ (step loss grad_norm):"
+  paste -d '|' <(bits "$2") <(bits "$3") | awk -F '|' '$1 != $2 { print "  " $1 "  against  " $2 }' |
+    head -n 3
+  return 1
+}
+
+# Activation recomputation: recomputed nodes are ordinary nodes, the same
+# ops on the same inputs (recompute.c), so with the same kernels each mode
+# trains the losses and gradient norms of the program without it to the
+# bit: checked with --no-gemm-epilogue. With the epilogues a mode may run
+# a gelu gradient outside its GEMM's epilogue where the program without
+# it fuses it (recomputed nodes sit between the linear_dx and the
+# gelu_grad, holding the buffer the epilogue would write): cuBLASLt's
+# dgelu rounds differently, so those programs are compared as the
+# epilogues check does (1e-5 relative; bf16 2e-2), and both fp32 forms with
+# the CPU target within 1e-4 (bf16: 2e-2 relative of its fp32 run). The
+# tiny GPT-2 and LLaMA have the fused attention, which keeps no scores:
+# selective leaves GPT-2's program as it is (checked, not run);
+# unfused.shard is the model that selective changes.
+RC_MODES_gpt2="selective full"
+RC_MODES_llama="full"
+RC_MODES_unfused="selective full"
+check_recompute() { # PRECISION
+  local prec=$1 m mode opts cpu none plain rc rcp tol=1e-4 epi=1e-5 rel="" models="gpt2 llama unfused"
+  local modes
+  [ "$prec" = bf16 ] && tol=2e-2 epi=2e-2 rel=rel
+  for m in $models; do
+    local j=$MW/rc-$m-$prec
+    cpu=$(prog $m cpu) && none=$(prog $m cuda "$prec") &&
+      plain=$(prog $m cuda "$prec" noepi --no-gemm-epilogue) || return 1
+    train "$cpu" "$MW/rc-$m-cpu.json" && train "$none" "$j.json" && train "$plain" "$j-noepi.json" ||
+      return 1
+    cmp_losses "$m $prec, GPU against CPU" "$MW/rc-$m-cpu.json" "$j.json" $tol $rel || return 1
+    eval "modes=\$RC_MODES_$m"
+    for mode in $modes; do
+      opts="--recompute $mode"
+      # shellcheck disable=SC2086
+      rc=$(prog $m cuda "$prec" rc-$mode $opts) || return 1
+      if cmp -s "$rc.cu" "$none.cu"; then
+        [ $mode = selective ] && [ $m != unfused ] ||
+          { echo "FAIL: $m $opts: the program is the one without recomputation"; return 1; }
+        echo "$m $prec $opts: the program is the one without (nothing to recompute)"
+        continue
+      fi
+      # shellcheck disable=SC2086
+      rcp=$(prog $m cuda "$prec" rc-$mode-noepi $opts --no-gemm-epilogue) || return 1
+      train "$rc" "$j-$mode.json" && train "$rcp" "$j-$mode-noepi.json" || return 1
+      same_bits "$m $prec $opts --no-gemm-epilogue against none" "$j-noepi.json" \
+        "$j-$mode-noepi.json" &&
+        cmp_losses "$m $prec $opts against none" "$j.json" "$j-$mode.json" $epi rel &&
+        cmp_losses "$m $prec $opts, GPU against CPU" "$MW/rc-$m-cpu.json" "$j-$mode.json" $tol $rel ||
+        return 1
+    done
+  done
+  echo "all checks passed: --recompute selective and full ($prec) train the losses without it"
+}
+
+# Dropout (the tiny GPT-2 at rate 0.1: the embedding's and the two
+# projections'): the counter-based masks are the CPU's bit for bit, so the
+# losses are the CPU target's within 1e-4 (bf16: 2e-2 relative); with
+# --recompute full the backward draws the recomputed dropouts' masks
+# again, which must be the forward's (the losses of the program without
+# recomputation, to the bit: with dropout on neither program fuses a gelu
+# gradient into its GEMM, so the two run the same kernels).
+# The rate must matter: the CPU's losses move by more than 1e-3 from those
+# at rate 0.
+check_dropout() {
+  local cpu gpu full bf zero moved D="-D dropout_rate=0.1"
+  # shellcheck disable=SC2086
+  cpu=$(prog gpt2 cpu fp32 drop $D) && gpu=$(prog gpt2 cuda fp32 drop $D) &&
+    full=$(prog gpt2 cuda fp32 drop-full $D --recompute full) &&
+    bf=$(prog gpt2 cuda bf16 drop $D) && zero=$(prog gpt2 cpu) || return 1
+  train "$zero" "$MW/drop-0.json" && train "$cpu" "$MW/drop-cpu.json" &&
+    train "$gpu" "$MW/drop-cuda.json" && train "$full" "$MW/drop-full.json" &&
+    train "$bf" "$MW/drop-bf16.json" || return 1
+  moved=$(cmp_losses "gpt2 dropout 0.1 against 0, CPU" "$MW/drop-0.json" "$MW/drop-cpu.json" 1e-3)
+  case $? in
+    0) echo "FAIL: the rate does not matter: $moved"; return 1 ;;
+    *) case $moved in FAIL*) echo "$moved"; return 1 ;; esac ;;
+  esac
+  echo "${moved% (limit*}"
+  cmp_losses "gpt2 dropout 0.1, GPU against CPU" "$MW/drop-cpu.json" "$MW/drop-cuda.json" 1e-4 &&
+    same_bits "gpt2 dropout 0.1 --recompute full against none" "$MW/drop-cuda.json" \
+      "$MW/drop-full.json" &&
+    cmp_losses "gpt2 dropout 0.1 bf16 GPU against fp32 CPU" "$MW/drop-cpu.json" "$MW/drop-bf16.json" \
+      2e-2 rel || return 1
+  echo "all checks passed: dropout 0.1 on the GPU has the CPU target's masks, recomputed too"
+}
+
+# Gradient accumulation on one rank: training with --global-batch 4 and
+# microbatches of 2 sequences, so each step runs two forwards and
+# backwards whose gradients add in their slots before one optimizer step;
+# the CUDA target against the CPU target, every step's loss within 1e-4.
+check_accum() {
+  local m cpu gpu TRAIN="$TRAIN --global-batch 4"
+  for m in gpt2 llama; do
+    cpu=$(prog $m cpu) && gpu=$(prog $m cuda) || return 1
+    train "$cpu" "$MW/gb4-$m-cpu.json" && train "$gpu" "$MW/gb4-$m-cuda.json" || return 1
+    cmp_losses "$m --global-batch 4 (2 microbatches), GPU against CPU" "$MW/gb4-$m-cpu.json" \
+      "$MW/gb4-$m-cuda.json" 1e-4 || return 1
+  done
+  echo "all checks passed: gradient accumulation over 2 microbatches has the CPU target's losses"
+}
+
 # ------------------------------------------- multi-rank checks (issue 11)
 # The layouts the NCCL checks run, as compile options; each gets its
 # global batch so that every layout trains the same sequences per step.
@@ -549,6 +704,10 @@ if [ -n "$MODEL_CHECK" ]; then
     graphs) check_graphs ;;
     grads) check_grads ;;
     ckpt) check_ckpt ;;
+    recompute) check_recompute fp32 ;;
+    recompute-bf16) check_recompute bf16 ;;
+    dropout) check_dropout ;;
+    accum) check_accum ;;
     sanitizer) check_sanitizer ;;
     nccl-t2) check_nccl t2 ;;
     nccl-p2) check_nccl p2 ;;
@@ -668,6 +827,11 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "gradients 1 step" 60 grads
   model_check "checkpoint crossing" 60 ckpt
   model_check "model sanitizer" 180 sanitizer
+  # 18, 18, 5 and 4 builds of a tiny rank program, most of them run 10 steps.
+  model_check "recompute" 150 recompute
+  model_check "recompute bf16" 90 recompute-bf16
+  model_check "dropout" 60 dropout
+  model_check "accumulation" 60 accum
   cmake --build "$BUILD" -j"$JOBS" --target shard_comm_nccl >>"$LOGS/build.log" 2>&1 || true
   if [ -f "$BUILD/runtime/libshard_comm_nccl.a" ]; then
     model_check "nccl t2" 90 nccl-t2
@@ -684,8 +848,9 @@ if [ "$BUILD_KIND" = cmake ]; then
     done
   fi
 else
-  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "cuda graphs" "gradients 1 step" \
-           "checkpoint crossing" "model sanitizer" \
+  for r in "gpt2 fp32" "llama fp32" "gpt2 bf16" "llama bf16" "gpt2 epilogues" "vector loops" "cuda graphs" "gradients 1 step" \
+           "checkpoint crossing" "model sanitizer" "recompute" "recompute bf16" "dropout" \
+           "accumulation" \
            "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
            "nccl rank killed"; do
     row "$r" SKIP 0 "needs the CMake build (shardc, the corpus shards)"
