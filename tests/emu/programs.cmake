@@ -36,15 +36,32 @@ LDLIBS = ${OpenMP_C_FLAGS} ${emu_cjson_flags} ${SHARD_COMM_LINK} -lm -lpthread
 
 # The model checks of tests/gpu/run.sh on the emulator. They compile with
 # --target cuda, which needs a shardc configured with nvcc (it refuses the
-# target otherwise); without nvcc they say so and skip.
-foreach(check fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues graphs grads ckpt
-              recompute recompute-bf16 dropout accum ${emu_checks})
+# target otherwise); without nvcc they say so and skip. Under the
+# sanitizers the emulated programs run several times slower, so there a
+# few checks stand for the rest: what the sanitizers add is memory errors
+# in the generated code, the kernels and the backends, which one fp32 and
+# one bf16 model, a checkpoint round trip and a tensor-parallel run over
+# the NCCL backend all reach. Open MPI leaks at exit under LeakSanitizer,
+# as in tests/comm, so the checks that start ranks with mpirun leave leak
+# detection off.
+set(emu_model_checks fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues graphs grads ckpt
+                     recompute recompute-bf16 dropout accum ${emu_checks})
+if(SHARDC_SANITIZE)
+  set(emu_model_checks fp32-gpt2 bf16-llama ckpt)
+  if(emu_checks)
+    list(APPEND emu_model_checks nccl-t2 nccl-kill)
+  endif()
+endif()
+foreach(check ${emu_model_checks})
   add_test(NAME emu/model/${check}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/run.sh --model-check ${check} ${CMAKE_BINARY_DIR})
+  set(emu_env "GPU_EMU=1;OMP_NUM_THREADS=1")
+  if(SHARDC_SANITIZE AND check MATCHES "^(nccl-|graphs)")
+    string(APPEND emu_env ";LSAN_OPTIONS=detect_leaks=0")
+  endif()
   # One at a time: the checks share their program folders (BUILD/gpu-models).
   set_tests_properties(emu/model/${check} PROPERTIES LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 600
-                       RESOURCE_LOCK "gpu_models;mpirun"
-                       ENVIRONMENT "GPU_EMU=1;OMP_NUM_THREADS=1")
+                       RESOURCE_LOCK "gpu_models;mpirun" ENVIRONMENT "${emu_env}")
 endforeach()
 
 # The bf16 comm report against the runtime's byte counters (--comm-stats):
