@@ -1,6 +1,7 @@
 /* What `shardc run` (the launcher) and the ranks it starts share while a
  * job runs: the environment that tells a rank where to report, the files
- * it reports in, and the exit statuses. Constants only; docs/reliability.md
+ * it reports in, and the exit statuses: constants, and the two readers of
+ * the memory a machine offers, which both sides use. docs/reliability.md
  * describes the whole protocol.
  *
  * Each rank rewrites JOB_DIR/rank-R (JOB_RECORD_FMT, R its world rank) a
@@ -25,6 +26,10 @@
 #ifndef SHARD_ABI_JOB_H
 #define SHARD_ABI_JOB_H
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #define JOB_DIR_ENV "SHARDC_JOB_DIR"           /* the folder of the records */
 #define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
 #define JOB_RECORD_FMT "rank-%d"
@@ -42,6 +47,32 @@
  * (/proc/meminfo's MemAvailable; a GPU's free memory), so that the check
  * of the memory plan against it can be tested, and tightened by hand. */
 #define JOB_MEMORY_LIMIT_ENV "SHARDC_MEMORY_LIMIT"
+
+/* *bytes from JOB_MEMORY_LIMIT_ENV's form of v ("8000000000", "64G"):
+ * 1, or 0 when v is not a number of bytes. */
+static inline int job_parse_bytes(const char *v, long long *bytes) {
+  static const char suffixes[] = "KMGT";
+  char *end;
+  double x = strtod(v, &end);
+  const char *s = *end ? strchr(suffixes, *end) : NULL;
+  if (s) x *= (double)(1LL << (10 * (s - suffixes + 1))), end++;
+  if (end == v || *end || !(x >= 0 && x < 9e18)) return 0;
+  *bytes = (long long)x;
+  return 1;
+}
+
+/* The host memory /proc/meminfo calls available, in bytes; -1 where it
+ * says nothing. */
+static inline long long job_mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
 
 /* A rank program's exit statuses besides 0 and 1 (errors): a run stopped
  * by SIGTERM or SIGINT after it finished its step (and saved, with

@@ -25,25 +25,11 @@ static const char *fmt_bytes(long long bytes) {
 static long long limit_env(void) {
   const char *v = getenv(JOB_MEMORY_LIMIT_ENV);
   if (!v || !*v) return -1;
-  char *end;
-  double x = strtod(v, &end);
-  const char *s = *end ? strchr("KMGT", *end) : NULL;
-  if (s) x *= (double)(1LL << (10 * (s - "KMGT" + 1))), end++;
-  if (end != v && !*end && x >= 0 && x < 9e18) return (long long)x;
+  long long bytes;
+  if (job_parse_bytes(v, &bytes)) return bytes;
   fprintf(stderr, "shardc run: error: %s: '%s' is not a number of bytes (such as 8000000000 or "
                   "64G)\n", JOB_MEMORY_LIMIT_ENV, v);
   return -2;
-}
-
-static long long mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-  fclose(f);
-  return kb < 0 ? -1 : kb * 1024;
 }
 
 /* The largest "  total N bytes" of the printed plan (one per program);
@@ -65,7 +51,7 @@ bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory)
   if (limit == -2) return false;
   const char *source = JOB_MEMORY_LIMIT_ENV;
   if (limit < 0 && host_memory) {
-    limit = mem_available();
+    limit = job_mem_available();
     source = "MemAvailable in /proc/meminfo";
   }
   long long need;

@@ -26,7 +26,7 @@ int64_t rt_dev_mem_available(const char **source, int *host) {
   int64_t limit = rt_mem_limit_env();
   *host = 1;
   *source = limit >= 0 ? JOB_MEMORY_LIMIT_ENV : "MemAvailable in /proc/meminfo";
-  return limit >= 0 ? limit : rt_mem_available_host();
+  return limit >= 0 ? limit : job_mem_available();
 }
 
 void rt_dev_free(void *dev) { free(dev); }

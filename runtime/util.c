@@ -129,26 +129,12 @@ double rt_now(void) {
 int64_t rt_mem_limit_env(void) {
   const char *v = getenv(JOB_MEMORY_LIMIT_ENV);
   if (!v || !*v) return -1;
-  char *end;
-  double x = strtod(v, &end);
-  static const char suffixes[] = "KMGT";
-  const char *s = *end ? strchr(suffixes, *end) : NULL;
-  if (s && *s) x *= (double)(1LL << (10 * (s - suffixes + 1))), end++;
-  if (end == v || *end || !(x >= 0 && x < 9e18))
+  long long bytes;
+  if (!job_parse_bytes(v, &bytes))
     rt_fatal(JOB_MEMORY_LIMIT_ENV, "'%s' is not a number of bytes (such as 8000000000 or 64G)", v);
-  return (int64_t)x;
+  return bytes;
 }
 
-int64_t rt_mem_available_host(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-  fclose(f);
-  return kb < 0 ? -1 : kb * 1024;
-}
 
 int rt_local_ranks(void) {
   static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",

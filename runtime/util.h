@@ -51,8 +51,6 @@ void rt_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * JOB_MEMORY_LIMIT_ENV): the variable's bytes when it is set (a malformed
  * value is a fatal error naming it), else -1. */
 int64_t rt_mem_limit_env(void);
-/* /proc/meminfo's MemAvailable in bytes, -1 when it cannot be read. */
-int64_t rt_mem_available_host(void);
 /* How many ranks of the job run on this machine, as the launcher (Open
  * MPI, MPICH, Slurm) says; 1 when none does. */
 int rt_local_ranks(void);
