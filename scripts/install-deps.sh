@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # What each package is for:
-#   build-essential cmake flex bison libfl-dev pkg-config: the compiler build
+#   build-essential cmake flex bison libfl-dev pkg-config: the compiler build (g++ also
+#     builds the CUDA sources as C++ for the CPU emulator of tests/emu)
 #   libcjson-dev: JSON (shardc info --json, manifests)
 #   libopenblas-openmp-dev: GEMM in the CPU target's rank programs (the
 #     OpenMP build shares the kernels' thread pool instead of fighting it)
