@@ -10,7 +10,9 @@
 # Bits depend on the compiler and the processor (the kernels are built with
 # -march=native; gcc and clang contract and vectorise differently), so
 # EXPECTED has one section per build, headed `# build KEY`, KEY being BUILD
-# (compiler, version, sanitizers) and the processor's widest vector unit.
+# (compiler, version, sanitizers, and the processor that -march=native
+# resolves to, which tests/train/tests.cmake asks the compiler for) and the
+# processor's widest vector unit.
 # Where no section matches, the losses must agree with the first one within
 # 1e-5 relative (gradient norms 1e-4), and the test says that bits were not
 # compared; DEMO_BITS_RECORD=1 appends a section for this build instead.
