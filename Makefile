@@ -3,7 +3,10 @@
 #
 #   make demo       build (Release) and train a tiny GPT-2 on the bundled
 #                   corpus, then sample from it (scripts/demo.sh)
-#   make test       build and run the test suite
+#   make test       build and run the test suite (within 8 minutes on two
+#                   cores: the long checks are left out)
+#   make test-long  the long checks (label `long`, tests/CMakeLists.txt)
+#   make test-all   both in one run
 #   make test-asan  the same with clang, AddressSanitizer and UBSan, fuzz
 #                   corpus replay included
 #   make test-full  the whole 3D-parallel equivalence grid (tests/pp_run),
@@ -23,7 +26,7 @@ FUZZ_TIME ?= 600
 FUZZ      ?= frontend safetensors state shard hw manifest
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build demo test test-full build-asan test-asan fuzz bench clean
+.PHONY: all deps build demo test test-long test-all test-full build-asan test-asan fuzz bench clean
 
 all: build
 
@@ -38,7 +41,14 @@ demo: build
 	@scripts/demo.sh $(BUILD)
 
 # -LE full: the full grid stays out even in a folder test-full configured.
+# The long checks (label long) have shorter siblings in make test.
 test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j2 -LE 'full|long'
+
+test-long: build
+	ctest --test-dir $(BUILD) --output-on-failure -j2 -L long
+
+test-all: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2 -LE full
 
 test-full: deps

@@ -18,6 +18,15 @@ if(TARGET shard_comm_mpi)
              COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
                      ${model} ${grid_mode})
     list(APPEND pp_run_tests pp_run/grid_${model})
+    # The quick grid is one of the long checks (tests/CMakeLists.txt); the
+    # smoke grid, whose three configurations take every path once, keeps
+    # the layouts in `make test`.
+    if(NOT SHARDC_SANITIZE)
+      add_test(NAME pp_run/smoke_${model}
+               COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+                       ${model} smoke)
+      list(APPEND pp_run_tests pp_run/smoke_${model})
+    endif()
     if(SHARDC_TEST_FULL)
       add_test(NAME pp_run/full_${model}
                COMMAND sh ${TESTS_DIR}/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
