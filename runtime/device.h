@@ -74,6 +74,18 @@ void rt_dev_written(void *dst, int64_t bytes);
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);
 
+/* ---------------------------------------------------------- host views */
+
+/* Host access to `bytes` of model memory at dev, for what the host
+ * computes or reads in bulk (the initial weights). Where model memory is
+ * host memory (the CPU device) the view is that memory itself, so no
+ * second copy of the model is ever resident beside the memory plan;
+ * elsewhere it is a host buffer that holds dev's contents when this
+ * returns. rt_dev_view_end releases the view, first copying it into dev
+ * when `written` is non-zero. */
+void *rt_dev_view_begin(void *dev, int64_t bytes);
+void rt_dev_view_end(void *dev, void *view, int64_t bytes, int written);
+
 /* ------------------------------------------------------ staged windows */
 
 /* Token windows on their way into the model's inputs, in two slots (the

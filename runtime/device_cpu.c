@@ -60,6 +60,18 @@ void rt_dev_accumulate(real *y, const real *x, int64_t n) {
 
 void rt_dev_sync(void) {}
 
+/* ---------------------------------------------------------- host views */
+
+/* Model memory is host memory: the view is the memory itself. */
+void *rt_dev_view_begin(void *dev, int64_t bytes) {
+  (void)bytes;
+  return dev;
+}
+
+void rt_dev_view_end(void *dev, void *view, int64_t bytes, int written) {
+  (void)dev, (void)view, (void)bytes, (void)written;
+}
+
 /* ------------------------------------------------------ staged windows */
 
 /* Model memory is host memory: a slot's host buffer is its copy. */

@@ -157,6 +157,19 @@ void rt_dev_from_host(void *dev_mem, const void *host, int64_t bytes) {
   wrote(dev_mem, bytes);
 }
 
+/* A host buffer holding the device's bytes; written back at the end when
+ * the host changed it. */
+void *rt_dev_view_begin(void *dev_mem, int64_t bytes) {
+  void *view = rt_xmalloc((size_t)(bytes > 0 ? bytes : 1));
+  rt_dev_to_host(view, dev_mem, bytes);
+  return view;
+}
+
+void rt_dev_view_end(void *dev_mem, void *view, int64_t bytes, int written) {
+  if (written) rt_dev_from_host(dev_mem, view, bytes);
+  free(view);
+}
+
 void rt_dev_copy(void *dst, const void *src, int64_t bytes) {
   dev_init();
   if (bytes > 0)

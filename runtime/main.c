@@ -393,13 +393,13 @@ static void initial_weights(Rt *rt) {
     rt_say("resumed from %s at step %lld\n", rt->f.resume, (long long)rt->step);
     return;
   }
-  /* Computed on the host and copied over; the region's elements that no
-   * parameter covers stay zero. */
+  /* Computed by the host through a view of the weights (on the CPU device
+   * the weights themselves, so the peak stays within the memory plan); the
+   * region's elements that no parameter covers keep allocate()'s zeros. */
   int64_t bytes = rt->model->nweights * (int64_t)sizeof(real);
-  real *w = rt_xcalloc((size_t)(rt->model->nweights > 0 ? rt->model->nweights : 1), sizeof *w);
+  real *w = rt_dev_view_begin(rt->ctx.weights, bytes);
   rt_init_params(rt->model, w, (uint64_t)rt->f.seed);
-  rt_dev_from_host(rt->ctx.weights, w, bytes);
-  free(w);
+  rt_dev_view_end(rt->ctx.weights, w, bytes, 1);
   if (rt->f.init_from) {
     rt_ckpt_init_from(rt, rt->f.init_from);
     rt_say("weights from %s\n", rt->f.init_from);
