@@ -60,6 +60,9 @@ static const DrvOption simulate_options[] = {
     {"--recompute-layers", "N", "--recompute full: layers per checkpoint (default 1); memory keeps "
      "every N-th layer's input and one group's activations"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
+    {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start: each bucket as its "
+     "gradients complete (default, as the training program), each chunk after its last backward, "
+     "or after the whole backward (the program's --no-overlap)"},
     {"--precision", "mixed|bf16|fp32",
      "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
      "weight-gradient reductions); or fp32 everything as the CPU target does"},
@@ -125,6 +128,18 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
+  const char *overlap = drv_value(nargs, args, "--dp-overlap");
+  if (!pl_dp_overlap_parse(overlap, &c->dp_overlap)) {
+    drv_usage_error(&drv_simulate_command, "--dp-overlap: expected bucket, chunk or none, got '%s'",
+                    overlap);
+    return false;
+  }
+  char *refusal = pl_config_refusal(c);
+  if (refusal) {
+    drv_usage_error(&drv_simulate_command, "%s", refusal);
+    free(refusal);
+    return false;
+  }
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
   else if (prec && strcmp(prec, "bf16") == 0) c->bf16 = true;
@@ -158,14 +173,22 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
          1e3 * r->dp_s, 1e3 * r->opt_s);
   printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",
          r->memory_max / 1073741824.0, hw->mem_bytes / 1073741824.0);
-  printf("stage  layers  params/rank  weights  grads  optim  activ  total GiB  stash\n");
+  if (r->memory_over > 0)
+    printf("does not fit     %10.2f GiB over the device's memory on the fullest stage\n",
+           r->memory_over / 1073741824.0);
+  printf("stage  layers  params/rank  weights  grads  optim  activ  other  total GiB  stash\n");
   for (int i = 0; i < r->nstages; i++) {
     const PlStage *s = &r->stages[i];
     const double G = 1073741824.0;
-    printf("%5d  %6d  %11lld  %7.2f  %5.2f  %5.2f  %5.2f  %9.2f  %5d\n", i, s->layers,
+    double other = s->total - s->weights - s->grads - s->optimizer - s->activations;
+    printf("%5d  %6d  %11lld  %7.2f  %5.2f  %5.2f  %5.2f  %5.2f  %9.2f  %5d\n", i, s->layers,
            (long long)s->params, s->weights / G, s->grads / G, s->optimizer / G,
-           s->activations / G, s->total / G, s->peak_stash);
+           s->activations / G, other / G, s->total / G, s->peak_stash);
   }
+  printf("other: workspaces %.2f, communicator buffers %.2f, messages %.2f, temporaries %.2f, "
+         "fragmentation %.2f GiB (stage 0)\n", r->stages[0].workspace / 1073741824.0,
+         r->stages[0].comm_buffers / 1073741824.0, r->stages[0].messages / 1073741824.0,
+         r->stages[0].temporaries / 1073741824.0, r->stages[0].fragmentation / 1073741824.0);
 }
 
 static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
@@ -178,6 +201,10 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   cJSON_AddNumberToObject(o, "mfu", r->mfu);
   cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
   cJSON_AddNumberToObject(o, "memory_bytes_per_gpu", r->memory_max);
+  cJSON_AddNumberToObject(o, "device_memory_bytes", hw->mem_bytes);
+  cJSON_AddBoolToObject(o, "fits", r->memory_over <= 0);
+  cJSON_AddNumberToObject(o, "memory_over_bytes", r->memory_over);
+  cJSON_AddStringToObject(o, "dp_overlap", pl_dp_overlap_names[c->dp_overlap]);
   cJSON_AddStringToObject(o, "recompute", recompute_names[c->recompute]);
   if (c->recompute_layers > 1) cJSON_AddNumberToObject(o, "recompute_layers", c->recompute_layers);
   cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
@@ -193,6 +220,11 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
     cJSON_AddNumberToObject(e, "gradients_bytes", s->grads);
     cJSON_AddNumberToObject(e, "optimizer_bytes", s->optimizer);
     cJSON_AddNumberToObject(e, "activations_bytes", s->activations);
+    cJSON_AddNumberToObject(e, "workspace_bytes", s->workspace);
+    cJSON_AddNumberToObject(e, "comm_buffer_bytes", s->comm_buffers);
+    cJSON_AddNumberToObject(e, "message_bytes", s->messages);
+    cJSON_AddNumberToObject(e, "temporary_bytes", s->temporaries);
+    cJSON_AddNumberToObject(e, "fragmentation_bytes", s->fragmentation);
     cJSON_AddNumberToObject(e, "memory_bytes", s->total);
     cJSON_AddNumberToObject(e, "peak_stash", s->peak_stash);
     cJSON_AddNumberToObject(e, "compute_s", s->compute);
@@ -332,6 +364,12 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
     free(error);
     return 1;
   }
+  /* A prediction for a run that would not start: said on stderr as well,
+   * where a script reading --json still sees it. */
+  if (r.memory_over > 0)
+    fprintf(stderr, "shardc simulate: warning: does not fit: %.2f GiB per GPU on the fullest "
+            "stage, %.2f GiB more than the %.0f GiB of %s\n", r.memory_max / 1073741824.0,
+            r.memory_over / 1073741824.0, hw.mem_bytes / 1073741824.0, hw.name);
   bool ok = !trace || write_trace(trace, &r);
   ok = ok && (!svg || write_svg(svg, &r, &c, &hw, model));
   if (!ok) {

@@ -241,6 +241,9 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
     bool comm;
     double t = node_time(n, hw, tp, flops, pl_elem_bytes(c), &comm);
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
+    int64_t outs = 0;
+    for (int k = 0; k < n->nout; k++) outs += ir_type_numel(&n->out[k]->type);
+    if (!comm && t > 0 && outs > r->temp) r->temp = outs;
     if (n->phase == IR_PHASE_FORWARD) {
       r->fwd += t, r->fwd_flops += flops;
       if (n->op == IR_OP_ATTENTION) r->attn_fwd += t, r->attn_flops += flops;

@@ -18,6 +18,17 @@
  * layer's whole forward again in its backward (full). */
 typedef enum PlRecompute { PL_RECOMPUTE_NONE, PL_RECOMPUTE_SELECTIVE, PL_RECOMPUTE_FULL } PlRecompute;
 
+/* When the data-parallel reduction of a chunk's gradients starts, as the
+ * training program runs it (runtime/dp.h): bucket by bucket as their
+ * gradients complete during the chunk's last backward (the runtime's
+ * default), the whole chunk at its REDUCE_GRADS action, or nothing before
+ * the step's backward is over (the runtime's --no-overlap, and how the
+ * paper's runs reduced). */
+typedef enum PlDpOverlap { PL_DP_BUCKET, PL_DP_CHUNK, PL_DP_NONE } PlDpOverlap;
+extern const char *const pl_dp_overlap_names[]; /* "bucket", "chunk", "none" */
+/* A --dp-overlap value (NULL: the default, bucket); false when it names none. */
+bool pl_dp_overlap_parse(const char *name, PlDpOverlap *out);
+
 /* A configuration to simulate. */
 typedef struct PlConfig {
   int tp, pp, dp, vpp;   /* t, p, d, v */
@@ -44,7 +55,15 @@ typedef struct PlConfig {
    * data-parallel buckets, ZeRO-1's reduce-scatter, the tied embedding's
    * sum) and ZeRO-1's all-gather of the updated fp32 weights at 4. */
   bool bf16;
+  PlDpOverlap dp_overlap;
 } PlConfig;
+
+/* Why the training program would reject c, or would ignore one of its
+ * flags (which the planner then refuses, so that no prediction is made
+ * for a run that differs from the one asked for): a one-line message,
+ * malloc'ed, the same from `shardc simulate`, `shardc plan` and
+ * pl_simulate; NULL when c is a configuration the program runs as given. */
+char *pl_config_refusal(const PlConfig *c);
 
 /* Where the ranks of each parallel group sit: the rank order is Megatron's
  * (tensor fastest, then data, then pipeline), so a tensor group fills a
@@ -82,6 +101,8 @@ typedef struct PlCost {
   int64_t params;              /* parameter elements one rank holds */
   double bwd_w;                /* seconds of the backward only parameter gradients need (W of
                                 * the zero-bubble schedules, IrNode.wgrad); the rest is B */
+  int64_t temp;                /* elements of the largest op's outputs (forward or backward):
+                                * the temporaries live beside the stash while it runs */
 } PlCost;
 
 /* A model as the planner sees it: its layer stack costed from ONE layer of
@@ -114,7 +135,14 @@ typedef struct PlStage {
   double compute;       /* seconds of F, B and W in a step */
   double finish;        /* when its step ends */
   int64_t params;       /* parameter elements per rank */
-  double weights, grads, optimizer, activations, total; /* bytes per rank */
+  bool holds_pre, holds_post; /* the embedding side, the head and loss (virtual stage 0, last) */
+  double weights, grads, optimizer, activations; /* bytes per rank */
+  /* What a rank holds besides its model state and stash (docs/planner.md,
+   * Memory): the device context and library workspaces, the collectives'
+   * buffers, the pipeline's message buffers, the largest op's temporaries,
+   * and what the allocator loses to fragmentation of all the rest. */
+  double workspace, comm_buffers, messages, temporaries, fragmentation;
+  double total; /* all of the above */
 } PlStage;
 
 typedef struct PlResult {
@@ -125,6 +153,7 @@ typedef struct PlResult {
   double mfu;            /* model_flops / (step_time * GPUs) of the bf16 peak */
   double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
   double memory_max;     /* bytes, the most of any rank */
+  double memory_over;    /* bytes memory_max exceeds the device's memory by (0: it fits) */
   double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
   double w_chunk;             /* of b_chunk, what W runs when the tables have W actions (the
                                * rest is B); 0 when they have none */
@@ -148,10 +177,10 @@ bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *
 bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
                           char **error);
 void pl_result_free(PlResult *r);
-/* The memory per rank of a stage of a replayed configuration, had it run
- * with c's recomputation and ZeRO-1 instead (they change no stash): fills
- * weights .. total of st. */
-void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st);
+/* The memory per rank of a stage of a replayed configuration on hw, had
+ * it run with c's recomputation and ZeRO-1 instead (they change no
+ * stash): fills weights .. total of st. */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStage *st);
 
 /* Activation bytes one layer keeps for one microbatch until its backward
  * (Korthikanti et al., REFERENCE.md), 16-bit activations. */
@@ -193,10 +222,11 @@ typedef struct PlSearch {
 
 /* Searches t (within a node), p, v, the microbatch, recomputation,
  * sequence parallelism and ZeRO-1 for `gpus` GPUs and a global batch,
- * keeping what needs at most mem_limit bytes per GPU. False after a load
- * error. */
+ * keeping what needs at most mem_limit bytes per GPU (every term of
+ * pl_stage_memory counted), each with the data-parallel overlap given.
+ * False after a load error. */
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlSearch *out);
+               double mem_limit, PlDpOverlap overlap, PlSearch *out);
 void pl_search_free(PlSearch *s);
 extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
 extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */

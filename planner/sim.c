@@ -35,6 +35,8 @@ typedef struct Sim {
   double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
   double *w;          /* per virtual stage: the part of b that W runs (zero-bubble) */
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
+  const int *count;   /* per virtual stage: its layers (a bucket is about one layer's) */
+  PlDpOverlap overlap;
   double msg;         /* one pipeline message */
   double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
   bool has_w;         /* the tables split backward into B and W */
@@ -112,6 +114,8 @@ typedef struct Replay {
   int *pc, *posted_end, *live; /* per stage: next action, end of a posted batch, stash now */
   int **idx;                   /* per action: a message's index in its pair's order */
   double *clock, *stream;      /* per stage: compute clock, communication stream */
+  double *last_start;          /* per stage: when its latest F, B or W started */
+  double *held;                /* per stage: reductions held back to the backward's end */
   double *finish, *pipe_end, *compute;
   int *stash;
   double **start, **end;
@@ -119,6 +123,29 @@ typedef struct Replay {
 
 static void mark(Replay *R, int r, int i, double from, double to) {
   if (R->start) R->start[r][i] = from, R->end[r][i] = to;
+}
+
+/* The data-parallel reduction of virtual stage k's chunk, whose action
+ * (i) stage r reaches at `now`, right after the chunk's last backward.
+ * Bucket by bucket (about a layer's gradients each), the first bucket is
+ * ready one layer into that backward and the last when it ends, so the
+ * stream starts early and ends no sooner than one bucket after it; per
+ * chunk it starts now; with no overlap it waits for OPT_STEP. */
+static void reduce_chunk(const Sim *S, Replay *R, int r, int i, int k, double now) {
+  if (S->overlap == PL_DP_NONE) {
+    R->held[r] += S->reduce[k];
+    mark(R, r, i, now, now);
+    return;
+  }
+  double ready = now, last = now;
+  if (S->overlap == PL_DP_BUCKET && S->count[k] > 0) {
+    double per = 1.0 / S->count[k];
+    ready = R->last_start[r] + (now - R->last_start[r]) * per;
+    last = now + S->reduce[k] * per;
+  }
+  double from = R->stream[r] > ready ? R->stream[r] : ready, end = from + S->reduce[k];
+  R->stream[r] = end > last ? end : last;
+  mark(R, r, i, from, R->stream[r]);
 }
 
 /* Runs stage r's next action (or batch); false while the batch waits for
@@ -140,17 +167,20 @@ static bool step(const Sim *S, Replay *R, int r, bool *progress) {
     R->pc[r] = R->posted_end[r], R->posted_end[r] = 0;
   } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
     int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
-    double from = R->stream[r] > now ? R->stream[r] : now;
-    R->stream[r] = from + S->reduce[k];
-    mark(R, r, i, from, R->stream[r]);
+    reduce_chunk(S, R, r, i, k, now);
     R->pc[r]++;
   } else if (a->kind == RT_SCHED_OPT_STEP) {
+    /* Held reductions start now, when the backward is over, one after
+     * the other on the stream. */
     double from = R->stream[r] > now ? R->stream[r] : now;
+    R->stream[r] = from + R->held[r], R->held[r] = 0;
+    from = R->stream[r] > now ? R->stream[r] : now;
     R->clock[r] = from + S->opt + S->tail;
     mark(R, r, i, from, R->clock[r]);
     R->pc[r]++;
   } else {
     double d = compute_time(S, a, r);
+    R->last_start[r] = now;
     R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
     /* A microbatch-chunk is held until its W where the tables have W. */
     int frees = S->has_w ? RT_SCHED_W : RT_SCHED_B;
@@ -174,6 +204,7 @@ static bool replay(const Sim *S, Replay *R) {
   R->live = calloc((size_t)p, sizeof(int));
   R->idx = calloc((size_t)p, sizeof(int *));
   R->clock = calloc((size_t)p, sizeof(double)), R->stream = calloc((size_t)p, sizeof(double));
+  R->last_start = calloc((size_t)p, sizeof(double)), R->held = calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) R->idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
   bool progress = true;
   int left = p;
@@ -188,7 +219,7 @@ static bool replay(const Sim *S, Replay *R) {
   for (int i = 0; i < p * p; i++) free(R->pairs[i].sent), free(R->pairs[i].recvd);
   for (int r = 0; r < p; r++) free(R->idx[r]);
   free(R->pairs), free(R->pc), free(R->posted_end), free(R->live), free(R->idx);
-  free(R->clock), free(R->stream);
+  free(R->clock), free(R->stream), free(R->last_start), free(R->held);
   return left == 0;
 }
 
@@ -214,8 +245,41 @@ static char *fmt_error(const char *fmt, ...) {
   return e;
 }
 
+const char *const pl_dp_overlap_names[] = {"bucket", "chunk", "none"};
+
+bool pl_dp_overlap_parse(const char *name, PlDpOverlap *out) {
+  *out = PL_DP_BUCKET;
+  for (int k = 0; name && k <= PL_DP_NONE; k++)
+    if (strcmp(name, pl_dp_overlap_names[k]) == 0) return *out = (PlDpOverlap)k, true;
+  return !name;
+}
+
+/* The compiler's own words where it rejects (driver/compile.c); where the
+ * training program would ignore a flag, why it would. */
+char *pl_config_refusal(const PlConfig *c) {
+  if (c->sequence_parallel && c->tp <= 1)
+    return fmt_error("--sequence-parallel needs --tp > 1: it splits the sequence over the "
+                     "tensor-parallel ranks, and there are none");
+  if (c->no_scatter_gather && c->sequence_parallel)
+    return fmt_error("--no-scatter-gather with --sequence-parallel: the pipeline messages are "
+                     "sequence slices [b, s/t, h] already, so there is nothing to scatter");
+  if (c->no_scatter_gather && c->tp <= 1)
+    return fmt_error("--no-scatter-gather needs --tp > 1: without tensor parallelism every "
+                     "pipeline message goes whole");
+  if (c->no_scatter_gather && c->pp <= 1)
+    return fmt_error("--no-scatter-gather needs --pp > 1: with one stage there are no pipeline "
+                     "messages");
+  if (c->zero && c->dp <= 1)
+    return fmt_error("--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+  if (c->vpp > 1 && c->pp <= 1)
+    return fmt_error("--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run "
+                     "one after the other", c->vpp);
+  return NULL;
+}
+
 /* Checks the shape of the configuration; *error set when it fails. */
 static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
+  if ((*error = pl_config_refusal(c))) return false;
   int bd = c->microbatch * c->dp;
   if (c->global_batch % bd != 0) {
     *error = fmt_error("--global-batch %d is not a multiple of microbatch %d x dp %d",
@@ -261,9 +325,9 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
  * stash of microbatch-chunks; with full recomputation in groups of N
  * layers, the input of every N-th layer of the chunk per stashed
  * microbatch, and one group's N layers whose forward the backward is
- * rerunning. */
-void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
-  double P = (double)st->params;
+ * rerunning; then what a GPU holds besides (docs/planner.md, Memory). */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStage *st) {
+  double P = (double)st->params, elem = pl_elem_bytes(c);
   /* fp32 everything (the CPU target's memory plan): 4-byte weights, no
    * master copy, the two moments; activations twice the 16-bit figure. */
   st->weights = (c->fp32 ? 4 : 2) * P;
@@ -280,7 +344,28 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
     st->activations +=
         live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   if (c->fp32) st->activations *= 2;
-  st->total = st->weights + st->grads + st->optimizer + st->activations;
+  /* One communicator's buffers for each group the rank talks in: its
+   * tensor and data groups, its pipeline neighbours, and the embedding
+   * group that sums a tied parameter between the first and last stage. */
+  int groups = (c->tp > 1) + (c->dp > 1) + (c->pp > 1) +
+               (c->pp > 1 && m->tied && (st->holds_pre || st->holds_post));
+  st->workspace = hw->workspace_bytes;
+  st->comm_buffers = groups * hw->comm_buffer_bytes;
+  /* In flight on a stage: the activation it receives and the gradient it
+   * receives, whole once gathered, and the two it sends, as sent. */
+  double whole = elem * (double)m->b * (double)m->s * (double)m->h;
+  st->messages = c->pp > 1 ? 2 * whole + 2 * elem * (double)m->msg_elems : 0;
+  int64_t temp = m->layer.temp;
+  if (st->holds_pre && m->pre.temp > temp) temp = m->pre.temp;
+  if (st->holds_post && m->post.temp > temp) temp = m->post.temp;
+  st->temporaries = elem * (double)temp;
+  double allocated = st->weights + st->grads + st->optimizer + st->activations + st->messages +
+                     st->temporaries;
+  /* The caching allocator of the paper's PyTorch runs reserves more than
+   * it hands out; the compiler's programs (bf16, fp32) allocate once. */
+  double f = c->fp32 || c->bf16 ? 0 : hw->fragmentation;
+  st->fragmentation = allocated * f / (1 - f);
+  st->total = allocated + st->fragmentation + st->workspace + st->comm_buffers;
 }
 
 /* The one-off costs of a step: the optimizer over the state this rank
@@ -326,12 +411,17 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     }
     st->peak_stash = stash[r];
     st->chunk_layers = most;
-    pl_stage_memory(m, c, st);
+    for (int ch = 0; ch < S->v; ch++) {
+      int k = rt_sched_vstage(S->s, r, ch);
+      st->holds_pre |= k == 0, st->holds_post |= k == S->nv - 1;
+    }
+    pl_stage_memory(m, c, hw, st);
     if (st->compute > ideal) ideal = st->compute;
     if (pipe_end[r] > end) end = pipe_end[r];
     if (st->finish > out->step_time) out->step_time = st->finish;
     if (st->total > out->memory_max) out->memory_max = st->total;
   }
+  out->memory_over = out->memory_max > hw->mem_bytes ? out->memory_max - hw->mem_bytes : 0;
   double gpus = (double)c->tp * c->pp * c->dp;
   out->bubble_fraction = ideal > 0 ? (end - ideal) / ideal : 0;
   double mbs = (double)c->global_batch / c->microbatch, t = c->tp > 1 ? c->tp : 1;
@@ -398,12 +488,13 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   RtSchedule *s = build_tables(c, error);
   if (!s) return false;
   int p = c->pp, nv = c->pp * c->vpp;
-  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
+  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv, .overlap = c->dp_overlap};
   S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
   S.w = calloc((size_t)nv, sizeof(double));
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
+  S.count = count;
   prepare(m, c, hw, &S, count, params);
   out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));

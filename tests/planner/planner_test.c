@@ -254,13 +254,18 @@ typedef struct Row {
   double published;
 } Row;
 
+/* The paper's runs reduced the gradients after the backward (Megatron-LM
+ * of 2021 did not overlap them): --dp-overlap none. */
 static const Row rows[] = {
     {"1.7B on 32 GPUs", shape_1_7b,
-     {.tp = 1, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 512}, 137},
+     {.tp = 1, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 512,
+      .dp_overlap = PL_DP_NONE}, 137},
     {"18.4B on 256 GPUs", shape_18b,
-     {.tp = 8, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 1024}, 135},
+     {.tp = 8, .pp = 1, .dp = 32, .vpp = 1, .microbatch = 4, .global_batch = 1024,
+      .dp_overlap = PL_DP_NONE}, 135},
     {"1T on 3072 GPUs", shape_1t,
-     {.tp = 8, .pp = 64, .dp = 6, .vpp = 2, .microbatch = 1, .global_batch = 3072}, 163},
+     {.tp = 8, .pp = 64, .dp = 6, .vpp = 2, .microbatch = 1, .global_batch = 3072,
+      .dp_overlap = PL_DP_NONE}, 163},
 };
 
 /* The paper trained with full recomputation and counted its FLOPs; the
@@ -388,7 +393,7 @@ static void test_search(void) {
   PlHw hw = *pl_hw_find("a100");
   PlSearch s;
   double t0 = now();
-  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, 0.9 * hw.mem_bytes, &s);
+  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, hw.mem_bytes, PL_DP_BUCKET, &s);
   double dt = now() - t0;
   check(ok && dt < 10 * time_scale, "plan 1T on 3072 GPUs, B=3072: %d simulated, %d fit, in "
         "%.2f s (limit %g s%s)", ok ? s.simulated : 0, ok ? s.n : 0, dt, 10 * time_scale, time_note);
@@ -396,10 +401,10 @@ static void test_search(void) {
   bool sorted = true, fit = true;
   for (int i = 0; i < s.n; i++) {
     if (i && s.configs[i].step_time < s.configs[i - 1].step_time) sorted = false;
-    if (s.configs[i].memory > 0.9 * hw.mem_bytes) fit = false;
+    if (s.configs[i].memory > hw.mem_bytes) fit = false;
   }
   check(s.n > 0 && sorted && fit, "the %d kept are ranked by step time and all fit in %.1f GiB",
-        s.n, 0.9 * hw.mem_bytes / 1073741824.0);
+        s.n, hw.mem_bytes / 1073741824.0);
   if (s.n) {
     const PlCandidate *c = &s.configs[0];
     printf("best: t=%d p=%d d=%d v=%d b=%d recompute %s%s%s: %.1f TFLOP/s per GPU, %.1f GiB\n",

@@ -53,6 +53,10 @@ planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
 # (--no-scatter-gather) when the stages sit on different nodes.
 add_test(NAME planner/scatter_gather
          COMMAND sh ${PLANNER_DIR}/scatter_gather.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+# Flag combinations the training program rejects or would ignore are
+# refused by simulate, in the compiler's words where it rejects them.
+add_test(NAME planner/flags
+         COMMAND sh ${PLANNER_DIR}/flags.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
 # --precision bf16 (the CUDA target's): mixed precision's time without
 # replicas, longer with them (fp32 weight-gradient reductions), fp32's
 # longer still.
