@@ -37,7 +37,12 @@ typedef struct Sim {
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
   const int *count;   /* per virtual stage: its layers (a bucket is about one layer's) */
   PlDpOverlap overlap;
-  double msg;         /* one pipeline message */
+  double msg;         /* one pipeline message, alone on its link */
+  /* Its parts: latency, the time on the wire and the receiver's gather of
+   * the tensor ranks' slices (scatter/gather). Concurrent messages of one
+   * batch leave (and arrive) through the same adapter of their GPU, in
+   * each direction apart, so the wire is shared among them. */
+  double msg_lat, msg_wire, msg_gather;
   double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
   bool has_w;         /* the tables split backward into B and W */
 } Sim;
@@ -46,6 +51,8 @@ typedef struct Sim {
  * end posted message k (negative: not yet). */
 typedef struct Pair {
   double *sent, *recvd;
+  int *send_k, *recv_k; /* per message: the sends of its sender's batch, the receives of its
+                         * receiver's, which share the adapter with it */
   int nsent, nrecvd, cap;
 } Pair;
 
@@ -55,6 +62,8 @@ static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
     q->cap = cap;
     q->sent = malloc(sizeof(double) * (size_t)cap);
     q->recvd = malloc(sizeof(double) * (size_t)cap);
+    q->send_k = malloc(sizeof(int) * (size_t)cap);
+    q->recv_k = malloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < cap; i++) q->sent[i] = q->recvd[i] = -1;
   }
   return q;
@@ -64,16 +73,28 @@ static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
  * each message its index in its pair's order (idx). Returns the batch's end. */
 static int post_batch(const RtSchedTable *t, int r, int i, double now, Pair *pairs, int p,
                       int cap, int *idx) {
-  int j = i;
+  int end = i, sends = 0, recvs = 0;
   do {
+    sends += t->actions[end].kind == RT_SCHED_SEND, recvs += t->actions[end].kind == RT_SCHED_RECV;
+    end++;
+  } while (end < t->n && (t->actions[end].flags & RT_SCHED_JOIN));
+  for (int j = i; j < end; j++) {
     const RtSchedAction *a = &t->actions[j];
     bool send = a->kind == RT_SCHED_SEND;
     Pair *q = pair(pairs, p, send ? r : a->peer, send ? a->peer : r, cap);
-    if (send) q->sent[idx[j] = q->nsent++] = now;
-    else q->recvd[idx[j] = q->nrecvd++] = now;
-    j++;
-  } while (j < t->n && (t->actions[j].flags & RT_SCHED_JOIN));
-  return j;
+    if (send) idx[j] = q->nsent, q->send_k[q->nsent] = sends, q->sent[q->nsent++] = now;
+    else idx[j] = q->nrecvd, q->recv_k[q->nrecvd] = recvs, q->recvd[q->nrecvd++] = now;
+  }
+  return end;
+}
+
+/* The time of message k of pair q once both ends have posted it: the wire
+ * shared by the messages leaving the sender's adapter or arriving at the
+ * receiver's together, whichever are more, and one gather per message
+ * arriving. */
+static double message_span(const Sim *S, const Pair *q, int k) {
+  int out = q->send_k[k], in = q->recv_k[k], share = out > in ? out : in;
+  return S->msg_lat + S->msg_wire * share + S->msg_gather * in;
 }
 
 /* When the posted batch [i, end) of stage r completes, or -1 while a
@@ -88,7 +109,7 @@ static double batch_done(const Sim *S, const RtSchedTable *t, int r, int i, int 
     double other = send ? q->recvd[idx[j]] : q->sent[idx[j]];
     double mine = send ? q->sent[idx[j]] : q->recvd[idx[j]];
     if (other < 0) return -1;
-    double at = (other > mine ? other : mine) + S->msg;
+    double at = (other > mine ? other : mine) + message_span(S, q, idx[j]);
     if (at > done) done = at;
   }
   return done;
@@ -216,7 +237,9 @@ static bool replay(const Sim *S, Replay *R) {
         if (R->pc[r] == n) left--, R->finish[r] = R->clock[r];
     }
   }
-  for (int i = 0; i < p * p; i++) free(R->pairs[i].sent), free(R->pairs[i].recvd);
+  for (int i = 0; i < p * p; i++)
+    free(R->pairs[i].sent), free(R->pairs[i].recvd), free(R->pairs[i].send_k),
+        free(R->pairs[i].recv_k);
   for (int r = 0; r < p; r++) free(R->idx[r]);
   free(R->pairs), free(R->pc), free(R->posted_end), free(R->live), free(R->idx);
   free(R->clock), free(R->stream), free(R->last_start), free(R->held);
@@ -387,12 +410,16 @@ static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int6
 /* One pipeline message: with t > 1 and no sequence parallelism each
  * tensor rank sends its 1/t of the activation and the receiver gathers
  * the rest inside its node (Megatron's scatter/gather), unless
- * --no-scatter-gather sends it whole from every tensor rank. */
-static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
+ * --no-scatter-gather sends it whole from every tensor rank. Fills the
+ * parts of S the replay shares among concurrent messages. */
+static void message_time(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S) {
   double bytes = pl_elem_bytes(c) * (double)m->msg_elems;
   PlLink l = pl_pp_link(hw, c);
-  if (c->tp <= 1 || c->sequence_parallel || c->no_scatter_gather) return l.lat + bytes / l.bw;
-  return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
+  bool sliced = c->tp > 1 && !c->sequence_parallel && !c->no_scatter_gather;
+  S->msg_lat = l.lat;
+  S->msg_wire = (sliced ? bytes / c->tp : bytes) / l.bw;
+  S->msg_gather = sliced ? pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes) : 0;
+  S->msg = S->msg_lat + S->msg_wire + S->msg_gather;
 }
 
 /* Fills the per-stage figures and the totals after the replay. */
@@ -473,7 +500,7 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
     max_params = sum > max_params ? sum : max_params;
   }
   S->has_w = sched_has_w(S->s);
-  S->msg = message_time(m, c, hw);
+  message_time(m, c, hw, S);
   step_costs(m, c, hw, max_params, S);
 }
 
