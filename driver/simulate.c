@@ -63,6 +63,8 @@ static const DrvOption simulate_options[] = {
     {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start: each bucket as its "
      "gradients complete (default, as the training program), each chunk after its last backward, "
      "or after the whole backward (the program's --no-overlap)"},
+    {"--tp-overlap", NULL, "with --tp: overlap each input gradient's all-reduce with the weight-"
+     "gradient GEMM, as the later Megatron-LM does (the compiler's programs do not)"},
     {"--precision", "mixed|bf16|fp32",
      "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
      "weight-gradient reductions); or fp32 everything as the CPU target does"},
@@ -128,6 +130,7 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
+  c->tp_overlap = drv_flag(nargs, args, "--tp-overlap");
   const char *overlap = drv_value(nargs, args, "--dp-overlap");
   if (!pl_dp_overlap_parse(overlap, &c->dp_overlap)) {
     drv_usage_error(&drv_simulate_command, "--dp-overlap: expected bucket, chunk or none, got '%s'",

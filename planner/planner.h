@@ -56,6 +56,13 @@ typedef struct PlConfig {
    * sum) and ZeRO-1's all-gather of the updated fp32 weights at 4. */
   bool bf16;
   PlDpOverlap dp_overlap;
+  /* --tp-overlap: the input gradient's tensor-parallel all-reduce (or
+   * reduce-scatter) runs while the weight-gradient GEMM that reads the
+   * same output gradient computes, as the later Megatron-LM overlaps
+   * them; only where the schedule runs the two together (no W actions).
+   * The compiler's rank programs run their collectives in order, so off
+   * by default. */
+  bool tp_overlap;
 } PlConfig;
 
 /* Why the training program would reject c, or would ignore one of its
@@ -71,6 +78,7 @@ char *pl_config_refusal(const PlConfig *c);
 typedef struct PlLink {
   double bw;  /* bytes/s one member moves in one direction, efficiency included */
   double lat; /* seconds per message step */
+  double launch; /* seconds a collective's kernel costs however small (the device's kernel_s) */
 } PlLink;
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
 /* Bytes per activation, weight or message element as c's target runs it:
@@ -82,7 +90,8 @@ PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
 
 /* Alpha-beta ring collectives over n members, `bytes` the whole tensor
- * (the all-gather's result, the reduce-scatter's input). */
+ * (the all-gather's result, the reduce-scatter's input), each one kernel
+ * launch and its own steps (cost.c). */
 double pl_all_reduce_s(PlLink l, int n, double bytes);
 double pl_all_gather_s(PlLink l, int n, double bytes);
 double pl_reduce_scatter_s(PlLink l, int n, double bytes);
@@ -101,6 +110,8 @@ typedef struct PlCost {
   int64_t params;              /* parameter elements one rank holds */
   double bwd_w;                /* seconds of the backward only parameter gradients need (W of
                                 * the zero-bubble schedules, IrNode.wgrad); the rest is B */
+  double bwd_hidden;           /* seconds of the backward's tensor-parallel collectives the
+                                * weight-gradient GEMMs can hide (PlConfig.tp_overlap) */
   int64_t temp;                /* elements of the largest op's outputs (forward or backward):
                                 * the temporaries live beside the stash while it runs */
 } PlCost;

@@ -294,6 +294,9 @@ char *pl_config_refusal(const PlConfig *c) {
                      "messages");
   if (c->zero && c->dp <= 1)
     return fmt_error("--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+  if (c->tp_overlap && c->tp <= 1)
+    return fmt_error("--tp-overlap needs --tp > 1: without tensor parallelism there is no "
+                     "collective to overlap");
   if (c->vpp > 1 && c->pp <= 1)
     return fmt_error("--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run "
                      "one after the other", c->vpp);
@@ -328,15 +331,21 @@ static double recomputed(const PlModel *m, PlRecompute r, bool flops) {
 /* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
 static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *count, Sim *S,
                         int64_t *params) {
-  double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
+  /* The overlap of B with W needs both in one action. */
+  bool hide = c->tp_overlap && !S->has_w;
+  double bwd = m->layer.bwd - (hide ? m->layer.bwd_hidden : 0) + recomputed(m, c->recompute, false);
   for (int k = 0; k < nv; k++) {
     S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
     S->w[k] = count[k] * m->layer.bwd_w;
     if (k == 0) S->w[k] += m->pre.bwd_w;
     if (k == nv - 1) S->w[k] += m->post.bwd_w;
     params[k] = count[k] * m->layer.params;
-    if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
-    if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
+    if (k == 0)
+      S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd - (hide ? m->pre.bwd_hidden : 0),
+      params[k] += m->pre.params;
+    if (k == nv - 1)
+      S->f[k] += m->post.fwd, S->b[k] += m->post.bwd - (hide ? m->post.bwd_hidden : 0),
+      params[k] += m->post.params;
   }
   /* One virtual stage holds a tied parameter once. */
   if (nv == 1) params[0] -= m->tied;
@@ -487,6 +496,7 @@ static RtSchedule *build_tables(const PlConfig *c, char **error) {
 static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
                     const int *count, int64_t *params) {
   int p = S->p, nv = S->nv;
+  S->has_w = sched_has_w(S->s);
   chunk_costs(m, c, nv, count, S, params);
   for (int k = 0; k < nv; k++) {
     double grad_bytes = grad_comm_bytes(c) * (double)params[k];
@@ -499,7 +509,6 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
     for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
     max_params = sum > max_params ? sum : max_params;
   }
-  S->has_w = sched_has_w(S->s);
   message_time(m, c, hw, S);
   step_costs(m, c, hw, max_params, S);
 }

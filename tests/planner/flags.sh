@@ -28,6 +28,7 @@ refused "--sequence-parallel needs --tp > 1" --sequence-parallel
 refused "--no-scatter-gather with --sequence-parallel" --tp 2 --sequence-parallel --no-scatter-gather
 refused "--no-scatter-gather needs --tp > 1" --pp 2 --no-scatter-gather
 refused "--no-scatter-gather needs --pp > 1" --tp 2 --no-scatter-gather
+refused "--tp-overlap needs --tp > 1" --tp-overlap
 refused "--zero 1 shards the optimizer over data-parallel replicas" --zero 1
 refused "--vpp 2 needs pipeline stages" --vpp 2
 refused "--dp-overlap: expected bucket, chunk or none" --dp-overlap some

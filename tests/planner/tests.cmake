@@ -1,14 +1,15 @@
 # The planner (planner/): hardware descriptions, the cost model and the
 # simulator. planner_test (planner_test.c) checks the replayed bubble
 # against the formulas, memory against REFERENCE.md's, the paper's rows
-# within a band and the 1T simulation's time; the goldens hold what
+# within a band and the 1T simulation's time, the paper's section 5 figures
+# and a later published result (figures); the goldens hold what
 # `shardc hw` prints and its errors on bad description files.
 set(PLANNER_DIR ${TESTS_DIR}/planner)
 add_executable(planner_test ${PLANNER_DIR}/planner_test.c)
 target_include_directories(planner_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(planner_test PRIVATE shard_planner shard_frontend shard_passes shard_ir m)
 
-foreach(mode bubble memory paper scale units interleave search zb)
+foreach(mode bubble memory paper scale units interleave search zb figures)
   add_test(NAME planner/${mode} COMMAND planner_test ${mode} ${MODELS_DIR})
 endforeach()
 
