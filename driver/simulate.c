@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
 #include "driver.h"
@@ -68,6 +69,8 @@ static const DrvOption simulate_options[] = {
     {"--precision", "mixed|bf16|fp32",
      "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
      "weight-gradient reductions); or fp32 everything as the CPU target does"},
+    {"--no-memory-plan", NULL, "with --precision fp32 or bf16: activations from the formula, not "
+     "from the compiler's memory plan of the programs (which compiling a large model takes long)"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
     {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
@@ -343,6 +346,29 @@ static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, co
   return true;
 }
 
+/* The activations region of each stage's program in the compiler's own
+ * memory plan for the target c runs as (fp32: cpu, bf16: cuda), laid out
+ * as `shardc compile` lays it out and written nowhere; NULL after the
+ * compiler reported why the model does not compile so. */
+static const int64_t *compiled_activations(const char *model, int nargs, DrvArg *args,
+                                           const PlConfig *c) {
+  const char *target = c->bf16 ? "cuda" : "cpu";
+  PassOptions opt;
+  if (!drv_pass_options(&drv_simulate_command, nargs, args, &opt)) return NULL;
+  opt.memplan = cg_memplan_policy(target);
+  IrGraph *g = drv_load_model(model, nargs, args);
+  if (!g) return NULL;
+  if (opt.dp > 1) g->mesh[IR_AXIS_DATA] = opt.dp;
+  PassManagerFlags flags = {.print_stream = stdout};
+  const char *pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
+  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count() > 0) return NULL;
+  /* The layout asks for a folder, which cg_kept_activations never writes. */
+  CgOptions o = {.target = target, .out_dir = ".", .dtype = IR_F32, .zero = c->zero, .schedule = c->schedule,
+                 .global_batch = c->global_batch, .bf16 = c->bf16};
+  int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
+  return cg_kept_activations(g, &o, bytes, opt.pp) ? bytes : NULL;
+}
+
 int drv_cmd_simulate(int nargs, DrvArg *args) {
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
@@ -359,6 +385,12 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
    * microbatch; without --global-batch each pipeline runs 8 of them. */
   if (!c.microbatch) c.microbatch = (int)m.b;
   if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
+  /* The compiler's programs allocate what their memory plan says: where
+   * the model compiles for the target, its activations are the plan's. */
+  if ((c.fp32 || c.bf16) && !drv_flag(nargs, args, "--no-memory-plan")) {
+    c.plan_activations = compiled_activations(model, nargs, args, &c);
+    if (!c.plan_activations) return 1;
+  }
   PlResult r;
   char *error = NULL;
   const char *trace = drv_value(nargs, args, "--trace"), *svg = drv_value(nargs, args, "--svg");

@@ -63,6 +63,12 @@ typedef struct PlConfig {
    * The compiler's rank programs run their collectives in order, so off
    * by default. */
   bool tp_overlap;
+  /* The compiler's memory plan where the model compiles for the target
+   * c runs as (fp32: cpu, bf16: cuda): per pipeline stage, the bytes of
+   * its program's activations region, one microbatch over all its chunks
+   * (cg_kept_activations). NULL: the activations from Korthikanti et
+   * al.'s formula. */
+  const int64_t *plan_activations;
 } PlConfig;
 
 /* Why the training program would reject c, or would ignore one of its
@@ -140,6 +146,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
 
 /* What a pipeline stage's ranks need and do (all ranks of a stage alike). */
 typedef struct PlStage {
+  int stage;            /* its index */
   int layers;           /* layers of all its chunks */
   int chunk_layers;     /* layers of its largest chunk */
   int peak_stash;       /* most microbatch-chunks awaiting their backward */

@@ -376,6 +376,11 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
     st->activations +=
         live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   if (c->fp32) st->activations *= 2;
+  /* The compiled program keeps one slot of its plan's region (one
+   * microbatch of every chunk) per v microbatch-chunks in flight. */
+  if (c->plan_activations)
+    st->activations = (double)c->plan_activations[st->stage] * st->peak_stash /
+                      (c->vpp > 1 ? c->vpp : 1);
   /* One communicator's buffers for each group the rank talks in: its
    * tensor and data groups, its pipeline neighbours, and the embedding
    * group that sums a tied parameter between the first and last stage. */
@@ -447,6 +452,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     }
     st->peak_stash = stash[r];
     st->chunk_layers = most;
+    st->stage = r;
     for (int ch = 0; ch < S->v; ch++) {
       int k = rt_sched_vstage(S->s, r, ch);
       st->holds_pre |= k == 0, st->holds_post |= k == S->nv - 1;
