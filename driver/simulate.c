@@ -86,7 +86,12 @@ const DrvCommand drv_simulate_command = {
     "table with those costs. TFLOP/s count model FLOPs (3x the forward's\n"
     "matrix FLOPs) plus the recomputed forwards, as the paper counts; MFU\n"
     "counts model FLOPs only. Memory follows REFERENCE.md's formulas times\n"
-    "the schedule's peak stash. docs/planner.md describes the model.",
+    "the schedule's peak stash (with --precision fp32 or bf16, the compiler's\n"
+    "memory plan where the model compiles), plus the device context,\n"
+    "workspaces, communicator and message buffers, the largest op's\n"
+    "temporaries and the allocator's fragmentation; a configuration that\n"
+    "does not fit is said so, with by how much. docs/planner.md describes\n"
+    "the model.",
     simulate_options, drv_cmd_simulate};
 
 /* A positive integer flag. */
