@@ -64,6 +64,8 @@ static const DrvOption simulate_options[] = {
     {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start: each bucket as its "
      "gradients complete (default, as the training program), each chunk after its last backward, "
      "or after the whole backward (the program's --no-overlap)"},
+    {"--bucket-mb", "MB", "with --dp: the programs' gradient bucket in MiB (default 25), which "
+     "--dp-overlap bucket starts one by one"},
     {"--tp-overlap", NULL, "with --tp: overlap each input gradient's all-reduce with the weight-"
      "gradient GEMM, as the later Megatron-LM does (the compiler's programs do not)"},
     {"--precision", "mixed|bf16|fp32",
@@ -139,6 +141,16 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
   c->tp_overlap = drv_flag(nargs, args, "--tp-overlap");
+  const char *bucket = drv_value(nargs, args, "--bucket-mb");
+  if (bucket) {
+    char *end;
+    c->bucket_mb = strtod(bucket, &end);
+    if (*end || end == bucket || !(c->bucket_mb > 0) || c->bucket_mb > 1e6) {
+      drv_usage_error(&drv_simulate_command, "--bucket-mb: expected a positive number of MiB, "
+                      "got '%s'", bucket);
+      return false;
+    }
+  }
   const char *overlap = drv_value(nargs, args, "--dp-overlap");
   if (!pl_dp_overlap_parse(overlap, &c->dp_overlap)) {
     drv_usage_error(&drv_simulate_command, "--dp-overlap: expected bucket, chunk or none, got '%s'",

@@ -56,6 +56,7 @@ typedef struct PlConfig {
    * sum) and ZeRO-1's all-gather of the updated fp32 weights at 4. */
   bool bf16;
   PlDpOverlap dp_overlap;
+  double bucket_mb;      /* --bucket-mb: the programs' gradient bucket in MiB (0: 25) */
   /* --tp-overlap: the input gradient's tensor-parallel all-reduce (or
    * reduce-scatter) runs while the weight-gradient GEMM that reads the
    * same output gradient computes, as the later Megatron-LM overlaps

@@ -9,6 +9,7 @@
  * the stage's communication stream, which overlaps the compute after it
  * (the runtime waits for it at OPT_STEP); OPT_STEP waits for every
  * reduction and then runs the optimizer. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ typedef struct Sim {
   double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
   double *w;          /* per virtual stage: the part of b that W runs (zero-bubble) */
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
-  const int *count;   /* per virtual stage: its layers (a bucket is about one layer's) */
+  int *buckets;       /* per virtual stage: its gradient buckets, as the programs cut them */
   PlDpOverlap overlap;
   double msg;         /* one pipeline message, alone on its link */
   /* Its parts: latency, the time on the wire and the receiver's gather of
@@ -148,10 +149,11 @@ static void mark(Replay *R, int r, int i, double from, double to) {
 
 /* The data-parallel reduction of virtual stage k's chunk, whose action
  * (i) stage r reaches at `now`, right after the chunk's last backward.
- * Bucket by bucket (about a layer's gradients each), the first bucket is
- * ready one layer into that backward and the last when it ends, so the
- * stream starts early and ends no sooner than one bucket after it; per
- * chunk it starts now; with no overlap it waits for OPT_STEP. */
+ * Bucket by bucket, as the backward completes the gradients of one
+ * bucket after another, the first is ready a bucket's share into that
+ * backward and the last when it ends, so the stream starts early and
+ * ends no sooner than one bucket's reduction after it; per chunk it
+ * starts now; with no overlap it waits for OPT_STEP. */
 static void reduce_chunk(const Sim *S, Replay *R, int r, int i, int k, double now) {
   if (S->overlap == PL_DP_NONE) {
     R->held[r] += S->reduce[k];
@@ -159,8 +161,8 @@ static void reduce_chunk(const Sim *S, Replay *R, int r, int i, int k, double no
     return;
   }
   double ready = now, last = now;
-  if (S->overlap == PL_DP_BUCKET && S->count[k] > 0) {
-    double per = 1.0 / S->count[k];
+  if (S->overlap == PL_DP_BUCKET) {
+    double per = 1.0 / S->buckets[k];
     ready = R->last_start[r] + (now - R->last_start[r]) * per;
     last = now + S->reduce[k] * per;
   }
@@ -504,7 +506,12 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   int p = S->p, nv = S->nv;
   S->has_w = sched_has_w(S->s);
   chunk_costs(m, c, nv, count, S, params);
+  /* The programs cut each chunk's fp32 gradients into buckets of
+   * --bucket-mb MiB (codegen/layout.c). */
+  double bucket = (c->bucket_mb > 0 ? c->bucket_mb : 25) * 1048576.0;
   for (int k = 0; k < nv; k++) {
+    double n = ceil(4 * (double)params[k] / bucket);
+    S->buckets[k] = n < 1 ? 1 : n > 1e9 ? 1000000000 : (int)n;
     double grad_bytes = grad_comm_bytes(c) * (double)params[k];
     S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
                            : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
@@ -536,7 +543,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
-  S.count = count;
+  S.buckets = calloc((size_t)nv, sizeof(int));
   prepare(m, c, hw, &S, count, params);
   out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));
@@ -555,7 +562,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
   free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
-  free(S.f), free(S.b), free(S.w), free(S.reduce), free(params), free(count);
+  free(S.f), free(S.b), free(S.w), free(S.reduce), free(S.buckets), free(params), free(count);
   if (!timeline) sched_free(s);
   return ok;
 }
