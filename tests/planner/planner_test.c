@@ -363,6 +363,15 @@ static void test_units(void) {
   check(close_to(pl_all_gather_s(l, 4, 400), 3 + 3), "all-gather n=4: %g = 3 alpha + 3/4 x 4 = 6",
         pl_all_gather_s(l, 4, 400));
   check(pl_all_reduce_s(l, 1, 400) == 0, "a group of one costs nothing");
+  /* Each collective is one kernel: a launch on top of its steps, so a
+   * reduce-scatter and an all-gather (sequence parallelism) cost one
+   * launch more than the all-reduce they replace. */
+  PlLink ll = {.bw = 100, .lat = 1, .launch = 0.5};
+  double rs = pl_reduce_scatter_s(ll, 4, 400), ag = pl_all_gather_s(ll, 4, 400);
+  double ar = pl_all_reduce_s(ll, 4, 400);
+  check(close_to(rs, 6.5) && close_to(ag, 6.5) && close_to(ar, 12.5) && close_to(rs + ag, ar + 0.5),
+        "with a 0.5 launch: reduce-scatter %g, all-gather %g, all-reduce %g: RS + AG = AR + "
+        "one launch", rs, ag, ar);
   PlHw hw = *pl_hw_find("a100");
   double big = 1e13, t = pl_gemm_s(&hw, big), rate = big / t / hw.peak_flops[PL_BF16];
   double half = hw.gemm_half, th = pl_gemm_s(&hw, half);
