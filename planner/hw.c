@@ -27,12 +27,6 @@
 #define CALIBRATION \
   .gemm_eff = 0.74, .gemm_half = 5 * G, .attn_eff = 0.14, .mem_eff = 0.80, .kernel_s = 4 * US, \
   .comm_eff = 0.80
-/* The Hopper presets have no published Megatron rows to fit; their
- * efficiencies are REFERENCE.md's kernel measurements on an H200: an 8192^3
- * bf16 GEMM at 770-800 of 989 TFLOP/s, fused attention (FlashAttention-2)
- * at 335-370, a device copy at 4.3 of 4.8 TB/s. A GEMM needs about three
- * times the work of the A100's to fill the faster chip, so gemm_half
- * scales with the peak. */
 /* What a GPU process holds besides its tensors (docs/planner.md, Memory):
  * the CUDA context with the libraries' kernels loaded (about 0.5 GiB as
  * nvidia-smi shows for a process that has allocated nothing) plus
@@ -44,6 +38,12 @@
  * over eight LLM trainings on 80 GB A100s. */
 #define GPU_MEMORY(ws_mib) \
   .workspace_bytes = (512 + (ws_mib)) * MIB, .comm_buffer_bytes = 128 * MIB, .fragmentation = 0.15
+/* The Hopper presets have no published Megatron rows to fit; their
+ * efficiencies are REFERENCE.md's kernel measurements on an H200: an 8192^3
+ * bf16 GEMM at 770-800 of 989 TFLOP/s, fused attention (FlashAttention-2)
+ * at 335-370, a device copy at 4.3 of 4.8 TB/s. A GEMM needs about three
+ * times the work of the A100's to fill the faster chip, so gemm_half
+ * scales with the peak. */
 #define HOPPER_CALIBRATION \
   .gemm_eff = 0.80, .gemm_half = 15 * G, .attn_eff = 0.35, .mem_eff = 0.85, .kernel_s = 4 * US, \
   .comm_eff = 0.80
@@ -279,7 +279,7 @@ static bool load_file(const char *path, PlHw *out) {
    * memory plan: no device context, workspace or allocator to lose to,
    * unless the file says otherwise. */
   static const char *const gpu_only[] = {"workspace_mib", "comm_buffer_mib", "fragmentation"};
-  for (int i = 0; ok && hw.cores > 0 && i < 3; i++) {
+  for (size_t i = 0; ok && hw.cores > 0 && i < sizeof gpu_only / sizeof gpu_only[0]; i++) {
     const Key *k = find_key(gpu_only[i]);
     if (!seen[k - keys]) *(double *)((char *)&hw + k->offset) = 0;
   }
