@@ -206,8 +206,30 @@ static void test_memory(void) {
     check(st->peak_stash == 1 && close_to(st->activations, act),
           "1.7B activations %.4g = sbh(34 + 5as/h) x l x stash %d = %.4g", st->activations,
           st->peak_stash, act);
+    /* Besides: the context and workspaces, one communicator (the data
+     * group), no pipeline messages at p = 1, the largest op's outputs
+     * (the logits [b, s, V] and the loss's), and 15% of what the
+     * allocator reserves lost to fragmentation. */
+    PlHw hw = *pl_hw_find("a100");
+    double allocated = st->weights + st->grads + st->optimizer + st->activations +
+                       st->messages + st->temporaries;
+    check(close_to(st->workspace, hw.workspace_bytes) && close_to(st->comm_buffers,
+          hw.comm_buffer_bytes) && st->messages == 0 && st->temporaries >= 2 * 4 * s * V &&
+          close_to(st->fragmentation, allocated * 0.15 / 0.85) &&
+          close_to(st->total, allocated + st->fragmentation + st->workspace + st->comm_buffers),
+          "1.7B besides its tensors: workspaces %.3g, one communicator %.3g, temporaries %.3g "
+          "(>= the logits), fragmentation %.4g = 0.15/0.85 of %.4g; total %.4g", st->workspace,
+          st->comm_buffers, st->temporaries, st->fragmentation, allocated, st->total);
     pl_result_free(&r);
   }
+  /* The compiler's programs allocate once: no fragmentation in bf16. */
+  c.bf16 = true;
+  if (simulate(shape_1_7b, &c, "a100", &m, &r)) {
+    check(r.stages[0].fragmentation == 0, "bf16 (the CUDA target): fragmentation %g",
+          r.stages[0].fragmentation);
+    pl_result_free(&r);
+  }
+  c.bf16 = false;
   /* 18.4B, t=8 with sequence parallelism, p=4, d=4, ZeRO-1, 1F1B with m=16. */
   c = (PlConfig){.tp = 8, .pp = 4, .dp = 4, .vpp = 1, .microbatch = 1, .global_batch = 64,
                  .sequence_parallel = true, .zero = 1};
