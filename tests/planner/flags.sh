@@ -44,6 +44,14 @@ for flags in "--zero 1" "--vpp 2"; do
   echo "$flags: compile says '$c'"
   if [ -z "$c" ] || [ "$c" != "$s" ]; then echo "FAIL: simulate says '$s'"; fail=1; fi
 done
+# plan refuses what it shares with simulate in the same words.
+"$shardc" plan "$model" --hw a100 --gpus 2 --global-batch 8 --dp-overlap some >"$tmp.c" 2>&1
+status=$?
+"$shardc" simulate "$model" --hw a100 --dp-overlap some >"$tmp.s" 2>&1
+p=$(head -n 1 "$tmp.c" | sed 's/^shardc plan: error: //')
+s=$(head -n 1 "$tmp.s" | sed 's/^shardc simulate: error: //')
+echo "plan --dp-overlap some: exit $status: $p"
+if [ $status != 1 ] || [ "$p" != "$s" ]; then echo "FAIL: simulate says '$s'"; fail=1; fi
 # The same configurations, given legally, simulate.
 "$shardc" simulate "$model" --hw a100 --tp 2 --sequence-parallel --dp 2 --zero 1 --pp 2 --vpp 2 \
   --global-batch 16 --dp-overlap none >/dev/null 2>"$tmp" || { cat "$tmp"; echo "FAIL: legal flags refused"; fail=1; }
