@@ -16,8 +16,9 @@ static const DrvOption plan_options[] = {
     {"--global-batch", "B", "sequences per step"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
     {"--top", "K", "print the K fastest configurations (default 10)"},
-    {"--memory-fraction", "F", "the share of device memory a rank may plan for (default 0.9; "
-     "the rest is workspaces, communication buffers and fragmentation)"},
+    {"--memory-fraction", "F", "the share of device memory a rank may plan for (default 1: the "
+     "memory model counts workspaces, communication buffers and fragmentation)"},
+    {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start (as simulate)"},
     {"--json", NULL, "print one JSON object"},
     {"--svg", "FILE", "draw every configuration tried: throughput against memory per GPU"},
     {NULL, NULL, NULL},
@@ -225,14 +226,18 @@ int drv_cmd_plan(int nargs, DrvArg *args) {
   if (!hw_name) return drv_usage_error(cmd, "--hw NAME|FILE is required");
   const char *frac_s = drv_value(nargs, args, "--memory-fraction");
   char *end = NULL;
-  double frac = frac_s ? strtod(frac_s, &end) : 0.9;
+  double frac = frac_s ? strtod(frac_s, &end) : 1;
   if (frac_s && (*end || end == frac_s || !(frac > 0 && frac <= 1)))
     return drv_usage_error(cmd, "--memory-fraction: expected a number in (0, 1], got '%s'", frac_s);
+  const char *overlap_s = drv_value(nargs, args, "--dp-overlap");
+  PlDpOverlap overlap;
+  if (!pl_dp_overlap_parse(overlap_s, &overlap))
+    return drv_usage_error(cmd, "--dp-overlap: expected bucket, chunk or none, got '%s'", overlap_s);
   PlHw hw;
   if (!pl_hw_load(hw_name, &hw)) return 1;
   Loader L = {model, nargs, args};
   PlSearch s;
-  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, &s)) return 1;
+  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, overlap, &s)) return 1;
   const char *svg = drv_value(nargs, args, "--svg");
   bool ok = !svg || save_svg(svg, &s, &hw, frac * hw.mem_bytes);
   if (!ok) {

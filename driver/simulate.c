@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
 #include "driver.h"
@@ -60,9 +61,18 @@ static const DrvOption simulate_options[] = {
     {"--recompute-layers", "N", "--recompute full: layers per checkpoint (default 1); memory keeps "
      "every N-th layer's input and one group's activations"},
     {"--hw", "NAME|FILE", "a hardware preset (shardc hw lists them) or description file"},
+    {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start: each bucket as its "
+     "gradients complete (default, as the training program), each chunk after its last backward, "
+     "or after the whole backward (the program's --no-overlap)"},
+    {"--bucket-mb", "MB", "with --dp: the programs' gradient bucket in MiB (default 25), which "
+     "--dp-overlap bucket starts one by one"},
+    {"--tp-overlap", NULL, "with --tp: overlap each input gradient's all-reduce with the weight-"
+     "gradient GEMM, as the later Megatron-LM does (the compiler's programs do not)"},
     {"--precision", "mixed|bf16|fp32",
      "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
      "weight-gradient reductions); or fp32 everything as the CPU target does"},
+    {"--no-memory-plan", NULL, "with --precision fp32 or bf16: activations from the formula, not "
+     "from the compiler's memory plan of the programs (which compiling a large model takes long)"},
     {"--json", NULL, "print one JSON object"},
     {"--trace", "FILE", "write the simulated timeline as a Chrome trace (chrome://tracing, Perfetto)"},
     {"--svg", "FILE", "draw the simulated timeline of every stage as SVG, communication included"},
@@ -78,7 +88,12 @@ const DrvCommand drv_simulate_command = {
     "table with those costs. TFLOP/s count model FLOPs (3x the forward's\n"
     "matrix FLOPs) plus the recomputed forwards, as the paper counts; MFU\n"
     "counts model FLOPs only. Memory follows REFERENCE.md's formulas times\n"
-    "the schedule's peak stash. docs/planner.md describes the model.",
+    "the schedule's peak stash (with --precision fp32 or bf16, the compiler's\n"
+    "memory plan where the model compiles), plus the device context,\n"
+    "workspaces, communicator and message buffers, the largest op's\n"
+    "temporaries and the allocator's fragmentation; a configuration that\n"
+    "does not fit is said so, with by how much. docs/planner.md describes\n"
+    "the model.",
     simulate_options, drv_cmd_simulate};
 
 /* A positive integer flag. */
@@ -125,6 +140,29 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   }
   c->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   c->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
+  c->tp_overlap = drv_flag(nargs, args, "--tp-overlap");
+  const char *bucket = drv_value(nargs, args, "--bucket-mb");
+  if (bucket) {
+    char *end;
+    c->bucket_mb = strtod(bucket, &end);
+    if (*end || end == bucket || !(c->bucket_mb > 0) || c->bucket_mb > 1e6) {
+      drv_usage_error(&drv_simulate_command, "--bucket-mb: expected a positive number of MiB, "
+                      "got '%s'", bucket);
+      return false;
+    }
+  }
+  const char *overlap = drv_value(nargs, args, "--dp-overlap");
+  if (!pl_dp_overlap_parse(overlap, &c->dp_overlap)) {
+    drv_usage_error(&drv_simulate_command, "--dp-overlap: expected bucket, chunk or none, got '%s'",
+                    overlap);
+    return false;
+  }
+  char *refusal = pl_config_refusal(c);
+  if (refusal) {
+    drv_usage_error(&drv_simulate_command, "%s", refusal);
+    free(refusal);
+    return false;
+  }
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
   else if (prec && strcmp(prec, "bf16") == 0) c->bf16 = true;
@@ -158,14 +196,22 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
          1e3 * r->dp_s, 1e3 * r->opt_s);
   printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",
          r->memory_max / 1073741824.0, hw->mem_bytes / 1073741824.0);
-  printf("stage  layers  params/rank  weights  grads  optim  activ  total GiB  stash\n");
+  if (r->memory_over > 0)
+    printf("does not fit     %10.2f GiB over the device's memory on the fullest stage\n",
+           r->memory_over / 1073741824.0);
+  printf("stage  layers  params/rank  weights  grads  optim  activ  other  total GiB  stash\n");
   for (int i = 0; i < r->nstages; i++) {
     const PlStage *s = &r->stages[i];
     const double G = 1073741824.0;
-    printf("%5d  %6d  %11lld  %7.2f  %5.2f  %5.2f  %5.2f  %9.2f  %5d\n", i, s->layers,
+    double other = s->total - s->weights - s->grads - s->optimizer - s->activations;
+    printf("%5d  %6d  %11lld  %7.2f  %5.2f  %5.2f  %5.2f  %5.2f  %9.2f  %5d\n", i, s->layers,
            (long long)s->params, s->weights / G, s->grads / G, s->optimizer / G,
-           s->activations / G, s->total / G, s->peak_stash);
+           s->activations / G, other / G, s->total / G, s->peak_stash);
   }
+  printf("other: workspaces %.2f, communicator buffers %.2f, messages %.2f, temporaries %.2f, "
+         "fragmentation %.2f GiB (stage 0)\n", r->stages[0].workspace / 1073741824.0,
+         r->stages[0].comm_buffers / 1073741824.0, r->stages[0].messages / 1073741824.0,
+         r->stages[0].temporaries / 1073741824.0, r->stages[0].fragmentation / 1073741824.0);
 }
 
 static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
@@ -178,6 +224,10 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   cJSON_AddNumberToObject(o, "mfu", r->mfu);
   cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
   cJSON_AddNumberToObject(o, "memory_bytes_per_gpu", r->memory_max);
+  cJSON_AddNumberToObject(o, "device_memory_bytes", hw->mem_bytes);
+  cJSON_AddBoolToObject(o, "fits", r->memory_over <= 0);
+  cJSON_AddNumberToObject(o, "memory_over_bytes", r->memory_over);
+  cJSON_AddStringToObject(o, "dp_overlap", pl_dp_overlap_names[c->dp_overlap]);
   cJSON_AddStringToObject(o, "recompute", recompute_names[c->recompute]);
   if (c->recompute_layers > 1) cJSON_AddNumberToObject(o, "recompute_layers", c->recompute_layers);
   cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
@@ -193,6 +243,11 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
     cJSON_AddNumberToObject(e, "gradients_bytes", s->grads);
     cJSON_AddNumberToObject(e, "optimizer_bytes", s->optimizer);
     cJSON_AddNumberToObject(e, "activations_bytes", s->activations);
+    cJSON_AddNumberToObject(e, "workspace_bytes", s->workspace);
+    cJSON_AddNumberToObject(e, "comm_buffer_bytes", s->comm_buffers);
+    cJSON_AddNumberToObject(e, "message_bytes", s->messages);
+    cJSON_AddNumberToObject(e, "temporary_bytes", s->temporaries);
+    cJSON_AddNumberToObject(e, "fragmentation_bytes", s->fragmentation);
     cJSON_AddNumberToObject(e, "memory_bytes", s->total);
     cJSON_AddNumberToObject(e, "peak_stash", s->peak_stash);
     cJSON_AddNumberToObject(e, "compute_s", s->compute);
@@ -308,6 +363,29 @@ static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, co
   return true;
 }
 
+/* The activations region of each stage's program in the compiler's own
+ * memory plan for the target c runs as (fp32: cpu, bf16: cuda), laid out
+ * as `shardc compile` lays it out and written nowhere; NULL after the
+ * compiler reported why the model does not compile so. */
+static const int64_t *compiled_activations(const char *model, int nargs, DrvArg *args,
+                                           const PlConfig *c) {
+  const char *target = c->bf16 ? "cuda" : "cpu";
+  PassOptions opt;
+  if (!drv_pass_options(&drv_simulate_command, nargs, args, &opt)) return NULL;
+  opt.memplan = cg_memplan_policy(target);
+  IrGraph *g = drv_load_model(model, nargs, args);
+  if (!g) return NULL;
+  if (opt.dp > 1) g->mesh[IR_AXIS_DATA] = opt.dp;
+  PassManagerFlags flags = {.print_stream = stdout};
+  const char *pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
+  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count() > 0) return NULL;
+  /* The layout asks for a folder, which cg_kept_activations never writes. */
+  CgOptions o = {.target = target, .out_dir = ".", .dtype = IR_F32, .zero = c->zero, .schedule = c->schedule,
+                 .global_batch = c->global_batch, .bf16 = c->bf16};
+  int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
+  return cg_kept_activations(g, &o, bytes, opt.pp) ? bytes : NULL;
+}
+
 int drv_cmd_simulate(int nargs, DrvArg *args) {
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
@@ -324,6 +402,12 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
    * microbatch; without --global-batch each pipeline runs 8 of them. */
   if (!c.microbatch) c.microbatch = (int)m.b;
   if (!c.global_batch) c.global_batch = 8 * c.microbatch * c.dp;
+  /* The compiler's programs allocate what their memory plan says: where
+   * the model compiles for the target, its activations are the plan's. */
+  if ((c.fp32 || c.bf16) && !drv_flag(nargs, args, "--no-memory-plan")) {
+    c.plan_activations = compiled_activations(model, nargs, args, &c);
+    if (!c.plan_activations) return 1;
+  }
   PlResult r;
   char *error = NULL;
   const char *trace = drv_value(nargs, args, "--trace"), *svg = drv_value(nargs, args, "--svg");
@@ -332,6 +416,12 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
     free(error);
     return 1;
   }
+  /* A prediction for a run that would not start: said on stderr as well,
+   * where a script reading --json still sees it. */
+  if (r.memory_over > 0)
+    fprintf(stderr, "shardc simulate: warning: does not fit: %.2f GiB per GPU on the fullest "
+            "stage, %.2f GiB more than the %.0f GiB of %s\n", r.memory_max / 1073741824.0,
+            r.memory_over / 1073741824.0, hw.mem_bytes / 1073741824.0, hw.name);
   bool ok = !trace || write_trace(trace, &r);
   ok = ok && (!svg || write_svg(svg, &r, &c, &hw, model));
   if (!ok) {

@@ -10,6 +10,7 @@
  * On a CPU description a rank's rates are its share of the cores
  * (pl_hw_rank_share). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "planner.h"
@@ -28,12 +29,12 @@ int pl_ranks(const PlConfig *c) {
 static PlLink group_link(const PlHw *hw, int64_t stride, int64_t n) {
   int64_t g = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
   if (n <= 1 || stride * (n - 1) < g)
-    return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat};
+    return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat, hw->kernel_s};
   int64_t per_node = stride >= g ? 1 : g / stride;
   if (per_node > n) per_node = n;
   double nic = hw->inter_bw / (double)g * (double)per_node;
   double bw = nic < hw->intra_bw ? nic : hw->intra_bw;
-  return (PlLink){bw * hw->comm_eff, hw->inter_lat};
+  return (PlLink){bw * hw->comm_eff, hw->inter_lat, hw->kernel_s};
 }
 
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, 1, c->tp); }
@@ -42,24 +43,37 @@ PlLink pl_dp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, c->
 /* Neighbouring stages are t*d ranks apart; one GPU talks to its peer. */
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c) {
   int64_t g = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
-  if ((int64_t)c->tp * c->dp * c->pp <= g) return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat};
-  return (PlLink){hw->inter_bw / (double)g * hw->comm_eff, hw->inter_lat};
+  if ((int64_t)c->tp * c->dp * c->pp <= g)
+    return (PlLink){hw->intra_bw * hw->comm_eff, hw->intra_lat, hw->kernel_s};
+  return (PlLink){hw->inter_bw / (double)g * hw->comm_eff, hw->inter_lat, hw->kernel_s};
 }
 
 /* ----------------------------------------------------------- collectives */
 
-/* A ring all-reduce: 2(n-1) steps, each moving bytes/n per member. */
+/* Each collective by its own algorithm, as NCCL runs them inside a node
+ * and across nodes for the sizes here (rings): an all-reduce is one
+ * kernel of 2(n-1) steps, a reduce-scatter's partial sums forwarded and
+ * an all-gather's results, fused; a reduce-scatter and an all-gather are
+ * each one kernel of n-1 steps moving bytes/n per member per step. The
+ * sums of a ring are made as the bytes pass, at memory speed, far above
+ * the link's, so they add no time. Each kernel costs at least the
+ * launch (PlLink.launch): a reduce-scatter followed by an all-gather, as
+ * sequence parallelism runs them, costs one launch more than the
+ * all-reduce they replace. */
 double pl_all_reduce_s(PlLink l, int n, double bytes) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) * l.lat + 2.0 * (n - 1) / n * bytes / l.bw;
+  return l.launch + 2.0 * (n - 1) * l.lat + 2.0 * (n - 1) / n * bytes / l.bw;
 }
 
 double pl_all_gather_s(PlLink l, int n, double bytes) {
   if (n <= 1) return 0;
-  return (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
+  return l.launch + (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
 }
 
-double pl_reduce_scatter_s(PlLink l, int n, double bytes) { return pl_all_gather_s(l, n, bytes); }
+double pl_reduce_scatter_s(PlLink l, int n, double bytes) {
+  if (n <= 1) return 0;
+  return l.launch + (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
+}
 
 /* -------------------------------------------------------------- roofline */
 
@@ -221,6 +235,35 @@ bool pl_tp_divides(const IrGraph *g, int t) {
   return true;
 }
 
+/* The backward collectives a weight-gradient GEMM can hide (PlCost.
+ * bwd_hidden): the all-reduce (or, with sequence parallelism, the
+ * reduce-scatter) of an input gradient dx = dy w^T runs while dw = x^T dy,
+ * which reads the same dy and not dx, computes; each GEMM hides at most
+ * its own time. times[i] is node i's. */
+static void hide_behind_wgrad(IrGraph *g, const double *times, PlCost *cost) {
+  int n = g->nodes.len;
+  double *left = malloc(sizeof(double) * ((size_t)n + 1));
+  for (int i = 0; i < n; i++) left[i] = times[i];
+  for (int i = 0; i < n; i++) {
+    IrNode *c = g->nodes.items[i];
+    if (c->phase == IR_PHASE_FORWARD ||
+        (c->op != IR_OP_ALL_REDUCE && c->op != IR_OP_REDUCE_SCATTER))
+      continue;
+    const IrNode *dx = c->in[0]->def;
+    if (!dx || dx->op != IR_OP_LINEAR_DX) continue;
+    double comm = times[i];
+    for (int j = 0; j < n && comm > 0; j++) {
+      IrNode *w = g->nodes.items[j];
+      if (w->op != IR_OP_LINEAR_DW || w->nin < 2 || w->in[1] != dx->in[0] || left[j] <= 0)
+        continue;
+      double h = comm < left[j] ? comm : left[j];
+      left[j] -= h, comm -= h;
+      cost[c->stage < NREGIONS ? c->stage : R_POST].bwd_hidden += h;
+    }
+  }
+  free(left);
+}
+
 bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *out) {
   *out = (PlModel){0};
   PlHw share = pl_hw_rank_share(node, pl_ranks(c));
@@ -235,12 +278,16 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
   if (!pass_run_pipeline(&g, "autodiff,tp-fuse", &opt, &flags)) return false;
   PlCost cost[NREGIONS] = {{0}};
   PlLink tp = pl_tp_link(hw, c);
+  double *times = calloc((size_t)g->nodes.len + 1, sizeof(double));
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     double flops = node_flops(n);
     bool comm;
-    double t = node_time(n, hw, tp, flops, pl_elem_bytes(c), &comm);
+    double t = times[i] = node_time(n, hw, tp, flops, pl_elem_bytes(c), &comm);
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
+    int64_t outs = 0;
+    for (int k = 0; k < n->nout; k++) outs += ir_type_numel(&n->out[k]->type);
+    if (!comm && t > 0 && outs > r->temp) r->temp = outs;
     if (n->phase == IR_PHASE_FORWARD) {
       r->fwd += t, r->fwd_flops += flops;
       if (n->op == IR_OP_ATTENTION) r->attn_fwd += t, r->attn_flops += flops;
@@ -251,6 +298,8 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
       if (n->wgrad) r->bwd_w += t;
     }
   }
+  hide_behind_wgrad(g, times, cost);
+  free(times);
   count_params(g, cost, &out->tied);
   out->pre = cost[R_PRE], out->layer = cost[R_LAYER], out->post = cost[R_POST];
   int t = c->tp > 1 ? c->tp : 1;

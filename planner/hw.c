@@ -17,6 +17,7 @@
 #define G 1e9
 #define GIB 1073741824.0
 #define US 1e-6
+#define MIB 1048576.0
 
 /* The calibration of the A100 preset (docs/planner.md): one set of
  * efficiencies fitted to the two calibration rows of REFERENCE.md (1.7B on
@@ -26,6 +27,17 @@
 #define CALIBRATION \
   .gemm_eff = 0.74, .gemm_half = 5 * G, .attn_eff = 0.14, .mem_eff = 0.80, .kernel_s = 4 * US, \
   .comm_eff = 0.80
+/* What a GPU process holds besides its tensors (docs/planner.md, Memory):
+ * the CUDA context with the libraries' kernels loaded (about 0.5 GiB as
+ * nvidia-smi shows for a process that has allocated nothing) plus
+ * cuBLAS's workspace (8 MiB on the A100, 32 MiB on Hopper, PyTorch's
+ * defaults); NCCL's buffers per communicator, NCCL_BUFFSIZE's default
+ * 4 MiB for each of 16 channels to each of a ring's two neighbours; and
+ * 15% of the reserved memory lost to the caching allocator's
+ * fragmentation, the average GMLake (Guo et al., ASPLOS 2024) measured
+ * over eight LLM trainings on 80 GB A100s. */
+#define GPU_MEMORY(ws_mib) \
+  .workspace_bytes = (512 + (ws_mib)) * MIB, .comm_buffer_bytes = 128 * MIB, .fragmentation = 0.15
 /* The Hopper presets have no published Megatron rows to fit; their
  * efficiencies are REFERENCE.md's kernel measurements on an H200: an 8192^3
  * bf16 GEMM at 770-800 of 989 TFLOP/s, fused attention (FlashAttention-2)
@@ -42,19 +54,19 @@ const PlHw pl_hw_presets[] = {
      .peak_flops = {312 * T, 312 * T, 156 * T, 19.5 * T},
      .mem_bytes = 80 * GIB, .mem_bw = 2039 * G, .gpus_per_node = 8,
      .intra_bw = 300 * G, .intra_lat = 3 * US, .inter_bw = 200 * G, .inter_lat = 8 * US,
-     CALIBRATION},
+     CALIBRATION, GPU_MEMORY(8)},
     {.name = "h100",
      .doc = "DGX H100: 8 x H100 80GB SXM, NVSwitch, 8 x 400 Gb/s NDR IB",
      .peak_flops = {989 * T, 989 * T, 494 * T, 67 * T},
      .mem_bytes = 80 * GIB, .mem_bw = 3350 * G, .gpus_per_node = 8,
      .intra_bw = 450 * G, .intra_lat = 3 * US, .inter_bw = 400 * G, .inter_lat = 8 * US,
-     HOPPER_CALIBRATION},
+     HOPPER_CALIBRATION, GPU_MEMORY(32)},
     {.name = "h200",
      .doc = "DGX H200: 8 x H200 141GB SXM, NVSwitch, 8 x 400 Gb/s NDR IB",
      .peak_flops = {989 * T, 989 * T, 494 * T, 67 * T},
      .mem_bytes = 141 * GIB, .mem_bw = 4800 * G, .gpus_per_node = 8,
      .intra_bw = 450 * G, .intra_lat = 3 * US, .inter_bw = 400 * G, .inter_lat = 8 * US,
-     HOPPER_CALIBRATION},
+     HOPPER_CALIBRATION, GPU_MEMORY(32)},
     {.name = NULL},
 };
 
@@ -98,6 +110,9 @@ static const Key keys[] = {
     {"memory_efficiency", KEY_FRACTION, F(mem_eff), 1, false},
     {"kernel_us", KEY_NUM, F(kernel_s), US, false},
     {"comm_efficiency", KEY_FRACTION, F(comm_eff), 1, false},
+    {"workspace_mib", KEY_NUM, F(workspace_bytes), MIB, false},
+    {"comm_buffer_mib", KEY_NUM, F(comm_buffer_bytes), MIB, false},
+    {"fragmentation", KEY_FRACTION, F(fragmentation), 1, false},
     /* A CPU description's shared cores (printed only when set). */
     {"cores", KEY_INT, F(cores), 1, false},
     {"core_peak_tflops", KEY_NUM, F(core_peak), T, false},
@@ -122,6 +137,12 @@ static char *trim(char *s) {
   return s;
 }
 
+/* Whether 0 is a value of the key: memory a description does not have
+ * (workspaces, buffers, fragmentation); a fragmentation of 1 is not. */
+static bool zero_ok(const Key *k) {
+  return k->unit == MIB || k->offset == offsetof(PlHw, fragmentation);
+}
+
 /* Stores one value; false after reporting why it does not fit the key. */
 static bool set_value(PlHw *hw, const Key *k, const char *v, IrLoc at) {
   char *base = (char *)hw;
@@ -136,11 +157,12 @@ static bool set_value(PlHw *hw, const Key *k, const char *v, IrLoc at) {
     ir_error(at, "%s: expected a number, got '%s'", k->name, v);
     return false;
   }
-  bool latency = k->unit == US;
-  if (x < 0 || (x == 0 && !latency) || (k->kind == KEY_FRACTION && x > 1) ||
+  bool latency = k->unit == US || zero_ok(k);
+  if (x < 0 || (x == 0 && !latency) || (k->kind == KEY_FRACTION && (zero_ok(k) ? x >= 1 : x > 1)) ||
       (k->kind == KEY_INT && (x != floor(x) || x > 1 << 20))) {
     ir_error(at, "%s: %s, got '%s'", k->name,
-             k->kind == KEY_FRACTION ? "expected a fraction in (0, 1]"
+             k->kind == KEY_FRACTION ? (zero_ok(k) ? "expected a fraction in [0, 1)"
+                                                   : "expected a fraction in (0, 1]")
              : k->kind == KEY_INT    ? "expected a positive integer"
              : latency               ? "expected a non-negative number"
                                      : "expected a positive number",
@@ -233,7 +255,7 @@ static bool load_file(const char *path, PlHw *out) {
   if (!text) return false;
   /* Unset calibration fields take the presets' values. */
   PlHw hw = {.name = ir_strdup(path), .doc = "from a description file", CALIBRATION,
-             .intra_lat = 3 * US, .inter_lat = 8 * US};
+             GPU_MEMORY(8), .intra_lat = 3 * US, .inter_lat = 8 * US};
   bool seen[NKEYS] = {false}, ok = true, first = true;
   int line = 1;
   for (char *s = ir_strdup(text), *next; s && *s; s = next, line++) {
@@ -253,6 +275,14 @@ static bool load_file(const char *path, PlHw *out) {
     }
   if (ok && !hw.peak_flops[PL_FP16]) hw.peak_flops[PL_FP16] = hw.peak_flops[PL_BF16];
   if (ok && hw.cores > 0) core_defaults(&hw);
+  /* A CPU description's ranks are processes that allocate once from the
+   * memory plan: no device context, workspace or allocator to lose to,
+   * unless the file says otherwise. */
+  static const char *const gpu_only[] = {"workspace_mib", "comm_buffer_mib", "fragmentation"};
+  for (size_t i = 0; ok && hw.cores > 0 && i < sizeof gpu_only / sizeof gpu_only[0]; i++) {
+    const Key *k = find_key(gpu_only[i]);
+    if (!seen[k - keys]) *(double *)((char *)&hw + k->offset) = 0;
+  }
   *out = hw;
   return ok;
 }

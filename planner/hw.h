@@ -25,6 +25,13 @@ typedef struct PlHw {
    * bytes at mem_eff of the bandwidth; each kernel costs at least
    * kernel_s; collectives reach comm_eff of the link bandwidth. */
   double gemm_eff, gemm_half, attn_eff, mem_eff, kernel_s, comm_eff;
+  /* Memory a rank holds besides its tensors (docs/planner.md, Memory):
+   * the device context with the libraries' workspaces, the buffers of one
+   * communicator (NCCL's, per group a rank belongs to), and the share of
+   * reserved memory a caching allocator loses to fragmentation (PyTorch's,
+   * as the paper's Megatron-LM ran; the compiler's targets allocate once
+   * from the memory plan and lose none). */
+  double workspace_bytes, comm_buffer_bytes, fragmentation;
   /* A CPU description (`shardc hw --measure`): the node's `cores`, which
    * the ranks on it share, each running cores / ranks OpenMP threads (the
    * launch recipe of `shardc run`). The figures above are one rank's with

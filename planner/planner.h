@@ -18,6 +18,17 @@
  * layer's whole forward again in its backward (full). */
 typedef enum PlRecompute { PL_RECOMPUTE_NONE, PL_RECOMPUTE_SELECTIVE, PL_RECOMPUTE_FULL } PlRecompute;
 
+/* When the data-parallel reduction of a chunk's gradients starts, as the
+ * training program runs it (runtime/dp.h): bucket by bucket as their
+ * gradients complete during the chunk's last backward (the runtime's
+ * default), the whole chunk at its REDUCE_GRADS action, or nothing before
+ * the step's backward is over (the runtime's --no-overlap, and how the
+ * paper's runs reduced). */
+typedef enum PlDpOverlap { PL_DP_BUCKET, PL_DP_CHUNK, PL_DP_NONE } PlDpOverlap;
+extern const char *const pl_dp_overlap_names[]; /* "bucket", "chunk", "none" */
+/* A --dp-overlap value (NULL: the default, bucket); false when it names none. */
+bool pl_dp_overlap_parse(const char *name, PlDpOverlap *out);
+
 /* A configuration to simulate. */
 typedef struct PlConfig {
   int tp, pp, dp, vpp;   /* t, p, d, v */
@@ -44,7 +55,29 @@ typedef struct PlConfig {
    * data-parallel buckets, ZeRO-1's reduce-scatter, the tied embedding's
    * sum) and ZeRO-1's all-gather of the updated fp32 weights at 4. */
   bool bf16;
+  PlDpOverlap dp_overlap;
+  double bucket_mb;      /* --bucket-mb: the programs' gradient bucket in MiB (0: 25) */
+  /* --tp-overlap: the input gradient's tensor-parallel all-reduce (or
+   * reduce-scatter) runs while the weight-gradient GEMM that reads the
+   * same output gradient computes, as the later Megatron-LM overlaps
+   * them; only where the schedule runs the two together (no W actions).
+   * The compiler's rank programs run their collectives in order, so off
+   * by default. */
+  bool tp_overlap;
+  /* The compiler's memory plan where the model compiles for the target
+   * c runs as (fp32: cpu, bf16: cuda): per pipeline stage, the bytes of
+   * its program's activations region, one microbatch over all its chunks
+   * (cg_kept_activations). NULL: the activations from Korthikanti et
+   * al.'s formula. */
+  const int64_t *plan_activations;
 } PlConfig;
+
+/* Why the training program would reject c, or would ignore one of its
+ * flags (which the planner then refuses, so that no prediction is made
+ * for a run that differs from the one asked for): a one-line message,
+ * malloc'ed, the same from `shardc simulate`, `shardc plan` and
+ * pl_simulate; NULL when c is a configuration the program runs as given. */
+char *pl_config_refusal(const PlConfig *c);
 
 /* Where the ranks of each parallel group sit: the rank order is Megatron's
  * (tensor fastest, then data, then pipeline), so a tensor group fills a
@@ -52,6 +85,7 @@ typedef struct PlConfig {
 typedef struct PlLink {
   double bw;  /* bytes/s one member moves in one direction, efficiency included */
   double lat; /* seconds per message step */
+  double launch; /* seconds a collective's kernel costs however small (the device's kernel_s) */
 } PlLink;
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c);
 /* Bytes per activation, weight or message element as c's target runs it:
@@ -63,7 +97,8 @@ PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
 
 /* Alpha-beta ring collectives over n members, `bytes` the whole tensor
- * (the all-gather's result, the reduce-scatter's input). */
+ * (the all-gather's result, the reduce-scatter's input), each one kernel
+ * launch and its own steps (cost.c). */
 double pl_all_reduce_s(PlLink l, int n, double bytes);
 double pl_all_gather_s(PlLink l, int n, double bytes);
 double pl_reduce_scatter_s(PlLink l, int n, double bytes);
@@ -82,6 +117,10 @@ typedef struct PlCost {
   int64_t params;              /* parameter elements one rank holds */
   double bwd_w;                /* seconds of the backward only parameter gradients need (W of
                                 * the zero-bubble schedules, IrNode.wgrad); the rest is B */
+  double bwd_hidden;           /* seconds of the backward's tensor-parallel collectives the
+                                * weight-gradient GEMMs can hide (PlConfig.tp_overlap) */
+  int64_t temp;                /* elements of the largest op's outputs (forward or backward):
+                                * the temporaries live beside the stash while it runs */
 } PlCost;
 
 /* A model as the planner sees it: its layer stack costed from ONE layer of
@@ -108,13 +147,21 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *hw, PlModel *out)
 
 /* What a pipeline stage's ranks need and do (all ranks of a stage alike). */
 typedef struct PlStage {
+  int stage;            /* its index */
   int layers;           /* layers of all its chunks */
   int chunk_layers;     /* layers of its largest chunk */
   int peak_stash;       /* most microbatch-chunks awaiting their backward */
   double compute;       /* seconds of F, B and W in a step */
   double finish;        /* when its step ends */
   int64_t params;       /* parameter elements per rank */
-  double weights, grads, optimizer, activations, total; /* bytes per rank */
+  bool holds_pre, holds_post; /* the embedding side, the head and loss (virtual stage 0, last) */
+  double weights, grads, optimizer, activations; /* bytes per rank */
+  /* What a rank holds besides its model state and stash (docs/planner.md,
+   * Memory): the device context and library workspaces, the collectives'
+   * buffers, the pipeline's message buffers, the largest op's temporaries,
+   * and what the allocator loses to fragmentation of all the rest. */
+  double workspace, comm_buffers, messages, temporaries, fragmentation;
+  double total; /* all of the above */
 } PlStage;
 
 typedef struct PlResult {
@@ -125,6 +172,7 @@ typedef struct PlResult {
   double mfu;            /* model_flops / (step_time * GPUs) of the bf16 peak */
   double bubble_fraction;/* (pipeline end - ideal) / ideal, ideal the busiest stage's compute */
   double memory_max;     /* bytes, the most of any rank */
+  double memory_over;    /* bytes memory_max exceeds the device's memory by (0: it fits) */
   double f_chunk, b_chunk;    /* seconds of one microbatch's F and B on the busiest chunk */
   double w_chunk;             /* of b_chunk, what W runs when the tables have W actions (the
                                * rest is B); 0 when they have none */
@@ -148,10 +196,10 @@ bool pl_simulate(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *
 bool pl_simulate_timeline(const PlModel *m, const PlConfig *c, const PlHw *hw, PlResult *out,
                           char **error);
 void pl_result_free(PlResult *r);
-/* The memory per rank of a stage of a replayed configuration, had it run
- * with c's recomputation and ZeRO-1 instead (they change no stash): fills
- * weights .. total of st. */
-void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st);
+/* The memory per rank of a stage of a replayed configuration on hw, had
+ * it run with c's recomputation and ZeRO-1 instead (they change no
+ * stash): fills weights .. total of st. */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStage *st);
 
 /* Activation bytes one layer keeps for one microbatch until its backward
  * (Korthikanti et al., REFERENCE.md), 16-bit activations. */
@@ -193,10 +241,11 @@ typedef struct PlSearch {
 
 /* Searches t (within a node), p, v, the microbatch, recomputation,
  * sequence parallelism and ZeRO-1 for `gpus` GPUs and a global batch,
- * keeping what needs at most mem_limit bytes per GPU. False after a load
- * error. */
+ * keeping what needs at most mem_limit bytes per GPU (every term of
+ * pl_stage_memory counted), each with the data-parallel overlap given.
+ * False after a load error. */
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlSearch *out);
+               double mem_limit, PlDpOverlap overlap, PlSearch *out);
 void pl_search_free(PlSearch *s);
 extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
 extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */

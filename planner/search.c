@@ -28,6 +28,7 @@ typedef struct Search {
   const PlHw *hw;
   int gpus, batch;
   double limit; /* bytes per GPU */
+  PlDpOverlap overlap;
   PlSearch *out;
   int cap, tried_cap;
 } Search;
@@ -61,11 +62,12 @@ static void keep(Search *S, const PlConfig *c, const PlResult *r) {
 
 /* The most memory any stage of r would need with c's recomputation and
  * ZeRO-1. */
-static double memory_with(const PlModel *m, const PlConfig *c, const PlResult *r) {
+static double memory_with(const PlModel *m, const PlConfig *c, const PlHw *hw,
+                          const PlResult *r) {
   double most = 0;
   for (int i = 0; i < r->nstages; i++) {
     PlStage st = r->stages[i];
-    pl_stage_memory(m, c, &st);
+    pl_stage_memory(m, c, hw, &st);
     if (st.total > most) most = st.total;
   }
   return most;
@@ -96,7 +98,7 @@ static void try_layout(Search *S, const PlModel *m, PlConfig c) {
     for (int rc = PL_RECOMPUTE_NONE; rc <= PL_RECOMPUTE_FULL; rc++) {
       PlConfig v = c;
       v.zero = zero, v.recompute = (PlRecompute)rc;
-      if (memory_with(m, &v, &first) > S->limit) continue;
+      if (memory_with(m, &v, S->hw, &first) > S->limit) continue;
       PlResult r;
       if (zero == 0 && rc == PL_RECOMPUTE_NONE) keep(S, &v, &first);
       else if (replay(S, m, &v, &r)) keep(S, &v, &r), pl_result_free(&r);
@@ -108,7 +110,7 @@ static void try_layout(Search *S, const PlModel *m, PlConfig c) {
            "ZeRO-1, limit %.1f GiB", c.tp, c.pp, c.dp, c.vpp, c.microbatch,
            memory_with(m, &(PlConfig){.tp = c.tp, .pp = c.pp, .dp = c.dp, .vpp = c.vpp,
                                       .sequence_parallel = c.sequence_parallel, .zero = 1,
-                                      .recompute = PL_RECOMPUTE_FULL}, &first) / 1073741824.0,
+                                      .recompute = PL_RECOMPUTE_FULL}, S->hw, &first) / 1073741824.0,
            S->limit / 1073741824.0);
   pl_result_free(&first);
 }
@@ -130,7 +132,7 @@ static void try_pipelines(Search *S, const PlModel *m, int t, bool sp, int b) {
         break;
       }
       PlConfig c = {.tp = t, .pp = p, .dp = d, .vpp = v, .microbatch = b, .global_batch = S->batch,
-                    .sequence_parallel = sp};
+                    .sequence_parallel = sp, .dp_overlap = S->overlap};
       try_layout(S, m, c);
     }
   }
@@ -142,9 +144,9 @@ static int faster(const void *a, const void *b) {
 }
 
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlSearch *out) {
+               double mem_limit, PlDpOverlap overlap, PlSearch *out) {
   *out = (PlSearch){0};
-  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, out, 0, 0};
+  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, overlap, out, 0, 0};
   for (int t = 1; t <= gpus; t++) {
     if (gpus % t) continue;
     if (t > hw->gpus_per_node) {

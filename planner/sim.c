@@ -9,6 +9,7 @@
  * the stage's communication stream, which overlaps the compute after it
  * (the runtime waits for it at OPT_STEP); OPT_STEP waits for every
  * reduction and then runs the optimizer. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,14 @@ typedef struct Sim {
   double *f, *b;      /* per virtual stage: one microbatch's forward and backward */
   double *w;          /* per virtual stage: the part of b that W runs (zero-bubble) */
   double *reduce;     /* per virtual stage: its chunk's data-parallel reduction */
-  double msg;         /* one pipeline message */
+  int *buckets;       /* per virtual stage: its gradient buckets, as the programs cut them */
+  PlDpOverlap overlap;
+  double msg;         /* one pipeline message, alone on its link */
+  /* Its parts: latency, the time on the wire and the receiver's gather of
+   * the tensor ranks' slices (scatter/gather). Concurrent messages of one
+   * batch leave (and arrive) through the same adapter of their GPU, in
+   * each direction apart, so the wire is shared among them. */
+  double msg_lat, msg_wire, msg_gather;
   double opt, tail;   /* the optimizer step; what follows it (ZeRO-1's all-gather, ties) */
   bool has_w;         /* the tables split backward into B and W */
 } Sim;
@@ -44,6 +52,8 @@ typedef struct Sim {
  * end posted message k (negative: not yet). */
 typedef struct Pair {
   double *sent, *recvd;
+  int *send_k, *recv_k; /* per message: the sends of its sender's batch, the receives of its
+                         * receiver's, which share the adapter with it */
   int nsent, nrecvd, cap;
 } Pair;
 
@@ -53,6 +63,8 @@ static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
     q->cap = cap;
     q->sent = malloc(sizeof(double) * (size_t)cap);
     q->recvd = malloc(sizeof(double) * (size_t)cap);
+    q->send_k = malloc(sizeof(int) * (size_t)cap);
+    q->recv_k = malloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < cap; i++) q->sent[i] = q->recvd[i] = -1;
   }
   return q;
@@ -62,16 +74,28 @@ static Pair *pair(Pair *pairs, int p, int from, int to, int cap) {
  * each message its index in its pair's order (idx). Returns the batch's end. */
 static int post_batch(const RtSchedTable *t, int r, int i, double now, Pair *pairs, int p,
                       int cap, int *idx) {
-  int j = i;
+  int end = i, sends = 0, recvs = 0;
   do {
+    sends += t->actions[end].kind == RT_SCHED_SEND, recvs += t->actions[end].kind == RT_SCHED_RECV;
+    end++;
+  } while (end < t->n && (t->actions[end].flags & RT_SCHED_JOIN));
+  for (int j = i; j < end; j++) {
     const RtSchedAction *a = &t->actions[j];
     bool send = a->kind == RT_SCHED_SEND;
     Pair *q = pair(pairs, p, send ? r : a->peer, send ? a->peer : r, cap);
-    if (send) q->sent[idx[j] = q->nsent++] = now;
-    else q->recvd[idx[j] = q->nrecvd++] = now;
-    j++;
-  } while (j < t->n && (t->actions[j].flags & RT_SCHED_JOIN));
-  return j;
+    if (send) idx[j] = q->nsent, q->send_k[q->nsent] = sends, q->sent[q->nsent++] = now;
+    else idx[j] = q->nrecvd, q->recv_k[q->nrecvd] = recvs, q->recvd[q->nrecvd++] = now;
+  }
+  return end;
+}
+
+/* The time of message k of pair q once both ends have posted it: the wire
+ * shared by the messages leaving the sender's adapter or arriving at the
+ * receiver's together, whichever are more, and one gather per message
+ * arriving. */
+static double message_span(const Sim *S, const Pair *q, int k) {
+  int out = q->send_k[k], in = q->recv_k[k], share = out > in ? out : in;
+  return S->msg_lat + S->msg_wire * share + S->msg_gather * in;
 }
 
 /* When the posted batch [i, end) of stage r completes, or -1 while a
@@ -86,7 +110,7 @@ static double batch_done(const Sim *S, const RtSchedTable *t, int r, int i, int 
     double other = send ? q->recvd[idx[j]] : q->sent[idx[j]];
     double mine = send ? q->sent[idx[j]] : q->recvd[idx[j]];
     if (other < 0) return -1;
-    double at = (other > mine ? other : mine) + S->msg;
+    double at = (other > mine ? other : mine) + message_span(S, q, idx[j]);
     if (at > done) done = at;
   }
   return done;
@@ -112,6 +136,8 @@ typedef struct Replay {
   int *pc, *posted_end, *live; /* per stage: next action, end of a posted batch, stash now */
   int **idx;                   /* per action: a message's index in its pair's order */
   double *clock, *stream;      /* per stage: compute clock, communication stream */
+  double *last_start;          /* per stage: when its latest F, B or W started */
+  double *held;                /* per stage: reductions held back to the backward's end */
   double *finish, *pipe_end, *compute;
   int *stash;
   double **start, **end;
@@ -119,6 +145,30 @@ typedef struct Replay {
 
 static void mark(Replay *R, int r, int i, double from, double to) {
   if (R->start) R->start[r][i] = from, R->end[r][i] = to;
+}
+
+/* The data-parallel reduction of virtual stage k's chunk, whose action
+ * (i) stage r reaches at `now`, right after the chunk's last backward.
+ * Bucket by bucket, as the backward completes the gradients of one
+ * bucket after another, the first is ready a bucket's share into that
+ * backward and the last when it ends, so the stream starts early and
+ * ends no sooner than one bucket's reduction after it; per chunk it
+ * starts now; with no overlap it waits for OPT_STEP. */
+static void reduce_chunk(const Sim *S, Replay *R, int r, int i, int k, double now) {
+  if (S->overlap == PL_DP_NONE) {
+    R->held[r] += S->reduce[k];
+    mark(R, r, i, now, now);
+    return;
+  }
+  double ready = now, last = now;
+  if (S->overlap == PL_DP_BUCKET) {
+    double per = 1.0 / S->buckets[k];
+    ready = R->last_start[r] + (now - R->last_start[r]) * per;
+    last = now + S->reduce[k] * per;
+  }
+  double from = R->stream[r] > ready ? R->stream[r] : ready, end = from + S->reduce[k];
+  R->stream[r] = end > last ? end : last;
+  mark(R, r, i, from, R->stream[r]);
 }
 
 /* Runs stage r's next action (or batch); false while the batch waits for
@@ -140,17 +190,20 @@ static bool step(const Sim *S, Replay *R, int r, bool *progress) {
     R->pc[r] = R->posted_end[r], R->posted_end[r] = 0;
   } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
     int k = rt_sched_vstage(S->s, r, a->chunk < 0 ? 0 : a->chunk);
-    double from = R->stream[r] > now ? R->stream[r] : now;
-    R->stream[r] = from + S->reduce[k];
-    mark(R, r, i, from, R->stream[r]);
+    reduce_chunk(S, R, r, i, k, now);
     R->pc[r]++;
   } else if (a->kind == RT_SCHED_OPT_STEP) {
+    /* Held reductions start now, when the backward is over, one after
+     * the other on the stream. */
     double from = R->stream[r] > now ? R->stream[r] : now;
+    R->stream[r] = from + R->held[r], R->held[r] = 0;
+    from = R->stream[r] > now ? R->stream[r] : now;
     R->clock[r] = from + S->opt + S->tail;
     mark(R, r, i, from, R->clock[r]);
     R->pc[r]++;
   } else {
     double d = compute_time(S, a, r);
+    R->last_start[r] = now;
     R->clock[r] += d, R->compute[r] += d, R->pipe_end[r] = R->clock[r];
     /* A microbatch-chunk is held until its W where the tables have W. */
     int frees = S->has_w ? RT_SCHED_W : RT_SCHED_B;
@@ -174,6 +227,7 @@ static bool replay(const Sim *S, Replay *R) {
   R->live = calloc((size_t)p, sizeof(int));
   R->idx = calloc((size_t)p, sizeof(int *));
   R->clock = calloc((size_t)p, sizeof(double)), R->stream = calloc((size_t)p, sizeof(double));
+  R->last_start = calloc((size_t)p, sizeof(double)), R->held = calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) R->idx[r] = calloc((size_t)S->s->stages[r].n + 1, sizeof(int));
   bool progress = true;
   int left = p;
@@ -185,10 +239,12 @@ static bool replay(const Sim *S, Replay *R) {
         if (R->pc[r] == n) left--, R->finish[r] = R->clock[r];
     }
   }
-  for (int i = 0; i < p * p; i++) free(R->pairs[i].sent), free(R->pairs[i].recvd);
+  for (int i = 0; i < p * p; i++)
+    free(R->pairs[i].sent), free(R->pairs[i].recvd), free(R->pairs[i].send_k),
+        free(R->pairs[i].recv_k);
   for (int r = 0; r < p; r++) free(R->idx[r]);
   free(R->pairs), free(R->pc), free(R->posted_end), free(R->live), free(R->idx);
-  free(R->clock), free(R->stream);
+  free(R->clock), free(R->stream), free(R->last_start), free(R->held);
   return left == 0;
 }
 
@@ -214,8 +270,44 @@ static char *fmt_error(const char *fmt, ...) {
   return e;
 }
 
+const char *const pl_dp_overlap_names[] = {"bucket", "chunk", "none"};
+
+bool pl_dp_overlap_parse(const char *name, PlDpOverlap *out) {
+  *out = PL_DP_BUCKET;
+  for (int k = 0; name && k <= PL_DP_NONE; k++)
+    if (strcmp(name, pl_dp_overlap_names[k]) == 0) return *out = (PlDpOverlap)k, true;
+  return !name;
+}
+
+/* The compiler's own words where it rejects (driver/compile.c); where the
+ * training program would ignore a flag, why it would. */
+char *pl_config_refusal(const PlConfig *c) {
+  if (c->sequence_parallel && c->tp <= 1)
+    return fmt_error("--sequence-parallel needs --tp > 1: it splits the sequence over the "
+                     "tensor-parallel ranks, and there are none");
+  if (c->no_scatter_gather && c->sequence_parallel)
+    return fmt_error("--no-scatter-gather with --sequence-parallel: the pipeline messages are "
+                     "sequence slices [b, s/t, h] already, so there is nothing to scatter");
+  if (c->no_scatter_gather && c->tp <= 1)
+    return fmt_error("--no-scatter-gather needs --tp > 1: without tensor parallelism every "
+                     "pipeline message goes whole");
+  if (c->no_scatter_gather && c->pp <= 1)
+    return fmt_error("--no-scatter-gather needs --pp > 1: with one stage there are no pipeline "
+                     "messages");
+  if (c->zero && c->dp <= 1)
+    return fmt_error("--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+  if (c->tp_overlap && c->tp <= 1)
+    return fmt_error("--tp-overlap needs --tp > 1: without tensor parallelism there is no "
+                     "collective to overlap");
+  if (c->vpp > 1 && c->pp <= 1)
+    return fmt_error("--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run "
+                     "one after the other", c->vpp);
+  return NULL;
+}
+
 /* Checks the shape of the configuration; *error set when it fails. */
 static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
+  if ((*error = pl_config_refusal(c))) return false;
   int bd = c->microbatch * c->dp;
   if (c->global_batch % bd != 0) {
     *error = fmt_error("--global-batch %d is not a multiple of microbatch %d x dp %d",
@@ -241,15 +333,21 @@ static double recomputed(const PlModel *m, PlRecompute r, bool flops) {
 /* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
 static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *count, Sim *S,
                         int64_t *params) {
-  double bwd = m->layer.bwd + recomputed(m, c->recompute, false);
+  /* The overlap of B with W needs both in one action. */
+  bool hide = c->tp_overlap && !S->has_w;
+  double bwd = m->layer.bwd - (hide ? m->layer.bwd_hidden : 0) + recomputed(m, c->recompute, false);
   for (int k = 0; k < nv; k++) {
     S->f[k] = count[k] * m->layer.fwd, S->b[k] = count[k] * bwd;
     S->w[k] = count[k] * m->layer.bwd_w;
     if (k == 0) S->w[k] += m->pre.bwd_w;
     if (k == nv - 1) S->w[k] += m->post.bwd_w;
     params[k] = count[k] * m->layer.params;
-    if (k == 0) S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd, params[k] += m->pre.params;
-    if (k == nv - 1) S->f[k] += m->post.fwd, S->b[k] += m->post.bwd, params[k] += m->post.params;
+    if (k == 0)
+      S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd - (hide ? m->pre.bwd_hidden : 0),
+      params[k] += m->pre.params;
+    if (k == nv - 1)
+      S->f[k] += m->post.fwd, S->b[k] += m->post.bwd - (hide ? m->post.bwd_hidden : 0),
+      params[k] += m->post.params;
   }
   /* One virtual stage holds a tied parameter once. */
   if (nv == 1) params[0] -= m->tied;
@@ -261,9 +359,9 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
  * stash of microbatch-chunks; with full recomputation in groups of N
  * layers, the input of every N-th layer of the chunk per stashed
  * microbatch, and one group's N layers whose forward the backward is
- * rerunning. */
-void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
-  double P = (double)st->params;
+ * rerunning; then what a GPU holds besides (docs/planner.md, Memory). */
+void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStage *st) {
+  double P = (double)st->params, elem = pl_elem_bytes(c);
   /* fp32 everything (the CPU target's memory plan): 4-byte weights, no
    * master copy, the two moments; activations twice the 16-bit figure. */
   st->weights = (c->fp32 ? 4 : 2) * P;
@@ -280,7 +378,33 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, PlStage *st) {
     st->activations +=
         live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
   if (c->fp32) st->activations *= 2;
-  st->total = st->weights + st->grads + st->optimizer + st->activations;
+  /* The compiled program keeps one slot of its plan's region (one
+   * microbatch of every chunk) per v microbatch-chunks in flight. */
+  if (c->plan_activations)
+    st->activations = (double)c->plan_activations[st->stage] * st->peak_stash /
+                      (c->vpp > 1 ? c->vpp : 1);
+  /* One communicator's buffers for each group the rank talks in: its
+   * tensor and data groups, its pipeline neighbours, and the embedding
+   * group that sums a tied parameter between the first and last stage. */
+  int groups = (c->tp > 1) + (c->dp > 1) + (c->pp > 1) +
+               (c->pp > 1 && m->tied && (st->holds_pre || st->holds_post));
+  st->workspace = hw->workspace_bytes;
+  st->comm_buffers = groups * hw->comm_buffer_bytes;
+  /* In flight on a stage: the activation it receives and the gradient it
+   * receives, whole once gathered, and the two it sends, as sent. */
+  double whole = elem * (double)m->b * (double)m->s * (double)m->h;
+  st->messages = c->pp > 1 ? 2 * whole + 2 * elem * (double)m->msg_elems : 0;
+  int64_t temp = m->layer.temp;
+  if (st->holds_pre && m->pre.temp > temp) temp = m->pre.temp;
+  if (st->holds_post && m->post.temp > temp) temp = m->post.temp;
+  st->temporaries = elem * (double)temp;
+  double allocated = st->weights + st->grads + st->optimizer + st->activations + st->messages +
+                     st->temporaries;
+  /* The caching allocator of the paper's PyTorch runs reserves more than
+   * it hands out; the compiler's programs (bf16, fp32) allocate once. */
+  double f = c->fp32 || c->bf16 ? 0 : hw->fragmentation;
+  st->fragmentation = allocated * f / (1 - f);
+  st->total = allocated + st->fragmentation + st->workspace + st->comm_buffers;
 }
 
 /* The one-off costs of a step: the optimizer over the state this rank
@@ -302,12 +426,16 @@ static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int6
 /* One pipeline message: with t > 1 and no sequence parallelism each
  * tensor rank sends its 1/t of the activation and the receiver gathers
  * the rest inside its node (Megatron's scatter/gather), unless
- * --no-scatter-gather sends it whole from every tensor rank. */
-static double message_time(const PlModel *m, const PlConfig *c, const PlHw *hw) {
+ * --no-scatter-gather sends it whole from every tensor rank. Fills the
+ * parts of S the replay shares among concurrent messages. */
+static void message_time(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S) {
   double bytes = pl_elem_bytes(c) * (double)m->msg_elems;
   PlLink l = pl_pp_link(hw, c);
-  if (c->tp <= 1 || c->sequence_parallel || c->no_scatter_gather) return l.lat + bytes / l.bw;
-  return l.lat + bytes / c->tp / l.bw + pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes);
+  bool sliced = c->tp > 1 && !c->sequence_parallel && !c->no_scatter_gather;
+  S->msg_lat = l.lat;
+  S->msg_wire = (sliced ? bytes / c->tp : bytes) / l.bw;
+  S->msg_gather = sliced ? pl_all_gather_s(pl_tp_link(hw, c), c->tp, bytes) : 0;
+  S->msg = S->msg_lat + S->msg_wire + S->msg_gather;
 }
 
 /* Fills the per-stage figures and the totals after the replay. */
@@ -326,12 +454,18 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     }
     st->peak_stash = stash[r];
     st->chunk_layers = most;
-    pl_stage_memory(m, c, st);
+    st->stage = r;
+    for (int ch = 0; ch < S->v; ch++) {
+      int k = rt_sched_vstage(S->s, r, ch);
+      st->holds_pre |= k == 0, st->holds_post |= k == S->nv - 1;
+    }
+    pl_stage_memory(m, c, hw, st);
     if (st->compute > ideal) ideal = st->compute;
     if (pipe_end[r] > end) end = pipe_end[r];
     if (st->finish > out->step_time) out->step_time = st->finish;
     if (st->total > out->memory_max) out->memory_max = st->total;
   }
+  out->memory_over = out->memory_max > hw->mem_bytes ? out->memory_max - hw->mem_bytes : 0;
   double gpus = (double)c->tp * c->pp * c->dp;
   out->bubble_fraction = ideal > 0 ? (end - ideal) / ideal : 0;
   double mbs = (double)c->global_batch / c->microbatch, t = c->tp > 1 ? c->tp : 1;
@@ -370,8 +504,14 @@ static RtSchedule *build_tables(const PlConfig *c, char **error) {
 static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
                     const int *count, int64_t *params) {
   int p = S->p, nv = S->nv;
+  S->has_w = sched_has_w(S->s);
   chunk_costs(m, c, nv, count, S, params);
+  /* The programs cut each chunk's fp32 gradients into buckets of
+   * --bucket-mb MiB (codegen/layout.c). */
+  double bucket = (c->bucket_mb > 0 ? c->bucket_mb : 25) * 1048576.0;
   for (int k = 0; k < nv; k++) {
+    double n = ceil(4 * (double)params[k] / bucket);
+    S->buckets[k] = n < 1 ? 1 : n > 1e9 ? 1000000000 : (int)n;
     double grad_bytes = grad_comm_bytes(c) * (double)params[k];
     S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
                            : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
@@ -382,8 +522,7 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
     for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
     max_params = sum > max_params ? sum : max_params;
   }
-  S->has_w = sched_has_w(S->s);
-  S->msg = message_time(m, c, hw);
+  message_time(m, c, hw, S);
   step_costs(m, c, hw, max_params, S);
 }
 
@@ -398,12 +537,13 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   RtSchedule *s = build_tables(c, error);
   if (!s) return false;
   int p = c->pp, nv = c->pp * c->vpp;
-  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv};
+  Sim S = {.s = s, .p = p, .v = c->vpp, .nv = nv, .overlap = c->dp_overlap};
   S.f = calloc((size_t)nv, sizeof(double)), S.b = calloc((size_t)nv, sizeof(double));
   S.w = calloc((size_t)nv, sizeof(double));
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
+  S.buckets = calloc((size_t)nv, sizeof(int));
   prepare(m, c, hw, &S, count, params);
   out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));
@@ -422,7 +562,7 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
   free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
-  free(S.f), free(S.b), free(S.w), free(S.reduce), free(params), free(count);
+  free(S.f), free(S.b), free(S.w), free(S.reduce), free(S.buckets), free(params), free(count);
   if (!timeline) sched_free(s);
   return ok;
 }

@@ -2,16 +2,24 @@
 # memory_plan.sh SHARDC WORKDIR MODEL ARGS...: the planner's memory per
 # rank (simulate --precision fp32) against the memory plan `shardc compile
 # --target cpu` makes for the same programs. Weights, gradients and the
-# optimizer state must agree to the byte for every stage; the activations
-# are printed side by side (the planner's are REFERENCE.md's formula, the
-# compiler's its exact plan of one microbatch's live tensors: see
-# docs/planner.md), not compared.
+# optimizer state must agree to the byte for every stage; the planner's
+# activations are the compiler's plan of one microbatch over the stage's
+# chunks times the peak stash over v (simulate uses the plan where the
+# model compiles: docs/planner.md), checked to the byte, and the formula's
+# figure (--no-memory-plan) is printed beside them.
 set -e
 shardc=$1 dir=$2
 shift 2
 rm -rf "$dir"
 "$shardc" compile "$@" --target cpu -o "$dir" >"$dir.plan"
 "$shardc" simulate "$@" --precision fp32 --hw a100 --json >"$dir.json"
+"$shardc" simulate "$@" --precision fp32 --hw a100 --json --no-memory-plan >"$dir.formula.json"
+# v, the chunks per stage, from the arguments (1 unless --vpp N).
+v=1 prev=
+for a in "$@"; do
+  [ "$prev" = --vpp ] && v=$a
+  prev=$a
+done
 # The compiler's regions: `[stageN: ]memory plan ...` then one line each.
 awk '
   /memory plan/ { st = ($1 ~ /^stage[0-9]+:$/) ? substr($1, 6) + 0 : 0 }
@@ -24,13 +32,22 @@ awk -F'[:,]' '
   /"optimizer_bytes":/ { printf "%d optimizer %.0f\n", st, $2 }
   /"activations_bytes":/ { act = $2 }
   /"peak_stash":/ { printf "%d activations %.0f %d\n", st, act, $2 }' "$dir.json" >"$dir.planner"
+awk -F'[:,]' '/"activations_bytes":/ { printf "%d %.0f\n", n++, $2 }' "$dir.formula.json" >"$dir.formula"
 echo "$*"
-awk 'NR == FNR { c[$1 " " $2] = $3; next }
+awk -v v="$v" -v F="$dir.formula" -v C="$dir.compiler" '
+  FILENAME == F { f[$1] = $2; next }
+  FILENAME == C { c[$1 " " $2] = $3; next }
   { k = $1 " " $2; seen[k] = 1
-    if ($2 == "activations")
-      same = sprintf("  (a peak stash of %d microbatch-chunks)", $4)
-    else same = (c[k] == $3) ? "  same" : "  DIFFERENT"
-    if (same == "  DIFFERENT" || !(k in c)) bad = 1
+    if ($2 == "activations") {
+      want = c[k] * $4 / v
+      same = sprintf("  = compiler x stash %d / v %d %s; formula %s", $4, v,
+                     (want == $3) ? "same" : "DIFFERENT", f[$1])
+      if (want != $3) bad = 1
+    } else {
+      same = (c[k] == $3) ? "  same" : "  DIFFERENT"
+      if (same == "  DIFFERENT") bad = 1
+    }
+    if (!(k in c)) bad = 1
     printf "  stage %s %-11s compiler %10s planner %10s%s\n", $1, $2, c[k], $3, same }
   END { for (k in c) if (!(k in seen)) { print "  missing in the planner: " k; bad = 1 }
-        exit bad }' "$dir.compiler" "$dir.planner"
+        exit bad }' "$dir.formula" "$dir.compiler" "$dir.planner"

@@ -1,14 +1,15 @@
 # The planner (planner/): hardware descriptions, the cost model and the
 # simulator. planner_test (planner_test.c) checks the replayed bubble
 # against the formulas, memory against REFERENCE.md's, the paper's rows
-# within a band and the 1T simulation's time; the goldens hold what
+# within a band and the 1T simulation's time, the paper's section 5 figures
+# and a later published result (figures); the goldens hold what
 # `shardc hw` prints and its errors on bad description files.
 set(PLANNER_DIR ${TESTS_DIR}/planner)
 add_executable(planner_test ${PLANNER_DIR}/planner_test.c)
 target_include_directories(planner_test PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(planner_test PRIVATE shard_planner shard_frontend shard_passes shard_ir m)
 
-foreach(mode bubble memory paper scale units interleave search zb)
+foreach(mode bubble memory paper scale units interleave search zb figures)
   add_test(NAME planner/${mode} COMMAND planner_test ${mode} ${MODELS_DIR})
 endforeach()
 
@@ -53,6 +54,13 @@ planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
 # (--no-scatter-gather) when the stages sit on different nodes.
 add_test(NAME planner/scatter_gather
          COMMAND sh ${PLANNER_DIR}/scatter_gather.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+# Flag combinations the training program rejects or would ignore are
+# refused by simulate, in the compiler's words where it rejects them.
+add_test(NAME planner/flags
+         COMMAND sh ${PLANNER_DIR}/flags.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+# simulate says when a configuration does not fit, and by how much.
+add_test(NAME planner/fit
+         COMMAND sh ${PLANNER_DIR}/fit.sh ${SHARDC} ${MODELS_DIR}/gpt3.shard)
 # --precision bf16 (the CUDA target's): mixed precision's time without
 # replicas, longer with them (fp32 weight-gradient reductions), fp32's
 # longer still.
