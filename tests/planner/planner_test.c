@@ -172,7 +172,9 @@ static const char *const shape_1t[] = {"hidden=25600", "heads=160", "layers=128"
 static const char *const shape_175b[] = {"hidden=12288", "heads=96", "layers=96", NULL};
 static const char *const shape_162b[] = {"hidden=20480", "heads=128", "layers=32", NULL};
 static const char *const shape_5_9b[] = {"hidden=3840", "heads=32", "layers=32", NULL};
-static const char *const shape_91b[] = {"hidden=15360", "heads=120", "layers=32", NULL};
+/* Fig. 16's model as Megatron-LM's examples/sc21/run_figure_16.sh runs it:
+ * 32 layers, hidden 15360, 128 heads (head dimension 120). */
+static const char *const shape_91b[] = {"hidden=15360", "heads=128", "layers=32", NULL};
 static const char *const shape_145b[] = {"hidden=12288", "heads=96", "layers=80", NULL};
 static const char *const shape_530b[] = {"hidden=20480", "heads=128", "layers=105", NULL};
 
