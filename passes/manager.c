@@ -1,9 +1,11 @@
-/* The pass manager: runs a comma-separated pipeline of registered passes,
- * printing and verifying between them as the flags ask. */
+/* The pass manager: runs a comma-separated pipeline of registered passes
+ * over the program being built, printing and verifying between them as
+ * the flags ask. */
 #include <string.h>
 
 #include "passes.h"
-
+#include "program_passes.h"
+#include "schedule.h"
 
 /* "fold, shape, verify" as text, for the message about an unknown name. */
 static char *registered_names(void) {
@@ -42,25 +44,113 @@ static int parse_pipeline(const char *pipeline, const Pass ***out) {
   return ok ? n : -1;
 }
 
-bool pass_run_pipeline(IrGraph **g, const char *pipeline, const PassOptions *opt,
-                       const PassManagerFlags *flags) {
+PassChunk *pass_program_chunks(PassProgram *p, int *n) {
+  if (p->chunks) {
+    *n = p->nchunks;
+    return p->chunks;
+  }
+  PassChunk *whole = ir_alloc(sizeof *whole);
+  memset(whole, 0, sizeof *whole);
+  whole->g = p->g;
+  *n = 1;
+  return whole;
+}
+
+void pass_program_free(PassProgram *p) {
+  sched_free(p->schedule);
+  p->schedule = NULL;
+}
+
+/* Whether pp-split cut the program into chunks of their own. */
+static bool is_split(const PassProgram *p) { return p->chunks && p->chunks[0].g != p->g; }
+
+void pass_print_program(FILE *out, PassProgram *p) {
+  if (!is_split(p)) {
+    ir_print(out, p->g);
+    return;
+  }
+  for (int k = 0; k < p->nchunks; k++) {
+    fprintf(out, "// virtual stage %d\n", p->chunks[k].vstage);
+    ir_print(out, p->chunks[k].g);
+  }
+}
+
+/* A graph pass on the program: on the whole graph, or after pp-split on
+ * every chunk. */
+static bool run_graph_pass(const Pass *pass, PassProgram *p, const PassOptions *opt) {
+  if (!is_split(p)) {
+    bool ok = pass->run(&p->g, opt);
+    if (p->chunks) p->chunks[0].g = p->g; /* the one chunk is the whole graph */
+    return ok;
+  }
+  for (int k = 0; k < p->nchunks; k++)
+    if (!pass->run(&p->chunks[k].g, opt)) return false;
+  return true;
+}
+
+static bool verify(const Pass *pass, PassProgram *p) {
+  if (pass->verify) return pass->verify(p, pass->name);
+  return pass_verify_chunks(p, pass->name);
+}
+
+bool pass_run_program(PassProgram *p, const char *pipeline, const PassOptions *opt,
+                      const PassManagerFlags *flags) {
   const Pass **passes;
   int n = parse_pipeline(pipeline ? pipeline : pass_default_pipeline, &passes);
   if (n < 0) return false;
   FILE *out = flags && flags->print_stream ? flags->print_stream : stdout;
   for (int i = 0; i < n; i++) {
-    const Pass *p = passes[i];
+    const Pass *pass = passes[i];
     int before = ir_error_count();
-    if (!p->run(g, opt) || ir_error_count() > before) return false;
+    bool ok = pass->run_program ? pass->run_program(p, opt) : run_graph_pass(pass, p, opt);
+    if (!ok || ir_error_count() > before) return false;
     bool print = flags && (flags->print_after_all ||
-                           (flags->print_after && strcmp(flags->print_after, p->name) == 0));
+                           (flags->print_after && strcmp(flags->print_after, pass->name) == 0));
     if (print) {
-      fprintf(out, "// after pass %s\n", p->name);
-      ir_print(out, *g);
+      fprintf(out, "// after pass %s\n", pass->name);
+      if (pass->print) pass->print(out, p);
+      else pass_print_program(out, p);
       fflush(out);
     }
-    /* Printed first, so that the broken IR is there to read. */
-    if (flags && flags->verify_each && !ir_verify(*g, p->name)) return false;
+    /* Printed first, so that the broken result is there to read. */
+    if (flags && flags->verify_each && !verify(pass, p)) return false;
   }
   return true;
+}
+
+bool pass_run_pipeline(IrGraph **g, const char *pipeline, const PassOptions *opt,
+                       const PassManagerFlags *flags) {
+  const Pass **passes;
+  int n = parse_pipeline(pipeline ? pipeline : pass_default_pipeline, &passes);
+  if (n < 0) return false;
+  bool ok = true;
+  for (int i = 0; i < n; i++)
+    if (passes[i]->run_program) {
+      ir_error(ir_cmdline, "--passes: %s works on a target's program, not on a graph alone",
+               passes[i]->name);
+      ok = false;
+    }
+  if (!ok) return false;
+  PassProgram p = {.g = *g};
+  ok = pass_run_program(&p, pipeline, opt, flags);
+  *g = p.g;
+  pass_program_free(&p);
+  return ok;
+}
+
+const char *pass_graph_pipeline(const char *pipeline, const char **rest) {
+  if (rest) *rest = "";
+  if (!pipeline) return NULL;
+  for (const char *s = pipeline; *s;) {
+    size_t len = strcspn(s, ",");
+    const Pass *pass = pass_find(ir_strndup(s, len));
+    if (pass && pass->run_program) {
+      /* Cut before the first program pass and the comma in front of it. */
+      if (rest) *rest = s;
+      return ir_strndup(pipeline, (size_t)(s - pipeline) - (s > pipeline));
+    }
+    s += len;
+    if (*s) s++;
+  }
+  return pipeline;
 }
