@@ -42,10 +42,11 @@ const DrvCommand drv_compile_command = {
     "... with each stage's verified schedule table), manifest.json and a\n"
     "build file into DIR and prints the memory plan. `shardc build DIR` (or\n"
     "make -C DIR) builds them. Without a target, --tp N > 1 or --report comm\n"
-    "run the first target's pipeline too (writing nothing); --pp, --vpp,\n"
-    "--pp-layout or --report pp run it with pp-partition: the IR is the one\n"
-    "the programs run (the runtime sums the gradients of tied copies once\n"
-    "per step).\n"
+    "run the graph passes of the first target's pipeline too (up to pp-split,\n"
+    "writing nothing); --pp, --vpp, --pp-layout or --report pp run them with\n"
+    "pp-partition: the IR is the whole graph the programs are cut from (the\n"
+    "runtime sums the gradients of tied copies once per step). --emit-ir and\n"
+    "--report always show that whole graph.\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 

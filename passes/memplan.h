@@ -66,7 +66,7 @@ typedef struct PassMemPolicy {
   int low_bytes;
   /* Graph inputs and outputs planned at low_bytes all the same (NULL:
    * none): a pipeline chunk's messages, so that activations and their
-   * gradients travel between stages in bf16 (codegen/layout.c). */
+   * gradients travel between stages in bf16 (pass_memplan). */
   const IrPtrMap *low_values;
 } PassMemPolicy;
 
