@@ -101,9 +101,10 @@ static PassProgram *compile_graph(const char *model, int nargs, DrvArg *args, co
       !pass_comm_report(stdout, p->g, opt, real_bytes, low_bytes))
     return NULL;
   fflush(stdout);
-  if (!pass_run_program(p, rest, opt, &flags) || ir_error_count() > 0) return NULL;
+  bool ok = pass_run_program(p, rest, opt, &flags) && ir_error_count() == 0;
   fflush(stdout);
-  return p;
+  if (!ok) pass_program_free(p);
+  return ok ? p : NULL;
 }
 
 /* --zero and --bucket-mb into o, --schedule and --global-batch into opt
@@ -170,11 +171,12 @@ static const int64_t *kept_without_recompute(const char *model, int nargs, DrvAr
   IrGraph *g = drv_load_model(model, nargs, args);
   PassManagerFlags flags = {.print_stream = stdout};
   PassProgram p = {.g = g};
-  if (!g || !set_data_axis(g, &opt) || !pass_run_program(&p, pipeline, &opt, &flags)) return NULL;
+  if (!g || !set_data_axis(g, &opt)) return NULL;
   CgOptions plain = *o;
   plain.plan_out = NULL;
   int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
-  bool ok = cg_kept_activations(&p, &plain, bytes, opt.pp);
+  bool ok = pass_run_program(&p, pipeline, &opt, &flags) &&
+            cg_kept_activations(&p, &plain, bytes, opt.pp);
   pass_program_free(&p);
   return ok ? bytes : NULL;
 }

@@ -75,17 +75,30 @@ void pass_print_program(FILE *out, PassProgram *p) {
   }
 }
 
-/* A graph pass on the program: on the whole graph, or after pp-split on
- * every chunk. */
+/* A graph pass on the program's whole graph (the one chunk, when pp-split
+ * left it whole, follows it). */
 static bool run_graph_pass(const Pass *pass, PassProgram *p, const PassOptions *opt) {
-  if (!is_split(p)) {
-    bool ok = pass->run(&p->g, opt);
-    if (p->chunks) p->chunks[0].g = p->g; /* the one chunk is the whole graph */
-    return ok;
+  bool ok = pass->run(&p->g, opt);
+  if (p->chunks) p->chunks[0].g = p->g;
+  return ok;
+}
+
+/* Reports every graph pass of the pipeline that would run after the
+ * graph is cut into chunks: the chunks share the whole graph's values, so
+ * they are not graphs of their own that a graph pass (the verifier among
+ * them) could take. */
+static bool check_order(const Pass **passes, int n, const PassProgram *p) {
+  bool split = is_split(p), ok = true;
+  const char *by = split ? "the program's graph is cut into chunks already" : "";
+  for (int i = 0; i < n; i++) {
+    if (passes[i]->run_program == pass_pp_split) split = true, by = "after pp-split";
+    else if (split && passes[i]->run) {
+      ir_error(ir_cmdline, "--passes: %s is a pass over the whole graph and cannot run %s (the chunks "
+               "share its values; --verify-each checks them)", passes[i]->name, by);
+      ok = false;
+    }
   }
-  for (int k = 0; k < p->nchunks; k++)
-    if (!pass->run(&p->chunks[k].g, opt)) return false;
-  return true;
+  return ok;
 }
 
 static bool verify(const Pass *pass, PassProgram *p) {
@@ -97,7 +110,7 @@ bool pass_run_program(PassProgram *p, const char *pipeline, const PassOptions *o
                       const PassManagerFlags *flags) {
   const Pass **passes;
   int n = parse_pipeline(pipeline ? pipeline : pass_default_pipeline, &passes);
-  if (n < 0) return false;
+  if (n < 0 || !check_order(passes, n, p)) return false;
   FILE *out = flags && flags->print_stream ? flags->print_stream : stdout;
   for (int i = 0; i < n; i++) {
     const Pass *pass = passes[i];

@@ -127,8 +127,8 @@ typedef struct PassManagerFlags {
 } PassManagerFlags;
 
 /* Runs the comma-separated pipeline over the program. An unknown name is
- * an error that lists the registered passes. A graph pass after pp-split
- * runs on every chunk. With verify_each the verifier runs after every
+ * an error that lists the registered passes, and so is a graph pass after
+ * pp-split (the chunks share the whole graph's values). With verify_each the verifier runs after every
  * pass and an invariant it finds broken names the pass. Returns false when
  * a pass reported errors (the pipeline stops there). */
 bool pass_run_program(PassProgram *p, const char *pipeline, const PassOptions *opt,
