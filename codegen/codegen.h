@@ -8,10 +8,10 @@
  * file and the -D overrides it was compiled with, for sampling and resuming;
  * a copy of the model file sits next to it).
  *
- * It runs in two steps: the layout of the program set (layout.c: stages,
- * chunk memory plans, schedule, data-parallel buckets, weight placement),
- * built and checked once, then the printing of every file from it
- * (emit.c). The emitter core writes what every target shares: the memory
+ * It runs in two steps: the layout of the program set (layout.c: from the
+ * chunks, memory plans and schedule the program passes made, the
+ * data-parallel buckets and the weight placement), built and checked once,
+ * then the printing of every file from it (emit.c). The emitter core writes what every target shares: the memory
  * plan, the model tables, the collectives (collectives.c), the forward and
  * backward functions node by node; a target (target.h; cpu.c; the table
  * in targets.c) owns its pass pipeline and memory policy and writes only
@@ -26,6 +26,7 @@
 #include "../ir/ir.h"
 
 struct PassMemPolicy;
+struct PassProgram;
 
 typedef struct CgOptions {
   const char *target;      /* a name of the table of targets (targets.c); NULL: the first, cpu */
@@ -41,15 +42,6 @@ typedef struct CgOptions {
    * in MiB (0: 25). */
   bool zero;
   double bucket_mb;
-  /* Pipeline parallelism (a graph partitioned by pp-partition): the
-   * schedule's name (NULL: 1f1b, interleaved with v > 1) and the global
-   * batch in sequences, which fixes the microbatches per step m = global
-   * batch / (batch x d) the action tables are built for (0: m =
-   * CG_DEFAULT_MICROBATCHES). */
-  const char *schedule;
-  int64_t global_batch;
-  int vpp_group; /* the interleaved schedule's microbatch group N (0: p) */
-  const char *schedule_file; /* a schedule read from this file instead (docs/schedules.md) */
   /* The CUDA target: the GPU architecture its programs are built for
    * (nvcc -arch; NULL: sm_90). */
   const char *cuda_arch;
@@ -67,8 +59,6 @@ typedef struct CgOptions {
   const int64_t *act_without;
 } CgOptions;
 
-#define CG_DEFAULT_MICROBATCHES 8
-
 /* The pass pipeline a graph must go through before cg_compile for a
  * target (NULL: the first), with pipeline partitioning or without; NULL
  * for an unknown target. */
@@ -84,15 +74,15 @@ const char *cg_target_names(void);
 /* Each target with its description and pipelines, two spaces in. */
 void cg_print_targets(FILE *out);
 
-/* Lays out the rank programs of g (after cg_pipeline) and writes them into
- * o->out_dir. The memory plan is made again when g has none or one for
- * another real type or policy. Returns 0, or 1 after reporting errors (an
- * unknown target, a model the target cannot run, a file that cannot be
- * written). */
-int cg_compile(IrGraph *g, const CgOptions *o);
-/* The activation bytes each of the nprograms rank programs of g keeps
- * (its memory plan's activations region), laid out as cg_compile would
- * but writing nothing; false after reporting errors. */
-bool cg_kept_activations(IrGraph *g, const CgOptions *o, int64_t *bytes, int nprograms);
+/* Lays out the rank programs of the program the target's pipeline made
+ * (cg_pipeline: its chunks, memory plans for o's real type, threads and
+ * precision, and schedule) and writes them into o->out_dir. Returns 0, or
+ * 1 after reporting errors (an unknown target, a model the target cannot
+ * run, a pass the pipeline left out, a file that cannot be written). */
+int cg_compile(struct PassProgram *p, const CgOptions *o);
+/* The activation bytes each of the nprograms rank programs keeps (its
+ * memory plan's activations region), laid out as cg_compile would but
+ * writing nothing; false after reporting errors. */
+bool cg_kept_activations(struct PassProgram *p, const CgOptions *o, int64_t *bytes, int nprograms);
 
 #endif

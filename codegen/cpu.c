@@ -950,9 +950,9 @@ const CgTarget cg_target_cpu = {
     .source_ext = ".c",
     .buildfile_name = "Makefile",
     .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "recompute,verify,memplan",
+                "recompute,verify,schedule,memplan",
     .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,recompute,verify",
+                   "autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan",
     .memplan = &cpu_memplan,
     .writes_op = cpu_writes_op,
     .state_new = cpu_state_new,

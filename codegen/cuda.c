@@ -1804,9 +1804,9 @@ const CgTarget cg_target_cuda = {
     .source_ext = ".cu",
     .buildfile_name = "Makefile",
     .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "recompute,verify,memplan",
+                "recompute,verify,schedule,memplan",
     .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,recompute,verify",
+                   "autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan",
     .memplan = &cuda_memplan,
     .writes_op = cuda_writes_op,
     .state_new = cuda_state_new,

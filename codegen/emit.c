@@ -948,9 +948,9 @@ bool cg_emit(const CgLayout *l) {
 
 /* The last stage of the compiler: the layout of the program set, built
  * and verified once, then every file printed from it. */
-bool cg_kept_activations(IrGraph *g, const CgOptions *o, int64_t *bytes, int nprograms) {
+bool cg_kept_activations(PassProgram *p, const CgOptions *o, int64_t *bytes, int nprograms) {
   if (!cg_target_known(o->target)) return false;
-  CgLayout *l = cg_layout_build(g, o, cg_find_target(o->target));
+  CgLayout *l = cg_layout_build(p, o, cg_find_target(o->target));
   if (!l) return false;
   bool ok = l->nprograms == nprograms;
   for (int r = 0; ok && r < nprograms; r++) bytes[r] = l->programs[r].regions[3];
@@ -958,9 +958,9 @@ bool cg_kept_activations(IrGraph *g, const CgOptions *o, int64_t *bytes, int npr
   return ok;
 }
 
-int cg_compile(IrGraph *g, const CgOptions *o) {
+int cg_compile(PassProgram *p, const CgOptions *o) {
   if (!cg_target_known(o->target)) return 1;
-  CgLayout *l = cg_layout_build(g, o, cg_find_target(o->target));
+  CgLayout *l = cg_layout_build(p, o, cg_find_target(o->target));
   if (!l) return 1;
   bool ok = cg_emit(l);
   cg_layout_free(l);

@@ -1,10 +1,9 @@
-/* The layout of the program set (layout.h): built once, from the planned
- * graph and the target's policy, before any file is printed. */
+/* The layout of the program set (layout.h): built once, from the program
+ * the passes produced (its chunks, their memory plans and the schedule),
+ * before any file is printed. */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "../passes/pp_split.h"
 #include "layout.h"
 
 /* ------------------------------------------------------------ the model */
@@ -150,25 +149,6 @@ static void lay_out(CgProgram *pr, CgChunk *ch, int nch, const CgOptions *o, int
   pr->regions[2] = 2 * state * rb;
 }
 
-/* The shape of the messages for the schedule's verifier: the activation
- * virtual stage 0 sends ([b, s, h], or [b, s/t, h] with sequence
- * parallelism); a flat count when it has several parts. */
-static RtSchedShape message_shape(const CgChunk *c) {
-  RtSchedShape sh = {0};
-  if (c->send_act.len == 1) {
-    const IrType *t = &((const IrValue *)c->send_act.items[0])->type;
-    if (t->rank <= RT_SCHED_MAX_RANK) {
-      sh.rank = t->rank;
-      for (int i = 0; i < t->rank; i++) sh.dims[i] = t->shape[i];
-      return sh;
-    }
-  }
-  int64_t n = 0;
-  for (int i = 0; i < c->send_act.len; i++) n += ir_type_numel(&((const IrValue *)c->send_act.items[i])->type);
-  sh.rank = 1, sh.dims[0] = n;
-  return sh;
-}
-
 
 /* ------------------------------------------------------------- options */
 
@@ -200,114 +180,53 @@ static bool check_options(const CgLayout *l) {
 
 /* ------------------------------------------------------- chunks, schedule */
 
-/* The policy chunk c is planned under: the layout's, and with low-precision
- * values (bf16) the chunk's pipeline messages among them, so that
- * activations and their gradients travel between stages in bf16. */
-static PassMemPolicy chunk_policy(const CgLayout *l, const CgChunk *c) {
-  PassMemPolicy p = l->policy;
-  if (!p.low_bytes) return p;
-  IrPtrMap *m = ir_alloc(sizeof *m);
-  memset(m, 0, sizeof *m);
-  m->arena = true;
-  const IrVec *parts[] = {&c->recv_act, &c->send_act, &c->recv_grad, &c->send_grad};
-  for (int k = 0; k < 4; k++)
-    for (int i = 0; i < parts[k]->len; i++) ir_ptrmap_put(m, parts[k]->items[i], m);
-  p.low_values = m;
-  return p;
+/* Why a program lacks what a pass makes: the target's pipeline (or a
+ * --passes without the pass) did not run it. */
+static void missing(const char *what, const char *pass) {
+  ir_error(ir_cmdline, "the rank programs need %s: the pipeline must run the %s pass (`shardc "
+           "passes` lists each target's pipeline)", what, pass);
 }
 
-/* One chunk per virtual stage with its memory plan: the whole graph when
- * p * v = 1 (its plan from the memplan pass when made for this target),
- * else pp-split's parts. */
+/* One chunk per virtual stage, the program's, each with the memory plan
+ * the memplan pass made for the program's real type and the target's
+ * policy. */
 static bool make_chunks(CgLayout *l) {
-  IrGraph *g = l->g;
-  int nv = l->nchunks = l->pp * l->vpp, rb = l->real_bytes;
+  int nv = l->pp * l->vpp, n;
+  const PassChunk *pc = pass_program_chunks(l->prog, &n);
+  if (n != nv) {
+    missing(ir_fmt("one model chunk for each of the %d virtual stages", nv), "pp-split");
+    return false;
+  }
   CgChunk *all = l->chunks = ir_alloc(sizeof(CgChunk) * (size_t)nv);
   memset(all, 0, sizeof(CgChunk) * (size_t)nv);
-  if (nv == 1) {
-    PassMemPlan *plan = g->memplan;
-    if (!pass_memplan_made_for(plan, rb, &l->policy)) plan = pass_memplan_build(g, rb, &l->policy);
-    all[0].g = g, all[0].plan = plan;
-    return plan != NULL;
-  }
-  PassPpChunk *pc = ir_alloc(sizeof(PassPpChunk) * (size_t)nv);
-  if (!pass_pp_split(g, pc, nv)) return false;
+  l->nchunks = nv;
   for (int k = 0; k < nv; k++) {
     all[k].g = pc[k].g;
     all[k].recv_act = pc[k].recv_act, all[k].send_act = pc[k].send_act;
     all[k].recv_grad = pc[k].recv_grad, all[k].send_grad = pc[k].send_grad;
-    PassMemPolicy policy = chunk_policy(l, &all[k]);
-    if (!(all[k].plan = pass_memplan_build(pc[k].g, rb, &policy))) return false;
+    all[k].plan = pc[k].g->memplan;
+    if (!pass_memplan_made_for(all[k].plan, l->real_bytes, &l->policy) ||
+        all[k].plan->nnodes != pc[k].g->nodes.len) {
+      missing(ir_fmt("a memory plan of every chunk for %s reals with %d threads%s",
+                     l->real_bytes == 8 ? "f64" : "f32", l->policy.threads,
+                     l->policy.low_bytes ? " and bf16 values" : ""), "memplan");
+      return false;
+    }
   }
   return true;
 }
 
-/* The schedule's action tables (p > 1), built and verified for the
- * microbatches of the global batch. */
-static bool make_schedule(CgLayout *l) {
-  const CgOptions *o = l->opt;
-  int p = l->pp, v = l->vpp, d = l->dp;
-  int64_t per = l->model.batch * d;
-  if (o->global_batch > 0 && o->global_batch % per) {
-    ir_error(ir_cmdline, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
-             (long long)o->global_batch, (long long)l->model.batch, d);
+/* The schedule's action tables (p > 1), from the schedule pass. */
+static bool take_schedule(CgLayout *l) {
+  const RtSchedule *s = l->prog->schedule;
+  if (!s || s->pp != l->pp) {
+    missing(ir_fmt("the action tables of the %d pipeline stages", l->pp), "schedule");
     return false;
   }
-  int m = o->global_batch > 0 ? (int)(o->global_batch / per) : CG_DEFAULT_MICROBATCHES;
-  const char *name = o->schedule ? o->schedule : sched_default_name(v);
-  const SchedDef *def = sched_find(name);
-  SchedScript *script = NULL;
-  if (o->schedule_file) {
-    char *error;
-    if (!(script = sched_script_load(o->schedule_file, &error))) {
-      /* The errors end with a newline, which ir_error adds itself. */
-      ir_error(ir_cmdline, "--schedule-file: %.*s", (int)strlen(error) - 1, error);
-      free(error);
-      return false;
-    }
-    name = o->schedule_file, def = &sched_script_def;
-  }
-  if (!def) {
-    ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", name, sched_names());
-    return false;
-  }
-  SchedOptions so = {.pp = p, .vpp = v, .microbatches = m, .dp = d, .vpp_group = o->vpp_group,
-                     .buckets_per_chunk = 1, .script = script,
-                     .shape = message_shape(&l->chunks[0])};
-  SchedReport rep;
-  l->schedule = script ? sched_build_script(script, &so, NULL, false, &rep)
-                      : sched_build(def, &so, NULL, false, &rep);
-  sched_script_free(script);
-  if (!l->schedule)
-    ir_error(ir_cmdline, "schedule %s for p = %d, v = %d, m = %d: %s", name, p, v, m,
-             rep.error ? rep.error : "failed");
-  sched_report_free(&rep);
-  if (l->schedule && (l->schedule->vshape != 0) != l->g->pp_vshape) {
-    /* pp-partition placed the layers for another schedule's placement. */
-    ir_error(ir_cmdline, "schedule %s places chunk 1 of stage r on virtual stage %s, but the "
-             "layers were placed for %s", name, l->schedule->vshape ? "2p - 1 - r (the V)" : "p + r",
-             l->g->pp_vshape ? "the V placement" : "Megatron-LM's placement");
-    sched_free(l->schedule);
-    l->schedule = NULL;
-  }
-  for (int r = 0; l->schedule && r < p; r++) {
-    l->programs[r].table = &l->schedule->stages[r];
-    l->programs[r].schedule = l->schedule->name;
-    l->programs[r].microbatches = m;
-  }
-  return l->schedule != NULL;
-}
-
-/* A schedule with W actions runs each chunk's backward as B, then W
- * (docs/schedules.md, "Zero-bubble schedules"): the chunks' backward
- * nodes are reordered and their memory planned again, so that what W
- * reads of B stays with the microbatch. */
-static bool split_backward(CgLayout *l) {
-  for (int k = 0; sched_has_w(l->schedule) && k < l->nchunks; k++) {
-    pass_split_backward(l->chunks[k].g);
-    PassMemPolicy policy = chunk_policy(l, &l->chunks[k]);
-    if (!(l->chunks[k].plan = pass_memplan_build(l->chunks[k].g, l->real_bytes, &policy)))
-      return false;
+  for (int r = 0; r < l->pp; r++) {
+    l->programs[r].table = &s->stages[r];
+    l->programs[r].schedule = s->name;
+    l->programs[r].microbatches = l->prog->microbatches;
   }
   return true;
 }
@@ -353,14 +272,13 @@ static void verify(const CgLayout *l) {
   }
 }
 
-CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
+CgLayout *cg_layout_build(PassProgram *prog, const CgOptions *o, const CgTarget *t) {
   CgLayout *l = ir_alloc(sizeof *l);
   memset(l, 0, sizeof *l);
-  l->g = g, l->opt = o, l->target = t;
+  IrGraph *g = prog->g;
+  l->prog = prog, l->g = g, l->opt = o, l->target = t;
   l->real_bytes = o->dtype == IR_F64 ? 8 : 4;
-  l->policy = t->memplan ? *t->memplan : (PassMemPolicy){0};
-  if (o->threads > 0) l->policy.threads = o->threads;
-  if (o->bf16) l->policy.low_bytes = 2;
+  l->policy = pass_memplan_policy(t->memplan, o->threads, o->bf16 ? 2 : 0);
   l->tp = cg_mesh(g, IR_AXIS_TENSOR), l->pp = cg_mesh(g, IR_AXIS_PIPELINE);
   l->dp = cg_mesh(g, IR_AXIS_DATA), l->vpp = g->vpp > 1 ? g->vpp : 1;
   if (!check_options(l) || !model_info(g, o, t, &l->model)) return NULL;
@@ -371,10 +289,7 @@ CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
   l->nprograms = l->pp;
   l->programs = ir_alloc(sizeof(CgProgram) * (size_t)l->pp);
   memset(l->programs, 0, sizeof(CgProgram) * (size_t)l->pp);
-  if (!make_chunks(l) || (l->pp > 1 && (!make_schedule(l) || !split_backward(l)))) {
-    cg_layout_free(l);
-    return NULL;
-  }
+  if (!make_chunks(l) || (l->pp > 1 && !take_schedule(l))) return NULL;
   for (int r = 0; r < l->pp; r++) make_program(l, r);
   verify(l);
   return l;
@@ -382,7 +297,5 @@ CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t) {
 
 void cg_layout_free(CgLayout *l) {
   if (!l) return;
-  if (l->schedule) sched_free(l->schedule);
-  l->schedule = NULL;
   ir_ptrmap_free(&l->tied);
 }

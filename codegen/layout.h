@@ -1,9 +1,10 @@
 /* The layout of a program set: everything codegen decides before it
- * prints a line, as plain data. cg_layout_build splits the pipeline
- * stages, plans each chunk's memory under the target's policy, builds and
- * verifies the schedule, places the weights and the data-parallel
- * buckets, and sums each program's regions; the printers (emit.c) only
- * read it. Private to codegen/. */
+ * prints a line, as plain data. cg_layout_build takes what the passes
+ * made of the program (pp-split's chunks, memplan's plans, the schedule's
+ * tables; it runs no pass), checks it against the target and the options,
+ * places the weights and the data-parallel buckets, and sums each
+ * program's regions; the printers (emit.c) only read it. Private to
+ * codegen/. */
 #ifndef SHARDC_CODEGEN_LAYOUT_H
 #define SHARDC_CODEGEN_LAYOUT_H
 
@@ -35,6 +36,7 @@ typedef struct CgProgram {
 } CgProgram;
 
 typedef struct CgLayout {
+  PassProgram *prog; /* what the passes made */
   IrGraph *g; /* the whole graph (after pp-split, no longer usable itself when p > 1) */
   const CgOptions *opt;
   const CgTarget *target;
@@ -46,14 +48,13 @@ typedef struct CgLayout {
   int nchunks;
   CgProgram *programs;   /* one per pipeline stage */
   int nprograms;
-  RtSchedule *schedule;  /* NULL when p = 1 */
   IrPtrMap tied;         /* tied original -> its copy */
 } CgLayout;
 
-/* The layout of g's programs for target t; NULL after reporting errors
- * (bad options, a model the target cannot run, a plan or schedule that
- * fails). */
-CgLayout *cg_layout_build(IrGraph *g, const CgOptions *o, const CgTarget *t);
+/* The layout of the program's rank programs for target t; NULL after
+ * reporting errors (bad options, a model the target cannot run, a chunk,
+ * plan or schedule the pipeline did not make). */
+CgLayout *cg_layout_build(PassProgram *prog, const CgOptions *o, const CgTarget *t);
 void cg_layout_free(CgLayout *l);
 
 /* Writes every file of the layout into o->out_dir (emit.c); false after

@@ -120,8 +120,8 @@ struct CgTarget {
   const char *source_ext; /* of the rank programs: ".c" */
   const char *buildfile_name; /* "Makefile" */
   /* The pass pipeline a graph goes through before codegen, without and
-   * with pipeline partitioning (the memory plan is then made per chunk,
-   * after the layout splits the graph). */
+   * with pipeline partitioning (whose program passes cut the graph into
+   * chunks and plan each). */
   const char *pipeline, *pipeline_pp;
   /* The memory plan's policy: kernel scratch per node, threads or streams,
    * whether runs of row chunks are planned (then chunks_* and team_node

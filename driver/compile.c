@@ -42,10 +42,11 @@ const DrvCommand drv_compile_command = {
     "... with each stage's verified schedule table), manifest.json and a\n"
     "build file into DIR and prints the memory plan. `shardc build DIR` (or\n"
     "make -C DIR) builds them. Without a target, --tp N > 1 or --report comm\n"
-    "run the first target's pipeline too (writing nothing); --pp, --vpp,\n"
-    "--pp-layout or --report pp run it with pp-partition: the IR is the one\n"
-    "the programs run (the runtime sums the gradients of tied copies once\n"
-    "per step).\n"
+    "run the graph passes of the first target's pipeline too (up to pp-split,\n"
+    "writing nothing); --pp, --vpp, --pp-layout or --report pp run them with\n"
+    "pp-partition: the IR is the whole graph the programs are cut from (the\n"
+    "runtime sums the gradients of tied copies once per step). --emit-ir and\n"
+    "--report always show that whole graph.\n"
     "Errors are reported as file:line:col with the source line; exit status 1.",
     compile_options, drv_cmd_compile};
 
@@ -76,9 +77,10 @@ static bool set_data_axis(IrGraph *g, const PassOptions *opt) {
 /* Loads the model and runs the pipeline with the flags' printing and
  * options; prints the IR (--emit-ir) and the comm report (--report comm,
  * reals of real_bytes bytes, activations of low_bytes in a bf16 program,
- * else 0). NULL after errors. */
-static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const char *pipeline,
-                              const PassOptions *opt, int real_bytes, int low_bytes) {
+ * else 0) of the whole graph, after the graph passes and before the
+ * program passes (pp-split on) cut it. NULL after errors. */
+static PassProgram *compile_graph(const char *model, int nargs, DrvArg *args, const char *pipeline,
+                                  const PassOptions *opt, int real_bytes, int low_bytes) {
   IrGraph *g = drv_load_model(model, nargs, args);
   if (!g || !set_data_axis(g, opt)) return NULL;
   PassManagerFlags flags = {
@@ -87,23 +89,30 @@ static IrGraph *compile_graph(const char *model, int nargs, DrvArg *args, const 
       .verify_each = drv_flag(nargs, args, "--verify-each"),
       .print_stream = stdout,
   };
-  if (!pass_run_pipeline(&g, pipeline, opt, &flags) || ir_error_count() > 0) return NULL;
-  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, g);
+  PassProgram *p = ir_alloc(sizeof *p);
+  *p = (PassProgram){.g = g};
+  const char *rest;
+  const char *graph_part = pass_graph_pipeline(pipeline ? pipeline : pass_default_pipeline, &rest);
+  if (!pass_run_program(p, graph_part, opt, &flags) || ir_error_count() > 0) return NULL;
+  if (drv_flag(nargs, args, "--emit-ir")) ir_print(stdout, p->g);
   const char *report = drv_value(nargs, args, "--report");
-  if (report && strcmp(report, "pp") == 0 && !pass_pp_report(stdout, g, opt)) return NULL;
-  if (report && strcmp(report, "comm") == 0 && !pass_comm_report(stdout, g, opt, real_bytes, low_bytes))
+  if (report && strcmp(report, "pp") == 0 && !pass_pp_report(stdout, p->g, opt)) return NULL;
+  if (report && strcmp(report, "comm") == 0 &&
+      !pass_comm_report(stdout, p->g, opt, real_bytes, low_bytes))
     return NULL;
   fflush(stdout);
-  return g;
+  bool ok = pass_run_program(p, rest, opt, &flags) && ir_error_count() == 0;
+  fflush(stdout);
+  if (!ok) pass_program_free(p);
+  return ok ? p : NULL;
 }
 
-/* --zero, --bucket-mb, --schedule and --global-batch into o; false after
- * a usage error of cmd. */
-static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassOptions *opt,
+/* --zero and --bucket-mb into o, --schedule and --global-batch into opt
+ * (for the schedule pass); false after a usage error of cmd. */
+static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, PassOptions *opt,
                      CgOptions *o) {
-  (void)opt;
-  o->schedule = drv_value(nargs, args, "--schedule");
-  if (!drv_schedule_options(cmd, nargs, args, &o->vpp_group, &o->schedule_file)) return false;
+  opt->schedule = drv_value(nargs, args, "--schedule");
+  if (!drv_schedule_options(cmd, nargs, args, &opt->vpp_group, &opt->schedule_file)) return false;
   const char *z = drv_value(nargs, args, "--zero"), *b = drv_value(nargs, args, "--bucket-mb"),
              *gb = drv_value(nargs, args, "--global-batch");
   if (z && strcmp(z, "0") != 0 && strcmp(z, "1") != 0) {
@@ -125,22 +134,9 @@ static bool cg_flags(const DrvCommand *cmd, int nargs, DrvArg *args, const PassO
       drv_usage_error(cmd, "--global-batch: expected a positive integer, got '%s'", gb);
       return false;
     }
-    o->global_batch = n;
+    opt->global_batch = n;
   }
   return true;
-}
-
-/* --global-batch against the microbatch (the model's `batch`, which
- * --microbatch sets) times d, for every layout and before anything is
- * written or launched, in the words of the schedule builder's check. */
-static bool check_global_batch(IrGraph *g, const PassOptions *opt, const CgOptions *o) {
-  IrConfig *c = ir_find_config(g, "batch");
-  if (o->global_batch <= 0 || !c || c->expr->kind != IR_EX_INT || c->expr->i <= 0) return true;
-  int64_t per = c->expr->i * opt->dp;
-  if (o->global_batch % per == 0) return true;
-  ir_error(ir_cmdline, "--global-batch %lld is not a multiple of microbatch %lld x dp %d",
-           (long long)o->global_batch, (long long)c->expr->i, opt->dp);
-  return false;
 }
 
 /* The layout rules that the flags alone decide, checked before the model
@@ -157,8 +153,8 @@ static bool check_layout(const PassOptions *opt, const CgOptions *o, bool target
     ir_error(ir_cmdline, "--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
     ok = false;
   }
-  if (o->schedule && !sched_find(o->schedule)) {
-    ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", o->schedule, sched_names());
+  if (opt->schedule && !sched_find(opt->schedule)) {
+    ir_error(ir_cmdline, "unknown schedule '%s' (known: %s)", opt->schedule, sched_names());
     ok = false;
   }
   return ok;
@@ -174,11 +170,15 @@ static const int64_t *kept_without_recompute(const char *model, int nargs, DrvAr
   opt.recompute_layers = 1;
   IrGraph *g = drv_load_model(model, nargs, args);
   PassManagerFlags flags = {.print_stream = stdout};
-  if (!g || !set_data_axis(g, &opt) || !pass_run_pipeline(&g, pipeline, &opt, &flags)) return NULL;
+  PassProgram p = {.g = g};
+  if (!g || !set_data_axis(g, &opt)) return NULL;
   CgOptions plain = *o;
   plain.plan_out = NULL;
   int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
-  return cg_kept_activations(g, &plain, bytes, opt.pp) ? bytes : NULL;
+  bool ok = pass_run_program(&p, pipeline, &opt, &flags) &&
+            cg_kept_activations(&p, &plain, bytes, opt.pp);
+  pass_program_free(&p);
+  return ok ? bytes : NULL;
 }
 
 /* --precision: fp32 (the default) or bf16; false after a usage error. */
@@ -208,11 +208,12 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (!check_layout(&opt, &o, true)) return 1;
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);
+  opt.real_bytes = dtype == IR_F64 ? 8 : 4;
+  opt.low_bytes = o.bf16 ? 2 : 0;
   const char *pipeline = drv_value(nargs, args, "--passes");
   if (!pipeline) pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
-  IrGraph *g = compile_graph(model, nargs, args, pipeline, &opt, dtype == IR_F64 ? 8 : 4,
-                             o.bf16 ? 2 : 0);
-  if (!g || !check_global_batch(g, &opt, &o)) return 1;
+  PassProgram *p = compile_graph(model, nargs, args, pipeline, &opt, opt.real_bytes, opt.low_bytes);
+  if (!p) return 1;
   const char **defines = ir_alloc(sizeof(char *) * (size_t)(nargs + 1));
   int ndefines = 0;
   for (int i = 0; i < nargs; i++)
@@ -227,7 +228,8 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (opt.recompute != PASS_RECOMPUTE_NONE && plan_out)
     o.act_without = kept_without_recompute(model, nargs, args, pipeline, opt, &o);
   /* Beside the manifest, the script that launches its ranks by hand. */
-  int status = cg_compile(g, &o);
+  int status = cg_compile(p, &o);
+  pass_program_free(p);
   return status == 0 && !drv_write_launch_script(out_dir) ? 1 : status;
 }
 
@@ -259,12 +261,17 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   /* Partitioning or a report only mean something with the passes that
    * partition: the first target's pipeline, without writing programs. */
   const char *pipeline = drv_value(nargs, args, "--passes");
-  if (!pipeline && (pipelined || report || opt.tp > 1)) pipeline = cg_pipeline(NULL, pipelined);
+  /* Without a target there is no program to cut: the IR printed is the
+   * whole graph the target's program passes start from. */
+  if (!pipeline && (pipelined || report || opt.tp > 1))
+    pipeline = pass_graph_pipeline(cg_pipeline(NULL, pipelined), NULL);
   if (!pipeline) pipeline = pass_default_pipeline;
   /* --precision bf16 prices the report for a bf16 program (--target cuda). */
   bool bf16;
   if (!parse_precision(cmd, nargs, args, &bf16)) return 1;
-  return compile_graph(model, nargs, args, pipeline, &opt, 4, bf16 ? 2 : 0) ? 0 : 1;
+  PassProgram *p = compile_graph(model, nargs, args, pipeline, &opt, 4, bf16 ? 2 : 0);
+  if (p) pass_program_free(p);
+  return p ? 0 : 1;
 }
 
 static const DrvOption no_options[] = {{NULL, NULL, NULL}};

@@ -372,18 +372,25 @@ static const int64_t *compiled_activations(const char *model, int nargs, DrvArg 
   const char *target = c->bf16 ? "cuda" : "cpu";
   PassOptions opt;
   if (!drv_pass_options(&drv_simulate_command, nargs, args, &opt)) return NULL;
+  /* The schedule and memory plan passes as `shardc compile` runs them. */
   opt.memplan = cg_memplan_policy(target);
+  opt.real_bytes = 4;
+  opt.low_bytes = c->bf16 ? 2 : 0;
+  opt.schedule = c->schedule;
+  opt.global_batch = c->global_batch;
   IrGraph *g = drv_load_model(model, nargs, args);
   if (!g) return NULL;
   if (opt.dp > 1) g->mesh[IR_AXIS_DATA] = opt.dp;
   PassManagerFlags flags = {.print_stream = stdout};
   const char *pipeline = cg_pipeline(target, opt.pp > 1 || opt.vpp > 1 || opt.pp_layout);
-  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count() > 0) return NULL;
-  /* The layout asks for a folder, which cg_kept_activations never writes. */
-  CgOptions o = {.target = target, .out_dir = ".", .dtype = IR_F32, .zero = c->zero, .schedule = c->schedule,
-                 .global_batch = c->global_batch, .bf16 = c->bf16};
+  PassProgram p = {.g = g};
   int64_t *bytes = ir_alloc(sizeof(int64_t) * (size_t)opt.pp);
-  return cg_kept_activations(g, &o, bytes, opt.pp) ? bytes : NULL;
+  /* The layout asks for a folder, which cg_kept_activations never writes. */
+  CgOptions o = {.target = target, .out_dir = ".", .dtype = IR_F32, .zero = c->zero, .bf16 = c->bf16};
+  bool ok = pass_run_program(&p, pipeline, &opt, &flags) && ir_error_count() == 0 &&
+            cg_kept_activations(&p, &o, bytes, opt.pp);
+  pass_program_free(&p);
+  return ok ? bytes : NULL;
 }
 
 int drv_cmd_simulate(int nargs, DrvArg *args) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "memplan_planner.h"
+#include "program_passes.h"
 
 #define ALIGN 64
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -537,7 +538,14 @@ bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPo
   PassMemPolicy q = policy_of(policy);
   return p && p->real_bytes == real_bytes && p->policy.threads == q.threads &&
          p->policy.scratch_reals == q.scratch_reals && p->policy.row_chunks == q.row_chunks &&
-         p->policy.low_bytes == q.low_bytes && p->policy.low_values == q.low_values;
+         p->policy.low_bytes == q.low_bytes;
+}
+
+PassMemPolicy pass_memplan_policy(const PassMemPolicy *target, int threads, int low_bytes) {
+  PassMemPolicy p = target ? *target : (PassMemPolicy){0};
+  if (threads > 0) p.threads = threads;
+  if (low_bytes) p.low_bytes = low_bytes;
+  return p;
 }
 
 PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy) {
@@ -608,6 +616,87 @@ void pass_memplan_print(FILE *out, const PassMemPlan *p) {
   pass_memplan_print_regions(out, p->real_bytes, p->threads, r, -1);
 }
 
-bool pass_memplan(IrGraph **g, const PassOptions *opt) {
-  return pass_memplan_build(*g, 4, opt ? opt->memplan : NULL) != NULL;
+/* The policy chunk c is planned under: the program's, and with
+ * low-precision values (bf16) the chunk's pipeline messages among them, so
+ * that activations and their gradients travel between stages in bf16. */
+static PassMemPolicy chunk_policy(PassMemPolicy p, const PassChunk *c) {
+  const IrVec *parts[] = {&c->recv_act, &c->send_act, &c->recv_grad, &c->send_grad};
+  if (!p.low_bytes || !(parts[0]->len + parts[1]->len + parts[2]->len + parts[3]->len)) return p;
+  IrPtrMap *m = ir_alloc(sizeof *m);
+  memset(m, 0, sizeof *m);
+  m->arena = true;
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < parts[k]->len; i++) ir_ptrmap_put(m, parts[k]->items[i], m);
+  p.low_values = m;
+  return p;
+}
+
+/* The registered pass: a plan for every chunk of the program (the whole
+ * graph before pp-split), for the real and under the policy of the target
+ * the pipeline runs for. Planned once, after bw-split, so that what W
+ * reads of B stays with the microbatch. */
+bool pass_memplan(PassProgram *prog, const PassOptions *opt) {
+  int rb = opt && opt->real_bytes ? opt->real_bytes : 4;
+  if (rb != 4 && rb != 8) {
+    ir_error(ir_cmdline, "memplan: reals of %d bytes; the plans hold reals of 4 or 8", rb);
+    return false;
+  }
+  PassMemPolicy base =
+      pass_memplan_policy(opt ? opt->memplan : NULL, opt ? opt->threads : 0, opt ? opt->low_bytes : 0);
+  int n;
+  PassChunk *chunks = pass_program_chunks(prog, &n);
+  for (int k = 0; k < n; k++) {
+    PassMemPolicy policy = chunk_policy(base, &chunks[k]);
+    if (!pass_memplan_build(chunks[k].g, rb, &policy)) return false;
+  }
+  return true;
+}
+
+void pass_memplan_print_program(FILE *out, PassProgram *prog) {
+  pass_print_program(out, prog);
+  int n;
+  PassChunk *chunks = pass_program_chunks(prog, &n);
+  for (int k = 0; k < n; k++) {
+    if (n > 1) fprintf(out, "// virtual stage %d: ", chunks[k].vstage);
+    else fprintf(out, "// ");
+    pass_memplan_print(out, chunks[k].g->memplan);
+  }
+}
+
+/* The bytes of region r of plan p. */
+static int64_t region_bytes(const PassMemPlan *p, PassRegion r) {
+  switch (r) {
+  case PASS_REGION_WEIGHTS: return p->weights;
+  case PASS_REGION_GRADS: return p->grads;
+  case PASS_REGION_ACTIVATIONS: return p->activations;
+  case PASS_REGION_TEMPORARIES: return p->temporaries;
+  case PASS_REGION_NONE: return 0;
+  }
+  unreachable();
+}
+
+bool pass_memplan_verify(PassProgram *prog, const char *who) {
+  if (!pass_verify_chunks(prog, who)) return false;
+  int n;
+  PassChunk *chunks = pass_program_chunks(prog, &n);
+  for (int k = 0; k < n; k++) {
+    const IrGraph *g = chunks[k].g;
+    const PassMemPlan *p = g->memplan;
+    if (!p || p->nnodes != g->nodes.len) {
+      ir_error(ir_cmdline, "%s: virtual stage %d has %s", who, chunks[k].vstage,
+               p ? "a memory plan made for other nodes" : "no memory plan");
+      return false;
+    }
+    for (int i = 0; i < p->nbufs; i++) {
+      const PassBuf *b = &p->bufs[i];
+      if (b->region == PASS_REGION_NONE) continue;
+      if (b->offset < 0 || b->offset + b->bytes > region_bytes(p, b->region)) {
+        ir_error(ir_cmdline, "%s: virtual stage %d: buffer %d (%lld bytes at %lld) lies outside "
+                 "its region of %lld bytes", who, chunks[k].vstage, i, (long long)b->bytes,
+                 (long long)b->offset, (long long)region_bytes(p, b->region));
+        return false;
+      }
+    }
+  }
+  return true;
 }

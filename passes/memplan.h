@@ -66,7 +66,7 @@ typedef struct PassMemPolicy {
   int low_bytes;
   /* Graph inputs and outputs planned at low_bytes all the same (NULL:
    * none): a pipeline chunk's messages, so that activations and their
-   * gradients travel between stages in bf16 (codegen/layout.c). */
+   * gradients travel between stages in bf16 (pass_memplan). */
   const IrPtrMap *low_values;
 } PassMemPolicy;
 
@@ -121,8 +121,14 @@ typedef struct PassMemPlan {
  * threads), and hangs the result on g->memplan. Reports user errors (an
  * unrolled graph is required) and returns NULL. */
 PassMemPlan *pass_memplan_build(IrGraph *g, int real_bytes, const PassMemPolicy *policy);
-/* Whether plan p was made for reals of real_bytes under policy. */
+/* Whether plan p was made for reals of real_bytes under policy, the
+ * pipeline messages it plans at low precision (low_values) aside: those
+ * are each chunk's own. */
 bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPolicy *policy);
+/* The policy a program's plans are made under: the target's (NULL: none),
+ * with `threads` copies of the kernel scratch when above 0 and the step's
+ * values at low_bytes when set (--precision bf16). */
+PassMemPolicy pass_memplan_policy(const PassMemPolicy *target, int threads, int low_bytes);
 /* The placement of a value of the planned graph; NULL for a foreign one. */
 const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v);
 /* Bytes into the runtime's activation buffer (activations, then
@@ -138,10 +144,5 @@ void pass_memplan_print(FILE *out, const PassMemPlan *p);
  * recomputation (--recompute), below its own. */
 void pass_memplan_print_regions(FILE *out, int real_bytes, int threads, const int64_t regions[5],
                                 int64_t act_without);
-
-/* The registered pass: plans for f32 under opt->memplan, the policy of the
- * target the pipeline runs for (codegen plans again for another real type
- * or policy). */
-bool pass_memplan(IrGraph **g, const PassOptions *opt);
 
 #endif

@@ -1,10 +1,13 @@
 /* The pass manager and the registry of passes.
  *
- * A pass takes the graph and the options and rewrites the graph in place
- * (or replaces *g). It reports user errors through ir_error and returns
- * false; internal bugs die(). Every pass is one line in the table of
- * registry.c, with a name and a one-line description, so `shardc passes`
- * lists them and `--passes=a,b,c` can run any sequence. */
+ * A graph pass takes the graph and the options and rewrites the graph in
+ * place (or replaces *g). A program pass takes the program being built
+ * (PassProgram: the graph and what the last stages made of it, the
+ * pipeline chunks, the schedule and the memory plans) and hangs its result
+ * there. Either reports user errors through ir_error and returns false;
+ * internal bugs die(). Every pass is one line in the table of registry.c,
+ * with a name and a one-line description, so `shardc passes` lists them
+ * and `--passes=a,b,c` can run any sequence. */
 #ifndef SHARDC_PASSES_H
 #define SHARDC_PASSES_H
 
@@ -42,15 +45,70 @@ typedef struct PassOptions {
   const struct PassMemPolicy *memplan; /* the target's memory policy (memplan.h); NULL: none */
   PassRecompute recompute; /* --recompute */
   int recompute_layers;    /* --recompute-layers: layers per checkpoint under full (0: 1) */
+  /* The memory plans (memplan): the bytes of a real (4 or 8; 0: 4), the
+   * threads its kernel scratch is held for (0: the policy's), and 2 when
+   * the step's own values are bf16 (--precision bf16; 0: the real's). */
+  int real_bytes, threads, low_bytes;
+  /* The schedule: its name (--schedule; NULL: 1f1b, interleaved with
+   * v > 1) or a file (--schedule-file), the interleaved schedule's
+   * microbatch group N (--vpp-group; 0: p), and the global batch in
+   * sequences (--global-batch), which fixes the microbatches per step
+   * m = global batch / (microbatch x d) (0: m = PASS_DEFAULT_MICROBATCHES). */
+  const char *schedule, *schedule_file;
+  int vpp_group;
+  int64_t global_batch;
 } PassOptions;
+
+/* Microbatches per step without --global-batch. */
+#define PASS_DEFAULT_MICROBATCHES 8
 
 /* The tensor-parallel size of the options, at least 1. */
 static inline int pass_tp(const PassOptions *o) { return o && o->tp > 1 ? o->tp : 1; }
 
+struct RtSchedule;
+
+/* One model chunk of the program: a graph of its own, its pipeline
+ * messages, and once `memplan` has run its memory plan on g->memplan. */
+typedef struct PassChunk {
+  IrGraph *g;
+  int vstage;                                     /* the virtual stage it is */
+  IrVec recv_act, send_act, recv_grad, send_grad; /* IrValue*, message parts in order */
+} PassChunk;
+
+/* The program being built, which the pass manager carries from pass to
+ * pass. The graph passes rewrite g; the program passes add the rest:
+ * pp-split the chunks, schedule the action tables, bw-split the order of
+ * each chunk's backward, memplan the plans. Codegen lays the rank
+ * programs out from it and runs no pass itself. */
+typedef struct PassProgram {
+  IrGraph *g;          /* the whole graph; once pp-split has cut it into
+                        * several chunks, only its configs, inputs,
+                        * outputs, params and mesh are read */
+  PassChunk *chunks;   /* pp-split: one per virtual stage (one, the whole
+                        * graph, when p * v = 1); NULL before it */
+  int nchunks;
+  struct RtSchedule *schedule; /* the schedule pass with p > 1 (malloc'ed); else NULL */
+  int microbatches;    /* the schedule pass: m, the microbatches of a step */
+} PassProgram;
+
+/* The program's chunks: pp-split's, or the whole graph as one when
+ * pp-split has not run. Writes the count into *n. */
+PassChunk *pass_program_chunks(PassProgram *p, int *n);
+/* Frees what the program holds outside the arena (the schedule). */
+void pass_program_free(PassProgram *p);
+
+/* A registered pass: exactly one of run (a graph pass) and run_program
+ * (a program pass) is set. print shows a program pass's result for
+ * --print-after (NULL: the program's graphs); verify checks it for
+ * --verify-each, naming `who` in what it reports (NULL: the verifier on
+ * the program's graphs). */
 typedef struct Pass {
   const char *name;
   const char *doc;
   bool (*run)(IrGraph **g, const PassOptions *opt);
+  bool (*run_program)(PassProgram *p, const PassOptions *opt);
+  void (*print)(FILE *out, PassProgram *p);
+  bool (*verify)(PassProgram *p, const char *who);
 } Pass;
 
 /* The registry, ending with a {NULL} entry. */
@@ -68,12 +126,25 @@ typedef struct PassManagerFlags {
   FILE *print_stream;      /* where --print-after writes (stdout) */
 } PassManagerFlags;
 
-/* Runs the comma-separated pipeline. An unknown name is an error that lists
- * the registered passes. With verify_each the verifier runs after every
+/* Runs the comma-separated pipeline over the program. An unknown name is
+ * an error that lists the registered passes, and so is a graph pass after
+ * pp-split (the chunks share the whole graph's values). With verify_each the verifier runs after every
  * pass and an invariant it finds broken names the pass. Returns false when
  * a pass reported errors (the pipeline stops there). */
+bool pass_run_program(PassProgram *p, const char *pipeline, const PassOptions *opt,
+                      const PassManagerFlags *flags);
+/* The same for a graph alone, for pipelines of graph passes; a program
+ * pass in it is an error. */
 bool pass_run_pipeline(IrGraph **g, const char *pipeline, const PassOptions *opt,
                        const PassManagerFlags *flags);
+/* The pipeline up to its first program pass: the passes that rewrite the
+ * whole graph, for what shows or reports it (--emit-ir, --report), which
+ * pp-split would cut. *rest (when not NULL) gets the passes from the
+ * first program pass on, "" when there is none. */
+const char *pass_graph_pipeline(const char *pipeline, const char **rest);
+/* The program's graphs as --print-after shows them: the whole graph, or
+ * each chunk after a line naming its virtual stage. */
+void pass_print_program(FILE *out, PassProgram *p);
 
 /* -D name=value: replaces a config value before folding. `where` is the
  * location reported when the model has no such name ("<command line>"). */
@@ -85,10 +156,6 @@ bool pass_shape(IrGraph **g, const PassOptions *opt);
 bool pass_verify(IrGraph **g, const PassOptions *opt);
 bool pass_unroll(IrGraph **g, const PassOptions *opt);
 bool pass_autodiff(IrGraph **g, const PassOptions *opt);
-/* Reorders a pipeline chunk's backward into B, then W (the nodes autodiff
- * marked wgrad), and sets g->wsplit; returns the index of the first W
- * node (wsplit.c). */
-int pass_split_backward(IrGraph *g);
 bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
 bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
@@ -97,6 +164,11 @@ bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_recompute(IrGraph **g, const PassOptions *opt);
 /* The names of PassRecompute's values, "none", "selective", "full". */
 extern const char *const pass_recompute_names[];
+/* The program passes, the last stages before codegen, in their order. */
+bool pass_pp_split(PassProgram *p, const PassOptions *opt);
+bool pass_schedule(PassProgram *p, const PassOptions *opt);
+bool pass_bw_split(PassProgram *p, const PassOptions *opt);
+bool pass_memplan(PassProgram *p, const PassOptions *opt);
 
 /* The pipeline report (`shardc compile --report pp`): per virtual stage
  * its physical stage, chunk, layers, forward FLOPs and messages, and the

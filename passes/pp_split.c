@@ -1,7 +1,33 @@
-/* Cutting a pipeline-partitioned graph into its chunks (see pp_split.h). */
+/* pp-split: the graph of each virtual stage, cut out of a pipeline-partitioned graph
+ * after autodiff, so that the memory plan and codegen treat each model
+ * chunk as a program of its own.
+ *
+ * The whole graph (pp-partition, then autodiff) holds every stage's nodes
+ * with IrNode.stage set, and pp_boundary nodes where a value crosses from
+ * one virtual stage to the next (forward) or its gradient back (backward).
+ * The pass keeps the nodes of one virtual stage, in order (so its
+ * forward nodes still come before its backward nodes), and turns the
+ * messages into the chunk's interface:
+ *  - a forward pp_boundary that ends here: its result becomes an input of
+ *    the chunk (recv_act); the one that starts here: its operand becomes
+ *    an output (send_act);
+ *  - the backward pp_boundary that ends here (a gradient coming back): its
+ *    result becomes an input (recv_grad); the gradient this chunk sends
+ *    back, the operand of the backward pp_boundary paired with a forward
+ *    one that ended here, becomes an output (send_grad).
+ * Pairs are listed in the order of the forward pp_boundary nodes, which is
+ * the same on both ends of a message, so the parts of a message line up.
+ * Model inputs and parameters are kept when a node of the chunk reads
+ * them; the whole graph's outputs (the loss) when the chunk computes them.
+ *
+ * Splitting reuses the whole graph's nodes and values and rewrites the
+ * values that become chunk inputs, so the whole graph's nodes are not
+ * usable afterwards: the program's chunks (PassProgram.chunks) replace
+ * them. With p * v = 1 the one chunk is the whole graph. */
 #include <string.h>
 
-#include "pp_split.h"
+#include "passes.h"
+#include "program_passes.h"
 
 
 static bool is_boundary(const IrNode *n) { return n->op == IR_OP_PP_BOUNDARY; }
@@ -43,12 +69,10 @@ static bool collect_reads(IrGraph *g, IrPtrMap *local, IrPtrMap *read) {
   return ok;
 }
 
-bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
-  int pv = (g->mesh[IR_AXIS_PIPELINE] > 1 ? g->mesh[IR_AXIS_PIPELINE] : 1) * (g->vpp > 1 ? g->vpp : 1);
-  if (pv != nchunks) {
-    ir_error(ir_cmdline, "pp-split: the graph has %d virtual stages, asked for %d", pv, nchunks);
-    return false;
-  }
+/* Cuts g into its nchunks virtual stages (after pp-partition and
+ * autodiff); false after reporting a value read across stages without a
+ * message. */
+static bool split(IrGraph *g, PassChunk *chunks, int nchunks) {
   /* The forward messages in node order, and each one's gradient message. */
   IrVec fwd = {0};
   IrPtrMap back = {0};
@@ -82,7 +106,7 @@ bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
   }
   ok &= collect_reads(g, local, read);
   for (int k = 0; ok && k < nchunks; k++) {
-    PassPpChunk *c = &chunks[k];
+    PassChunk *c = &chunks[k];
     memset(c, 0, sizeof *c);
     c->vstage = k;
     IrGraph *s = c->g = ir_graph_new(g->name);
@@ -110,7 +134,7 @@ bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
   for (int f = 0; ok && f < fwd.len; f++) {
     IrNode *n = fwd.items[f], *b = ir_ptrmap_get(&back, n);
     int src = (int)ir_attr_int(n, "src"), dst = (int)ir_attr_int(n, "dst");
-    PassPpChunk *from = &chunks[src], *to = &chunks[dst];
+    PassChunk *from = &chunks[src], *to = &chunks[dst];
     ir_vec_push(&from->send_act, n->in[0]);
     add_output(from->g, n->in[0], ir_fmt("send_act.%d", from->send_act.len - 1));
     ir_vec_push(&to->recv_act, n->out[0]);
@@ -126,5 +150,74 @@ bool pass_pp_split(IrGraph *g, PassPpChunk *chunks, int nchunks) {
     ir_ptrmap_free(&read[k]);
   }
   ir_ptrmap_free(&back);
+  return ok;
+}
+
+bool pass_pp_split(PassProgram *p, const PassOptions *opt) {
+  (void)opt;
+  IrGraph *g = p->g;
+  if (p->chunks) {
+    ir_error(ir_cmdline, "pp-split: the program is split already (pp-split ran before)");
+    return false;
+  }
+  int nv = (g->mesh[IR_AXIS_PIPELINE] > 1 ? g->mesh[IR_AXIS_PIPELINE] : 1) * (g->vpp > 1 ? g->vpp : 1);
+  PassChunk *chunks = ir_alloc(sizeof(PassChunk) * (size_t)nv);
+  memset(chunks, 0, sizeof(PassChunk) * (size_t)nv);
+  if (nv == 1) chunks[0].g = g; /* one virtual stage: the chunk is the whole graph */
+  else if (!split(g, chunks, nv)) return false;
+  p->chunks = chunks, p->nchunks = nv;
+  return true;
+}
+
+/* Chunk k's own invariants: defs before uses inside the chunk, and
+ * outputs it computes or receives. */
+static bool verify_chunk(const PassChunk *c, const char *who) {
+  IrGraph *g = c->g;
+  IrPtrMap known = {0};
+  bool ok = true;
+  for (int i = 0; i < g->inputs.len; i++) ir_ptrmap_put(&known, g->inputs.items[i], g);
+  for (int i = 0; i < g->params.len; i++) ir_ptrmap_put(&known, g->params.items[i], g);
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++)
+      if (!ir_ptrmap_get(&known, n->in[j])) {
+        ir_error(n->loc, "%s: node %d of virtual stage %d reads a value that is neither an input "
+                 "or parameter of its chunk nor computed before it", who, i, c->vstage);
+        ok = false;
+      }
+    for (int j = 0; j < n->nout; j++) ir_ptrmap_put(&known, n->out[j], g);
+  }
+  for (int i = 0; i < g->outputs.len; i++)
+    if (!ir_ptrmap_get(&known, g->outputs.items[i])) {
+      ir_error(ir_cmdline, "%s: output %s of virtual stage %d is not the chunk's own", who,
+               (const char *)g->output_names.items[i], c->vstage);
+      ok = false;
+    }
+  ir_ptrmap_free(&known);
+  return ok;
+}
+
+/* The parts `from` sends and `to` receives of one message, which must
+ * line up in count and type. */
+static bool verify_message(const IrVec *sent, const IrVec *got, const char *what, int from, int to,
+                           const char *who) {
+  bool ok = sent->len == got->len;
+  for (int i = 0; ok && i < sent->len; i++)
+    ok = ir_type_same(&((const IrValue *)sent->items[i])->type, &((const IrValue *)got->items[i])->type);
+  if (!ok)
+    ir_error(ir_cmdline, "%s: the %s virtual stage %d sends (%d parts) is not what virtual stage %d "
+             "receives (%d parts)", who, what, from, sent->len, to, got->len);
+  return ok;
+}
+
+bool pass_verify_chunks(PassProgram *p, const char *who) {
+  if (!p->chunks || p->chunks[0].g == p->g) return ir_verify(p->g, who);
+  bool ok = true;
+  for (int k = 0; k < p->nchunks; k++) ok &= verify_chunk(&p->chunks[k], who);
+  for (int k = 0; k + 1 < p->nchunks; k++) {
+    const PassChunk *a = &p->chunks[k], *b = &p->chunks[k + 1];
+    ok &= verify_message(&a->send_act, &b->recv_act, "activation", k, k + 1, who);
+    ok &= verify_message(&b->send_grad, &a->recv_grad, "gradient", k + 1, k, who);
+  }
   return ok;
 }

@@ -4,28 +4,39 @@
 
 #include "memplan.h"
 #include "passes.h"
+#include "program_passes.h"
 
 const Pass pass_registry[] = {
-    {"fold", "evaluate config values, dims and attributes to numbers", pass_fold},
-    {"shape", "infer the type of every node output from its op's shape rule", pass_shape},
-    {"verify", "check the IR invariants every pass must keep", pass_verify},
+    {"fold", "evaluate config values, dims and attributes to numbers", .run = pass_fold},
+    {"shape", "infer the type of every node output from its op's shape rule", .run = pass_shape},
+    {"verify", "check the IR invariants every pass must keep", .run = pass_verify},
     {"tp-annotate", "place the params over the tensor-parallel ranks (--tp-strategy megatron|none; "
-     "model annotations win)", pass_tp_annotate},
+     "model annotations win)", .run = pass_tp_annotate},
     {"vocab-pad", "pad vocabulary-split params to a multiple of --vocab-multiple * t; mask the "
-     "padding in the loss", pass_vocab_pad},
+     "padding in the loss", .run = pass_vocab_pad},
     {"tp-partition", "make the graph one tensor-parallel rank's: propagate specs, insert "
-     "collectives, local shapes", pass_tp_partition},
-    {"tp-fuse", "turn tp_slice(all_reduce(x)) into reduce_scatter(x)", pass_tp_fuse},
+     "collectives, local shapes", .run = pass_tp_partition},
+    {"tp-fuse", "turn tp_slice(all_reduce(x)) into reduce_scatter(x)", .run = pass_tp_fuse},
     {"unroll", "replace every repeat by count copies of its body (params named LABEL.i.NAME)",
-     pass_unroll},
+     .run = pass_unroll},
     {"pp-partition", "place layers on --pp stages x --vpp chunks (even, by cost, or --pp-layout); "
-     "insert pp_boundary messages; copy tied params", pass_pp_partition},
+     "insert pp_boundary messages; copy tied params", .run = pass_pp_partition},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",
-     pass_autodiff},
+     .run = pass_autodiff},
     {"recompute", "--recompute selective|full: copy forward nodes of each layer (group) into its "
-     "backward and read the copies there, so their results are not kept", pass_recompute},
-    {"memplan", "plan the offset of every buffer of the rank program by liveness", pass_memplan},
-    {NULL, NULL, NULL},
+     "backward and read the copies there, so their results are not kept", .run = pass_recompute},
+    /* The program passes: the last stages before codegen, whose results
+     * hang on the program (PassProgram). */
+    {"pp-split", "cut the graph into one chunk per virtual stage; pipeline messages become the "
+     "chunks' inputs and outputs", .run_program = pass_pp_split},
+    {"schedule", "the microbatches of a step (--global-batch); with --pp > 1 every stage's action "
+     "table (--schedule), verified together", .run_program = pass_schedule,
+     .print = pass_schedule_print, .verify = pass_schedule_verify},
+    {"bw-split", "for a schedule with W actions: each chunk's backward as B (input gradient), "
+     "then W (weight gradients)", .run_program = pass_bw_split, .verify = pass_bw_split_verify},
+    {"memplan", "plan the offset of every buffer of each chunk's rank program by liveness",
+     .run_program = pass_memplan, .print = pass_memplan_print_program, .verify = pass_memplan_verify},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
 };
 
 const char *const pass_default_pipeline = "fold,shape,verify";

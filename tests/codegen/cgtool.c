@@ -365,14 +365,16 @@ int main(int argc, char **argv) {
                                       ir_cmdline))
       return 1;
   }
-  PassOptions opt = {.memplan = cg_memplan_policy("cpu")};
+  PassOptions opt = {.memplan = cg_memplan_policy("cpu"), .real_bytes = dtype == IR_F64 ? 8 : 4,
+                     .threads = threads};
   PassManagerFlags flags = {.print_stream = stdout};
-  if (!pass_run_pipeline(&g, pipeline, &opt, &flags) || ir_error_count()) return 1;
+  PassProgram prog = {.g = g};
+  if (!pass_run_program(&prog, pipeline, &opt, &flags) || ir_error_count()) return 1;
   CgOptions o = {.target = "cpu", .out_dir = out, .dtype = dtype, .model_path = model,
                  .defines = defines, .ndefines = ndefines, .threads = threads, .plan_out = stdout};
   if (compile) {
     if (print) o.plan_out = NULL;
-    if (cg_compile(g, &o)) return 1;
+    if (cg_compile(&prog, &o)) return 1;
     const char *files[] = {"rank0.c", "manifest.json"};
     for (int i = 0; print && i < 2; i++) {
       size_t len = 0;

@@ -80,3 +80,13 @@ endforeach()
 # count `shardc info` reports must not change, for every bundled model.
 add_test(NAME passes/unroll_param_count
          COMMAND sh ${PASSES_DIR}/param_count.sh ${SHARDC} ${MODELS_DIR})
+
+# Codegen runs no pass: a target's programs need what the program passes
+# make, and a pipeline (--passes) that leaves one out is an error naming it.
+set(PASSES_PP_TINY ../../models/gpt2.shard ${TINY_GPT2} -D layers=2 --pp 2 --target cpu)
+passes_model_test(err_target_no_memplan 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_BINARY_DIR}/no-memplan
+                  --passes=fold,shape,unroll,pp-partition,autodiff,pp-split,schedule)
+passes_model_test(err_target_no_schedule 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_BINARY_DIR}/no-schedule
+                  --passes=fold,shape,unroll,pp-partition,autodiff,pp-split,memplan)
+passes_model_test(err_target_no_pp_split 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_BINARY_DIR}/no-split
+                  --passes=fold,shape,unroll,pp-partition,autodiff,memplan)
