@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "target.h"
+#include "cpu.h"
 
 /* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
  * compile on its own. */
@@ -52,7 +52,7 @@
 
 /* What the CPU target keeps while it writes one program. */
 typedef struct CpuState {
-  int chunk_state; /* which braces of a run of row chunks are open (cpu_chunks_begin) */
+  int chunk_state; /* which braces of a run of row chunks are open (chunks_begin) */
   bool team;       /* writing a sunk node: GEMMs in their team form */
   /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
    * chunk, whose first row the generated code holds in `r0` (and its
@@ -169,53 +169,6 @@ static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
   unreachable();
 }
 
-/* The inline forms of the elementwise ops (CpuKernel.inline_expr): the
- * value of output `out` of node n from its operands a[]. */
-static const char *inline_add(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s + %s", a[0], a[1]);
-}
-static const char *inline_sub(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s - %s", a[0], a[1]);
-}
-static const char *inline_mul(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s * %s", a[0], a[1]);
-}
-static const char *inline_scale(const IrNode *n, int out, const char **a) {
-  (void)out;
-  return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
-}
-static const char *inline_gelu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_gelu(%s)", a[0]);
-}
-static const char *inline_silu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu(%s)", a[0]);
-}
-static const char *inline_swiglu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu(%s) * %s", a[0], a[1]);
-}
-static const char *inline_gelu_grad(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_gelu_grad(%s, %s)", a[0], a[1]);
-}
-static const char *inline_silu_grad(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu_grad(%s, %s)", a[0], a[1]);
-}
-/* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
-static const char *inline_swiglu_grad(const IrNode *n, int out, const char **a) {
-  (void)n;
-  return out == 0 ? ir_fmt("k_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
-                  : ir_fmt("%s * k_silu(%s)", a[2], a[0]);
-}
-
-static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a);
-
 static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
   int nstore = 0;
   for (int k = f->first; k <= f->last; k++) {
@@ -224,7 +177,9 @@ static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
     for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
     for (int j = 0; j < n->nout; j++) {
       const PassBuf *b = cg_buf(e, n->out[j]);
-      emit(e, "const real %s = %s;", reg(e, n->out[j]), elem_expr(e, n, j, a));
+      const char *x = cg_formula(n, j, a);
+      if (!x) cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
+      emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE)
         emit(e, "%s[i] %s= %s;", store[nstore++], b->region == PASS_REGION_GRADS ? "+" : "",
              reg(e, n->out[j]));
@@ -640,73 +595,52 @@ static void emit_reshape(CgEmitter *e, int index) {
 
 /* ------------------------------------------------------------ the op table */
 
-/* How the CPU target writes an op: `node` writes the kernel calls of a node
- * that runs on its own (or on one chunk of rows, memplan's row_local);
- * `inline_expr` is an elementwise op's value inside a fused loop. An op
- * with neither (collectives, tp_copy, pp_boundary) is cpu_tp.c's or the
- * core's; a node that reaches neither is not supported. */
-typedef struct CpuKernel {
-  void (*node)(CgEmitter *e, int index);
-  const char *(*inline_expr)(const IrNode *n, int out, const char **a);
-} CpuKernel;
-
-/* One line per op of ir/ops.def: a new op adds its line here. */
-static const CpuKernel cpu_kernels[IR_OP_COUNT] = {
-    [IR_OP_EMBEDDING] = {emit_embedding, NULL},
-    [IR_OP_ARANGE] = {emit_arange, NULL},
-    [IR_OP_ZEROS] = {emit_zeros, NULL},
-    [IR_OP_MATMUL] = {emit_matmul, NULL},
-    [IR_OP_LINEAR] = {emit_linear, NULL},
-    [IR_OP_RESHAPE] = {emit_reshape, NULL},
-    [IR_OP_TRANSPOSE] = {emit_transpose, NULL},
-    [IR_OP_SPLIT_HEADS] = {emit_split_heads, NULL},
-    [IR_OP_MERGE_HEADS] = {emit_merge_heads, NULL},
-    [IR_OP_SPLIT] = {emit_split, NULL},
-    [IR_OP_CONCAT] = {emit_concat, NULL},
-    [IR_OP_ADD] = {NULL, inline_add},
-    [IR_OP_SUB] = {NULL, inline_sub},
-    [IR_OP_MUL] = {NULL, inline_mul},
-    [IR_OP_SCALE] = {NULL, inline_scale},
-    [IR_OP_GELU] = {NULL, inline_gelu},
-    [IR_OP_SILU] = {NULL, inline_silu},
-    [IR_OP_SWIGLU] = {NULL, inline_swiglu},
-    [IR_OP_DROPOUT] = {emit_dropout, NULL},
-    [IR_OP_LAYERNORM] = {emit_layernorm, NULL},
-    [IR_OP_RMSNORM] = {emit_rmsnorm, NULL},
-    [IR_OP_SOFTMAX] = {emit_softmax, NULL},
-    [IR_OP_CAUSAL_MASK] = {emit_causal_mask, NULL},
-    [IR_OP_ROPE] = {emit_rope, NULL},
-    [IR_OP_ATTENTION] = {emit_attention, NULL},
-    [IR_OP_CROSS_ENTROPY] = {emit_loss, NULL},
-    [IR_OP_LINEAR_DX] = {emit_linear_dx, NULL},
-    [IR_OP_LINEAR_DW] = {emit_linear_dw, NULL},
-    [IR_OP_SUM_TO] = {emit_sum_to, NULL},
-    [IR_OP_GELU_GRAD] = {NULL, inline_gelu_grad},
-    [IR_OP_SILU_GRAD] = {NULL, inline_silu_grad},
-    [IR_OP_SWIGLU_GRAD] = {NULL, inline_swiglu_grad},
-    [IR_OP_DROPOUT_GRAD] = {emit_dropout, NULL},
-    [IR_OP_LAYERNORM_GRAD] = {emit_layernorm_grad, NULL},
-    [IR_OP_RMSNORM_GRAD] = {emit_rmsnorm_grad, NULL},
-    [IR_OP_SOFTMAX_GRAD] = {emit_softmax_grad, NULL},
-    [IR_OP_ATTENTION_GRAD] = {emit_attention, NULL},
-    [IR_OP_EMBEDDING_GRAD] = {emit_embedding, NULL},
-    [IR_OP_CROSS_ENTROPY_GRAD] = {emit_loss, NULL},
+/* How the CPU target writes an op that runs on its own (or on one chunk
+ * of rows, memplan's row_local): the kernel calls of its node. An
+ * elementwise op with a formula (ir/ops.def) needs no line: the fused
+ * loops write it. An op with neither (collectives, tp_copy, pp_boundary)
+ * is cpu_tp.c's or the core's; a node that reaches none is not
+ * supported. A new op with kernels of its own adds its line here. */
+static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
+    [IR_OP_EMBEDDING] = emit_embedding,
+    [IR_OP_ARANGE] = emit_arange,
+    [IR_OP_ZEROS] = emit_zeros,
+    [IR_OP_MATMUL] = emit_matmul,
+    [IR_OP_LINEAR] = emit_linear,
+    [IR_OP_RESHAPE] = emit_reshape,
+    [IR_OP_TRANSPOSE] = emit_transpose,
+    [IR_OP_SPLIT_HEADS] = emit_split_heads,
+    [IR_OP_MERGE_HEADS] = emit_merge_heads,
+    [IR_OP_SPLIT] = emit_split,
+    [IR_OP_CONCAT] = emit_concat,
+    [IR_OP_DROPOUT] = emit_dropout,
+    [IR_OP_LAYERNORM] = emit_layernorm,
+    [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_SOFTMAX] = emit_softmax,
+    [IR_OP_CAUSAL_MASK] = emit_causal_mask,
+    [IR_OP_ROPE] = emit_rope,
+    [IR_OP_ATTENTION] = emit_attention,
+    [IR_OP_CROSS_ENTROPY] = emit_loss,
+    [IR_OP_LINEAR_DX] = emit_linear_dx,
+    [IR_OP_LINEAR_DW] = emit_linear_dw,
+    [IR_OP_SUM_TO] = emit_sum_to,
+    [IR_OP_DROPOUT_GRAD] = emit_dropout,
+    [IR_OP_LAYERNORM_GRAD] = emit_layernorm_grad,
+    [IR_OP_RMSNORM_GRAD] = emit_rmsnorm_grad,
+    [IR_OP_SOFTMAX_GRAD] = emit_softmax_grad,
+    [IR_OP_ATTENTION_GRAD] = emit_attention,
+    [IR_OP_EMBEDDING_GRAD] = emit_embedding,
+    [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
 };
 
-static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a) {
-  if (cpu_kernels[n->op].inline_expr) return cpu_kernels[n->op].inline_expr(n, out, a);
-  cg_error(e, n, "no inline form for this elementwise op");
-  return "0";
-}
-
 static bool cpu_writes_op(IrOp op) {
-  return cpu_kernels[op].node || cpu_kernels[op].inline_expr || cg_cpu_tp_writes_op(op);
+  return cpu_kernels[op] || cg_formula_writes_op(op) || cg_cpu_tp_writes_op(op);
 }
 
 static void cpu_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   if (cg_cpu_tp_node(e, n)) return; /* tp_slice, vocabulary-parallel and per-rank ops */
-  if (cpu_kernels[n->op].node) cpu_kernels[n->op].node(e, index);
+  if (cpu_kernels[n->op]) cpu_kernels[n->op](e, index);
   else cg_error(e, n, "not supported");
 }
 
@@ -732,7 +666,7 @@ static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *gr
  * the calling thread (nested regions are off; OpenBLAS is told when it is
  * the pthread build). A run with sunk reductions opens the region around
  * the chunk loop, and the reductions follow the loop's barrier in it. */
-static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
+static void chunks_begin(CgEmitter *e, int first, int last) {
   bool sunk = false;
   for (int i = first; i <= last; i++) sunk |= e->plan->sunk[i];
   emit(e, "{");
@@ -754,15 +688,15 @@ static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
   cpu_state(e)->chunk_rows = e->plan->chunk_rows;
 }
 
-static void cpu_chunks_after(CgEmitter *e) {
+static void chunks_after(CgEmitter *e) {
   e->depth--;
   emit(e, "}"); /* the loop over chunks; the region stays open */
   cpu_state(e)->chunk_state = 3;
   cpu_state(e)->chunk_rows = 0;
 }
 
-static void cpu_chunks_end(CgEmitter *e) {
-  if (cpu_state(e)->chunk_state == 2) cpu_chunks_after(e);
+static void chunks_end(CgEmitter *e) {
+  if (cpu_state(e)->chunk_state == 2) chunks_after(e);
   e->depth--;
   emit(e, "}"); /* the loop over chunks (1) or the parallel region (3) */
   emit(e, "k_blas_serial_end(blas);");
@@ -773,7 +707,7 @@ static void cpu_chunks_end(CgEmitter *e) {
 }
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */
-static void cpu_team_node(CgEmitter *e, int index) {
+static void team_node(CgEmitter *e, int index) {
   const IrNode *n = node_at(e, index);
   if (n->op == IR_OP_SUM_TO) {
     const IrValue *x = n->in[0], *y = n->out[0];
@@ -785,6 +719,19 @@ static void cpu_team_node(CgEmitter *e, int index) {
   cpu_state(e)->team = true;
   emit_linear_dw(e, index);
   cpu_state(e)->team = false;
+}
+
+/* The chunks in one parallel loop; with sunk nodes, the region stays
+ * open after it for the team to share them. */
+static void cpu_row_chunks(CgEmitter *e, int first, int last) {
+  chunks_begin(e, first, last);
+  cg_chunk_body(e, first, last);
+  if (cpu_state(e)->chunk_state == 2) {
+    chunks_after(e);
+    for (int i = cg_next_sunk(e, first - 1, last); i >= 0; i = cg_next_sunk(e, i, last))
+      team_node(e, i);
+  }
+  chunks_end(e);
 }
 
 static void cpu_prologue(CgEmitter *e) {
@@ -949,10 +896,8 @@ const CgTarget cg_target_cpu = {
     .doc = "C with OpenMP and OpenBLAS; ranks talk through MPI",
     .source_ext = ".c",
     .buildfile_name = "Makefile",
-    .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "recompute,verify,memplan",
-    .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,recompute,verify",
+    .precisions = CG_PRECISION_FP32,
+    .memory = CG_MEMORY_HOST,
     .memplan = &cpu_memplan,
     .writes_op = cpu_writes_op,
     .state_new = cpu_state_new,
@@ -960,10 +905,7 @@ const CgTarget cg_target_cpu = {
     .plan_defines = cpu_plan_defines,
     .node = cpu_node,
     .fused = cpu_fused,
-    .chunks_begin = cpu_chunks_begin,
-    .chunks_after = cpu_chunks_after,
-    .team_node = cpu_team_node,
-    .chunks_end = cpu_chunks_end,
+    .row_chunks = cpu_row_chunks,
     .accumulate = cpu_accumulate,
     .permute = cpu_permute,
     .comm_scratch = "tp_scratch",

@@ -13,7 +13,7 @@
  * part of a run of row chunks (memplan keeps collectives out of them). */
 #include <string.h>
 
-#include "target.h"
+#include "cpu.h"
 
 static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
 static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }

@@ -203,28 +203,6 @@ static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
   unreachable();
 }
 
-/* The value of output `out` of elementwise node n from its operands a[],
- * with the device functions of the prologue; NULL for an op that does not
- * run inside a fused kernel. */
-static const char *elem_expr(const IrNode *n, int out, const char **a) {
-  switch (n->op) {
-  case IR_OP_ADD: return ir_fmt("%s + %s", a[0], a[1]);
-  case IR_OP_SUB: return ir_fmt("%s - %s", a[0], a[1]);
-  case IR_OP_MUL: return ir_fmt("%s * %s", a[0], a[1]);
-  case IR_OP_SCALE: return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
-  case IR_OP_GELU: return ir_fmt("cu_gelu(%s)", a[0]);
-  case IR_OP_SILU: return ir_fmt("cu_silu(%s)", a[0]);
-  case IR_OP_SWIGLU: return ir_fmt("cu_silu(%s) * %s", a[0], a[1]);
-  case IR_OP_GELU_GRAD: return ir_fmt("cu_gelu_grad(%s, %s)", a[0], a[1]);
-  case IR_OP_SILU_GRAD: return ir_fmt("cu_silu_grad(%s, %s)", a[0], a[1]);
-  /* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
-  case IR_OP_SWIGLU_GRAD:
-    return out == 0 ? ir_fmt("cu_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
-                    : ir_fmt("%s * cu_silu(%s)", a[2], a[0]);
-  default: return NULL;
-  }
-}
-
 static const char *kernel_name(CgEmitter *e, int first) {
   return ir_fmt("fused_c%d_n%d", e->chunk ? e->chunk->index : 0, first);
 }
@@ -244,7 +222,7 @@ static void emit_element(CgEmitter *e, const Fused *f) {
     for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
     for (int j = 0; j < n->nout; j++) {
       const PassBuf *b = cg_buf(e, n->out[j]);
-      const char *x = elem_expr(n, j, a);
+      const char *x = cg_formula(n, j, a);
       emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE && low(e, n->out[j]))
         emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", nstore++, reg(e, n->out[j]));
@@ -401,8 +379,8 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
   for (int k = first; k <= last; k++) {
     const IrNode *n = node_at(e, k);
     for (int j = 0; j < n->nout; j++)
-      if (!elem_expr(n, j, (const char *[3]){"a", "b", "c"}))
-        cg_error(e, n, "no inline form for this elementwise op");
+      if (!cg_formula(n, j, (const char *[3]){"a", "b", "c"}))
+        cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
   }
   /* The vector loop when every pointer it moves 16 bytes at a time through
    * is 16-byte aligned (the plan's 64-byte regions hold whole vectors), and
@@ -493,7 +471,7 @@ static void gemm(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t M, int64_t N
  * between (free_early), and within one phase. --no-gemm-epilogue turns it
  * all off; kernels/cuda/gemm.cu runs an epilogue unfused where cuBLASLt has
  * no algorithm for it. */
-static bool epilogues_on(CgEmitter *e) { return !e->opt->no_gemm_epilogue; }
+static bool epilogues_on(CgEmitter *e) { return !cg_target_arg(e, "--no-gemm-epilogue", NULL); }
 
 static int phase_of(CgEmitter *e, int i) {
   return i >= e->plan->wboundary ? 2 : i >= e->plan->boundary ? 1 : 0;
@@ -1142,9 +1120,9 @@ static void emit_tp_form(CgEmitter *e, int index) {
 
 /* ------------------------------------------------------------ the op table */
 
-/* How the CUDA target writes an op that runs on its own; the elementwise
- * ops are elem_expr's. The same ops as the CPU target's table, one line
- * per op of ir/ops.def. */
+/* How the CUDA target writes an op that runs on its own; an elementwise op
+ * with a formula (ir/ops.def) needs no line: the fused kernels write it.
+ * The same ops as the CPU target's table. */
 static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_EMBEDDING] = emit_embedding,
     [IR_OP_ARANGE] = emit_arange,
@@ -1179,17 +1157,7 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_TP_COPY] = emit_tp_copy,
 };
 
-/* The ops elem_expr writes. */
-static bool is_elementwise(IrOp op) {
-  switch (op) {
-  case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_SCALE: case IR_OP_GELU:
-  case IR_OP_SILU: case IR_OP_SWIGLU: case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD:
-  case IR_OP_SWIGLU_GRAD: return true;
-  default: return false;
-  }
-}
-
-static bool cuda_writes_op(IrOp op) { return cuda_kernels[op] || is_elementwise(op); }
+static bool cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }
 
 /* Ops written in their tensor-parallel form when an attribute says so. */
 static bool tp_form(const IrNode *n) { return flag(n, "vocab_parallel") || flag(n, "per_rank"); }
@@ -1524,6 +1492,9 @@ static void cuda_prologue(CgEmitter *e) {
   emit_blank(e);
   emit(e, "#include \"kernels/cuda/kernels_cuda.h\"");
   emit(e, "#include \"kernels/cuda/launch.h\"");
+  /* The elementwise formulas the fused kernels call (ir/ops.def's FORMULA
+   * lines over kernels/formulas.h). */
+  emit(e, "#include \"kernels/cuda/formulas.cuh\"");
   emit(e, "extern \"C\" {");
   emit(e, "#include \"abi/model.h\"");
   emit(e, "}");
@@ -1570,26 +1541,6 @@ static void cuda_prologue(CgEmitter *e) {
   emit(e, "    on = !(s && s[0] == '0' && !s[1]);");
   emit(e, "  }");
   emit(e, "  return on;");
-  emit(e, "}");
-  emit_blank(e);
-  emit(e, "/* The tanh GELU and the SiLU of the kernels, in fp32 (not static: a program");
-  emit(e, " * that leaves some unused gets no warning for it). */");
-  emit(e, "__device__ __forceinline__ real cu_gelu(real x) {");
-  emit(e, "  const real c = 0.7978845608028654f;");
-  emit(e, "  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));");
-  emit(e, "}");
-  emit(e, "__device__ __forceinline__ real cu_gelu_grad(real x, real dy) {");
-  emit(e, "  const real c = 0.7978845608028654f;");
-  emit(e, "  real u = c * (x + 0.044715f * x * x * x), t = tanhf(u);");
-  emit(e, "  real du = c * (1.0f + 3.0f * 0.044715f * x * x);");
-  emit(e, "  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);");
-  emit(e, "}");
-  emit(e, "__device__ __forceinline__ real cu_sigmoid(real x) { return 1.0f / (1.0f + "
-          "expf(-x)); }");
-  emit(e, "__device__ __forceinline__ real cu_silu(real x) { return x * cu_sigmoid(x); }");
-  emit(e, "__device__ __forceinline__ real cu_silu_grad(real x, real dy) {");
-  emit(e, "  real s = cu_sigmoid(x);");
-  emit(e, "  return dy * s * (1.0f + x * (1.0f - s));");
   emit(e, "}");
   emit_blank(e);
   emit(e, "/* embedding_grad added into its slot: thread j owns column j and adds the");
@@ -1709,7 +1660,8 @@ static void cuda_entry(CgEmitter *e) {
 }
 
 static void cuda_buildfile(CgEmitter *e, const char *const *programs, int nprograms) {
-  const char *arch = e->opt->cuda_arch ? e->opt->cuda_arch : CUDA_DEFAULT_ARCH;
+  const char *arch;
+  if (!cg_target_arg(e, "--cuda-arch", &arch) || !arch) arch = CUDA_DEFAULT_ARCH;
   emit(e, "# Builds the rank programs of this directory for the GPU against the shardc");
   emit(e, "# runtime. Written by `shardc compile --target cuda`; `shardc build DIR` runs it.");
   emit(e, "NVCC = %s", SHARDC_NVCC);
@@ -1790,6 +1742,22 @@ static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t
          (long long)b, (long long)part);
 }
 
+/* --cuda-arch: a compute capability nvcc takes, sm_NN or compute_NN. */
+static const char *check_arch(const char *value) {
+  if (strncmp(value, "sm_", 3) == 0 || strncmp(value, "compute_", 8) == 0) return NULL;
+  return ir_fmt("--cuda-arch: expected sm_NN, got '%s'", value);
+}
+
+/* --cuda-arch sm_NN: the GPU architecture the build file builds for
+ * (CUDA_DEFAULT_ARCH without it). --no-gemm-epilogue: a GELU, its
+ * gradient and a bias gradient after a GEMM run as kernels of their own
+ * instead of in cuBLASLt's epilogue (for comparison). */
+static const CgTargetOption cuda_options[] = {
+    {"--cuda-arch", check_arch},
+    {"--no-gemm-epilogue", NULL},
+    {NULL, NULL},
+};
+
 static void *cuda_state_new(CgEmitter *e) {
   (void)e;
   CudaState *st = ir_alloc(sizeof *st);
@@ -1803,10 +1771,12 @@ const CgTarget cg_target_cuda = {
            "ranks, nvcc)",
     .source_ext = ".cu",
     .buildfile_name = "Makefile",
-    .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "recompute,verify,memplan",
-    .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,recompute,verify",
+    .precisions = CG_PRECISION_FP32 | CG_PRECISION_BF16,
+    .memory = CG_MEMORY_GPU,
+    /* Its programs of many ranks (over NCCL) are taken only by name until
+     * they have been checked on GPUs (docs/targets.md). */
+    .runs_many_ranks = false,
+    .options = cuda_options,
     .memplan = &cuda_memplan,
     .writes_op = cuda_writes_op,
     .state_new = cuda_state_new,

@@ -11,6 +11,17 @@
 
 typedef struct CgTarget CgTarget;
 
+/* Where a target's programs keep the model (CgTarget.memory). */
+typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;
+
+/* A command-line option of one target: its name ("--cuda-arch") and, for
+ * one that takes a value, what the value must be: NULL when it is fine,
+ * else the usage message. A flag has no check. */
+typedef struct CgTargetOption {
+  const char *name;
+  const char *(*check)(const char *value);
+} CgTargetOption;
+
 /* A gradient bucket of data parallelism (abi/model.h RtBucket):
  * elements [offset, offset + numel) of the rank's weights. */
 typedef struct CgBucket {
@@ -75,6 +86,17 @@ const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i);
 /* The product of t's dims from..to-1. */
 int64_t cg_dims_prod(const IrType *t, int from, int to);
 
+/* The elementwise formulas of ir/ops.def (elementwise.c). cg_formula is
+ * output `out` of node n at one element, its inputs' values there being
+ * the expressions a[]; NULL for an op or output without one.
+ * cg_formula_text is its text as ops.def writes it, cg_formula_outputs the
+ * outputs that have one. cg_formula_writes_op: whether op is elementwise
+ * and has a formula, so that every target's fused loops write it. */
+const char *cg_formula(const IrNode *n, int out, const char *const *a);
+const char *cg_formula_text(IrOp op, int out);
+int cg_formula_outputs(IrOp op);
+bool cg_formula_writes_op(IrOp op);
+
 /* The layout ops' kernel calls, `prefix` naming the target's kernels
  * (layout_ops.c). A transpose of a dim with itself writes nothing and
  * returns false: the target copies. */
@@ -121,18 +143,30 @@ struct CgTarget {
   const char *buildfile_name; /* "Makefile" */
   /* The pass pipeline a graph goes through before codegen, without and
    * with pipeline partitioning (the memory plan is then made per chunk,
-   * after the layout splits the graph). */
+   * after the layout splits the graph); NULL: the pipelines every target
+   * shares (targets.c). */
   const char *pipeline, *pipeline_pp;
+  /* The precisions its programs run the step in (CG_PRECISION_*). */
+  unsigned precisions;
+  /* Where its programs keep the model: this machine's memory (the
+   * launcher checks the plan against it) or a GPU's. */
+  CgMemory memory;
+  /* A GPU target: whether `shardc run` takes it by itself for jobs of
+   * more than one rank, not only for one (cg_run_target). */
+  bool runs_many_ranks;
+  /* Its own command-line options (the driver lists them in its help),
+   * ended by a NULL name; NULL: none. */
+  const CgTargetOption *options;
   /* The memory plan's policy: kernel scratch per node, threads or streams,
-   * whether runs of row chunks are planned (then chunks_* and team_node
-   * must be set). */
+   * whether runs of row chunks are planned (then row_chunks must be
+   * set). */
   const PassMemPolicy *memplan;
   /* Whether the target writes nodes of op (cpu: its kernel table and the
    * tensor-parallel ops of cpu_tp.c). The core asks before it hands a node
-   * to `node`, `fused` or `team_node`, and reports any other node with one
-   * message naming the target and the op. Every op is either written by
-   * the core (cg_core_writes_op) or by every target of the table, which
-   * tests/codegen/op_coverage.c checks. */
+   * to `node` or `fused` (or a sunk node to row_chunks), and reports any
+   * other node with one message naming the target and the op. Every op is
+   * either written by the core (cg_core_writes_op) or by every target of
+   * the table, which tests/codegen/op_coverage.c checks. */
   bool (*writes_op)(IrOp op);
   /* The target's state for one program, made when its emitter opens; NULL
    * when the target keeps none. */
@@ -147,15 +181,12 @@ struct CgTarget {
   void (*node)(CgEmitter *e, int index);
   /* One loop over the elementwise nodes first..last. */
   void (*fused)(CgEmitter *e, int first, int last);
-  /* A run of row chunks (PassMemPlan.chunked, .sunk): chunks_begin opens
-   * the parallel region and its loop over chunks, whose body `node` and
-   * `fused` write for one chunk; chunks_after closes the loop, after which
-   * team_node writes each sunk node for the whole team; chunks_end closes
-   * the region. */
-  void (*chunks_begin)(CgEmitter *e, int first, int last);
-  void (*chunks_after)(CgEmitter *e);
-  void (*team_node)(CgEmitter *e, int index);
-  void (*chunks_end)(CgEmitter *e);
+  /* A run of row chunks (PassMemPlan.chunked, .sunk) of nodes
+   * first..last, for a target whose memory policy plans them (row_chunks):
+   * the target's loop over the chunks around cg_chunk_body, then its own
+   * code of each sunk node for the whole run, in the order cg_next_sunk
+   * gives them. */
+  void (*row_chunks)(CgEmitter *e, int first, int last);
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
   /* For the collectives along inner dims: writes dst [b][a][part] from
@@ -180,6 +211,10 @@ extern const CgTarget cg_target_cuda;
 const CgTarget *cg_find_target(const char *name);
 /* The i-th target of the table; NULL past its end. */
 const CgTarget *cg_target_at(int i);
+/* Whether the command line gave option `name` of the emitter's target
+ * (CgOptions.target_args), and its value (NULL for a flag or when not
+ * given). */
+bool cg_target_arg(const CgEmitter *e, const char *name, const char **value);
 
 /* Whether the core writes nodes of op for every target, so that no target
  * needs to (emit.c): the collectives (collectives.c), the ops the memory
@@ -187,6 +222,13 @@ const CgTarget *cg_target_at(int i);
  * remove before codegen (repeat: unroll; pp_boundary: the layout turns
  * each into a message). */
 bool cg_core_writes_op(IrOp op);
+
+/* Inside CgTarget.row_chunks (emit.c): the code of one chunk of rows of
+ * nodes first..last, the sunk ones left out, each node through `node` or
+ * `fused`; and the next sunk node of first..last after node `after`
+ * (first - 1 to begin), with its IR comment written, -1 past the last. */
+void cg_chunk_body(CgEmitter *e, int first, int last);
+int cg_next_sunk(CgEmitter *e, int after, int last);
 
 /* ------------------------------------------------------- collectives.c */
 
@@ -209,21 +251,5 @@ int64_t cg_comm_scratch_reals(const IrNode *n);
 /* An all-reduce over the tensor axis of n reals at src into dst with
  * operation op ("RT_COMM_SUM", "RT_COMM_MAX"). */
 void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op);
-
-/* Tensor parallelism on the CPU target (cpu_tp.c): the scratch and helpers
- * the rank program needs, and the code of a node that depends on the rank
- * (tp_slice, vocabulary-parallel embedding and loss, per-rank dropout);
- * false for any other node. */
-void cg_cpu_tp_prologue(CgEmitter *e);
-bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
-/* Whether cg_cpu_tp_node writes every node of op (tp_slice, tp_copy); the
- * ops it writes only with an attribute set are in cpu.c's table too. */
-bool cg_cpu_tp_writes_op(IrOp op);
-/* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the
- * rank's rows of a vocabulary-parallel table. */
-void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows);
-/* Inside a run of row chunks: the rows of one chunk (the CPU target's
- * state, set by its chunks_begin); 0 elsewhere. */
-int64_t cg_cpu_chunk_rows(CgEmitter *e);
 
 #endif
