@@ -66,29 +66,18 @@ int64_t cg_cpu_chunk_rows(CgEmitter *e) { return cpu_state(e)->chunk_rows; }
 
 /* ---------------------------------------------------------------- shapes */
 
-static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-
-/* Dim k, counting from the end when negative. */
-static int64_t dim(const IrValue *v, int k) {
-  return v->type.shape[k < 0 ? k + v->type.rank : k];
-}
-
-/* The product of dims [from, to). */
-static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
-
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
 
 /* Inside a run of row chunks (cg_cpu_chunk_rows(e) > 0) a node works on rows
  * r0 .. r0 + chunk_rows - 1 of its row-shaped operands: rrows is how many
  * rows it sees, rref where its first one starts. Outside, the whole. */
 static int64_t rrows(CgEmitter *e, const IrValue *v) {
-  return cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : rows_of(v);
+  return cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_rows(v);
 }
 
 static const char *rref(CgEmitter *e, const IrValue *v) {
   if (!cg_cpu_chunk_rows(e)) return ref(e, v);
-  return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)dim(v, -1));
+  return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)cg_dim(v, -1));
 }
 
 /* GEMMs that produce a gradient straight into its slot add (beta = 1). */
@@ -114,26 +103,15 @@ typedef struct Fused {
   int64_t per; /* in a row chunk: its elements; 0 outside */
 } Fused;
 
-static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (v->kind != IR_VAL_NODE) return false;
-  for (int k = f->first; k <= f->last; k++)
-    if (node_at(e, k) == v->def) return true;
-  return false;
-}
-
-static const char *reg(CgEmitter *e, const IrValue *v) {
-  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
-}
-
 static void collect_loads(CgEmitter *e, Fused *f) {
   int cap = 0;
-  for (int k = f->first; k <= f->last; k++) cap += node_at(e, k)->nin;
+  for (int k = f->first; k <= f->last; k++) cap += cg_node(e, k)->nin;
   f->loads = ir_alloc((size_t)(cap ? cap : 1) * sizeof *f->loads);
   for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nin; j++) {
       const IrValue *v = n->in[j];
-      bool seen = in_group(e, f, v);
+      bool seen = cg_in_run(e, f->first, f->last, v);
       for (int l = 0; l < f->nloads && !seen; l++) seen = f->loads[l].v == v;
       if (!seen) f->loads[f->nloads++] = (Load){v, cg_bcast(&v->type, f->shape), NULL};
     }
@@ -163,7 +141,7 @@ static void collect_loads(CgEmitter *e, Fused *f) {
 }
 
 static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (in_group(e, f, v)) return reg(e, v);
+  if (cg_in_run(e, f->first, f->last, v)) return cg_reg(e, v);
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v) return ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
@@ -172,19 +150,19 @@ static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
 static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
   int nstore = 0;
   for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
     for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
     for (int j = 0; j < n->nout; j++) {
       const PassBuf *b = cg_buf(e, n->out[j]);
       const char *x = cg_formula(n, j, a);
       if (!x) cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
-      emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
+      emit(e, "const real %s = %s;", cg_reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE)
         emit(e, "%s[i] %s= %s;", store[nstore++], b->region == PASS_REGION_GRADS ? "+" : "",
-             reg(e, n->out[j]));
+             cg_reg(e, n->out[j]));
       else if (b->uses == 0)
-        emit(e, "(void)%s;", reg(e, n->out[j]));
+        emit(e, "(void)%s;", cg_reg(e, n->out[j]));
     }
   }
 }
@@ -192,8 +170,8 @@ static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
 static void cpu_fused(CgEmitter *e, int first, int last) {
   /* In a chunk: its elements, [chunk * per, (chunk + 1) * per), by rows
    * when a chunk holds whole rows of the loop. */
-  int64_t per = cg_cpu_chunk_rows(e) * dim(node_at(e, first)->out[0], -1);
-  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type, .per = per};
+  int64_t per = cg_cpu_chunk_rows(e) * cg_dim(cg_node(e, first)->out[0], -1);
+  Fused f = {.first = first, .last = last, .shape = &cg_node(e, first)->out[0]->type, .per = per};
   collect_loads(e, &f);
   int64_t N = ir_type_numel(f.shape);
   emit(e, "{");
@@ -203,7 +181,7 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
   const char **store = ir_alloc(sizeof *store * (size_t)(2 * (last - first + 1)));
   int nstore = 0;
   for (int k = first; k <= last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) {
         store[nstore] = ir_fmt("y%d", nstore);
@@ -258,15 +236,15 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
  * contiguous, a batched GEMM otherwise (a shared operand has stride 0). */
 static void emit_matmul(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
   if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
     cg_error(e, n, "operands of rank below 2");
     return;
   }
   int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t m = dim(y, -2), nn = dim(y, -1), k = ta ? dim(a, -2) : dim(a, -1);
-  int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
+  int64_t m = cg_dim(y, -2), nn = cg_dim(y, -1), k = ta ? cg_dim(a, -2) : cg_dim(a, -1);
+  int64_t batch = cg_numel(y) / (m * nn), ba = cg_numel(a) / (m * k), bb = cg_numel(b) / (k * nn);
   int64_t lda = ta ? m : k, ldb = tb ? k : nn;
   const char *beta = beta_of(e, y);
   if (cg_cpu_chunk_rows(e)) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
@@ -288,10 +266,10 @@ static void emit_matmul(CgEmitter *e, int index) {
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */
 static void emit_linear(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(y, -1), rows = rrows(e, x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(y, -1), rows = rrows(e, x);
   gemm(e, 0, tr, rows, out, in, rref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y),
        rref(e, y), out);
   if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", rref(e, y), ref(e, n->in[2]),
@@ -300,10 +278,10 @@ static void emit_linear(CgEmitter *e, int index) {
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
 static void emit_linear_dx(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rrows(e, dy);
+  int64_t out = cg_dim(dy, -1), in = cg_dim(dx, -1), rows = rrows(e, dy);
   gemm(e, 0, !tr, rows, in, out, rref(e, dy), out, ref(e, w), tr ? in : out, beta_of(e, dx),
        rref(e, dx), in);
 }
@@ -311,10 +289,10 @@ static void emit_linear_dx(CgEmitter *e, int index) {
 /* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
  * every leading dim by the GEMM's inner dimension. */
 static void emit_linear_dw(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(dy, -1), rows = cg_rows(x);
   if (tr)
     gemm(e, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, beta_of(e, dw), ref(e, dw), in);
   else
@@ -326,23 +304,23 @@ static void emit_linear_dw(CgEmitter *e, int index) {
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
 
 static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
-  emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)numel(x));
+  emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)cg_numel(x));
 }
 
 static void emit_transpose(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (!cg_transpose_call(e, n, "k_")) emit_copy(e, n->out[0], n->in[0]);
 }
 
-static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), true, "k_"); }
-static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), false, "k_"); }
+static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, cg_node(e, index), true, "k_"); }
+static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, cg_node(e, index), false, "k_"); }
 
 /* A split that is not a view: one strided block copy per part. */
 static void emit_split(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer, part = cols / n->nout;
   if (cg_cpu_chunk_rows(e)) outer = cg_cpu_chunk_rows(e); /* along the last axis (memplan's row_local) */
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
@@ -351,13 +329,13 @@ static void emit_split(CgEmitter *e, int index) {
 }
 
 static void emit_concat(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
-  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = cg_numel(y) / outer, at = 0;
   int64_t rows = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : outer; /* along the last axis in a chunk */
   for (int j = 0; j < n->nin; j++) {
-    int64_t c = numel(n->in[j]) / outer;
+    int64_t c = cg_numel(n->in[j]) / outer;
     emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", rref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, rref(e, n->in[j]),
          (long long)c, (long long)rows, (long long)c);
@@ -367,10 +345,10 @@ static void emit_concat(CgEmitter *e, int index) {
 
 /* sum_to: x summed down to the shape broadcasting stretched it from. */
 static void emit_sum_to(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
   CgBc bc = cg_bcast(&y->type, &x->type);
-  int64_t N = numel(x), M = numel(y);
+  int64_t N = cg_numel(x), M = cg_numel(y);
   switch (bc.kind) {
   case CG_BC_FULL: emit_copy(e, y, x); return;
   case CG_BC_SCALAR:
@@ -411,107 +389,107 @@ static void emit_sum_to(CgEmitter *e, int index) {
 /* ------------------------------------------------------- the other kernels */
 
 static void emit_attention(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
   cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   /* In a chunk: its whole sequences (memplan's row_local). */
-  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(q, 1) : dim(q, 0);
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(q, 1) : cg_dim(q, 0);
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
   else
     emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
          rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
        ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-       ref(e, n->in[1]), (long long)rrows(e, x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)rrows(e, x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_layernorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   /* A layernorm without a bias has no use for db. */
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
   emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
-       (long long)rows_of(x), (long long)dim(x, -1));
+       (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_causal_mask(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  int64_t s = dim(x, -1);
+  int64_t s = cg_dim(x, -1);
   emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
-       (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+       (long long)(cg_numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
 
 /* In a chunk: its whole sequences (memplan's row_local). */
 static void emit_rope(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
-  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(x, -2) : cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1));
   emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]), rref(e, x),
-       (long long)b, (long long)dim(x, -2), (long long)H, (long long)(dim(x, -1) / H),
+       (long long)b, (long long)cg_dim(x, -2), (long long)H, (long long)(cg_dim(x, -1) / H),
        cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
 }
 
 static void emit_dropout(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   /* In evaluation the rate is 0: the kernel copies. */
   emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
-       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
 
 static void emit_loss(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
-  int64_t V = dim(logits, -1), rows = numel(targets);
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V);
@@ -528,7 +506,7 @@ static void emit_loss(CgEmitter *e, int index) {
  * of a vocabulary-parallel table, and ids outside it add nothing. */
 void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
   const IrValue *ids = n->in[0], *dy = n->in[1], *y = n->out[0];
-  int64_t rows = numel(ids), h = dim(y, -1);
+  int64_t rows = cg_numel(ids), h = cg_dim(y, -1);
   emit(e, "{");
   e->depth++;
   emit(e, "real *restrict g = %s;", ref(e, y));
@@ -560,36 +538,36 @@ void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
 }
 
 static void emit_embedding(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
     emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
          cg_cpu_chunk_rows(e) ? " + r0" : "", ref(e, n->in[1]),
-         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : numel(ids)), (long long)dim(y, -1));
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)cg_dim(y, -1));
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
     cg_cpu_embedding_scatter(e, n, 0);
   else
     emit(e, "k_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
-         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
+         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
 }
 
 static void emit_arange(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)cg_numel(y));
 }
 
 static void emit_zeros(CgEmitter *e, int index) {
-  const IrValue *y = node_at(e, index)->out[0];
-  emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)numel(y),
+  const IrValue *y = cg_node(e, index)->out[0];
+  emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)cg_numel(y),
        y->type.dtype == IR_I32 ? "int32_t" : "real");
 }
 
 /* A view unless the plan says otherwise. */
 static void emit_reshape(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   emit_copy(e, n->out[0], n->in[0]);
 }
 
@@ -638,7 +616,7 @@ static bool cpu_writes_op(IrOp op) {
 }
 
 static void cpu_node(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (cg_cpu_tp_node(e, n)) return; /* tp_slice, vocabulary-parallel and per-rank ops */
   if (cpu_kernels[n->op]) cpu_kernels[n->op](e, index);
   else cg_error(e, n, "not supported");
@@ -647,8 +625,8 @@ static void cpu_node(CgEmitter *e, int index) {
 /* ---------------------------------------------------- gradients, program */
 
 static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
-  int64_t n = numel(grad);
-  if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  int64_t n = cg_numel(grad);
+  if (n != cg_numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
   emit(e, "{");
   e->depth++;
   /* The param's slot in the gradients: where WGT(...) is in the weights. */
@@ -708,11 +686,11 @@ static void chunks_end(CgEmitter *e) {
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */
 static void team_node(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (n->op == IR_OP_SUM_TO) {
     const IrValue *x = n->in[0], *y = n->out[0];
     emit(e, "k_sum_rows_team(%s, %s, %lld, %lld);", ref(e, y), ref(e, x),
-         (long long)(numel(x) / numel(y)), (long long)numel(y));
+         (long long)(cg_numel(x) / cg_numel(y)), (long long)cg_numel(y));
     return;
   }
   if (n->op != IR_OP_LINEAR_DW) unreachable();
@@ -772,7 +750,7 @@ static void cpu_entry(CgEmitter *e) {
   for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
     const IrNode *n = e->chunks[c].g->nodes.items[i];
     if (e->chunks[c].plan->scratch_offset[i] < 0) continue;
-    int64_t s = dim(n->in[0], 1);
+    int64_t s = cg_dim(n->in[0], 1);
     bool dup = false;
     for (int k = 0; k < nseen; k++) dup |= seen[k] == s;
     if (dup || nseen == 64) continue;
@@ -834,20 +812,7 @@ static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprogra
   emit(e, "# For instance -DSHARD_PROFILE: a per-op timer (see the top of the program).");
   emit(e, "EXTRA_CFLAGS =");
   emit_blank(e);
-  char *all = ir_strdup("");
-  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
-  emit(e, "all:%s", all);
-  emit_blank(e);
-  for (int i = 0; i < nprograms; i++) {
-    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
-    emit(e, "\t$(CC) $(CFLAGS) $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", programs[i],
-         e->target->source_ext);
-    emit_blank(e);
-  }
-  emit(e, "clean:");
-  emit(e, "\trm -f%s", all);
-  emit_blank(e);
-  emit(e, ".PHONY: all clean");
+  cg_buildfile_rules(e, programs, nprograms, "$(CC) $(CFLAGS)");
 }
 
 /* ---------------------------------------------------------------- policy */

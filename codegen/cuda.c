@@ -85,10 +85,6 @@ static CudaState *cuda_state(CgEmitter *e) { return e->state; }
 
 /* ---------------------------------------------------------------- shapes */
 
-static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
-static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
 
 /* The bf16 programs: those whose plan sizes the step's values at 2 bytes. */
 static bool bf16_mode(CgEmitter *e) { return e->plan->policy.low_bytes == 2; }
@@ -100,7 +96,7 @@ static bool low(CgEmitter *e, const IrValue *v) {
   const PassBuf *b = cg_buf(e, v);
   if (b->region == PASS_REGION_WEIGHTS) return true;
   if (b->region == PASS_REGION_GRADS || b->region == PASS_REGION_NONE) return false;
-  return b->bytes < numel(v) * e->plan->real_bytes;
+  return b->bytes < cg_numel(v) * e->plan->real_bytes;
 }
 
 static const char *sfx(CgEmitter *e, const IrValue *v) { return low(e, v) ? "_bf16" : ""; }
@@ -149,28 +145,17 @@ typedef struct Fused {
   int width;
 } Fused;
 
-static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (v->kind != IR_VAL_NODE) return false;
-  for (int k = f->first; k <= f->last; k++)
-    if (node_at(e, k) == v->def) return true;
-  return false;
-}
-
-static const char *reg(CgEmitter *e, const IrValue *v) {
-  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
-}
-
 static Fused fused_of(CgEmitter *e, int first, int last) {
-  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type};
+  Fused f = {.first = first, .last = last, .shape = &cg_node(e, first)->out[0]->type};
   int cap = 1, outs = 1;
-  for (int k = first; k <= last; k++) cap += node_at(e, k)->nin, outs += node_at(e, k)->nout;
+  for (int k = first; k <= last; k++) cap += cg_node(e, k)->nin, outs += cg_node(e, k)->nout;
   f.loads = ir_alloc((size_t)cap * sizeof *f.loads);
   f.stores = ir_alloc((size_t)outs * sizeof *f.stores);
   for (int k = first; k <= last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nin; j++) {
       const IrValue *v = n->in[j];
-      bool seen = in_group(e, &f, v);
+      bool seen = cg_in_run(e, f.first, f.last, v);
       for (int l = 0; l < f.nloads && !seen; l++) seen = f.loads[l].v == v;
       if (seen) continue;
       CgBc bc = cg_bcast(&v->type, f.shape);
@@ -194,7 +179,7 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
 }
 
 static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (in_group(e, f, v)) return reg(e, v);
+  if (cg_in_run(e, f->first, f->last, v)) return cg_reg(e, v);
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v)
       return f->vec && f->loads[l].full ? ir_fmt("x%dl[l]", l)
@@ -217,20 +202,20 @@ static bool grads_store(CgEmitter *e, const IrValue *v) {
 static void emit_element(CgEmitter *e, const Fused *f) {
   int nstore = 0;
   for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
     for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
     for (int j = 0; j < n->nout; j++) {
       const PassBuf *b = cg_buf(e, n->out[j]);
       const char *x = cg_formula(n, j, a);
-      emit(e, "const real %s = %s;", reg(e, n->out[j]), x ? x : "0");
+      emit(e, "const real %s = %s;", cg_reg(e, n->out[j]), x ? x : "0");
       if (b->region != PASS_REGION_NONE && low(e, n->out[j]))
-        emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", nstore++, reg(e, n->out[j]));
+        emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", nstore++, cg_reg(e, n->out[j]));
       else if (b->region != PASS_REGION_NONE)
         emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
-             b->region == PASS_REGION_GRADS ? "+" : "", reg(e, n->out[j]));
+             b->region == PASS_REGION_GRADS ? "+" : "", cg_reg(e, n->out[j]));
       else if (b->uses == 0)
-        emit(e, "(void)%s;", reg(e, n->out[j]));
+        emit(e, "(void)%s;", cg_reg(e, n->out[j]));
     }
   }
 }
@@ -346,7 +331,7 @@ static bool in_epilogue(CgEmitter *e, int j);
 
 static bool all_written(CgEmitter *e, int first, int last) {
   for (int k = first; k <= last; k++)
-    if (!e->target->writes_op(node_at(e, k)->op)) return false;
+    if (!e->target->writes_op(cg_node(e, k)->op)) return false;
   return true;
 }
 
@@ -377,7 +362,7 @@ static void cuda_fused(CgEmitter *e, int first, int last) {
   }
   Fused f = fused_of(e, first, last);
   for (int k = first; k <= last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nout; j++)
       if (!cg_formula(n, j, (const char *[3]){"a", "b", "c"}))
         cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
@@ -506,25 +491,25 @@ static bool free_early(CgEmitter *e, const IrValue *v, int at, int def, const Ir
 static int index_of(CgEmitter *e, const IrValue *v) {
   if (v->kind != IR_VAL_NODE) return -1;
   for (int i = 0; i < e->g->nodes.len; i++)
-    if (node_at(e, i) == v->def) return i;
+    if (cg_node(e, i) == v->def) return i;
   return -1;
 }
 
 /* Node j as an elementwise op of its own (a fused run of one node). */
 static bool alone(CgEmitter *e, int j, IrOp op) {
   const PassMemPlan *p = e->plan;
-  return j >= 0 && j < e->g->nodes.len && node_at(e, j)->op == op && p->fused[j] &&
+  return j >= 0 && j < e->g->nodes.len && cg_node(e, j)->op == op && p->fused[j] &&
          p->group_first[j] == j && p->group_last[j] == j && !p->view[j] && !p->absorbed[j];
 }
 
 /* The gelu that linear node i absorbs (its next node, reading its
  * output), or -1. */
 static int gelu_of_linear(CgEmitter *e, int i) {
-  const IrNode *n = node_at(e, i);
+  const IrNode *n = cg_node(e, i);
   if (!epilogues_on(e) || n->op != IR_OP_LINEAR || n->nin != 3 || !alone(e, i + 1, IR_OP_GELU))
     return -1;
-  const IrValue *y = n->out[0], *g = node_at(e, i + 1)->out[0];
-  if (node_at(e, i + 1)->in[0] != y || into_grads(e, y) || dim(y, -1) % 8) return -1;
+  const IrValue *y = n->out[0], *g = cg_node(e, i + 1)->out[0];
+  if (cg_node(e, i + 1)->in[0] != y || into_grads(e, y) || cg_dim(y, -1) % 8) return -1;
   if (low(e, g) != low(e, y) || low(e, n->in[2]) != low(e, y)) return -1;
   return free_early(e, g, i, i + 1, NULL, i) ? i + 1 : -1;
 }
@@ -532,12 +517,12 @@ static int gelu_of_linear(CgEmitter *e, int i) {
 /* The gelu_grad that linear_dx node i absorbs (the one reader of its
  * output, as the gradient), or -1. */
 static int dgelu_of_linear_dx(CgEmitter *e, int i) {
-  const IrNode *n = node_at(e, i);
+  const IrNode *n = cg_node(e, i);
   if (!epilogues_on(e) || n->op != IR_OP_LINEAR_DX) return -1;
   const IrValue *dx = n->out[0];
-  if (cg_buf(e, dx)->uses != 1 || into_grads(e, dx) || dim(dx, -1) % 8) return -1;
+  if (cg_buf(e, dx)->uses != 1 || into_grads(e, dx) || cg_dim(dx, -1) % 8) return -1;
   for (int j = i + 1; j < e->g->nodes.len; j++) {
-    const IrNode *m = node_at(e, j);
+    const IrNode *m = cg_node(e, j);
     bool reads = false;
     for (int k = 0; k < m->nin; k++) reads |= m->in[k] == dx;
     if (!reads) continue;
@@ -564,7 +549,7 @@ static bool clear_of_stash(CgEmitter *e, const IrValue *y, int i) {
 }
 
 static bool bgrad_fits(CgEmitter *e, const IrValue *y, int i, int k) {
-  return e->plan->scratch_bytes[i] >= CUDA_GEMM_WORKSPACE + stash_bytes(numel(y)) &&
+  return e->plan->scratch_bytes[i] >= CUDA_GEMM_WORKSPACE + stash_bytes(cg_numel(y)) &&
          clear_of_stash(e, y, i) && free_early(e, y, i, k, NULL, i + 1);
 }
 
@@ -572,20 +557,20 @@ static bool bgrad_fits(CgEmitter *e, const IrValue *y, int i, int k) {
  * gelu_grad's output or of a linear_dw's dy, into an fp32 temporary that
  * is added to its slot after k) in its epilogue, or -1. */
 static int bgrad_owner(CgEmitter *e, int k) {
-  const IrNode *n = node_at(e, k);
+  const IrNode *n = cg_node(e, k);
   if (!epilogues_on(e) || n->op != IR_OP_SUM_TO || e->plan->view[k] || e->plan->chunked[k])
     return -1;
   const IrValue *x = n->in[0], *y = n->out[0];
-  if (cg_bcast(&y->type, &x->type).kind != CG_BC_SUFFIX || dim(y, -1) != dim(x, -1) || low(e, y))
+  if (cg_bcast(&y->type, &x->type).kind != CG_BC_SUFFIX || cg_dim(y, -1) != cg_dim(x, -1) || low(e, y))
     return -1;
   int j = index_of(e, x);
-  if (j > 0 && node_at(e, j)->op == IR_OP_GELU_GRAD)
+  if (j > 0 && cg_node(e, j)->op == IR_OP_GELU_GRAD)
     for (int i = 0; i < j; i++)
-      if (node_at(e, i)->op == IR_OP_LINEAR_DX && dgelu_of_linear_dx(e, i) == j &&
+      if (cg_node(e, i)->op == IR_OP_LINEAR_DX && dgelu_of_linear_dx(e, i) == j &&
           bgrad_fits(e, y, i, k))
         return i;
   for (int i = 0; i < k; i++) {
-    const IrNode *m = node_at(e, i);
+    const IrNode *m = cg_node(e, i);
     if (m->op == IR_OP_LINEAR_DW && m->in[1] == x && bgrad_fits(e, y, i, k)) return i;
   }
   return -1;
@@ -594,15 +579,15 @@ static int bgrad_owner(CgEmitter *e, int k) {
 /* The bias gradient node i computes in its epilogue, or NULL. */
 static const IrValue *bgrad_of(CgEmitter *e, int i, const IrValue *summed) {
   for (int k = i + 1; k < e->g->nodes.len; k++)
-    if (node_at(e, k)->op == IR_OP_SUM_TO && node_at(e, k)->in[0] == summed &&
+    if (cg_node(e, k)->op == IR_OP_SUM_TO && cg_node(e, k)->in[0] == summed &&
         bgrad_owner(e, k) == i)
-      return node_at(e, k)->out[0];
+      return cg_node(e, k)->out[0];
   return NULL;
 }
 
 /* Whether node j's code is written by an earlier GEMM's epilogue. */
 static bool in_epilogue(CgEmitter *e, int j) {
-  const IrNode *n = node_at(e, j);
+  const IrNode *n = cg_node(e, j);
   if (n->op == IR_OP_GELU) return j > 0 && gelu_of_linear(e, j - 1) == j;
   if (n->op == IR_OP_GELU_GRAD) {
     int i = index_of(e, n->in[1]);
@@ -636,7 +621,7 @@ static void gemm_fused(CgEmitter *e, int index, GemmTypes t, const char *epi, co
   if (grad)
     emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(float), cudaMemcpyDeviceToDevice, "
             "k_cuda_stream()));",
-         ref(e, bias), stash, (long long)numel(bias));
+         ref(e, bias), stash, (long long)cg_numel(bias));
   e->depth--;
   emit(e, "}");
 }
@@ -645,15 +630,15 @@ static void gemm_fused(CgEmitter *e, int index, GemmTypes t, const char *epi, co
  * contiguous, a strided batched GEMM otherwise (a shared operand has
  * stride 0). */
 static void emit_matmul(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
   if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
     cg_error(e, n, "operands of rank below 2");
     return;
   }
   int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t m = dim(y, -2), nn = dim(y, -1), k = ta ? dim(a, -2) : dim(a, -1);
-  int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
+  int64_t m = cg_dim(y, -2), nn = cg_dim(y, -1), k = ta ? cg_dim(a, -2) : cg_dim(a, -1);
+  int64_t batch = cg_numel(y) / (m * nn), ba = cg_numel(a) / (m * k), bb = cg_numel(b) / (k * nn);
   int64_t lda = ta ? m : k, ldb = tb ? k : nn;
   bool add = into_grads(e, y);
   GemmTypes t;
@@ -675,10 +660,10 @@ static void emit_matmul(CgEmitter *e, int index) {
  * bias goes into cuBLASLt's epilogue unless the output is added into a
  * gradient slot (the epilogue would add it on every call). */
 static void emit_linear(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(y, -1), rows = rows_of(x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(y, -1), rows = cg_rows(x);
   bool add = into_grads(e, y);
   GemmTypes t;
   if (!gemm_types(e, n, x, w, y, &t)) return;
@@ -686,7 +671,7 @@ static void emit_linear(CgEmitter *e, int index) {
   int j = gelu_of_linear(e, index);
   if (j >= 0) {
     gemm_fused(e, index, t, "KC_EPI_BIAS_GELU_AUX", n->in[2], y, 0, tr, rows, out, in, ref(e, x), in,
-               ref(e, w), tr ? in : out, false, ref(e, node_at(e, j)->out[0]));
+               ref(e, w), tr ? in : out, false, ref(e, cg_node(e, j)->out[0]));
     return;
   }
   /* The epilogue's bias is of the output's type. */
@@ -706,33 +691,33 @@ static void emit_linear(CgEmitter *e, int index) {
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
 static void emit_linear_dx(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t out = dim(dy, -1), in = dim(dx, -1);
+  int64_t out = cg_dim(dy, -1), in = cg_dim(dx, -1);
   GemmTypes t;
   if (!gemm_types(e, n, dy, w, dx, &t)) return;
   gemm_workspace(e, index);
   int j = dgelu_of_linear_dx(e, index);
   if (j >= 0) {
-    const IrNode *g = node_at(e, j);
+    const IrNode *g = cg_node(e, j);
     const IrValue *db = bgrad_of(e, index, g->out[0]);
     gemm_fused(e, index, t, db ? "KC_EPI_DGELU_BGRAD" : "KC_EPI_DGELU", db, g->in[0], 0, !tr,
-               rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out, false,
+               cg_rows(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out, false,
                ref(e, g->out[0]));
     return;
   }
-  gemm(e, t, 0, !tr, rows_of(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
+  gemm(e, t, 0, !tr, cg_rows(dy), in, out, ref(e, dy), out, ref(e, w), tr ? in : out,
        into_grads(e, dx), ref(e, dx), in);
 }
 
 /* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
  * every leading dim by the GEMM's inner dimension. */
 static void emit_linear_dw(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(dy, -1), rows = cg_rows(x);
   bool add = into_grads(e, dw);
   GemmTypes t;
   if (!gemm_types(e, n, x, dy, dw, &t)) return;
@@ -757,11 +742,11 @@ static void emit_linear_dw(CgEmitter *e, int index) {
 static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
   if (low(e, x) != low(e, y))
     emit(e, "k_cuda_cast_%s(%s, %s, %lld);", low(e, y) ? "f32_bf16" : "bf16_f32", ref(e, y),
-         ref(e, x), (long long)numel(x));
+         ref(e, x), (long long)cg_numel(x));
   else
     emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(%s), cudaMemcpyDeviceToDevice, "
             "k_cuda_stream()));",
-         ref(e, y), ref(e, x), (long long)numel(x), ctype(e, x));
+         ref(e, y), ref(e, x), (long long)cg_numel(x), ctype(e, x));
 }
 
 /* The shared layout calls (layout_ops.c) take untyped pointers: for bf16
@@ -771,23 +756,23 @@ static const char *layout_prefix(CgEmitter *e, const IrNode *n) {
 }
 
 static void emit_transpose(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (!cg_transpose_call(e, n, layout_prefix(e, n))) emit_copy(e, n->out[0], n->in[0]);
 }
 
 static void emit_split_heads(CgEmitter *e, int index) {
-  cg_heads_call(e, node_at(e, index), true, layout_prefix(e, node_at(e, index)));
+  cg_heads_call(e, cg_node(e, index), true, layout_prefix(e, cg_node(e, index)));
 }
 static void emit_merge_heads(CgEmitter *e, int index) {
-  cg_heads_call(e, node_at(e, index), false, layout_prefix(e, node_at(e, index)));
+  cg_heads_call(e, cg_node(e, index), false, layout_prefix(e, cg_node(e, index)));
 }
 
 /* A split that is not a view: one strided block copy per part. */
 static void emit_split(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer, part = cols / n->nout;
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_cuda_copy2d%s(%s, %lld, %s%s, %lld, %lld, %lld);", sfx(e, x), ref(e, n->out[j]), (long long)part,
          ref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
@@ -795,12 +780,12 @@ static void emit_split(CgEmitter *e, int index) {
 }
 
 static void emit_concat(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
-  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = cg_numel(y) / outer, at = 0;
   for (int j = 0; j < n->nin; j++) {
-    int64_t c = numel(n->in[j]) / outer;
+    int64_t c = cg_numel(n->in[j]) / outer;
     emit(e, "k_cuda_copy2d%s(%s%s, %lld, %s, %lld, %lld, %lld);", sfx(e, y), ref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, ref(e, n->in[j]),
          (long long)c, (long long)outer, (long long)c);
@@ -810,10 +795,10 @@ static void emit_concat(CgEmitter *e, int index) {
 
 /* sum_to: x summed down to the shape broadcasting stretched it from. */
 static void emit_sum_to(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
   CgBc bc = cg_bcast(&y->type, &x->type);
-  int64_t N = numel(x), M = numel(y);
+  int64_t N = cg_numel(x), M = cg_numel(y);
   switch (bc.kind) {
   case CG_BC_FULL: emit_copy(e, y, x); return;
   default: break;
@@ -849,90 +834,90 @@ static void emit_sum_to(CgEmitter *e, int index) {
 /* The forward keeps no statistics (NULL scratch): the backward recomputes
  * them into its own. */
 static void emit_attention(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
   cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
-         sfx(e, q), ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)dim(q, 0),
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal);
+         sfx(e, q), ref(e, n->out[0]), ref(e, q), ref(e, n->in[1]), ref(e, n->in[2]), (long long)cg_dim(q, 0),
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal);
   else
     emit(e, "k_cuda_attention_bwd%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
             "%lld, %d, %s);",
          sfx(e, q), ref(e, n->out[0]), ref(e, n->out[1]), ref(e, n->out[2]), ref(e, n->in[4]), ref(e, q),
-         ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)dim(q, 0),
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal,
+         ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]), (long long)cg_dim(q, 0),
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal,
          cg_scratch(e, index));
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rows_of(x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+       ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
 
 /* The norms' weight gradients are set, not added (as on the CPU): the
  * plan stages them in temporaries and the core adds them into their slot. */
 static void emit_layernorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
   emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", sfx(e, x), ref(e, n->out[0]),
-       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_softmax_fwd%s(%s, %s, %lld, %lld);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       (long long)rows_of(x), (long long)dim(x, -1));
+       (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_softmax_bwd%s(%s, %s, %s, %lld, %lld);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_causal_mask(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  int64_t s = dim(x, -1);
+  int64_t s = cg_dim(x, -1);
   emit(e, "k_cuda_causal_mask%s(%s, %s, %lld, %lld, %s);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+       (long long)(cg_numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
 
 static void emit_rope(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
   emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", sfx(e, x), ref(e, n->out[0]), ref(e, x),
-       (long long)(numel(x) / (dim(x, -2) * dim(x, -1))), (long long)dim(x, -2), (long long)H,
-       (long long)(dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
+       (long long)(cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1))), (long long)cg_dim(x, -2), (long long)H,
+       (long long)(cg_dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
        (int)ir_attr_int(n, "inverse"));
 }
 
@@ -940,19 +925,19 @@ static bool graph_dropout(CgEmitter *e, const IrNode *n, const char *mix);
 
 /* The mask is the CPU's, bit for bit (a function of seed, site and index). */
 static void emit_dropout(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (graph_dropout(e, n, "0")) return;
   emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]), ref(e, n->in[0]),
-       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
 
 static void emit_loss(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
-  int64_t V = dim(logits, -1), rows = numel(targets);
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", sfx(e, logits), ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V,
@@ -969,8 +954,8 @@ static void emit_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, in
   const IrValue *y = n->out[0];
   emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_embedding_add)(%s, %s, %s, "
           "%lldLL, %lldLL, %s, %lldLL);",
-       (long long)dim(y, -1), ref(e, y), ref(e, n->in[0]), ref(e, n->in[1]),
-       (long long)numel(n->in[0]), (long long)dim(y, -1), lo, (long long)V);
+       (long long)cg_dim(y, -1), ref(e, y), ref(e, n->in[0]), ref(e, n->in[1]),
+       (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo, (long long)V);
   emit(e, "CU_LAUNCHED();");
 }
 
@@ -978,35 +963,35 @@ static void emit_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, in
  * one thread per column adding the rows in token order (no atomics, the
  * CPU's order); otherwise the kernel that sets the table's gradient. */
 static void emit_embedding(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) {
     emit(e, "k_cuda_embedding_fwd%s(%s, %s, %s, %lld, %lld);", sfx(e, y), ref(e, y), ref(e, ids),
-         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, -1));
+         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, -1));
   } else if (into_grads(e, y)) {
-    emit_embedding_add(e, n, "0", dim(y, 0));
+    emit_embedding_add(e, n, "0", cg_dim(y, 0));
   } else {
     emit(e, "k_cuda_embedding_bwd%s(%s, %s, %s, %lld, %lld, %lld);", sfx(e, n->in[1]), ref(e, y), ref(e, ids),
-         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
+         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
   }
 }
 
 static void emit_arange(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-  else emit(e, "k_cuda_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+  else emit(e, "k_cuda_arange(%s, %lld);", ref(e, y), (long long)cg_numel(y));
 }
 
 static void emit_zeros(CgEmitter *e, int index) {
-  const IrValue *y = node_at(e, index)->out[0];
+  const IrValue *y = cg_node(e, index)->out[0];
   emit(e, "CU_CHECK(cudaMemsetAsync(%s, 0, %lld * sizeof(%s), k_cuda_stream()));", ref(e, y),
-       (long long)numel(y), y->type.dtype == IR_I32 ? "int32_t" : ctype(e, y));
+       (long long)cg_numel(y), y->type.dtype == IR_I32 ? "int32_t" : ctype(e, y));
 }
 
 static void emit_reshape(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   emit_copy(e, n->out[0], n->in[0]);
 }
 
@@ -1014,10 +999,10 @@ static void emit_reshape(CgEmitter *e, int index) {
 
 /* This rank's part along dim: no message, a strided copy. */
 static void emit_tp_slice(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (!cg_comm_tensor_axis(e, n)) return;
   const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
+  int64_t o = cg_comm_outer(n, x), part = cg_numel(y) / o, whole = cg_numel(x) / o;
   emit(e, "k_cuda_copy2d%s(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", sfx(e, x),
        ref(e, y), (long long)part, ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
@@ -1025,7 +1010,7 @@ static void emit_tp_slice(CgEmitter *e, int index) {
 
 /* The identity; memplan makes it a view, which runs no code. */
 static void emit_tp_copy(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (strcmp(ref(e, n->in[0]), ref(e, n->out[0])) != 0) emit_copy(e, n->out[0], n->in[0]);
 }
 
@@ -1035,18 +1020,18 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
-    int64_t V = dim(table, 0);
+    int64_t V = cg_dim(table, 0);
     emit(e, "k_cuda_embedding_fwd_vp%s(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
-         sfx(e, y), ref(e, y), ref(e, ids), ref(e, table), (long long)numel(ids),
-         (long long)dim(y, -1), (long long)V, (long long)V);
+         sfx(e, y), ref(e, y), ref(e, ids), ref(e, table), (long long)cg_numel(ids),
+         (long long)cg_dim(y, -1), (long long)V, (long long)V);
     return;
   }
-  int64_t V = dim(y, 0), h = dim(y, -1);
+  int64_t V = cg_dim(y, 0), h = cg_dim(y, -1);
   if (into_grads(e, y))
     emit_embedding_add(e, n, ir_fmt("(int64_t)ctx->tp * %lld", (long long)V), V);
   else
     emit(e, "k_cuda_embedding_bwd_vp%s(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
-         sfx(e, n->in[1]), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)numel(ids),
+         sfx(e, n->in[1]), ref(e, y), ref(e, ids), ref(e, n->in[1]), (long long)cg_numel(ids),
          (long long)V, (long long)h, (long long)V);
 }
 
@@ -1061,7 +1046,7 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
 static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
-  int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);
   const char *L = ref(e, logits), *T = ref(e, targets), *s = sfx(e, logits);
@@ -1096,17 +1081,13 @@ static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
   if (graph_dropout(e, n, "0x9e3779b97f4a7c15ull * (uint64_t)(ctx->tp + 1)")) return;
   emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]), ref(e, n->in[0]),
-       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
-}
-
-static bool flag(const IrNode *n, const char *name) {
-  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
 }
 
 /* The forms that need the rank at run time (cpu_tp.c has the CPU's). */
 static void emit_tp_form(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   switch (n->op) {
   case IR_OP_EMBEDDING:
   case IR_OP_EMBEDDING_GRAD: emit_vocab_embedding(e, n); return;
@@ -1160,10 +1141,10 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
 static bool cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }
 
 /* Ops written in their tensor-parallel form when an attribute says so. */
-static bool tp_form(const IrNode *n) { return flag(n, "vocab_parallel") || flag(n, "per_rank"); }
+static bool tp_form(const IrNode *n) { return cg_flag(n, "vocab_parallel") || cg_flag(n, "per_rank"); }
 
 static void cuda_node(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (in_epilogue(e, index)) emit(e, "/* in the epilogue of the GEMM that computes its operand */");
   else if (tp_form(n)) emit_tp_form(e, index);
   else if (cuda_kernels[n->op]) cuda_kernels[n->op](e, index);
@@ -1173,8 +1154,8 @@ static void cuda_node(CgEmitter *e, int index) {
 /* ---------------------------------------------------- gradients, program */
 
 static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
-  int64_t n = numel(grad);
-  if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  int64_t n = cg_numel(grad);
+  if (n != cg_numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
   /* The param's slot in the gradients: where WGT(...) is in the weights. */
   emit(e, "k_cuda_accumulate%s(GRD%s, %s, %lld);", sfx(e, grad), cg_ref(e, param) + 3, ref(e, grad),
        (long long)n);
@@ -1209,29 +1190,12 @@ static void check_supported(CgEmitter *e) {
   }
 }
 
-/* Reals of the device scratch node n needs: the rank-major copies of
- * gathers and scatters along inner dims, the vocabulary-parallel loss's
- * three reals per row. */
-static int64_t tp_scratch_need(const IrNode *n) {
-  if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
-      flag(n, "vocab_parallel"))
-    return 3 * rows_of(n->in[0]);
-  return cg_comm_scratch_reals(n);
-}
-
 /* comm.h (C, with C11's _Noreturn) and the device scratch of the
  * collectives, a __device__ array of the program (nodes run one after the
  * other on one stream, so one serves them all), when the program has any. */
 static void emit_tp_prologue(CgEmitter *e) {
-  int64_t need = 0;
-  bool per_rank = false;
-  for (int c = 0; c < e->nchunks; c++)
-    for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
-      const IrNode *n = e->chunks[c].g->nodes.items[i];
-      int64_t s = tp_scratch_need(n);
-      if (s > need) need = s;
-      per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");
-    }
+  bool per_rank;
+  int64_t need = cg_tp_needs(e, &per_rank);
   if (!cg_comm_used(e) && need == 0 && !per_rank) return;
   emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h, whose");
   emit(e, " * NCCL backend takes device memory). */");
@@ -1359,8 +1323,7 @@ static const char *graph_why_not(const CgChunk *c, int f) {
     code = true;
     if (ir_op_info(n->op)->flags & IR_OPF_COLLECTIVE)
       return ir_fmt("%s over rt_comm waits on the host", ir_op_info(n->op)->name);
-    if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
-        flag(n, "vocab_parallel"))
+    if (cg_vocab_loss(n))
       return "the vocabulary-parallel loss's all-reduces over rt_comm wait on the host";
   }
   return code ? NULL : "nothing to launch";
@@ -1396,7 +1359,7 @@ static bool graph_dropout(CgEmitter *e, const IrNode *n, const char *mix) {
   if (graph_why_not(e->chunk, fn_of(e->chunk, n))) return false;
   emit(e, "k_cuda_dropout_step_%s%s(%s, %s, %lld, %s, cu_step(), %s, %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", sfx(e, n->in[0]), ref(e, n->out[0]),
-       ref(e, n->in[0]), (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")), mix,
+       ref(e, n->in[0]), (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")), mix,
        (long long)ir_attr_int(n, "site"));
   return true;
 }
@@ -1605,14 +1568,14 @@ static const char *scratch_call(const IrNode *n) {
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
-    return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld)", (long long)dim(n->in[0], 0),
-                  (long long)dim(n->in[0], 1), (long long)H);
+    return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld)", (long long)cg_dim(n->in[0], 0),
+                  (long long)cg_dim(n->in[0], 1), (long long)H);
   }
   case IR_OP_LAYERNORM_GRAD:
   case IR_OP_RMSNORM_GRAD:
-    return ir_fmt("k_cuda_norm_bwd_scratch(%lld, %lld)", (long long)rows_of(n->in[0]),
-                  (long long)dim(n->in[0], -1));
-  case IR_OP_CROSS_ENTROPY: return ir_fmt("k_cuda_ce_scratch(%lld)", (long long)numel(n->in[1]));
+    return ir_fmt("k_cuda_norm_bwd_scratch(%lld, %lld)", (long long)cg_rows(n->in[0]),
+                  (long long)cg_dim(n->in[0], -1));
+  case IR_OP_CROSS_ENTROPY: return ir_fmt("k_cuda_ce_scratch(%lld)", (long long)cg_numel(n->in[1]));
   default: return NULL;
   }
 }
@@ -1678,20 +1641,7 @@ static void cuda_buildfile(CgEmitter *e, const char *const *programs, int nprogr
   emit(e, "# For instance -DSHARD_PROFILE: a per-op timer (see the top of the program).");
   emit(e, "EXTRA_CFLAGS =");
   emit_blank(e);
-  char *all = ir_strdup("");
-  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
-  emit(e, "all:%s", all);
-  emit_blank(e);
-  for (int i = 0; i < nprograms; i++) {
-    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
-    emit(e, "\t$(NVCC) $(NVCCFLAGS) $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)",
-         programs[i], e->target->source_ext);
-    emit_blank(e);
-  }
-  emit(e, "clean:");
-  emit(e, "\trm -f%s", all);
-  emit_blank(e);
-  emit(e, ".PHONY: all clean");
+  cg_buildfile_rules(e, programs, nprograms, "$(NVCC) $(NVCCFLAGS)");
 }
 
 /* ---------------------------------------------------------------- policy */
@@ -1705,19 +1655,19 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
   case IR_OP_MATMUL:
   case IR_OP_LINEAR: return CUDA_GEMM_WORKSPACE;
   /* And the stash of a bias gradient in the epilogue (stash_bytes). */
-  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + stash_bytes(dim(n->out[0], -1));
-  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + stash_bytes(dim(n->in[1], -1));
+  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + stash_bytes(cg_dim(n->out[0], -1));
+  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + stash_bytes(cg_dim(n->in[1], -1));
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
-    return 2 * dim(n->in[0], 0) * H * dim(n->in[0], 1) * 4;
+    return 2 * cg_dim(n->in[0], 0) * H * cg_dim(n->in[0], 1) * 4;
   }
   case IR_OP_LAYERNORM_GRAD:
   case IR_OP_RMSNORM_GRAD: {
-    int64_t rows = rows_of(n->in[0]), chunks = (rows + CUDA_NORM_CHUNK - 1) / CUDA_NORM_CHUNK;
-    return 2 * rows * 4 + 2 * chunks * dim(n->in[0], -1) * 8;
+    int64_t rows = cg_rows(n->in[0]), chunks = (rows + CUDA_NORM_CHUNK - 1) / CUDA_NORM_CHUNK;
+    return 2 * rows * 4 + 2 * chunks * cg_dim(n->in[0], -1) * 8;
   }
-  case IR_OP_CROSS_ENTROPY: return (numel(n->in[1]) > 0 ? numel(n->in[1]) : 1) * 8;
+  case IR_OP_CROSS_ENTROPY: return (cg_numel(n->in[1]) > 0 ? cg_numel(n->in[1]) : 1) * 8;
   default: return 0;
   }
 }

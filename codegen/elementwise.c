@@ -61,3 +61,14 @@ const char *cg_formula(const IrNode *n, int out, const char *const *a) {
   }
   return s;
 }
+
+bool cg_in_run(const CgEmitter *e, int first, int last, const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return false;
+  for (int k = first; k <= last; k++)
+    if (cg_node(e, k) == v->def) return true;
+  return false;
+}
+
+const char *cg_reg(CgEmitter *e, const IrValue *v) {
+  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
+}

@@ -969,3 +969,21 @@ int cg_compile(IrGraph *g, const CgOptions *o) {
   cg_layout_free(l);
   return ok ? 0 : 1;
 }
+
+void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms,
+                        const char *compile) {
+  char *all = ir_strdup("");
+  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
+  emit(e, "all:%s", all);
+  emit_blank(e);
+  for (int i = 0; i < nprograms; i++) {
+    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
+    emit(e, "\t%s $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", compile,
+         programs[i], e->target->source_ext);
+    emit_blank(e);
+  }
+  emit(e, "clean:");
+  emit(e, "\trm -f%s", all);
+  emit_blank(e);
+  emit(e, ".PHONY: all clean");
+}

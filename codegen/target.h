@@ -69,6 +69,19 @@ typedef struct CgEmitter {
   bool vshape; /* the chunks sit in zb-v's V placement (RtModel.vshape) */
 } CgEmitter;
 
+/* Node i of the graph being written; elements of v; its dim k (counting
+ * from the end when negative); its rows, the elements over the last dim. */
+static inline const IrNode *cg_node(const CgEmitter *e, int i) { return e->g->nodes.items[i]; }
+static inline int64_t cg_numel(const IrValue *v) { return ir_type_numel(&v->type); }
+static inline int64_t cg_dim(const IrValue *v, int k) {
+  return v->type.shape[k < 0 ? k + v->type.rank : k];
+}
+static inline int64_t cg_rows(const IrValue *v) { return cg_numel(v) / cg_dim(v, -1); }
+/* Whether attribute `name` of n is set and not 0 (vocab_parallel, per_rank). */
+static inline bool cg_flag(const IrNode *n, const char *name) {
+  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
+}
+
 /* The ranks along mesh axis a of g (1 when not partitioned). */
 static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
 
@@ -93,6 +106,10 @@ int64_t cg_dims_prod(const IrType *t, int from, int to);
  * outputs that have one. cg_formula_writes_op: whether op is elementwise
  * and has a formula, so that every target's fused loops write it. */
 const char *cg_formula(const IrNode *n, int out, const char *const *a);
+/* Whether v is computed by a node of the fused run first..last, and the
+ * register the run's loop body holds such a value in ("v7"). */
+bool cg_in_run(const CgEmitter *e, int first, int last, const IrValue *v);
+const char *cg_reg(CgEmitter *e, const IrValue *v);
 const char *cg_formula_text(IrOp op, int out);
 int cg_formula_outputs(IrOp op);
 bool cg_formula_writes_op(IrOp op);
@@ -230,6 +247,12 @@ bool cg_core_writes_op(IrOp op);
 void cg_chunk_body(CgEmitter *e, int first, int last);
 int cg_next_sunk(CgEmitter *e, int after, int last);
 
+/* The build file's rules (emit.c), after the target's variables: `all`,
+ * one rule per program that compiles its source with `compile` ("$(CC)
+ * $(CFLAGS)") and links $(RTLIBS) $(LDLIBS), and `clean`. */
+void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms,
+                        const char *compile);
+
 /* ------------------------------------------------------- collectives.c */
 
 /* The collectives of a partitioned graph as calls of runtime/comm.h, the
@@ -248,6 +271,13 @@ bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n);
 int64_t cg_comm_outer(const IrNode *n, const IrValue *v);
 /* Reals of CgTarget.comm_scratch that collective n needs. */
 int64_t cg_comm_scratch_reals(const IrNode *n);
+/* Whether n is the loss over this tensor rank's columns of the logits. */
+bool cg_vocab_loss(const IrNode *n);
+/* What the tensor-parallel forms of every chunk of the program need: the
+ * reals of the one scratch buffer they share (the collectives' rank-major
+ * copies, the vocabulary-parallel loss's per-row reductions), returned,
+ * and whether some dropout draws a stream per tensor rank. */
+int64_t cg_tp_needs(const CgEmitter *e, bool *per_rank);
 /* An all-reduce over the tensor axis of n reals at src into dst with
  * operation op ("RT_COMM_SUM", "RT_COMM_MAX"). */
 void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op);
