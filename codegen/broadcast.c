@@ -1,5 +1,5 @@
 /* How an elementwise operand is read when it broadcasts: the same for
- * every target that writes fused loops (cpu.c, cuda.c), which differ only
+ * every target that writes fused loops (cpu.c, cuda/fused.c), which differ only
  * in the loops they build around these indices. */
 #include "target.h"
 

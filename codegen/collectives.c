@@ -98,7 +98,8 @@ static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
 
 bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
   if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
-  cg_error(e, n, "only the tensor axis is supported, not axis %lld", (long long)ir_attr_int(n, "axis"));
+  cg_error(e, n, "only the tensor axis is supported, not axis %lld",
+           (long long)ir_attr_int(n, "axis"));
   return false;
 }
 
@@ -141,7 +142,8 @@ int64_t cg_tp_needs(const CgEmitter *e, bool *per_rank) {
       const IrNode *n = e->chunks[c].g->nodes.items[i];
       int64_t s = tp_scratch_reals(n);
       if (s > need) need = s;
-      *per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && cg_flag(n, "per_rank");
+      *per_rank |=
+          (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && cg_flag(n, "per_rank");
     }
   return need;
 }

@@ -83,7 +83,9 @@ static inline bool cg_flag(const IrNode *n, const char *name) {
 }
 
 /* The ranks along mesh axis a of g (1 when not partitioned). */
-static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
+static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) {
+  return g->mesh[a] > 1 ? g->mesh[a] : 1;
+}
 
 /* How an elementwise operand of shape t is read at the flat index of
  * shape s (broadcast.c): whole, one scalar, a suffix of s's dims (a

@@ -73,7 +73,8 @@ bool cg_target_precision(const char *target, unsigned p) {
 const char *cg_precision_targets(unsigned p) {
   char *s = ir_strdup("");
   for (int i = 0; i < NTARGETS; i++)
-    if ((targets[i]->precisions & p) == p) s = ir_fmt("%s%s%s", s, *s ? ", " : "", targets[i]->name);
+    if ((targets[i]->precisions & p) == p)
+      s = ir_fmt("%s%s%s", s, *s ? ", " : "", targets[i]->name);
   return s;
 }
 
