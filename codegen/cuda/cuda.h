@@ -73,8 +73,11 @@
  * kernels' own k_cuda_*_scratch before it runs. */
 #define CUDA_NORM_CHUNK 128
 
+typedef struct CudaEpilogues CudaEpilogues;
+
 /* What the target keeps while it writes one program. */
 typedef struct CudaState {
+  CudaEpilogues *epilogues; /* each chunk's, once chosen (epilogue.c) */
   /* The program was refused as a whole (cg_cuda_check_supported): no
    * more errors. */
   bool refused;
@@ -85,15 +88,17 @@ static inline CudaState *cuda_state(CgEmitter *e) { return e->state; }
 /* The bf16 programs: those whose plan sizes the step's values at 2 bytes. */
 static inline bool cuda_bf16(CgEmitter *e) { return e->plan->policy.low_bytes == 2; }
 
-/* Whether the kernels see v as bf16: a weight (its working copy) or a
- * value the plan sized at 2 bytes an element. */
-static inline bool cuda_low(CgEmitter *e, const IrValue *v) {
-  if (!cuda_bf16(e) || v->type.dtype == IR_I32 || v->type.dtype == IR_I64) return false;
-  const PassBuf *b = cg_buf(e, v);
+/* Whether the kernels see v as bf16 under plan p: a weight (its working
+ * copy) or a value the plan sized at 2 bytes an element. */
+static inline bool cuda_low_in(const PassMemPlan *p, const IrValue *v) {
+  if (p->policy.low_bytes != 2 || v->type.dtype == IR_I32 || v->type.dtype == IR_I64) return false;
+  const PassBuf *b = pass_memplan_find(p, v);
+  if (!b) die("value without a place in the memory plan");
   if (b->region == PASS_REGION_WEIGHTS) return true;
   if (b->region == PASS_REGION_GRADS || b->region == PASS_REGION_NONE) return false;
-  return b->bytes < cg_numel(v) * e->plan->real_bytes;
+  return b->bytes < cg_numel(v) * p->real_bytes;
 }
+static inline bool cuda_low(CgEmitter *e, const IrValue *v) { return cuda_low_in(e->plan, v); }
 
 /* The suffix of a kernel's form for v: "_bf16" where v is bf16. */
 static inline const char *cuda_sfx(CgEmitter *e, const IrValue *v) {
@@ -128,13 +133,21 @@ static inline bool cuda_into_grads(CgEmitter *e, const IrValue *out) {
 void cg_cuda_fused_kernels(CgEmitter *e);
 void cg_cuda_fused(CgEmitter *e, int first, int last);
 
-/* gemm.c: the GEMM nodes' calls, and whether node j runs in the epilogue of
- * an earlier GEMM (then it writes no code of its own); the bytes of the
- * stash a bias gradient in an epilogue takes in a GEMM's scratch. */
+/* gemm.c: the GEMM nodes' calls. */
 void cg_cuda_matmul(CgEmitter *e, int index);
 void cg_cuda_linear(CgEmitter *e, int index);
 void cg_cuda_linear_dx(CgEmitter *e, int index);
 void cg_cuda_linear_dw(CgEmitter *e, int index);
+
+/* epilogue.c, the GEMM epilogues of the chunk being written: the gelu
+ * linear i absorbs and the gelu_grad linear_dx i absorbs (-1: none); the
+ * bias gradient, a sum_to of `summed`, that GEMM i computes (NULL: none);
+ * whether node j's code is an earlier GEMM's epilogue (then it writes none
+ * of its own); the bytes of the stash a bias gradient takes at the end of
+ * a GEMM's scratch. */
+int cg_cuda_epi_gelu(CgEmitter *e, int i);
+int cg_cuda_epi_dgelu(CgEmitter *e, int i);
+const IrValue *cg_cuda_epi_bgrad(CgEmitter *e, int i, const IrValue *summed);
 bool cg_cuda_in_epilogue(CgEmitter *e, int j);
 int64_t cg_cuda_stash_bytes(int64_t n);
 
