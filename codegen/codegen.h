@@ -13,9 +13,9 @@
  * built and checked once, then the printing of every file from it
  * (emit.c). The emitter core writes what every target shares: the memory
  * plan, the model tables, the collectives (collectives.c), the forward and
- * backward functions node by node; a target (target.h; cpu.c; the table
- * in targets.c) owns its pass pipeline and memory policy and writes only
- * kernel calls, loops and includes. */
+ * backward functions node by node; a target (target.h; cpu.c, cuda/; the
+ * table in targets.c) owns its facts, pipeline and memory policy and
+ * writes only kernel calls, loops and includes. */
 #ifndef SHARDC_CODEGEN_H
 #define SHARDC_CODEGEN_H
 

@@ -140,31 +140,29 @@ static void collect_loads(CgEmitter *e, Fused *f) {
   }
 }
 
-static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
+/* A run and the names of its outputs' pointers, for the hooks below. */
+typedef struct Run {
+  const Fused *f;
+  const char **store;
+} Run;
+
+static const char *operand(CgEmitter *e, const void *run, const IrValue *v) {
+  const Fused *f = ((const Run *)run)->f;
   if (cg_in_run(e, f->first, f->last, v)) return cg_reg(e, v);
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v) return ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
 }
 
-static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
-  int nstore = 0;
-  for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = cg_node(e, k);
-    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
-    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
-    for (int j = 0; j < n->nout; j++) {
-      const PassBuf *b = cg_buf(e, n->out[j]);
-      const char *x = cg_formula(n, j, a);
-      if (!x) cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
-      emit(e, "const real %s = %s;", cg_reg(e, n->out[j]), x ? x : "0");
-      if (b->region != PASS_REGION_NONE)
-        emit(e, "%s[i] %s= %s;", store[nstore++], b->region == PASS_REGION_GRADS ? "+" : "",
-             cg_reg(e, n->out[j]));
-      else if (b->uses == 0)
-        emit(e, "(void)%s;", cg_reg(e, n->out[j]));
-    }
-  }
+static void store(CgEmitter *e, const void *run, const IrValue *out, int slot, const char *reg) {
+  emit(e, "%s[i] %s= %s;", ((const Run *)run)->store[slot],
+       cg_buf(e, out)->region == PASS_REGION_GRADS ? "+" : "", reg);
+}
+
+static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store_names) {
+  Run run = {f, store_names};
+  CgRunHooks h = {operand, store, &run};
+  cg_formula_body(e, f->first, f->last, &h);
 }
 
 static void cpu_fused(CgEmitter *e, int first, int last) {
@@ -238,30 +236,24 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
 static void emit_matmul(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
-  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
-    cg_error(e, n, "operands of rank below 2");
-    return;
-  }
-  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t m = cg_dim(y, -2), nn = cg_dim(y, -1), k = ta ? cg_dim(a, -2) : cg_dim(a, -1);
-  int64_t batch = cg_numel(y) / (m * nn), ba = cg_numel(a) / (m * k), bb = cg_numel(b) / (k * nn);
-  int64_t lda = ta ? m : k, ldb = tb ? k : nn;
+  CgMatmul mm;
+  if (!cg_matmul_shape(e, n, &mm)) return;
   const char *beta = beta_of(e, y);
-  if (cg_cpu_chunk_rows(e)) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
-    gemm(e, 0, tb, cg_cpu_chunk_rows(e), nn, k, rref(e, a), lda, ref(e, b), ldb, beta, rref(e, y), nn);
-  } else if (batch == 1) {
-    gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
-  } else if (bb == 1 && !ta && ba == batch) {
-    gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
-  } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
+  if (cg_cpu_chunk_rows(e)) /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
+    gemm(e, 0, mm.tb, cg_cpu_chunk_rows(e), mm.n, mm.k, rref(e, a), mm.lda, ref(e, b), mm.ldb,
+         beta, rref(e, y), mm.n);
+  else if (mm.form == CG_MM_ONE)
+    gemm(e, mm.ta, mm.tb, mm.m, mm.n, mm.k, ref(e, a), mm.lda, ref(e, b), mm.ldb, beta, ref(e, y),
+         mm.n);
+  else if (mm.form == CG_MM_ROWS)
+    gemm(e, 0, mm.tb, mm.batch * mm.m, mm.n, mm.k, ref(e, a), mm.lda, ref(e, b), mm.ldb, beta,
+         ref(e, y), mm.n);
+  else
     emit(e, "k_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1, %s, %lld, %lld, %s, %lld, %lld, "
             "%s, %s, %lld, %lld);",
-         ta, tb, (long long)batch, (long long)m, (long long)nn, (long long)k, ref(e, a),
-         (long long)lda, (long long)(ba == 1 ? 0 : m * k), ref(e, b), (long long)ldb,
-         (long long)(bb == 1 ? 0 : k * nn), beta, ref(e, y), (long long)nn, (long long)(m * nn));
-  } else {
-    cg_error(e, n, "batch dims that neither match nor are shared");
-  }
+         mm.ta, mm.tb, (long long)mm.batch, (long long)mm.m, (long long)mm.n, (long long)mm.k,
+         ref(e, a), (long long)mm.lda, (long long)mm.sa, ref(e, b), (long long)mm.ldb,
+         (long long)mm.sb, beta, ref(e, y), (long long)mm.n, (long long)(mm.m * mm.n));
 }
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */

@@ -72,3 +72,21 @@ bool cg_in_run(const CgEmitter *e, int first, int last, const IrValue *v) {
 const char *cg_reg(CgEmitter *e, const IrValue *v) {
   return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
 }
+
+void cg_formula_body(CgEmitter *e, int first, int last, const CgRunHooks *h) {
+  int slot = 0;
+  for (int k = first; k <= last; k++) {
+    const IrNode *n = cg_node(e, k);
+    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
+    for (int j = 0; j < n->nin; j++) a[j] = h->operand(e, h->run, n->in[j]);
+    for (int j = 0; j < n->nout; j++) {
+      const PassBuf *b = cg_buf(e, n->out[j]);
+      const char *x = cg_formula(n, j, a), *reg = cg_reg(e, n->out[j]);
+      /* writes_op lets no op without a formula into a fused run. */
+      if (!x) die("op %s in a fused run has no formula", ir_op_info(n->op)->name);
+      emit(e, "const real %s = %s;", reg, x);
+      if (b->region != PASS_REGION_NONE) h->store(e, h->run, n->out[j], slot++, reg);
+      else if (b->uses == 0) emit(e, "(void)%s;", reg);
+    }
+  }
+}

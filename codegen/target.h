@@ -98,6 +98,19 @@ typedef struct CgBc {
 CgBc cg_bcast(const IrType *t, const IrType *s);
 /* The index expression into t of flat index expression `i` of s. */
 const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i);
+/* How matmul node n runs (broadcast.c): its transposes, its product
+ * [m, k] @ [k, n] with leading dims lda and ldb, and one of three forms:
+ * one GEMM (batch 1), one GEMM over batch * m rows (a 2-D b shared by a's
+ * contiguous rows), or `batch` GEMMs strided by sa and sb (0 for an
+ * operand the batch shares). False after reporting operands of rank below
+ * 2 or batch dims that neither match nor are shared. */
+typedef enum CgMatmulForm { CG_MM_ONE, CG_MM_ROWS, CG_MM_BATCHED } CgMatmulForm;
+typedef struct CgMatmul {
+  int ta, tb;
+  int64_t m, n, k, batch, lda, ldb, sa, sb;
+  CgMatmulForm form;
+} CgMatmul;
+bool cg_matmul_shape(CgEmitter *e, const IrNode *n, CgMatmul *mm);
 /* The product of t's dims from..to-1. */
 int64_t cg_dims_prod(const IrType *t, int from, int to);
 
@@ -108,6 +121,18 @@ int64_t cg_dims_prod(const IrType *t, int from, int to);
  * outputs that have one. cg_formula_writes_op: whether op is elementwise
  * and has a formula, so that every target's fused loops write it. */
 const char *cg_formula(const IrNode *n, int out, const char *const *a);
+/* The body of a fused run's loop at one element, the same for every
+ * target: each node's outputs as `const real vN = FORMULA;`, its inputs
+ * read by the target's `operand`, and each output that leaves the run
+ * (the slot-th of the run's stores, in node order) written by the target's
+ * `store`; an output nobody reads is voided. `run` is the target's own
+ * description of the run, handed to both. */
+typedef struct CgRunHooks {
+  const char *(*operand)(CgEmitter *e, const void *run, const IrValue *v);
+  void (*store)(CgEmitter *e, const void *run, const IrValue *out, int slot, const char *reg);
+  const void *run;
+} CgRunHooks;
+void cg_formula_body(CgEmitter *e, int first, int last, const CgRunHooks *h);
 /* Whether v is computed by a node of the fused run first..last, and the
  * register the run's loop body holds such a value in ("v7"). */
 bool cg_in_run(const CgEmitter *e, int first, int last, const IrValue *v);

@@ -63,14 +63,28 @@ static Fused fused_of(CgEmitter *e, int first, int last) {
   return f;
 }
 
-static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
+/* Operand v of the run at element i: a register of the run, a lane of the
+ * vector loop's, or a load (widened from bf16 by cu_f). */
+static const char *operand(CgEmitter *e, const void *run, const IrValue *v) {
+  const Fused *f = run;
   if (cg_in_run(e, f->first, f->last, v)) return cg_reg(e, v);
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v)
       return f->vec && f->loads[l].full ? ir_fmt("x%dl[l]", l)
-             : cuda_low(e, v)                ? ir_fmt("cu_f(x%d[%s])", l, f->loads[l].index)
+             : cuda_low(e, v)           ? ir_fmt("cu_f(x%d[%s])", l, f->loads[l].index)
                                         : ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
+}
+
+/* Output `slot` of the run: into its lane of the vector loop, or to memory
+ * (rounded by cu_b for bf16, added for a gradient slot). */
+static void store(CgEmitter *e, const void *run, const IrValue *out, int slot, const char *reg) {
+  const Fused *f = run;
+  if (cuda_low(e, out))
+    emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", slot, reg);
+  else
+    emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", slot,
+         cg_buf(e, out)->region == PASS_REGION_GRADS ? "+" : "", reg);
 }
 
 static const char *kernel_name(CgEmitter *e, int first) {
@@ -85,24 +99,8 @@ static bool grads_store(CgEmitter *e, const IrValue *v) {
  * the run stored (added, for a gradient slot); in the vector loop into
  * lane l of the output's four. */
 static void emit_element(CgEmitter *e, const Fused *f) {
-  int nstore = 0;
-  for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = cg_node(e, k);
-    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
-    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
-    for (int j = 0; j < n->nout; j++) {
-      const PassBuf *b = cg_buf(e, n->out[j]);
-      const char *x = cg_formula(n, j, a);
-      emit(e, "const real %s = %s;", cg_reg(e, n->out[j]), x ? x : "0");
-      if (b->region != PASS_REGION_NONE && cuda_low(e, n->out[j]))
-        emit(e, f->vec ? "y%dl[l] = %s;" : "y%d[i] = cu_b(%s);", nstore++, cg_reg(e, n->out[j]));
-      else if (b->region != PASS_REGION_NONE)
-        emit(e, f->vec ? "y%dl[l] %s= %s;" : "y%d[i] %s= %s;", nstore++,
-             b->region == PASS_REGION_GRADS ? "+" : "", cg_reg(e, n->out[j]));
-      else if (b->uses == 0)
-        emit(e, "(void)%s;", cg_reg(e, n->out[j]));
-    }
-  }
+  CgRunHooks h = {operand, store, f};
+  cg_formula_body(e, f->first, f->last, &h);
 }
 
 /* The 16-byte accesses of the vector loop: pointer p of type t read or
@@ -247,12 +245,6 @@ void cg_cuda_fused(CgEmitter *e, int first, int last) {
     return;
   }
   Fused f = fused_of(e, first, last);
-  for (int k = first; k <= last; k++) {
-    const IrNode *n = cg_node(e, k);
-    for (int j = 0; j < n->nout; j++)
-      if (!cg_formula(n, j, (const char *[3]){"a", "b", "c"}))
-        cg_error(e, n, "no formula for this elementwise op (ir/ops.def)");
-  }
   /* The vector loop when every pointer it moves 16 bytes at a time through
    * is 16-byte aligned (the plan's 64-byte regions hold whole vectors), and
    * unless SHARD_CUDA_VECTOR=0 turns it off (cu_vector). */

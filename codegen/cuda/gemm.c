@@ -95,29 +95,20 @@ static void gemm_fused(CgEmitter *e, int index, GemmTypes t, const char *epi, co
 void cg_cuda_matmul(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
-  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
-    cg_error(e, n, "operands of rank below 2");
-    return;
-  }
-  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t m = cg_dim(y, -2), nn = cg_dim(y, -1), k = ta ? cg_dim(a, -2) : cg_dim(a, -1);
-  int64_t batch = cg_numel(y) / (m * nn), ba = cg_numel(a) / (m * k), bb = cg_numel(b) / (k * nn);
-  int64_t lda = ta ? m : k, ldb = tb ? k : nn;
+  CgMatmul mm;
+  if (!cg_matmul_shape(e, n, &mm)) return;
   bool add = cuda_into_grads(e, y);
   GemmTypes t;
   if (!gemm_types(e, n, a, b, y, &t)) return;
   gemm_workspace(e, index);
-  if (batch == 1) {
-    gemm(e, t, ta, tb, m, nn, k, cuda_ref(e, a), lda, cuda_ref(e, b), ldb, add, cuda_ref(e, y), nn);
-  } else if (bb == 1 && !ta && ba == batch) {
-    gemm(e, t, 0, tb, batch * m, nn, k, cuda_ref(e, a), lda, cuda_ref(e, b), ldb, add,
-         cuda_ref(e, y), nn);
-  } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
-    gemm_t(e, t, ta, tb, batch, m, nn, k, cuda_ref(e, a), lda, ba == 1 ? 0 : m * k, cuda_ref(e, b),
-           ldb, bb == 1 ? 0 : k * nn, add, cuda_ref(e, y), nn, m * nn);
-  } else {
-    cg_error(e, n, "batch dims that neither match nor are shared");
-  }
+  const char *A = cuda_ref(e, a), *B = cuda_ref(e, b), *Y = cuda_ref(e, y);
+  if (mm.form == CG_MM_ONE)
+    gemm(e, t, mm.ta, mm.tb, mm.m, mm.n, mm.k, A, mm.lda, B, mm.ldb, add, Y, mm.n);
+  else if (mm.form == CG_MM_ROWS)
+    gemm(e, t, 0, mm.tb, mm.batch * mm.m, mm.n, mm.k, A, mm.lda, B, mm.ldb, add, Y, mm.n);
+  else
+    gemm_t(e, t, mm.ta, mm.tb, mm.batch, mm.m, mm.n, mm.k, A, mm.lda, mm.sa, B, mm.ldb, mm.sb, add,
+           Y, mm.n, mm.m * mm.n);
 }
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. The
