@@ -173,13 +173,15 @@ bool cg_need_i32(CgEmitter *e, const IrNode *n, const IrValue *v);
 /* Query heads, kv heads and the head size of attention n over q[b, s, H*d]. */
 void cg_attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d);
 
-/* A target: the policy a program is built under (its pass pipeline, its
- * memory plan's scratch and threads) and the code it writes: kernel calls,
- * loops and includes. The core (emit.c, collectives.c) writes the rest,
- * the collectives and the tables of pipeline messages included. `node` and
- * `fused` run inside forward() or backward(), where `ctx` is the RtCtx.
- * A new target is one file defining one of these, and a line in the table
- * of targets.c. */
+/* A target: its facts (the precisions it runs, where its programs keep
+ * the model, its own options), the policy a program is built under (its
+ * pass pipeline, its memory plan's scratch and threads) and the code it
+ * writes: kernel calls, loops and includes. The core (emit.c,
+ * collectives.c) writes the rest, the collectives and the tables of
+ * pipeline messages included. `node` and `fused` run inside forward() or
+ * backward(), where `ctx` is the RtCtx. A new target is one file (or a
+ * folder with its own header, as cuda/) defining one of these, and a line
+ * in the table of targets.c. */
 struct CgTarget {
   const char *name;
   const char *doc;        /* one line, for `shardc passes` */
