@@ -1,6 +1,7 @@
 /* How an elementwise operand is read when it broadcasts: the same for
- * every target that writes fused loops (cpu.c, cuda.c), which differ only
- * in the loops they build around these indices. */
+ * every target that writes fused loops (cpu.c, cuda/fused.c), which differ
+ * only in the loops they build around these indices; and how a matmul's
+ * batch dims broadcast, the same for every target's GEMM calls. */
 #include "target.h"
 
 int64_t cg_dims_prod(const IrType *t, int from, int to) {
@@ -54,4 +55,26 @@ const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i) {
     x = x ? ir_fmt("%s + %s", x, c) : (char *)c;
   }
   return x ? x : "0";
+}
+
+bool cg_matmul_shape(CgEmitter *e, const IrNode *n, CgMatmul *mm) {
+  const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
+  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
+    cg_error(e, n, "operands of rank below 2");
+    return false;
+  }
+  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
+  int64_t m = cg_dim(y, -2), nn = cg_dim(y, -1), k = ta ? cg_dim(a, -2) : cg_dim(a, -1);
+  int64_t batch = cg_numel(y) / (m * nn), ba = cg_numel(a) / (m * k), bb = cg_numel(b) / (k * nn);
+  *mm = (CgMatmul){.ta = ta, .tb = tb, .m = m, .n = nn, .k = k, .batch = batch,
+                   .lda = ta ? m : k, .ldb = tb ? k : nn,
+                   .sa = ba == 1 ? 0 : m * k, .sb = bb == 1 ? 0 : k * nn};
+  if (batch == 1) mm->form = CG_MM_ONE;
+  else if (bb == 1 && !ta && ba == batch) mm->form = CG_MM_ROWS;
+  else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) mm->form = CG_MM_BATCHED;
+  else {
+    cg_error(e, n, "batch dims that neither match nor are shared");
+    return false;
+  }
+  return true;
 }

@@ -13,9 +13,9 @@
  * data-parallel buckets and the weight placement), built and checked once,
  * then the printing of every file from it (emit.c). The emitter core writes what every target shares: the memory
  * plan, the model tables, the collectives (collectives.c), the forward and
- * backward functions node by node; a target (target.h; cpu.c; the table
- * in targets.c) owns its pass pipeline and memory policy and writes only
- * kernel calls, loops and includes. */
+ * backward functions node by node; a target (target.h; cpu.c, cuda/; the
+ * table in targets.c) owns its facts, pipeline and memory policy and
+ * writes only kernel calls, loops and includes. */
 #ifndef SHARDC_CODEGEN_H
 #define SHARDC_CODEGEN_H
 
@@ -42,22 +42,28 @@ typedef struct CgOptions {
    * in MiB (0: 25). */
   bool zero;
   double bucket_mb;
-  /* The CUDA target: the GPU architecture its programs are built for
-   * (nvcc -arch; NULL: sm_90). */
-  const char *cuda_arch;
-  /* The CUDA target's --precision bf16: the step's activations in bf16
-   * (the memory plan sizes them at 2 bytes), weights, gradients and
-   * optimizer state in the program's real. */
+  /* --precision bf16, for a target that has it (CG_PRECISION_BF16): the
+   * step's activations in bf16 (the memory plan sizes them at 2 bytes),
+   * weights, gradients and optimizer state in the program's real. */
   bool bf16;
-  /* The CUDA target's --no-gemm-epilogue: a GELU, its gradient and a bias
-   * gradient after a GEMM run as kernels of their own instead of in
-   * cuBLASLt's epilogue. */
-  bool no_gemm_epilogue;
+  /* The options of the command line that belong to a target
+   * (cg_target_option); the target reads its own and ignores the others'. */
+  const struct CgTargetArg *target_args;
+  int ntarget_args;
   /* Per rank program (pipeline stage): the activation bytes it keeps
    * without recomputation, printed under its own (--recompute); NULL:
    * not printed. */
   const int64_t *act_without;
 } CgOptions;
+
+/* An option of a target as the command line gave it: `--cuda-arch sm_80`
+ * is {"--cuda-arch", "sm_80"}; a bare flag's value is NULL. */
+typedef struct CgTargetArg {
+  const char *name, *value;
+} CgTargetArg;
+
+/* The precisions a target's programs run the step in (CgTarget.precisions). */
+enum { CG_PRECISION_FP32 = 1 << 0, CG_PRECISION_BF16 = 1 << 1 };
 
 /* The pass pipeline a graph must go through before cg_compile for a
  * target (NULL: the first), with pipeline partitioning or without; NULL
@@ -73,6 +79,30 @@ bool cg_target_known(const char *name);
 const char *cg_target_names(void);
 /* Each target with its description and pipelines, two spaces in. */
 void cg_print_targets(FILE *out);
+
+/* What the driver asks of a target by its name (NULL: the first), each a
+ * field of the target rather than a comparison of names: whether it runs
+ * precision p (CG_PRECISION_*); the names of the targets that do, "cuda";
+ * whether its programs keep the model in this machine's memory, so that
+ * the launcher checks the plan against it; whether a command-line option
+ * is one of some target's own (CgTarget.options). */
+bool cg_target_precision(const char *target, unsigned p);
+const char *cg_precision_targets(unsigned p);
+/* The first target of the table that runs precision p; NULL when none does. */
+const char *cg_precision_target(unsigned p);
+bool cg_target_host_memory(const char *target);
+bool cg_target_option(const char *name);
+/* The target's complaint about one of its options in o (a value it
+ * cannot take), as a usage message; NULL when all are fine. */
+const char *cg_target_args_error(const CgOptions *o);
+/* The target `shardc run` takes without --target: the first of the table
+ * that runs on a GPU where one is visible (and, unless it says it runs
+ * jobs of many ranks by default, the job is one rank), else the first
+ * that runs in host memory. */
+const char *cg_run_target(bool gpu_visible, bool one_rank);
+/* The first target whose programs run in host memory (the CPU's): for the
+ * programs the driver itself builds and runs to measure this machine. */
+const char *cg_host_target(void);
 
 /* Lays out the rank programs of the program the target's pipeline made
  * (cg_pipeline: its chunks, memory plans for o's real type, threads and

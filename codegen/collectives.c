@@ -11,8 +11,6 @@
  * (emit.c), which the runtime sends and receives. */
 #include "target.h"
 
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-
 int64_t cg_comm_outer(const IrNode *n, const IrValue *v) {
   int64_t d = ir_attr_int(n, "dim"), p = 1;
   if (d < 0) d += v->type.rank;
@@ -35,11 +33,11 @@ void cg_comm_includes(CgEmitter *e) {
 int64_t cg_comm_scratch_reals(const IrNode *n) {
   if (n->op == IR_OP_ALL_GATHER) {
     const IrValue *x = n->in[0];
-    return cg_comm_outer(n, x) > 1 ? numel(n->out[0]) : 0;
+    return cg_comm_outer(n, x) > 1 ? cg_numel(n->out[0]) : 0;
   }
   if (n->op == IR_OP_REDUCE_SCATTER) {
     const IrValue *y = n->out[0];
-    return cg_comm_outer(n, y) > 1 ? numel(n->in[0]) : 0;
+    return cg_comm_outer(n, y) > 1 ? cg_numel(n->in[0]) : 0;
   }
   return 0;
 }
@@ -48,7 +46,7 @@ int64_t cg_comm_scratch_reals(const IrNode *n) {
  * programs: the step's activations and their gradients, not the weight
  * gradients); the collective then moves them as RT_COMM_BF16. */
 static bool low(CgEmitter *e, const IrValue *v) {
-  return cg_buf(e, v)->bytes < numel(v) * e->plan->real_bytes;
+  return cg_buf(e, v)->bytes < cg_numel(v) * e->plan->real_bytes;
 }
 
 /* The comm.h type of a collective from x to y; false, with an error, for
@@ -75,19 +73,19 @@ void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n
  * [t][outer][part]; with outer > 1 a permutation makes it [outer][t][part]. */
 static void emit_all_gather(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = cg_comm_outer(n, x), t = ir_attr_int(n, "size"), part = numel(x) / o;
+  int64_t o = cg_comm_outer(n, x), t = ir_attr_int(n, "size"), part = cg_numel(x) / o;
   const char *type;
   if (!comm_type(e, n, x, y, &type)) return;
   const char *tmp = o == 1 ? cg_ref(e, y) : e->target->comm_scratch;
   emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, %s);", cg_ref(e, x), tmp,
-       (long long)numel(x), type);
+       (long long)cg_numel(x), type);
   if (o > 1) e->target->permute(e, cg_ref(e, y), tmp, t, o, part, low(e, x));
 }
 
 /* Part r along dim of the sum: x [outer][t][part] is made rank-major first. */
 static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = cg_comm_outer(n, y), t = ir_attr_int(n, "size"), part = numel(y) / o;
+  int64_t o = cg_comm_outer(n, y), t = ir_attr_int(n, "size"), part = cg_numel(y) / o;
   const char *src = cg_ref(e, x), *type;
   if (!comm_type(e, n, x, y, &type)) return;
   if (o > 1) {
@@ -95,12 +93,13 @@ static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
     e->target->permute(e, src, cg_ref(e, x), o, t, part, low(e, x));
   }
   emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, %s, RT_COMM_SUM);", src,
-       cg_ref(e, y), (long long)numel(y), type);
+       cg_ref(e, y), (long long)cg_numel(y), type);
 }
 
 bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
   if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
-  cg_error(e, n, "only the tensor axis is supported, not axis %lld", (long long)ir_attr_int(n, "axis"));
+  cg_error(e, n, "only the tensor axis is supported, not axis %lld",
+           (long long)ir_attr_int(n, "axis"));
   return false;
 }
 
@@ -109,7 +108,7 @@ bool cg_comm_node(CgEmitter *e, const IrNode *n) {
   case IR_OP_ALL_REDUCE: {
     const char *type;
     if (cg_comm_tensor_axis(e, n) && comm_type(e, n, n->in[0], n->out[0], &type))
-      allreduce_t(e, cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), numel(n->in[0]), type,
+      allreduce_t(e, cg_ref(e, n->in[0]), cg_ref(e, n->out[0]), cg_numel(n->in[0]), type,
                   "RT_COMM_SUM");
     return true;
   }
@@ -121,4 +120,30 @@ bool cg_comm_node(CgEmitter *e, const IrNode *n) {
     return true;
   default: return false;
   }
+}
+
+bool cg_vocab_loss(const IrNode *n) {
+  return (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
+         cg_flag(n, "vocab_parallel");
+}
+
+/* A collective's rank-major copy, or the vocabulary-parallel loss's three
+ * reals per row (its row max, sum of exponentials and target logit). */
+static int64_t tp_scratch_reals(const IrNode *n) {
+  if (cg_vocab_loss(n)) return 3 * cg_rows(n->in[0]);
+  return cg_comm_scratch_reals(n);
+}
+
+int64_t cg_tp_needs(const CgEmitter *e, bool *per_rank) {
+  int64_t need = 0;
+  *per_rank = false;
+  for (int c = 0; c < e->nchunks; c++)
+    for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
+      const IrNode *n = e->chunks[c].g->nodes.items[i];
+      int64_t s = tp_scratch_reals(n);
+      if (s > need) need = s;
+      *per_rank |=
+          (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && cg_flag(n, "per_rank");
+    }
+  return need;
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "target.h"
+#include "cpu.h"
 
 /* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
  * compile on its own. */
@@ -52,7 +52,7 @@
 
 /* What the CPU target keeps while it writes one program. */
 typedef struct CpuState {
-  int chunk_state; /* which braces of a run of row chunks are open (cpu_chunks_begin) */
+  int chunk_state; /* which braces of a run of row chunks are open (chunks_begin) */
   bool team;       /* writing a sunk node: GEMMs in their team form */
   /* Inside a run of row chunks (PassMemPlan.chunked): the rows of one
    * chunk, whose first row the generated code holds in `r0` (and its
@@ -66,29 +66,18 @@ int64_t cg_cpu_chunk_rows(CgEmitter *e) { return cpu_state(e)->chunk_rows; }
 
 /* ---------------------------------------------------------------- shapes */
 
-static const IrNode *node_at(CgEmitter *e, int i) { return e->g->nodes.items[i]; }
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-
-/* Dim k, counting from the end when negative. */
-static int64_t dim(const IrValue *v, int k) {
-  return v->type.shape[k < 0 ? k + v->type.rank : k];
-}
-
-/* The product of dims [from, to). */
-static int64_t rows_of(const IrValue *v) { return numel(v) / dim(v, -1); }
-
 static const char *ref(CgEmitter *e, const IrValue *v) { return cg_ref(e, v); }
 
 /* Inside a run of row chunks (cg_cpu_chunk_rows(e) > 0) a node works on rows
  * r0 .. r0 + chunk_rows - 1 of its row-shaped operands: rrows is how many
  * rows it sees, rref where its first one starts. Outside, the whole. */
 static int64_t rrows(CgEmitter *e, const IrValue *v) {
-  return cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : rows_of(v);
+  return cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_rows(v);
 }
 
 static const char *rref(CgEmitter *e, const IrValue *v) {
   if (!cg_cpu_chunk_rows(e)) return ref(e, v);
-  return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)dim(v, -1));
+  return ir_fmt("(%s + r0 * %lld)", ref(e, v), (long long)cg_dim(v, -1));
 }
 
 /* GEMMs that produce a gradient straight into its slot add (beta = 1). */
@@ -114,26 +103,15 @@ typedef struct Fused {
   int64_t per; /* in a row chunk: its elements; 0 outside */
 } Fused;
 
-static bool in_group(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (v->kind != IR_VAL_NODE) return false;
-  for (int k = f->first; k <= f->last; k++)
-    if (node_at(e, k) == v->def) return true;
-  return false;
-}
-
-static const char *reg(CgEmitter *e, const IrValue *v) {
-  return ir_fmt("v%d", cg_buf(e, v)->index - e->plan->nleaves);
-}
-
 static void collect_loads(CgEmitter *e, Fused *f) {
   int cap = 0;
-  for (int k = f->first; k <= f->last; k++) cap += node_at(e, k)->nin;
+  for (int k = f->first; k <= f->last; k++) cap += cg_node(e, k)->nin;
   f->loads = ir_alloc((size_t)(cap ? cap : 1) * sizeof *f->loads);
   for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nin; j++) {
       const IrValue *v = n->in[j];
-      bool seen = in_group(e, f, v);
+      bool seen = cg_in_run(e, f->first, f->last, v);
       for (int l = 0; l < f->nloads && !seen; l++) seen = f->loads[l].v == v;
       if (!seen) f->loads[f->nloads++] = (Load){v, cg_bcast(&v->type, f->shape), NULL};
     }
@@ -162,83 +140,36 @@ static void collect_loads(CgEmitter *e, Fused *f) {
   }
 }
 
-static const char *operand(CgEmitter *e, const Fused *f, const IrValue *v) {
-  if (in_group(e, f, v)) return reg(e, v);
+/* A run and the names of its outputs' pointers, for the hooks below. */
+typedef struct Run {
+  const Fused *f;
+  const char **store;
+} Run;
+
+static const char *operand(CgEmitter *e, const void *run, const IrValue *v) {
+  const Fused *f = ((const Run *)run)->f;
+  if (cg_in_run(e, f->first, f->last, v)) return cg_reg(e, v);
   for (int l = 0; l < f->nloads; l++)
     if (f->loads[l].v == v) return ir_fmt("x%d[%s]", l, f->loads[l].index);
   unreachable();
 }
 
-/* The inline forms of the elementwise ops (CpuKernel.inline_expr): the
- * value of output `out` of node n from its operands a[]. */
-static const char *inline_add(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s + %s", a[0], a[1]);
-}
-static const char *inline_sub(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s - %s", a[0], a[1]);
-}
-static const char *inline_mul(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("%s * %s", a[0], a[1]);
-}
-static const char *inline_scale(const IrNode *n, int out, const char **a) {
-  (void)out;
-  return ir_fmt("%s * %s", a[0], cg_real(ir_attr_float(n, "s")));
-}
-static const char *inline_gelu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_gelu(%s)", a[0]);
-}
-static const char *inline_silu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu(%s)", a[0]);
-}
-static const char *inline_swiglu(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu(%s) * %s", a[0], a[1]);
-}
-static const char *inline_gelu_grad(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_gelu_grad(%s, %s)", a[0], a[1]);
-}
-static const char *inline_silu_grad(const IrNode *n, int out, const char **a) {
-  (void)n, (void)out;
-  return ir_fmt("k_silu_grad(%s, %s)", a[0], a[1]);
-}
-/* swiglu_grad(g, u, dy): dg = dy u silu'(g), du = dy silu(g). */
-static const char *inline_swiglu_grad(const IrNode *n, int out, const char **a) {
-  (void)n;
-  return out == 0 ? ir_fmt("k_silu_grad(%s, %s * %s)", a[0], a[2], a[1])
-                  : ir_fmt("%s * k_silu(%s)", a[2], a[0]);
+static void store(CgEmitter *e, const void *run, const IrValue *out, int slot, const char *reg) {
+  emit(e, "%s[i] %s= %s;", ((const Run *)run)->store[slot],
+       cg_buf(e, out)->region == PASS_REGION_GRADS ? "+" : "", reg);
 }
 
-static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a);
-
-static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store) {
-  int nstore = 0;
-  for (int k = f->first; k <= f->last; k++) {
-    const IrNode *n = node_at(e, k);
-    const char **a = ir_alloc((size_t)(n->nin ? n->nin : 1) * sizeof *a);
-    for (int j = 0; j < n->nin; j++) a[j] = operand(e, f, n->in[j]);
-    for (int j = 0; j < n->nout; j++) {
-      const PassBuf *b = cg_buf(e, n->out[j]);
-      emit(e, "const real %s = %s;", reg(e, n->out[j]), elem_expr(e, n, j, a));
-      if (b->region != PASS_REGION_NONE)
-        emit(e, "%s[i] %s= %s;", store[nstore++], b->region == PASS_REGION_GRADS ? "+" : "",
-             reg(e, n->out[j]));
-      else if (b->uses == 0)
-        emit(e, "(void)%s;", reg(e, n->out[j]));
-    }
-  }
+static void emit_fused_body(CgEmitter *e, const Fused *f, const char **store_names) {
+  Run run = {f, store_names};
+  CgRunHooks h = {operand, store, &run};
+  cg_formula_body(e, f->first, f->last, &h);
 }
 
 static void cpu_fused(CgEmitter *e, int first, int last) {
   /* In a chunk: its elements, [chunk * per, (chunk + 1) * per), by rows
    * when a chunk holds whole rows of the loop. */
-  int64_t per = cg_cpu_chunk_rows(e) * dim(node_at(e, first)->out[0], -1);
-  Fused f = {.first = first, .last = last, .shape = &node_at(e, first)->out[0]->type, .per = per};
+  int64_t per = cg_cpu_chunk_rows(e) * cg_dim(cg_node(e, first)->out[0], -1);
+  Fused f = {.first = first, .last = last, .shape = &cg_node(e, first)->out[0]->type, .per = per};
   collect_loads(e, &f);
   int64_t N = ir_type_numel(f.shape);
   emit(e, "{");
@@ -248,7 +179,7 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
   const char **store = ir_alloc(sizeof *store * (size_t)(2 * (last - first + 1)));
   int nstore = 0;
   for (int k = first; k <= last; k++) {
-    const IrNode *n = node_at(e, k);
+    const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) {
         store[nstore] = ir_fmt("y%d", nstore);
@@ -303,40 +234,34 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
  * contiguous, a batched GEMM otherwise (a shared operand has stride 0). */
 static void emit_matmul(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *a = n->in[0], *b = n->in[1], *y = n->out[0];
-  if (a->type.rank < 2 || b->type.rank < 2 || y->type.rank < 2) {
-    cg_error(e, n, "operands of rank below 2");
-    return;
-  }
-  int ta = (int)ir_attr_int(n, "transpose_a"), tb = (int)ir_attr_int(n, "transpose_b");
-  int64_t m = dim(y, -2), nn = dim(y, -1), k = ta ? dim(a, -2) : dim(a, -1);
-  int64_t batch = numel(y) / (m * nn), ba = numel(a) / (m * k), bb = numel(b) / (k * nn);
-  int64_t lda = ta ? m : k, ldb = tb ? k : nn;
+  CgMatmul mm;
+  if (!cg_matmul_shape(e, n, &mm)) return;
   const char *beta = beta_of(e, y);
-  if (cg_cpu_chunk_rows(e)) { /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
-    gemm(e, 0, tb, cg_cpu_chunk_rows(e), nn, k, rref(e, a), lda, ref(e, b), ldb, beta, rref(e, y), nn);
-  } else if (batch == 1) {
-    gemm(e, ta, tb, m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
-  } else if (bb == 1 && !ta && ba == batch) {
-    gemm(e, 0, tb, batch * m, nn, k, ref(e, a), lda, ref(e, b), ldb, beta, ref(e, y), nn);
-  } else if ((ba == 1 || ba == batch) && (bb == 1 || bb == batch)) {
+  if (cg_cpu_chunk_rows(e)) /* a shared 2-D b (memplan's row_local): a's rows in one GEMM */
+    gemm(e, 0, mm.tb, cg_cpu_chunk_rows(e), mm.n, mm.k, rref(e, a), mm.lda, ref(e, b), mm.ldb,
+         beta, rref(e, y), mm.n);
+  else if (mm.form == CG_MM_ONE)
+    gemm(e, mm.ta, mm.tb, mm.m, mm.n, mm.k, ref(e, a), mm.lda, ref(e, b), mm.ldb, beta, ref(e, y),
+         mm.n);
+  else if (mm.form == CG_MM_ROWS)
+    gemm(e, 0, mm.tb, mm.batch * mm.m, mm.n, mm.k, ref(e, a), mm.lda, ref(e, b), mm.ldb, beta,
+         ref(e, y), mm.n);
+  else
     emit(e, "k_gemm_batched(%d, %d, %lld, %lld, %lld, %lld, 1, %s, %lld, %lld, %s, %lld, %lld, "
             "%s, %s, %lld, %lld);",
-         ta, tb, (long long)batch, (long long)m, (long long)nn, (long long)k, ref(e, a),
-         (long long)lda, (long long)(ba == 1 ? 0 : m * k), ref(e, b), (long long)ldb,
-         (long long)(bb == 1 ? 0 : k * nn), beta, ref(e, y), (long long)nn, (long long)(m * nn));
-  } else {
-    cg_error(e, n, "batch dims that neither match nor are shared");
-  }
+         mm.ta, mm.tb, (long long)mm.batch, (long long)mm.m, (long long)mm.n, (long long)mm.k,
+         ref(e, a), (long long)mm.lda, (long long)mm.sa, ref(e, b), (long long)mm.ldb,
+         (long long)mm.sb, beta, ref(e, y), (long long)mm.n, (long long)(mm.m * mm.n));
 }
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */
 static void emit_linear(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *w = n->in[1], *y = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(y, -1), rows = rrows(e, x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(y, -1), rows = rrows(e, x);
   gemm(e, 0, tr, rows, out, in, rref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y),
        rref(e, y), out);
   if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", rref(e, y), ref(e, n->in[2]),
@@ -345,10 +270,10 @@ static void emit_linear(CgEmitter *e, int index) {
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
 static void emit_linear_dx(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *dy = n->in[0], *w = n->in[1], *dx = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t out = dim(dy, -1), in = dim(dx, -1), rows = rrows(e, dy);
+  int64_t out = cg_dim(dy, -1), in = cg_dim(dx, -1), rows = rrows(e, dy);
   gemm(e, 0, !tr, rows, in, out, rref(e, dy), out, ref(e, w), tr ? in : out, beta_of(e, dx),
        rref(e, dx), in);
 }
@@ -356,10 +281,10 @@ static void emit_linear_dx(CgEmitter *e, int index) {
 /* dw = x^T dy [in, out], or dy^T x [out, in] when transposed, summed over
  * every leading dim by the GEMM's inner dimension. */
 static void emit_linear_dw(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *dy = n->in[1], *dw = n->out[0];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t in = dim(x, -1), out = dim(dy, -1), rows = rows_of(x);
+  int64_t in = cg_dim(x, -1), out = cg_dim(dy, -1), rows = cg_rows(x);
   if (tr)
     gemm(e, 1, 0, out, in, rows, ref(e, dy), out, ref(e, x), in, beta_of(e, dw), ref(e, dw), in);
   else
@@ -371,23 +296,23 @@ static void emit_linear_dw(CgEmitter *e, int index) {
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
 
 static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
-  emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)numel(x));
+  emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)cg_numel(x));
 }
 
 static void emit_transpose(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (!cg_transpose_call(e, n, "k_")) emit_copy(e, n->out[0], n->in[0]);
 }
 
-static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), true, "k_"); }
-static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, node_at(e, index), false, "k_"); }
+static void emit_split_heads(CgEmitter *e, int index) { cg_heads_call(e, cg_node(e, index), true, "k_"); }
+static void emit_merge_heads(CgEmitter *e, int index) { cg_heads_call(e, cg_node(e, index), false, "k_"); }
 
 /* A split that is not a view: one strided block copy per part. */
 static void emit_split(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = numel(x) / outer, part = cols / n->nout;
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer, part = cols / n->nout;
   if (cg_cpu_chunk_rows(e)) outer = cg_cpu_chunk_rows(e); /* along the last axis (memplan's row_local) */
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
@@ -396,13 +321,13 @@ static void emit_split(CgEmitter *e, int index) {
 }
 
 static void emit_concat(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), y->type.rank);
-  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = numel(y) / outer, at = 0;
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = cg_numel(y) / outer, at = 0;
   int64_t rows = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : outer; /* along the last axis in a chunk */
   for (int j = 0; j < n->nin; j++) {
-    int64_t c = numel(n->in[j]) / outer;
+    int64_t c = cg_numel(n->in[j]) / outer;
     emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", rref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, rref(e, n->in[j]),
          (long long)c, (long long)rows, (long long)c);
@@ -412,10 +337,10 @@ static void emit_concat(CgEmitter *e, int index) {
 
 /* sum_to: x summed down to the shape broadcasting stretched it from. */
 static void emit_sum_to(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *y = n->out[0];
   CgBc bc = cg_bcast(&y->type, &x->type);
-  int64_t N = numel(x), M = numel(y);
+  int64_t N = cg_numel(x), M = cg_numel(y);
   switch (bc.kind) {
   case CG_BC_FULL: emit_copy(e, y, x); return;
   case CG_BC_SCALAR:
@@ -456,107 +381,107 @@ static void emit_sum_to(CgEmitter *e, int index) {
 /* ------------------------------------------------------- the other kernels */
 
 static void emit_attention(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
   cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
   /* In a chunk: its whole sequences (memplan's row_local). */
-  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(q, 1) : dim(q, 0);
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(q, 1) : cg_dim(q, 0);
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
   else
     emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
          rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), (long long)b,
-         (long long)dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
        ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-       ref(e, n->in[1]), (long long)rrows(e, x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)rrows(e, x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_layernorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   /* A layernorm without a bias has no use for db. */
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
   emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1),
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)rows_of(x),
-       (long long)dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
-       (long long)rows_of(x), (long long)dim(x, -1));
+       (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
-       ref(e, n->in[1]), (long long)rows_of(x), (long long)dim(x, -1));
+       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
 }
 
 static void emit_causal_mask(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  int64_t s = dim(x, -1);
+  int64_t s = cg_dim(x, -1);
   emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
-       (long long)(numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+       (long long)(cg_numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
 }
 
 /* In a chunk: its whole sequences (memplan's row_local). */
 static void emit_rope(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
-  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / dim(x, -2) : numel(x) / (dim(x, -2) * dim(x, -1));
+  int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(x, -2) : cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1));
   emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]), rref(e, x),
-       (long long)b, (long long)dim(x, -2), (long long)H, (long long)(dim(x, -1) / H),
+       (long long)b, (long long)cg_dim(x, -2), (long long)H, (long long)(cg_dim(x, -1) / H),
        cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
 }
 
 static void emit_dropout(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   /* In evaluation the rate is 0: the kernel copies. */
   emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
-       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
 
 static void emit_loss(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
-  int64_t V = dim(logits, -1), rows = numel(targets);
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V);
@@ -573,7 +498,7 @@ static void emit_loss(CgEmitter *e, int index) {
  * of a vocabulary-parallel table, and ids outside it add nothing. */
 void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
   const IrValue *ids = n->in[0], *dy = n->in[1], *y = n->out[0];
-  int64_t rows = numel(ids), h = dim(y, -1);
+  int64_t rows = cg_numel(ids), h = cg_dim(y, -1);
   emit(e, "{");
   e->depth++;
   emit(e, "real *restrict g = %s;", ref(e, y));
@@ -605,116 +530,95 @@ void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
 }
 
 static void emit_embedding(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (!cg_need_i32(e, n, ids)) return;
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
     emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
          cg_cpu_chunk_rows(e) ? " + r0" : "", ref(e, n->in[1]),
-         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : numel(ids)), (long long)dim(y, -1));
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)cg_dim(y, -1));
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
     cg_cpu_embedding_scatter(e, n, 0);
   else
     emit(e, "k_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
-         ref(e, n->in[1]), (long long)numel(ids), (long long)dim(y, 0), (long long)dim(y, -1));
+         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
 }
 
 static void emit_arange(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)numel(y));
+  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)cg_numel(y));
 }
 
 static void emit_zeros(CgEmitter *e, int index) {
-  const IrValue *y = node_at(e, index)->out[0];
-  emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)numel(y),
+  const IrValue *y = cg_node(e, index)->out[0];
+  emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)cg_numel(y),
        y->type.dtype == IR_I32 ? "int32_t" : "real");
 }
 
 /* A view unless the plan says otherwise. */
 static void emit_reshape(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   emit_copy(e, n->out[0], n->in[0]);
 }
 
 /* ------------------------------------------------------------ the op table */
 
-/* How the CPU target writes an op: `node` writes the kernel calls of a node
- * that runs on its own (or on one chunk of rows, memplan's row_local);
- * `inline_expr` is an elementwise op's value inside a fused loop. An op
- * with neither (collectives, tp_copy, pp_boundary) is cpu_tp.c's or the
- * core's; a node that reaches neither is not supported. */
-typedef struct CpuKernel {
-  void (*node)(CgEmitter *e, int index);
-  const char *(*inline_expr)(const IrNode *n, int out, const char **a);
-} CpuKernel;
-
-/* One line per op of ir/ops.def: a new op adds its line here. */
-static const CpuKernel cpu_kernels[IR_OP_COUNT] = {
-    [IR_OP_EMBEDDING] = {emit_embedding, NULL},
-    [IR_OP_ARANGE] = {emit_arange, NULL},
-    [IR_OP_ZEROS] = {emit_zeros, NULL},
-    [IR_OP_MATMUL] = {emit_matmul, NULL},
-    [IR_OP_LINEAR] = {emit_linear, NULL},
-    [IR_OP_RESHAPE] = {emit_reshape, NULL},
-    [IR_OP_TRANSPOSE] = {emit_transpose, NULL},
-    [IR_OP_SPLIT_HEADS] = {emit_split_heads, NULL},
-    [IR_OP_MERGE_HEADS] = {emit_merge_heads, NULL},
-    [IR_OP_SPLIT] = {emit_split, NULL},
-    [IR_OP_CONCAT] = {emit_concat, NULL},
-    [IR_OP_ADD] = {NULL, inline_add},
-    [IR_OP_SUB] = {NULL, inline_sub},
-    [IR_OP_MUL] = {NULL, inline_mul},
-    [IR_OP_SCALE] = {NULL, inline_scale},
-    [IR_OP_GELU] = {NULL, inline_gelu},
-    [IR_OP_SILU] = {NULL, inline_silu},
-    [IR_OP_SWIGLU] = {NULL, inline_swiglu},
-    [IR_OP_DROPOUT] = {emit_dropout, NULL},
-    [IR_OP_LAYERNORM] = {emit_layernorm, NULL},
-    [IR_OP_RMSNORM] = {emit_rmsnorm, NULL},
-    [IR_OP_SOFTMAX] = {emit_softmax, NULL},
-    [IR_OP_CAUSAL_MASK] = {emit_causal_mask, NULL},
-    [IR_OP_ROPE] = {emit_rope, NULL},
-    [IR_OP_ATTENTION] = {emit_attention, NULL},
-    [IR_OP_CROSS_ENTROPY] = {emit_loss, NULL},
-    [IR_OP_LINEAR_DX] = {emit_linear_dx, NULL},
-    [IR_OP_LINEAR_DW] = {emit_linear_dw, NULL},
-    [IR_OP_SUM_TO] = {emit_sum_to, NULL},
-    [IR_OP_GELU_GRAD] = {NULL, inline_gelu_grad},
-    [IR_OP_SILU_GRAD] = {NULL, inline_silu_grad},
-    [IR_OP_SWIGLU_GRAD] = {NULL, inline_swiglu_grad},
-    [IR_OP_DROPOUT_GRAD] = {emit_dropout, NULL},
-    [IR_OP_LAYERNORM_GRAD] = {emit_layernorm_grad, NULL},
-    [IR_OP_RMSNORM_GRAD] = {emit_rmsnorm_grad, NULL},
-    [IR_OP_SOFTMAX_GRAD] = {emit_softmax_grad, NULL},
-    [IR_OP_ATTENTION_GRAD] = {emit_attention, NULL},
-    [IR_OP_EMBEDDING_GRAD] = {emit_embedding, NULL},
-    [IR_OP_CROSS_ENTROPY_GRAD] = {emit_loss, NULL},
+/* How the CPU target writes an op that runs on its own (or on one chunk
+ * of rows, memplan's row_local): the kernel calls of its node. An
+ * elementwise op with a formula (ir/ops.def) needs no line: the fused
+ * loops write it. An op with neither (collectives, tp_copy, pp_boundary)
+ * is cpu_tp.c's or the core's; a node that reaches none is not
+ * supported. A new op with kernels of its own adds its line here. */
+static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
+    [IR_OP_EMBEDDING] = emit_embedding,
+    [IR_OP_ARANGE] = emit_arange,
+    [IR_OP_ZEROS] = emit_zeros,
+    [IR_OP_MATMUL] = emit_matmul,
+    [IR_OP_LINEAR] = emit_linear,
+    [IR_OP_RESHAPE] = emit_reshape,
+    [IR_OP_TRANSPOSE] = emit_transpose,
+    [IR_OP_SPLIT_HEADS] = emit_split_heads,
+    [IR_OP_MERGE_HEADS] = emit_merge_heads,
+    [IR_OP_SPLIT] = emit_split,
+    [IR_OP_CONCAT] = emit_concat,
+    [IR_OP_DROPOUT] = emit_dropout,
+    [IR_OP_LAYERNORM] = emit_layernorm,
+    [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_SOFTMAX] = emit_softmax,
+    [IR_OP_CAUSAL_MASK] = emit_causal_mask,
+    [IR_OP_ROPE] = emit_rope,
+    [IR_OP_ATTENTION] = emit_attention,
+    [IR_OP_CROSS_ENTROPY] = emit_loss,
+    [IR_OP_LINEAR_DX] = emit_linear_dx,
+    [IR_OP_LINEAR_DW] = emit_linear_dw,
+    [IR_OP_SUM_TO] = emit_sum_to,
+    [IR_OP_DROPOUT_GRAD] = emit_dropout,
+    [IR_OP_LAYERNORM_GRAD] = emit_layernorm_grad,
+    [IR_OP_RMSNORM_GRAD] = emit_rmsnorm_grad,
+    [IR_OP_SOFTMAX_GRAD] = emit_softmax_grad,
+    [IR_OP_ATTENTION_GRAD] = emit_attention,
+    [IR_OP_EMBEDDING_GRAD] = emit_embedding,
+    [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
 };
 
-static const char *elem_expr(CgEmitter *e, const IrNode *n, int out, const char **a) {
-  if (cpu_kernels[n->op].inline_expr) return cpu_kernels[n->op].inline_expr(n, out, a);
-  cg_error(e, n, "no inline form for this elementwise op");
-  return "0";
-}
-
 static bool cpu_writes_op(IrOp op) {
-  return cpu_kernels[op].node || cpu_kernels[op].inline_expr || cg_cpu_tp_writes_op(op);
+  return cpu_kernels[op] || cg_formula_writes_op(op) || cg_cpu_tp_writes_op(op);
 }
 
 static void cpu_node(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+  const IrNode *n = cg_node(e, index);
   if (cg_cpu_tp_node(e, n)) return; /* tp_slice, vocabulary-parallel and per-rank ops */
-  if (cpu_kernels[n->op].node) cpu_kernels[n->op].node(e, index);
+  if (cpu_kernels[n->op]) cpu_kernels[n->op](e, index);
   else cg_error(e, n, "not supported");
 }
 
 /* ---------------------------------------------------- gradients, program */
 
 static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
-  int64_t n = numel(grad);
-  if (n != numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  int64_t n = cg_numel(grad);
+  if (n != cg_numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
   emit(e, "{");
   e->depth++;
   /* The param's slot in the gradients: where WGT(...) is in the weights. */
@@ -732,7 +636,7 @@ static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *gr
  * the calling thread (nested regions are off; OpenBLAS is told when it is
  * the pthread build). A run with sunk reductions opens the region around
  * the chunk loop, and the reductions follow the loop's barrier in it. */
-static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
+static void chunks_begin(CgEmitter *e, int first, int last) {
   bool sunk = false;
   for (int i = first; i <= last; i++) sunk |= e->plan->sunk[i];
   emit(e, "{");
@@ -754,15 +658,15 @@ static void cpu_chunks_begin(CgEmitter *e, int first, int last) {
   cpu_state(e)->chunk_rows = e->plan->chunk_rows;
 }
 
-static void cpu_chunks_after(CgEmitter *e) {
+static void chunks_after(CgEmitter *e) {
   e->depth--;
   emit(e, "}"); /* the loop over chunks; the region stays open */
   cpu_state(e)->chunk_state = 3;
   cpu_state(e)->chunk_rows = 0;
 }
 
-static void cpu_chunks_end(CgEmitter *e) {
-  if (cpu_state(e)->chunk_state == 2) cpu_chunks_after(e);
+static void chunks_end(CgEmitter *e) {
+  if (cpu_state(e)->chunk_state == 2) chunks_after(e);
   e->depth--;
   emit(e, "}"); /* the loop over chunks (1) or the parallel region (3) */
   emit(e, "k_blas_serial_end(blas);");
@@ -773,18 +677,31 @@ static void cpu_chunks_end(CgEmitter *e) {
 }
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */
-static void cpu_team_node(CgEmitter *e, int index) {
-  const IrNode *n = node_at(e, index);
+static void team_node(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
   if (n->op == IR_OP_SUM_TO) {
     const IrValue *x = n->in[0], *y = n->out[0];
     emit(e, "k_sum_rows_team(%s, %s, %lld, %lld);", ref(e, y), ref(e, x),
-         (long long)(numel(x) / numel(y)), (long long)numel(y));
+         (long long)(cg_numel(x) / cg_numel(y)), (long long)cg_numel(y));
     return;
   }
   if (n->op != IR_OP_LINEAR_DW) unreachable();
   cpu_state(e)->team = true;
   emit_linear_dw(e, index);
   cpu_state(e)->team = false;
+}
+
+/* The chunks in one parallel loop; with sunk nodes, the region stays
+ * open after it for the team to share them. */
+static void cpu_row_chunks(CgEmitter *e, int first, int last) {
+  chunks_begin(e, first, last);
+  cg_chunk_body(e, first, last);
+  if (cpu_state(e)->chunk_state == 2) {
+    chunks_after(e);
+    for (int i = cg_next_sunk(e, first - 1, last); i >= 0; i = cg_next_sunk(e, i, last))
+      team_node(e, i);
+  }
+  chunks_end(e);
 }
 
 static void cpu_prologue(CgEmitter *e) {
@@ -825,7 +742,7 @@ static void cpu_entry(CgEmitter *e) {
   for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
     const IrNode *n = e->chunks[c].g->nodes.items[i];
     if (e->chunks[c].plan->scratch_offset[i] < 0) continue;
-    int64_t s = dim(n->in[0], 1);
+    int64_t s = cg_dim(n->in[0], 1);
     bool dup = false;
     for (int k = 0; k < nseen; k++) dup |= seen[k] == s;
     if (dup || nseen == 64) continue;
@@ -887,20 +804,7 @@ static void cpu_buildfile(CgEmitter *e, const char *const *programs, int nprogra
   emit(e, "# For instance -DSHARD_PROFILE: a per-op timer (see the top of the program).");
   emit(e, "EXTRA_CFLAGS =");
   emit_blank(e);
-  char *all = ir_strdup("");
-  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
-  emit(e, "all:%s", all);
-  emit_blank(e);
-  for (int i = 0; i < nprograms; i++) {
-    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
-    emit(e, "\t$(CC) $(CFLAGS) $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", programs[i],
-         e->target->source_ext);
-    emit_blank(e);
-  }
-  emit(e, "clean:");
-  emit(e, "\trm -f%s", all);
-  emit_blank(e);
-  emit(e, ".PHONY: all clean");
+  cg_buildfile_rules(e, programs, nprograms, "$(CC) $(CFLAGS)");
 }
 
 /* ---------------------------------------------------------------- policy */
@@ -949,10 +853,8 @@ const CgTarget cg_target_cpu = {
     .doc = "C with OpenMP and OpenBLAS; ranks talk through MPI",
     .source_ext = ".c",
     .buildfile_name = "Makefile",
-    .pipeline = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,"
-                "recompute,verify,schedule,memplan",
-    .pipeline_pp = "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,"
-                   "autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan",
+    .precisions = CG_PRECISION_FP32,
+    .memory = CG_MEMORY_HOST,
     .memplan = &cpu_memplan,
     .writes_op = cpu_writes_op,
     .state_new = cpu_state_new,
@@ -960,10 +862,7 @@ const CgTarget cg_target_cpu = {
     .plan_defines = cpu_plan_defines,
     .node = cpu_node,
     .fused = cpu_fused,
-    .chunks_begin = cpu_chunks_begin,
-    .chunks_after = cpu_chunks_after,
-    .team_node = cpu_team_node,
-    .chunks_end = cpu_chunks_end,
+    .row_chunks = cpu_row_chunks,
     .accumulate = cpu_accumulate,
     .permute = cpu_permute,
     .comm_scratch = "tp_scratch",

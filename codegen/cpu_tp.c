@@ -13,36 +13,12 @@
  * part of a run of row chunks (memplan keeps collectives out of them). */
 #include <string.h>
 
-#include "target.h"
+#include "cpu.h"
 
-static int64_t numel(const IrValue *v) { return ir_type_numel(&v->type); }
-static int64_t dim(const IrValue *v, int k) { return v->type.shape[k < 0 ? k + v->type.rank : k]; }
-
-static bool flag(const IrNode *n, const char *name) {
-  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
-}
-
-static bool is_vocab_loss(const IrNode *n) {
-  return (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_GRAD) &&
-         flag(n, "vocab_parallel");
-}
-
-/* Reals of tp_scratch that node n needs. */
-static int64_t scratch_need(const IrNode *n) {
-  if (is_vocab_loss(n)) return 3 * (numel(n->in[0]) / dim(n->in[0], -1));
-  return cg_comm_scratch_reals(n);
-}
 
 void cg_cpu_tp_prologue(CgEmitter *e) {
-  int64_t need = 0;
-  bool per_rank = false;
-  for (int c = 0; c < e->nchunks; c++)
-  for (int i = 0; i < e->chunks[c].g->nodes.len; i++) {
-    const IrNode *n = e->chunks[c].g->nodes.items[i];
-    int64_t s = scratch_need(n);
-    if (s > need) need = s;
-    per_rank |= (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) && flag(n, "per_rank");
-  }
+  bool per_rank;
+  int64_t need = cg_tp_needs(e, &per_rank);
   if (!cg_comm_used(e) && need == 0 && !per_rank) return;
   cg_comm_includes(e);
   if (need > 0) {
@@ -64,7 +40,7 @@ void cg_cpu_tp_prologue(CgEmitter *e) {
 /* This rank's part along dim: no message, a strided copy. */
 static void emit_tp_slice(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *y = n->out[0];
-  int64_t o = cg_comm_outer(n, x), part = numel(y) / o, whole = numel(x) / o;
+  int64_t o = cg_comm_outer(n, x), part = cg_numel(y) / o, whole = cg_numel(x) / o;
   emit(e, "k_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", cg_ref(e, y),
        (long long)part, cg_ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
@@ -78,17 +54,17 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   const IrValue *ids = n->in[0], *y = n->out[0];
   if (n->op == IR_OP_EMBEDDING) {
     const IrValue *table = n->in[1];
-    int64_t V = dim(table, 0), h = dim(y, -1);
+    int64_t V = cg_dim(table, 0), h = cg_dim(y, -1);
     const char *out = cg_cpu_chunk_rows(e) ? ir_fmt("(%s + r0 * %lld)", cg_ref(e, y), (long long)h)
                                     : cg_ref(e, y);
     emit(e, "k_embedding_fwd_vp(%s, %s%s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);", out,
          cg_ref(e, ids), cg_cpu_chunk_rows(e) ? " + r0" : "", cg_ref(e, table),
-         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : numel(ids)), (long long)h, (long long)V,
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)h, (long long)V,
          (long long)V);
     return;
   }
   const IrValue *dy = n->in[1];
-  int64_t V = dim(y, 0), h = dim(y, -1), rows = numel(ids);
+  int64_t V = cg_dim(y, 0), h = cg_dim(y, -1), rows = cg_numel(ids);
   if (cg_buf(e, y)->region != PASS_REGION_GRADS) {
     emit(e, "k_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
          cg_ref(e, y), cg_ref(e, ids), cg_ref(e, dy), (long long)rows, (long long)V, (long long)h,
@@ -108,7 +84,7 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
     cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(targets->type.dtype));
     return;
   }
-  int64_t V = dim(logits, -1), rows = numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);
   const char *L = cg_ref(e, logits), *T = cg_ref(e, targets);
@@ -140,7 +116,7 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
 static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
   emit(e, "k_dropout_%s(%s, %s, %lld, ctx->training ? %s : 0, tp_seed(ctx), %lld);",
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
-       (long long)numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
 }
 
@@ -154,21 +130,21 @@ bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n) {
   case IR_OP_TP_COPY: /* the identity; memplan makes it a view, which runs no code */
     if (strcmp(cg_ref(e, n->in[0]), cg_ref(e, n->out[0])) != 0)
       emit(e, "memcpy(%s, %s, %lld * sizeof(real));", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
-           (long long)numel(n->in[0]));
+           (long long)cg_numel(n->in[0]));
     return true;
   case IR_OP_EMBEDDING:
   case IR_OP_EMBEDDING_GRAD:
-    if (!flag(n, "vocab_parallel")) return false;
+    if (!cg_flag(n, "vocab_parallel")) return false;
     emit_vocab_embedding(e, n);
     return true;
   case IR_OP_CROSS_ENTROPY:
   case IR_OP_CROSS_ENTROPY_GRAD:
-    if (!flag(n, "vocab_parallel")) return false;
+    if (!cg_flag(n, "vocab_parallel")) return false;
     emit_vocab_loss(e, n);
     return true;
   case IR_OP_DROPOUT:
   case IR_OP_DROPOUT_GRAD:
-    if (!flag(n, "per_rank")) return false;
+    if (!cg_flag(n, "per_rank")) return false;
     emit_rank_dropout(e, n);
     return true;
   default: return false;

@@ -214,16 +214,8 @@ static const char *prof_chunks_label(CgEmitter *e, int first, int last) {
   return ir_fmt("%s (%d nodes)", s, nodes);
 }
 
-/* A run of row chunks: one parallel loop, each chunk through every
- * row-local node; then the sunk reductions, shared by the same team; then,
- * on one thread, the sunk gradients that go to their slots. */
-static void emit_chunks(CgEmitter *e, int first, int last) {
+void cg_chunk_body(CgEmitter *e, int first, int last) {
   const PassMemPlan *p = e->plan;
-  bool sunk = false;
-  for (int i = first; i <= last; i++) sunk |= p->sunk[i];
-  emit(e, "// rows in %lld chunks of %lld: nodes below through the closing brace",
-       (long long)p->nchunks, (long long)p->chunk_rows);
-  e->target->chunks_begin(e, first, last);
   for (int i = first; i <= last; i++) {
     if (p->sunk[i]) continue;
     if (p->view[i]) {
@@ -236,15 +228,26 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
     else emit_node(e, i);
     i = end;
   }
-  if (sunk) {
-    e->target->chunks_after(e);
-    for (int i = first; i <= last; i++) {
-      if (!p->sunk[i]) continue;
-      emit_ir_comment(e, i, "  (after the chunks, shared by the team)");
-      if (target_writes(e, i, i)) e->target->team_node(e, i);
-    }
+}
+
+int cg_next_sunk(CgEmitter *e, int after, int last) {
+  for (int i = after + 1; i <= last; i++) {
+    if (!e->plan->sunk[i]) continue;
+    emit_ir_comment(e, i, "  (after the chunks, shared by the team)");
+    if (target_writes(e, i, i)) return i;
   }
-  e->target->chunks_end(e);
+  return -1;
+}
+
+/* A run of row chunks: the target's loop over the chunks, each through
+ * every row-local node, then the sunk reductions (CgTarget.row_chunks);
+ * then, on one thread, the sunk gradients that go to their slots. */
+static void emit_chunks(CgEmitter *e, int first, int last) {
+  const PassMemPlan *p = e->plan;
+  emit(e, "// rows in %lld chunks of %lld: nodes below through the closing brace",
+       (long long)p->nchunks, (long long)p->chunk_rows);
+  if (!e->target->row_chunks) die("%s target: a plan of row chunks", e->target->name);
+  e->target->row_chunks(e, first, last);
   emit(e, "PROF(\"%s\");", prof_chunks_label(e, first, last));
   for (int i = first; i <= last; i++) {
     IrNode *n = e->g->nodes.items[i];
@@ -965,4 +968,22 @@ int cg_compile(PassProgram *p, const CgOptions *o) {
   bool ok = cg_emit(l);
   cg_layout_free(l);
   return ok ? 0 : 1;
+}
+
+void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms,
+                        const char *compile) {
+  char *all = ir_strdup("");
+  for (int i = 0; i < nprograms; i++) all = ir_fmt("%s %s", all, programs[i]);
+  emit(e, "all:%s", all);
+  emit_blank(e);
+  for (int i = 0; i < nprograms; i++) {
+    emit(e, "%s: %s%s $(RTLIBS)", programs[i], programs[i], e->target->source_ext);
+    emit(e, "\t%s $(EXTRA_CFLAGS) $(CPPFLAGS) -o $@ %s%s $(RTLIBS) $(LDLIBS)", compile,
+         programs[i], e->target->source_ext);
+    emit_blank(e);
+  }
+  emit(e, "clean:");
+  emit(e, "\trm -f%s", all);
+  emit_blank(e);
+  emit(e, ".PHONY: all clean");
 }

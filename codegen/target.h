@@ -11,6 +11,17 @@
 
 typedef struct CgTarget CgTarget;
 
+/* Where a target's programs keep the model (CgTarget.memory). */
+typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;
+
+/* A command-line option of one target: its name ("--cuda-arch") and, for
+ * one that takes a value, what the value must be: NULL when it is fine,
+ * else the usage message. A flag has no check. */
+typedef struct CgTargetOption {
+  const char *name;
+  const char *(*check)(const char *value);
+} CgTargetOption;
+
 /* A gradient bucket of data parallelism (abi/model.h RtBucket):
  * elements [offset, offset + numel) of the rank's weights. */
 typedef struct CgBucket {
@@ -58,8 +69,23 @@ typedef struct CgEmitter {
   bool vshape; /* the chunks sit in zb-v's V placement (RtModel.vshape) */
 } CgEmitter;
 
+/* Node i of the graph being written; elements of v; its dim k (counting
+ * from the end when negative); its rows, the elements over the last dim. */
+static inline const IrNode *cg_node(const CgEmitter *e, int i) { return e->g->nodes.items[i]; }
+static inline int64_t cg_numel(const IrValue *v) { return ir_type_numel(&v->type); }
+static inline int64_t cg_dim(const IrValue *v, int k) {
+  return v->type.shape[k < 0 ? k + v->type.rank : k];
+}
+static inline int64_t cg_rows(const IrValue *v) { return cg_numel(v) / cg_dim(v, -1); }
+/* Whether attribute `name` of n is set and not 0 (vocab_parallel, per_rank). */
+static inline bool cg_flag(const IrNode *n, const char *name) {
+  return ir_attr_has(n, name) && ir_attr_int(n, name) != 0;
+}
+
 /* The ranks along mesh axis a of g (1 when not partitioned). */
-static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) { return g->mesh[a] > 1 ? g->mesh[a] : 1; }
+static inline int cg_mesh(const IrGraph *g, IrMeshAxis a) {
+  return g->mesh[a] > 1 ? g->mesh[a] : 1;
+}
 
 /* How an elementwise operand of shape t is read at the flat index of
  * shape s (broadcast.c): whole, one scalar, a suffix of s's dims (a
@@ -72,8 +98,48 @@ typedef struct CgBc {
 CgBc cg_bcast(const IrType *t, const IrType *s);
 /* The index expression into t of flat index expression `i` of s. */
 const char *cg_bcast_index(const IrType *t, const IrType *s, const char *i);
+/* How matmul node n runs (broadcast.c): its transposes, its product
+ * [m, k] @ [k, n] with leading dims lda and ldb, and one of three forms:
+ * one GEMM (batch 1), one GEMM over batch * m rows (a 2-D b shared by a's
+ * contiguous rows), or `batch` GEMMs strided by sa and sb (0 for an
+ * operand the batch shares). False after reporting operands of rank below
+ * 2 or batch dims that neither match nor are shared. */
+typedef enum CgMatmulForm { CG_MM_ONE, CG_MM_ROWS, CG_MM_BATCHED } CgMatmulForm;
+typedef struct CgMatmul {
+  int ta, tb;
+  int64_t m, n, k, batch, lda, ldb, sa, sb;
+  CgMatmulForm form;
+} CgMatmul;
+bool cg_matmul_shape(CgEmitter *e, const IrNode *n, CgMatmul *mm);
 /* The product of t's dims from..to-1. */
 int64_t cg_dims_prod(const IrType *t, int from, int to);
+
+/* The elementwise formulas of ir/ops.def (elementwise.c). cg_formula is
+ * output `out` of node n at one element, its inputs' values there being
+ * the expressions a[]; NULL for an op or output without one.
+ * cg_formula_text is its text as ops.def writes it, cg_formula_outputs the
+ * outputs that have one. cg_formula_writes_op: whether op is elementwise
+ * and has a formula, so that every target's fused loops write it. */
+const char *cg_formula(const IrNode *n, int out, const char *const *a);
+/* The body of a fused run's loop at one element, the same for every
+ * target: each node's outputs as `const real vN = FORMULA;`, its inputs
+ * read by the target's `operand`, and each output that leaves the run
+ * (the slot-th of the run's stores, in node order) written by the target's
+ * `store`; an output nobody reads is voided. `run` is the target's own
+ * description of the run, handed to both. */
+typedef struct CgRunHooks {
+  const char *(*operand)(CgEmitter *e, const void *run, const IrValue *v);
+  void (*store)(CgEmitter *e, const void *run, const IrValue *out, int slot, const char *reg);
+  const void *run;
+} CgRunHooks;
+void cg_formula_body(CgEmitter *e, int first, int last, const CgRunHooks *h);
+/* Whether v is computed by a node of the fused run first..last, and the
+ * register the run's loop body holds such a value in ("v7"). */
+bool cg_in_run(const CgEmitter *e, int first, int last, const IrValue *v);
+const char *cg_reg(CgEmitter *e, const IrValue *v);
+const char *cg_formula_text(IrOp op, int out);
+int cg_formula_outputs(IrOp op);
+bool cg_formula_writes_op(IrOp op);
 
 /* The layout ops' kernel calls, `prefix` naming the target's kernels
  * (layout_ops.c). A transpose of a dim with itself writes nothing and
@@ -107,13 +173,15 @@ bool cg_need_i32(CgEmitter *e, const IrNode *n, const IrValue *v);
 /* Query heads, kv heads and the head size of attention n over q[b, s, H*d]. */
 void cg_attention_dims(const IrNode *n, int64_t *H, int64_t *K, int64_t *d);
 
-/* A target: the policy a program is built under (its pass pipeline, its
- * memory plan's scratch and threads) and the code it writes: kernel calls,
- * loops and includes. The core (emit.c, collectives.c) writes the rest,
- * the collectives and the tables of pipeline messages included. `node` and
- * `fused` run inside forward() or backward(), where `ctx` is the RtCtx.
- * A new target is one file defining one of these, and a line in the table
- * of targets.c. */
+/* A target: its facts (the precisions it runs, where its programs keep
+ * the model, its own options), the policy a program is built under (its
+ * pass pipeline, its memory plan's scratch and threads) and the code it
+ * writes: kernel calls, loops and includes. The core (emit.c,
+ * collectives.c) writes the rest, the collectives and the tables of
+ * pipeline messages included. `node` and `fused` run inside forward() or
+ * backward(), where `ctx` is the RtCtx. A new target is one file (or a
+ * folder with its own header, as cuda/) defining one of these, and a line
+ * in the table of targets.c. */
 struct CgTarget {
   const char *name;
   const char *doc;        /* one line, for `shardc passes` */
@@ -121,18 +189,30 @@ struct CgTarget {
   const char *buildfile_name; /* "Makefile" */
   /* The pass pipeline a graph goes through before codegen, without and
    * with pipeline partitioning (whose program passes cut the graph into
-   * chunks and plan each). */
+   * chunks and plan each); NULL: the pipelines every target shares
+   * (targets.c). */
   const char *pipeline, *pipeline_pp;
+  /* The precisions its programs run the step in (CG_PRECISION_*). */
+  unsigned precisions;
+  /* Where its programs keep the model: this machine's memory (the
+   * launcher checks the plan against it) or a GPU's. */
+  CgMemory memory;
+  /* A GPU target: whether `shardc run` takes it by itself for jobs of
+   * more than one rank, not only for one (cg_run_target). */
+  bool runs_many_ranks;
+  /* Its own command-line options (the driver lists them in its help),
+   * ended by a NULL name; NULL: none. */
+  const CgTargetOption *options;
   /* The memory plan's policy: kernel scratch per node, threads or streams,
-   * whether runs of row chunks are planned (then chunks_* and team_node
-   * must be set). */
+   * whether runs of row chunks are planned (then row_chunks must be
+   * set). */
   const PassMemPolicy *memplan;
   /* Whether the target writes nodes of op (cpu: its kernel table and the
    * tensor-parallel ops of cpu_tp.c). The core asks before it hands a node
-   * to `node`, `fused` or `team_node`, and reports any other node with one
-   * message naming the target and the op. Every op is either written by
-   * the core (cg_core_writes_op) or by every target of the table, which
-   * tests/codegen/op_coverage.c checks. */
+   * to `node` or `fused` (or a sunk node to row_chunks), and reports any
+   * other node with one message naming the target and the op. Every op is
+   * either written by the core (cg_core_writes_op) or by every target of
+   * the table, which tests/codegen/op_coverage.c checks. */
   bool (*writes_op)(IrOp op);
   /* The target's state for one program, made when its emitter opens; NULL
    * when the target keeps none. */
@@ -147,15 +227,12 @@ struct CgTarget {
   void (*node)(CgEmitter *e, int index);
   /* One loop over the elementwise nodes first..last. */
   void (*fused)(CgEmitter *e, int first, int last);
-  /* A run of row chunks (PassMemPlan.chunked, .sunk): chunks_begin opens
-   * the parallel region and its loop over chunks, whose body `node` and
-   * `fused` write for one chunk; chunks_after closes the loop, after which
-   * team_node writes each sunk node for the whole team; chunks_end closes
-   * the region. */
-  void (*chunks_begin)(CgEmitter *e, int first, int last);
-  void (*chunks_after)(CgEmitter *e);
-  void (*team_node)(CgEmitter *e, int index);
-  void (*chunks_end)(CgEmitter *e);
+  /* A run of row chunks (PassMemPlan.chunked, .sunk) of nodes
+   * first..last, for a target whose memory policy plans them (row_chunks):
+   * the target's loop over the chunks around cg_chunk_body, then its own
+   * code of each sunk node for the whole run, in the order cg_next_sunk
+   * gives them. */
+  void (*row_chunks)(CgEmitter *e, int first, int last);
   /* Adds `grad` (in a temporary) into the gradient slot of `param`. */
   void (*accumulate)(CgEmitter *e, const IrValue *param, const IrValue *grad);
   /* For the collectives along inner dims: writes dst [b][a][part] from
@@ -180,6 +257,10 @@ extern const CgTarget cg_target_cuda;
 const CgTarget *cg_find_target(const char *name);
 /* The i-th target of the table; NULL past its end. */
 const CgTarget *cg_target_at(int i);
+/* Whether the command line gave option `name` of the emitter's target
+ * (CgOptions.target_args), and its value (NULL for a flag or when not
+ * given). */
+bool cg_target_arg(const CgEmitter *e, const char *name, const char **value);
 
 /* Whether the core writes nodes of op for every target, so that no target
  * needs to (emit.c): the collectives (collectives.c), the ops the memory
@@ -187,6 +268,19 @@ const CgTarget *cg_target_at(int i);
  * remove before codegen (repeat: unroll; pp_boundary: the layout turns
  * each into a message). */
 bool cg_core_writes_op(IrOp op);
+
+/* Inside CgTarget.row_chunks (emit.c): the code of one chunk of rows of
+ * nodes first..last, the sunk ones left out, each node through `node` or
+ * `fused`; and the next sunk node of first..last after node `after`
+ * (first - 1 to begin), with its IR comment written, -1 past the last. */
+void cg_chunk_body(CgEmitter *e, int first, int last);
+int cg_next_sunk(CgEmitter *e, int after, int last);
+
+/* The build file's rules (emit.c), after the target's variables: `all`,
+ * one rule per program that compiles its source with `compile` ("$(CC)
+ * $(CFLAGS)") and links $(RTLIBS) $(LDLIBS), and `clean`. */
+void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms,
+                        const char *compile);
 
 /* ------------------------------------------------------- collectives.c */
 
@@ -206,24 +300,15 @@ bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n);
 int64_t cg_comm_outer(const IrNode *n, const IrValue *v);
 /* Reals of CgTarget.comm_scratch that collective n needs. */
 int64_t cg_comm_scratch_reals(const IrNode *n);
+/* Whether n is the loss over this tensor rank's columns of the logits. */
+bool cg_vocab_loss(const IrNode *n);
+/* What the tensor-parallel forms of every chunk of the program need: the
+ * reals of the one scratch buffer they share (the collectives' rank-major
+ * copies, the vocabulary-parallel loss's per-row reductions), returned,
+ * and whether some dropout draws a stream per tensor rank. */
+int64_t cg_tp_needs(const CgEmitter *e, bool *per_rank);
 /* An all-reduce over the tensor axis of n reals at src into dst with
  * operation op ("RT_COMM_SUM", "RT_COMM_MAX"). */
 void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op);
-
-/* Tensor parallelism on the CPU target (cpu_tp.c): the scratch and helpers
- * the rank program needs, and the code of a node that depends on the rank
- * (tp_slice, vocabulary-parallel embedding and loss, per-rank dropout);
- * false for any other node. */
-void cg_cpu_tp_prologue(CgEmitter *e);
-bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n);
-/* Whether cg_cpu_tp_node writes every node of op (tp_slice, tp_copy); the
- * ops it writes only with an attribute set are in cpu.c's table too. */
-bool cg_cpu_tp_writes_op(IrOp op);
-/* embedding_grad added into its gradient slot (cpu.c); vp_rows > 0: the
- * rank's rows of a vocabulary-parallel table. */
-void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows);
-/* Inside a run of row chunks: the rows of one chunk (the CPU target's
- * state, set by its chunks_begin); 0 elsewhere. */
-int64_t cg_cpu_chunk_rows(CgEmitter *e);
 
 #endif

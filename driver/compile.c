@@ -196,15 +196,19 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
   CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out};
   if (!cg_flags(&drv_compile_command, nargs, args, &opt, &o)) return 1;
-  o.cuda_arch = drv_value(nargs, args, "--cuda-arch");
-  if (o.cuda_arch && strncmp(o.cuda_arch, "sm_", 3) != 0 && strncmp(o.cuda_arch, "compute_", 8) != 0)
-    return drv_usage_error(&drv_compile_command, "--cuda-arch: expected sm_NN, got '%s'", o.cuda_arch);
+  /* The targets' own options go to codegen, which knows whose they are. */
+  CgTargetArg *targs = ir_alloc(sizeof *targs * (size_t)(nargs + 1));
+  for (int i = 0; i < nargs; i++)
+    if (args[i].opt && cg_target_option(args[i].opt->name))
+      targs[o.ntarget_args++] = (CgTargetArg){args[i].opt->name, args[i].value};
+  o.target_args = targs;
+  const char *bad_arg = cg_target_args_error(&o);
+  if (bad_arg) return drv_usage_error(&drv_compile_command, "%s", bad_arg);
   if (!parse_precision(&drv_compile_command, nargs, args, &o.bf16)) return 1;
-  o.no_gemm_epilogue = drv_flag(nargs, args, "--no-gemm-epilogue");
-  if (o.bf16 && (!target || strcmp(target, "cuda") != 0))
+  if (o.bf16 && !cg_target_precision(target, CG_PRECISION_BF16))
     return drv_usage_error(&drv_compile_command,
-                           "--precision: bf16 is for --target cuda; the %s target runs fp32",
-                           target ? target : "cpu");
+                           "--precision: bf16 is for --target %s; the %s target runs fp32",
+                           cg_precision_targets(CG_PRECISION_BF16), target ? target : cg_host_target());
   if (!check_layout(&opt, &o, true)) return 1;
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../abi/job.h"
+#include "../codegen/codegen.h"
 #include "driver.h"
 
 /* ------------------------------------------------------------------ build */
@@ -107,7 +108,7 @@ static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, b
   const char *target = drv_value(nargs, args, "--target");
   if (target) return target;
   bool gpu = gpu_visible(), one_rank = opt->tp * opt->pp * opt->dp == 1;
-  target = gpu && one_rank ? "cuda" : "cpu";
+  target = cg_run_target(gpu, one_rank);
   const char *why = !gpu      ? "no GPU visible"
                     : one_rank ? "a GPU is visible"
                                : "a GPU is visible; --target cuda for many ranks over NCCL";
@@ -942,7 +943,7 @@ int drv_cmd_run(int argc, char **argv) {
   if (plan) fclose(plan);
   if (rc != 0) return 1;
   /* A plan the machine cannot hold is refused before anything is built. */
-  if (plan_text && !drv_check_memory(plan_text, opt.tp * opt.dp, strcmp(target, "cuda") != 0))
+  if (plan_text && !drv_check_memory(plan_text, opt.tp * opt.dp, cg_target_host_memory(target)))
     return 1;
   if (run_make(dir) != 0) return 1;
   /* One program per pipeline stage serves its t x d ranks. */

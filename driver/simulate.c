@@ -364,12 +364,13 @@ static bool write_svg(const char *path, const PlResult *r, const PlConfig *c, co
 }
 
 /* The activations region of each stage's program in the compiler's own
- * memory plan for the target c runs as (fp32: cpu, bf16: cuda), laid out
+ * memory plan for the target c runs as (fp32: the host's, bf16: the first
+ * target that runs bf16), laid out
  * as `shardc compile` lays it out and written nowhere; NULL after the
  * compiler reported why the model does not compile so. */
 static const int64_t *compiled_activations(const char *model, int nargs, DrvArg *args,
                                            const PlConfig *c) {
-  const char *target = c->bf16 ? "cuda" : "cpu";
+  const char *target = c->bf16 ? cg_precision_target(CG_PRECISION_BF16) : cg_host_target();
   PassOptions opt;
   if (!drv_pass_options(&drv_simulate_command, nargs, args, &opt)) return NULL;
   /* The schedule and memory plan passes as `shardc compile` runs them. */

@@ -233,21 +233,7 @@ static inline float k_tanh(float x) {
 }
 #endif
 
-static inline real k_gelu(real x) {
-  const real c = (real)0.7978845608028654; /* sqrt(2/pi) */
-  return (real)0.5 * x * ((real)1 + k_tanh(c * (x + (real)0.044715 * x * x * x)));
-}
-static inline real k_gelu_grad(real x, real dy) {
-  const real c = (real)0.7978845608028654;
-  real u = c * (x + (real)0.044715 * x * x * x), t = k_tanh(u);
-  real du = c * ((real)1 + (real)3 * (real)0.044715 * x * x);
-  return dy * ((real)0.5 * ((real)1 + t) + (real)0.5 * x * ((real)1 - t * t) * du);
-}
-static inline real k_sigmoid(real x) { return (real)1 / ((real)1 + k_exp(-x)); }
-static inline real k_silu(real x) { return x * k_sigmoid(x); }
-static inline real k_silu_grad(real x, real dy) {
-  real s = k_sigmoid(x);
-  return dy * s * ((real)1 + x * ((real)1 - s));
-}
+/* The elementwise formulas over k_exp and k_tanh (kernels/formulas.h). */
+#include "../formulas.h"
 
 #endif

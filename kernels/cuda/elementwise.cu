@@ -3,18 +3,7 @@
  * the column sums, one thread per column), templated on the storage type. */
 #include "common.cuh"
 
-/* The tanh GELU and the SiLU of kernels/cpu/kernels.h, in fp32. */
-__device__ __forceinline__ float gelu(float x) {
-  const float c = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad(float x, float dy) {
-  const float c = 0.7978845608028654f;
-  float u = c * (x + 0.044715f * x * x * x), t = tanhf(u);
-  float du = c * (1.0f + 3.0f * 0.044715f * x * x);
-  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-}
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+#include "formulas.cuh"
 
 template <typename T> __global__ void add_bias_kernel(T *y, const T *bias, int64_t rows, int64_t n) {
   KC_FOR_ELEMENTS(i, rows * n) y[i] = kc_to<T>(kc_f(y[i]) + kc_f(bias[i % n]));
@@ -31,25 +20,23 @@ template <typename T> __global__ void sum_rows_kernel(float *out, const T *x, in
 }
 
 template <typename T> __global__ void gelu_fwd_kernel(T *y, const T *x, int64_t n) {
-  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<T>(gelu(kc_f(x[i])));
+  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<T>(k_gelu(kc_f(x[i])));
 }
 template <typename T> __global__ void gelu_bwd_kernel(T *dx, const T *x, const T *dy, int64_t n) {
-  KC_FOR_ELEMENTS(i, n) dx[i] = kc_to<T>(gelu_grad(kc_f(x[i]), kc_f(dy[i])));
+  KC_FOR_ELEMENTS(i, n) dx[i] = kc_to<T>(k_gelu_grad(kc_f(x[i]), kc_f(dy[i])));
 }
 
 template <typename T> __global__ void swiglu_fwd_kernel(T *y, const T *gate, const T *up, int64_t n) {
-  KC_FOR_ELEMENTS(i, n) {
-    float g = kc_f(gate[i]);
-    y[i] = kc_to<T>(g * sigmoid(g) * kc_f(up[i]));
-  }
+  KC_FOR_ELEMENTS(i, n) y[i] = kc_to<T>(k_silu(kc_f(gate[i])) * kc_f(up[i]));
 }
-/* d gate = dy up silu'(gate), d up = dy silu(gate). */
+/* d gate = dy up silu'(gate), d up = dy silu(gate): swiglu_grad's
+ * formulas in ir/ops.def. */
 template <typename T>
 __global__ void swiglu_bwd_kernel(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t n) {
   KC_FOR_ELEMENTS(i, n) {
-    float g = kc_f(gate[i]), u = kc_f(up[i]), d = kc_f(dy[i]), s = sigmoid(g);
-    dgate[i] = kc_to<T>(d * u * s * (1.0f + g * (1.0f - s)));
-    dup[i] = kc_to<T>(d * g * s);
+    float g = kc_f(gate[i]), u = kc_f(up[i]), d = kc_f(dy[i]);
+    dgate[i] = kc_to<T>(k_silu_grad(g, d * u));
+    dup[i] = kc_to<T>(d * k_silu(g));
   }
 }
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The GEMM epilogues of the CUDA target (codegen/cuda.c): in the tiny GPT-2
+# The GEMM epilogues of the CUDA target (codegen/cuda/gemm.c): in the tiny GPT-2
 # every linear -> gelu is one GEMM with cuBLASLt's bias+GELU epilogue (it
 # keeps the pre-activation), every linear_dx -> gelu_grad one GEMM with the
 # GELU gradient in its epilogue, and every bias gradient comes from the

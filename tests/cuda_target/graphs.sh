@@ -35,6 +35,28 @@ expect() {
   fi
 }
 
+# text_safe NAME FILE: the code of every function FILE's table marks
+# capturable holds none of the calls a graph cannot replay: a call that
+# talks to the host, waits or allocates, or a per-step value passed by
+# value. The compiler decides capturability from the graph; this checks
+# that decision against the code it wrote.
+unsafe='rt_comm_|BUCKET_READY\(|POLL\(\)|ctx->seed|ctx->training|tp_seed\(|Synchronize|cudaMalloc|cudaFree|rt_dev_alloc|DeviceToHost|HostToDevice'
+body() { awk -v head="static void $2(RtCtx *ctx) {" '$0 == head { on = 1; next } on && /^}$/ { exit } on' "$1"; }
+text_safe() {
+  for fn in $(sed -n 's|^  NULL, /\* \(.*\) \*/$|\1|p' "$2"); do
+    checked=$((checked + 1))
+    lines=$(body "$2" "$fn" | wc -l)
+    hits=$(body "$2" "$fn" | grep -E -c "$unsafe" || true)
+    if [ "$lines" -gt 0 ] && [ "$hits" = 0 ]; then
+      echo "ok: $1: $fn is capturable, and none of its $lines lines calls what a graph cannot replay"
+    else
+      echo "FAIL: $1: $fn is marked capturable; $lines lines, $hits that a graph cannot replay:"
+      body "$2" "$fn" | grep -E "$unsafe" | head -3
+      fails=$((fails + 1))
+    fi
+  done
+}
+
 # compile NAME OPTIONS...: compiles the tiny GPT-2; 1 when refused for
 # want of NCCL (then the layout is skipped).
 compile() {
@@ -109,6 +131,11 @@ if compile zb --pp 2 --global-batch 8 --schedule zb-h1; then
   expect zb "$work/zb/stage0.cu" backward plain "POLL"
   expect zb "$work/zb/stage0.cu" wgrad plain "POLL"
 fi
+
+for f in "$work"/*/*.cu; do
+  d=$(basename "$(dirname "$f")")
+  text_safe "$d $(basename "$f" .cu)" "$f"
+done
 
 [ "$fails" = 0 ] || { echo "FAIL: $fails of $checked checks"; exit 1; }
 echo "all $checked checks passed"

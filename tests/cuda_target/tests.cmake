@@ -1,4 +1,4 @@
-# The CUDA target (codegen/cuda.c) in CI, where there is nvcc but no GPU:
+# The CUDA target (codegen/cuda/) in CI, where there is nvcc but no GPU:
 # the tiny GPT-2 and LLaMA (odd vocabulary and sequence, GQA) compile for
 # --target cuda, build with nvcc warning-free, and their host code runs
 # up to the point where it needs the device (run.sh). The GPU checks of

@@ -1,0 +1,327 @@
+/* The CUDA target's op writers: the kernel calls of every node that runs
+ * on its own (layout, norms, softmax, attention, loss, embeddings), and the
+ * table from op to writer. */
+#include "cuda.h"
+
+/* ----------------------------------------------------------------- layout */
+
+/* y = x, a cast where one is bf16 and the other not. */
+void cg_cuda_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
+  if (cuda_low(e, x) != cuda_low(e, y))
+    emit(e, "k_cuda_cast_%s(%s, %s, %lld);", cuda_low(e, y) ? "f32_bf16" : "bf16_f32",
+         cuda_ref(e, y), cuda_ref(e, x), (long long)cg_numel(x));
+  else
+    emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(%s), cudaMemcpyDeviceToDevice, "
+            "k_cuda_stream()));",
+         cuda_ref(e, y), cuda_ref(e, x), (long long)cg_numel(x), cuda_ctype(e, x));
+}
+
+/* The shared layout calls (layout_ops.c) take untyped pointers: for bf16
+ * the prologue's cu_bf16_* wrappers. */
+static const char *layout_prefix(CgEmitter *e, const IrNode *n) {
+  return cuda_low(e, n->in[0]) ? "cu_bf16_" : "k_cuda_";
+}
+
+static void emit_transpose(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  if (!cg_transpose_call(e, n, layout_prefix(e, n))) cg_cuda_copy(e, n->out[0], n->in[0]);
+}
+
+static void emit_split_heads(CgEmitter *e, int index) {
+  cg_heads_call(e, cg_node(e, index), true, layout_prefix(e, cg_node(e, index)));
+}
+static void emit_merge_heads(CgEmitter *e, int index) {
+  cg_heads_call(e, cg_node(e, index), false, layout_prefix(e, cg_node(e, index)));
+}
+
+/* A split that is not a view: one strided block copy per part. */
+static void emit_split(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  int axis = cuda_norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer,
+          part = cols / n->nout;
+  for (int j = 0; j < n->nout; j++)
+    emit(e, "k_cuda_copy2d%s(%s, %lld, %s%s, %lld, %lld, %lld);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[j]), (long long)part, cuda_ref(e, x),
+         j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols, (long long)outer,
+         (long long)part);
+}
+
+static void emit_concat(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *y = n->out[0];
+  int axis = cuda_norm_axis(ir_attr_int(n, "axis"), y->type.rank);
+  int64_t outer = cg_dims_prod(&y->type, 0, axis), cols = cg_numel(y) / outer, at = 0;
+  for (int j = 0; j < n->nin; j++) {
+    int64_t c = cg_numel(n->in[j]) / outer;
+    emit(e, "k_cuda_copy2d%s(%s%s, %lld, %s, %lld, %lld, %lld);", cuda_sfx(e, y), cuda_ref(e, y),
+         at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, cuda_ref(e, n->in[j]),
+         (long long)c, (long long)outer, (long long)c);
+    at += c;
+  }
+}
+
+/* sum_to: x summed down to the shape broadcasting stretched it from. */
+static void emit_sum_to(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0], *y = n->out[0];
+  CgBc bc = cg_bcast(&y->type, &x->type);
+  int64_t N = cg_numel(x), M = cg_numel(y);
+  switch (bc.kind) {
+  case CG_BC_FULL: cg_cuda_copy(e, y, x); return;
+  default: break;
+  }
+  /* A bf16 sum (not a weight's gradient): the prologue's kernel, one
+   * thread per column adding the rows in order in double. */
+  if (cuda_low(e, y) && bc.kind != CG_BC_ROW) {
+    emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_rows)(%s, %s, %lldLL, "
+            "%lldLL);",
+         (long long)M, cuda_ref(e, y), cuda_ref(e, x), (long long)(N / M), (long long)M);
+    emit(e, "CU_LAUNCHED();");
+    return;
+  }
+  switch (bc.kind) {
+  case CG_BC_FULL: return;
+  case CG_BC_SCALAR:
+  case CG_BC_SUFFIX:
+    emit(e, "k_cuda_sum_rows%s(%s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, y),
+         cuda_ref(e, x), (long long)(N / M), (long long)M);
+    return;
+  case CG_BC_ROW:
+    emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_last)(%s, %s, %lldLL, "
+            "%lldLL);",
+         (long long)M, cuda_ref(e, y), cuda_ref(e, x), (long long)M, (long long)bc.size);
+    emit(e, "CU_LAUNCHED();");
+    return;
+  case CG_BC_GENERAL: cg_error(e, n, "a broadcast the CUDA target does not sum yet"); return;
+  }
+}
+
+/* ------------------------------------------------------- the other kernels */
+
+/* The forward keeps no statistics (NULL scratch): the backward recomputes
+ * them into its own. */
+static void emit_attention(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *q = n->in[0];
+  int64_t H, K, d;
+  cg_attention_dims(n, &H, &K, &d);
+  int causal = (int)ir_attr_int(n, "causal");
+  if (n->op == IR_OP_ATTENTION)
+    emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
+         cuda_sfx(e, q), cuda_ref(e, n->out[0]), cuda_ref(e, q), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
+         (long long)K, (long long)d, causal);
+  else
+    emit(e,
+         "k_cuda_attention_bwd%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
+         "%lld, %d, %s);",
+         cuda_sfx(e, q), cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->out[2]),
+         cuda_ref(e, n->in[4]), cuda_ref(e, q), cuda_ref(e, n->in[1]), cuda_ref(e, n->in[2]),
+         cuda_ref(e, n->in[3]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
+         (long long)K, (long long)d, causal, cg_scratch(e, index));
+}
+
+static void emit_layernorm(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
+       n->nin == 3 ? cuda_ref(e, n->in[2]) : "NULL", (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+}
+
+static void emit_rmsnorm(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+}
+
+/* The norms' weight gradients are set, not added (as on the CPU): the
+ * plan stages them in temporaries and the core adds them into their slot. */
+static void emit_layernorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
+  bool want_db = db && (db->uses > 0 || db->grad_of);
+  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), want_db ? cuda_ref(e, n->out[2]) : "NULL",
+       cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+}
+
+static void emit_rmsnorm_grad(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->in[2]), cuda_ref(e, x),
+       cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
+       cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+}
+
+static void emit_softmax(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_softmax_fwd%s(%s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
+       cuda_ref(e, x), (long long)cg_rows(x), (long long)cg_dim(x, -1));
+}
+
+static void emit_softmax_grad(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  emit(e, "k_cuda_softmax_bwd%s(%s, %s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
+       cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
+}
+
+static void emit_causal_mask(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  int64_t s = cg_dim(x, -1);
+  emit(e, "k_cuda_causal_mask%s(%s, %s, %lld, %lld, %s);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
+       cuda_ref(e, x), (long long)(cg_numel(x) / (s * s)), (long long)s,
+       cg_real(ir_attr_float(n, "fill")));
+}
+
+static void emit_rope(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  int64_t H = ir_attr_int(n, "heads");
+  emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), cuda_ref(e, x),
+       (long long)(cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1))), (long long)cg_dim(x, -2),
+       (long long)H, (long long)(cg_dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
+       (int)ir_attr_int(n, "inverse"));
+}
+
+
+/* The mask is the CPU's, bit for bit (a function of seed, site and index). */
+static void emit_dropout(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  if (cg_cuda_graph_dropout(e, n, "0")) return;
+  emit(e, "k_cuda_dropout_%s%s(%s, %s, %lld, ctx->training ? %s : 0, ctx->seed, %lld);",
+       n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cuda_sfx(e, n->in[0]), cuda_ref(e, n->out[0]),
+       cuda_ref(e, n->in[0]), (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
+       (long long)ir_attr_int(n, "site"));
+}
+
+static void emit_loss(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *logits = n->in[0], *targets = n->in[1];
+  if (!cg_need_i32(e, n, targets)) return;
+  int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
+  if (n->op == IR_OP_CROSS_ENTROPY)
+    emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
+         cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
+         (long long)V, (long long)V, cg_scratch(e, index));
+  else
+    emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
+         cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
+         (long long)rows, (long long)V, (long long)V);
+}
+
+/* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are
+ * this rank's (all of them, lo = 0, without a vocabulary split). */
+void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V) {
+  const IrValue *y = n->out[0];
+  emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_embedding_add)(%s, %s, %s, "
+          "%lldLL, %lldLL, %s, %lldLL);",
+       (long long)cg_dim(y, -1), cuda_ref(e, y), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
+       (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo, (long long)V);
+  emit(e, "CU_LAUNCHED();");
+}
+
+/* embedding_grad straight into its gradient slot: the prologue's kernel,
+ * one thread per column adding the rows in token order (no atomics, the
+ * CPU's order); otherwise the kernel that sets the table's gradient. */
+static void emit_embedding(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *ids = n->in[0], *y = n->out[0];
+  if (!cg_need_i32(e, n, ids)) return;
+  if (n->op == IR_OP_EMBEDDING) {
+    emit(e, "k_cuda_embedding_fwd%s(%s, %s, %s, %lld, %lld);", cuda_sfx(e, y), cuda_ref(e, y),
+         cuda_ref(e, ids), cuda_ref(e, n->in[1]), (long long)cg_numel(ids),
+         (long long)cg_dim(y, -1));
+  } else if (cuda_into_grads(e, y)) {
+    cg_cuda_embedding_add(e, n, "0", cg_dim(y, 0));
+  } else {
+    emit(e, "k_cuda_embedding_bwd%s(%s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, n->in[1]),
+         cuda_ref(e, y), cuda_ref(e, ids), cuda_ref(e, n->in[1]), (long long)cg_numel(ids),
+         (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
+  }
+}
+
+static void emit_arange(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *y = n->out[0];
+  if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
+  else emit(e, "k_cuda_arange(%s, %lld);", cuda_ref(e, y), (long long)cg_numel(y));
+}
+
+static void emit_zeros(CgEmitter *e, int index) {
+  const IrValue *y = cg_node(e, index)->out[0];
+  emit(e, "CU_CHECK(cudaMemsetAsync(%s, 0, %lld * sizeof(%s), k_cuda_stream()));", cuda_ref(e, y),
+       (long long)cg_numel(y), y->type.dtype == IR_I32 ? "int32_t" : cuda_ctype(e, y));
+}
+
+static void emit_reshape(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  cg_cuda_copy(e, n->out[0], n->in[0]);
+}
+
+/* ------------------------------------------------------------ the op table */
+
+/* How the CUDA target writes an op that runs on its own; an elementwise op
+ * with a formula (ir/ops.def) needs no line: the fused kernels write it.
+ * The same ops as the CPU target's table. */
+static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
+    [IR_OP_EMBEDDING] = emit_embedding,
+    [IR_OP_ARANGE] = emit_arange,
+    [IR_OP_ZEROS] = emit_zeros,
+    [IR_OP_MATMUL] = cg_cuda_matmul,
+    [IR_OP_LINEAR] = cg_cuda_linear,
+    [IR_OP_RESHAPE] = emit_reshape,
+    [IR_OP_TRANSPOSE] = emit_transpose,
+    [IR_OP_SPLIT_HEADS] = emit_split_heads,
+    [IR_OP_MERGE_HEADS] = emit_merge_heads,
+    [IR_OP_SPLIT] = emit_split,
+    [IR_OP_CONCAT] = emit_concat,
+    [IR_OP_DROPOUT] = emit_dropout,
+    [IR_OP_LAYERNORM] = emit_layernorm,
+    [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_SOFTMAX] = emit_softmax,
+    [IR_OP_CAUSAL_MASK] = emit_causal_mask,
+    [IR_OP_ROPE] = emit_rope,
+    [IR_OP_ATTENTION] = emit_attention,
+    [IR_OP_CROSS_ENTROPY] = emit_loss,
+    [IR_OP_LINEAR_DX] = cg_cuda_linear_dx,
+    [IR_OP_LINEAR_DW] = cg_cuda_linear_dw,
+    [IR_OP_SUM_TO] = emit_sum_to,
+    [IR_OP_DROPOUT_GRAD] = emit_dropout,
+    [IR_OP_LAYERNORM_GRAD] = emit_layernorm_grad,
+    [IR_OP_RMSNORM_GRAD] = emit_rmsnorm_grad,
+    [IR_OP_SOFTMAX_GRAD] = emit_softmax_grad,
+    [IR_OP_ATTENTION_GRAD] = emit_attention,
+    [IR_OP_EMBEDDING_GRAD] = emit_embedding,
+    [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
+    [IR_OP_TP_SLICE] = cg_cuda_tp_slice,
+    [IR_OP_TP_COPY] = cg_cuda_tp_copy,
+};
+
+bool cg_cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }
+
+/* Ops written in their tensor-parallel form when an attribute says so. */
+static bool tp_form(const IrNode *n) {
+  return cg_flag(n, "vocab_parallel") || cg_flag(n, "per_rank");
+}
+
+void cg_cuda_node(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  if (cg_cuda_in_epilogue(e, index))
+    emit(e, "/* in the epilogue of the GEMM that computes its operand */");
+  else if (tp_form(n)) cg_cuda_tp_form(e, index);
+  else if (cuda_kernels[n->op]) cuda_kernels[n->op](e, index);
+  else cg_error(e, n, "not supported");
+}

@@ -1,0 +1,111 @@
+/* The CUDA target's entry in the table of targets (codegen/targets.c):
+ * its facts (precisions, memory, options), its memory policy, and the
+ * hooks the emitter core calls. */
+#include <string.h>
+
+#include "cuda.h"
+
+static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *grad) {
+  int64_t n = cg_numel(grad);
+  if (n != cg_numel(param)) die("gradient of %s with %lld elements", param->name, (long long)n);
+  /* The param's slot in the gradients: where WGT(...) is in the weights. */
+  emit(e, "k_cuda_accumulate%s(GRD%s, %s, %lld);", cuda_sfx(e, grad), cg_ref(e, param) + 3,
+       cuda_ref(e, grad), (long long)n);
+}
+
+/* ---------------------------------------------------------------- policy */
+
+/* Reals of scratch a node needs: the GEMMs' cuBLASLt workspace, the
+ * attention backward's row statistics (a float pair per query row and
+ * head), the norms' row statistics and partial weight gradients, and the
+ * loss's per-row doubles. Sizes as kernels_cuda.h's k_cuda_*_scratch. */
+static int64_t cuda_scratch_bytes(const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_MATMUL:
+  case IR_OP_LINEAR: return CUDA_GEMM_WORKSPACE;
+  /* And the stash of a bias gradient in the epilogue (stash_bytes). */
+  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + cg_cuda_stash_bytes(cg_dim(n->out[0], -1));
+  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + cg_cuda_stash_bytes(cg_dim(n->in[1], -1));
+  case IR_OP_ATTENTION_GRAD: {
+    int64_t H, K, d;
+    cg_attention_dims(n, &H, &K, &d);
+    return 2 * cg_dim(n->in[0], 0) * H * cg_dim(n->in[0], 1) * 4;
+  }
+  case IR_OP_LAYERNORM_GRAD:
+  case IR_OP_RMSNORM_GRAD: {
+    int64_t rows = cg_rows(n->in[0]), chunks = (rows + CUDA_NORM_CHUNK - 1) / CUDA_NORM_CHUNK;
+    return 2 * rows * 4 + 2 * chunks * cg_dim(n->in[0], -1) * 8;
+  }
+  case IR_OP_CROSS_ENTROPY: return (cg_numel(n->in[1]) > 0 ? cg_numel(n->in[1]) : 1) * 8;
+  default: return 0;
+  }
+}
+
+static int64_t cuda_scratch_reals(const IrNode *n) { return (cuda_scratch_bytes(n) + 3) / 4; }
+
+/* One stream: one copy of each node's scratch, and no row chunks (a kernel
+ * covers all rows of a node at once). */
+static const PassMemPolicy cuda_memplan = {
+    .threads = 1,
+    .scratch_reals = cuda_scratch_reals,
+    .row_chunks = false,
+};
+
+static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
+                         int64_t part, bool low) {
+  if (low)
+    emit(e, "k_cuda_transpose_bf16(BF(%s), (const kc_bf16 *)%s, 1, %lld, 1, %lld, %lld);", dst,
+         src, (long long)a, (long long)b, (long long)part);
+  else
+    emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
+         (long long)b, (long long)part);
+}
+
+/* --cuda-arch: a compute capability nvcc takes, sm_NN or compute_NN. */
+static const char *check_arch(const char *value) {
+  if (strncmp(value, "sm_", 3) == 0 || strncmp(value, "compute_", 8) == 0) return NULL;
+  return ir_fmt("--cuda-arch: expected sm_NN, got '%s'", value);
+}
+
+/* --cuda-arch sm_NN: the GPU architecture the build file builds for
+ * (CUDA_DEFAULT_ARCH without it). --no-gemm-epilogue: a GELU, its
+ * gradient and a bias gradient after a GEMM run as kernels of their own
+ * instead of in cuBLASLt's epilogue (for comparison). */
+static const CgTargetOption cuda_options[] = {
+    {"--cuda-arch", check_arch},
+    {"--no-gemm-epilogue", NULL},
+    {NULL, NULL},
+};
+
+static void *cuda_state_new(CgEmitter *e) {
+  (void)e;
+  CudaState *st = ir_alloc(sizeof *st);
+  memset(st, 0, sizeof *st);
+  return st;
+}
+
+const CgTarget cg_target_cuda = {
+    .name = "cuda",
+    .doc = "CUDA C++ for NVIDIA GPUs (fp32 or bf16; cuBLASLt GEMMs, NCCL between "
+           "ranks, nvcc)",
+    .source_ext = ".cu",
+    .buildfile_name = "Makefile",
+    .precisions = CG_PRECISION_FP32 | CG_PRECISION_BF16,
+    .memory = CG_MEMORY_GPU,
+    /* Its programs of many ranks (over NCCL) are taken only by name until
+     * they have been checked on GPUs (docs/targets.md). */
+    .runs_many_ranks = false,
+    .options = cuda_options,
+    .memplan = &cuda_memplan,
+    .writes_op = cg_cuda_writes_op,
+    .state_new = cuda_state_new,
+    .prologue = cg_cuda_prologue,
+    .node = cg_cuda_node,
+    .fused = cg_cuda_fused,
+    .accumulate = cuda_accumulate,
+    /* The collectives' rank-major copies (collectives.c), in device memory. */
+    .permute = cuda_permute,
+    .comm_scratch = "cu_tp_scratch()",
+    .entry = cg_cuda_entry,
+    .buildfile = cg_cuda_buildfile,
+};
