@@ -170,7 +170,10 @@ static bool reader_open(Reader *r, const char *path, double frac, bool bytes) {
   if (!S_ISREG(st.st_mode)) return fail(path, "not a regular file"), false;
   r->size = (uint64_t)st.st_size;
   r->split = frac > 0 ? r->size - (uint64_t)((double)r->size * frac) : r->size;
-  r->cap = 4 << 20;
+  /* SHARDC_DATA_CHUNK_BYTES makes the chunks small, so that the tests cut
+   * a small text in many places. */
+  const char *chunk = getenv("SHARDC_DATA_CHUNK_BYTES");
+  r->cap = chunk && atol(chunk) >= 16 ? (size_t)atol(chunk) : 4 << 20;
   r->buf = malloc(r->cap);
   if (!r->buf) die("out of memory reading %s", path);
   return true;
