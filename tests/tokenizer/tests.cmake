@@ -12,3 +12,9 @@ set_tests_properties(tokenizer/hf_match PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 3
 add_test(NAME tokenizer/errors
          COMMAND bash ${TESTS_DIR}/tokenizer/errors.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_errors)
 set_tests_properties(tokenizer/errors PROPERTIES TIMEOUT 120 LABELS tokenizer)
+# Training on BPE shards and `shardc sample` decoding through the tokenizer
+# recorded beside them; the rank program's --sample-ids.
+add_test(NAME tokenizer/sample
+         COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data/corpus.txt
+                 ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_sample)
+set_tests_properties(tokenizer/sample PROPERTIES TIMEOUT 300 LABELS tokenizer)
