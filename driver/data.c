@@ -97,7 +97,10 @@ static bool sink_close(Sink *s) {
     unlink(s->tmp);
     return fail(s->name, strerror(err)), false;
   }
+  /* The progress line, if one is showing, gives way to this one. */
+  if (isatty(STDERR_FILENO)) fputs("\r\033[K", stderr), fflush(stderr);
   printf("wrote %s: %s tokens\n", s->name, ir_fmt("%lld", (long long)s->in_file));
+  fflush(stdout);
   return true;
 }
 
