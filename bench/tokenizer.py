@@ -10,26 +10,21 @@ file of the same vocabulary, is shown for information.
 
   tokenizer.py SHARDC CORPUS WORKDIR [VOCAB_SIZE] [COPIES]
 """
-import base64
 import os
 import struct
 import subprocess
 import sys
 import time
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "tokenizer"))
+from bpe_common import EOT, tiktoken_of, train_hf  # noqa: E402
 
 shardc, corpus, work = sys.argv[1:4]
 vocab_size = int(sys.argv[4]) if len(sys.argv) > 4 else 32768
 copies = int(sys.argv[5]) if len(sys.argv) > 5 else 5
-EOT = "<|endoftext|>"
 os.makedirs(work, exist_ok=True)
 
-hf = Tokenizer(models.BPE())
-hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-hf.decoder = decoders.ByteLevel()
-hf.train([corpus], trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+hf = train_hf([corpus], vocab_size)
 tok_json = os.path.join(work, "bench.tokenizer.json")
 hf.save(tok_json)
 text_path = os.path.join(work, "text.txt")
@@ -74,17 +69,7 @@ print(f"tokenizers encode_batch(), {len(paragraphs):,} paragraphs (RAYON_NUM_THR
       f"{t_batch:.3f} s, {mb / t_batch:.2f} MB/s, {ntok_batch / t_batch / 1e6:.2f} M tokens/s")
 t_hf = min(t_one, t_batch)
 try:
-    import tiktoken
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, k = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + k); k += 1
-    c2b = {chr(c): b for b, c in zip(bs, cs)}
-    vocab = sorted(((i, t) for t, i in hf.get_vocab().items() if t != EOT))
-    ranks = {bytes(c2b[c] for c in t): r for r, (_, t) in enumerate(vocab)}
-    enc_t = tiktoken.Encoding(name="bench", mergeable_ranks=ranks, special_tokens={EOT: len(ranks)},
-                              pat_str=r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+    enc_t = tiktoken_of(hf)
     t_tt, _ = best(lambda: enc_t.encode_ordinary(text))
     print(f"tiktoken encode_ordinary() (for information): {t_tt:.3f} s, {mb / t_tt:.2f} MB/s")
 except ImportError:

@@ -270,6 +270,13 @@ static TokBpe *load_tokenizer_json(const char *path) {
         break;
       }
       const char *c = content->valuestring;
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "lstrip")) ||
+          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "rstrip")) ||
+          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "single_word"))) {
+        ok = tok_fail("%s: added_tokens[%d] (\"%s\"): lstrip, rstrip and single_word are not supported", path,
+                      i, c);
+        break;
+      }
       if (!tok_check_utf8((const unsigned char *)c, strlen(c), 0)) {
         ok = tok_fail("%s: added_tokens[%d]: invalid UTF-8", path, i);
         break;

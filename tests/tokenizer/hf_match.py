@@ -22,17 +22,14 @@ each shard's ids with the other library gives the text back.
 
   hf_match.py SHARDC CORPUS ADVERSARIAL WORKDIR [VOCAB_SIZE]
 """
-import base64
 import os
 import struct
 import subprocess
 import sys
 
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-import tiktoken
+from tokenizers import Tokenizer
 
-GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
-EOT = "<|endoftext|>"
+from bpe_common import EOT, tiktoken_of, train_hf
 
 shardc, corpus, adversarial, work = sys.argv[1:5]
 vocab_size = int(sys.argv[5]) if len(sys.argv) > 5 else 4096
@@ -113,12 +110,7 @@ texts = [("corpus", corpus), ("adversarial", adversarial),
          ("random", random_text(os.path.join(work, "random.txt")))]
 
 # 1 and 2: tokenizers' trainer.
-hf = Tokenizer(models.BPE())
-hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-hf.decoder = decoders.ByteLevel()
-hf.train([both], trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
-                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                       show_progress=False))
+hf = train_hf([both], vocab_size)
 hf_json = os.path.join(work, "hf.tokenizer.json")
 hf.save(hf_json)
 hf.model.save(work, "hf")  # hf-vocab.json, hf-merges.txt: GPT-2's format
@@ -149,37 +141,9 @@ for name, path in texts:
 
 
 # 4: tiktoken rank files.
-def rank_file(tok, path):
-    # GPT-2's byte stand-ins, as in its encoder.py.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    char_to_byte = {chr(c): b for b, c in zip(bs, cs)}
-    ranks = {}
-    for token, i in tok.get_vocab().items():
-        if token == EOT:
-            continue
-        ranks[bytes(char_to_byte[c] for c in token)] = i
-    # Ranks run from 0 without gaps: tokenizers' vocabulary has the end of
-    # text first, ours last.
-    order = sorted(ranks, key=ranks.get)
-    ranks = {b: r for r, b in enumerate(order)}
-    with open(path, "w") as f:
-        for b, r in ranks.items():
-            f.write(f"{base64.b64encode(b).decode()} {r}\n")
-    return ranks
-
-
 for label, tok, file in [("shardc's", mine, "ours.tiktoken"), ("tokenizers'", hf, "hf.tiktoken")]:
     path = os.path.join(work, file)
-    ranks = rank_file(tok, path)
-    enc = tiktoken.Encoding(name="check", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                            special_tokens={EOT: len(ranks)})
+    enc = tiktoken_of(tok, path)
     for name, tpath in texts:
         text = read_text(tpath)
         ref = enc.encode(EOT + text, allowed_special="all")
