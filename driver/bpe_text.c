@@ -22,20 +22,26 @@ const char *drv_absolute_files(const char *files) {
   return out;
 }
 
-/* PREFIX of PREFIX.bin, PREFIX_000012.bin and PREFIX_*.bin. */
-static const char *data_prefix(const char *data) {
+/* PREFIX.tokenizer for PREFIX.bin, else for PREFIX_000012.bin and
+ * PREFIX_*.bin with the shard number taken off. */
+static FILE *open_beside(const char *data, const char **side) {
   size_t n = strlen(data);
   if (n > 4 && strcmp(data + n - 4, ".bin") == 0) n -= 4;
+  *side = ir_fmt("%.*s.tokenizer", (int)n, data);
+  FILE *f = fopen(*side, "r");
   size_t k = n;
-  while (k > 0 && ((data[k - 1] >= '0' && data[k - 1] <= '9') || data[k - 1] == '*')) k--;
-  if (k < n && k > 0 && data[k - 1] == '_') n = k - 1;
-  return ir_fmt("%.*s", (int)n, data);
+  while (!f && k > 0 && ((data[k - 1] >= '0' && data[k - 1] <= '9') || data[k - 1] == '*')) k--;
+  if (!f && k < n && k > 0 && data[k - 1] == '_') {
+    *side = ir_fmt("%.*s.tokenizer", (int)(k - 1), data);
+    f = fopen(*side, "r");
+  }
+  return f;
 }
 
 const char *drv_find_tokenizer(const char *data) {
-  const char *side = ir_fmt("%s.tokenizer", data_prefix(data));
-  FILE *f = fopen(side, "r");
-  if (!f) { /* a glob of a folder's shards: the folder's one .tokenizer */
+  const char *side;
+  FILE *f = open_beside(data, &side);
+  if (!f && strpbrk(data, "*?[")) { /* a glob of a folder's shards: the folder's one .tokenizer */
     const char *slash = strrchr(data, '/');
     const char *pattern = slash ? ir_fmt("%.*s/*.tokenizer", (int)(slash - data), data) : "*.tokenizer";
     glob_t g;

@@ -8,9 +8,10 @@
 /* FILES (comma separated) with each path made absolute. */
 const char *drv_absolute_files(const char *files);
 /* The tokenizer that `shardc data` recorded beside the shards that a
- * --data value names (a file, a numbered shard or a glob of them): the
- * spec read from PREFIX.tokenizer, with its relative paths resolved, or
- * NULL when there is none. */
+ * --data value names (PREFIX.bin, PREFIX_000000.bin, PREFIX_*.bin, or
+ * another glob, whose folder holds one .tokenizer file): the spec read
+ * from PREFIX.tokenizer, with its relative paths resolved, or NULL when
+ * there is none. */
 const char *drv_find_tokenizer(const char *data);
 /* Runs a rank program that samples with --sample-ids: encodes the prompt
  * (argv[prompt_at] is replaced), then decodes the ids it prints and writes

@@ -1054,6 +1054,13 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     fprintf(stderr, "shardc sample: error: %s\n", tok_error());
     return 1;
   }
+  const char *vocab = defines ? strstr(defines, "vocab=") : NULL;
+  if (tok && vocab && (vocab == defines || vocab[-1] == ' ') && tok_vocab_size(tok) > atoll(vocab + 6)) {
+    fprintf(stderr, "shardc sample: error: %s: the tokenizer has %lld tokens, the model's vocabulary %lld\n",
+            files, (long long)tok_vocab_size(tok), atoll(vocab + 6));
+    tok_free(tok);
+    return 1;
+  }
   const char *prompt = drv_value(nargs, args, "--prompt");
   const char *tokens = drv_value(nargs, args, "--tokens");
   char **argv = ir_alloc(sizeof(char *) * 20);

@@ -32,6 +32,19 @@ echo "sample: $one"
 (( ${#one} > ${#prompt} + 20 )) || fail "the sample is ${#one} bytes long, the prompt ${#prompt}"
 [[ $one == "$two" ]] && echo "ok   the same seed gives the same text" || fail "the same seed gave another text"
 [[ $one == "$three" ]] && echo "ok   --tokenizer gives the same text" || fail "--tokenizer gave another text"
+# A tokenizer larger than the model's vocabulary is refused.
+"$shardc" data text.txt -o big.bin --bpe 500 >/dev/null || exit 1
+out=$("$shardc" sample ck --tokenizer big.tokenizer.json 2>&1)
+[[ $? -eq 1 && $out == *"the tokenizer has 500 tokens, the model's vocabulary 400"* ]] &&
+  echo "ok   a larger tokenizer is refused: $out" || fail "a larger tokenizer: $out"
+# Numbered shards, read back through a glob: the tokenizer is still found.
+"$shardc" data text.txt -o shards.bin --bpe 400 --shard-tokens 50000 >/dev/null || exit 1
+"$shardc" run "$model" "${shape[@]}" --microbatch 4 --data 'shards_*.bin' --steps 2 --save ck2 --quiet || exit 1
+glob=$("$shardc" sample ck2 --prompt "$prompt" --tokens 10 --seed 7)
+direct=$("$shardc" sample ck2 --prompt "$prompt" --tokens 10 --seed 7 --tokenizer shards.tokenizer.json)
+echo "sample after 'shards_*.bin': $glob"
+[[ $glob == "$direct" ]] && echo "ok   the tokenizer of 'shards_*.bin' is found" ||
+  fail "the tokenizer of 'shards_*.bin': '$glob' against '$direct'"
 # The program: ids in, ids out, each below the vocabulary.
 program=$(ls -d .shardc/*/rank0 | head -1)
 ids=$("$program" --init-from ck/model.safetensors --steps 0 --quiet --sample-prompt "1 2 300" --sample-ids \
