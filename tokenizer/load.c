@@ -113,8 +113,10 @@ static TokBpe *table_build(Table *tb, const char *file) {
   return t;
 }
 
-/* The "token": id object of vocab.json and of tokenizer.json's model. */
-static bool read_vocab(cJSON *vocab, const char *file, Table *tb) {
+/* The "token": id object of vocab.json and of tokenizer.json's model.
+ * vocab.json has no list of special tokens, so there (eot_special) the
+ * end-of-text token is one, as in GPT-2; tokenizer.json lists its own. */
+static bool read_vocab(cJSON *vocab, const char *file, Table *tb, bool eot_special) {
   if (!cJSON_IsObject(vocab)) return tok_fail("%s: the vocabulary is not a JSON object", file);
   unsigned char *buf = NULL;
   size_t bufcap = 0;
@@ -128,7 +130,7 @@ static bool read_vocab(cJSON *vocab, const char *file, Table *tb) {
       break;
     }
     int64_t len = tok_chars_to_bytes(s, buf);
-    bool special = strcmp(s, TOK_EOT_TEXT) == 0;
+    bool special = eot_special && strcmp(s, TOK_EOT_TEXT) == 0;
     if (len < 0) {
       ok = tok_fail("%s: token \"%s\" (id %lld) is not in byte-level form (GPT-2's printable "
                     "stand-ins for bytes)", file, s, (long long)it->valuedouble);
@@ -168,7 +170,7 @@ static TokBpe *load_vocab_merges(const char *vocab_path, const char *merges_path
   cJSON *vocab = parse_json(vocab_path);
   if (!vocab) return NULL;
   Table tb = {0};
-  TokBpe *t = read_vocab(vocab, vocab_path, &tb) ? table_build(&tb, vocab_path) : NULL;
+  TokBpe *t = read_vocab(vocab, vocab_path, &tb, true) ? table_build(&tb, vocab_path) : NULL;
   cJSON_Delete(vocab);
   table_free(&tb);
   if (!t) return NULL;
@@ -259,7 +261,7 @@ static TokBpe *load_tokenizer_json(const char *path) {
              "in a byte-level BPE model", path);
   } else if (!cJSON_IsArray(merges)) {
     tok_fail("%s: model.merges is not an array", path);
-  } else if (read_vocab(cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, &tb)) {
+  } else if (read_vocab(cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, &tb, false)) {
     bool ok = true;
     int i = 0;
     for (cJSON *a = added ? added->child : NULL; ok && a; a = a->next, i++) {
