@@ -3,7 +3,9 @@
 # tiktoken over the corpus, data/tokenizer_adversarial.txt and a seeded
 # random text, on vocabularies trained by both sides (hf_match.py; skipped,
 # exit 77, without the Python packages, which scripts/install-deps.sh puts
-# in build/pyenv), and the errors of bad files and bad text (errors.sh).
+# in build/pyenv), the errors of bad files and bad text (errors.sh), and a
+# recorded checksum of the adversarial file's ids that needs no Python
+# (golden.sh).
 add_test(NAME tokenizer/hf_match
          COMMAND bash ${TESTS_DIR}/tokenizer/python.sh ${TESTS_DIR}/tokenizer/hf_match.py ${SHARDC}
                  ${CMAKE_SOURCE_DIR}/data/corpus.txt ${CMAKE_SOURCE_DIR}/data/tokenizer_adversarial.txt
@@ -18,3 +20,8 @@ add_test(NAME tokenizer/sample
          COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data/corpus.txt
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_sample)
 set_tests_properties(tokenizer/sample PROPERTIES TIMEOUT 300 LABELS tokenizer)
+# The adversarial file's ids against a recorded checksum, without Python.
+add_test(NAME tokenizer/golden
+         COMMAND bash ${TESTS_DIR}/tokenizer/golden.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data
+                 ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_golden)
+set_tests_properties(tokenizer/golden PROPERTIES TIMEOUT 120 LABELS tokenizer)
