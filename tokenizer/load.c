@@ -238,78 +238,87 @@ static bool check_pre_tokenizer(cJSON *pre, const char *file) {
   return true;
 }
 
+/* tokenizer.json's added_tokens: raw text (not byte stand-ins), each a
+ * special token that encoding splits out first. */
+static bool read_added(cJSON *added, const char *path, Table *tb) {
+  int i = 0;
+  for (cJSON *a = added ? added->child : NULL; a; a = a->next, i++) {
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
+    if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || !*content->valuestring)
+      return tok_fail("%s: added_tokens[%d] needs a numeric \"id\" and a non-empty \"content\"", path, i);
+    const char *c = content->valuestring;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "lstrip")) ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "rstrip")) ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "single_word")))
+      return tok_fail("%s: added_tokens[%d] (\"%s\"): lstrip, rstrip and single_word are not supported",
+                      path, i, c);
+    if (!tok_check_utf8((const unsigned char *)c, strlen(c), 0))
+      return tok_fail("%s: added_tokens[%d]: invalid UTF-8", path, i);
+    if (!table_put(tb, path, (int64_t)id->valuedouble, (const unsigned char *)c, strlen(c), c)) return false;
+    tb->e[(int64_t)id->valuedouble].special = true;
+  }
+  return true;
+}
+
+/* tokenizer.json's model.merges, in rank order. Older files write "A B",
+ * newer ones ["A", "B"]. A merge is named by its index in the array, as
+ * cJSON keeps no line numbers. */
+static bool read_merges_json(TokBpe *t, cJSON *merges, const char *path) {
+  uint32_t rank = 0;
+  bool good = true;
+  for (cJSON *m = merges->child; good && m; m = m->next, rank++) {
+    char *a = NULL, *b = NULL, *copy = NULL;
+    if (cJSON_IsString(m)) {
+      copy = strdup(m->valuestring);
+      char *sp = strchr(copy, ' ');
+      if (sp && sp != copy && sp[1] && !strchr(sp + 1, ' ')) *sp = 0, a = copy, b = sp + 1;
+    } else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
+      a = m->child->valuestring, b = m->child->next->valuestring;
+    }
+    size_t need = strlen(path) + 48;
+    char *label = tok_xmalloc(need);
+    snprintf(label, need, "%s: model.merges[%u]", path, rank);
+    good = a && *a && *b;
+    if (!good) tok_fail("%s: expected \"A B\" or [\"A\", \"B\"]", label);
+    good = good && add_merge_text(t, label, a, b, rank);
+    free(label);
+    free(copy);
+  }
+  return good;
+}
+
+/* Refuses what a byte-level BPE model of GPT-2's kind does not have. */
+static bool check_model(cJSON *root, cJSON *model, const char *path) {
+  if (!cJSON_IsObject(model)) return tok_fail("%s: no \"model\" object: not a tokenizer.json", path);
+  if (*json_type(model) && strcmp(json_type(model), "BPE") != 0)
+    return tok_fail("%s: model type \"%s\" is not supported: only BPE is", path, json_type(model));
+  if (!is_null_or_absent(root, "normalizer"))
+    return tok_fail("%s: a normalizer (\"%s\") is not supported: byte-level BPE has none", path,
+                    json_type(cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
+  if (!check_pre_tokenizer(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path)) return false;
+  if (!is_null_or_absent(model, "continuing_subword_prefix") || !is_null_or_absent(model, "end_of_word_suffix") ||
+      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
+    return tok_fail("%s: continuing_subword_prefix, end_of_word_suffix and byte_fallback are not "
+                    "supported in a byte-level BPE model", path);
+  if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(model, "merges")))
+    return tok_fail("%s: model.merges is not an array", path);
+  return true;
+}
+
 static TokBpe *load_tokenizer_json(const char *path) {
   cJSON *root = parse_json(path);
   if (!root) return NULL;
   TokBpe *t = NULL;
   Table tb = {0};
   cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-  cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-  cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  if (!cJSON_IsObject(model)) {
-    tok_fail("%s: no \"model\" object: not a tokenizer.json", path);
-  } else if (*json_type(model) && strcmp(json_type(model), "BPE") != 0) {
-    tok_fail("%s: model type \"%s\" is not supported: only BPE is", path, json_type(model));
-  } else if (!is_null_or_absent(root, "normalizer")) {
-    tok_fail("%s: a normalizer (\"%s\") is not supported: byte-level BPE has none", path,
-             json_type(cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
-  } else if (!check_pre_tokenizer(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path)) {
-  } else if (!is_null_or_absent(model, "continuing_subword_prefix") ||
-             !is_null_or_absent(model, "end_of_word_suffix") ||
-             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
-    tok_fail("%s: continuing_subword_prefix, end_of_word_suffix and byte_fallback are not supported "
-             "in a byte-level BPE model", path);
-  } else if (!cJSON_IsArray(merges)) {
-    tok_fail("%s: model.merges is not an array", path);
-  } else if (read_vocab(cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, &tb, false)) {
-    bool ok = true;
-    int i = 0;
-    for (cJSON *a = added ? added->child : NULL; ok && a; a = a->next, i++) {
-      cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-      cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
-      if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || !*content->valuestring) {
-        ok = tok_fail("%s: added_tokens[%d] needs a numeric \"id\" and a non-empty \"content\"", path, i);
-        break;
-      }
-      const char *c = content->valuestring;
-      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "lstrip")) ||
-          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "rstrip")) ||
-          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "single_word"))) {
-        ok = tok_fail("%s: added_tokens[%d] (\"%s\"): lstrip, rstrip and single_word are not supported", path,
-                      i, c);
-        break;
-      }
-      if (!tok_check_utf8((const unsigned char *)c, strlen(c), 0)) {
-        ok = tok_fail("%s: added_tokens[%d]: invalid UTF-8", path, i);
-        break;
-      }
-      ok = table_put(&tb, path, (int64_t)id->valuedouble, (const unsigned char *)c, strlen(c), c);
-      if (ok) tb.e[(int64_t)id->valuedouble].special = true;
-    }
-    if (ok) t = table_build(&tb, path);
-    if (t) t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
-    uint32_t rank = 0;
-    for (cJSON *m = merges->child; t && m; m = m->next, rank++) {
-      /* Older files write "A B", newer ones ["A", "B"]. */
-      char *a = NULL, *b = NULL, *copy = NULL;
-      if (cJSON_IsString(m)) {
-        copy = strdup(m->valuestring);
-        char *sp = strchr(copy, ' ');
-        if (sp && sp != copy && sp[1] && !strchr(sp + 1, ' ')) *sp = 0, a = copy, b = sp + 1;
-      } else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
-        a = m->child->valuestring, b = m->child->next->valuestring;
-      }
-      /* A merge is named by its index in the array: cJSON keeps no lines. */
-      size_t need = strlen(path) + 48;
-      char *label = tok_xmalloc(need);
-      snprintf(label, need, "%s: model.merges[%u]", path, rank);
-      bool good = a && *a && *b;
-      if (!good) tok_fail("%s: expected \"A B\" or [\"A\", \"B\"]", label);
-      good = good && add_merge_text(t, label, a, b, rank);
-      free(label);
-      free(copy);
-      if (!good) tok_free(t), t = NULL;
-    }
+  if (check_model(root, model, path) &&
+      read_vocab(cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, &tb, false) &&
+      read_added(cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), path, &tb))
+    t = table_build(&tb, path);
+  if (t) {
+    t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+    if (!read_merges_json(t, cJSON_GetObjectItemCaseSensitive(model, "merges"), path)) tok_free(t), t = NULL;
   }
   table_free(&tb);
   cJSON_Delete(root);
