@@ -111,6 +111,10 @@ typedef struct Merger {
   size_t pcap;
   HeapItem *heap;
   size_t nheap, capheap;
+  /* Scratch of one merge: the words it visited (by merge number), a copy
+   * of the pair's word list, the pairs it made. */
+  uint32_t *stamp, *list, *touched;
+  size_t caplist, ntouched, captouched;
 } Merger;
 
 /* The most frequent pair first; among equals the smallest ids, so that
@@ -191,6 +195,67 @@ static void count_word(Merger *m, uint32_t w, int sign, uint32_t z, uint32_t **t
   }
 }
 
+/* The trainer's distinct pieces as words of byte symbols; frees the trainer. */
+static void merger_from(Merger *m, TokTrainer *tr) {
+  m->nwords = tr->n;
+  m->sym = tok_xmalloc((m->nwords + 1) * sizeof *m->sym);
+  m->len = tok_xmalloc((m->nwords + 1) * sizeof *m->len);
+  m->count = tok_xmalloc((m->nwords + 1) * sizeof *m->count);
+  m->stamp = calloc(m->nwords + 1, sizeof *m->stamp);
+  if (!m->stamp) abort();
+  size_t w = 0;
+  for (size_t i = 0; i < tr->cap; i++) {
+    if (!tr->key[i]) continue;
+    m->sym[w] = tok_xmalloc(tr->wlen[i] * sizeof **m->sym);
+    for (uint32_t k = 0; k < tr->wlen[i]; k++) m->sym[w][k] = tr->pool[tr->wpos[i] + k];
+    m->len[w] = tr->wlen[i];
+    m->count[w] = tr->count[i];
+    w++;
+  }
+  free(tr->key), free(tr->wpos), free(tr->wlen), free(tr->count), free(tr->pool), free(tr);
+  for (uint32_t i = 0; i < m->nwords; i++) count_word(m, i, 1, UINT32_MAX, NULL, NULL, NULL);
+  for (uint32_t p = 0; p < m->npairs; p++) hpush(m, p);
+}
+
+static void merger_free(Merger *m) {
+  free(m->stamp), free(m->touched), free(m->list), free(m->heap), free(m->pkey), free(m->pidx);
+  for (size_t p = 0; p < m->npairs; p++) free(m->pairs[p].where);
+  free(m->pairs);
+  for (size_t i = 0; i < m->nwords; i++) free(m->sym[i]);
+  free(m->sym), free(m->len), free(m->count);
+}
+
+/* Replaces (a, b) by z in every word that holds it (the merge numbered
+ * `stamp`), moving the pair counts of those words only, and queues the
+ * pairs with z that it made. */
+static void merge_words(Merger *m, uint32_t pair, uint32_t z, uint32_t stamp) {
+  Pair *pp = &m->pairs[pair];
+  uint32_t a = pp->a, b = pp->b;
+  /* The pair's word list may grow below (count_word), so walk a copy. */
+  size_t nlist = pp->nwhere;
+  if (nlist > m->caplist) m->list = tok_xrealloc(m->list, (m->caplist = 2 * nlist) * sizeof *m->list);
+  memcpy(m->list, pp->where, nlist * sizeof *m->list);
+  m->ntouched = 0;
+  for (size_t k = 0; k < nlist; k++) {
+    uint32_t wi = m->list[k];
+    if (m->stamp[wi] == stamp) continue;
+    m->stamp[wi] = stamp;
+    uint32_t *s = m->sym[wi], n = m->len[wi], o = 0;
+    bool found = false;
+    for (uint32_t i = 0; i + 1 < n && !found; i++) found = s[i] == a && s[i + 1] == b;
+    if (!found) continue;
+    count_word(m, wi, -1, z, NULL, NULL, NULL);
+    for (uint32_t i = 0; i < n;) {
+      if (i + 1 < n && s[i] == a && s[i + 1] == b) s[o++] = z, i += 2;
+      else s[o++] = s[i++];
+    }
+    m->len[wi] = o;
+    count_word(m, wi, 1, z, &m->touched, &m->ntouched, &m->captouched);
+  }
+  /* A pair pushed twice leaves a stale entry, which the loop skips. */
+  for (size_t k = 0; k < m->ntouched; k++) hpush(m, m->touched[k]);
+}
+
 TokBpe *tok_trainer_finish(TokTrainer *tr, int64_t vocab_size, void (*progress)(int64_t, int64_t)) {
   TokBpe *t = tok_new();
   for (int b = 0; b < 256; b++) {
@@ -198,27 +263,10 @@ TokBpe *tok_trainer_finish(TokTrainer *tr, int64_t vocab_size, void (*progress)(
     tok_add_token(t, &c, 1);
   }
   Merger m = {0};
-  m.nwords = tr->n;
-  m.sym = tok_xmalloc((m.nwords + 1) * sizeof *m.sym);
-  m.len = tok_xmalloc((m.nwords + 1) * sizeof *m.len);
-  m.count = tok_xmalloc((m.nwords + 1) * sizeof *m.count);
-  size_t w = 0;
-  for (size_t i = 0; i < tr->cap; i++) {
-    if (!tr->key[i]) continue;
-    m.sym[w] = tok_xmalloc(tr->wlen[i] * sizeof **m.sym);
-    for (uint32_t k = 0; k < tr->wlen[i]; k++) m.sym[w][k] = tr->pool[tr->wpos[i] + k];
-    m.len[w] = tr->wlen[i];
-    m.count[w] = tr->count[i];
-    w++;
-  }
-  free(tr->key), free(tr->wpos), free(tr->wlen), free(tr->count), free(tr->pool), free(tr);
-  for (uint32_t i = 0; i < m.nwords; i++) count_word(&m, i, 1, UINT32_MAX, NULL, NULL, NULL);
-  for (uint32_t p = 0; p < m.npairs; p++) hpush(&m, p);
+  merger_from(&m, tr);
   /* The merges make tokens until the vocabulary, with the end-of-text
    * token still to come, holds vocab_size ids. */
   int64_t total = vocab_size - 257, done = 0;
-  uint32_t *stamp = calloc(m.nwords + 1, sizeof *stamp), *touched = NULL, *list = NULL;
-  size_t ntouched = 0, captouched = 0, caplist = 0;
   unsigned char *buf = NULL;
   size_t capbuf = 0;
   while (t->n < vocab_size - 1 && m.nheap) {
@@ -229,48 +277,22 @@ TokBpe *tok_trainer_finish(TokTrainer *tr, int64_t vocab_size, void (*progress)(
       continue;
     }
     if (top.count <= 0) break;
-    uint32_t a = pp->a, b = pp->b;
-    size_t la = t->len[a], lb = t->len[b];
+    size_t la = t->len[pp->a], lb = t->len[pp->b];
     if (la + lb > capbuf) buf = tok_xrealloc(buf, capbuf = 2 * (la + lb));
-    memcpy(buf, t->pool + t->off[a], la);
-    memcpy(buf + la, t->pool + t->off[b], lb);
+    memcpy(buf, t->pool + t->off[pp->a], la);
+    memcpy(buf + la, t->pool + t->off[pp->b], lb);
     /* Two merges may spell the same token ("ab c", "a bc"): it keeps its
      * first id, as in tokenizers' trainer. */
     int64_t old = tok_find(t, buf, la + lb);
     uint32_t z = old >= 0 ? (uint32_t)old : tok_add_token(t, buf, la + lb);
-    tok_add_merge(t, a, b, (uint32_t)done, z);
+    tok_add_merge(t, pp->a, pp->b, (uint32_t)done, z);
     done++;
-    /* The pair's word list may grow below (count_word), so walk a copy. */
-    size_t nlist = pp->nwhere;
-    if (nlist > caplist) list = tok_xrealloc(list, (caplist = 2 * nlist) * sizeof *list);
-    memcpy(list, pp->where, nlist * sizeof *list);
-    ntouched = 0;
-    for (size_t k = 0; k < nlist; k++) {
-      uint32_t wi = list[k];
-      if (stamp[wi] == (uint32_t)done) continue;
-      stamp[wi] = (uint32_t)done;
-      uint32_t *s = m.sym[wi], n = m.len[wi], o = 0;
-      bool found = false;
-      for (uint32_t i = 0; i + 1 < n && !found; i++) found = s[i] == a && s[i + 1] == b;
-      if (!found) continue;
-      count_word(&m, wi, -1, z, NULL, NULL, NULL);
-      for (uint32_t i = 0; i < n;) {
-        if (i + 1 < n && s[i] == a && s[i + 1] == b) s[o++] = z, i += 2;
-        else s[o++] = s[i++];
-      }
-      m.len[wi] = o;
-      count_word(&m, wi, 1, z, &touched, &ntouched, &captouched);
-    }
-    /* A pair pushed twice leaves a stale entry, which the loop skips. */
-    for (size_t k = 0; k < ntouched; k++) hpush(&m, touched[k]);
+    merge_words(&m, top.pair, z, (uint32_t)done);
     if (progress && done % 256 == 0) progress(t->n - 256, total);
   }
   if (progress) progress(t->n - 256, total);
-  free(stamp), free(touched), free(list), free(buf), free(m.heap), free(m.pkey), free(m.pidx);
-  for (size_t p = 0; p < m.npairs; p++) free(m.pairs[p].where);
-  free(m.pairs);
-  for (size_t i = 0; i < m.nwords; i++) free(m.sym[i]);
-  free(m.sym), free(m.len), free(m.count);
+  free(buf);
+  merger_free(&m);
   tok_add_special(t, tok_add_token(t, (const unsigned char *)TOK_EOT_TEXT, strlen(TOK_EOT_TEXT)));
   return t;
 }
