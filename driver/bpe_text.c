@@ -62,17 +62,41 @@ const char *drv_find_tokenizer(const char *data) {
   return out;
 }
 
-int drv_sample_through(TokBpe *tok, const char *program, char **argv, int prompt_at) {
-  const char *prompt = argv[prompt_at];
+bool drv_sample_tokenizer(const char *files, const char *data, const char *defines, TokBpe **tok) {
+  *tok = NULL;
+  if (!files && data && *data) files = drv_find_tokenizer(data);
+  if (!files) return true;
+  if (!(*tok = tok_load(files))) {
+    fprintf(stderr, "shardc sample: error: %s\n", tok_error());
+    return false;
+  }
+  const char *vocab = defines ? strstr(defines, "vocab=") : NULL;
+  if (vocab && (vocab == defines || vocab[-1] == ' ') && tok_vocab_size(*tok) > atoll(vocab + 6)) {
+    fprintf(stderr, "shardc sample: error: %s: the tokenizer has %lld tokens, the model's vocabulary %lld\n",
+            files, (long long)tok_vocab_size(*tok), atoll(vocab + 6));
+    tok_free(*tok);
+    *tok = NULL;
+    return false;
+  }
+  return true;
+}
+
+/* The prompt's ids, separated by spaces, or NULL after an error. */
+static char *prompt_ids(TokBpe *tok, const char *prompt) {
   TokIds ids = {0};
   if (!tok_encode(tok, (const unsigned char *)prompt, strlen(prompt), 0, &ids)) {
     fprintf(stderr, "shardc sample: error: --prompt: %s\n", tok_error());
-    return 1;
+    return NULL;
   }
-  const char *list = "";
-  for (size_t i = 0; i < ids.n; i++) list = ir_fmt("%s%s%u", list, i ? " " : "", ids.ids[i]);
+  char *list = ir_alloc(ids.n * 11 + 1), *p = list;
+  for (size_t i = 0; i < ids.n; i++) p += sprintf(p, "%s%u", i ? " " : "", ids.ids[i]);
   free(ids.ids);
-  argv[prompt_at] = (char *)list;
+  return list;
+}
+
+int drv_sample_through(TokBpe *tok, const char *program, char **argv, int prompt_at) {
+  const char *prompt = argv[prompt_at];
+  if (!(argv[prompt_at] = prompt_ids(tok, prompt))) return 1;
   int fd[2];
   if (pipe(fd) != 0) return fprintf(stderr, "shardc sample: error: pipe: %s\n", strerror(errno)), 1;
   fflush(stdout);

@@ -13,6 +13,11 @@ const char *drv_absolute_files(const char *files);
  * from PREFIX.tokenizer, with its relative paths resolved, or NULL when
  * there is none. */
 const char *drv_find_tokenizer(const char *data);
+/* The tokenizer of `shardc sample`: FILES when given, else the one
+ * recorded beside DATA (the checkpoint's --data), else none (*tok = NULL:
+ * bytes). False after an error: it does not load, or it has more tokens
+ * than the model's vocabulary, read from the checkpoint's -D list. */
+bool drv_sample_tokenizer(const char *files, const char *data, const char *defines, TokBpe **tok);
 /* Runs a rank program that samples with --sample-ids: encodes the prompt
  * (argv[prompt_at] is replaced), then decodes the ids it prints and writes
  * their bytes to stdout as they come. Returns the exit status. */

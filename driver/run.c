@@ -1041,26 +1041,15 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
   const char *built = compile_and_build(source, nm, margs, dtype, NULL, NULL);
   if (!built) return 1;
   const char *program = ir_fmt("%s/rank0", built);
-  const char *files = drv_value(nargs, args, "--tokenizer");
+  const char *files = drv_value(nargs, args, "--tokenizer"), *data = NULL;
   if (!files) { /* the tokenizer recorded beside the training data */
     const char *state_path = ir_fmt("%s/state.safetensors", dir);
     cJSON *state = access(state_path, R_OK) == 0 ? read_metadata(state_path) : NULL;
-    const char *data = state ? meta_string(state, "flag.data") : NULL;
+    data = state ? meta_string(state, "flag.data") : NULL;
     cJSON_Delete(state);
-    files = data && *data ? drv_find_tokenizer(data) : NULL;
   }
-  TokBpe *tok = files ? tok_load(files) : NULL;
-  if (files && !tok) {
-    fprintf(stderr, "shardc sample: error: %s\n", tok_error());
-    return 1;
-  }
-  const char *vocab = defines ? strstr(defines, "vocab=") : NULL;
-  if (tok && vocab && (vocab == defines || vocab[-1] == ' ') && tok_vocab_size(tok) > atoll(vocab + 6)) {
-    fprintf(stderr, "shardc sample: error: %s: the tokenizer has %lld tokens, the model's vocabulary %lld\n",
-            files, (long long)tok_vocab_size(tok), atoll(vocab + 6));
-    tok_free(tok);
-    return 1;
-  }
+  TokBpe *tok = NULL;
+  if (!drv_sample_tokenizer(files, data, defines, &tok)) return 1;
   const char *prompt = drv_value(nargs, args, "--prompt");
   const char *tokens = drv_value(nargs, args, "--tokens");
   char **argv = ir_alloc(sizeof(char *) * 20);

@@ -448,7 +448,9 @@ static char *token_chars(const TokBpe *t, uint32_t id) {
   return s;
 }
 
-bool tok_save_json(const TokBpe *t, const char *path) {
+/* Everything of tokenizer.json but the model: the special tokens and the
+ * byte-level steps around it. */
+static cJSON *json_frame(const TokBpe *t) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "version", "1.0");
   cJSON_AddNullToObject(root, "truncation");
@@ -477,6 +479,11 @@ bool tok_save_json(const TokBpe *t, const char *path) {
     cJSON_AddTrueToObject(o, "trim_offsets");
     cJSON_AddTrueToObject(o, "use_regex");
   }
+  return root;
+}
+
+/* The model: its vocabulary in byte stand-ins and its merges by rank. */
+static void json_model(cJSON *root, const TokBpe *t) {
   cJSON *model = cJSON_AddObjectToObject(root, "model");
   cJSON_AddStringToObject(model, "type", "BPE");
   cJSON_AddNullToObject(model, "dropout");
@@ -510,6 +517,11 @@ bool tok_save_json(const TokBpe *t, const char *path) {
     free(a), free(b), free(line);
   }
   free(rows);
+}
+
+bool tok_save_json(const TokBpe *t, const char *path) {
+  cJSON *root = json_frame(t);
+  json_model(root, t);
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   size_t plen = strlen(path) + 32;
