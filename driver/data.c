@@ -104,6 +104,15 @@ static bool sink_close(Sink *s) {
   return true;
 }
 
+/* After an error: the shard being written goes (the ones before it are
+ * complete and stay). */
+static void sink_abort(Sink *s) {
+  if (!s->f) return;
+  fclose(s->f);
+  s->f = NULL;
+  unlink(s->tmp);
+}
+
 static bool sink_put(Sink *s, const uint32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++) {
     int64_t limit = s->per_shard ? s->per_shard : INT32_MAX;
@@ -266,8 +275,12 @@ static bool encode_part(Reader *r, int part, TokBpe *tok, Sink *s) {
   }
   free(ids.ids);
   if (ok && s->total < 2) ok = fail(r->path, "too little text to make a shard") == 0;
-  if (ok) show_progress(r, true);
-  return ok && sink_close(s);
+  if (!ok) {
+    sink_abort(s);
+    return false;
+  }
+  show_progress(r, true);
+  return sink_close(s);
 }
 
 static void show_merges(int64_t done, int64_t total) {

@@ -98,6 +98,14 @@ expect "a vocabulary above 65,536 tokens" "a vocabulary of 70001 tokens does not
 printf 'good text\nand then \xff\xfe bad\n' >bad_utf8.txt
 expect "text that is not UTF-8" "bad_utf8.txt: invalid UTF-8 at byte offset 19 (byte 0xFF)" \
   "$shardc" data bad_utf8.txt -o out.bin --tokenizer vocab.json,merges.txt
+# The shard being written when the error came is removed; none is left half written.
+if compgen -G "out.bin.tmp.*" >/dev/null; then
+  fail_tmp=$(ls out.bin.tmp.*)
+  echo "FAIL a temporary shard is left behind: $fail_tmp"
+  fails=$((fails + 1))
+else
+  echo "ok   no temporary shard is left behind"
+fi
 printf 'surrogate \xed\xa0\x80 here\n' >surrogate.txt
 expect "an encoded surrogate" "surrogate.txt: invalid UTF-8 at byte offset 10 (byte 0xED)" \
   "$shardc" data surrogate.txt -o out.bin --bpe 300
