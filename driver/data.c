@@ -213,26 +213,26 @@ static bool reader_next(Reader *r, const unsigned char **chunk, size_t *n, int p
       r->eof = got == 0 && feof(r->f);
       if (!r->eof && r->len < r->cap) continue;
     }
-    size_t cut;
+    size_t cut = 0;
     bool to_val = part == 0 && r->base + r->len >= r->split && r->split < r->size;
     if (to_val) {
-      /* The validation part starts after a line break near the split (an
-       * exact byte for byte-level), and never inside a UTF-8 character. */
+      /* The validation part starts after the first line break at or past
+       * the split (at the split itself for byte-level, or when the text has
+       * no line break left), never inside a UTF-8 character. */
       cut = (size_t)(r->split - r->base);
       if (!r->bytes) {
         const unsigned char *nl = memchr(r->buf + cut, '\n', r->len - cut);
         if (nl) cut = (size_t)(nl - r->buf) + 1;
-        while (cut < r->len && (r->buf[cut] & 0xC0) == 0x80) cut++;
+        else if (!r->eof) cut = 0; /* read on to find the line break */
+        while (cut && cut < r->len && (r->buf[cut] & 0xC0) == 0x80) cut++;
       }
-    } else if (r->eof) {
-      cut = r->len;
     } else {
-      cut = r->bytes ? r->len : tok_safe_cut(r->buf, r->len);
-      if (cut == 0) { /* no place to cut: a longer buffer */
-        r->buf = realloc(r->buf, r->cap *= 2);
-        if (!r->buf) die("out of memory reading %s: no line break to cut the text at", r->path);
-        continue;
-      }
+      cut = r->eof || r->bytes ? r->len : tok_safe_cut(r->buf, r->len);
+    }
+    if (cut == 0 && !r->eof) { /* no place to cut: a longer buffer */
+      r->buf = realloc(r->buf, r->cap *= 2);
+      if (!r->buf) die("out of memory reading %s: no line break to cut the text at", r->path);
+      continue;
     }
     *chunk = r->buf;
     *n = cut;
