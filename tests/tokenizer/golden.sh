@@ -4,7 +4,9 @@
 # the adversarial file with it. The shard's checksum is the one of a run
 # that hf_match.py found equal, token for token, to tokenizers' ids on the
 # same vocabulary, so a change in the trainer, the pre-tokenisation or the
-# merges shows here even where tokenizers is not installed.
+# merges shows here even where tokenizers is not installed. Then the
+# corpus is encoded in chunks of 4 MiB and of 64 bytes, with --val: the
+# shards must be the same.
 #   golden.sh SHARDC DATA_DIR WORKDIR
 set -u
 shardc=$1
@@ -21,6 +23,16 @@ md5=$(md5sum adv.bin | cut -d' ' -f1)
 echo "adversarial file: $tokens tokens (expected $expected_tokens), md5 $md5 (expected $expected_md5)"
 if [[ $tokens != "$expected_tokens" || $md5 != "$expected_md5" ]]; then
   echo "FAIL: the ids changed; if on purpose, check them with hf_match.py and record the new values"
+  exit 1
+fi
+# The same shards whatever the chunks the text is read in, --val included.
+"$shardc" data "$data/corpus.txt" -o big.bin --val big_val.bin --tokenizer vocab.tokenizer.json >/dev/null || exit 1
+SHARDC_DATA_CHUNK_BYTES=64 "$shardc" data "$data/corpus.txt" -o small.bin --val small_val.bin \
+  --tokenizer vocab.tokenizer.json >/dev/null || exit 1
+if cmp -s big.bin small.bin && cmp -s big_val.bin small_val.bin; then
+  echo "ok   chunks of 4 MiB and of 64 bytes give the same shards: $(md5sum <big.bin | cut -c1-12), $(md5sum <big_val.bin | cut -c1-12)"
+else
+  echo "FAIL: chunks of 64 bytes give other shards than chunks of 4 MiB"
   exit 1
 fi
 echo "ok"
