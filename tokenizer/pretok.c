@@ -188,19 +188,18 @@ size_t tok_special_at(const TokBpe *t, const unsigned char *s, size_t i, size_t 
   return best;
 }
 
+static inline bool ascii_space_or_high(unsigned char c) {
+  return c >= 0x80 || c == ' ' || (c >= 0x09 && c <= 0x0D);
+}
+
 size_t tok_safe_cut(const unsigned char *s, size_t n) {
-  /* After "x\n" and before "y", with x and y not white space, every
-   * alternative of the pattern ends at the line break: the break is a
-   * piece by itself whether or not the text goes on. The ASCII bytes of x
-   * and y (space, tab, CR...) are checked; a non-ASCII neighbour is not
-   * used, so that the test needs no decoding. */
-  for (size_t p = n; p >= 3; p--) {
-    if (s[p - 2] != '\n') continue;
-    unsigned char x = s[p - 3], y = s[p - 1];
-    bool xs = x >= 0x80 || x == ' ' || (x >= 0x09 && x <= 0x0D);
-    bool ys = y >= 0x80 || y == ' ' || (y >= 0x09 && y <= 0x0D);
-    if (!xs && !ys) return p - 1;
-  }
+  /* Cutting at i, in "x\n|y" with x and y not white space, changes no
+   * piece: every alternative of the pattern stops at the line break, and
+   * the break is a piece by itself whether or not the text goes on (the
+   * white space rules look one character ahead only). A non-ASCII x or y
+   * is passed over rather than decoded. */
+  for (size_t i = n; i-- > 2;)
+    if (s[i - 1] == '\n' && !ascii_space_or_high(s[i - 2]) && !ascii_space_or_high(s[i])) return i;
   return 0;
 }
 

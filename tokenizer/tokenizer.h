@@ -50,7 +50,9 @@ const unsigned char *tok_token_bytes(const TokBpe *t, int64_t id, size_t *len);
 
 /* A point at which text may be cut so that encoding the two parts gives
  * the ids of the whole: after a line break that has no white space on
- * either side. Returns the largest such point at most n, or 0. */
+ * either side. Returns the largest such point below n, or 0. A special
+ * token with a line break inside it could span such a point; GPT-2's and
+ * ours have none. */
 size_t tok_safe_cut(const unsigned char *text, size_t n);
 
 /* Training: feed the corpus in pieces cut at tok_safe_cut points, then
