@@ -2,7 +2,8 @@
 # steps together:
 #
 #   make demo       build (Release) and train a tiny GPT-2 on the bundled
-#                   corpus, then sample from it (scripts/demo.sh)
+#                   corpus, then sample from it (scripts/demo.sh);
+#                   DEMO_TOKENIZER=bpe trains on byte-level BPE tokens
 #   make test       build and run the test suite (within 8 minutes on two
 #                   cores: the long checks are left out)
 #   make test-long  the long checks (label `long`, tests/CMakeLists.txt)

@@ -19,6 +19,7 @@
 
 #include "../abi/job.h"
 #include "../codegen/codegen.h"
+#include "bpe_text.h"
 #include "driver.h"
 
 /* ------------------------------------------------------------------ build */
@@ -970,15 +971,19 @@ static const DrvOption sample_options[] = {
     {"--temperature", "T", "sampling temperature (default 1.0; 0 picks the most likely)"},
     {"--top-k", "K", "sample among the K most likely tokens only (default: all)"},
     {"--seed", "S", "random seed of the sampler"},
+    {"--tokenizer", "FILES", "the BPE tokenizer (default: the one recorded beside the training data)"},
     {NULL, NULL, NULL},
 };
 
 const DrvCommand drv_sample_command = {
-    "sample", "CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]",
-    "generate text from a checkpoint of a byte-level model",
+    "sample", "CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--tokenizer FILES]",
+    "generate text from a checkpoint",
     "CHECKPOINT_DIR is a folder written by --save. Its model.safetensors\n"
     "records the model file and the -D overrides; the model is compiled again\n"
-    "with a microbatch of 1 and continues the prompt byte by byte.",
+    "with a microbatch of 1 and continues the prompt. The tokenizer is\n"
+    "--tokenizer, else the one `shardc data` recorded beside the checkpoint's\n"
+    "--data (DATA.tokenizer), else bytes: the prompt is encoded with it and\n"
+    "the generated ids are decoded.",
     sample_options, drv_cmd_sample};
 
 /* Reads the __metadata__ object of a safetensors file's header. */
@@ -1037,6 +1042,15 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
   const char *built = compile_and_build(source, nm, margs, dtype, NULL, NULL);
   if (!built) return 1;
   const char *program = ir_fmt("%s/rank0", built);
+  const char *files = drv_value(nargs, args, "--tokenizer"), *data = NULL;
+  if (!files) { /* the tokenizer recorded beside the training data */
+    const char *state_path = ir_fmt("%s/state.safetensors", dir);
+    cJSON *state = access(state_path, R_OK) == 0 ? read_metadata(state_path) : NULL;
+    data = state ? meta_string(state, "flag.data") : NULL;
+    cJSON_Delete(state);
+  }
+  TokBpe *tok = NULL;
+  if (!drv_sample_tokenizer(files, data, defines, &tok)) return 1;
   const char *prompt = drv_value(nargs, args, "--prompt");
   const char *tokens = drv_value(nargs, args, "--tokens");
   char **argv = ir_alloc(sizeof(char *) * 20);
@@ -1049,6 +1063,7 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
   argv[n++] = "--quiet";
   argv[n++] = "--sample-prompt";
   /* Without a prompt, generation starts at the beginning of a line. */
+  int prompt_at = n;
   argv[n++] = (char *)(prompt && *prompt ? prompt : "\n");
   argv[n++] = "--sample-tokens";
   argv[n++] = (char *)(tokens ? tokens : "200");
@@ -1059,6 +1074,15 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     argv[n++] = (char *)passed[i];
     argv[n++] = (char *)v;
   }
+  if (!tok) {
+    argv[n] = NULL;
+    return exec_program(program, argv);
+  }
+  /* The program sees ids only: the prompt goes in encoded, the new ids
+   * come back one per line and are decoded here. */
+  argv[n++] = "--sample-ids";
   argv[n] = NULL;
-  return exec_program(program, argv);
+  int rc = drv_sample_through(tok, program, argv, prompt_at);
+  tok_free(tok);
+  return rc;
 }

@@ -89,6 +89,8 @@ static const Flag flags[] = {
      "load the initial weights from a safetensors file (by parameter name)"},
     {"sample-prompt", K_STR, F(sample_prompt), "TEXT", NULL, 0, 0, 0, NULL, 0,
      "after training, generate text (bytes) that continues TEXT"},
+    {"sample-ids", K_SWITCH, F(sample_ids), NULL, "0", 0, 0, 0, NULL, 0,
+     "--sample-prompt is token ids separated by spaces; print each new id on a line"},
     {"sample-tokens", K_INT, F(sample_tokens), "N", "200", 1, 0, BIG, NULL, 0,
      "tokens to generate"},
     {"temperature", K_REAL, F(temperature), "T", "1.0", 1, 0, 1e6, NULL, 0,

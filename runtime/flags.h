@@ -27,6 +27,7 @@ typedef struct RtFlags {
   int64_t no_shuffle;
   const char *sample_prompt;
   int64_t sample_tokens;
+  int64_t sample_ids; /* the prompt and the output are token ids, not bytes */
   double temperature;
   int64_t top_k;
   const char *dump_grads;

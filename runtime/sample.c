@@ -5,6 +5,7 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +48,9 @@ int rt_sample_pick(const real *logits, int n, double temperature, int64_t top_k,
   return best; /* rounding left u past the end */
 }
 
-/* The first n (at most 256) bf16 logits of a device row, as reals. */
+/* The first n bf16 logits of a device row, as reals. */
 static void bf16_to_host(real *out, const uint16_t *row, int n) {
-  uint16_t bits[256];
+  uint16_t *bits = rt_xmalloc((size_t)n * sizeof *bits);
   rt_dev_to_host(bits, row, n * (int64_t)sizeof *bits);
   for (int i = 0; i < n; i++) {
     uint32_t u = (uint32_t)bits[i] << 16;
@@ -57,6 +58,7 @@ static void bf16_to_host(real *out, const uint16_t *row, int n) {
     memcpy(&f, &u, sizeof f);
     out[i] = f;
   }
+  free(bits);
 }
 
 /* Runs the model on the last (at most seq) tokens of the context and
@@ -84,38 +86,57 @@ static void next_logits(Rt *rt, const int32_t *ctx, int64_t len, real *whole, re
   rt_dev_to_host(out, row, n * (int64_t)sizeof *out);
 }
 
+/* --sample-ids: the prompt is token ids separated by spaces, which the
+ * caller (shardc sample, which holds the tokenizer) encoded. Returns the
+ * count. */
+static int64_t parse_ids(const char *s, int32_t *ctx, int64_t vocab) {
+  int64_t len = 0;
+  for (char *end;; s = end) {
+    while (*s == ' ') s++;
+    if (!*s) return len;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || (*end && *end != ' ') || v < 0 || v >= vocab)
+      rt_fatal("--sample-prompt", "with --sample-ids, expected token ids in 0..%lld separated by spaces",
+               (long long)vocab - 1);
+    ctx[len++] = (int32_t)v;
+  }
+}
+
 void rt_sample(Rt *rt) {
   const RtModel *m = rt->model;
   const char *prompt = rt->f.sample_prompt;
   int64_t plen = (int64_t)strlen(prompt), ntok = rt->f.sample_tokens;
+  bool ids = rt->f.sample_ids;
   /* Byte-level: ids 0..255 are bytes; larger vocabularies are sampled
-   * among their first 256 ids only. */
-  int nbytes = m->vocab < 256 ? (int)m->vocab : 256;
+   * among their first 256 ids only, unless ids come and go as numbers. */
+  int nbytes = ids ? (int)m->vocab : m->vocab < 256 ? (int)m->vocab : 256;
   int32_t *ctx = rt_xmalloc((size_t)(plen + ntok + 1) * sizeof *ctx);
-  double *scratch = rt_xmalloc(2 * 256 * sizeof *scratch);
+  double *scratch = rt_xmalloc(2 * (size_t)nbytes * sizeof *scratch);
   real *whole = rt_dev_alloc(rt_logits_cols(m) * rt_tp_size() * (int64_t)sizeof *whole,
                              "the logits of a row");
   real *logits = rt_xmalloc((size_t)nbytes * sizeof *logits);
   /* Every tensor-parallel rank runs the model and draws the same tokens
    * (the same logits and the same random stream); rank 0 prints them. */
   FILE *out = rt_tp_world_rank() == 0 ? stdout : NULL;
-  int64_t len = 0;
+  int64_t len = ids ? parse_ids(prompt, ctx, m->vocab) : 0;
+  if (ids && len == 0) rt_fatal("--sample-prompt", "with --sample-ids, the prompt needs a token id");
   if (plen == 0) ctx[len++] = '\n'; /* something to condition on */
-  for (int64_t i = 0; i < plen; i++) {
+  for (int64_t i = 0; i < plen && !ids; i++) {
     int b = (unsigned char)prompt[i];
     if (b >= nbytes)
       rt_fatal("--sample-prompt", "byte %d is outside the model's vocabulary of %lld", b,
                (long long)m->vocab);
     ctx[len++] = b;
   }
-  if (out) fputs(prompt, out);
+  if (out && !ids) fputs(prompt, out);
   for (int64_t i = 0; i < ntok; i++) {
     next_logits(rt, ctx, len, whole, logits, nbytes);
     int t = rt_sample_pick(logits, nbytes, rt->f.temperature, rt->f.top_k, &rt->rng, scratch);
     ctx[len++] = t;
-    if (out) putc(t, out), fflush(out);
+    if (out && ids) fprintf(out, "%d\n", t), fflush(out);
+    else if (out) putc(t, out), fflush(out);
   }
-  if (out) putc('\n', out);
+  if (out && !ids) putc('\n', out);
   rt_dev_free(whole);
   free(logits);
   free(ctx);

@@ -22,9 +22,38 @@ set -euo pipefail
 #     them from a configuration of its own (the packages' services are
 #     not configured or used)
 #   shellcheck: tests/launch/mpirun.sh checks the launch.sh shardc writes
+#   python3-venv: the virtual environment for the PyPI packages below
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
           libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
-          python3-numpy python3-torch time slurm-wlm shellcheck)
+          python3-numpy python3-torch python3-venv time slurm-wlm shellcheck)
+
+# tokenizers (Hugging Face) and tiktoken, which tests/tokenizer and
+# bench/tokenizer.sh compare our BPE with, are not Debian packages. They go
+# from PyPI into a virtual environment in build/pyenv (git-ignored; or
+# $SHARDC_PYENV), made from Debian's python3 with --system-site-packages so
+# that its numpy and torch stay visible: Debian's own python3 is left as it
+# is. Nothing is done when they import already. Without network access this
+# only warns, and those tests skip, saying why.
+python_packages() {
+  local root env
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  env=${SHARDC_PYENV:-$root/build/pyenv}
+  if "$env/bin/python" -c 'import tokenizers, tiktoken' 2>/dev/null; then
+    echo "install-deps: tokenizers and tiktoken present in $env"
+    return
+  fi
+  local plog
+  plog=$(mktemp)
+  if /usr/bin/python3 -m venv --system-site-packages "$env" >"$plog" 2>&1 &&
+     "$env/bin/pip" install -q --disable-pip-version-check tokenizers tiktoken >>"$plog" 2>&1; then
+    echo "install-deps: installed tokenizers and tiktoken from PyPI into $env"
+  else
+    cat "$plog" >&2
+    echo "install-deps: warning: could not install tokenizers and tiktoken into $env;" \
+         "the tests that compare with them will skip" >&2
+  fi
+  rm -f "$plog"
+}
 
 # A package counts as present when dpkg has it installed; for the ones that
 # are only a tool, that tool on PATH counts too (a cmake built by hand, say).
@@ -63,6 +92,7 @@ fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present, nothing to do"
+  python_packages
   exit 0
 fi
 
@@ -89,3 +119,4 @@ if [[ " ${missing[*]} " == *" clang "* ]] && fuzzer_runtime_missing; then
   missing+=("$rt")
 fi
 echo "install-deps: installed ${missing[*]}"
+python_packages

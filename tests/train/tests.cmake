@@ -25,7 +25,7 @@ if(TARGET shard_comm_mpi)
   string(REGEX MATCH "-march=[ \t]*([a-z0-9_.-]+)" demo_bits_m "${demo_bits_target}")
   set(demo_bits_cpu "${CMAKE_MATCH_1}")
   if(NOT demo_bits_cpu)
-    execute_process(COMMAND ${CMAKE_C_COMPILER} -march=native -### -x c -c /dev/null -o /dev/null
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -march=native "-###" -x c -c /dev/null -o /dev/null
                     ERROR_VARIABLE demo_bits_target OUTPUT_QUIET)
     string(REGEX MATCH "\"-target-cpu\" \"([a-z0-9_.-]+)\"" demo_bits_m "${demo_bits_target}")
     set(demo_bits_cpu "${CMAKE_MATCH_1}")
