@@ -39,7 +39,7 @@ static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 /* The sorted file list of a pattern; a plain name is taken as it is, so a
  * missing file gets the system's message rather than "no match". */
-static char **expand(const char *pattern, int *n, RtErr *e) {
+char **rt_data_expand(const char *pattern, int *n, RtErr *e) {
   if (!has_glob_chars(pattern)) {
     char **one = rt_xmalloc(sizeof *one);
     one[0] = rt_xstrdup(pattern);
@@ -139,7 +139,7 @@ static int open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab, RtErr
 RtData *rt_data_open_checked(const char *pattern, int64_t batch, int64_t seq, int64_t vocab,
                              RtErr *e) {
   RtData *d = rt_xcalloc(1, sizeof *d);
-  char **paths = expand(pattern, &d->nshards, e);
+  char **paths = rt_data_expand(pattern, &d->nshards, e);
   if (!paths) {
     free(d);
     return NULL;

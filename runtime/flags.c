@@ -114,6 +114,12 @@ static const Flag flags[] = {
      "a step whose gradient norm or loss is NaN or infinite is reported (with the first "
      "parameter whose gradient is not finite); stop ends the run with an error, skip drops "
      "the step's update (the step still counts) and goes on"},
+    {"max-skipped", K_INT, F(max_skipped), "N", "3", 1, 0, BIG, NULL, 0,
+     "with --on-nan skip: the run stops with an error once more than N updates were dropped "
+     "(a run that goes on dropping updates is not training)"},
+    {"no-verify", K_SWITCH, F(no_verify), NULL, "0", 0, 0, 0, NULL, 0,
+     "load --resume and --init-from files without comparing their tensors with the checksums "
+     "saved in them (faster on huge files; the run says so)"},
     {"timeout", K_REAL, F(timeout), "S", "300", 1, 0, 1e9, NULL, 0,
      "with several ranks: a rank killed, failing or making no progress for S seconds ends "
      "the whole job, with a message naming it (0: never time out; docs/reliability.md)"},

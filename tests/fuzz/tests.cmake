@@ -20,9 +20,9 @@ set(FUZZ_HARNESSES frontend safetensors state shard hw manifest)
 set(FUZZ_ERR_SOURCES ${RT_DIR}/util.c ${RT_DIR}/watchdog.c)
 set(FUZZ_frontend_SOURCES)
 set(FUZZ_frontend_LIBS shard_frontend shard_passes shard_ir)
-set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_safetensors_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_state_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/ckpt_state.c ${RT_DIR}/flags.c
+set(FUZZ_state_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${RT_DIR}/ckpt_state.c ${RT_DIR}/flags.c
     ${FUZZ_ERR_SOURCES})
 set(FUZZ_state_LIBS PkgConfig::CJSON shard_ir m)
 set(FUZZ_shard_SOURCES ${RT_DIR}/data.c ${RT_DIR}/rng.c ${FUZZ_ERR_SOURCES})
