@@ -969,6 +969,7 @@ static const DrvOption sample_options[] = {
     {"--temperature", "T", "sampling temperature (default 1.0; 0 picks the most likely)"},
     {"--top-k", "K", "sample among the K most likely tokens only (default: all)"},
     {"--seed", "S", "random seed of the sampler"},
+    {"--no-verify", NULL, "load the weights without comparing them with their checksums"},
     {NULL, NULL, NULL},
 };
 
@@ -1058,6 +1059,7 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     argv[n++] = (char *)passed[i];
     argv[n++] = (char *)v;
   }
+  if (drv_flag(nargs, args, "--no-verify")) argv[n++] = "--no-verify";
   argv[n] = NULL;
   return exec_program(program, argv);
 }

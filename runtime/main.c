@@ -518,10 +518,11 @@ static void save(Rt *rt) {
  * SHARDC_FAULT=RANK:STEP:KIND makes world rank RANK, as it starts step
  * STEP (1-based), raise an error (KIND error), die of SIGKILL (kill), stop
  * itself with SIGSTOP (stop), spin without progress (hang), sleep 3 s
- * (slow) or put a NaN into the gradient of its last untied parameter
- * before the step's update (nan).
+ * (slow), put a NaN into the gradient of its last untied parameter
+ * before the step's update (nan) or into its weights after the update
+ * (nan-update: what an update that overflows leaves).
  * Unset, it costs a comparison per step. */
-static int nan_pending;
+static int nan_pending, nan_update_pending;
 
 static void inject_fault(int64_t step) {
   static int parsed, rank = -1;
@@ -551,19 +552,22 @@ static void inject_fault(int64_t step) {
   for (double until = rt_now() + 3; !strcmp(kind, "slow") && rt_now() < until;)
     nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   nan_pending = !strcmp(kind, "nan");
+  nan_update_pending = !strcmp(kind, "nan-update");
 }
 
-/* The fault `nan` (inject_fault): once the step's gradients are complete. */
-static void inject_nan(Rt *rt) {
+/* The faults `nan` (inject_fault): once the step's gradients are
+ * complete, into the gradients; `nan-update`: after the update, into the
+ * weights. */
+static void inject_nan(Rt *rt, int *pending, real *region, const char *what) {
   const RtModel *m = rt->model;
   int last = m->nparams - 1;
   while (last >= 0 && m->params[last].tied) last--;
-  if (!nan_pending || last < 0) return;
-  nan_pending = 0;
+  if (!*pending || last < 0) return;
+  *pending = 0;
   real bad = (real)NAN;
   const RtParam *q = &m->params[last];
-  rt_dev_from_host(rt->ctx.grads + q->offset, &bad, sizeof bad);
-  fprintf(stderr, "fault injected: NaN in the gradient of %s\n", q->name);
+  rt_dev_from_host(region + q->offset, &bad, sizeof bad);
+  fprintf(stderr, "fault injected: NaN in the %s of %s\n", what, q->name);
 }
 
 /* The first parameter, in table order, whose part of `dev` (an array
@@ -686,7 +690,7 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_dp_start_tied(rt);
     rt_dp_wait(rt);
   }
-  inject_nan(rt);
+  inject_nan(rt, &nan_pending, rt->ctx.grads, "gradient");
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
@@ -730,6 +734,7 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     else
       rt_sgd_step(m, rt->ctx.weights, rt->ctx.grads, info->lr, scale, &rt->f);
   }
+  inject_nan(rt, &nan_update_pending, rt->ctx.weights, "weights");
   check_update(rt, s);
   rt_prof_add("S optimizer", rt_now() - t2);
 }
