@@ -32,6 +32,11 @@
 
 #define JOB_DIR_ENV "SHARDC_JOB_DIR"           /* the folder of the records */
 #define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
+/* The launcher's machine: a rank on it watches the launcher's process and
+ * ends itself when the launcher is gone (killed with SIGKILL, SIGHUP),
+ * so that no rank trains on, and writes checkpoints, behind a job its
+ * user believes ended. */
+#define JOB_LAUNCHER_HOST_ENV "SHARDC_LAUNCHER_HOST"
 #define JOB_RECORD_FMT "rank-%d"
 #define JOB_ABORT_FILE "abort"
 /* Under `shardc run` each rank program runs as the child of a small

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -282,8 +283,11 @@ static void scan(Job *j) {
   }
 }
 
+/* A rank whose parent noted "status 0" has finished too, even when its
+ * last record was not written or not yet seen (a slow file system). */
 static int finished(const JobRank *r) {
-  return !strcmp(r->state, "done") || !strcmp(r->state, "exited") || !strcmp(r->state, "failed");
+  return !strcmp(r->state, "done") || !strcmp(r->state, "exited") ||
+         !strcmp(r->state, "failed") || (r->end_status == 0 && !r->end_signal);
 }
 
 /* Waiting longer than this for a rank's end note is not worth it. */
@@ -554,6 +558,36 @@ static int supervise(Job *j, int errfd) {
     return 1;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  int done = 0;
+  for (int i = 0; i < j->n; i++)
+    done += (!strcmp(j->r[i].state, "done") && j->r[i].has_status && j->r[i].status == 0) ||
+            (j->r[i].end_status == 0 && !j->r[i].end_signal);
+  /* A job whose every rank finished is never reported failed. */
+  if (done == j->n && j->n > 0) {
+    if (code)
+      fprintf(stderr, "shardc: note: mpirun exited with status %d after every rank had "
+              "finished\n", code);
+    return 0;
+  }
+  /* mpirun itself ended before its ranks (someone sent it SIGTERM or
+   * SIGKILL): say so, and leave no rank behind. */
+  int stopped = 0;
+  for (int i = 0; i < j->n; i++)
+    stopped += j->r[i].has_status && j->r[i].status == JOB_EXIT_PREEMPTED;
+  if (code && !j->signalled && stopped < j->n) {
+    scan(j);
+    kill_ranks(j, SIGKILL);
+    char how[64];
+    if (WIFSIGNALED(status))
+      snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+               signal_name(WTERMSIG(status)));
+    else
+      snprintf(how, sizeof how, "exited with status %d", code);
+    fprintf(stderr, "shardc: error: mpirun (pid %ld) %s before the job ended, %d of %d ranks "
+            "having finished; the job is stopped\n", (long)j->child, how, done, j->n);
+    fflush(stderr);
+    return code;
+  }
   /* A preempted job: every rank stopped after its step. */
   int preempted = j->n > 0;
   for (int i = 0; i < j->n; i++)
@@ -601,10 +635,15 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   if (pipe(pipefd) != 0) die("pipe: %s", strerror(errno));
   fflush(stdout);
   fflush(stderr);
+  pid_t self = getpid();
   pid_t pid = fork();
   if (pid < 0) die("fork: %s", strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);
+    /* mpirun (and through it every rank) ends when `shardc run` dies,
+     * even of SIGKILL: SIGTERM makes it take its ranks down. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != self) _exit(1); /* the launcher died before prctl */
     /* In a background group mpirun must not read the terminal. */
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, 0), close(null);
@@ -697,10 +736,14 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   if (jobdir) {
     setenv(JOB_DIR_ENV, jobdir, 1);
     setenv(JOB_LAUNCHER_ENV, ir_fmt("%ld", (long)getpid()), 1);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) == 0) setenv(JOB_LAUNCHER_HOST_ENV, host, 1);
     mv[n++] = "-x";
     mv[n++] = JOB_DIR_ENV;
     mv[n++] = "-x";
     mv[n++] = JOB_LAUNCHER_ENV;
+    mv[n++] = "-x";
+    mv[n++] = JOB_LAUNCHER_HOST_ENV;
   }
   /* Under Slurm srun starts the ranks instead (launch.c); the job folder
    * and the watch are the same. */

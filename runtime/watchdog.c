@@ -28,6 +28,7 @@ static struct {
   char host[256];      /* the machine's name: the launcher probes pids on its own only */
   double timeout;
   pid_t launcher; /* 0: none */
+  int launcher_here; /* it runs on this machine, and was alive at the start */
   char dir[3000], record[3100], tmp[3100], abort_path[3100], exit_path[3100];
   pthread_t thread;
   pthread_mutex_t lock; /* one writer of the record at a time */
@@ -100,11 +101,33 @@ static void write_record(void) {
 
 static int launcher_alive(void) { return wd.launcher > 0 && kill(wd.launcher, 0) == 0; }
 
+/* The launcher is gone (killed, or its machine's session hung up): this
+ * rank must not train on behind a job its user believes ended, and would
+ * collide with a resubmitted one. mpirun gets SIGTERM when the launcher
+ * dies (run.c) and passes it on; this is for the rank whose mpirun did
+ * not. */
+static void launcher_gone(void) {
+  char action[400];
+  action_text(action, sizeof action);
+  fprintf(stderr, "shardc: error: rank %d (%s, program %s): the launcher (shardc run, pid %ld) "
+          "is gone; the rank stops in %s\n", wd.rank,
+          *wd.coord ? wd.coord : "coordinates not yet known", wd.program, (long)wd.launcher,
+          action);
+  fflush(stderr);
+  snprintf(wd.why, sizeof wd.why, "the launcher (pid %ld) is gone", (long)wd.launcher);
+  atomic_store(&wd.has_why, 1);
+  atomic_store(&wd.status, 1);
+  atomic_store(&wd.state, ST_FAILED);
+  write_record();
+  _exit(1);
+}
+
 static void *beat(void *arg) {
   (void)arg;
   struct timespec pause = {0, (long)(JOB_BEAT_SECONDS * 1e9)};
   while (!atomic_load(&wd.quit)) {
     atomic_fetch_add(&wd.beats, 1);
+    if (wd.launcher_here && !launcher_alive()) launcher_gone();
     write_record();
     if (*wd.dir && access(wd.abort_path, F_OK) == 0) {
       /* The launcher stops the job: another rank failed. */
@@ -169,6 +192,8 @@ void rt_wd_start(const char *program) {
   wd.program = slash ? slash + 1 : program ? program : "?";
   wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
   if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
+  const char *lhost = getenv(JOB_LAUNCHER_HOST_ENV);
+  wd.launcher_here = wd.launcher > 0 && lhost && !strcmp(lhost, wd.host) && launcher_alive();
   if (dir && *dir && strlen(dir) < sizeof wd.dir) {
     snprintf(wd.dir, sizeof wd.dir, "%s", dir);
     snprintf(wd.record, sizeof wd.record, "%s/" JOB_RECORD_FMT, dir, wd.rank);
