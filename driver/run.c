@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -170,6 +171,7 @@ typedef struct JobRank {
   int gone;          /* its process no longer runs */
   int local;         /* it runs on this machine (its pid means something here) */
   char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
+  int live;          /* idle and action come from shared memory: current */
 } JobRank;
 
 typedef struct Job {
@@ -188,6 +190,59 @@ typedef struct Job {
   char block[8192];
   size_t block_len;
 } Job;
+
+/* The job's shared memory (abi/job.h): the heartbeats of the ranks of
+ * this machine, which no file system delays; NULL when /dev/shm is not
+ * there (the records alone then). */
+static unsigned char *job_shm;
+static size_t job_shm_len;
+static const char *job_shm_path;
+
+static void job_shm_create(const char *jobdir, int ranks) {
+  const char *base = strrchr(jobdir, '/');
+  const char *path = ir_fmt("/dev/shm/shardc-%ld-%s", (long)getpid(), base ? base + 1 : jobdir);
+  size_t len = JOB_SHM_HEAD + (size_t)ranks * JOB_SLOT_BYTES;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  void *p = ftruncate(fd, (off_t)len) == 0
+                ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) {
+    unlink(path);
+    return;
+  }
+  job_shm = p;
+  job_shm_len = len;
+  job_shm_path = path;
+  setenv(JOB_SHM_ENV, path, 1);
+}
+
+static void job_shm_remove(void) {
+  if (!job_shm) return;
+  munmap(job_shm, job_shm_len);
+  if (job_shm_path) unlink(job_shm_path);
+  job_shm = NULL;
+}
+
+/* Rank i's slot, once the rank has written it. */
+static const JobSlot *job_slot(int i) {
+  if (!job_shm) return NULL;
+  const JobSlot *s = (const JobSlot *)(job_shm + JOB_SHM_HEAD + (size_t)i * JOB_SLOT_BYTES);
+  return __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == JOB_SLOT_MAGIC ? s : NULL;
+}
+
+/* Once every rank of this machine has mapped its slot, the name is not
+ * needed: removing it then leaves nothing in /dev/shm even when the
+ * launcher is killed with SIGKILL. Ranks of other machines never map
+ * theirs, so with any of them the name stays until the job ends. */
+static void job_shm_unlink_when_mapped(const Job *j) {
+  if (!job_shm || !job_shm_path) return;
+  for (int i = 0; i < j->n; i++)
+    if (!job_slot(i)) return;
+  unlink(job_shm_path);
+  job_shm_path = NULL;
+}
 
 static double job_now(void) {
   struct timespec ts;
@@ -250,6 +305,29 @@ static void read_record(Job *j, int i, double now) {
     else if (!strcmp(line, "state")) snprintf(r->state, sizeof r->state, "%s", v);
     else if (!strcmp(line, "why")) snprintf(r->why, sizeof r->why, "%s", v);
     else if (!strcmp(line, "status")) r->status = atoi(v), r->has_status = 1;
+  }
+  /* On this machine the beat, the progress and the action come from
+   * shared memory: current, whatever the file system does to the record. */
+  const JobSlot *s = job_slot(i);
+  r->live = s != NULL;
+  if (s) {
+    beat = (long)__atomic_load_n(&s->beat, __ATOMIC_ACQUIRE);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    r->idle = (double)(ns - (long long)__atomic_load_n(&s->progress_ns, __ATOMIC_ACQUIRE)) * 1e-9;
+    if (r->pid <= 0) r->pid = (pid_t)s->pid, r->local = 1;
+    for (int tries = 0; tries < 4; tries++) {
+      uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+      if (seq & 1) continue;
+      char action[sizeof s->action];
+      memcpy(action, s->action, sizeof action);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != seq) continue;
+      action[sizeof action - 1] = 0;
+      if (*action) snprintf(r->action, sizeof r->action, "%s", action);
+      break;
+    }
   }
   if (!r->seen || beat != r->beat) r->beat_at = now;
   r->beat = beat;
@@ -348,7 +426,7 @@ static int judge(Job *j, char *why, size_t len) {
     if (!r->seen || r->gone || finished(r) || now - r->beat_at < limit) continue;
     snprintf(why, len, "stopped answering%s: no heartbeat for %.0f s, no progress for %.0f s in %s",
              r->proc_state == 'T' ? " (the process is stopped)" : "", now - r->beat_at,
-             r->idle + now - r->beat_at, r->action);
+             r->live ? r->idle : r->idle + now - r->beat_at, r->action);
     return i;
   }
   /* A rank computing without progress is to blame before those that
@@ -359,6 +437,9 @@ static int judge(Job *j, char *why, size_t len) {
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
     if (!r->seen || r->gone || finished(r) || r->idle < limit / 2) continue;
+    /* A rank whose beat stopped too is one that stopped answering (the
+     * check above, once its beat is as late as --timeout allows). */
+    if (now - r->beat_at > 5 * JOB_BEAT_SECONDS + 0.5) continue;
     int waits = strstr(r->action, ", in MPI_") != NULL;
     late |= r->idle >= limit;
     if (worst < 0 || waits < worst_waits || (waits == worst_waits && r->idle > j->r[worst].idle))
@@ -459,6 +540,7 @@ static void kill_ranks(Job *j, int sig) {
  * kills what is left: the ranks by their ids and mpirun's process group. */
 static void abort_job(Job *j, int *status, int *reaped) {
   char path[4200];
+  if (job_shm) __atomic_store_n((uint32_t *)job_shm, 1u, __ATOMIC_RELEASE);
   snprintf(path, sizeof path, "%s/" JOB_ABORT_FILE, j->dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
@@ -528,6 +610,7 @@ static int supervise(Job *j, int errfd) {
     pump(j, errfd, 100);
     if (waitpid(j->child, &status, WNOHANG) == j->child) reaped = 1;
     scan(j);
+    job_shm_unlink_when_mapped(j);
     forward_signals(j, &forwarded);
     /* After a second signal the ranks exit at once: nothing to judge. */
     if (reaped || forwarded >= 2) continue;
@@ -672,6 +755,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   /* SHARDC_JOB_KEEP=1 keeps the records (for tests and post-mortems). */
   const char *keep = getenv("SHARDC_JOB_KEEP");
   if (dir && !(keep && *keep == '1')) remove_job_dir(dir);
+  job_shm_remove();
   return status;
 }
 
@@ -708,7 +792,7 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 28));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 40));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -744,6 +828,11 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
     mv[n++] = JOB_LAUNCHER_ENV;
     mv[n++] = "-x";
     mv[n++] = JOB_LAUNCHER_HOST_ENV;
+    job_shm_create(jobdir, ranks);
+    if (job_shm) {
+      mv[n++] = "-x";
+      mv[n++] = JOB_SHM_ENV;
+    }
   }
   /* Under Slurm srun starts the ranks instead (launch.c); the job folder
    * and the watch are the same. */

@@ -13,6 +13,7 @@
 SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
+. "$ROOT/tests/reliability/job_procs.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=4 --microbatch 2"
 head -c 20000 "$ROOT/data/corpus.txt" >text.txt
 check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
@@ -28,7 +29,7 @@ job() {
   for _ in $(seq 300); do grep -q "^step 20/" $1.txt && return; sleep 0.1; done
 }
 
-procs() { ps -eo args= | grep -c "[p]rog/stage"; }
+procs() { job_procs prog/stage; }
 
 # gone LABEL: seconds until no process of the job is left (at most 5).
 gone() {
