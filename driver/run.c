@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../abi/flags.h"
 #include "../abi/job.h"
 #include "driver.h"
 
@@ -181,6 +182,8 @@ typedef struct Job {
   double timeout;
   pid_t child;
   int signalled; /* a signal was passed on: ranks may exit on it */
+  double started;   /* our clock when mpirun was started */
+  double signal_at; /* ... when the last signal was passed on */
   /* From mpirun's banners: the rank it saw die of a signal. */
   int banner_rank, banner_signal;
   char banner_signame[64];
@@ -421,6 +424,16 @@ static int judge(Job *j, char *why, size_t len) {
     return i;
   }
   if (j->timeout <= 0) return -1;
+  /* A rank that never reported: mpirun could not start it, or it hangs
+   * before its main (OpenBLAS under a small `ulimit -v`). Starting may
+   * take a while on a loaded machine: at least 30 s. */
+  double start_limit = j->timeout > 30 ? j->timeout : 30;
+  for (int i = 0; i < j->n && now - j->started > start_limit; i++)
+    if (!j->r[i].seen) {
+      snprintf(why, len, "never started: no record after %.0f s (mpirun could not start it, or "
+               "it hangs before its main: a small ulimit -v or -n?)", now - j->started);
+      return i;
+    }
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
     if (!r->seen || r->gone || finished(r) || now - r->beat_at < limit) continue;
@@ -595,6 +608,7 @@ static void forward_signals(Job *j, int *forwarded) {
   while (*forwarded < job_signals) {
     ++*forwarded;
     j->signalled = 1;
+    j->signal_at = job_now();
     int any = 0;
     for (int i = 0; i < j->n; i++) any |= j->r[i].seen;
     if (any) kill_ranks(j, job_last_signal);
@@ -612,6 +626,18 @@ static int supervise(Job *j, int errfd) {
     scan(j);
     job_shm_unlink_when_mapped(j);
     forward_signals(j, &forwarded);
+    /* The launcher always answers its signals: when what they were passed
+     * on to has not gone 3 s later (mpirun hung before its ranks started,
+     * a rank that ignores them), mpirun's group and the ranks are killed. */
+    if (!reaped && forwarded && job_now() - j->signal_at > 3) {
+      int seen = 0;
+      for (int i = 0; i < j->n; i++) seen += j->r[i].seen;
+      if (forwarded >= 2 || !seen) {
+        kill_ranks(j, SIGKILL);
+        kill(-j->child, SIGKILL);
+        forwarded = 2; /* ends as a second signal does: 128 + the signal */
+      }
+    }
     /* After a second signal the ranks exit at once: nothing to judge. */
     if (reaped || forwarded >= 2) continue;
     blamed = judge(j, why, sizeof why);
@@ -746,7 +772,8 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
-  Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1};
+  Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1,
+           .started = job_now()};
   j.r = ir_alloc(sizeof(JobRank) * (size_t)ranks);
   memset(j.r, 0, sizeof(JobRank) * (size_t)ranks);
   for (int i = 0; i < ranks; i++) j.r[i].end_status = -1;
@@ -864,28 +891,26 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
 
 /* ------------------------------------------------- checks before launch */
 
-/* The training program's flags, read from its --help ("  --name VALUE
- * help" lines), so that the driver checks the program's command line
- * without a copy of the program's flag table. takes[i]: the flag has a
- * value. Returns the count (0 when the program could not be asked, or
- * lists more than this reads). */
+/* The training program's flags ("--name"), from the table that the
+ * runtime shares with the launcher (abi/flags.h): the program is not run
+ * to ask (it may not start at all: under a small `ulimit -v` OpenBLAS
+ * spins in its constructor). takes[i]: the flag has a value. Returns the
+ * count. */
 static int program_flags(const char *program, char ***names, bool **takes) {
-  FILE *f = popen(ir_fmt("'%s' --help 2>/dev/null", program), "r");
-  if (!f) return 0;
-  int n = 0, cap = 512;
-  *names = ir_alloc(sizeof(char *) * (size_t)cap);
-  *takes = ir_alloc(sizeof(bool) * (size_t)cap);
-  char line[512];
-  while (fgets(line, sizeof line, f) && n < cap) {
-    if (strncmp(line, "  --", 4) != 0) continue;
-    size_t len = strcspn(line + 2, " \n");
-    (*names)[n] = ir_fmt("%.*s", (int)len, line + 2);
-    const char *after = line + 2 + len;
-    (*takes)[n++] = after[0] == ' ' && after[1] != ' ' && after[1] != '\n';
-  }
-  pclose(f);
-  /* A list cut short would call the rest unknown: let the program judge. */
-  return n < cap ? n : 0;
+  (void)program; /* every rank program has the same flags */
+  static char *const list[] = {
+#define X(name, takes) "--" name,
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  static bool value[] = {
+#define X(name, takes) takes,
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  *names = (char **)list;
+  *takes = value;
+  return (int)(sizeof list / sizeof list[0]);
 }
 
 /* An unknown flag of the program, with the nearest of both shardc's and

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/flags.h"
 #include "util.h"
 
 typedef enum Kind { K_INT, K_REAL, K_STR, K_SWITCH, K_CHOICE } Kind;
@@ -355,7 +356,29 @@ static int parse_one(RtFlags *f, int argc, char **argv, int i, int *errors) {
   return eq ? 1 : 2;
 }
 
+/* The flags the launcher knows (abi/flags.h) must be this table's, in
+ * name and in whether they take a value: a difference is a bug of ours,
+ * reported before anything else. */
+static void check_abi_flags(void) {
+  static const struct {
+    const char *name;
+    int takes;
+  } abi[] = {
+#define X(name, takes) {name, takes},
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  enum { NABI = sizeof abi / sizeof abi[0] };
+  int bad = (int)NABI != (int)NFLAGS;
+  for (int i = 0; i < NFLAGS && !bad; i++)
+    bad = strcmp(abi[i].name, flags[i].name) || abi[i].takes != (flags[i].kind != K_SWITCH);
+  if (bad)
+    rt_fatal(NULL, "internal error: the flags of abi/flags.h are not those of runtime/flags.c "
+             "(%d and %d, or one differs)", (int)NABI, (int)NFLAGS);
+}
+
 void rt_flags_parse(RtFlags *f, int argc, char **argv, const char *program) {
+  check_abi_flags();
   memset(f, 0, sizeof *f);
   memset(given, 0, sizeof given);
   for (int i = 0; i < NFLAGS; i++)
