@@ -48,7 +48,8 @@ int rt_ckpt_latest_parse(const char *text, size_t len, const char *path, char **
   if (!ok || digits == 0) {
     char shown[80];
     size_t k = 0;
-    for (size_t i = 0; i < len && k + 5 < sizeof shown; i++) {
+    size_t i = 0;
+    for (; i < n && k + 5 < sizeof shown; i++) {
       unsigned char c = (unsigned char)text[i];
       k += (size_t)(c >= ' ' && c < 127 ? snprintf(shown + k, sizeof shown - k, "%c", c)
                                         : snprintf(shown + k, sizeof shown - k, "\\x%02x", c));
@@ -56,7 +57,7 @@ int rt_ckpt_latest_parse(const char *text, size_t len, const char *path, char **
     shown[k] = 0;
     return rt_err_set(e, path, "the pointer to the newest checkpoint holds '%s%s', not a folder "
                       "name of the form step-NNNNNNNN (remove it, or write the name of a "
-                      "complete step folder into it)", shown, k < len ? "..." : "");
+                      "complete step folder into it)", shown, i < n ? "..." : "");
   }
   *name = rt_xmalloc(n + 1);
   memcpy(*name, text, n);

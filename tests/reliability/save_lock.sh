@@ -10,6 +10,7 @@
 #   save interrupted between its two files) is a note.
 # - Temporaries left by a save killed half way are removed at the next
 #   start, with a note; none is left after a complete save.
+# - A malformed `latest` pointer is refused, naming it.
 # - A --save location where nothing can be written fails before the first
 #   step.
 SHARDC=$1
@@ -88,6 +89,12 @@ check "  the next start removes it, with a note" \
 check "  and no temporary is left after a complete save" sh -c "! ls t | grep -q tmp"
 check "  nor in any folder of a --keep-last run" \
   sh -c "$SHARDC run $MODEL --out prog --data train.bin --steps 3 --save-every 1 --keep-last 2 --save k </dev/null && ! ls -R k | grep -q tmp"
+
+# --- a malformed pointer ----------------------------------------------------
+printf '../../etc\n' >k/latest
+expect_error "a latest pointer of '../../etc': --resume refuses it, naming it" \
+  "k/latest: the pointer to the newest checkpoint holds '../../etc', not a folder name" \
+  run --steps 4 --resume k
 
 # --- an unwritable --save -------------------------------------------------
 expect_error "--save below a file: refused before the first step" "cannot create" \
