@@ -775,7 +775,7 @@ static void train(Rt *rt) {
   const RtFlags *f = &rt->f;
   RtLog log = {.tokens_per_step = f->global_batch * rt->model->seq};
   rt_log_open(&log, f->log_json, f->resume ? rt->step : -1);
-  int64_t first = rt->step;
+  int64_t first = rt->step, saved_at = -1;
   rt_trace_open(rt, first);
   RtStepInfo info = {0};
   if (f->resume && first >= f->steps)
@@ -801,7 +801,10 @@ static void train(Rt *rt) {
     if (s == first || (s + 1) % f->log_every == 0 || last) rt_log_progress(&log, &info);
     if (info.has_val) rt_say("step %lld | val loss %.4f\n", (long long)(s + 1), info.val_loss);
     rt_log_json(&log, &info);
-    if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) save(rt);
+    if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) {
+      save(rt);
+      saved_at = rt->step;
+    }
     /* Preemption: every rank stops after the same step, whichever got the
      * signal (one flag reduced over the world per step). */
     if (rt_tp_world_any(rt_wd_stop_requested())) {
@@ -817,7 +820,8 @@ static void train(Rt *rt) {
   rt_prof_report(rt->step - first);
   rt_dp_report(rt);
   int trained = rt->step > first;
-  if (f->save && (trained || !f->resume)) save(rt);
+  /* A stop right after a periodic save has nothing new to write. */
+  if (f->save && (trained || !f->resume) && rt->step != saved_at) save(rt);
   if (rt->preempted) {
     /* The checkpoint (if any) is written: the job may go. */
     int sig = rt_wd_stop_signal();
