@@ -20,7 +20,7 @@ MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D 
 head -c 20000 "$ROOT/data/corpus.txt" >text.txt
 check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
 AT=4
-meta() { python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"].get(sys.argv[2],""))' "$@"; }
+meta() { python3 "$ROOT/tests/reliability/st_meta.py" "$@"; }
 
 case_of() {
   label=$1 rank=$2; shift 2

@@ -21,7 +21,7 @@ head -c 20000 "$ROOT/data/corpus.txt" >text.txt
 check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
 run() { "$SHARDC" run $MODEL --out prog --data train.bin "$@" </dev/null; }
 check "the program builds" run --steps 0
-meta() { python3 -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",d[:8])[0]; print(json.loads(d[8:8+n])["__metadata__"].get(sys.argv[2],""))' "$@"; }
+meta() { python3 "$ROOT/tests/reliability/st_meta.py" "$@"; }
 
 # --- two runs, one folder ---------------------------------------------------
 # Run A: 40 steps, a checkpoint every 10, step 2 slowed by 3 s so that B
