@@ -37,7 +37,12 @@ static void write_all(int fd, const void *buf, size_t n, const char *path) {
   for (size_t left = allowed; left > 0;) {
     ssize_t got = write(fd, p, left);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) rt_fatal(path, "write failed: %s", strerror(errno));
+    if (got < 0) {
+      /* A failed write (a full disk) leaves no temporary behind. */
+      int err = errno;
+      unlink(path);
+      rt_fatal(path, "write failed: %s", strerror(err));
+    }
     p += got, left -= (size_t)got;
   }
   fault_written += (int64_t)allowed;
@@ -136,8 +141,11 @@ void rt_st_write(const char *path, const RtStOut *t, int n, const char *const *m
       write_all(fd, p, chunk, tmp);
     }
   }
-  if (fsync(fd) != 0) rt_fatal(tmp, "fsync failed: %s", strerror(errno));
-  if (close(fd) != 0) rt_fatal(tmp, "close failed: %s", strerror(errno));
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int err = errno;
+    unlink(tmp);
+    rt_fatal(tmp, "writing failed at its end (fsync, close): %s", strerror(err));
+  }
   if (rename(tmp, path) != 0)
     rt_fatal(path, "cannot rename %s into place: %s", tmp, strerror(errno));
   sync_dir_of(path);
