@@ -13,7 +13,8 @@
 #   make test-full  the whole 3D-parallel equivalence grid (tests/pp_run),
 #                   of which make test runs a representative part
 #   make fuzz       run libFuzzer on each reader for FUZZ_TIME seconds
-#                   (FUZZ=NAME for one: frontend safetensors state shard hw)
+#                   (FUZZ=NAME for one: frontend safetensors state shard hw manifest
+#                   latest checksums state_meta)
 #   make bench      time compiles of the paper's 1T model (bench/compile.sh)
 #   make clean      remove the build folders
 #
@@ -24,7 +25,7 @@ JOBS      := $(shell nproc)
 BUILD     := build
 ASAN      := build-asan
 FUZZ_TIME ?= 600
-FUZZ      ?= frontend safetensors state shard hw manifest
+FUZZ      ?= frontend safetensors state shard hw manifest latest checksums state_meta
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo test test-long test-all test-full build-asan test-asan fuzz bench clean

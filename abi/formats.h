@@ -26,5 +26,14 @@
  * complete one (one line: the folder's name). */
 #define CKPT_STEP_FMT "step-%08lld"
 #define CKPT_LATEST_FILE "latest"
+/* The lock a run holds on its --save folder for its whole life (flock):
+ * "pid N host H" of the holder, for the refusal of a second run. */
+#define CKPT_LOCK_FILE ".shardc-lock"
+/* Metadata of both files: the run that wrote them (random at a fresh
+ * start, kept across --resume) and the per-tensor checksums, one line per
+ * tensor, "HEX16 NAME", HEX16 the XXH64 (seed 0) of the tensor's bytes as
+ * stored. */
+#define CKPT_RUN_ID_KEY "run_id"
+#define CKPT_CHECKSUMS_KEY "checksums.xxh64"
 
 #endif

@@ -26,12 +26,18 @@
 #ifndef SHARD_ABI_JOB_H
 #define SHARD_ABI_JOB_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define JOB_DIR_ENV "SHARDC_JOB_DIR"           /* the folder of the records */
 #define JOB_LAUNCHER_ENV "SHARDC_LAUNCHER_PID" /* the launcher's process id */
+/* The launcher's machine: a rank on it watches the launcher's process and
+ * ends itself when the launcher is gone (killed with SIGKILL, SIGHUP),
+ * so that no rank trains on, and writes checkpoints, behind a job its
+ * user believes ended. */
+#define JOB_LAUNCHER_HOST_ENV "SHARDC_LAUNCHER_HOST"
 #define JOB_RECORD_FMT "rank-%d"
 #define JOB_ABORT_FILE "abort"
 /* Under `shardc run` each rank program runs as the child of a small
@@ -40,6 +46,30 @@
 #define JOB_END_SUFFIX ".end"
 /* Seconds between heartbeats. */
 #define JOB_BEAT_SECONDS 0.2
+
+/* Heartbeats that no file system can delay. On the launcher's machine
+ * (JOB_LAUNCHER_HOST_ENV) the launcher creates a file in shared memory
+ * (/dev/shm) that JOB_SHM_ENV names: JOB_SHM_HEAD bytes of header, whose
+ * first 32-bit word the launcher sets to 1 to stop the job (as the abort
+ * file does), then one slot of JOB_SLOT_BYTES per world rank, a JobSlot.
+ * A rank maps its slot and updates it in memory at every beat, from the
+ * heartbeat thread, while another thread writes the record file: a write
+ * that blocks (a loaded disk, a slow network file system) never delays a
+ * beat, and the launcher reads the beat, the progress stamp and the action
+ * from memory. Ranks on other machines report through their records only.
+ * `seq` is odd while the rank rewrites `action` (a reader retries). */
+#define JOB_SHM_ENV "SHARDC_JOB_SHM"
+#define JOB_SHM_HEAD 64
+#define JOB_SLOT_BYTES 1024
+#define JOB_SLOT_MAGIC 0x5348424au
+typedef struct JobSlot {
+  uint32_t magic; /* JOB_SLOT_MAGIC once the rank has written its slot */
+  uint32_t seq;
+  int64_t pid;
+  int64_t beat;        /* heartbeats so far */
+  int64_t progress_ns; /* CLOCK_MONOTONIC of the main thread's last progress */
+  char action[512];    /* what the main thread is doing, as in the record */
+} JobSlot;
 
 /* The memory the ranks of one machine may use, in bytes (a K, M, G or T
  * suffix multiplies by powers of 1024): when set, `shardc run` and every

@@ -51,6 +51,11 @@ int drv_rank_parent(int argc, char **argv) {
     fprintf(stderr, "shardc: error: __rank needs a program to run\n");
     return 1;
   }
+  /* This parent ends with its own parent (mpirun, or Open MPI's daemon on
+   * another machine): SIGTERM, which it passes on, and the rank exits. */
+  pid_t grand = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != grand) return 1;
   pid_t parent = getpid();
   child = fork();
   if (child < 0) {

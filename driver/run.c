@@ -13,10 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../abi/flags.h"
 #include "../abi/job.h"
 #include "../codegen/codegen.h"
 #include "bpe_text.h"
@@ -171,6 +174,7 @@ typedef struct JobRank {
   int gone;          /* its process no longer runs */
   int local;         /* it runs on this machine (its pid means something here) */
   char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
+  int live;          /* idle and action come from shared memory: current */
 } JobRank;
 
 typedef struct Job {
@@ -180,6 +184,8 @@ typedef struct Job {
   double timeout;
   pid_t child;
   int signalled; /* a signal was passed on: ranks may exit on it */
+  double started;   /* our clock when mpirun was started */
+  double signal_at; /* ... when the last signal was passed on */
   /* From mpirun's banners: the rank it saw die of a signal. */
   int banner_rank, banner_signal;
   char banner_signame[64];
@@ -189,6 +195,59 @@ typedef struct Job {
   char block[8192];
   size_t block_len;
 } Job;
+
+/* The job's shared memory (abi/job.h): the heartbeats of the ranks of
+ * this machine, which no file system delays; NULL when /dev/shm is not
+ * there (the records alone then). */
+static unsigned char *job_shm;
+static size_t job_shm_len;
+static const char *job_shm_path;
+
+static void job_shm_create(const char *jobdir, int ranks) {
+  const char *base = strrchr(jobdir, '/');
+  const char *path = ir_fmt("/dev/shm/shardc-%ld-%s", (long)getpid(), base ? base + 1 : jobdir);
+  size_t len = JOB_SHM_HEAD + (size_t)ranks * JOB_SLOT_BYTES;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  void *p = ftruncate(fd, (off_t)len) == 0
+                ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) {
+    unlink(path);
+    return;
+  }
+  job_shm = p;
+  job_shm_len = len;
+  job_shm_path = path;
+  setenv(JOB_SHM_ENV, path, 1);
+}
+
+static void job_shm_remove(void) {
+  if (!job_shm) return;
+  munmap(job_shm, job_shm_len);
+  if (job_shm_path) unlink(job_shm_path);
+  job_shm = NULL;
+}
+
+/* Rank i's slot, once the rank has written it. */
+static const JobSlot *job_slot(int i) {
+  if (!job_shm) return NULL;
+  const JobSlot *s = (const JobSlot *)(job_shm + JOB_SHM_HEAD + (size_t)i * JOB_SLOT_BYTES);
+  return __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == JOB_SLOT_MAGIC ? s : NULL;
+}
+
+/* Once every rank of this machine has mapped its slot, the name is not
+ * needed: removing it then leaves nothing in /dev/shm even when the
+ * launcher is killed with SIGKILL. Ranks of other machines never map
+ * theirs, so with any of them the name stays until the job ends. */
+static void job_shm_unlink_when_mapped(const Job *j) {
+  if (!job_shm || !job_shm_path) return;
+  for (int i = 0; i < j->n; i++)
+    if (!job_slot(i)) return;
+  unlink(job_shm_path);
+  job_shm_path = NULL;
+}
 
 static double job_now(void) {
   struct timespec ts;
@@ -252,6 +311,29 @@ static void read_record(Job *j, int i, double now) {
     else if (!strcmp(line, "why")) snprintf(r->why, sizeof r->why, "%s", v);
     else if (!strcmp(line, "status")) r->status = atoi(v), r->has_status = 1;
   }
+  /* On this machine the beat, the progress and the action come from
+   * shared memory: current, whatever the file system does to the record. */
+  const JobSlot *s = job_slot(i);
+  r->live = s != NULL;
+  if (s) {
+    beat = (long)__atomic_load_n(&s->beat, __ATOMIC_ACQUIRE);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    r->idle = (double)(ns - (long long)__atomic_load_n(&s->progress_ns, __ATOMIC_ACQUIRE)) * 1e-9;
+    if (r->pid <= 0) r->pid = (pid_t)s->pid, r->local = 1;
+    for (int tries = 0; tries < 4; tries++) {
+      uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+      if (seq & 1) continue;
+      char action[sizeof s->action];
+      memcpy(action, s->action, sizeof action);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != seq) continue;
+      action[sizeof action - 1] = 0;
+      if (*action) snprintf(r->action, sizeof r->action, "%s", action);
+      break;
+    }
+  }
   if (!r->seen || beat != r->beat) r->beat_at = now;
   r->beat = beat;
   r->seen = 1;
@@ -284,8 +366,11 @@ static void scan(Job *j) {
   }
 }
 
+/* A rank whose parent noted "status 0" has finished too, even when its
+ * last record was not written or not yet seen (a slow file system). */
 static int finished(const JobRank *r) {
-  return !strcmp(r->state, "done") || !strcmp(r->state, "exited") || !strcmp(r->state, "failed");
+  return !strcmp(r->state, "done") || !strcmp(r->state, "exited") ||
+         !strcmp(r->state, "failed") || (r->end_status == 0 && !r->end_signal);
 }
 
 /* Waiting longer than this for a rank's end note is not worth it. */
@@ -341,12 +426,22 @@ static int judge(Job *j, char *why, size_t len) {
     return i;
   }
   if (j->timeout <= 0) return -1;
+  /* A rank that never reported: mpirun could not start it, or it hangs
+   * before its main (OpenBLAS under a small `ulimit -v`). Starting may
+   * take a while on a loaded machine: at least 30 s. */
+  double start_limit = j->timeout > 30 ? j->timeout : 30;
+  for (int i = 0; i < j->n && now - j->started > start_limit; i++)
+    if (!j->r[i].seen) {
+      snprintf(why, len, "never started: no record after %.0f s (mpirun could not start it, or "
+               "it hangs before its main: a small ulimit -v or -n?)", now - j->started);
+      return i;
+    }
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
     if (!r->seen || r->gone || finished(r) || now - r->beat_at < limit) continue;
     snprintf(why, len, "stopped answering%s: no heartbeat for %.0f s, no progress for %.0f s in %s",
              r->proc_state == 'T' ? " (the process is stopped)" : "", now - r->beat_at,
-             r->idle + now - r->beat_at, r->action);
+             r->live ? r->idle : r->idle + now - r->beat_at, r->action);
     return i;
   }
   /* A rank computing without progress is to blame before those that
@@ -357,6 +452,9 @@ static int judge(Job *j, char *why, size_t len) {
   for (int i = 0; i < j->n; i++) {
     JobRank *r = &j->r[i];
     if (!r->seen || r->gone || finished(r) || r->idle < limit / 2) continue;
+    /* A rank whose beat stopped too is one that stopped answering (the
+     * check above, once its beat is as late as --timeout allows). */
+    if (now - r->beat_at > 5 * JOB_BEAT_SECONDS + 0.5) continue;
     int waits = strstr(r->action, ", in MPI_") != NULL;
     late |= r->idle >= limit;
     if (worst < 0 || waits < worst_waits || (waits == worst_waits && r->idle > j->r[worst].idle))
@@ -457,6 +555,7 @@ static void kill_ranks(Job *j, int sig) {
  * kills what is left: the ranks by their ids and mpirun's process group. */
 static void abort_job(Job *j, int *status, int *reaped) {
   char path[4200];
+  if (job_shm) __atomic_store_n((uint32_t *)job_shm, 1u, __ATOMIC_RELEASE);
   snprintf(path, sizeof path, "%s/" JOB_ABORT_FILE, j->dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
@@ -511,6 +610,7 @@ static void forward_signals(Job *j, int *forwarded) {
   while (*forwarded < job_signals) {
     ++*forwarded;
     j->signalled = 1;
+    j->signal_at = job_now();
     int any = 0;
     for (int i = 0; i < j->n; i++) any |= j->r[i].seen;
     if (any) kill_ranks(j, job_last_signal);
@@ -526,7 +626,20 @@ static int supervise(Job *j, int errfd) {
     pump(j, errfd, 100);
     if (waitpid(j->child, &status, WNOHANG) == j->child) reaped = 1;
     scan(j);
+    job_shm_unlink_when_mapped(j);
     forward_signals(j, &forwarded);
+    /* The launcher always answers its signals: when what they were passed
+     * on to has not gone 3 s later (mpirun hung before its ranks started,
+     * a rank that ignores them), mpirun's group and the ranks are killed. */
+    if (!reaped && forwarded && job_now() - j->signal_at > 3) {
+      int seen = 0;
+      for (int i = 0; i < j->n; i++) seen += j->r[i].seen;
+      if (forwarded >= 2 || !seen) {
+        kill_ranks(j, SIGKILL);
+        kill(-j->child, SIGKILL);
+        forwarded = 2; /* ends as a second signal does: 128 + the signal */
+      }
+    }
     /* After a second signal the ranks exit at once: nothing to judge. */
     if (reaped || forwarded >= 2) continue;
     blamed = judge(j, why, sizeof why);
@@ -556,6 +669,36 @@ static int supervise(Job *j, int errfd) {
     return 1;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  int done = 0;
+  for (int i = 0; i < j->n; i++)
+    done += (!strcmp(j->r[i].state, "done") && j->r[i].has_status && j->r[i].status == 0) ||
+            (j->r[i].end_status == 0 && !j->r[i].end_signal);
+  /* A job whose every rank finished is never reported failed. */
+  if (done == j->n && j->n > 0) {
+    if (code)
+      fprintf(stderr, "shardc: note: mpirun exited with status %d after every rank had "
+              "finished\n", code);
+    return 0;
+  }
+  /* mpirun itself ended before its ranks (someone sent it SIGTERM or
+   * SIGKILL): say so, and leave no rank behind. */
+  int stopped = 0;
+  for (int i = 0; i < j->n; i++)
+    stopped += j->r[i].has_status && j->r[i].status == JOB_EXIT_PREEMPTED;
+  if (code && !j->signalled && stopped < j->n) {
+    scan(j);
+    kill_ranks(j, SIGKILL);
+    char how[64];
+    if (WIFSIGNALED(status))
+      snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+               signal_name(WTERMSIG(status)));
+    else
+      snprintf(how, sizeof how, "exited with status %d", code);
+    fprintf(stderr, "shardc: error: mpirun (pid %ld) %s before the job ended, %d of %d ranks "
+            "having finished; the job is stopped\n", (long)j->child, how, done, j->n);
+    fflush(stderr);
+    return code;
+  }
   /* A preempted job: every rank stopped after its step. */
   int preempted = j->n > 0;
   for (int i = 0; i < j->n; i++)
@@ -603,10 +746,15 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   if (pipe(pipefd) != 0) die("pipe: %s", strerror(errno));
   fflush(stdout);
   fflush(stderr);
+  pid_t self = getpid();
   pid_t pid = fork();
   if (pid < 0) die("fork: %s", strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);
+    /* mpirun (and through it every rank) ends when `shardc run` dies,
+     * even of SIGKILL: SIGTERM makes it take its ranks down. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != self) _exit(1); /* the launcher died before prctl */
     /* In a background group mpirun must not read the terminal. */
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, 0), close(null);
@@ -626,7 +774,8 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
-  Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1};
+  Job j = {.dir = dir, .n = ranks, .timeout = timeout, .child = pid, .banner_rank = -1,
+           .started = job_now()};
   j.r = ir_alloc(sizeof(JobRank) * (size_t)ranks);
   memset(j.r, 0, sizeof(JobRank) * (size_t)ranks);
   for (int i = 0; i < ranks; i++) j.r[i].end_status = -1;
@@ -635,6 +784,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   /* SHARDC_JOB_KEEP=1 keeps the records (for tests and post-mortems). */
   const char *keep = getenv("SHARDC_JOB_KEEP");
   if (dir && !(keep && *keep == '1')) remove_job_dir(dir);
+  job_shm_remove();
   return status;
 }
 
@@ -671,7 +821,7 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 28));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 40));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -699,10 +849,19 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   if (jobdir) {
     setenv(JOB_DIR_ENV, jobdir, 1);
     setenv(JOB_LAUNCHER_ENV, ir_fmt("%ld", (long)getpid()), 1);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) == 0) setenv(JOB_LAUNCHER_HOST_ENV, host, 1);
     mv[n++] = "-x";
     mv[n++] = JOB_DIR_ENV;
     mv[n++] = "-x";
     mv[n++] = JOB_LAUNCHER_ENV;
+    mv[n++] = "-x";
+    mv[n++] = JOB_LAUNCHER_HOST_ENV;
+    job_shm_create(jobdir, ranks);
+    if (job_shm) {
+      mv[n++] = "-x";
+      mv[n++] = JOB_SHM_ENV;
+    }
   }
   /* Under Slurm srun starts the ranks instead (launch.c); the job folder
    * and the watch are the same. */
@@ -734,28 +893,26 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
 
 /* ------------------------------------------------- checks before launch */
 
-/* The training program's flags, read from its --help ("  --name VALUE
- * help" lines), so that the driver checks the program's command line
- * without a copy of the program's flag table. takes[i]: the flag has a
- * value. Returns the count (0 when the program could not be asked, or
- * lists more than this reads). */
+/* The training program's flags ("--name"), from the table that the
+ * runtime shares with the launcher (abi/flags.h): the program is not run
+ * to ask (it may not start at all: under a small `ulimit -v` OpenBLAS
+ * spins in its constructor). takes[i]: the flag has a value. Returns the
+ * count. */
 static int program_flags(const char *program, char ***names, bool **takes) {
-  FILE *f = popen(ir_fmt("'%s' --help 2>/dev/null", program), "r");
-  if (!f) return 0;
-  int n = 0, cap = 512;
-  *names = ir_alloc(sizeof(char *) * (size_t)cap);
-  *takes = ir_alloc(sizeof(bool) * (size_t)cap);
-  char line[512];
-  while (fgets(line, sizeof line, f) && n < cap) {
-    if (strncmp(line, "  --", 4) != 0) continue;
-    size_t len = strcspn(line + 2, " \n");
-    (*names)[n] = ir_fmt("%.*s", (int)len, line + 2);
-    const char *after = line + 2 + len;
-    (*takes)[n++] = after[0] == ' ' && after[1] != ' ' && after[1] != '\n';
-  }
-  pclose(f);
-  /* A list cut short would call the rest unknown: let the program judge. */
-  return n < cap ? n : 0;
+  (void)program; /* every rank program has the same flags */
+  static char *const list[] = {
+#define X(name, takes) "--" name,
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  static bool value[] = {
+#define X(name, takes) takes,
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  *names = (char **)list;
+  *takes = value;
+  return (int)(sizeof list / sizeof list[0]);
 }
 
 /* An unknown flag of the program, with the nearest of both shardc's and
@@ -972,6 +1129,7 @@ static const DrvOption sample_options[] = {
     {"--top-k", "K", "sample among the K most likely tokens only (default: all)"},
     {"--seed", "S", "random seed of the sampler"},
     {"--tokenizer", "FILES", "the BPE tokenizer (default: the one recorded beside the training data)"},
+    {"--no-verify", NULL, "load the weights without comparing them with their checksums"},
     {NULL, NULL, NULL},
 };
 
@@ -1074,6 +1232,7 @@ int drv_cmd_sample(int nargs, DrvArg *args) {
     argv[n++] = (char *)passed[i];
     argv[n++] = (char *)v;
   }
+  if (drv_flag(nargs, args, "--no-verify")) argv[n++] = "--no-verify";
   if (!tok) {
     argv[n] = NULL;
     return exec_program(program, argv);

@@ -11,6 +11,14 @@
  * model, and shallow enough that the recursive walks over the tree and
  * over IrExpr trees stay far from the end of the C stack. */
 #define FE_MAX_DEPTH 1000
+/* A chain of one operator group, a + b - c + ... or a * b / c ..., is flat,
+ * not nested: its terms count apart from the depth, up to this many. */
+#define FE_MAX_CHAIN 10000
+/* Whether binary operators a and b chain flat (the same group). */
+static inline int fe_same_group(char a, char b) {
+  int ga = a == '+' || a == '-', gb = b == '+' || b == '-';
+  return ga == gb && a != '%' && b != '%';
+}
 
 typedef struct AstExpr AstExpr;
 typedef struct AstStmt AstStmt;
@@ -35,7 +43,9 @@ typedef struct AstArg {
 
 struct AstExpr {
   AstExprKind kind;
-  int depth;    /* of the tree below, bounded by FE_MAX_DEPTH */
+  int depth;    /* of the tree below, bounded by FE_MAX_DEPTH; a flat chain
+                 * (FE_MAX_CHAIN) adds one level, not one per term */
+  int chain;    /* AST_BINARY: terms so far of its flat chain, less one */
   IrLoc loc;    /* where the expression starts */
   IrLoc op_loc; /* AST_BINARY, AST_NEG: the operator */
   int64_t i;

@@ -449,9 +449,11 @@ static Val tensor_binary(Ctx *c, Scope *s, AstExpr *e, Val a, Val b) {
   }
 }
 
-static Val lower_binary(Ctx *c, Scope *s, AstExpr *e) {
-  Val a = lower_expr(c, s, e->a);
-  Val b = lower_expr(c, s, e->b);
+/* a op b, a and b lowered. A chain of tensors is flat (nodes of the
+ * graph, walked in a loop); a static one stays a tree (IrExpr) that the
+ * passes, the printer and the reader of the printed IR walk recursively,
+ * so each of its terms is a level, as before. */
+static Val combine(Ctx *c, Scope *s, AstExpr *e, Val a, Val b) {
   if (a.kind == V_ERR || b.kind == V_ERR) return err_val;
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) return tensor_binary(c, s, e, a, b);
   if (is_list(a) || is_list(b)) {
@@ -461,6 +463,23 @@ static Val lower_binary(Ctx *c, Scope *s, AstExpr *e) {
   int depth = (a.depth > b.depth ? a.depth : b.depth) + 1;
   return static_checked(c, ir_expr_binary(static_op(e->op), a.e, b.e, e->op_loc), depth,
                         e->op_loc);
+}
+
+/* A left chain a + b + c + ... (one operator group) is lowered in a loop,
+ * left to right as the recursion would, so that its length (up to
+ * FE_MAX_CHAIN) costs no C stack. */
+static Val lower_binary(Ctx *c, Scope *s, AstExpr *e) {
+  int n = 1;
+  for (AstExpr *x = e; x->a->kind == AST_BINARY && fe_same_group(x->a->op, x->op); x = x->a) n++;
+  AstExpr **chain = ir_alloc(sizeof *chain * (size_t)n);
+  chain[n - 1] = e;
+  for (int k = n - 1; k > 0; k--) chain[k - 1] = chain[k]->a;
+  Val acc = lower_expr(c, s, chain[0]->a);
+  for (int k = 0; k < n; k++) {
+    Val b = lower_expr(c, s, chain[k]->b);
+    acc = combine(c, s, chain[k], acc, b);
+  }
+  return acc;
 }
 
 static Val lower_expr1(Ctx *c, Scope *s, AstExpr *e) {

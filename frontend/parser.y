@@ -253,6 +253,20 @@ static AstExpr *binary(FeParser *p, char op, AstExpr *a, AstExpr *b, FE_YYLTYPE 
   e->op_loc = LOC(op_loc);
   e->a = a;
   e->b = b;
+  /* a + b + c is a left chain: one level above its deepest term, however
+   * long, so that a sum of a thousand terms is not "nested" a thousand
+   * deep; its length has a limit of its own. */
+  if (a->kind == AST_BINARY && fe_same_group(a->op, op)) {
+    e->chain = a->chain + 1;
+    if (e->chain >= FE_MAX_CHAIN) {
+      ir_error(e->loc, "expression chains more than %d terms", FE_MAX_CHAIN);
+      p->errors++;
+      return dead(p);
+    }
+    e->depth = a->depth > b->depth + 1 ? a->depth : b->depth + 1;
+    return e;
+  }
+  e->chain = 1;
   return deepen(p, e, a->depth > b->depth ? a->depth : b->depth);
 }
 

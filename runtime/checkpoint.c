@@ -28,6 +28,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -440,6 +441,7 @@ static void model_meta(const Rt *rt, Meta *m) {
   meta_add(m, "defines", rt->model->defines);
   meta_add(m, "real", RT_REAL_NAME);
   meta_addf(m, "step", "%lld", (long long)rt->step);
+  meta_add(m, CKPT_RUN_ID_KEY, rt->run_id);
 }
 
 static int axis(int n) { return n > 0 ? n : 1; }
@@ -512,6 +514,36 @@ static void load_into(const Rt *rt, const RtStFile *f, const char *suffix, Loade
   free(host);
 }
 
+/* The first tensor of l holding a NaN or an infinity, or NULL. */
+static const Tensor *first_nonfinite(const List *l) {
+  for (int i = 0; i < l->n; i++)
+    for (int64_t k = 0; k < l->t[i].numel; k++)
+      if (!isfinite((double)l->t[i].data[k])) return &l->t[i];
+  return NULL;
+}
+
+/* After a save, both files must be this run's at this step: a file of
+ * another step or run means another process writes into the folder (the
+ * lock keeps runs of this machine's shardc out, not every writer). */
+static void check_saved(const Rt *rt, const char *dir) {
+  static const char *const files[] = {CKPT_STATE_FILE, CKPT_MODEL_FILE};
+  char step[32];
+  snprintf(step, sizeof step, "%lld", (long long)rt->step);
+  for (int i = 0; i < 2; i++) {
+    char *path = join(dir, files[i]);
+    RtStFile f;
+    RtErr e;
+    if (rt_st_open_checked(&f, path, &e)) rt_err_fatal(&e);
+    const char *s = rt_st_meta(&f, "step"), *id = rt_st_meta(&f, CKPT_RUN_ID_KEY);
+    if (!s || strcmp(s, step) || !id || strcmp(id, rt->run_id))
+      rt_fatal(path, "just saved as step %s of run %s, it now holds step %s of run %s: another "
+               "process writes into this folder; this checkpoint cannot be trusted", step,
+               rt->run_id, s ? s : "(none)", id ? id : "(none)");
+    rt_st_close(&f);
+    free(path);
+  }
+}
+
 const char *rt_ckpt_save(Rt *rt) {
   static char *written;
   free(written);
@@ -525,6 +557,12 @@ const char *rt_ckpt_save(Rt *rt) {
   List l = {0};
   collect(rt, src, rt->adam_m ? 3 : 1, &l);
   if (L.rank == 0) {
+    /* Never a non-finite state over a good checkpoint (the update's own
+     * check, rt_update, stops the run before this can happen). */
+    const Tensor *bad = first_nonfinite(&l);
+    if (bad)
+      rt_fatal(rt->f.save, "not saved: tensor %s of step %lld holds a NaN or an infinity; the "
+               "checkpoint already there is kept", bad->name, (long long)rt->step);
     make_dirs(written);
     char *state = join(written, CKPT_STATE_FILE);
     char *model = join(written, CKPT_MODEL_FILE);
@@ -539,6 +577,7 @@ const char *rt_ckpt_save(Rt *rt) {
     free(m);
     free(state);
     free(model);
+    check_saved(rt, written);
     if (rt->f.keep_last) rt_ckpt_publish(rt->f.save, rt->step, rt->f.keep_last);
   }
   list_free(&l); /* its tensors may point into the host copies */
@@ -607,6 +646,29 @@ static void agree(int errors) {
   if (any && !errors) rt_comm_barrier(L.c->world); /* never completes */
 }
 
+/* The checksums of f, compared on world rank 0 (which reads the whole
+ * file once more) unless --no-verify, which says so; every rank learns
+ * the outcome. Collective over the world. */
+static void verify_file(const Rt *rt, const RtStFile *f) {
+  Place L = place_of();
+  RtErr e;
+  int rc = 1;
+  if (L.rank == 0 && rt->f.no_verify)
+    rt_say("note: %s: checksums not verified (--no-verify)\n", f->path);
+  else if (L.rank == 0 && (rc = rt_st_verify(f, &e)) == 0)
+    rt_say("note: %s holds no checksums (written by another program or an older shardc): its "
+           "tensors are not verified\n", f->path);
+  agree(rc < 0);
+  if (rc < 0) rt_err_fatal(&e);
+}
+
+/* The first element of x[0, n) that is a NaN or an infinity, or -1. */
+static int64_t nonfinite_at(const real *x, int64_t n) {
+  for (int64_t k = 0; k < n; k++)
+    if (!isfinite((double)x[k])) return k;
+  return -1;
+}
+
 /* Reads every parameter of this program (+ suffix) into base, a
  * weights-shaped array: this rank's part of each whole tensor. The tied
  * copy of a later stage reads the tensor of its name like the original.
@@ -629,18 +691,29 @@ static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, rea
   }
   agree(errors);
   if (errors) rt_fatal(f->path, "%s", last);
+  /* Weights or moments that are not finite would make every step
+   * non-finite: refused at load, naming the tensor. */
+  const RtStTensor *bad = NULL;
+  int64_t bad_at = -1;
   for (int p = 0; p < m->nparams; p++) {
     const RtParam *prm = &m->params[p];
     if (!gathered(prm)) {
       rt_st_read(f, found[p], base + prm->offset);
+      if (!bad && (bad_at = nonfinite_at(base + prm->offset, prm->numel)) >= 0) bad = found[p];
       continue;
     }
-    real *full = rt_xmalloc((size_t)(rt_tp_full_numel(prm) + 1) * sizeof *full);
+    int64_t n = rt_tp_full_numel(prm);
+    real *full = rt_xmalloc((size_t)(n + 1) * sizeof *full);
     rt_st_read(f, found[p], full);
+    if (!bad && (bad_at = nonfinite_at(full, n)) >= 0) bad = found[p];
     rt_tp_take(prm, full, base + prm->offset);
     free(full);
   }
   free(found);
+  agree(bad != NULL);
+  if (bad)
+    rt_fatal(f->path, "tensor %s holds a NaN or an infinity (element %lld): a run cannot start "
+             "from non-finite values", bad->name, (long long)bad_at);
 }
 
 /* AdamW's m or v: with ZeRO only this data-parallel rank's parts. */
@@ -660,6 +733,7 @@ static void load_state(const Rt *rt, const RtStFile *f, const char *suffix, real
 void rt_ckpt_init_from(Rt *rt, const char *path) {
   RtStFile f;
   rt_st_open(&f, path);
+  verify_file(rt, &f);
   load_into(rt, &f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   rt_st_close(&f);
 }
@@ -760,6 +834,18 @@ void rt_ckpt_check_save(Rt *rt) {
     rt_st_close(&f);
   }
   free(path);
+  /* Then, the folder being ours to write: world rank 0 writes every checkpoint: it holds the folder's lock for
+   * the whole run, and clears what an interrupted save of an earlier run
+   * left. Taken before the first step, so that a folder that cannot be
+   * written fails now and not after the training. */
+  Place L = place_of();
+  if (L.rank == 0 && rt->lock_fd < 0) {
+    make_dirs(rt->f.save);
+    rt->lock_fd = rt_ckpt_lock(rt->f.save);
+    int n = rt_ckpt_clean_temporaries(rt->f.save);
+    if (n) rt_say("note: removed %d temporar%s an interrupted save left in %s\n", n,
+                  n == 1 ? "y" : "ies", rt->f.save);
+  }
 }
 
 /* The folder a resumed run saves into: --save when given (with a note
@@ -799,15 +885,52 @@ static void restore_flags(Rt *rt, const RtStFile *f) {
   }
 }
 
+/* A folder whose model file belongs to another run than its state file
+ * was mixed by hand (or written by two runs): refused. The same run at
+ * another step is a save interrupted between its two files, which the
+ * state alone resumes. World rank 0 checks; collective over the world. */
+static void check_pair(const RtStFile *state, const char *dir) {
+  Place L = place_of();
+  char *path = join(dir, CKPT_MODEL_FILE);
+  RtStFile f;
+  RtErr e;
+  int mixed = 0;
+  struct stat sb;
+  if (L.rank == 0 && stat(path, &sb) == 0) {
+    if (rt_st_open_checked(&f, path, &e)) {
+      mixed = 1;
+    } else {
+      const char *a = rt_st_meta(state, CKPT_RUN_ID_KEY), *b = rt_st_meta(&f, CKPT_RUN_ID_KEY);
+      const char *sa = rt_st_meta(state, "step"), *sb2 = rt_st_meta(&f, "step");
+      if (a && b && strcmp(a, b)) {
+        mixed = 1;
+        rt_err_set(&e, dir, "--resume: this folder mixes two runs: %s is step %s of run %s, %s "
+                   "step %s of run %s (refused: the next steps would continue neither)",
+                   CKPT_STATE_FILE, sa ? sa : "?", a, CKPT_MODEL_FILE, sb2 ? sb2 : "?", b);
+      } else if (sa && sb2 && strcmp(sa, sb2)) {
+        rt_say("note: %s is of step %s, %s of step %s (a save was interrupted between its two "
+               "files); resuming from the state\n", CKPT_MODEL_FILE, sb2, CKPT_STATE_FILE, sa);
+      }
+      rt_st_close(&f);
+    }
+  }
+  free(path);
+  agree(mixed);
+  if (mixed) rt_err_fatal(&e);
+}
+
 void rt_ckpt_resume_open(Rt *rt) {
   char *dir = rt_ckpt_resolve(rt->f.resume);
   char *path = join(dir, CKPT_STATE_FILE);
-  free(dir);
   RtStFile *f = &rt->resume;
   rt_st_open(f, path);
   RtCkptState st;
   RtErr e;
   if (rt_ckpt_state_fields(f, &st, &e)) rt_err_fatal(&e);
+  verify_file(rt, f);
+  check_pair(f, dir);
+  const char *id = rt_st_meta(f, CKPT_RUN_ID_KEY);
+  if (id && *id) snprintf(rt->run_id, sizeof rt->run_id, "%s", id);
   refuse_other_model(rt, f, "--resume: a checkpoint of another model than this program's; the "
                             "differences");
   rt->step = st.step;
@@ -820,6 +943,7 @@ void rt_ckpt_resume_open(Rt *rt) {
   if (saved && strcmp(saved, now))
     rt_say("note: the checkpoint was saved under %s, this program runs %s\n", saved, now);
   free(path);
+  free(dir);
 }
 
 void rt_ckpt_resume_load(Rt *rt) {

@@ -37,6 +37,18 @@ const char *rt_ckpt_save(Rt *rt);
 char *rt_ckpt_step_dir(const char *dir, int64_t step);
 char *rt_ckpt_resolve(const char *dir);
 void rt_ckpt_publish(const char *dir, int64_t step, int64_t keep);
+/* The pointer's text (len bytes of the file at path): its folder name in
+ * *name (malloc'd), or -1 with an error naming the file when it is not
+ * one line "step-" and digits (what the fuzz harness calls). */
+int rt_ckpt_latest_parse(const char *text, size_t len, const char *path, char **name, RtErr *e);
+/* Takes the lock of --save DIR (which exists) for the life of the
+ * process and returns its descriptor; another live holder is a fatal
+ * error naming its pid and host, and so is a folder where no file can be
+ * created. */
+int rt_ckpt_lock(const char *dir);
+/* Removes the temporaries an interrupted save left in DIR and its step
+ * folders (call it holding the lock); returns how many. */
+int rt_ckpt_clean_temporaries(const char *dir);
 /* Opens DIR/state.safetensors of --resume: refuses a checkpoint of
  * another model (name, -D values but batch, parameter names and shapes)
  * with one error listing every difference; restores the flags the command

@@ -22,6 +22,7 @@ typedef struct Shard {
   char *path;
   int64_t tokens;
   int64_t first_window; /* index of its first window in the epoch order */
+  struct stat id;       /* the file as it was checked: device, inode, size, mtime */
 } Shard;
 
 struct RtData {
@@ -33,13 +34,14 @@ struct RtData {
   int64_t *perm;      /* the shuffled order of the current epoch */
   int64_t perm_epoch; /* -1: no permutation built yet */
   uint64_t perm_seed;
+  int64_t vocab; /* every token read is checked against it */
 };
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 /* The sorted file list of a pattern; a plain name is taken as it is, so a
  * missing file gets the system's message rather than "no match". */
-static char **expand(const char *pattern, int *n, RtErr *e) {
+char **rt_data_expand(const char *pattern, int *n, RtErr *e) {
   if (!has_glob_chars(pattern)) {
     char **one = rt_xmalloc(sizeof *one);
     one[0] = rt_xstrdup(pattern);
@@ -122,9 +124,19 @@ static int check_ids(int fd, const char *path, int64_t ntok, int64_t vocab, RtEr
   return rc;
 }
 
+/* Opens a shard without blocking: a FIFO (or a device) named as data
+ * opens at once and is refused as not a regular file, instead of waiting
+ * forever for a writer. */
+static int open_data_file(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 static int open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab, RtErr *e) {
-  int fd = open(s->path, O_RDONLY);
+  int fd = open_data_file(s->path);
   if (fd < 0) return rt_err_set(e, s->path, "cannot open: %s", strerror(errno));
+  if (fstat(fd, &s->id) != 0) memset(&s->id, 0, sizeof s->id);
   int64_t window = batch * seq + 1;
   int rc = (s->tokens = check_header(fd, s->path, e)) < 0 ? -1 : 0;
   if (!rc && s->tokens < window)
@@ -139,13 +151,14 @@ static int open_shard(Shard *s, int64_t batch, int64_t seq, int64_t vocab, RtErr
 RtData *rt_data_open_checked(const char *pattern, int64_t batch, int64_t seq, int64_t vocab,
                              RtErr *e) {
   RtData *d = rt_xcalloc(1, sizeof *d);
-  char **paths = expand(pattern, &d->nshards, e);
+  char **paths = rt_data_expand(pattern, &d->nshards, e);
   if (!paths) {
     free(d);
     return NULL;
   }
   d->shards = rt_xcalloc((size_t)d->nshards, sizeof *d->shards);
   d->stride = batch * seq;
+  d->vocab = vocab;
   int rc = 0;
   for (int i = 0; i < d->nshards; i++) {
     Shard *s = &d->shards[i];
@@ -231,14 +244,31 @@ const char *rt_data_window_file(const RtData *d, int64_t w, int64_t *first_token
 void rt_data_read(RtData *d, int64_t w, int32_t *out) {
   const Shard *s = find_shard(d, w);
   int64_t start = (w - s->first_window) * d->stride, n = d->stride + 1;
-  int fd = open(s->path, O_RDONLY);
+  int fd = open_data_file(s->path);
   if (fd < 0) rt_fatal(s->path, "cannot open: %s", strerror(errno));
+  /* The file must still be the one checked at the start: one replaced or
+   * rewritten since (another vocabulary, another length) would feed the
+   * model tokens nobody checked. */
+  struct stat now;
+  if (fstat(fd, &now) != 0) rt_fatal(s->path, "cannot stat: %s", strerror(errno));
+  if (now.st_dev != s->id.st_dev || now.st_ino != s->id.st_ino || now.st_size != s->id.st_size ||
+      now.st_mtim.tv_sec != s->id.st_mtim.tv_sec || now.st_mtim.tv_nsec != s->id.st_mtim.tv_nsec)
+    rt_fatal(s->path, "the file changed while the run reads it (%s): the windows of the file "
+             "checked at the start are gone; resume from the last checkpoint with the data as "
+             "it is now, or restore the file",
+             now.st_ino != s->id.st_ino || now.st_dev != s->id.st_dev ? "another file now has "
+             "its name" : now.st_size != s->id.st_size ? "its size changed" : "it was rewritten");
   RtErr e;
   int rc = read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path, &e);
   close(fd);
   if (rc) rt_err_fatal(&e);
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n; i++) {
+    if (d->stage[i] >= d->vocab)
+      rt_fatal(s->path, "token %lld has id %u, outside the vocabulary of %lld (the file changed "
+               "while the run reads it?)", (long long)(start + i), d->stage[i],
+               (long long)d->vocab);
     out[i] = d->stage[i];
+  }
 }
 
 int rt_data_write_shard(const char *path, const uint16_t *tokens, int64_t n) {

@@ -28,6 +28,10 @@ RtData *rt_data_open(const char *pattern, int64_t batch, int64_t seq, int64_t vo
 RtData *rt_data_open_checked(const char *pattern, int64_t batch, int64_t seq, int64_t vocab,
                              RtErr *e);
 void rt_data_close(RtData *d);
+/* The sorted file list of a pattern (a plain name as it is), each string
+ * and the array malloc'd; NULL with the error in *e when a glob matches
+ * nothing. */
+char **rt_data_expand(const char *pattern, int *n, RtErr *e);
 
 int rt_data_shards(const RtData *d);
 int64_t rt_data_tokens(const RtData *d);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/flags.h"
 #include "util.h"
 
 typedef enum Kind { K_INT, K_REAL, K_STR, K_SWITCH, K_CHOICE } Kind;
@@ -116,6 +117,12 @@ static const Flag flags[] = {
      "a step whose gradient norm or loss is NaN or infinite is reported (with the first "
      "parameter whose gradient is not finite); stop ends the run with an error, skip drops "
      "the step's update (the step still counts) and goes on"},
+    {"max-skipped", K_INT, F(max_skipped), "N", "3", 1, 0, BIG, NULL, 0,
+     "with --on-nan skip: the run stops with an error once more than N updates were dropped "
+     "(a run that goes on dropping updates is not training)"},
+    {"no-verify", K_SWITCH, F(no_verify), NULL, "0", 0, 0, 0, NULL, 0,
+     "load --resume and --init-from files without comparing their tensors with the checksums "
+     "saved in them (faster on huge files; the run says so)"},
     {"timeout", K_REAL, F(timeout), "S", "300", 1, 0, 1e9, NULL, 0,
      "with several ranks: a rank killed, failing or making no progress for S seconds ends "
      "the whole job, with a message naming it (0: never time out; docs/reliability.md)"},
@@ -351,7 +358,29 @@ static int parse_one(RtFlags *f, int argc, char **argv, int i, int *errors) {
   return eq ? 1 : 2;
 }
 
+/* The flags the launcher knows (abi/flags.h) must be this table's, in
+ * name and in whether they take a value: a difference is a bug of ours,
+ * reported before anything else. */
+static void check_abi_flags(void) {
+  static const struct {
+    const char *name;
+    int takes;
+  } abi[] = {
+#define X(name, takes) {name, takes},
+      PROGRAM_FLAGS(X)
+#undef X
+  };
+  enum { NABI = sizeof abi / sizeof abi[0] };
+  int bad = (int)NABI != (int)NFLAGS;
+  for (int i = 0; i < NFLAGS && !bad; i++)
+    bad = strcmp(abi[i].name, flags[i].name) || abi[i].takes != (flags[i].kind != K_SWITCH);
+  if (bad)
+    rt_fatal(NULL, "internal error: the flags of abi/flags.h are not those of runtime/flags.c "
+             "(%d and %d, or one differs)", (int)NABI, (int)NFLAGS);
+}
+
 void rt_flags_parse(RtFlags *f, int argc, char **argv, const char *program) {
+  check_abi_flags();
   memset(f, 0, sizeof *f);
   memset(given, 0, sizeof given);
   for (int i = 0; i < NFLAGS; i++)

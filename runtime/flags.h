@@ -36,6 +36,8 @@ typedef struct RtFlags {
   int64_t no_overlap; /* data-parallel reductions only after the whole backward */
   int64_t dp_stats;   /* print the data-parallel reduction's timers at the end */
   int64_t on_nan;      /* RT_NAN_*: what a step with a non-finite loss or gradient norm does */
+  int64_t max_skipped; /* --on-nan skip: dropped updates a run may have */
+  int64_t no_verify;   /* load checkpoints without checking their checksums */
   double timeout;      /* seconds without progress before a job is declared hung */
   const char *trace;   /* --trace FILE: the actions' wall times, as a Chrome trace */
   int64_t trace_steps; /* how many steps --trace records */

@@ -49,7 +49,8 @@ static void trim_log(const char *path, int64_t upto) {
   }
   free(line);
   fclose(in);
-  if (fclose(out) != 0) rt_fatal(tmp, "write failed: %s", strerror(errno));
+  int failed = ferror(out);
+  if (fclose(out) != 0 || failed) rt_fatal(tmp, "write failed: %s", strerror(errno));
   if (rename(tmp, path) != 0) rt_fatal(path, "cannot replace: %s", strerror(errno));
   free(tmp);
 }
@@ -100,9 +101,12 @@ void rt_log_json(RtLog *l, const RtStepInfo *s) {
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
   if (!text) rt_fatal("--log-json", "out of memory");
-  /* A line per step, flushed, so a crash loses at most the step at hand. */
-  fprintf(l->json, "%s\n", text);
-  fflush(l->json);
+  /* A line per step, flushed, so a crash loses at most the step at hand;
+   * a write that fails (a full file system) is an error, not a log cut
+   * short in silence. */
+  if (fprintf(l->json, "%s\n", text) < 0 || fflush(l->json) != 0)
+    rt_fatal("--log-json", "write failed at step %lld: %s (the log holds the steps before it, "
+             "perhaps the start of this one)", (long long)s->step, strerror(errno));
   free(text);
 }
 

@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "../abi/formats.h"
 #include "../abi/job.h"
 #include "checkpoint.h"
 #include "device.h"
@@ -243,6 +246,104 @@ static void check_flags(const RtFlags *f) {
   if (errors) exit(1);
 }
 
+/* A file a flag names, for the comparison of outputs with inputs. */
+typedef struct Named {
+  const char *flag;
+  char *path;
+  struct stat st;
+  int exists;
+} Named;
+
+static void add_named(Named **v, int *n, const char *flag, const char *path) {
+  Named *g = rt_xmalloc((size_t)(*n + 1) * sizeof *g);
+  if (*n) memcpy(g, *v, (size_t)*n * sizeof *g);
+  free(*v);
+  *v = g;
+  Named *x = &g[(*n)++];
+  x->flag = flag;
+  x->path = rt_xstrdup(path);
+  x->exists = stat(path, &x->st) == 0;
+}
+
+static void add_pattern(Named **v, int *n, const char *flag, const char *pattern) {
+  RtErr e;
+  int k = 0;
+  char **paths = pattern ? rt_data_expand(pattern, &k, &e) : NULL;
+  for (int i = 0; i < k; i++) {
+    add_named(v, n, flag, paths[i]);
+    free(paths[i]);
+  }
+  free(paths); /* a pattern that matches nothing is open_data's error */
+}
+
+/* Whether two named files are one: the same inode when both exist. */
+static int same_file(const Named *a, const Named *b) {
+  return a->exists && b->exists && a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino;
+}
+
+/* An output that names an input would destroy it (--log-json over the
+ * training data truncates it), and two outputs that name one file would
+ * mix. Every output is compared with every input and every other output,
+ * by inode (a link or another spelling of the path is the same file),
+ * before anything is opened for writing. All conflicts are reported. */
+static void check_outputs(const RtFlags *f) {
+  Named *in = NULL, *out = NULL;
+  int nin = 0, nout = 0, errors = 0;
+  add_pattern(&in, &nin, "--data", f->data);
+  add_pattern(&in, &nin, "--val-data", f->val_data);
+  if (f->init_from) add_named(&in, &nin, "--init-from", f->init_from);
+  if (f->resume) {
+    char *dir = rt_ckpt_resolve(f->resume);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_STATE_FILE);
+    add_named(&in, &nin, "--resume", path);
+    free(dir);
+  }
+  if (f->save) {
+    /* What --save writes is an output too (in DIR, or its step folders). */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", f->save, CKPT_STATE_FILE);
+    add_named(&out, &nout, "--save", path);
+    snprintf(path, sizeof path, "%s/%s", f->save, CKPT_MODEL_FILE);
+    add_named(&out, &nout, "--save", path);
+  }
+  int first = nout;
+  if (f->log_json) add_named(&out, &nout, "--log-json", f->log_json);
+  if (f->trace) add_named(&out, &nout, "--trace", f->trace);
+  if (f->dump_grads) add_named(&out, &nout, "--dump-grads", f->dump_grads);
+  for (int i = first; i < nout; i++) {
+    for (int j = 0; j < nin; j++)
+      if (same_file(&out[i], &in[j]))
+        rt_error(out[i].flag, "%s is also %s %s: writing it would destroy that input (refused "
+                 "before anything is written)", out[i].path, in[j].flag, in[j].path), errors++;
+    for (int j = 0; j < i; j++)
+      if (same_file(&out[i], &out[j]) || !strcmp(out[i].path, out[j].path))
+        rt_error(out[i].flag, "%s is also the output of %s: two outputs cannot share a file",
+                 out[i].path, out[j].flag), errors++;
+  }
+  for (int i = 0; i < nin; i++) free(in[i].path);
+  for (int i = 0; i < nout; i++) free(out[i].path);
+  free(in);
+  free(out);
+  if (errors) exit(1);
+}
+
+/* A run's identity (CKPT_RUN_ID_KEY): a hash of what decides its
+ * trajectory from the start, the model (its name and -D values) and
+ * --seed. It is not random, so that the same command gives the same
+ * checkpoint to the byte (docs/reliability.md, determinism) and a resumed
+ * run's files equal an uninterrupted run's; runs of other models or seeds
+ * differ, and --resume keeps the id of the run it continues. */
+static void new_run_id(Rt *rt) {
+  RtXxh64 h;
+  rt_xxh64_init(&h);
+  const char *parts[2] = {rt->model->name, rt->model->defines ? rt->model->defines : ""};
+  for (int i = 0; i < 2; i++) rt_xxh64_update(&h, parts[i], strlen(parts[i]) + 1);
+  int64_t seed = rt->f.seed;
+  rt_xxh64_update(&h, &seed, sizeof seed);
+  snprintf(rt->run_id, sizeof rt->run_id, "%016llx", (unsigned long long)rt_xxh64_digest(&h));
+}
+
 /* The microbatches per replica: with a pipeline the table's m, which
  * --global-batch must match; without, what --global-batch makes of it. */
 static void open_data(Rt *rt) {
@@ -417,10 +518,11 @@ static void save(Rt *rt) {
  * SHARDC_FAULT=RANK:STEP:KIND makes world rank RANK, as it starts step
  * STEP (1-based), raise an error (KIND error), die of SIGKILL (kill), stop
  * itself with SIGSTOP (stop), spin without progress (hang), sleep 3 s
- * (slow) or put a NaN into the gradient of its last untied parameter
- * before the step's update (nan).
+ * (slow), put a NaN into the gradient of its last untied parameter
+ * before the step's update (nan) or into its weights after the update
+ * (nan-update: what an update that overflows leaves).
  * Unset, it costs a comparison per step. */
-static int nan_pending;
+static int nan_pending, nan_update_pending;
 
 static void inject_fault(int64_t step) {
   static int parsed, rank = -1;
@@ -450,19 +552,54 @@ static void inject_fault(int64_t step) {
   for (double until = rt_now() + 3; !strcmp(kind, "slow") && rt_now() < until;)
     nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   nan_pending = !strcmp(kind, "nan");
+  nan_update_pending = !strcmp(kind, "nan-update");
 }
 
-/* The fault `nan` (inject_fault): once the step's gradients are complete. */
-static void inject_nan(Rt *rt) {
+/* The faults `nan` (inject_fault): once the step's gradients are
+ * complete, into the gradients; `nan-update`: after the update, into the
+ * weights. */
+static void inject_nan(Rt *rt, int *pending, real *region, const char *what) {
   const RtModel *m = rt->model;
   int last = m->nparams - 1;
   while (last >= 0 && m->params[last].tied) last--;
-  if (!nan_pending || last < 0) return;
-  nan_pending = 0;
+  if (!*pending || last < 0) return;
+  *pending = 0;
   real bad = (real)NAN;
   const RtParam *q = &m->params[last];
-  rt_dev_from_host(rt->ctx.grads + q->offset, &bad, sizeof bad);
-  fprintf(stderr, "fault injected: NaN in the gradient of %s\n", q->name);
+  rt_dev_from_host(region + q->offset, &bad, sizeof bad);
+  fprintf(stderr, "fault injected: NaN in the %s of %s\n", what, q->name);
+}
+
+/* The first parameter, in table order, whose part of `dev` (an array
+ * laid out like the weights, in model memory) holds a NaN or an infinity;
+ * -1 when none does. */
+static int first_nonfinite_param(const RtModel *m, const real *dev) {
+  int64_t span = m->nweights;
+  real *g = rt_xmalloc((size_t)(span > 0 ? span : 1) * sizeof *g);
+  rt_dev_to_host(g, dev, span * (int64_t)sizeof *g);
+  int first = -1;
+  for (int i = 0; i < m->nparams && first < 0; i++)
+    for (int64_t k = 0; k < m->params[i].numel; k++)
+      if (!isfinite((double)g[m->params[i].offset + k])) {
+        first = i;
+        break;
+      }
+  free(g);
+  return first;
+}
+
+/* Which rank names the first of the parameters the ranks found (`first`,
+ * -1 for none), in pipeline-stage then table order: 1 on that rank, or on
+ * world rank 0 when no rank found one (*none is set then). Collective
+ * over the world. */
+static int speaks_first(Rt *rt, int first, int *none) {
+  /* Lexicographic (stage, parameter, world rank), as one exact double. */
+  int world = rt_tp_world_size(), me = rt_tp_world_rank();
+  double nothing = 9e15, key = first < 0 ? nothing
+                                         : ((double)rt->coord.pp * 65536 + first) * world + me;
+  double least = rt_tp_world_min(key);
+  *none = least == nothing;
+  return key == least || (*none && me == 0);
 }
 
 /* The first parameter, in pipeline-stage then table order, whose
@@ -472,38 +609,79 @@ static void inject_nan(Rt *rt) {
  * knows the name when p > 1). Collective over the world. */
 static void report_nonfinite(Rt *rt, int64_t s, double norm) {
   const RtModel *m = rt->model;
-  int64_t span = m->nweights;
-  real *g = rt_xmalloc((size_t)(span > 0 ? span : 1) * sizeof *g);
-  rt_dev_to_host(g, rt->ctx.grads, span * (int64_t)sizeof *g);
-  int first = -1;
-  for (int i = 0; i < m->nparams && first < 0; i++)
-    for (int64_t k = 0; k < m->params[i].numel; k++)
-      if (!isfinite((double)g[m->params[i].offset + k])) {
-        first = i;
-        break;
-      }
-  free(g);
-  /* Lexicographic (stage, parameter, world rank), as one exact double. */
-  int world = rt_tp_world_size(), me = rt_tp_world_rank();
-  double none = 9e15, key = first < 0 ? none
-                                      : ((double)rt->coord.pp * 65536 + first) * world + me;
-  double least = rt_tp_world_min(key);
+  int first = first_nonfinite_param(m, rt->ctx.grads), none;
+  int speaks = speaks_first(rt, first, &none);
   const char *what = rt->f.on_nan == RT_NAN_SKIP ? "the update is dropped (--on-nan skip)"
                                                  : "the run stops (--on-nan stop)";
   char line[600];
-  if (least == none)
+  if (none)
     snprintf(line, sizeof line, "step %lld: the gradient norm is %g, but no gradient holds a "
              "non-finite value; %s", (long long)(s + 1), norm, what);
   else
     snprintf(line, sizeof line, "step %lld: the gradient norm is %g; the first non-finite "
              "gradient is that of %s (pipeline stage %d); %s", (long long)(s + 1), norm,
              first >= 0 ? m->params[first].name : "?", rt->coord.pp, what);
-  if (key == least || (least == none && me == 0)) rt_error(NULL, "%s", line);
+  if (speaks) rt_error(NULL, "%s", line);
   if (rt->f.on_nan == RT_NAN_STOP) {
     /* Every rank stops, after the one that knows the tensor has said it. */
     rt_tp_world_barrier();
     rt_fatal("--on-nan", "stopped at step %lld: its gradient norm is %g", (long long)(s + 1), norm);
   }
+}
+
+/* The sum of squares of n reals of model memory, in fixed chunks added in
+ * order: not finite exactly when one of them is not (a finite real
+ * squared stays finite in double). */
+static double sum_squares(const real *dev, int64_t n) {
+  enum { CHUNK = 1 << 20 };
+  static double *part;
+  static int64_t cap;
+  int64_t chunks = (n + CHUNK - 1) / CHUNK;
+  if (chunks > cap) {
+    free(part);
+    cap = chunks;
+    part = rt_xmalloc((size_t)cap * sizeof *part);
+  }
+  if (n <= 0) return 0;
+  rt_dev_sum_squares_chunked(dev, n, CHUNK, part);
+  double sum = 0;
+  for (int64_t c = 0; c < chunks; c++) sum += part[c];
+  return sum;
+}
+
+/* After the update: the weights and AdamW's moments must be finite. An
+ * update that made them otherwise (a learning rate far too large, an
+ * overflow) cannot be taken back, so the run stops whatever --on-nan says,
+ * before anything is saved: the last checkpoint stays the last finite
+ * state. One read of each array on the device; collective over the world. */
+static void check_update(Rt *rt, int64_t s) {
+  const RtModel *m = rt->model;
+  int64_t ns = rt->adam_m ? rt_zero_state_numel(m, rt->mesh.dp) : 0;
+  int w_bad = !isfinite(sum_squares(rt->ctx.weights, m->nweights));
+  int s_bad = ns > 0 && !isfinite(sum_squares(rt->adam_m, ns) + sum_squares(rt->adam_v, ns));
+  if (!rt_tp_world_any(w_bad || s_bad)) return;
+  /* Name the tensor: in the weights, or (without ZeRO, where the moments
+   * mirror the weights) in the moments. */
+  int zero = rt->dp && m->zero, first = -1;
+  const char *of = "the weights";
+  if (w_bad) first = first_nonfinite_param(m, rt->ctx.weights);
+  if (first < 0 && s_bad && !zero) {
+    of = "AdamW's moments";
+    first = first_nonfinite_param(m, rt->adam_m);
+    if (first < 0) first = first_nonfinite_param(m, rt->adam_v);
+  }
+  int none, speaks = speaks_first(rt, first, &none);
+  if (speaks && first >= 0)
+    rt_error(NULL, "step %lld: the update made %s of %s non-finite (pipeline stage %d; --lr %g): "
+             "it cannot be undone, so the run stops before anything is saved (the last "
+             "checkpoint is the last finite state)", (long long)(s + 1), of,
+             m->params[first].name, rt->coord.pp, rt->f.lr);
+  else if (speaks)
+    rt_error(NULL, "step %lld: the update made the optimizer state non-finite (--lr %g): it "
+             "cannot be undone, so the run stops before anything is saved (the last checkpoint "
+             "is the last finite state)", (long long)(s + 1), rt->f.lr);
+  rt_tp_world_barrier();
+  rt_fatal("--on-nan", "stopped at step %lld: its update is not finite", (long long)(s + 1));
 }
 
 void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
@@ -512,7 +690,7 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     rt_dp_start_tied(rt);
     rt_dp_wait(rt);
   }
-  inject_nan(rt);
+  inject_nan(rt, &nan_pending, rt->ctx.grads, "gradient");
   if (dump) {
     double t = rt_now();
     rt_ckpt_dump_grads(rt, rt->f.dump_grads);
@@ -537,7 +715,10 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   if (rt_tp_world_any(!isfinite(info->grad_norm))) {
     report_nonfinite(rt, s, info->grad_norm);
     info->grad_norm = NAN;
-    rt->nan_steps++;
+    if (++rt->nan_steps > rt->f.max_skipped)
+      rt_fatal("--max-skipped", "stopped at step %lld: %lld updates were dropped, more than "
+               "--max-skipped %lld; the last checkpoint is kept", (long long)(s + 1),
+               (long long)rt->nan_steps, (long long)rt->f.max_skipped);
     return;
   }
   int zero = rt->dp && m->zero;
@@ -553,6 +734,8 @@ void rt_update(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
     else
       rt_sgd_step(m, rt->ctx.weights, rt->ctx.grads, info->lr, scale, &rt->f);
   }
+  inject_nan(rt, &nan_update_pending, rt->ctx.weights, "weights");
+  check_update(rt, s);
   rt_prof_add("S optimizer", rt_now() - t2);
 }
 
@@ -592,7 +775,7 @@ static void train(Rt *rt) {
   const RtFlags *f = &rt->f;
   RtLog log = {.tokens_per_step = f->global_batch * rt->model->seq};
   rt_log_open(&log, f->log_json, f->resume ? rt->step : -1);
-  int64_t first = rt->step;
+  int64_t first = rt->step, saved_at = -1;
   rt_trace_open(rt, first);
   RtStepInfo info = {0};
   if (f->resume && first >= f->steps)
@@ -618,7 +801,10 @@ static void train(Rt *rt) {
     if (s == first || (s + 1) % f->log_every == 0 || last) rt_log_progress(&log, &info);
     if (info.has_val) rt_say("step %lld | val loss %.4f\n", (long long)(s + 1), info.val_loss);
     rt_log_json(&log, &info);
-    if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) save(rt);
+    if (f->save && f->save_every && (s + 1) % f->save_every == 0 && !last) {
+      save(rt);
+      saved_at = rt->step;
+    }
     /* Preemption: every rank stops after the same step, whichever got the
      * signal (one flag reduced over the world per step). */
     if (rt_tp_world_any(rt_wd_stop_requested())) {
@@ -634,7 +820,8 @@ static void train(Rt *rt) {
   rt_prof_report(rt->step - first);
   rt_dp_report(rt);
   int trained = rt->step > first;
-  if (f->save && (trained || !f->resume)) save(rt);
+  /* A stop right after a periodic save has nothing new to write. */
+  if (f->save && (trained || !f->resume) && rt->step != saved_at) save(rt);
   if (rt->preempted) {
     /* The checkpoint (if any) is written: the job may go. */
     int sig = rt_wd_stop_signal();
@@ -678,6 +865,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   static Rt state;
   Rt *rt = &state;
   rt->model = model;
+  rt->lock_fd = -1;
   rt_wd_signals();
   rt_wd_start(argc > 0 ? argv[0] : NULL);
   check_model(model);
@@ -689,11 +877,13 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   check_mesh_flags(rt);
   if (rt->f.init_from && rt->f.resume)
     rt_fatal("--init-from", "cannot be combined with --resume (which loads weights too)");
+  new_run_id(rt);
   if (rt->f.resume)
     rt_ckpt_resume_open(rt);
   else
     rt_rng_seed(&rt->rng, rt_key2((uint64_t)rt->f.seed, 0x73616d706c65 /* "sample" */));
   check_flags(&rt->f);
+  check_outputs(&rt->f);
   rt_ckpt_check_save(rt);
   open_data(rt);
   allocate(rt);

@@ -56,6 +56,10 @@ typedef struct Rt {
   int preempted;         /* SIGTERM or SIGINT stopped training after rt->step */
   RtDp *dp;              /* data parallelism (dp.c); NULL when d = 1 */
   RtExec *exec;          /* the pipeline executor (exec.c); NULL when p = 1 */
+  /* The run's identity in its checkpoints (CKPT_RUN_ID_KEY): random at a
+   * fresh start, the checkpoint's on --resume. */
+  char run_id[40];
+  int lock_fd;           /* world rank 0: the lock held on --save DIR, -1 none */
 } Rt;
 
 /* batch.c: moving windows into the model and running it. */

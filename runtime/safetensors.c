@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../abi/formats.h"
 #include "util.h"
 
 /* A header longer than this is a corrupt length field, not JSON we want to
@@ -294,4 +295,44 @@ int rt_st_read_checked(const RtStFile *f, const RtStTensor *t, real *dst, RtErr 
 void rt_st_read(const RtStFile *f, const RtStTensor *t, real *dst) {
   RtErr e;
   if (rt_st_read_checked(f, t, dst, &e)) rt_err_fatal(&e);
+}
+
+int rt_st_verify(const RtStFile *f, RtErr *e) {
+  const char *text = rt_st_meta(f, CKPT_CHECKSUMS_KEY);
+  if (!text) return 0;
+  RtStSum *sums;
+  int n;
+  if (rt_st_checksums_parse(text, f->path, &sums, &n, e)) return -1;
+  enum { CHUNK = 1 << 22 };
+  unsigned char *buf = rt_xmalloc(CHUNK);
+  int rc = 0;
+  for (int i = 0; i < f->n && !rc; i++) {
+    const RtStTensor *t = &f->t[i];
+    const RtStSum *s = rt_st_sums_find(sums, n, t->name);
+    if (!s) {
+      rc = rt_err_set(e, f->path, "tensor %s has no checksum in the metadata (%s): the header "
+                      "was changed after the file was written", t->name, CKPT_CHECKSUMS_KEY);
+      break;
+    }
+    RtXxh64 h;
+    rt_xxh64_init(&h);
+    for (int64_t at = t->begin; at < t->end && !rc; at += CHUNK) {
+      size_t len = (size_t)(t->end - at < CHUNK ? t->end - at : CHUNK);
+      rc = pread_all(f->fd, buf, len, f->data_start + at, f->path, e);
+      rt_xxh64_update(&h, buf, len);
+    }
+    uint64_t got = rt_xxh64_digest(&h);
+    if (!rc && got != s->hash)
+      rc = rt_err_set(e, f->path, "tensor %s does not match its checksum (%016llx in the "
+                      "metadata, %016llx read): the file is corrupt (--no-verify loads it "
+                      "anyway)", t->name, (unsigned long long)s->hash, (unsigned long long)got);
+  }
+  if (!rc && n != f->n)
+    for (int i = 0; i < n && !rc; i++)
+      if (!rt_st_find(f, sums[i].name))
+        rc = rt_err_set(e, f->path, "the checksums list tensor %s, which the file does not hold",
+                        sums[i].name);
+  free(buf);
+  rt_st_sums_free(sums, n);
+  return rc ? -1 : 1;
 }

@@ -58,9 +58,47 @@ typedef struct RtStOut {
  * old file or the new one at PATH: PATH.tmp, fsync, rename, fsync of the
  * folder. Errors are fatal.
  *
+ * The temporary is PATH.tmp.HOST.PID.N (rt_st_tmp_name), a name no other
+ * writer uses; RT_ST_TMP_MARK is what marks it as ours for the clean-up
+ * of leftovers (checkpoint.c).
+ *
  * Fault injection for the tests: with RT_FAULT_AFTER_BYTES=N in the
  * environment the process dies (exit status 3, nothing cleaned up) once N
  * bytes of checkpoint data have been written, counted over the whole run. */
 void rt_st_write(const char *path, const RtStOut *t, int n, const char *const *meta, int nmeta);
+#define RT_ST_TMP_MARK ".tmp."
+char *rt_st_tmp_name(const char *path);
+
+/* Checksums (st_check.c; abi/formats.h: CKPT_CHECKSUMS_KEY). rt_st_write
+ * puts one per tensor in the metadata of every file it writes: XXH64 of
+ * the tensor's bytes as stored, so that a flipped byte, a truncated
+ * tensor or two tensors whose names were swapped are found. */
+typedef struct RtXxh64 {
+  uint64_t v[4];
+  uint64_t total;
+  unsigned char buf[32];
+  unsigned fill;
+} RtXxh64;
+void rt_xxh64_init(RtXxh64 *s);
+void rt_xxh64_update(RtXxh64 *s, const void *data, size_t n);
+uint64_t rt_xxh64_digest(const RtXxh64 *s);
+uint64_t rt_xxh64(const void *data, size_t n);
+/* The manifest of n tensors (malloc'd text, one "HEX16 NAME" line each). */
+char *rt_st_checksums_text(const RtStOut *t, int n);
+typedef struct RtStSum {
+  char *name;
+  uint64_t hash;
+} RtStSum;
+/* Parses a manifest (path names the file in errors): -1 with the error in
+ * *e for a malformed line or a name listed twice; else the entries, sorted
+ * by name, in *out (free with rt_st_sums_free). */
+int rt_st_checksums_parse(const char *text, const char *path, RtStSum **out, int *n, RtErr *e);
+const RtStSum *rt_st_sums_find(const RtStSum *s, int n, const char *name);
+void rt_st_sums_free(RtStSum *s, int n);
+/* Reads every tensor of f and compares it with the manifest: 1 when all
+ * match, 0 when the file holds no manifest (written elsewhere, or by an
+ * older shardc), -1 with the error in *e (naming the first tensor that
+ * differs, one the manifest lacks or one it lists that the file lacks). */
+int rt_st_verify(const RtStFile *f, RtErr *e);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../abi/formats.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -36,7 +37,12 @@ static void write_all(int fd, const void *buf, size_t n, const char *path) {
   for (size_t left = allowed; left > 0;) {
     ssize_t got = write(fd, p, left);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) rt_fatal(path, "write failed: %s", strerror(errno));
+    if (got < 0) {
+      /* A failed write (a full disk) leaves no temporary behind. */
+      int err = errno;
+      unlink(path);
+      rt_fatal(path, "write failed: %s", strerror(err));
+    }
     p += got, left -= (size_t)got;
   }
   fault_written += (int64_t)allowed;
@@ -94,14 +100,32 @@ static void sync_dir_of(const char *path) {
   free(copy);
 }
 
+char *rt_st_tmp_name(const char *path) {
+  static unsigned serial;
+  char host[64] = "";
+  if (gethostname(host, sizeof host - 1) != 0 || !*host) snprintf(host, sizeof host, "host");
+  size_t len = strlen(path) + strlen(host) + 64;
+  char *tmp = rt_xmalloc(len);
+  snprintf(tmp, len, "%s" RT_ST_TMP_MARK "%s.%ld.%u", path, host, (long)getpid(), serial++);
+  return tmp;
+}
+
 void rt_st_write(const char *path, const RtStOut *t, int n, const char *const *meta, int nmeta) {
+  /* The checksums join the caller's metadata. */
+  const char **kv = rt_xcalloc((size_t)(2 * nmeta + 2), sizeof *kv);
+  if (nmeta) memcpy(kv, meta, (size_t)(2 * nmeta) * sizeof *kv);
+  char *sums = rt_st_checksums_text(t, n);
+  kv[2 * nmeta] = CKPT_CHECKSUMS_KEY;
+  kv[2 * nmeta + 1] = sums;
   size_t hlen;
-  char *header = header_json(t, n, meta, nmeta, &hlen);
-  size_t plen = strlen(path);
-  char *tmp = rt_xmalloc(plen + 5);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  char *header = header_json(t, n, kv, nmeta + 1, &hlen);
+  free(sums);
+  free(kv);
+  /* A name no other writer uses: two processes writing the same file
+   * never write into one temporary (the lock of the --save folder keeps
+   * them from the folder in the first place). */
+  char *tmp = rt_st_tmp_name(path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) rt_fatal(tmp, "cannot create: %s", strerror(errno));
   unsigned char lenbuf[8];
   for (int i = 0; i < 8; i++)
@@ -117,8 +141,11 @@ void rt_st_write(const char *path, const RtStOut *t, int n, const char *const *m
       write_all(fd, p, chunk, tmp);
     }
   }
-  if (fsync(fd) != 0) rt_fatal(tmp, "fsync failed: %s", strerror(errno));
-  if (close(fd) != 0) rt_fatal(tmp, "close failed: %s", strerror(errno));
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int err = errno;
+    unlink(tmp);
+    rt_fatal(tmp, "writing failed at its end (fsync, close): %s", strerror(err));
+  }
   if (rename(tmp, path) != 0)
     rt_fatal(path, "cannot rename %s into place: %s", tmp, strerror(errno));
   sync_dir_of(path);

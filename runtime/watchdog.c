@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,9 +29,16 @@ static struct {
   char host[256];      /* the machine's name: the launcher probes pids on its own only */
   double timeout;
   pid_t launcher; /* 0: none */
+  int launcher_here; /* it runs on this machine, and was alive at the start */
   char dir[3000], record[3100], tmp[3100], abort_path[3100], exit_path[3100];
-  pthread_t thread;
+  pthread_t thread, writer; /* the beat; the writer of the record */
   pthread_mutex_t lock; /* one writer of the record at a time */
+  /* On the launcher's machine, this rank's slot of the job's shared
+   * memory (abi/job.h) and the launcher's stop word; NULL elsewhere. */
+  JobSlot *slot;
+  volatile uint32_t *shm_abort;
+  pthread_mutex_t slot_lock; /* the action's writers: the beat and each new phase */
+  atomic_int has_writer;
   atomic_int quit;
   atomic_long beats;
   /* The main thread's progress: when it last moved (ns, monotonic), what
@@ -44,7 +52,7 @@ static struct {
   atomic_int state, status;
   char why[1024];
   atomic_int has_why;
-} wd = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .slot_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static long long now_ns(void) {
   struct timespec ts;
@@ -100,19 +108,81 @@ static void write_record(void) {
 
 static int launcher_alive(void) { return wd.launcher > 0 && kill(wd.launcher, 0) == 0; }
 
+/* The launcher is gone (killed, or its machine's session hung up): this
+ * rank must not train on behind a job its user believes ended, and would
+ * collide with a resubmitted one. mpirun gets SIGTERM when the launcher
+ * dies (run.c) and passes it on; this is for the rank whose mpirun did
+ * not. */
+static void launcher_gone(void) {
+  char action[400];
+  action_text(action, sizeof action);
+  fprintf(stderr, "shardc: error: rank %d (%s, program %s): the launcher (shardc run, pid %ld) "
+          "is gone; the rank stops in %s\n", wd.rank,
+          *wd.coord ? wd.coord : "coordinates not yet known", wd.program, (long)wd.launcher,
+          action);
+  fflush(stderr);
+  snprintf(wd.why, sizeof wd.why, "the launcher (pid %ld) is gone", (long)wd.launcher);
+  atomic_store(&wd.has_why, 1);
+  atomic_store(&wd.status, 1);
+  atomic_store(&wd.state, ST_FAILED);
+  write_record();
+  _exit(1);
+}
+
+/* The action and the progress stamp (and, from the beat thread, the
+ * beat) into this rank's slot of shared memory: memory writes only. A new
+ * phase publishes at once, so that the slot names the step being run, not
+ * the one of the last beat. */
+static void publish_slot(long beats) {
+  JobSlot *s = wd.slot;
+  if (!s) return;
+  char action[sizeof s->action];
+  action_text(action, sizeof action);
+  pthread_mutex_lock(&wd.slot_lock);
+  uint32_t seq = s->seq;
+  __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  memcpy(s->action, action, sizeof action);
+  __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->progress_ns, (int64_t)atomic_load(&wd.stamp), __ATOMIC_RELEASE);
+  if (beats > 0) __atomic_store_n(&s->beat, (int64_t)beats, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&wd.slot_lock);
+}
+
+/* The launcher stops the job: another rank failed. */
+static void stop_on_abort(void) {
+  atomic_store(&wd.status, 1);
+  atomic_store(&wd.state, ST_EXITED);
+  write_record();
+  _exit(1);
+}
+
+/* The record's own thread: a write that blocks on a slow file system
+ * delays the record, never the beat (which the launcher reads from shared
+ * memory on its machine). */
+static void *writer(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, (long)(JOB_BEAT_SECONDS * 1e9)};
+  while (!atomic_load(&wd.quit)) {
+    write_record();
+    if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
 static void *beat(void *arg) {
   (void)arg;
   struct timespec pause = {0, (long)(JOB_BEAT_SECONDS * 1e9)};
   while (!atomic_load(&wd.quit)) {
-    atomic_fetch_add(&wd.beats, 1);
-    write_record();
-    if (*wd.dir && access(wd.abort_path, F_OK) == 0) {
-      /* The launcher stops the job: another rank failed. */
-      atomic_store(&wd.status, 1);
-      atomic_store(&wd.state, ST_EXITED);
+    long beats = atomic_fetch_add(&wd.beats, 1) + 1;
+    if (wd.launcher_here && !launcher_alive()) launcher_gone();
+    publish_slot(beats);
+    if (!wd.has_writer) {
       write_record();
-      _exit(1);
+      if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
     }
+    if (wd.shm_abort && __atomic_load_n(wd.shm_abort, __ATOMIC_ACQUIRE)) stop_on_abort();
     double idle = (double)(now_ns() - atomic_load(&wd.stamp)) * 1e-9;
     /* With a launcher watching, it decides which rank is to blame (the
      * one that stopped, not those that wait for it); alone, a rank stops
@@ -155,6 +225,27 @@ static int env_int(const char *const *names, int n, int dflt) {
   return dflt;
 }
 
+/* This rank's slot of the job's shared memory (abi/job.h), when the
+ * launcher made one and it holds this rank. */
+static void map_slot(void) {
+  const char *path = getenv(JOB_SHM_ENV);
+  if (!path || !*path) return;
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  size_t need = JOB_SHM_HEAD + (size_t)(wd.rank + 1) * JOB_SLOT_BYTES;
+  void *p = fstat(fd, &st) == 0 && (size_t)st.st_size >= need
+                ? mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) return;
+  wd.shm_abort = (volatile uint32_t *)p;
+  wd.slot = (JobSlot *)((unsigned char *)p + JOB_SHM_HEAD + (size_t)wd.rank * JOB_SLOT_BYTES);
+  wd.slot->pid = (int64_t)getpid();
+  wd.slot->progress_ns = (int64_t)atomic_load(&wd.stamp);
+  __atomic_store_n(&wd.slot->magic, JOB_SLOT_MAGIC, __ATOMIC_RELEASE);
+}
+
 void rt_wd_start(const char *program) {
   /* mpirun's names, PMI's, and srun's (a step's task count: a batch
    * script's SLURM_NTASKS would count ranks not yet started). */
@@ -169,6 +260,8 @@ void rt_wd_start(const char *program) {
   wd.program = slash ? slash + 1 : program ? program : "?";
   wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
   if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
+  const char *lhost = getenv(JOB_LAUNCHER_HOST_ENV);
+  wd.launcher_here = wd.launcher > 0 && lhost && !strcmp(lhost, wd.host) && launcher_alive();
   if (dir && *dir && strlen(dir) < sizeof wd.dir) {
     snprintf(wd.dir, sizeof wd.dir, "%s", dir);
     snprintf(wd.record, sizeof wd.record, "%s/" JOB_RECORD_FMT, dir, wd.rank);
@@ -176,10 +269,16 @@ void rt_wd_start(const char *program) {
     snprintf(wd.abort_path, sizeof wd.abort_path, "%s/" JOB_ABORT_FILE, dir);
     snprintf(wd.exit_path, sizeof wd.exit_path, "%s/" JOB_RECORD_FMT ".exit", dir, wd.rank);
   }
+  if (wd.launcher_here) map_slot();
   wd.on = 1;
   atexit(at_exit);
   write_record();
-  if (pthread_create(&wd.thread, NULL, beat, NULL) != 0) wd.on = 0;
+  if (pthread_create(&wd.thread, NULL, beat, NULL) != 0) {
+    wd.on = 0;
+    return;
+  }
+  /* Without a writer of its own the beat writes the record. */
+  wd.has_writer = pthread_create(&wd.writer, NULL, writer, NULL) == 0;
 }
 
 void rt_wd_timeout(double timeout) { wd.timeout = timeout; }
@@ -202,6 +301,7 @@ void rt_wd_phase(const char *fmt, ...) {
   va_end(ap);
   atomic_store(&wd.cur, next);
   stamp();
+  publish_slot(0);
   /* The first phase now, not at the next beat: a rank killed before its
    * beat thread ran again (a small model, a loaded machine) would be
    * reported as still starting. */
@@ -244,6 +344,7 @@ void rt_wd_finish(int status) {
   if (!wd.on) return;
   atomic_store(&wd.quit, 1);
   pthread_join(wd.thread, NULL);
+  if (wd.has_writer) pthread_join(wd.writer, NULL);
   atomic_store(&wd.status, status);
   atomic_store(&wd.state, status ? ST_EXITED : ST_DONE);
   write_record();

@@ -148,6 +148,33 @@ def seeds_manifest(shardc):
     out("manifest", "bad-no-ranks", b'{"model": "gpt2", "ranks": []}')
 
 
+def seeds_latest():
+    out("latest", "good", b"step-00000005\n")
+    out("latest", "no-newline", b"step-12")
+    out("latest", "bad-path", b"../../etc\n")
+    out("latest", "bad-tail", b"step-12x\n")
+    out("latest", "bad-empty-step", b"step-\n")
+
+
+def seeds_checksums():
+    # The manifest of fuzz_st.h's two tensors, as --save writes it, and
+    # near misses.
+    out("checksums", "two", b"0123456789abcdef a\nfedcba9876543210 b\n")
+    out("checksums", "one", b"0123456789abcdef a\n")
+    out("checksums", "bad-upper", b"0123456789ABCDEF a\n")
+    out("checksums", "bad-twice", b"0123456789abcdef a\n0123456789abcdef a\n")
+    out("checksums", "bad-no-newline", b"0123456789abcdef a")
+
+
+def seeds_state_meta():
+    # Key/value pairs, each NUL-terminated, that replace the valid state's.
+    out("state_meta", "step", b"step\x0042\x00")
+    out("state_meta", "rng", b"rng\x00" + b"0" * 64 + b"\x00")
+    out("state_meta", "flags", b"flag.lr\x001e-3\x00flag.optimizer\x00sgd\x00")
+    out("state_meta", "bad-format", b"format\x00pt\x00")
+    out("state_meta", "bad-step", b"step\x00-1\x00")
+
+
 def main():
     shardc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../build/shardc")
     seeds_safetensors()
@@ -157,6 +184,9 @@ def main():
     seeds_shard_bad()
     seeds_hw(shardc)
     seeds_manifest(shardc)
+    seeds_latest()
+    seeds_checksums()
+    seeds_state_meta()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 # Fuzzing the readers: the compiler's two (the model language and the
 # printed IR, with everything behind them in the default pipeline) and
 # those of our own files (safetensors checkpoints, the optimizer-state
-# file, token shards, hardware descriptions, the manifest). Each harness is one
+# file, token shards, hardware descriptions, the manifest, the `latest`
+# pointer, the checksum manifest, the state file's metadata). Each harness is one
 # LLVMFuzzerTestOneInput in tests/fuzz/fuzz_NAME.c; its seeds live in
 # tests/fuzz/corpus/NAME/.
 #
@@ -12,7 +13,7 @@
 # clang, fuzz_NAME is the libFuzzer binary itself (`make fuzz` runs them).
 set(FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(RT_DIR ${CMAKE_SOURCE_DIR}/runtime)
-set(FUZZ_HARNESSES frontend safetensors state shard hw manifest)
+set(FUZZ_HARNESSES frontend safetensors state shard hw manifest latest checksums state_meta)
 # What each harness is built from besides its own file. The runtime's
 # readers are compiled into the harness (not linked from shard_data and
 # shard_rt_*), so that libFuzzer's coverage instrumentation reaches them
@@ -20,9 +21,9 @@ set(FUZZ_HARNESSES frontend safetensors state shard hw manifest)
 set(FUZZ_ERR_SOURCES ${RT_DIR}/util.c ${RT_DIR}/watchdog.c)
 set(FUZZ_frontend_SOURCES)
 set(FUZZ_frontend_LIBS shard_frontend shard_passes shard_ir)
-set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_safetensors_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_state_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/ckpt_state.c ${RT_DIR}/flags.c
+set(FUZZ_state_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${RT_DIR}/ckpt_state.c ${RT_DIR}/flags.c
     ${FUZZ_ERR_SOURCES})
 set(FUZZ_state_LIBS PkgConfig::CJSON shard_ir m)
 set(FUZZ_shard_SOURCES ${RT_DIR}/data.c ${RT_DIR}/rng.c ${FUZZ_ERR_SOURCES})
@@ -31,6 +32,14 @@ set(FUZZ_hw_SOURCES ${CMAKE_SOURCE_DIR}/planner/hw.c)
 set(FUZZ_hw_LIBS shard_ir m)
 set(FUZZ_manifest_SOURCES ${CMAKE_SOURCE_DIR}/driver/launch_script.c)
 set(FUZZ_manifest_LIBS PkgConfig::CJSON shard_ir m)
+set(FUZZ_latest_SOURCES ${RT_DIR}/ckpt_keep.c ${RT_DIR}/safetensors_write.c ${RT_DIR}/st_check.c
+    ${FUZZ_ERR_SOURCES})
+set(FUZZ_latest_LIBS PkgConfig::CJSON shard_ir m)
+set(FUZZ_checksums_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_checksums_LIBS PkgConfig::CJSON shard_ir m)
+set(FUZZ_state_meta_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${RT_DIR}/ckpt_state.c
+    ${RT_DIR}/flags.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_state_meta_LIBS PkgConfig::CJSON shard_ir m)
 
 option(SHARDC_FUZZ "Build the libFuzzer targets fuzz_NAME (clang only)" ON)
 set(FUZZ_LIBFUZZER OFF)

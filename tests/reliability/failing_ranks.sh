@@ -12,6 +12,7 @@
 SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
+. "$ROOT/tests/reliability/job_procs.sh"
 TIMEOUT=5
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=4 --microbatch 2"
 head -c 20000 "$ROOT/data/corpus.txt" >text.txt
@@ -53,7 +54,7 @@ run() {
     test "$others" -eq $((n - 1)) -a "$good" -eq "$others"
   check "$label: no rank process is left ($left)" test "$left" -eq 0
   # Nor any process started from this case's folder (the ranks' parents).
-  procs=$(ps -eo args= | grep -c "[p]rog-$label/stage")
+  procs=$(job_procs "prog-$label/stage")
   check "$label: no process of the job is left ($procs)" test "$procs" -eq 0
 }
 

@@ -63,7 +63,7 @@ case_of() {
   took=$(echo "$(date +%s.%N) - $t0" | bc)
   echo "      $label: two SIG$sig 0.5 s apart during the 3 s step: exit $st after $took s"
   check "$label: the second signal exits at once with 128 + the signal, saving nothing" \
-    sh -c "[ $st -eq $((128 + $(signum $sig))) ] && [ \$(echo '$took < 2' | bc) -eq 1 ] && [ ! -e ck2-$label ]"
+    sh -c "[ $st -eq $((128 + $(signum $sig))) ] && [ \$(echo '$took < 2' | bc) -eq 1 ] && [ ! -e ck2-$label/state.safetensors ] && [ ! -e ck2-$label/model.safetensors ]"
 }
 
 case_of one TERM 0

@@ -8,7 +8,14 @@ make_corpus
 # --- round trips ----------------------------------------------------------
 "$TOY" --steps 0 --save d0 >/dev/null
 "$TOY" --steps 0 --init-from d0/model.safetensors --seed 99 --save d1 >/dev/null
-check "initial weights: save, init-from (other seed), save: identical files" cmp d0/model.safetensors d1/model.safetensors
+# The files differ in their run id (a run of another seed), not in a tensor:
+# equal checksum manifests are equal tensors.
+meta() { python3 "$(dirname "$0")/../reliability/st_meta.py" "$@"; }
+echo "      run ids: $(meta d0/model.safetensors run_id) (seed 1337), $(meta d1/model.safetensors run_id) (seed 99)"
+check "initial weights: save, init-from (other seed), save: identical tensors" \
+  test "$(meta d0/model.safetensors checksums.xxh64)" = "$(meta d1/model.safetensors checksums.xxh64)"
+check "  and the run ids differ" \
+  test "$(meta d0/model.safetensors run_id)" != "$(meta d1/model.safetensors run_id)"
 
 "$TOY" --data train.bin --val-data val.bin --steps 30 --lr 1e-2 --save dA >a.txt
 "$TOY" --init-from dA/model.safetensors --val-data val.bin --steps 0 >b.txt

@@ -338,6 +338,70 @@ static void test_device(void) {
   rt_dev_stage_free(st);
 }
 
+/* XXH64 against the reference implementation's published values, the
+ * streaming form against the one-shot one at every split, and rt_st_verify
+ * on a written file, a copy with one byte flipped and one with two tensor
+ * names swapped in the header. */
+static void test_checksums(void) {
+  static const struct {
+    const char *text;
+    unsigned long long want;
+  } known[] = {{"", 0xef46db3751d8e999ull}, {"a", 0xd24ec4f1a98c6e5bull},
+               {"abc", 0x44bc2cf5ad770999ull}};
+  for (int i = 0; i < 3; i++) {
+    unsigned long long got = rt_xxh64(known[i].text, strlen(known[i].text));
+    CHECK(got == known[i].want, "xxh64(\"%s\") = %016llx (reference %016llx)", known[i].text, got,
+          known[i].want);
+  }
+  unsigned char buf[300];
+  for (int i = 0; i < 300; i++) buf[i] = (unsigned char)(i * 37 + 11);
+  uint64_t whole = rt_xxh64(buf, sizeof buf);
+  int differ = 0;
+  for (size_t cut = 0; cut <= sizeof buf; cut++) {
+    RtXxh64 h;
+    rt_xxh64_init(&h);
+    rt_xxh64_update(&h, buf, cut / 3);
+    rt_xxh64_update(&h, buf + cut / 3, cut - cut / 3);
+    rt_xxh64_update(&h, buf + cut, sizeof buf - cut);
+    differ += rt_xxh64_digest(&h) != whole;
+  }
+  CHECK(differ == 0, "xxh64 of 300 bytes in three pieces at 301 cuts: %d differ from %016llx",
+        differ, (unsigned long long)whole);
+  char path[160], bad[160], cmd[1200];
+  snprintf(path, sizeof path, "%s/sums.safetensors", tmpdir);
+  real a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+  int64_t shape[1] = {4};
+  RtStOut out[2] = {{"alpha", 1, shape, a, 4}, {"beta", 1, shape, b, 4}};
+  rt_st_write(path, out, 2, NULL, 0);
+  RtStFile f;
+  RtErr e;
+  rt_st_open(&f, path);
+  int rc = rt_st_verify(&f, &e);
+  rt_st_close(&f);
+  CHECK(rc == 1, "verify of a file as written: %d (want 1)", rc);
+  /* One byte of the last tensor's data flipped (the file's last byte). */
+  snprintf(bad, sizeof bad, "%s/flipped.safetensors", tmpdir);
+  snprintf(cmd, sizeof cmd, "cp %s %s && printf '\\377' | dd of=%s bs=1 seek=$(($(stat -c %%s %s) - 1)) "
+           "conv=notrunc 2>/dev/null", path, bad, bad, bad);
+  CHECK(system(cmd) == 0, "a copy with its last byte flipped: %s", bad);
+  rt_st_open(&f, bad);
+  rc = rt_st_verify(&f, &e);
+  rt_st_close(&f);
+  CHECK(rc == -1 && strstr(e.msg, "tensor beta does not match its checksum"),
+        "verify of the flipped copy: %d, %s", rc, e.msg);
+  /* The names swapped in the header (same length, so offsets stay). */
+  RtStOut swapped[2] = {{"gamma", 1, shape, a, 4}, {"delta", 1, shape, b, 4}};
+  rt_st_write(bad, swapped, 2, NULL, 0);
+  snprintf(cmd, sizeof cmd, "sed -i '1s/\"gamma\"/\"XXXXX\"/; 1s/\"delta\"/\"gamma\"/; 1s/\"XXXXX\"/\"delta\"/' %s",
+           bad);
+  CHECK(system(cmd) == 0, "names swapped by sed in %s", bad);
+  rt_st_open(&f, bad);
+  rc = rt_st_verify(&f, &e);
+  rt_st_close(&f);
+  CHECK(rc == -1 && strstr(e.msg, "does not match its checksum"),
+        "verify with two names swapped: %d, %s", rc, e.msg);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/rt_unit_XXXXXX");
   if (!mkdtemp(tmpdir)) return perror("mkdtemp"), 1;
@@ -352,6 +416,7 @@ int main(void) {
   test_init();
   test_sample();
   test_device();
+  test_checksums();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
