@@ -111,13 +111,14 @@ program() {
   echo "  built $name ($target, $prec)"
 }
 
-# ship NAME: the rank programs and manifest of WORK/NAME into the kit.
+# ship NAME: the programs the manifest of WORK/NAME names (rank0, or one
+# per pipeline stage) and the manifest into the kit, stripped.
 ship() {
   local d=$OUT/payload/p/$1 f
   mkdir -p "$d"
   cp "$WORK/$1/manifest.json" "$d/"
-  for f in "$WORK/$1"/rank*; do
-    case $f in *.cu | *.c) ;; *) cp "$f" "$d/" && strip -s "$d/$(basename "$f")" 2>/dev/null ;; esac
+  for f in $(sed -n 's/.*"program":[[:space:]]*"\([^"]*\)".*/\1/p' "$WORK/$1/manifest.json" | sort -u); do
+    cp "$WORK/$1/$f" "$d/" && strip -s "$d/$f" 2>/dev/null || die "$1: no program $f"
   done
 }
 

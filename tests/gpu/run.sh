@@ -588,16 +588,7 @@ check_nccl_kill() {
   gpu=$(multi_prog t2 cuda) || return 1
   [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
     { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
-  cat >"$MW/kill-rank.sh" <<KILL
-# Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
-"\$@" & pid=\$!
-for _ in \$(seq 600); do
-  [ "\$(wc -l <"$MW/nccl-kill.json" 2>/dev/null || echo 0)" -ge 2 ] && break
-  sleep 0.1
-done
-kill -9 \$pid
-wait \$pid
-KILL
+  kill_script "$MW/kill-rank.sh" "$MW/nccl-kill.json"
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   rm -f "$MW/nccl-kill.json"

@@ -79,6 +79,9 @@ setup() {
       FOUND="$FOUND $so: not found;"
     fi
   done
+  # Python (PyTorch) keeps the machine's own libraries: the kit's are for
+  # the kit's programs.
+  PY_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
   export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # Open MPI, relocated into the kit (its installdirs' environment form).
   export PATH=$W/mpi/bin:$PATH OPAL_PREFIX=$W/mpi OPAL_BINDIR=$W/mpi/bin OPAL_LIBDIR=$W/lib
@@ -169,16 +172,7 @@ row_nccl() { # LAYOUT [bf16]
 row_nccl_kill() {
   need_gpu || return $?
   local dir=$P/nccl-t2 n t0 dt rc limit=20
-  cat >"$L/kill-rank.sh" <<KILL
-# Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
-"\$@" & pid=\$!
-for _ in \$(seq 600); do
-  [ "\$(wc -l <"$L/nccl-kill.json" 2>/dev/null || echo 0)" -ge 2 ] && break
-  sleep 0.1
-done
-kill -9 \$pid
-wait \$pid
-KILL
+  kill_script "$L/kill-rank.sh" "$L/nccl-kill.json"
   n=$(ranks_of "$dir")
   rm -f "$L/nccl-kill.json"
   t0=$SECONDS
@@ -303,6 +297,9 @@ row_recompute() { # PRECISION
       case $p in "$m$sfx"-rc-*-noepi) ;; *) continue ;; esac
       base=${p%-noepi}
       if grep -qx "$base" "$R/recompute-same"; then
+        # Only selective may leave a model with the fused attention as it is.
+        case $base in *-rc-selective) [ "$m" != unfused ] ;; *) false ;; esac ||
+          { echo "FAIL: $base: the program is the one without recomputation"; return 1; }
         echo "$base: the program is the one without recomputation (nothing to recompute)"
         continue
       fi
@@ -340,18 +337,13 @@ WARM=${BENCH_WARMUP:-2} BSTEPS=${BENCH_STEPS:-5}
 # run_ours DIR [ARGS...]: WARM + BSTEPS steps (RUN_STEPS overrides), the
 # process's GPU memory sampled; prints "tokens_per_s max_mem_MiB".
 run_ours() {
-  local dir=$1 pid mem=0 m j=$L/$(basename "$1").json
+  local dir=$1 pid mem j=$L/$(basename "$1").json
   shift
   rm -f "$j"
   "$dir/rank0" --data "$DATA" --steps "${RUN_STEPS:-$((WARM + BSTEPS))}" --seed 1 --quiet --log-json "$j" "$@" \
     >"$j.log" 2>&1 &
   pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
-      awk -F', *' -v p="$pid" '$1 == p { print $2 }')
-    [ -n "$m" ] && [ "$m" -gt "$mem" ] && mem=$m
-    sleep 0.2
-  done
+  mem=$(gpu_mem_peak "$pid")
   wait "$pid" || { echo "FAIL: $(tail -n 3 "$j.log")" >&2; return 1; }
   sed 's/.*"step":\([0-9]*\).*"tokens_per_s":\([^,}]*\).*/\1 \2/' "$j" | awk -v w="$WARM" '$1 > w { print $2 }' |
     sort -g | awk -v mem="$mem" '{ v[NR] = $1 } END { if (NR) printf "%.0f %d\n", v[int((NR + 1) / 2)], mem }'
@@ -376,9 +368,9 @@ row_speed() { # NAME
   SPEED_NOTE="ours $tps tok/s, MFU $mfu"
   if [ "$KIND" = emu ]; then
     SPEED_NOTE="$SPEED_NOTE (emulator kit: the tiny shape, not a speed)"
-  elif python3 -c "import torch" 2>/dev/null; then
+  elif LD_LIBRARY_PATH=$PY_LD_LIBRARY_PATH python3 -c "import torch" 2>/dev/null; then
     for mode in eager compile; do
-      tg=$(python3 "$K/torch_gpt2.py" --mode $mode --layers "$l" --hidden "$h" --heads "$heads" --batch "$b" \
+      tg=$(LD_LIBRARY_PATH=$PY_LD_LIBRARY_PATH python3 "$K/torch_gpt2.py" --mode $mode --layers "$l" --hidden "$h" --heads "$heads" --batch "$b" \
         --seq "$seq" --vocab "$V" --warmup "$WARM" --steps "$BSTEPS" 2>"$L/torch-$mode.err" | tail -n 1 |
         sed 's/.*"tokens_per_s": \([^,]*\),.*/\1/')
       case $tg in [0-9]*)
