@@ -266,12 +266,13 @@ row_ckpt() {
   # GPU 5 steps, CPU 5 more; CPU's 5 steps (made at kit time), GPU 5 more.
   # shellcheck disable=SC2086
   "$P/gpt2/rank0" $T --steps 5 --save "$L/ckpt-cuda" --log-json "$L/ckpt-cuda.json" || { echo "FAIL: 5 steps on the GPU"; return 1; }
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$P/gpt2-cpu/rank0" --resume "$L/ckpt-cuda" --steps "$STEPS" --quiet \
+  # A checkpoint names the corpus it trained on; here it is the kit's copy.
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$P/gpt2-cpu/rank0" --resume "$L/ckpt-cuda" --data "$DATA" --steps "$STEPS" --quiet \
     --log-json "$L/ckpt-cuda.json" || { echo "FAIL: --resume on the CPU from the GPU's checkpoint"; return 1; }
   cmp_losses "cuda 5 steps, cpu 5 more" "$R/ckpt-ref.json" "$L/ckpt-cuda.json" 1e-4 || return 1
   cp "$R/ckpt-cpu.json" "$L/ckpt-cpu.json"
   rm -rf "$L/ckpt-cpu" && cp -r "$R/ckpt-cpu" "$L/ckpt-cpu"
-  "$P/gpt2/rank0" --resume "$L/ckpt-cpu" --steps "$STEPS" --quiet --log-json "$L/ckpt-cpu.json" ||
+  "$P/gpt2/rank0" --resume "$L/ckpt-cpu" --data "$DATA" --steps "$STEPS" --quiet --log-json "$L/ckpt-cpu.json" ||
     { echo "FAIL: --resume on the GPU from the CPU's checkpoint"; return 1; }
   cmp_losses "cpu 5 steps, cuda 5 more" "$R/ckpt-ref.json" "$L/ckpt-cpu.json" 1e-4 &&
     echo "all checks passed: checkpoints cross GPU->CPU and CPU->GPU"
