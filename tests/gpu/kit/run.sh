@@ -423,7 +423,10 @@ row_many_ranks() {
     echo "$l: $n rank(s), $s s/step, /one $(awk -v a="$s" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
     out="$out $l $s"
   done
-  echo "all checks passed: s/step:$out ($([ "$NGPUS" -ge 2 ] && echo "own GPUs" || echo "ranks sharing the GPU"))"
+  local how="ranks sharing the GPU"
+  [ "$NGPUS" -ge 2 ] && how="own GPUs"
+  [ "$KIND" = emu ] && how="the CPU emulator"
+  echo "all checks passed: s/step:$out ($how)"
 }
 
 # Every row: tier, name, function and arguments, limit in seconds on one
