@@ -16,6 +16,9 @@
 #                   (FUZZ=NAME for one: frontend safetensors state shard hw manifest
 #                   latest checksums state_meta)
 #   make bench      time compiles of the paper's 1T model (bench/compile.sh)
+#   make gpu-kit    the GPU kit in build/gpu-kit (scripts/gpu-kit.sh,
+#                   docs/gpu.md): every GPU check's programs and references,
+#                   built without a GPU, at most 48 MiB
 #   make clean      remove the build folders
 #
 # Every target first runs scripts/install-deps.sh, which does nothing when
@@ -28,7 +31,7 @@ FUZZ_TIME ?= 600
 FUZZ      ?= frontend safetensors state shard hw manifest latest checksums state_meta
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build demo test test-long test-all test-full build-asan test-asan fuzz bench clean
+.PHONY: all deps build demo test test-long test-all test-full build-asan test-asan fuzz bench gpu-kit clean
 
 all: build
 
@@ -93,6 +96,9 @@ fuzz: build-asan
 
 bench: build
 	bench/compile.sh
+
+gpu-kit: build
+	scripts/gpu-kit.sh $(BUILD) $(BUILD)/gpu-kit
 
 clean:
 	rm -rf $(BUILD) $(ASAN)

@@ -50,7 +50,8 @@ SHAPES=("small 12 768 12 16" "medium 24 1024 16 16" "1.3B 24 2048 16 8")
 SEQ=1024
 VOCAB=50257
 
-NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+# shellcheck source=tests/gpu/ranks.sh
+. "$ROOT/tests/gpu/ranks.sh"
 REASON=
 [ "$NGPUS" -gt 0 ] || REASON="no GPU (nvidia-smi sees none)"
 if python3 -c "import torch" 2>/dev/null; then TORCH=1; else TORCH=0; fi
@@ -91,18 +92,13 @@ build_ours() {
 # counting the warm-up), sampling the process's GPU memory; prints
 # "tokens_per_s max_mem_MiB".
 run_ours() {
-  local dir=$1 pid mem=0 m
+  local dir=$1 pid mem
   shift
   rm -f "$dir.json"
   "$dir/rank0" --data "$DATA" --steps "${RUN_STEPS:-$((WARM + STEPS))}" --seed 1 --quiet \
     --log-json "$dir.json" "$@" >"$dir.run.log" 2>&1 &
   pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
-      awk -F', *' -v p="$pid" '$1 == p { print $2 }')
-    [ -n "$m" ] && [ "$m" -gt "$mem" ] && mem=$m
-    sleep 0.2
-  done
+  mem=$(gpu_mem_peak "$pid")
   wait "$pid" || { echo "FAIL: $(tail -n 1 "$dir.run.log")" >&2; return 1; }
   sed 's/.*"step":\([0-9]*\).*"tokens_per_s":\([^,}]*\).*/\1 \2/' "$dir.json" |
     awk -v w="$WARM" '$1 > w { print $2 }' | sort -g |
@@ -219,8 +215,6 @@ GRAPH_LINE=$(graph_row)
 # sharing row measures the code path, not the speed of a real cluster.
 # t = 4 and 8 run only where there are that many GPUs: their per-GPU
 # efficiency is one rank's step time / (t x the layout's).
-# shellcheck source=tests/gpu/ranks.sh
-. "$ROOT/tests/gpu/ranks.sh"
 MULTI_B=${BENCH_MULTI_BATCH:-4}
 MULTI_GB=${BENCH_MULTI_GLOBAL:-16}
 MULTI_PREC=${BENCH_MULTI_PRECISION:-bf16}

@@ -126,6 +126,32 @@ struct Problem {
   int64_t m, n, k;
 };
 
+/* What the library refuses though the emulator could compute it, so that
+ * a program's fallbacks run here as they would on the GPU (the heuristic
+ * returns NOT_SUPPORTED, as cuBLASLt's does for an epilogue it has no
+ * kernel for):
+ *  - a bias gradient of an operand (BGRADA, BGRADB) only where that
+ *    operand is stored with k as its second dimension, column-major: A not
+ *    transposed (m x k), B transposed (n x k). That is the layout the
+ *    library's epilogue kernels reduce in (the weight-gradient GEMMs of
+ *    training frameworks call BGRADB so, with transb = T); in the other
+ *    transposition there is no algorithm;
+ *  - the aux matrix's leading dimension (EPILOGUE_AUX_LD) a multiple of 8,
+ *    as the documentation of the attribute requires.
+ * (cublasLtMatmul adds the pointers' alignment: see epilogue_pointers.) */
+cublasStatus_t refused(const Problem &p) {
+  uint32_t e = p.d.epilogue;
+  if (e == CUBLASLT_EPILOGUE_BGRADA && p.d.transa)
+    return unsupported("BGRADA with A transposed (the bias gradient of A needs transa = N)");
+  if (e == CUBLASLT_EPILOGUE_BGRADB && !p.d.transb)
+    return unsupported("BGRADB with B not transposed (the bias gradient of B needs transb = T)");
+  if (has_aux(e) && p.d.aux_ld % 8 != 0) {
+    note("cuBLASLt: EPILOGUE_AUX_LD %lld is not a multiple of 8", (long long)p.d.aux_ld);
+    return unsupported("an aux leading dimension that is not a multiple of 8");
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t check_layout(const Layout &l, const char *name) {
   if (l.order != CUBLASLT_ORDER_COL)
     kc_emu::die("cuBLASLt: layout %s has order %d: the emulator knows column-major only", name,
@@ -183,7 +209,7 @@ cublasStatus_t validate(Problem *p, cublasLtMatmulDesc_t desc, cublasLtMatrixLay
   if ((has_bias(e) || writes_bias(e)) && bt != CUDA_R_32F && bt != CUDA_R_16BF)
     return unsupported("a bias type other than 32F and 16BF");
   if (has_aux(e) && d.aux_ld < p->m) return bad("EPILOGUE_AUX_LD below the rows of D");
-  return CUBLAS_STATUS_SUCCESS;
+  return refused(*p);
 }
 
 /* What an algorithm remembers of the problem it was found for. */
@@ -261,6 +287,27 @@ cublasStatus_t check_matrix(const void *ptr, const Layout &l, uint32_t align, co
   if (!kc_emu::device_range(ptr, last * elem(l.type))) {
     snprintf(why, sizeof why, "matrix %s (%p, %zu elements) is not inside one device allocation",
              name, ptr, last);
+    return bad(why);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The epilogue's vectors are read and written with D's vector width: the
+ * bias and the aux matrix must be aligned as D was promised to be (at most
+ * 16 bytes), and to their own element. */
+cublasStatus_t epilogue_pointers(const Problem &p, uint32_t align_d) {
+  uint32_t e = p.d.epilogue, need = align_d < 16 ? align_d : 16;
+  cudaDataType_t bt = p.d.bias_type < 0 ? p.dl.type : (cudaDataType_t)p.d.bias_type;
+  cudaDataType_t at = p.d.aux_type < 0 ? p.dl.type : (cudaDataType_t)p.d.aux_type;
+  char why[160];
+  if ((has_bias(e) || writes_bias(e)) && ((uintptr_t)p.d.bias % need || (uintptr_t)p.d.bias % elem(bt))) {
+    snprintf(why, sizeof why, "the bias pointer %p is not %u-byte aligned as D's algorithm requires",
+             p.d.bias, need);
+    return bad(why);
+  }
+  if (has_aux(e) && ((uintptr_t)p.d.aux % need || (uintptr_t)p.d.aux % elem(at))) {
+    snprintf(why, sizeof why, "the aux pointer %p is not %u-byte aligned as D's algorithm requires",
+             p.d.aux, need);
     return bad(why);
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -524,6 +571,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   uint32_t e = p.d.epilogue;
   if ((has_bias(e) || writes_bias(e)) && !p.d.bias) return bad("the epilogue's bias pointer is null");
   if (has_aux(e) && !p.d.aux) return bad("the epilogue's aux pointer is null");
+  if ((s = epilogue_pointers(p, align[3])) != CUBLAS_STATUS_SUCCESS) return s;
   cudaError_t err = kc_emu::enqueue(stream, [p, a, b, A, B, C, D]() { run(p, a, b, A, B, C, D); },
                                     "cublasLtMatmul");
   if (err != cudaSuccess) {

@@ -9,6 +9,16 @@
  * and aborts here with a message that names the kernel, the block, the
  * threads and the source lines.
  *
+ * Order. The hardware promises no order among a block's threads between
+ * two barriers, nor among a grid's blocks, so code whose result depends on
+ * one is wrong even where it passes. SHARD_EMU_ORDER picks the order here:
+ * "forward" (the default: blocks and threads by increasing index),
+ * "reverse" (both by decreasing index), or "shuffle:SEED" (the blocks of
+ * each launch in a shuffled order, and the threads of each block in a new
+ * shuffled order at each of its rounds between barriers, all drawn from
+ * SEED and the launch's count, so that a failure repeats). CI runs the
+ * kernel tests in all three.
+ *
  * Fibers switch with a few instructions of assembly on x86-64 (ucontext's
  * swapcontext makes a system call each time, and a warp shuffle switches
  * every lane twice), with swapcontext elsewhere. Stacks are allocated once
@@ -97,6 +107,59 @@ struct Block {
 } B;
 
 std::vector<char *> stacks;
+
+/* SHARD_EMU_ORDER (the top of this file), read at the first launch. */
+enum OrderMode { FORWARD, REVERSE, SHUFFLE };
+struct Order {
+  bool read;
+  OrderMode mode;
+  uint64_t seed;
+  uint64_t launches; /* launches so far: each shuffles with its own stream */
+  uint64_t state;    /* the current launch's generator */
+  std::vector<int> perm;
+} O;
+
+void read_order() {
+  O.read = true;
+  O.mode = FORWARD;
+  const char *s = getenv("SHARD_EMU_ORDER");
+  if (!s || !*s || strcmp(s, "forward") == 0) return;
+  if (strcmp(s, "reverse") == 0) {
+    O.mode = REVERSE;
+    return;
+  }
+  char *end;
+  if (strncmp(s, "shuffle:", 8) == 0 && s[8]) {
+    O.seed = strtoull(s + 8, &end, 10);
+    if (!*end) {
+      O.mode = SHUFFLE;
+      return;
+    }
+  }
+  die("SHARD_EMU_ORDER=%s: want forward, reverse or shuffle:SEED (SEED a decimal number)", s);
+}
+
+/* splitmix64: a small generator whose streams for nearby seeds differ. */
+uint64_t next_random() {
+  uint64_t z = (O.state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* The order in which to visit 0 .. n-1 under the mode, in O.perm. */
+const std::vector<int> &visit_order(int n) {
+  O.perm.resize((size_t)n);
+  for (int i = 0; i < n; i++) O.perm[(size_t)i] = O.mode == REVERSE ? n - 1 - i : i;
+  if (O.mode == SHUFFLE)
+    for (int i = n - 1; i > 0; i--) {
+      int j = (int)(next_random() % (uint64_t)(i + 1));
+      int t = O.perm[(size_t)i];
+      O.perm[(size_t)i] = O.perm[(size_t)j];
+      O.perm[(size_t)j] = t;
+    }
+  return O.perm;
+}
 
 } // namespace
 
@@ -343,8 +406,15 @@ void run_block() {
   }
   int live = B.n;
   while (live > 0) {
-    for (int i = 0; i < B.n; i++)
-      if (B.f[i].state == RUN) resume(&B.f[i]);
+    if (O.mode == FORWARD) {
+      for (int i = 0; i < B.n; i++)
+        if (B.f[i].state == RUN) resume(&B.f[i]);
+    } else {
+      /* A copy: visit_order's vector is the grid's too. */
+      std::vector<int> order = visit_order(B.n);
+      for (int i : order)
+        if (B.f[(size_t)i].state == RUN) resume(&B.f[(size_t)i]);
+    }
     live = 0;
     for (int i = 0; i < B.n; i++) live += B.f[i].state != DONE;
     if (live == 0) break;
@@ -361,12 +431,25 @@ void run_grid(const Config &c, const std::function<void()> &body) {
   B.f.resize((size_t)B.n);
   g_block_dim = c.block;
   g_grid_dim = c.grid;
-  for (unsigned z = 0; z < c.grid.z; z++)
-    for (unsigned y = 0; y < c.grid.y; y++)
-      for (unsigned x = 0; x < c.grid.x; x++) {
-        g_block = uint3{x, y, z};
-        run_block();
-      }
+  if (!O.read) read_order();
+  O.state = O.seed ^ (++O.launches * 0xd1b54a32d192ed03ULL);
+  uint64_t blocks = (uint64_t)c.grid.x * c.grid.y * c.grid.z;
+  if (O.mode == FORWARD || blocks > (1u << 24)) {
+    /* Forward, or a grid too large to keep a permutation of (run in order). */
+    for (unsigned z = 0; z < c.grid.z; z++)
+      for (unsigned y = 0; y < c.grid.y; y++)
+        for (unsigned x = 0; x < c.grid.x; x++) {
+          g_block = uint3{x, y, z};
+          run_block();
+        }
+  } else {
+    std::vector<int> order = visit_order((int)blocks);
+    for (int b : order) {
+      g_block = uint3{(unsigned)b % c.grid.x, (unsigned)b / c.grid.x % c.grid.y,
+                      (unsigned)b / (c.grid.x * c.grid.y)};
+      run_block();
+    }
+  }
   g_thread = nullptr;
 }
 

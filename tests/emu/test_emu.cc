@@ -292,9 +292,21 @@ static void test_epilogue(cublasLtHandle_t h, cublasLtEpilogue_t epi, const char
   int64_t ld = 8;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &daux, sizeof daux);
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+  /* BGRADB runs with B transposed only (cublaslt.cc): B is then stored
+   * n x k, B[l + j k] of op(B) at B[j + l n]. */
+  bool tb = epi == CUBLASLT_EPILOGUE_BGRADB;
+  if (tb) {
+    float Bt[k * n];
+    for (int l = 0; l < k; l++)
+      for (int j = 0; j < n; j++) Bt[j + l * n] = B[l + j * k];
+    cudaMemcpy(dB, Bt, sizeof Bt, cudaMemcpyHostToDevice);
+    int32_t op = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op, sizeof op);
+  }
   cublasLtMatrixLayout_t la, lb, ld_;
   cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
-  cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
+  if (tb) cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, n, k, n);
+  else cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
   cublasLtMatrixLayoutCreate(&ld_, CUDA_R_32F, m, n, m);
   float one = 1, zero = 0;
   cublasStatus_t s = cublasLtMatmul(h, desc, &one, dA, la, dB, lb, &zero, nullptr, ld_, dD, ld_,
@@ -336,6 +348,55 @@ static void test_epilogue(cublasLtHandle_t h, cublasLtEpilogue_t epi, const char
   cudaFree(dA), cudaFree(dB), cudaFree(db), cudaFree(daux), cudaFree(dD);
 }
 
+/* The heuristic's answer for an m x n x k fp32 problem with epilogue epi,
+ * A and B transposed or not, and the aux matrix's leading dimension. */
+static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtEpilogue_t epi, bool ta, bool tb,
+                                int64_t aux_ld) {
+  const int m = 16, n = 8, k = 24;
+  cublasLtMatmulDesc_t d;
+  cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, ta ? k : m, ta ? m : k, ta ? k : m);
+  cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, tb ? n : k, tb ? k : n, tb ? n : k);
+  cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, m, n, m);
+  cublasLtMatmulPreference_t p;
+  cublasLtMatmulPreferenceCreate(&p);
+  cublasLtMatmulHeuristicResult_t r;
+  int found = 0;
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, d, a, b, c, c, p, 1, &r, &found);
+  cublasLtMatrixLayoutDestroy(a), cublasLtMatrixLayoutDestroy(b), cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatmulPreferenceDestroy(p);
+  cublasLtMatmulDescDestroy(d);
+  return s == CUBLAS_STATUS_SUCCESS && found != 1 ? CUBLAS_STATUS_INTERNAL_ERROR : s;
+}
+
+/* What the library refuses, the emulator refuses (cublaslt.cc's refused),
+ * and what it runs stays accepted. */
+static void test_refusals(cublasLtHandle_t h) {
+  const cublasStatus_t OK = CUBLAS_STATUS_SUCCESS, NO = CUBLAS_STATUS_NOT_SUPPORTED;
+  expect(heuristic(h, CUBLASLT_EPILOGUE_BGRADA, false, false, 16) == OK &&
+             heuristic(h, CUBLASLT_EPILOGUE_BGRADA, false, true, 16) == OK,
+         "cuBLASLt: BGRADA with transa = N is offered");
+  expect(heuristic(h, CUBLASLT_EPILOGUE_BGRADA, true, false, 16) == NO,
+         "cuBLASLt: BGRADA with transa = T: NOT_SUPPORTED");
+  expect(heuristic(h, CUBLASLT_EPILOGUE_BGRADB, false, true, 16) == OK &&
+             heuristic(h, CUBLASLT_EPILOGUE_BGRADB, true, true, 16) == OK,
+         "cuBLASLt: BGRADB with transb = T is offered");
+  expect(heuristic(h, CUBLASLT_EPILOGUE_BGRADB, false, false, 16) == NO,
+         "cuBLASLt: BGRADB with transb = N: NOT_SUPPORTED");
+  expect(heuristic(h, CUBLASLT_EPILOGUE_DGELU, false, false, 16) == OK &&
+             heuristic(h, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, false, 24) == OK,
+         "cuBLASLt: aux leading dimensions 16 and 24 are offered");
+  expect(heuristic(h, CUBLASLT_EPILOGUE_DGELU, false, false, 20) == NO &&
+             heuristic(h, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, false, 17) == NO,
+         "cuBLASLt: an aux leading dimension not a multiple of 8: NOT_SUPPORTED");
+}
+
 static void test_cublaslt() {
   cublasLtHandle_t h;
   cublasLtCreate(&h);
@@ -343,7 +404,8 @@ static void test_cublaslt() {
   test_epilogue(h, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "cuBLASLt GELU_AUX_BIAS (D and the aux matrix)");
   test_epilogue(h, CUBLASLT_EPILOGUE_DGELU_BGRAD, "cuBLASLt DGELU_BGRAD (D and the bias gradient)");
   test_epilogue(h, CUBLASLT_EPILOGUE_BGRADA, "cuBLASLt BGRADA");
-  test_epilogue(h, CUBLASLT_EPILOGUE_BGRADB, "cuBLASLt BGRADB");
+  test_epilogue(h, CUBLASLT_EPILOGUE_BGRADB, "cuBLASLt BGRADB (B transposed)");
+  test_refusals(h);
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulDesc_t d;
   cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);

@@ -55,6 +55,15 @@ endif()
 add_test(NAME emu/kernels COMMAND test_kernels_cuda_emu ${emu_shapes})
 set_tests_properties(emu/kernels PROPERTIES LABELS emu
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+# The same with a block's threads, and a grid's blocks, in reverse order and
+# in a seeded shuffled order (SHARD_EMU_ORDER, launch.cc): a kernel whose
+# result depends on the order the hardware does not promise fails here.
+foreach(order reverse shuffle:1 shuffle:20261201)
+  string(REPLACE ":" "_" order_name ${order})
+  add_test(NAME emu/kernels_${order_name} COMMAND test_kernels_cuda_emu ${emu_shapes})
+  set_tests_properties(emu/kernels_${order_name} PROPERTIES LABELS emu
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive;SHARD_EMU_ORDER=${order}")
+endforeach()
 
 add_executable(test_device_cuda_emu ${CMAKE_SOURCE_DIR}/tests/gpu/test_device_cuda.c)
 target_link_libraries(test_device_cuda_emu PRIVATE shard_rt_cuda_emu shard_kernels_f32)

@@ -40,3 +40,31 @@ mpirun_job() {
   done
   mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "${cmd[@]}"
 }
+
+# kill_script FILE JSON: writes FILE, a script that runs its arguments (a
+# rank) and kills it (SIGKILL) once the run has logged two steps to JSON.
+kill_script() {
+  cat >"$1" <<KILL
+# Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
+"\$@" & pid=\$!
+for _ in \$(seq 600); do
+  [ "\$(wc -l <"$2" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 \$pid
+wait \$pid
+KILL
+}
+
+# gpu_mem_peak PID: the most GPU memory (MiB) nvidia-smi shows for process
+# PID while it runs (0 without nvidia-smi); returns when PID has ended.
+gpu_mem_peak() {
+  local mem=0 m
+  while kill -0 "$1" 2>/dev/null; do
+    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+      awk -F', *' -v p="$1" '$1 == p { print $2 }')
+    [ -n "$m" ] && [ "$m" -gt "$mem" ] && mem=$m
+    sleep 0.2
+  done
+  echo "$mem"
+}

@@ -38,7 +38,8 @@
 #                      bf16 vector stores are perturbed must differ (the loops ran)
 #   gpt2 epilogues     the tiny GPT-2 fp32 on the GPU with cuBLASLt's epilogues (bias+GELU,
 #                      dgelu, bias gradients) against the same program compiled with
-#                      --no-gemm-epilogue: every step's loss within 1e-5 (relative)
+#                      --no-gemm-epilogue: every step's loss within 1e-4 (relative: the
+#                      library's GELU may use an approximate tanh)
 #   cuda graphs        the tiny GPT-2 in fp32, and again with dropout 0.1, on the GPU
 #                      with --cuda-graphs on and off: the same losses to the bit over
 #                      10 steps, within 1e-4 of the CPU target's; with graphs on the
@@ -55,7 +56,7 @@
 #     recompute bf16   tests/recompute/unfused.shard, the attention written out)
 #                      against the same program without recomputation:
 #                      every step's loss and gradient norm to the bit with
-#                      --no-gemm-epilogue, within 1e-5 relative with the epilogues,
+#                      --no-gemm-epilogue, within 1e-4 relative with the epilogues,
 #                      within 1e-4 of the CPU target's (bf16: 2e-2 relative)
 #   dropout            the tiny GPT-2 at dropout_rate 0.1: every step's loss within
 #                      1e-4 of the CPU target's, with --recompute full to the bit of
@@ -163,34 +164,10 @@ prog() {
   echo "$dir/rank0"
 }
 
-# steps_losses JSON: "step loss" per line of a --log-json file.
-steps_losses() { sed 's/.*"step":\([0-9]*\).*"loss":\([^,}]*\).*/\1 \2/' "$1"; }
-
-# cmp_losses WHAT REF OTHER TOL [rel]: every step of REF in OTHER,
-# |loss - ref| <= TOL, or with `rel` |loss - ref| <= TOL |ref|.
-cmp_losses() {
-  steps_losses "$2" >"$2.sl"
-  steps_losses "$3" >"$3.sl"
-  awk -v what="$1" -v tol="$4" -v want="$STEPS" -v rel="${5:-}" '
-    NR == FNR { ref[$1] = $2; next }
-    { got[$1] = $2 }
-    END {
-      worst = 0; n = 0
-      for (s in ref) {
-        if (!(s in got) || got[s] !~ /^-?[0-9]/ || ref[s] !~ /^-?[0-9]/) {
-          printf "FAIL: %s: step %s: %s against %s\n", what, s, got[s], ref[s]; exit 1
-        }
-        d = got[s] - ref[s]; if (d < 0) d = -d
-        if (rel != "") { r = ref[s] < 0 ? -ref[s] : ref[s]; d = r > 0 ? d / r : d }
-        if (d > worst) worst = d
-        n++
-      }
-      if (n != want) { printf "FAIL: %s: %d steps compared, not %d\n", what, n, want; exit 1 }
-      printf "%s: %d steps, largest %s|loss difference| %.2e (limit %s)\n", what, n,
-             rel != "" ? "relative " : "", worst, tol
-      exit worst > tol
-    }' "$2.sl" "$3.sl"
-}
+# The comparisons of --log-json files (steps_losses, cmp_losses,
+# json_bits, same_bits), shared with the GPU kit's runner.
+# shellcheck source=tests/gpu/compare.sh
+. "$ROOT/tests/gpu/compare.sh"
 
 check_fp32() { # MODEL
   local cpu gpu
@@ -223,6 +200,11 @@ check_bf16() { # MODEL
 # (--no-gemm-epilogue), both on the GPU in fp32: the same sums in another
 # order, so within fp32 rounding. A fallback to the unfused path shows in
 # the log (gemm.cu reports it once per epilogue).
+# The losses of a program with cuBLASLt's GELU epilogues against the same
+# program without them: the library's GELU may evaluate tanh with the
+# hardware's approximate instruction (test_kernels_cuda.c's TOL_GELU32),
+# which moves fp32 losses by more than the reordered sums alone would.
+EPI_TOL=1e-4
 check_epilogues() {
   local gpu noepi
   gpu=$(prog gpt2 cuda) && noepi=$(prog gpt2 cuda fp32 noepi --no-gemm-epilogue) || return 1
@@ -233,28 +215,9 @@ check_epilogues() {
   # shellcheck disable=SC2086
   "$noepi" $TRAIN --steps $STEPS --log-json "$MW/gpt2-noepi.json" ||
     { echo "FAIL: the unfused run"; return 1; }
-  cmp_losses "gpt2 fp32 epilogues against none" "$MW/gpt2-noepi.json" "$MW/gpt2-epi.json" 1e-5 rel ||
+  cmp_losses "gpt2 fp32 epilogues against none" "$MW/gpt2-noepi.json" "$MW/gpt2-epi.json" $EPI_TOL rel ||
     return 1
   echo "all checks passed: the fused epilogues give the unfused program's losses"
-}
-
-# json_bits JSON: "step loss grad_norm" per line, as the program printed
-# them (cJSON prints a double so that it reads back to the same bits).
-json_bits() { sed 's/.*"step":\([0-9]*\).*"loss":\([^,}]*\).*"grad_norm":\([^,}]*\).*/\1 \2 \3/' "$1"; }
-
-# same_bits WHAT REF OTHER: every step's loss and gradient norm in OTHER
-# are REF's to the bit.
-same_bits() {
-  local n
-  n=$(json_bits "$2" | wc -l)
-  if [ "$n" = "$STEPS" ] && [ "$(json_bits "$2")" = "$(json_bits "$3")" ]; then
-    echo "$1: $n steps, losses and gradient norms to the bit"
-    return 0
-  fi
-  echo "FAIL: $1: not the same bits over $n steps; the first that differ (step loss grad_norm):"
-  paste -d '|' <(json_bits "$2") <(json_bits "$3") | awk -F '|' '$1 != $2 { print "  " $1 "  against  " $2 }' |
-    head -n 3
-  return 1
 }
 
 # The fused kernels' 16-byte loops (8 bf16 a uint4, 4 fp32 a float4,
@@ -445,7 +408,7 @@ train() {
 # it fuses it (recomputed nodes sit between the linear_dx and the
 # gelu_grad, holding the buffer the epilogue would write): cuBLASLt's
 # dgelu rounds differently, so those programs are compared as the
-# epilogues check does (1e-5 relative; bf16 2e-2), and both fp32 forms with
+# epilogues check does (EPI_TOL relative; bf16 2e-2), and both fp32 forms with
 # the CPU target within 1e-4 (bf16: 2e-2 relative of its fp32 run). The
 # tiny GPT-2 and LLaMA have the fused attention, which keeps no scores:
 # selective leaves GPT-2's program as it is (checked, not run);
@@ -454,7 +417,7 @@ RC_MODES_gpt2="selective full"
 RC_MODES_llama="full"
 RC_MODES_unfused="selective full"
 check_recompute() { # PRECISION
-  local prec=$1 m mode opts cpu none plain rc rcp tol=1e-4 epi=1e-5 rel="" models="gpt2 llama unfused"
+  local prec=$1 m mode opts cpu none plain rc rcp tol=1e-4 epi=$EPI_TOL rel="" models="gpt2 llama unfused"
   local modes
   [ "$prec" = bf16 ] && tol=2e-2 epi=2e-2 rel=rel
   for m in $models; do
@@ -507,7 +470,9 @@ check_dropout() {
     train "$gpu" "$MW/drop-cuda.json" && train "$full" "$MW/drop-full.json" &&
     train "$bf" "$MW/drop-bf16.json" || return 1
   moved=$(cmp_losses "gpt2 dropout 0.1 against 0, CPU" "$MW/drop-0.json" "$MW/drop-cpu.json" 1e-3)
-  case $? in
+  local rc=$?
+  moved=${moved%%$'\n'*}
+  case $rc in
     0) echo "FAIL: the rate does not matter: $moved"; return 1 ;;
     *) case $moved in FAIL*) echo "$moved"; return 1 ;; esac ;;
   esac
@@ -623,16 +588,7 @@ check_nccl_kill() {
   gpu=$(multi_prog t2 cuda) || return 1
   [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
     { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
-  cat >"$MW/kill-rank.sh" <<KILL
-# Runs the rank, then kills it (SIGKILL) once the run has logged two steps.
-"\$@" & pid=\$!
-for _ in \$(seq 600); do
-  [ "\$(wc -l <"$MW/nccl-kill.json" 2>/dev/null || echo 0)" -ge 2 ] && break
-  sleep 0.1
-done
-kill -9 \$pid
-wait \$pid
-KILL
+  kill_script "$MW/kill-rank.sh" "$MW/nccl-kill.json"
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   rm -f "$MW/nccl-kill.json"

@@ -22,3 +22,24 @@ if(TARGET shard_rt_cuda)
   set_tests_properties(gpu/no_device PROPERTIES SKIP_REGULAR_EXPRESSION "^SKIP:" LABELS gpu
                        PASS_REGULAR_EXPRESSION "error: no CUDA device")
 endif()
+
+# The GPU kit's quick rehearsal (docs/gpu.md, tests/gpu/kit/rehearse.sh):
+# the quick kit built with the CPU emulator's programs, then its runner's
+# few rows run in a minimal Debian root file system through chroot, so
+# that a library the kit lacks fails here. The kit and the root file
+# system are built once by the fixture (and reused while nothing they
+# hold changed); the rehearsal itself takes well under a minute. Both
+# need the NCCL stand-in (MPI), a shardc that compiles --target cuda
+# (nvcc) and, for the rehearsal, root; they skip otherwise.
+if(TARGET shard_rt_cuda_nccl_emu AND TARGET shard_kernels_cuda)
+  add_test(NAME gpu/kit_quick_build
+           COMMAND bash -c "${CMAKE_SOURCE_DIR}/tests/gpu/kit/rootfs.sh ${CMAKE_BINARY_DIR}/gpu-rootfs || exit 77; ${CMAKE_SOURCE_DIR}/scripts/gpu-kit.sh --emu --quick ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/gpu-kit-emu-quick")
+  set_tests_properties(gpu/kit_quick_build PROPERTIES LABELS "gpu;emu" SKIP_RETURN_CODE 77
+                       TIMEOUT 900 FIXTURES_SETUP gpu_kit_quick RESOURCE_LOCK mpirun
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+  add_test(NAME gpu/kit_rehearsal
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/kit/rehearse.sh --quick ${CMAKE_BINARY_DIR} 1)
+  set_tests_properties(gpu/kit_rehearsal PROPERTIES LABELS "gpu;emu" SKIP_RETURN_CODE 77
+                       TIMEOUT 300 FIXTURES_REQUIRED gpu_kit_quick RESOURCE_LOCK mpirun
+                       PASS_REGULAR_EXPRESSION "tier 1: [1-9][0-9]* PASS, 0 FAIL")
+endif()
