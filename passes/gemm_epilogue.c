@@ -16,8 +16,6 @@
  * GEMM's workspace (PassMemPolicy.gemm_workspace), which the target's
  * scratch sizes make room for. --no-gemm-epilogue (PassOptions) chooses
  * none; so does a policy without a GEMM workspace (the CPU target's). */
-#include <string.h>
-
 #include "gemm_epilogue.h"
 #include "program_passes.h"
 

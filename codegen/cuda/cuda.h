@@ -135,7 +135,7 @@ void cg_cuda_linear_dw(CgEmitter *e, int index);
  * gradient GEMM i computes (NULL: none); whether node j's code is an
  * earlier GEMM's epilogue (then it writes none of its own). */
 static inline const PassEpilogues *cuda_epilogues(CgEmitter *e) {
-  const PassEpilogues *c = e->chunk->epilogues;
+  const PassEpilogues *c = e->chunk ? e->chunk->epilogues : NULL;
   if (!c || c->plan != e->plan) die("a chunk without the epilogues of its plan");
   return c;
 }
