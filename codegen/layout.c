@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../passes/gemm_epilogue.h"
 #include "layout.h"
 
 /* ------------------------------------------------------------ the model */
@@ -212,6 +213,13 @@ static bool make_chunks(CgLayout *l) {
                      l->policy.low_bytes ? " and bf16 values" : ""), "memplan");
       return false;
     }
+    if (!l->target->gemm_epilogues) continue;
+    const PassEpilogues *ep = k < l->prog->nepilogues ? &l->prog->epilogues[k] : NULL;
+    if (!ep || ep->g != all[k].g || ep->plan != all[k].plan) {
+      missing("the GEMM epilogues of every chunk, chosen on its memory plan", "gemm-epilogue");
+      return false;
+    }
+    all[k].epilogues = ep;
   }
   return true;
 }

@@ -11,6 +11,16 @@
 
 typedef struct CgTarget CgTarget;
 
+/* The pass pipelines every target shares unless it names its own
+ * (CgTarget.pipeline, .pipeline_pp), without and with pipeline
+ * partitioning; one line each, so that a pass joins a pipeline in a
+ * one-line change, and a target that adds passes of its own appends them
+ * to these (the CUDA target's gemm-epilogue). */
+#define CG_PIPELINE \
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,recompute,verify,schedule,memplan"
+#define CG_PIPELINE_PP \
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan"
+
 /* Where a target's programs keep the model (CgTarget.memory). */
 typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;
 
@@ -42,6 +52,9 @@ typedef struct CgChunk {
   int64_t weight_base; /* elements */
   int64_t nweights;    /* elements, padded to the bucket quantum */
   IrVec recv_act, send_act, recv_grad, send_grad; /* IrValue*: message parts */
+  /* The GEMM epilogues gemm-epilogue chose on its plan, for a target that
+   * reads them (CgTarget.gemm_epilogues); NULL for the others. */
+  const struct PassEpilogues *epilogues;
   const CgBucket *buckets; /* the rank's buckets of this chunk */
   int nbuckets;
   int first_bucket;    /* the rank's index of buckets[0] */
@@ -190,8 +203,12 @@ struct CgTarget {
   /* The pass pipeline a graph goes through before codegen, without and
    * with pipeline partitioning (whose program passes cut the graph into
    * chunks and plan each); NULL: the pipelines every target shares
-   * (targets.c). */
+   * (CG_PIPELINE, CG_PIPELINE_PP). */
   const char *pipeline, *pipeline_pp;
+  /* Whether its programs are written with the GEMM epilogues the
+   * gemm-epilogue pass chose (CgChunk.epilogues): the layout then requires
+   * them of every chunk, made on the chunk's plan. */
+  bool gemm_epilogues;
   /* The precisions its programs run the step in (CG_PRECISION_*). */
   unsigned precisions;
   /* Where its programs keep the model: this machine's memory (the

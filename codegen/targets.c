@@ -14,13 +14,10 @@ static const CgTarget *const targets[] = {
 
 #define NTARGETS ((int)(sizeof targets / sizeof targets[0]))
 
-/* The pass pipelines of every target that names none of its own, without
- * and with pipeline partitioning; one line each, so that a pass joins a
- * pipeline in a one-line change. */
-static const char pipeline[] =
-    "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,recompute,verify,schedule,memplan";
-static const char pipeline_pp[] =
-    "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan";
+/* The pass pipelines of every target that names none of its own
+ * (CG_PIPELINE, CG_PIPELINE_PP of target.h). */
+static const char pipeline[] = CG_PIPELINE;
+static const char pipeline_pp[] = CG_PIPELINE_PP;
 
 const CgTarget *cg_find_target(const char *name) {
   for (int i = 0; i < NTARGETS; i++)

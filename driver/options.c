@@ -231,6 +231,7 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   out->sequence_parallel = drv_flag(nargs, args, "--sequence-parallel");
   ok = recompute_flags(cmd, nargs, args, out) && ok;
   out->no_scatter_gather = drv_flag(nargs, args, "--no-scatter-gather");
+  out->no_gemm_epilogue = drv_flag(nargs, args, "--no-gemm-epilogue");
   const char *strategy = drv_value(nargs, args, "--tp-strategy");
   if (strategy && strcmp(strategy, "none") == 0) {
     out->tp_strategy = PASS_TP_NONE;

@@ -68,6 +68,12 @@ typedef struct PassMemPolicy {
    * none): a pipeline chunk's messages, so that activations and their
    * gradients travel between stages in bf16 (pass_memplan). */
   const IrPtrMap *low_values;
+  /* Bytes at the start of a GEMM node's scratch that its library's
+   * workspace takes, 256 bytes of alignment included (the CUDA target's
+   * cuBLASLt workspace); a bias gradient its epilogue computes is stashed
+   * after it (pass_gemm_stash_bytes, gemm_epilogue.h). 0: the target's
+   * GEMMs run no epilogues, and gemm-epilogue chooses none. */
+  int64_t gemm_workspace;
 } PassMemPolicy;
 
 /* The plan's threads when a policy asks for none. */
@@ -131,6 +137,21 @@ bool pass_memplan_made_for(const PassMemPlan *p, int real_bytes, const PassMemPo
 PassMemPolicy pass_memplan_policy(const PassMemPolicy *target, int threads, int low_bytes);
 /* The placement of a value of the planned graph; NULL for a foreign one. */
 const PassBuf *pass_memplan_find(const PassMemPlan *p, const IrValue *v);
+/* Whether the kernels of a low-precision program (policy.low_bytes 2)
+ * read v at low precision under plan p: a weight, through the working copy
+ * a GPU target keeps of the weights at low precision, or a value the plan
+ * sized below its real's bytes. Never ids, gradient slots or registers. */
+static inline bool pass_memplan_low(const PassMemPlan *p, const IrValue *v) {
+  if (p->policy.low_bytes != 2 || v->type.dtype == IR_I32 || v->type.dtype == IR_I64) return false;
+  const PassBuf *b = pass_memplan_find(p, v);
+  if (!b) die("value without a place in the memory plan");
+  if (b->region == PASS_REGION_WEIGHTS) return true;
+  if (b->region == PASS_REGION_GRADS || b->region == PASS_REGION_NONE) return false;
+  return b->bytes < ir_type_numel(&v->type) * p->real_bytes;
+}
+/* Whether sum_to node n sums its input down to a suffix of its dims (a
+ * bias gradient): a sum of rows (memplan_rows.c). */
+bool pass_sum_of_rows(const IrNode *n);
 /* Bytes into the runtime's activation buffer (activations, then
  * temporaries) of a value in one of those two regions. */
 int64_t pass_memplan_act_offset(const PassMemPlan *p, const PassBuf *b);

@@ -78,7 +78,7 @@ static bool unit_local(Planner *pl, int first, int last, int64_t R, int64_t C) {
 
 /* sum_to down to a suffix of the input's dims (a bias gradient): codegen
  * writes it as a sum of rows, which a team can share. */
-static bool sum_of_rows(const IrNode *n) {
+bool pass_sum_of_rows(const IrNode *n) {
   const IrType *x = &n->in[0]->type, *y = &n->out[0]->type;
   int64_t nx = ir_type_numel(x), ny = ir_type_numel(y);
   if (ny >= nx || ny == 0) return false;
@@ -99,7 +99,7 @@ static bool sinkable(Planner *pl, int i) {
   IrNode *n = pl->g->nodes.items[i];
   if (p->fused[i] || p->view[i] || p->absorbed[i]) return false;
   IrRowRule rule = ir_op_info(n->op)->rows;
-  return rule == IR_ROWS_SUM || (rule == IR_ROWS_SUM_TO && sum_of_rows(n));
+  return rule == IR_ROWS_SUM || (rule == IR_ROWS_SUM_TO && pass_sum_of_rows(n));
 }
 
 /* Whether node i adds into the gradient slot of a param that a node sunk

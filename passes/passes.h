@@ -57,6 +57,10 @@ typedef struct PassOptions {
   const char *schedule, *schedule_file;
   int vpp_group;
   int64_t global_batch;
+  /* --no-gemm-epilogue: gemm-epilogue chooses no epilogue, so that a GELU,
+   * its gradient and a bias gradient after a GEMM run as kernels of their
+   * own (for comparison). */
+  bool no_gemm_epilogue;
 } PassOptions;
 
 /* Microbatches per step without --global-batch. */
@@ -66,6 +70,7 @@ typedef struct PassOptions {
 static inline int pass_tp(const PassOptions *o) { return o && o->tp > 1 ? o->tp : 1; }
 
 struct RtSchedule;
+struct PassEpilogues;
 
 /* One model chunk of the program: a graph of its own, its pipeline
  * messages, and once `memplan` has run its memory plan on g->memplan. */
@@ -78,7 +83,8 @@ typedef struct PassChunk {
 /* The program being built, which the pass manager carries from pass to
  * pass. The graph passes rewrite g; the program passes add the rest:
  * pp-split the chunks, schedule the action tables, bw-split the order of
- * each chunk's backward, memplan the plans. Codegen lays the rank
+ * each chunk's backward, memplan the plans, gemm-epilogue (a GPU
+ * target's) the GEMM epilogues on them. Codegen lays the rank
  * programs out from it and runs no pass itself. */
 typedef struct PassProgram {
   IrGraph *g;          /* the whole graph; once pp-split has cut it into
@@ -89,6 +95,10 @@ typedef struct PassProgram {
   int nchunks;
   struct RtSchedule *schedule; /* the schedule pass with p > 1 (malloc'ed); else NULL */
   int microbatches;    /* the schedule pass: m, the microbatches of a step */
+  /* gemm-epilogue: each chunk's GEMM epilogues (gemm_epilogue.h), in the
+   * order of pass_program_chunks, in the arena; NULL before it. */
+  struct PassEpilogues *epilogues;
+  int nepilogues;
 } PassProgram;
 
 /* The program's chunks: pp-split's, or the whole graph as one when
@@ -169,6 +179,7 @@ bool pass_pp_split(PassProgram *p, const PassOptions *opt);
 bool pass_schedule(PassProgram *p, const PassOptions *opt);
 bool pass_bw_split(PassProgram *p, const PassOptions *opt);
 bool pass_memplan(PassProgram *p, const PassOptions *opt);
+bool pass_gemm_epilogue(PassProgram *p, const PassOptions *opt);
 
 /* The pipeline report (`shardc compile --report pp`): per virtual stage
  * its physical stage, chunk, layers, forward FLOPs and messages, and the

@@ -31,4 +31,11 @@ bool pass_bw_split_verify(PassProgram *p, const char *who);
 void pass_memplan_print_program(FILE *out, PassProgram *p);
 bool pass_memplan_verify(PassProgram *p, const char *who);
 
+/* gemm-epilogue: the program's graphs and each chunk's epilogues, one
+ * line per GEMM that has one (gemm_epilogue.c); the choice made on every
+ * chunk's current plan, and each absorbed node owned by one GEMM before
+ * it of the op its part needs. */
+void pass_gemm_epilogue_print(FILE *out, PassProgram *p);
+bool pass_gemm_epilogue_verify(PassProgram *p, const char *who);
+
 #endif

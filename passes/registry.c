@@ -36,6 +36,10 @@ const Pass pass_registry[] = {
      "then W (weight gradients)", .run_program = pass_bw_split, .verify = pass_bw_split_verify},
     {"memplan", "plan the offset of every buffer of each chunk's rank program by liveness",
      .run_program = pass_memplan, .print = pass_memplan_print_program, .verify = pass_memplan_verify},
+    {"gemm-epilogue", "a GPU target's: the GELU, its gradient and bias gradients that run in a "
+     "GEMM's epilogue, chosen on each chunk's memory plan (--no-gemm-epilogue: none)",
+     .run_program = pass_gemm_epilogue, .print = pass_gemm_epilogue_print,
+     .verify = pass_gemm_epilogue_verify},
     {NULL, NULL, NULL, NULL, NULL, NULL},
 };
 

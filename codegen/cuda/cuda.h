@@ -28,6 +28,7 @@
 #ifndef SHARDC_CODEGEN_CUDA_H
 #define SHARDC_CODEGEN_CUDA_H
 
+#include "../../passes/gemm_epilogue.h"
 #include "../target.h"
 
 /* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
@@ -73,11 +74,8 @@
  * kernels' own k_cuda_*_scratch before it runs. */
 #define CUDA_NORM_CHUNK 128
 
-typedef struct CudaEpilogues CudaEpilogues;
-
 /* What the target keeps while it writes one program. */
 typedef struct CudaState {
-  CudaEpilogues *epilogues; /* each chunk's, once chosen (epilogue.c) */
   /* The program was refused as a whole (cg_cuda_check_supported): no
    * more errors. */
   bool refused;
@@ -88,17 +86,9 @@ static inline CudaState *cuda_state(CgEmitter *e) { return e->state; }
 /* The bf16 programs: those whose plan sizes the step's values at 2 bytes. */
 static inline bool cuda_bf16(CgEmitter *e) { return e->plan->policy.low_bytes == 2; }
 
-/* Whether the kernels see v as bf16 under plan p: a weight (its working
- * copy) or a value the plan sized at 2 bytes an element. */
-static inline bool cuda_low_in(const PassMemPlan *p, const IrValue *v) {
-  if (p->policy.low_bytes != 2 || v->type.dtype == IR_I32 || v->type.dtype == IR_I64) return false;
-  const PassBuf *b = pass_memplan_find(p, v);
-  if (!b) die("value without a place in the memory plan");
-  if (b->region == PASS_REGION_WEIGHTS) return true;
-  if (b->region == PASS_REGION_GRADS || b->region == PASS_REGION_NONE) return false;
-  return b->bytes < cg_numel(v) * p->real_bytes;
-}
-static inline bool cuda_low(CgEmitter *e, const IrValue *v) { return cuda_low_in(e->plan, v); }
+/* Whether the kernels see v as bf16: a weight (its working copy) or a
+ * value the plan sized at 2 bytes an element. */
+static inline bool cuda_low(CgEmitter *e, const IrValue *v) { return pass_memplan_low(e->plan, v); }
 
 /* The suffix of a kernel's form for v: "_bf16" where v is bf16. */
 static inline const char *cuda_sfx(CgEmitter *e, const IrValue *v) {
@@ -139,17 +129,25 @@ void cg_cuda_linear(CgEmitter *e, int index);
 void cg_cuda_linear_dx(CgEmitter *e, int index);
 void cg_cuda_linear_dw(CgEmitter *e, int index);
 
-/* epilogue.c, the GEMM epilogues of the chunk being written: the gelu
- * linear i absorbs and the gelu_grad linear_dx i absorbs (-1: none); the
- * bias gradient, a sum_to of `summed`, that GEMM i computes (NULL: none);
- * whether node j's code is an earlier GEMM's epilogue (then it writes none
- * of its own); the bytes of the stash a bias gradient takes at the end of
- * a GEMM's scratch. */
-int cg_cuda_epi_gelu(CgEmitter *e, int i);
-int cg_cuda_epi_dgelu(CgEmitter *e, int i);
-const IrValue *cg_cuda_epi_bgrad(CgEmitter *e, int i, const IrValue *summed);
-bool cg_cuda_in_epilogue(CgEmitter *e, int j);
-int64_t cg_cuda_stash_bytes(int64_t n);
+/* The GEMM epilogues of the chunk being written, as the gemm-epilogue
+ * pass chose them on its plan (gemm_epilogue.h): the gelu linear i
+ * absorbs and the gelu_grad linear_dx i absorbs (-1: none); the bias
+ * gradient GEMM i computes (NULL: none); whether node j's code is an
+ * earlier GEMM's epilogue (then it writes none of its own). */
+static inline const PassEpilogues *cuda_epilogues(CgEmitter *e) {
+  const PassEpilogues *c = e->chunk ? e->chunk->epilogues : NULL;
+  if (!c || c->plan != e->plan) die("a chunk without the epilogues of its plan");
+  return c;
+}
+static inline int cg_cuda_epi_gelu(CgEmitter *e, int i) { return cuda_epilogues(e)->gelu[i]; }
+static inline int cg_cuda_epi_dgelu(CgEmitter *e, int i) { return cuda_epilogues(e)->dgelu[i]; }
+static inline const IrValue *cg_cuda_epi_bgrad(CgEmitter *e, int i) {
+  int k = cuda_epilogues(e)->bgrad[i];
+  return k >= 0 ? cg_node(e, k)->out[0] : NULL;
+}
+static inline bool cg_cuda_in_epilogue(CgEmitter *e, int j) {
+  return cuda_epilogues(e)->owner[j] >= 0;
+}
 
 /* ops.c: y = x (a cast where one is bf16); embedding_grad's rows [lo, lo +
  * V) added into its slot; the code of a node that runs alone

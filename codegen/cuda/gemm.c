@@ -1,5 +1,5 @@
 /* The CUDA target's GEMMs through cuBLASLt (kernels_cuda.h k_cuda_gemm),
- * with the epilogues epilogue.c chose for them: a GELU, its gradient or a
+ * with the epilogues the gemm-epilogue pass chose for them: a GELU, its gradient or a
  * bias gradient folded into the GEMM before them. */
 #include <string.h>
 
@@ -158,7 +158,7 @@ void cg_cuda_linear_dx(CgEmitter *e, int index) {
   int j = cg_cuda_epi_dgelu(e, index);
   if (j >= 0) {
     const IrNode *g = cg_node(e, j);
-    const IrValue *db = cg_cuda_epi_bgrad(e, index, g->out[0]);
+    const IrValue *db = cg_cuda_epi_bgrad(e, index);
     gemm_fused(e, index, t, db ? "KC_EPI_DGELU_BGRAD" : "KC_EPI_DGELU", db, g->in[0], 0, !tr,
                cg_rows(dy), in, out, cuda_ref(e, dy), out, cuda_ref(e, w), tr ? in : out, false,
                cuda_ref(e, g->out[0]));
@@ -180,7 +180,7 @@ void cg_cuda_linear_dw(CgEmitter *e, int index) {
   if (!gemm_types(e, n, x, dy, dw, &t)) return;
   gemm_workspace(e, index);
   /* dy's bias gradient: the sum over the GEMM's k of its dy operand. */
-  const IrValue *db = cg_cuda_epi_bgrad(e, index, dy);
+  const IrValue *db = cg_cuda_epi_bgrad(e, index);
   if (db && tr)
     gemm_fused(e, index, t, "KC_EPI_BGRAD_A", db, NULL, 1, 0, out, in, rows, cuda_ref(e, dy), out,
                cuda_ref(e, x), in, add, cuda_ref(e, dw));

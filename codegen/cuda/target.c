@@ -23,9 +23,9 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_LINEAR: return CUDA_GEMM_WORKSPACE;
-  /* And the stash of a bias gradient in the epilogue (stash_bytes). */
-  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + cg_cuda_stash_bytes(cg_dim(n->out[0], -1));
-  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + cg_cuda_stash_bytes(cg_dim(n->in[1], -1));
+  /* And the stash of a bias gradient in the epilogue (gemm_epilogue.h). */
+  case IR_OP_LINEAR_DX: return CUDA_GEMM_WORKSPACE + pass_gemm_stash_bytes(cg_dim(n->out[0], -1));
+  case IR_OP_LINEAR_DW: return CUDA_GEMM_WORKSPACE + pass_gemm_stash_bytes(cg_dim(n->in[1], -1));
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
@@ -44,11 +44,13 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
 static int64_t cuda_scratch_reals(const IrNode *n) { return (cuda_scratch_bytes(n) + 3) / 4; }
 
 /* One stream: one copy of each node's scratch, and no row chunks (a kernel
- * covers all rows of a node at once). */
+ * covers all rows of a node at once). A GEMM's scratch starts with its
+ * cuBLASLt workspace, which gemm-epilogue leaves alone. */
 static const PassMemPolicy cuda_memplan = {
     .threads = 1,
     .scratch_reals = cuda_scratch_reals,
     .row_chunks = false,
+    .gemm_workspace = CUDA_GEMM_WORKSPACE,
 };
 
 static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t a, int64_t b,
@@ -68,12 +70,10 @@ static const char *check_arch(const char *value) {
 }
 
 /* --cuda-arch sm_NN: the GPU architecture the build file builds for
- * (CUDA_DEFAULT_ARCH without it). --no-gemm-epilogue: a GELU, its
- * gradient and a bias gradient after a GEMM run as kernels of their own
- * instead of in cuBLASLt's epilogue (for comparison). */
+ * (CUDA_DEFAULT_ARCH without it). --no-gemm-epilogue is the gemm-epilogue
+ * pass's option (PassOptions), not one of codegen. */
 static const CgTargetOption cuda_options[] = {
     {"--cuda-arch", check_arch},
-    {"--no-gemm-epilogue", NULL},
     {NULL, NULL},
 };
 
@@ -92,6 +92,11 @@ const CgTarget cg_target_cuda = {
     .buildfile_name = "Makefile",
     .precisions = CG_PRECISION_FP32 | CG_PRECISION_BF16,
     .memory = CG_MEMORY_GPU,
+    /* The shared pipelines, then the choice of the GEMM epilogues on the
+     * memory plans (passes/gemm_epilogue.c), which the GEMMs' code reads. */
+    .pipeline = CG_PIPELINE ",gemm-epilogue",
+    .pipeline_pp = CG_PIPELINE_PP ",gemm-epilogue",
+    .gemm_epilogues = true,
     /* Its programs of many ranks (over NCCL) are taken only by name until
      * they have been checked on GPUs (docs/targets.md). */
     .runs_many_ranks = false,

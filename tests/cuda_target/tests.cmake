@@ -58,6 +58,12 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_epilogues
            COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
                    ${CT_GPT2})
+  # The gemm-epilogue pass's printed choice, against its golden file, and
+  # the same number of fused GEMMs in the program.
+  add_test(NAME cuda_target/gpt2_epilogue_choice
+           COMMAND sh ${EXPECT} ${CT_DIR}/gpt2_epilogue_choice.expected 0 --
+                   sh ${CT_DIR}/epilogue_choice.sh ${SHARDC} ${CT_WORK}/epilogue_choice
+                   ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/gpt2_no_epilogue_build
            COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --no-gemm-epilogue)
@@ -68,6 +74,7 @@ if(TARGET shard_rt_cuda)
            COMMAND sh ${CT_DIR}/graphs.sh ${SHARDC} ${MODELS_DIR} ${CT_WORK}/graphs ${CT_HAVE_NCCL})
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
                        cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
+                       cuda_target/gpt2_epilogue_choice
                        cuda_target/gpt2_no_epilogue_build cuda_target/graphs PROPERTIES LABELS cuda)
 else()
   add_test(NAME cuda_target/no_libraries

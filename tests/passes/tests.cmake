@@ -90,3 +90,8 @@ passes_model_test(err_target_no_schedule 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_
                   --passes=fold,shape,unroll,pp-partition,autodiff,pp-split,memplan)
 passes_model_test(err_target_no_pp_split 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_BINARY_DIR}/no-split
                   --passes=fold,shape,unroll,pp-partition,autodiff,memplan)
+# The CUDA target's programs read the GEMM epilogues its own pipeline
+# chooses after memplan.
+passes_model_test(err_target_no_gemm_epilogue 1 ../../models/gpt2.shard ${TINY_GPT2} -D layers=2
+                  --target cuda -o ${CMAKE_CURRENT_BINARY_DIR}/no-epilogues
+                  --passes=fold,shape,unroll,autodiff,schedule,memplan)
