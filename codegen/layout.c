@@ -297,7 +297,10 @@ CgLayout *cg_layout_build(PassProgram *prog, const CgOptions *o, const CgTarget 
   l->nprograms = l->pp;
   l->programs = ir_alloc(sizeof(CgProgram) * (size_t)l->pp);
   memset(l->programs, 0, sizeof(CgProgram) * (size_t)l->pp);
-  if (!make_chunks(l) || (l->pp > 1 && !take_schedule(l))) return NULL;
+  if (!make_chunks(l) || (l->pp > 1 && !take_schedule(l))) {
+    cg_layout_free(l);
+    return NULL;
+  }
   for (int r = 0; r < l->pp; r++) make_program(l, r);
   verify(l);
   return l;

@@ -31,8 +31,13 @@ limited() {
   echo "      ulimit $1 $2: exit $st after $took s"
   echo "      $msg"
 }
-limited -v 300000
-check "ulimit -v 300000: exit 1 with a message naming a rank" sh -c "[ $st -eq 1 ] && [ -n '$msg' ]"
+if [ -n "${SHARDC_SANITIZED:-}" ]; then
+  echo "skip: ulimit -v 300000: a sanitizer build reserves terabytes of address space for its" \
+    "shadow memory, so no rank could start under the limit (the Release build runs this check)"
+else
+  limited -v 300000
+  check "ulimit -v 300000: exit 1 with a message naming a rank" sh -c "[ $st -eq 1 ] && [ -n '$msg' ]"
+fi
 limited -n 32
 check "ulimit -n 32: exit 1 within 40 s" sh -c "[ $st -eq 1 ] && [ \$(echo '$took < 40' | bc) -eq 1 ]"
 check "ulimit -n 32: the message names a rank that never started" \
