@@ -12,6 +12,14 @@ export OMP_NUM_THREADS
 FAILS=0
 
 ok() { echo "ok:   $*"; }
+
+# corpus_shards: train.bin, byte-level shards of the corpus's first 20,000
+# bytes, for the tests that train a tiny model a few steps (SHARDC is the
+# compiler, ROOT the source tree).
+corpus_shards() {
+  head -c 20000 "$ROOT/data/corpus.txt" >text.txt
+  check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+}
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
 # check "what" command...: the command must succeed (its output goes to

@@ -11,8 +11,7 @@ ROOT=$2
 . "$ROOT/tests/common/checks.sh"
 S="-D vocab=256 -D seq=8 -D heads=4 --microbatch 2"
 GPT2="$ROOT/models/gpt2.shard $S"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 run() { "$SHARDC" run "$@" </dev/null; }
 check "a 4-layer checkpoint at step 3" run $GPT2 -D hidden=16 -D layers=4 --out p4 \
   --data train.bin --steps 3 --save c4

@@ -16,8 +16,7 @@ ROOT=$2
 . "$ROOT/tests/reliability/job_procs.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
 L4="--tp 2 --pp 2 --global-batch 4"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 check "the program builds" "$SHARDC" run $MODEL $L4 --out prog --steps 0
 
 # limited WHAT LIMIT: the job under `ulimit WHAT LIMIT`, bounded by 100 s.

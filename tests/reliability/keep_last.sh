@@ -11,8 +11,7 @@
 SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 check "compile a tiny gpt2" "$SHARDC" compile "$ROOT/models/gpt2.shard" -D vocab=256 -D seq=8 \
   -D hidden=16 -D heads=4 -D layers=2 -D batch=2 -D dropout_rate=0.1 --target cpu -o prog
 check "build it" "$SHARDC" build prog

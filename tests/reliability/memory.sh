@@ -13,8 +13,7 @@ ROOT=$2
 . "$ROOT/tests/common/checks.sh"
 M="$ROOT/models/gpt2.shard"
 T="-D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 
 # refused LABEL LIMIT FRAGMENT COMMAND...: exit 1, one error line with the
 # fragment and both numbers, nothing after the checks.

@@ -17,8 +17,7 @@ SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D dropout_rate=0.1 --microbatch 2"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 DATA=$(pwd)/train.bin
 C="--data $DATA --global-batch 4 --lr 1e-2 --lr-schedule constant --save ck --quiet"
 C="$C --beta1 0.8 --beta2 0.99 --eps 1e-6 --weight-decay 0.05 --clip 0.7 --warmup 2 --seed 7"

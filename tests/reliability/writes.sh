@@ -12,8 +12,7 @@ SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
-head -c 20000 "$ROOT/data/corpus.txt" >text.txt
-check "shardc data makes the shards" "$SHARDC" data text.txt -o train.bin
+corpus_shards
 for layout in one tp2; do
   extra=
   [ $layout = tp2 ] && extra="--tp 2"
