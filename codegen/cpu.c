@@ -320,6 +320,18 @@ static void emit_split(CgEmitter *e, int index) {
          (long long)outer, (long long)part);
 }
 
+/* x[..., start:end, ...]: one strided block copy, as a part of split. */
+static void emit_slice(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer;
+  int64_t part = cg_numel(n->out[0]) / outer, at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
+  emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[0]), (long long)part,
+       rref(e, x), at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, (long long)outer,
+       (long long)part);
+}
+
 static void emit_concat(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
@@ -463,9 +475,10 @@ static void emit_rope(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads");
   int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(x, -2) : cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1));
-  emit(e, "k_rope(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]), rref(e, x),
-       (long long)b, (long long)cg_dim(x, -2), (long long)H, (long long)(cg_dim(x, -1) / H),
-       cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
+  int64_t d = cg_dim(x, -1) / H, r = ir_attr_int(n, "dims");
+  emit(e, "k_rope_part(%s, %s, %lld, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]),
+       rref(e, x), (long long)b, (long long)cg_dim(x, -2), (long long)H, (long long)d,
+       (long long)(r ? r : d), cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
 }
 
 static void emit_dropout(CgEmitter *e, int index) {
@@ -582,6 +595,7 @@ static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_SPLIT_HEADS] = emit_split_heads,
     [IR_OP_MERGE_HEADS] = emit_merge_heads,
     [IR_OP_SPLIT] = emit_split,
+    [IR_OP_SLICE] = emit_slice,
     [IR_OP_CONCAT] = emit_concat,
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_LAYERNORM] = emit_layernorm,

@@ -102,7 +102,8 @@ static const Val err_val = {V_ERR, 0, 0, 0, 0, 0};
 static const struct {
   const char *name;
   int nargs;
-} math_fns[] = {{"sqrt", 1}, {"exp", 1}, {"log", 1}, {"pow", 2}, {"min", 2}, {"max", 2}};
+} math_fns[] = {{"sqrt", 1}, {"exp", 1}, {"log", 1}, {"pow", 2}, {"min", 2}, {"max", 2},
+                {"int", 1}};
 enum { NMATH = sizeof math_fns / sizeof math_fns[0] };
 
 static Val lower_expr(Ctx *c, Scope *s, AstExpr *e);
@@ -650,12 +651,37 @@ static void op_keyword(Ctx *c, AstExpr *call, OpArgs *oa, AstArg *a, Val v) {
   }
 }
 
+/* Attributes that take a word as well as a number: gelu(x, approximate=none)
+ * reads better than approximate=0. The word stands for the number only as
+ * the value of that attribute. */
+static const struct {
+  IrOp op;
+  const char *attr, *word;
+  int64_t value;
+} attr_words[] = {
+    {IR_OP_GELU, "approximate", "none", 0},
+    {IR_OP_GELU, "approximate", "tanh", 1},
+};
+
+/* The value of keyword argument a when it is one of the attribute's words. */
+static bool attr_word(const OpArgs *oa, const AstArg *a, Val *v) {
+  if (!a->kw || a->e->kind != AST_NAME) return false;
+  for (size_t i = 0; i < sizeof attr_words / sizeof attr_words[0]; i++)
+    if (oa->info == ir_op_info(attr_words[i].op) && strcmp(a->kw, attr_words[i].attr) == 0 &&
+        strcmp(a->e->name, attr_words[i].word) == 0) {
+      *v = (Val){.kind = V_STATIC, .e = ir_expr_int(attr_words[i].value, a->e->loc)};
+      return true;
+    }
+  return false;
+}
+
 /* Lowers the arguments of an op call into oa, reporting misuse. */
 static void op_args(Ctx *c, Scope *s, AstExpr *e, OpArgs *oa) {
   bool seen_kw = false;
   for (int i = 0; i < e->nargs; i++) {
     AstArg *a = &e->args[i];
-    Val v = lower_expr(c, s, a->e);
+    Val v;
+    if (!attr_word(oa, a, &v)) v = lower_expr(c, s, a->e);
     if (v.kind == V_ERR) oa->poison = true;
     if (a->kw) {
       seen_kw = true;

@@ -397,9 +397,18 @@ IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, i
   n->nin = nin;
   n->in = ir_alloc(sizeof(IrValue *) * (size_t)(nin ? nin : 1));
   if (nin) memcpy(n->in, in, sizeof(IrValue *) * (size_t)nin);
-  n->nattr = nattr;
-  n->attrs = ir_alloc(sizeof(IrAttr) * (size_t)(nattr ? nattr : 1));
+  /* A quiet attribute the caller leaves out takes its default: those were
+   * added to ops that code builds without them (gelu's approximate, rope's
+   * dims), and such a node means what it meant before they existed. */
+  n->attrs = ir_alloc(sizeof(IrAttr) * (size_t)(nattr + info->nattr + 1));
   if (nattr) memcpy(n->attrs, attrs, sizeof(IrAttr) * (size_t)nattr);
+  n->nattr = nattr;
+  for (int k = 0; k < info->nattr; k++) {
+    const IrAttrSpec *a = &info->attr[k];
+    bool given = false;
+    for (int i = 0; i < nattr && !given; i++) given = strcmp(attrs[i].name, a->name) == 0;
+    if (!given && a->quiet && a->dflt) n->attrs[n->nattr++] = (IrAttr){a->name, ir_attr_default(a, loc)};
+  }
   n->nout = (info->flags & IR_OPF_MULTI_OUT) ? nout : info->nout;
   if (n->nout < 0) die("op %s: negative output count", info->name);
   n->out = ir_alloc(sizeof(IrValue *) * (size_t)(n->nout ? n->nout : 1));

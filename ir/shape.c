@@ -461,6 +461,27 @@ bool ir_shape_split(IrNode *n) {
   return true;
 }
 
+/* slice(x){start, end, axis}: 0 <= start < end <= the length along axis. */
+bool ir_shape_slice(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0);
+  int64_t start, end, axis;
+  bool ok = (int)get_nonneg_int(n, "start", &start) & (int)get_pos_int(n, "end", &end) &
+            (int)get_int(n, "axis", &axis);
+  if (!ok || !norm_axis(n, "axis", &axis, x, "x")) return false;
+  if (start >= end || end > x->shape[axis]) {
+    ir_error(n->loc, "slice: [%lld, %lld) is not a non-empty range within the %lld elements of "
+             "x%s along axis %lld", (long long)start, (long long)end, (long long)x->shape[axis],
+             S(x), (long long)axis);
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[axis] = end - start;
+  set_out(n, 0, x->dtype, x->rank, shape);
+  return true;
+}
+
 /* concat(xs...): one dtype and rank, equal dims except along axis. */
 bool ir_shape_concat(IrNode *n) {
   if (!inputs_ready(n)) return false;
@@ -521,6 +542,10 @@ bool ir_shape_same(IrNode *n) {
   double v;
   bool ok = want_float(n, 0, "x");
   if (n->op == IR_OP_SCALE) ok = get_num(n, "s", &v) && ok;
+  if (n->op == IR_OP_GELU) {
+    bool approx;
+    ok = get_flag(n, "approximate", &approx) && ok;
+  }
   if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) {
     int64_t site;
     bool per_rank;
@@ -595,12 +620,13 @@ bool ir_shape_causal_mask(IrNode *n) {
 bool ir_shape_rope(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *x = in_type(n, 0);
-  int64_t heads;
+  int64_t heads, dims;
   double theta;
   bool ok = get_pos_int(n, "heads", &heads);
   bool inverse;
   ok = get_num_in(n, "theta", 0, true, HUGE_VAL, &theta, "a positive number") && ok;
   ok = get_flag(n, "inverse", &inverse) && ok;
+  ok = get_nonneg_int(n, "dims", &dims) && ok;
   ok = want_float(n, 0, "x") && ok;
   if (!(want_rank(n, 0, "x", 3, "[b, s, H*d]") && ok)) return false;
   int64_t last = x->shape[2];
@@ -609,10 +635,17 @@ bool ir_shape_rope(IrNode *n) {
              S(x), (long long)heads, (long long)last, (long long)heads);
     return false;
   }
-  if ((last / heads) % 2 != 0) {
+  int64_t d = last / heads;
+  if (dims > d || dims % 2 != 0) {
+    ir_error(attr_loc(n, attr_expr(n, "dims")),
+             "rope: dims = %lld must be even and at most the head dim %lld (%lld / %lld heads) "
+             "of x%s", (long long)dims, (long long)d, (long long)last, (long long)heads, S(x));
+    return false;
+  }
+  if (!dims && d % 2 != 0) {
     ir_error(n->loc,
              "rope: x%s has head dim %lld (%lld / %lld heads), which must be even to rotate pairs",
-             S(x), (long long)(last / heads), (long long)last, (long long)heads);
+             S(x), (long long)d, (long long)last, (long long)heads);
     return false;
   }
   set_out(n, 0, x->dtype, 3, x->shape);
@@ -807,6 +840,8 @@ bool ir_shape_sum_to(IrNode *n) {
 bool ir_shape_grad2(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const char *first = n->op == IR_OP_SOFTMAX_GRAD ? "y" : "x";
+  bool approx;
+  if (n->op == IR_OP_GELU_GRAD && !get_flag(n, "approximate", &approx)) return false;
   if (!((int)want_float(n, 0, first) & (int)want_float(n, 1, "dy"))) return false;
   if (!want_same(n, 0, first, 1, "dy")) return false;
   const IrType *x = in_type(n, 0);

@@ -7,7 +7,8 @@
  * The includer provides what differs between the places the formulas run:
  *   real       the arithmetic type (float, or double in the CPU's f64 build);
  *   k_exp, k_tanh  the primitives (the CPU's vectorisable ones, CUDA's expf
- *              and tanhf);
+ *              and tanhf); k_erf likewise, which defaults to the C library's
+ *              erf in double (math.h), rounded to real;
  *   K_FORMULA  the qualifiers of a formula (default `static inline`; on the
  *              device `__device__ __forceinline__`).
  * Constants are written (real)c, so that a float build rounds each the way
@@ -29,6 +30,30 @@ K_FORMULA real k_gelu_grad(real x, real dy) {
   real u = c * (x + (real)0.044715 * x * x * x), t = k_tanh(u);
   real du = c * ((real)1 + (real)3 * (real)0.044715 * x * x);
   return dy * ((real)0.5 * ((real)1 + t) + (real)0.5 * x * ((real)1 - t * t) * du);
+}
+
+#ifndef k_erf
+#define k_erf(x) ((real)erf((double)(x)))
+#endif
+
+/* The exact GELU, x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), of BERT and
+ * GPT-NeoX, and its derivative times dy: Phi(x) + x phi(x). */
+K_FORMULA real k_gelu_erf(real x) {
+  return (real)0.5 * x * ((real)1 + k_erf(x * (real)0.7071067811865476));
+}
+K_FORMULA real k_gelu_erf_grad(real x, real dy) {
+  real cdf = (real)0.5 * ((real)1 + k_erf(x * (real)0.7071067811865476));
+  real pdf = (real)0.3989422804014327 * k_exp((real)-0.5 * x * x); /* 1/sqrt(2 pi) */
+  return dy * (cdf + x * pdf);
+}
+
+/* The gelu op's `approximate` attribute picks the form: 1 tanh, 0 exact.
+ * It is a constant where the loops are written, so the branch folds. */
+K_FORMULA real k_gelu_as(real x, real approximate) {
+  return approximate != (real)0 ? k_gelu(x) : k_gelu_erf(x);
+}
+K_FORMULA real k_gelu_grad_as(real x, real dy, real approximate) {
+  return approximate != (real)0 ? k_gelu_grad(x, dy) : k_gelu_erf_grad(x, dy);
 }
 
 /* SiLU, x sigmoid(x), and its derivative times dy. */

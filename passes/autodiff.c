@@ -271,21 +271,55 @@ static bool ad_split(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
-/* The parts of dy go back to the inputs; split cuts equal parts only. */
+/* x[start:end] along axis, a backward node. */
+static IrValue *slice(Ad *ad, IrValue *x, int64_t start, int64_t end, IrExpr *axis) {
+  return emit1(ad, IR_OP_SLICE, INS(x),
+               ATTRS({"start", lit_int(ad, start)}, {"end", lit_int(ad, end)}, {"axis", axis}));
+}
+
+/* The parts of dy go back to the inputs: one split when the parts are
+ * equal, otherwise one slice per input. */
 static bool ad_concat(Ad *ad, IrNode *n, IrValue **dy) {
   int64_t axis = ir_attr_int(n, "axis");
   int rank = n->in[0]->type.rank;
   int64_t a = axis < 0 ? axis + rank : axis;
-  for (int i = 1; i < n->nin; i++)
-    if (n->in[i]->type.shape[a] != n->in[0]->type.shape[a]) {
-      ir_error(n->loc, "autodiff: the adjoint of concat cuts dy into equal parts, but the "
-               "inputs' lengths along axis %lld differ", (long long)axis);
-      ad->ok = false;
-      return false;
+  bool equal = true;
+  for (int i = 1; i < n->nin; i++) equal = equal && n->in[i]->type.shape[a] == n->in[0]->type.shape[a];
+  if (!equal) {
+    int64_t at = 0;
+    for (int i = 0; i < n->nin; i++) {
+      int64_t len = n->in[i]->type.shape[a];
+      if (wants(ad, n->in[i])) give(ad, n->in[i], slice(ad, dy[0], at, at + len, fwd_attr(n, "axis")));
+      at += len;
     }
+    return true;
+  }
   IrNode *s = emit(ad, IR_OP_SPLIT, dy, 1,
                    ATTRS({"n", lit_int(ad, n->nin)}, {"axis", fwd_attr(n, "axis")}), n->nin);
   for (int i = 0; i < n->nin; i++) give(ad, n->in[i], s->out[i]);
+  return true;
+}
+
+/* dx is dy between zeros: concat(zeros[start], dy, zeros[len - end])
+ * along axis, the zero parts left out where empty. */
+static bool ad_slice(Ad *ad, IrNode *n, IrValue **dy) {
+  const IrType *t = &n->in[0]->type;
+  int64_t axis = ir_attr_int(n, "axis");
+  int a = (int)(axis < 0 ? axis + t->rank : axis);
+  int64_t start = ir_attr_int(n, "start"), end = ir_attr_int(n, "end");
+  IrValue *parts[3];
+  int k = 0;
+  int64_t lens[2] = {start, t->shape[a] - end};
+  for (int side = 0; side < 2; side++) {
+    if (side == 1) parts[k++] = dy[0];
+    if (!lens[side]) continue;
+    IrType z = *t;
+    z.shape[a] = lens[side];
+    parts[k++] = emit1(ad, IR_OP_ZEROS, NULL, 0,
+                       ATTRS({"shape", shape_list(ad, &z)}, {"dtype", lit_int(ad, (int64_t)t->dtype)}));
+  }
+  give(ad, n->in[0], k == 1 ? dy[0]
+                            : emit1(ad, IR_OP_CONCAT, parts, k, ATTRS({"axis", fwd_attr(n, "axis")})));
   return true;
 }
 
@@ -317,7 +351,8 @@ static bool ad_scale(Ad *ad, IrNode *n, IrValue **dy) {
 }
 
 static bool ad_gelu(Ad *ad, IrNode *n, IrValue **dy) {
-  give(ad, n->in[0], emit1(ad, IR_OP_GELU_GRAD, INS(n->in[0], dy[0]), NO_ATTRS));
+  give(ad, n->in[0], emit1(ad, IR_OP_GELU_GRAD, INS(n->in[0], dy[0]),
+                           ATTRS({"approximate", fwd_attr(n, "approximate")})));
   return true;
 }
 
@@ -379,7 +414,7 @@ static bool ad_rope(Ad *ad, IrNode *n, IrValue **dy) {
   give(ad, n->in[0],
        emit1(ad, IR_OP_ROPE, INS(dy[0]),
              ATTRS({"heads", fwd_attr(n, "heads")}, {"theta", fwd_attr(n, "theta")},
-                   {"inverse", lit_int(ad, !inverse)})));
+                   {"inverse", lit_int(ad, !inverse)}, {"dims", fwd_attr(n, "dims")})));
   return true;
 }
 

@@ -217,17 +217,19 @@ static bool eval_div(const IrExpr *e, PassNum a, PassNum b, PassNum *out) {
   return true;
 }
 
-/* sqrt exp log pow give floats; min and max of integers stay integers. */
+/* sqrt exp log pow give floats; min and max of integers stay integers;
+ * int truncates toward zero, as Python's int() does, so that a fraction of
+ * a dimension (int(head_dim * rotary_pct)) can be a dimension. */
 static bool eval_call(Env *env, const IrExpr *e, PassNum *out) {
   static const struct {
     const char *name;
     int nargs;
-  } fns[] = {{"sqrt", 1}, {"exp", 1}, {"log", 1}, {"pow", 2}, {"min", 2}, {"max", 2}};
+  } fns[] = {{"sqrt", 1}, {"exp", 1}, {"log", 1}, {"pow", 2}, {"min", 2}, {"max", 2}, {"int", 1}};
   int f = -1;
   for (int i = 0; i < (int)(sizeof fns / sizeof fns[0]); i++)
     if (strcmp(fns[i].name, e->name) == 0) f = i;
   if (f < 0) {
-    ir_error(e->loc, "unknown function '%s' (the functions are sqrt, exp, log, pow, min, max)",
+    ir_error(e->loc, "unknown function '%s' (the functions are sqrt, exp, log, pow, min, max, int)",
              e->name);
     return false;
   }
@@ -240,6 +242,19 @@ static bool eval_call(Env *env, const IrExpr *e, PassNum *out) {
   bool ok = true;
   for (int i = 0; i < e->nargs; i++) ok = eval(env, e->args[i], &a[i]) && ok;
   if (!ok) return false;
+  if (f == 6) {
+    if (!a[0].is_float) {
+      *out = a[0];
+      return true;
+    }
+    double t = trunc(a[0].f);
+    if (!(t >= -9.2e18 && t <= 9.2e18)) {
+      ir_error(e->loc, "int of %s does not fit a 64-bit integer", num_str(a[0]));
+      return false;
+    }
+    *out = num_int((int64_t)t);
+    return true;
+  }
   if (f >= 4 && !a[0].is_float && !a[1].is_float) {
     bool lt = a[0].i < a[1].i;
     *out = num_int((f == 4) == lt ? a[0].i : a[1].i);

@@ -99,6 +99,7 @@ static int gelu_of_linear(const Ep *ep, int i) {
     return -1;
   const IrValue *y = n->out[0], *g = node(ep, i + 1)->out[0];
   if (node(ep, i + 1)->in[0] != y || into_grads(ep, y) || last_dim(y) % 8) return -1;
+  if (!ir_attr_int(node(ep, i + 1), "approximate")) return -1; /* the epilogue's GELU is tanh's */
   if (!same_low(ep, g, y) || !same_low(ep, n->in[2], y)) return -1;
   return free_early(ep, g, i, i + 1, NULL, i) ? i + 1 : -1;
 }
@@ -116,6 +117,7 @@ static int dgelu_of_linear_dx(const Ep *ep, int i) {
     for (int k = 0; k < m->nin; k++) reads |= m->in[k] == dx;
     if (!reads) continue;
     if (!alone(ep, j, IR_OP_GELU_GRAD) || m->in[1] != dx || m->in[0] == dx) return -1;
+    if (!ir_attr_int(m, "approximate")) return -1; /* the epilogue's GELU is tanh's */
     const IrValue *x = m->in[0], *g = m->out[0];
     if (!same_low(ep, x, dx) || !same_low(ep, g, dx)) return -1;
     return free_early(ep, g, i, j, dx, i) ? j : -1;

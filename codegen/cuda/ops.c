@@ -48,6 +48,18 @@ static void emit_split(CgEmitter *e, int index) {
          (long long)part);
 }
 
+/* slice: one block copy, as a part of split. */
+static void emit_slice(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0];
+  int axis = cuda_norm_axis(ir_attr_int(n, "axis"), x->type.rank);
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer,
+          part = cg_numel(n->out[0]) / outer, at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
+  emit(e, "k_cuda_copy2d%s(%s, %lld, %s + %lld, %lld, %lld, %lld);", cuda_sfx(e, x),
+       cuda_ref(e, n->out[0]), (long long)part, cuda_ref(e, x), (long long)at, (long long)cols,
+       (long long)outer, (long long)part);
+}
+
 static void emit_concat(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
@@ -188,7 +200,12 @@ static void emit_causal_mask(CgEmitter *e, int index) {
 static void emit_rope(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  int64_t H = ir_attr_int(n, "heads");
+  int64_t H = ir_attr_int(n, "heads"), r = ir_attr_int(n, "dims");
+  if (r && r != cg_dim(x, -1) / H) { /* the CUDA kernel rotates whole heads only */
+    cg_error(e, n, "rope over %lld of each head's %lld dims (partial rotary) is not supported "
+             "on the cuda target; the cpu target supports it", (long long)r, (long long)(cg_dim(x, -1) / H));
+    return;
+  }
   emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", cuda_sfx(e, x),
        cuda_ref(e, n->out[0]), cuda_ref(e, x),
        (long long)(cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1))), (long long)cg_dim(x, -2),
@@ -287,6 +304,7 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_SPLIT_HEADS] = emit_split_heads,
     [IR_OP_MERGE_HEADS] = emit_merge_heads,
     [IR_OP_SPLIT] = emit_split,
+    [IR_OP_SLICE] = emit_slice,
     [IR_OP_CONCAT] = emit_concat,
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_LAYERNORM] = emit_layernorm,

@@ -29,9 +29,17 @@ _Static_assert(ATT_TQ <= ATT_BQ, "a task's rows must fit the scratch");
 
 void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, real theta,
             int inverse) {
-  if (d % 2)
-    kcpu_die("rope on an odd head size %lld", (long long)d);
-  int64_t half = d / 2, row = H * d;
+  k_rope_part(y, x, b, s, H, d, d, theta, inverse);
+}
+
+/* The first r dimensions of each head rotate as a head of size r would
+ * (frequencies theta^(-2i/r), GPT-NeoX's partial rotary); the other d - r
+ * are copied. */
+void k_rope_part(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, int64_t r,
+                 real theta, int inverse) {
+  if (r % 2 || r > d)
+    kcpu_die("rope over %lld dims of a head of %lld", (long long)r, (long long)d);
+  int64_t half = r / 2, row = H * d;
 #pragma omp parallel for schedule(static) if (kcpu_par(b * s * row))
   for (int64_t t = 0; t < s; t++) {
     /* The angles depend on the position only: computed once in double
@@ -39,7 +47,7 @@ void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, 
      * head at this position. */
     real c[half > 0 ? half : 1], sn[half > 0 ? half : 1];
     for (int64_t i = 0; i < half; i++) {
-      double angle = (double)t * pow((double)theta, -2.0 * (double)i / (double)d);
+      double angle = (double)t * pow((double)theta, -2.0 * (double)i / (double)r);
       c[i] = (real)cos(angle);
       sn[i] = (real)(inverse ? -sin(angle) : sin(angle));
     }
@@ -53,6 +61,8 @@ void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, 
           yh[i] = x1 * c[i] - x2 * sn[i];
           yh[i + half] = x2 * c[i] + x1 * sn[i];
         }
+        if (yh != xh)
+          for (int64_t i = r; i < d; i++) yh[i] = xh[i];
       }
   }
 }

@@ -107,6 +107,9 @@ void k_causal_mask(real *y, const real *x, int64_t batch, int64_t s, real fill);
  * PyTorch reference does. y may be x. */
 void k_rope(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, real theta,
             int inverse);
+/* rope over the first r dims of each head of d (r even, r <= d). */
+void k_rope_part(real *y, const real *x, int64_t b, int64_t s, int64_t H, int64_t d, int64_t r,
+                 real theta, int inverse);
 /* y = softmax(q k^T / sqrt(d) (+ causal mask)) v per head. q and y are
  * [b, s, H*d]; k and v [b, s, K*d] with query head j reading kv head
  * j / (H / K) (K divides H). `scratch` holds k_attention_scratch(s) reals

@@ -83,10 +83,12 @@ static void unary(IrNode *n) {
   for (int64_t i = 0; i < len; i++) {
     switch (n->op) {
     case IR_OP_SCALE: y[i] = x[i] * (real)ir_attr_float(n, "s"); break;
-    case IR_OP_GELU: y[i] = k_gelu(x[i]); break;
+    case IR_OP_GELU: y[i] = k_gelu_as(x[i], (real)ir_attr_int(n, "approximate")); break;
     case IR_OP_SILU: y[i] = k_silu(x[i]); break;
     case IR_OP_SWIGLU: y[i] = k_silu(x[i]) * R(n->in[1])[i]; break;
-    case IR_OP_GELU_GRAD: y[i] = k_gelu_grad(x[i], R(n->in[1])[i]); break;
+    case IR_OP_GELU_GRAD:
+      y[i] = k_gelu_grad_as(x[i], R(n->in[1])[i], (real)ir_attr_int(n, "approximate"));
+      break;
     case IR_OP_SILU_GRAD: y[i] = k_silu_grad(x[i], R(n->in[1])[i]); break;
     default: die("not unary: %s", ir_op_info(n->op)->name);
     }
@@ -127,6 +129,13 @@ static void split_concat(IrNode *n, bool split) {
       k_copy2d(R(whole) + off, width, R(part), cols, outer, cols);
     off += cols;
   }
+}
+
+static void slice(IrNode *n) {
+  int64_t axis = ir_attr_int(n, "axis"), outer, inner;
+  around(n->in[0], axis, &outer, &inner);
+  int64_t width = numel(n->in[0]) / outer, cols = numel(n->out[0]) / outer;
+  k_copy2d(R(n->out[0]), cols, R(n->in[0]) + ir_attr_int(n, "start") * inner, width, outer, cols);
 }
 
 static void transpose(IrNode *n) {
@@ -253,6 +262,7 @@ bool ti_exec(IrNode *n) {
     break;
   case IR_OP_SPLIT: split_concat(n, true); break;
   case IR_OP_CONCAT: split_concat(n, false); break;
+  case IR_OP_SLICE: slice(n); break;
   case IR_OP_ADD:
   case IR_OP_SUB:
   case IR_OP_MUL: binary(n); break;
@@ -286,8 +296,9 @@ bool ti_exec(IrNode *n) {
     break;
   case IR_OP_ROPE: {
     int64_t H = ir_attr_int(n, "heads");
-    k_rope(R(y), R(x), dim(x, 0), dim(x, 1), H, last(x) / H, (real)ir_attr_float(n, "theta"),
-           (int)ir_attr_int(n, "inverse"));
+    int64_t d = last(x) / H, r = ir_attr_int(n, "dims");
+    k_rope_part(R(y), R(x), dim(x, 0), dim(x, 1), H, d, r ? r : d, (real)ir_attr_float(n, "theta"),
+                (int)ir_attr_int(n, "inverse"));
     break;
   }
   case IR_OP_ATTENTION: attention(n, false); break;
