@@ -32,24 +32,28 @@ packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
 # from PyPI into a virtual environment in build/pyenv (git-ignored; or
 # $SHARDC_PYENV), made from Debian's python3 with --system-site-packages so
 # that its numpy and torch stay visible: Debian's own python3 is left as it
-# is. Nothing is done when they import already. Without network access this
-# only warns, and those tests skip, saying why.
+# is. transformers, whose own model classes tests/oracle/hf_models.sh checks
+# models/neox.shard and models/bert.shard against, is pinned to 4.40.2, the
+# version that works with Debian's torch 1.13; pip then picks the
+# tokenizers it supports (0.19). Nothing is done when they import already.
+# Without network access this only warns, and those tests skip, saying why.
 python_packages() {
   local root env
   root=$(cd "$(dirname "$0")/.." && pwd)
   env=${SHARDC_PYENV:-$root/build/pyenv}
-  if "$env/bin/python" -c 'import tokenizers, tiktoken' 2>/dev/null; then
-    echo "install-deps: tokenizers and tiktoken present in $env"
+  if "$env/bin/python" -c 'import tokenizers, tiktoken, transformers' 2>/dev/null; then
+    echo "install-deps: tokenizers, tiktoken and transformers present in $env"
     return
   fi
   local plog
   plog=$(mktemp)
   if /usr/bin/python3 -m venv --system-site-packages "$env" >"$plog" 2>&1 &&
-     "$env/bin/pip" install -q --disable-pip-version-check tokenizers tiktoken >>"$plog" 2>&1; then
-    echo "install-deps: installed tokenizers and tiktoken from PyPI into $env"
+     "$env/bin/pip" install -q --disable-pip-version-check tokenizers tiktoken \
+       transformers==4.40.2 >>"$plog" 2>&1; then
+    echo "install-deps: installed tokenizers, tiktoken and transformers from PyPI into $env"
   else
     cat "$plog" >&2
-    echo "install-deps: warning: could not install tokenizers and tiktoken into $env;" \
+    echo "install-deps: warning: could not install tokenizers, tiktoken and transformers into $env;" \
          "the tests that compare with them will skip" >&2
   fi
   rm -f "$plog"

@@ -202,8 +202,9 @@ static void emit_rope(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   int64_t H = ir_attr_int(n, "heads"), r = ir_attr_int(n, "dims");
   if (r && r != cg_dim(x, -1) / H) { /* the CUDA kernel rotates whole heads only */
-    cg_error(e, n, "rope over %lld of each head's %lld dims (partial rotary) is not supported "
-             "on the cuda target; the cpu target supports it", (long long)r, (long long)(cg_dim(x, -1) / H));
+    if (n->phase != IR_PHASE_BACKWARD) /* its backward rope has the same location */
+      cg_error(e, n, "over %lld of each head's %lld dims (partial rotary) is not supported on "
+               "this target; the cpu target supports it", (long long)r, (long long)(cg_dim(x, -1) / H));
     return;
   }
   emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", cuda_sfx(e, x),

@@ -25,3 +25,8 @@ grad_test(gpt3 ${MODELS_DIR}/gpt3.shard -D vocab=11 -D seq=4 -D hidden=6 -D head
 grad_test(ops ${TESTS_DIR}/passes/autodiff_ops.ir)
 grad_test(tied ${TESTS_DIR}/passes/autodiff_tied.ir)
 grad_test(matmul ${GRAD_DIR}/matmul.ir)
+# slice, unequal concat, partial rope and the exact GELU (issue 23's ops).
+grad_test(issue23_ops ${GRAD_DIR}/issue23_ops.ir)
+# GPT-NeoX: parallel residual, rope over 2 of each head's 8 dims, exact GELU.
+grad_test(neox ${MODELS_DIR}/neox.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=2 -D layers=2
+          -D batch=2 -D init_std=0.3)

@@ -24,3 +24,19 @@ foreach(model gpt2 llama)
                          TIMEOUT 300 LABELS oracle)
   endforeach()
 endforeach()
+
+# models/neox.shard, cheaply (default set, about 1 s of CPU): its parameter
+# count, two steps against recorded losses, --tp 2 against one rank, and
+# the partial rotary written with slices against rope's dims.
+add_test(NAME oracle.models_cpu
+         COMMAND sh ${TESTS_DIR}/oracle/models_cpu.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin)
+set_tests_properties(oracle.models_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
+
+# Against Hugging Face transformers' own classes (hf_models.sh): same
+# weights in, 5 AdamW steps on both sides, losses within 1e-5. Importing
+# transformers alone takes seconds, so it is in the `long` label. Skipped
+# (77), with the reason printed, without transformers in build/pyenv.
+foreach(model neox)
+  add_test(NAME oracle.hf_${model} COMMAND bash ${TESTS_DIR}/oracle/hf_models.sh ${SHARDC} ${model})
+  set_tests_properties(oracle.hf_${model} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
+endforeach()

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Our models against Hugging Face transformers' own model classes.
+
+    hf_models.py --model neox --config k=v,... --weights INIT.safetensors
+                 --data SHARD --batch b --seq T --steps N --lr LR
+                 --weight-decay WD --ours OURS.jsonl --ours-final FINAL.safetensors
+                 [--tol 1e-5]
+
+The same initial weights (ours, renamed to HF's names) go into HF's model
+(GPTNeoXForCausalLM for models/neox.shard); it reads the same windows of
+the same shard as our program did with --no-shuffle, takes the mean
+cross-entropy of its logits against the next tokens and steps
+torch.optim.AdamW (weight decay on tensors of 2 or more dims, as our
+runtime does; no clipping, a constant learning rate) N times. It prints
+both sides' loss of every step and the largest difference of the final
+weights, then HF's loss on the next window with our final weights and
+with its own, and exits 1 when any of these losses differs by more than
+--tol (absolute).
+Exit 77 when transformers is missing (a skip for ctest).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+# Python puts this folder first on the path, where its safetensors.py (numpy
+# only) would hide the package of that name that transformers imports: the
+# folder's modules are loaded by file below instead.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+try:
+    import transformers
+    from transformers.models.gpt_neox import modeling_gpt_neox  # noqa: F401
+except ImportError as e:
+    print("hf_models: SKIP: transformers is not importable (%s); scripts/install-deps.sh "
+          "installs it into build/pyenv" % e)
+    sys.exit(77)
+
+
+def _local(name):
+    spec = importlib.util.spec_from_file_location("oracle_" + name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+safetensors = _local("safetensors")
+shard_data = _local("shard_data")
+
+
+def parse_config(text):
+    cfg = {}
+    for kv in filter(None, text.split(",")):
+        k, v = kv.split("=", 1)
+        cfg[k] = float(v) if any(c in v for c in ".e") else int(v)
+    return cfg
+
+
+def neox(cfg):
+    """GPTNeoXForCausalLM of models/neox.shard's shape; our name -> HF's."""
+    hc = transformers.GPTNeoXConfig(
+        vocab_size=cfg["vocab"], hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"], intermediate_size=4 * cfg["hidden"],
+        rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=cfg["seq"],
+        layer_norm_eps=1e-5, use_parallel_residual=True, hidden_act="gelu",
+        attention_dropout=0.0, hidden_dropout=0.0, tie_word_embeddings=False,
+        attn_implementation="eager")
+    model = transformers.GPTNeoXForCausalLM(hc)
+
+    def name(ours):
+        return ours if ours.startswith("embed_out.") else "gpt_neox." + ours
+    return model, name
+
+
+MODELS = {"neox": neox}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--weight-decay", type=float, required=True)
+    ap.add_argument("--ours", required=True, help="our --log-json")
+    ap.add_argument("--ours-final", required=True, help="our weights after the steps")
+    ap.add_argument("--tol", type=float, default=1e-5)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = parse_config(args.config)
+    cfg["seq"] = args.seq
+    model, hf_name = MODELS[args.model](cfg)
+    model.train()
+
+    init = safetensors.read(args.weights)
+    state = {hf_name(n): torch.from_numpy(np.array(t, dtype=np.float32)) for n, t in init.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # HF's buffers (the rotary frequencies, the causal mask) are not weights.
+    params = dict(model.named_parameters())
+    lost = [n for n in missing if n in params]
+    if lost or unexpected:
+        sys.exit("hf_models: weights do not match %s: missing %s, unexpected %s"
+                 % (type(model).__name__, lost, unexpected))
+
+    decay = [p for p in params.values() if p.dim() >= 2]
+    other = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    data = shard_data.Windows(args.data, args.batch, args.seq, vocab=cfg["vocab"])
+    hf_losses = []
+    for step in range(args.steps):
+        tokens, targets = data.step(step)
+        logits = model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), torch.from_numpy(targets.astype(np.int64)).reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        hf_losses.append(float(loss))
+
+    ours = [json.loads(line)["loss"] for line in open(args.ours) if line.strip()]
+    ok = len(ours) == len(hf_losses)
+    print("%s (transformers %s) against models/%s.shard, %s"
+          % (type(model).__name__, transformers.__version__, args.model, args.config))
+    print("step  ours            HF              |diff|")
+    for i, (a, b) in enumerate(zip(ours, hf_losses)):
+        d = abs(a - b)
+        ok = ok and d <= args.tol
+        print("%4d  %.10f  %.10f  %.2e%s" % (i + 1, a, b, d, "" if d <= args.tol else "  FAIL"))
+    # HF's loss, on the next window, of our weights after the steps and of
+    # its own. The weights themselves are only reported: the key bias gets a
+    # gradient of zero up to rounding (softmax ignores a shift of all of a
+    # query's scores), which AdamW's g/sqrt(v) turns into full-size steps of
+    # either sign on either side.
+    tokens, targets = data.step(args.steps)
+
+    def eval_loss():
+        with torch.no_grad():
+            logits = model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits
+            return float(torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                torch.from_numpy(targets.astype(np.int64)).reshape(-1)))
+    hf_after = eval_loss()
+    final = safetensors.read(args.ours_final)
+    worst, worst_name, rest = 0.0, None, 0.0
+    for n, t in final.items():
+        hf = params[hf_name(n)].detach().numpy().astype(np.float64)
+        t = np.array(t, dtype=np.float64)
+        rel = float(np.linalg.norm(t - hf) / max(np.linalg.norm(hf), 1e-30))
+        if rel > worst:
+            worst, worst_name = rel, n
+        if "query_key_value.bias" not in n:
+            rest = max(rest, rel)
+    missing, unexpected = model.load_state_dict(
+        {hf_name(n): torch.from_numpy(np.array(t, dtype=np.float32)) for n, t in final.items()},
+        strict=False)
+    ours_after = eval_loss()
+    d = abs(ours_after - hf_after)
+    ok = ok and d <= args.tol
+    print("after %d steps, HF's loss on the next window: with our weights %.10f, with its own "
+          "%.10f, |diff| %.2e%s" % (args.steps, ours_after, hf_after, d, "" if d <= args.tol else "  FAIL"))
+    print("final weights (reported, not checked): largest |ours - HF| / |HF| %.2e (%s); "
+          "%.2e over the tensors other than the qkv biases" % (worst, worst_name, rest))
+    print("hf_models: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
