@@ -40,3 +40,20 @@ foreach(model neox)
   add_test(NAME oracle.hf_${model} COMMAND bash ${TESTS_DIR}/oracle/hf_models.sh ${SHARDC} ${model})
   set_tests_properties(oracle.hf_${model} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
 endforeach()
+
+# The CUDA target: models/neox.shard's partial rotary is refused at compile
+# time, at the rope's line, before anything is written; the same model
+# with the rotary written as slices (whole-head rope, slice, unequal
+# concat, the exact GELU) builds with nvcc warning-free (long: about 15 s
+# of nvcc).
+add_test(NAME oracle.neox_cuda_refuses
+         COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -D vocab=97 -D seq=16 -D hidden=64 -D heads=4 -D layers=2 -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'neox.shard:[0-9]*:[0-9]*: error: cuda target: rope: over 4 of each head.s 16 dims (partial rotary) is not supported' && test ! -e \"$2/rank0.cu\""
+                 ${SHARDC} ${MODELS_DIR}/neox.shard ${CMAKE_CURRENT_BINARY_DIR}/neox_cuda_refuses)
+set_tests_properties(oracle.neox_cuda_refuses PROPERTIES LABELS oracle)
+if(TARGET shard_rt_cuda)
+  add_test(NAME oracle.neox_slices_cuda_build
+           COMMAND sh ${TESTS_DIR}/cuda_target/run.sh ${SHARDC}
+                   ${CMAKE_CURRENT_BINARY_DIR}/neox_slices_cuda ${TESTS_DIR}/oracle/neox_slices.shard
+                   -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2)
+  set_tests_properties(oracle.neox_slices_cuda_build PROPERTIES LABELS "oracle;cuda" TIMEOUT 300)
+endif()
