@@ -536,16 +536,24 @@ bool ir_shape_broadcast(IrNode *n) {
   return true;
 }
 
+/* gelu's form: none (0, the exact erf) or tanh (1). */
+static bool get_approximate(IrNode *n) {
+  int64_t v;
+  if (!get_int(n, "approximate", &v)) return false;
+  if (v == 0 || v == 1) return true;
+  ir_error(attr_loc(n, attr_expr(n, "approximate")),
+           "%s: approximate must be none (0, the exact erf form) or tanh (1), got %lld", op_name(n),
+           (long long)v);
+  return false;
+}
+
 /* The unary float ops; scale and dropout also check their number. */
 bool ir_shape_same(IrNode *n) {
   if (!inputs_ready(n)) return false;
   double v;
   bool ok = want_float(n, 0, "x");
   if (n->op == IR_OP_SCALE) ok = get_num(n, "s", &v) && ok;
-  if (n->op == IR_OP_GELU) {
-    bool approx;
-    ok = get_flag(n, "approximate", &approx) && ok;
-  }
+  if (n->op == IR_OP_GELU) ok = get_approximate(n) && ok;
   if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_GRAD) {
     int64_t site;
     bool per_rank;
@@ -840,8 +848,7 @@ bool ir_shape_sum_to(IrNode *n) {
 bool ir_shape_grad2(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const char *first = n->op == IR_OP_SOFTMAX_GRAD ? "y" : "x";
-  bool approx;
-  if (n->op == IR_OP_GELU_GRAD && !get_flag(n, "approximate", &approx)) return false;
+  if (n->op == IR_OP_GELU_GRAD && !get_approximate(n)) return false;
   if (!((int)want_float(n, 0, first) & (int)want_float(n, 1, "dy"))) return false;
   if (!want_same(n, 0, first, 1, "dy")) return false;
   const IrType *x = in_type(n, 0);
