@@ -11,7 +11,8 @@ The same initial weights (ours, renamed to HF's names) go into HF's model
 the same shard as our program did with --no-shuffle, takes the mean
 cross-entropy of its logits against the next tokens and steps
 torch.optim.AdamW (weight decay on tensors of 2 or more dims, as our
-runtime does; no clipping, a constant learning rate) N times. It prints
+runtime does; no clipping, a constant learning rate) N times, in fp32 or
+(--dtype f64, both sides) in double. It prints
 both sides' loss of every step and the largest difference of the final
 weights, then HF's loss on the next window with our final weights and
 with its own, and exits 1 when any of these losses differs by more than
@@ -98,15 +99,27 @@ def main():
     ap.add_argument("--ours", required=True, help="our --log-json")
     ap.add_argument("--ours-final", required=True, help="our weights after the steps")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = parse_config(args.config)
     cfg["seq"] = args.seq
     model, hf_name = MODELS[args.model](cfg)
+    dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
+    npdtype = {"f32": np.float32, "f64": np.float64}[args.dtype]
+    model.to(dtype)
+    if dtype == torch.float64:
+        # HF computes the rotary frequencies in float32 whatever the model's
+        # dtype (`.float()`), which alone moves an f64 loss by about 1e-11:
+        # in double they are recomputed in double, as our kernel has them.
+        for m in model.modules():
+            if isinstance(m, modeling_gpt_neox.GPTNeoXRotaryEmbedding):
+                m.inv_freq = 1.0 / (m.base ** (torch.arange(0, m.dim, 2, dtype=torch.float64) / m.dim))
+                m._set_cos_sin_cache(m.max_seq_len_cached, m.inv_freq.device, torch.float64)
     model.train()
 
     init = safetensors.read(args.weights)
-    state = {hf_name(n): torch.from_numpy(np.array(t, dtype=np.float32)) for n, t in init.items()}
+    state = {hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype)) for n, t in init.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # HF's buffers (the rotary frequencies, the causal mask) are not weights.
     params = dict(model.named_parameters())
@@ -134,13 +147,13 @@ def main():
 
     ours = [json.loads(line)["loss"] for line in open(args.ours) if line.strip()]
     ok = len(ours) == len(hf_losses)
-    print("%s (transformers %s) against models/%s.shard, %s"
-          % (type(model).__name__, transformers.__version__, args.model, args.config))
-    print("step  ours            HF              |diff|")
+    print("%s (transformers %s) against models/%s.shard, %s, %s"
+          % (type(model).__name__, transformers.__version__, args.model, args.config, args.dtype))
+    print("step  ours                HF                  |diff|")
     for i, (a, b) in enumerate(zip(ours, hf_losses)):
         d = abs(a - b)
         ok = ok and d <= args.tol
-        print("%4d  %.10f  %.10f  %.2e%s" % (i + 1, a, b, d, "" if d <= args.tol else "  FAIL"))
+        print("%4d  %.15f  %.15f  %.2e%s" % (i + 1, a, b, d, "" if d <= args.tol else "  FAIL"))
     # HF's loss, on the next window, of our weights after the steps and of
     # its own. The weights themselves are only reported: the key bias gets a
     # gradient of zero up to rounding (softmax ignores a shift of all of a
@@ -166,13 +179,13 @@ def main():
         if "query_key_value.bias" not in n:
             rest = max(rest, rel)
     missing, unexpected = model.load_state_dict(
-        {hf_name(n): torch.from_numpy(np.array(t, dtype=np.float32)) for n, t in final.items()},
+        {hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype)) for n, t in final.items()},
         strict=False)
     ours_after = eval_loss()
     d = abs(ours_after - hf_after)
     ok = ok and d <= args.tol
-    print("after %d steps, HF's loss on the next window: with our weights %.10f, with its own "
-          "%.10f, |diff| %.2e%s" % (args.steps, ours_after, hf_after, d, "" if d <= args.tol else "  FAIL"))
+    print("after %d steps, HF's loss on the next window: with our weights %.15f, with its own "
+          "%.15f, |diff| %.2e%s" % (args.steps, ours_after, hf_after, d, "" if d <= args.tol else "  FAIL"))
     print("final weights (reported, not checked): largest |ours - HF| / |HF| %.2e (%s); "
           "%.2e over the tensors other than the qkv biases" % (worst, worst_name, rest))
     print("hf_models: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))

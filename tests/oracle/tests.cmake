@@ -33,12 +33,21 @@ add_test(NAME oracle.models_cpu
 set_tests_properties(oracle.models_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
 
 # Against Hugging Face transformers' own classes (hf_models.sh): same
-# weights in, 5 AdamW steps on both sides, losses within 1e-5. Importing
-# transformers alone takes seconds, so it is in the `long` label. Skipped
-# (77), with the reason printed, without transformers in build/pyenv.
+# weights in, 5 AdamW steps on both sides, losses within 1e-5 in fp32 and
+# 1e-10 in f64 (oracle.hf_neox_f64). Importing transformers alone takes
+# seconds, so both are in the `long` label. Skipped (77), with the reason
+# printed, without transformers in build/pyenv.
 foreach(model neox)
-  add_test(NAME oracle.hf_${model} COMMAND bash ${TESTS_DIR}/oracle/hf_models.sh ${SHARDC} ${model})
-  set_tests_properties(oracle.hf_${model} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
+  foreach(dtype f32 f64)
+    if(dtype STREQUAL f32)
+      set(name oracle.hf_${model})
+    else()
+      set(name oracle.hf_${model}_f64)
+    endif()
+    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/oracle/hf_models.sh ${SHARDC} ${model})
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
+                         TIMEOUT 300 LABELS oracle)
+  endforeach()
 endforeach()
 
 # The CUDA target: models/neox.shard's partial rotary is refused at compile
