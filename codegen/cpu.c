@@ -326,7 +326,8 @@ static void emit_slice(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   int axis = norm_axis(ir_attr_int(n, "axis"), x->type.rank);
   int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer;
-  int64_t part = cg_numel(n->out[0]) / outer, at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
+  int64_t part = cg_numel(n->out[0]) / outer;
+  int64_t at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
   emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[0]), (long long)part,
        rref(e, x), at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, (long long)outer,
        (long long)part);

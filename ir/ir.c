@@ -407,7 +407,8 @@ IrNode *ir_add_node(IrGraph *g, IrOp op, IrValue **in, int nin, IrAttr *attrs, i
     const IrAttrSpec *a = &info->attr[k];
     bool given = false;
     for (int i = 0; i < nattr && !given; i++) given = strcmp(attrs[i].name, a->name) == 0;
-    if (!given && a->quiet && a->dflt) n->attrs[n->nattr++] = (IrAttr){a->name, ir_attr_default(a, loc)};
+    if (!given && a->quiet && a->dflt)
+      n->attrs[n->nattr++] = (IrAttr){a->name, ir_attr_default(a, loc)};
   }
   n->nout = (info->flags & IR_OPF_MULTI_OUT) ? nout : info->nout;
   if (n->nout < 0) die("op %s: negative output count", info->name);

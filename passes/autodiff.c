@@ -284,12 +284,14 @@ static bool ad_concat(Ad *ad, IrNode *n, IrValue **dy) {
   int rank = n->in[0]->type.rank;
   int64_t a = axis < 0 ? axis + rank : axis;
   bool equal = true;
-  for (int i = 1; i < n->nin; i++) equal = equal && n->in[i]->type.shape[a] == n->in[0]->type.shape[a];
+  for (int i = 1; i < n->nin; i++)
+    equal = equal && n->in[i]->type.shape[a] == n->in[0]->type.shape[a];
   if (!equal) {
     int64_t at = 0;
     for (int i = 0; i < n->nin; i++) {
       int64_t len = n->in[i]->type.shape[a];
-      if (wants(ad, n->in[i])) give(ad, n->in[i], slice(ad, dy[0], at, at + len, fwd_attr(n, "axis")));
+      if (wants(ad, n->in[i]))
+        give(ad, n->in[i], slice(ad, dy[0], at, at + len, fwd_attr(n, "axis")));
       at += len;
     }
     return true;
@@ -316,10 +318,12 @@ static bool ad_slice(Ad *ad, IrNode *n, IrValue **dy) {
     IrType z = *t;
     z.shape[a] = lens[side];
     parts[k++] = emit1(ad, IR_OP_ZEROS, NULL, 0,
-                       ATTRS({"shape", shape_list(ad, &z)}, {"dtype", lit_int(ad, (int64_t)t->dtype)}));
+                       ATTRS({"shape", shape_list(ad, &z)},
+                             {"dtype", lit_int(ad, (int64_t)t->dtype)}));
   }
-  give(ad, n->in[0], k == 1 ? dy[0]
-                            : emit1(ad, IR_OP_CONCAT, parts, k, ATTRS({"axis", fwd_attr(n, "axis")})));
+  IrValue *dx = k == 1 ? dy[0]
+                       : emit1(ad, IR_OP_CONCAT, parts, k, ATTRS({"axis", fwd_attr(n, "axis")}));
+  give(ad, n->in[0], dx);
   return true;
 }
 

@@ -53,8 +53,9 @@ static void emit_slice(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
   int axis = cuda_norm_axis(ir_attr_int(n, "axis"), x->type.rank);
-  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer,
-          part = cg_numel(n->out[0]) / outer, at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
+  int64_t outer = cg_dims_prod(&x->type, 0, axis), cols = cg_numel(x) / outer;
+  int64_t part = cg_numel(n->out[0]) / outer;
+  int64_t at = ir_attr_int(n, "start") * (cols / x->type.shape[axis]);
   emit(e, "k_cuda_copy2d%s(%s, %lld, %s + %lld, %lld, %lld, %lld);", cuda_sfx(e, x),
        cuda_ref(e, n->out[0]), (long long)part, cuda_ref(e, x), (long long)at, (long long)cols,
        (long long)outer, (long long)part);
@@ -204,7 +205,8 @@ static void emit_rope(CgEmitter *e, int index) {
   if (r && r != cg_dim(x, -1) / H) { /* the CUDA kernel rotates whole heads only */
     if (n->phase != IR_PHASE_BACKWARD) /* its backward rope has the same location */
       cg_error(e, n, "over %lld of each head's %lld dims (partial rotary) is not supported on "
-               "this target; the cpu target supports it", (long long)r, (long long)(cg_dim(x, -1) / H));
+               "this target; the cpu target supports it", (long long)r,
+               (long long)(cg_dim(x, -1) / H));
     return;
   }
   emit(e, "k_cuda_rope%s(%s, %s, %lld, %lld, %lld, %lld, %s, %d);", cuda_sfx(e, x),
