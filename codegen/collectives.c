@@ -22,7 +22,7 @@ bool cg_comm_used(const CgEmitter *e) { return e->g->mesh[IR_AXIS_TENSOR] > 1; }
 
 void cg_comm_includes(CgEmitter *e) {
   emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h). */");
-  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "#include \"runtime/comm/comm.h\"");
   emit(e, "#ifdef SHARD_REAL_F64");
   emit(e, "#define RT_COMM_REAL RT_COMM_F64");
   emit(e, "#else");

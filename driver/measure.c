@@ -51,7 +51,7 @@ static const char measure_mk[] =
  * `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
 static const char measure_c[] =
     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
-    "#include \"kernels/cpu/kernels.h\"\n#include \"runtime/comm.h\"\n"
+    "#include \"kernels/cpu/kernels.h\"\n#include \"runtime/comm/comm.h\"\n"
     "static double now(void) {\n"
     "  struct timespec t;\n  clock_gettime(CLOCK_MONOTONIC, &t);\n"
     "  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;\n}\n"

@@ -31,7 +31,7 @@
 
 #include <stdint.h>
 
-#include "../abi/model.h"
+#include "../../abi/model.h"
 
 /* ------------------------------------------------------------ memory */
 

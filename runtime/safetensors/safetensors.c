@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "util.h"
 
 /* A header longer than this is a corrupt length field, not JSON we want to

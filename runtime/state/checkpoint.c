@@ -35,7 +35,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "comm.h"
 #include "device.h"
 #include "tp.h"

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "../abi/schedule.h"
+#include "../../abi/schedule.h"
 
 typedef struct Rt Rt;
 

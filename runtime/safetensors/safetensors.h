@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "../abi/model.h"
+#include "../../abi/model.h"
 #include "util.h"
 
 typedef struct RtStTensor {

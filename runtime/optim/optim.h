@@ -7,7 +7,7 @@
 
 #include "device.h"
 #include "flags.h"
-#include "../abi/model.h"
+#include "../../abi/model.h"
 
 /* The learning rate of 0-based step s: linear warmup lr*(s+1)/warmup over
  * the first --warmup steps, then cosine from lr to --lr-min over the rest

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "safetensors.h"
 #include "util.h"
 

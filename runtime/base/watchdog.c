@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../abi/job.h"
+#include "../../abi/job.h"
 #include "util.h"
 
 enum { ST_RUNNING, ST_FAILED, ST_EXITED, ST_DONE };

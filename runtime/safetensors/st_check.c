@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "safetensors.h"
 
 #define P1 11400714785074694791ULL

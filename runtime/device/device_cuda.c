@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../abi/job.h"
+#include "../../abi/job.h"
 #include "kernels_cuda.h"
 #include "util.h"
 

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../abi/formats.h"
-#include "../abi/job.h"
+#include "../../abi/formats.h"
+#include "../../abi/job.h"
 #include "checkpoint.h"
 #include "device.h"
 #include "dp.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../abi/job.h"
+#include "../../abi/job.h"
 
 static void vreport(const char *what, const char *fmt, va_list ap) {
   /* stdout may hold buffered progress lines: flush them first so the error

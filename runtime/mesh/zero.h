@@ -12,7 +12,7 @@
 #ifndef SHARD_RT_ZERO_H
 #define SHARD_RT_ZERO_H
 
-#include "../abi/model.h"
+#include "../../abi/model.h"
 
 /* The part of bucket b that data-parallel rank i of d owns: elements
  * [*begin, *end) of the weights. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../abi/flags.h"
+#include "../../abi/flags.h"
 #include "util.h"
 
 typedef enum Kind { K_INT, K_REAL, K_STR, K_SWITCH, K_CHOICE } Kind;

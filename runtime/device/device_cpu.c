@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../abi/job.h"
+#include "../../abi/job.h"
 #include "kernels.h"
 #include "util.h"
 

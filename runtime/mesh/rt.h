@@ -8,8 +8,8 @@
 #include "data.h"
 #include "flags.h"
 #include "log.h"
-#include "../abi/mesh.h"
-#include "../abi/model.h"
+#include "../../abi/mesh.h"
+#include "../../abi/model.h"
 #include "rng.h"
 #include "safetensors.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "safetensors.h"
 #include "util.h"
 

@@ -83,7 +83,7 @@
 
 #include <stdint.h>
 
-#include "../abi/mesh.h"
+#include "../../abi/mesh.h"
 
 typedef struct RtComm RtComm;       /* a group of ranks */
 typedef struct RtCommReq RtCommReq; /* a non-blocking operation in flight */

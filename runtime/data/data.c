@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "rng.h"
 #include "util.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../abi/formats.h"
+#include "../../abi/formats.h"
 #include "checkpoint.h"
 
 static int meta_count(const RtStFile *f, const char *key, int64_t *out, RtErr *e) {
