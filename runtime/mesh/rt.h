@@ -62,60 +62,6 @@ typedef struct Rt {
   int lock_fd;           /* world rank 0: the lock held on --save DIR, -1 none */
 } Rt;
 
-/* batch.c: moving windows into the model and running it. */
-/* Where location o of chunk c lies (model.h): in the running (chunk,
- * microbatch)'s activations below c->activations, in the temporaries
- * above. */
-static inline unsigned char *rt_loc(const RtCtx *ctx, const RtChunk *c, int64_t o) {
-  return o < c->activations ? ctx->activations + o : ctx->temporaries + (o - c->activations);
-}
-/* Loads global microbatch g of a window into chunk c's inputs: inputs are
- * its tokens from g*rows on, targets the tokens one further. */
-void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g);
-/* rt_load_inputs of a program of one chunk. */
-void rt_load_micro(Rt *rt, const int32_t *window, int64_t m);
-/* The loss chunk c (the last virtual stage) left after its forward, copied
- * out of the device. */
-double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c);
-/* Writes the loss gradient seed 1/(m*d) that chunk c's backward reads. */
-void rt_seed_dloss(Rt *rt, const RtChunk *c);
-/* Zeroes the grads region at the start of a step (profiled as
- * "S zero_grads"). */
-void rt_zero_grads(Rt *rt);
-/* The dropout seed of global microbatch g of a step: the same whatever the
- * mesh, so that every layout trains the same model. */
-uint64_t rt_dropout_seed(const Rt *rt, int64_t step, int64_t g);
-/* The global microbatch index of this replica's microbatch k. */
-static inline int64_t rt_global_mb(const Rt *rt, int64_t k) {
-  return (int64_t)rt->coord.dp * rt->micro + k;
-}
-/* The mean of a quantity the last pipeline stage sums (losses): `sum` is
- * this rank's part, `count` the number of terms over all data-parallel
- * replicas. Every rank gets the mean; on a mesh of one stage and one
- * replica it is just sum / count. */
-double rt_mesh_mean(Rt *rt, double sum, int64_t count);
-/* The gradient of a whole step's window into the grads region: this
- * replica's m microbatches, d_loss = 1/(m*d) each, the data-parallel
- * reductions started as their gradients complete. Returns the step's mean
- * loss over all replicas. The dropout seed depends on (seed, step, global
- * microbatch) only. One chunk only (p = 1); a pipeline runs exec.c. */
-double rt_window_grads(Rt *rt, const int32_t *window, int64_t step);
-/* The mean loss of a window, forward only, with the same dropout seeds
- * (training = 1) as rt_window_grads or without dropout (training = 0). */
-double rt_window_loss(Rt *rt, const int32_t *window, int64_t step, int training);
-/* Mean loss over --eval-batches windows of --val-data, dropout off; the
- * data-parallel replicas share the windows out. */
-double rt_eval(Rt *rt);
-/* The step's window of training data (or seeded random tokens when there
- * is no --data, which only gradient checks do) into rt->window, and its
- * copy in model memory (staged through a slot of rt->stage) into
- * rt->window_dev; then the next step's window is copied into the other
- * slot while this step runs. The windows are those of the step numbers,
- * whenever they are read: the data order does not change. */
-void rt_fetch_window(Rt *rt, int64_t step);
-/* After the step: rt->window is the plain host buffer again. */
-void rt_end_window(Rt *rt);
-
 /* graphs.c: the calls of the chunk functions. */
 typedef enum RtChunkFn { RT_FN_FORWARD, RT_FN_BACKWARD, RT_FN_WGRAD } RtChunkFn;
 /* Runs function f of chunk c on rt->ctx: as a CUDA graph where the
@@ -129,13 +75,6 @@ void rt_graphs_describe(const Rt *rt, char *buf, int len);
 /* Prints how many graphs were captured and replayed (when any function
  * ran through them) and frees them. */
 void rt_graphs_finish(Rt *rt);
-
-/* main.c: the end of a step once every backward has run: the
- * data-parallel reductions are waited for, --dump-grads written (when
- * dump), then the gradient norm, clipping and the optimizer (with ZeRO-1
- * the update of this rank's shard and the all-gather of the weights).
- * Fills info->grad_norm and info->lr. */
-void rt_update(Rt *rt, int64_t step, int dump, RtStepInfo *info);
 
 /* init.c: the initial weights, a function of --seed and each name, into a
  * host array laid out like the weights region (main.c copies it to the

@@ -14,6 +14,8 @@
  * of --steps (or constant). */
 double rt_lr_at(const RtFlags *f, int64_t s);
 
+/* Elements per partial sum of the gradient norm (rt_grad_norm's chunk). */
+#define RT_NORM_CHUNK 65536
 /* The global L2 norm of n gradients, summed in double over fixed chunks of
  * `chunk` elements: the result does not depend on the thread count.
  * partials holds ceil(n / chunk) doubles. */

@@ -16,8 +16,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "batch.h"
 #include "device.h"
 #include "util.h"
+#include "window.h"
 
 #ifdef SHARD_REAL_F64
 #define STEP 1e-5

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "batch.h"
 #include "tp.h"
 #include "util.h"
 

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "comm.h"
-#include "exec.h"
 #include "optim.h"
 #include "tp.h"
 #include "util.h"
@@ -104,8 +103,7 @@ void rt_dp_init(Rt *rt) {
   rt->dp = NULL;
   rt->ctx.runtime = rt;
   rt->ctx.bucket_ready = NULL;
-  /* A pipeline stage's sends progress between the backward's nodes too. */
-  rt->ctx.poll = rt->mesh.pp > 1 ? hook_poll : NULL;
+  rt->ctx.poll = NULL;
   if (rt->mesh.dp <= 1) return;
   RtDp *dp = rt_xcalloc(1, sizeof *dp);
   dp->d = rt->mesh.dp;
@@ -206,13 +204,15 @@ void rt_dp_poll(Rt *rt) {
   }
 }
 
+/* The context's poll hook of a stage of one chunk: its reductions alone.
+ * A pipeline stage's executor puts its own in place (exec.c), which polls
+ * these first. */
 static void hook_poll(RtCtx *ctx) {
   Rt *rt = ctx->runtime;
-  if (rt->dp && rt->dp->ntested < rt->dp->norder)
-    rt_dp_poll(rt);
-  else if (rt->exec)
-    rt_exec_poll(rt);
+  if (rt_dp_busy(rt)) rt_dp_poll(rt);
 }
+
+int rt_dp_busy(const Rt *rt) { return rt->dp && rt->dp->ntested < rt->dp->norder; }
 
 void rt_dp_start_chunk(Rt *rt, int chunk) {
   RtDp *dp = rt->dp;

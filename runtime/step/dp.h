@@ -45,6 +45,9 @@ void rt_dp_start_tied(Rt *rt);
 void rt_dp_wait(Rt *rt);
 /* Progress for the reductions in flight (the poll hook's work). */
 void rt_dp_poll(Rt *rt);
+/* Whether a reduction is still in flight, untested (what rt_dp_poll
+ * tests first). */
+int rt_dp_busy(const Rt *rt);
 
 /* The global gradient norm over the mesh, equal to the one-rank norm: a
  * tensor-split parameter counts on every tensor rank and a replicated one

@@ -1,5 +1,6 @@
 /* The pipeline executor (see exec.h). */
 #include "exec.h"
+#include "batch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "dp.h"
 #include "tp.h"
 #include "trace.h"
+#include "update.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -184,6 +186,14 @@ static int paired(const RtExec *x, int param) {
   return 0;
 }
 
+/* The context's poll hook of a pipeline stage: the data-parallel
+ * reductions while one is in flight, else the oldest send. */
+static void hook_poll(RtCtx *ctx) {
+  Rt *rt = ctx->runtime;
+  if (rt_dp_busy(rt)) rt_dp_poll(rt);
+  else rt_exec_poll(rt);
+}
+
 void rt_exec_init(Rt *rt) {
   const RtModel *m = rt->model;
   rt->exec = NULL;
@@ -248,6 +258,8 @@ void rt_exec_init(Rt *rt) {
                       "the last stage", x->stage);
   if (x->embed) check_tied(rt, x);
   rt->exec = x;
+  /* A pipeline stage's sends progress between the backward's nodes too. */
+  rt->ctx.poll = hook_poll;
 }
 
 void rt_exec_free(Rt *rt) {

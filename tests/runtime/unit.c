@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "data.h"
 #include "device.h"
 #include "optim.h"
