@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../abi/flags.h"
+#include "../../abi/suggest.h"
 #include "util.h"
 
 typedef enum Kind { K_INT, K_REAL, K_STR, K_SWITCH, K_CHOICE } Kind;
@@ -239,32 +240,11 @@ static const Flag *find_flag(const char *name, size_t len) {
   return NULL;
 }
 
-/* Edit distance, to suggest the flag a typo meant. */
-static int distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n > 40 || m > 40) return 99;
-  int row[41];
-  for (size_t j = 0; j <= m; j++)
-    row[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
-    }
-  }
-  return row[m];
-}
-
 static void unknown_flag(const char *arg, const char *name, size_t len) {
   const char *best = NULL;
   int bestd = 3;
   for (int i = 0; i < NFLAGS; i++) {
-    int dd = distance(name, len, flags[i].name);
+    int dd = suggest_distance(name, (int)len, flags[i].name, (int)strlen(flags[i].name), 0);
     if (dd < bestd) bestd = dd, best = flags[i].name;
   }
   if (best)
