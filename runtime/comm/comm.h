@@ -83,6 +83,7 @@
 
 #include <stdint.h>
 
+#include "../../abi/comm.h"
 #include "../../abi/mesh.h"
 
 typedef struct RtComm RtComm;       /* a group of ranks */
@@ -190,53 +191,20 @@ void rt_comm_waitall(RtCommReq **reqs, int n);
 int rt_comm_test(RtCommReq *req);
 
 /* ---- Byte counters ------------------------------------------------------ *
- * Every communicator counts, per kind of operation, the calls and the bytes
- * this rank SENT, as the bandwidth-optimal (ring) algorithm sends them,
- * whatever algorithm the backend really chose; so the numbers are a
- * property of the program, equal to what the compiler's comm report
- * predicts. With n = size, S = count * element size, each call adds:
- *   allreduce       2 * (n - 1) * S / n      (S = the whole buffer)
- *   allgather       (n - 1) * S              (S = one rank's part; the
- *   reduce_scatter  (n - 1) * S               whole buffer is n * S)
- *   broadcast       (n - 1) * S / n          (the (n - 1) * S every
- *                                             broadcast moves, shared evenly)
- *   send            S
- *   recv            0 sent; bytes[RT_COMM_RECV] counts the S received
- *   barrier         0
- * Divisions are integer divisions of the product, per call. A
- * communicator of one rank sends nothing. Non-blocking forms count when they
- * are posted. `sent` is the sum over all kinds but RT_COMM_RECV. */
-typedef enum RtCommKind {
-  RT_COMM_ALLREDUCE,
-  RT_COMM_ALLGATHER,
-  RT_COMM_REDUCE_SCATTER,
-  RT_COMM_BROADCAST,
-  RT_COMM_SEND,
-  RT_COMM_RECV,
-  RT_COMM_BARRIER,
-  RT_COMM_NKINDS
-} RtCommKind;
-
+ * Every communicator counts, per kind of operation (abi/comm.h), the calls
+ * and the bytes this rank SENT by the rules of abi/comm.h, which the
+ * compiler's comm report follows too; recv counts in bytes[RT_COMM_RECV]
+ * the S it received. Non-blocking forms count when they are posted.
+ * `sent` is the sum over all kinds but RT_COMM_RECV. */
 typedef struct RtCommStats {
   int64_t calls[RT_COMM_NKINDS];
   int64_t bytes[RT_COMM_NKINDS];
   int64_t sent;
 } RtCommStats;
 
-/* The bytes one call of `kind` on n ranks adds to the counters, by the
- * rules above; the compiler's report uses the same expressions. */
+/* The bytes one call of `kind` on n ranks adds to the counters. */
 static inline int64_t rt_comm_bytes(RtCommKind kind, int n, int64_t count, RtCommType type) {
-  int64_t s = count * rt_comm_type_size(type);
-  if (n <= 1) return 0;
-  switch (kind) {
-  case RT_COMM_ALLREDUCE: return 2 * (int64_t)(n - 1) * s / n;
-  case RT_COMM_ALLGATHER:
-  case RT_COMM_REDUCE_SCATTER: return (int64_t)(n - 1) * s;
-  case RT_COMM_BROADCAST: return (int64_t)(n - 1) * s / n;
-  case RT_COMM_SEND:
-  case RT_COMM_RECV: return s;
-  default: return 0;
-  }
+  return rt_comm_ring_bytes(kind, n, count * rt_comm_type_size(type));
 }
 RtCommStats rt_comm_stats(const RtComm *c);
 void rt_comm_stats_reset(RtComm *c);
