@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../abi/chrome_trace.h"
 #include "comm.h"
 #include "rt.h"
 #include "tp.h"
@@ -91,55 +92,19 @@ static void action_name(const RtSchedAction *a, char *buf, size_t size) {
   }
 }
 
-/* The simulator's rows: compute, pipeline messages, the data-parallel
- * stream; and its categories. */
-static int action_row(int kind, const char **cat) {
-  switch (kind) {
-  case RT_SCHED_SEND: case RT_SCHED_RECV: *cat = "message"; return 1;
-  case RT_SCHED_REDUCE_GRADS: *cat = "reduce"; return 2;
-  case RT_SCHED_OPT_STEP: *cat = "optimizer"; return 0;
-  default: *cat = rt_sched_kind_name(kind); return 0;
-  }
-}
-
-static void add_meta(cJSON *ev, const char *what, int pid, int tid, const char *name) {
-  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "name", what);
-  cJSON_AddStringToObject(e, "ph", "M");
-  cJSON_AddNumberToObject(e, "pid", pid);
-  cJSON_AddNumberToObject(e, "tid", tid);
-  cJSON_AddStringToObject(args, "name", name);
-  cJSON_AddItemToObject(e, "args", args);
-  cJSON_AddItemToArray(ev, e);
-}
-
 /* One gathered event (WIRE doubles) as a complete ("X") event, its time
  * from the earliest event of the trace, in microseconds. */
 static void add_event(cJSON *ev, int pid, const double *w, double t0) {
   RtSchedAction a = {.kind = (uint8_t)w[3], .msg = (uint8_t)w[4], .chunk = (int16_t)w[5],
                      .peer = (int16_t)w[6], .mb = (int32_t)w[7]};
   char name[96];
-  const char *cat;
   action_name(&a, name, sizeof name);
-  int tid = action_row(a.kind, &cat);
-  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "name", name);
-  cJSON_AddStringToObject(e, "cat", cat);
-  cJSON_AddStringToObject(e, "ph", "X");
-  cJSON_AddNumberToObject(e, "pid", pid);
-  cJSON_AddNumberToObject(e, "tid", tid);
-  cJSON_AddNumberToObject(e, "ts", (w[0] - t0) * 1e6);
-  cJSON_AddNumberToObject(e, "dur", (w[1] - w[0]) * 1e6);
-  cJSON_AddNumberToObject(args, "chunk", a.chunk);
-  cJSON_AddNumberToObject(args, "mb", a.mb);
+  cJSON *args = chrome_trace_event(ev, name, &a, pid, w[0] - t0, w[1] - w[0]);
   cJSON_AddNumberToObject(args, "step", w[2] + 1);
-  cJSON_AddItemToObject(e, "args", args);
-  cJSON_AddItemToArray(ev, e);
 }
 
 static void write_json(const char *path, const int32_t *counts, const int32_t *coords,
                        const double *all, int size, int most) {
-  static const char *const rows[] = {"compute", "pipeline messages", "data-parallel stream"};
   double t0 = 1e300;
   for (int r = 0; r < size; r++)
     for (int i = 0; i < counts[r]; i++)
@@ -149,18 +114,10 @@ static void write_json(const char *path, const int32_t *counts, const int32_t *c
     char name[64];
     snprintf(name, sizeof name, "rank %d (t%d p%d d%d)", r, coords[3 * r], coords[3 * r + 1],
              coords[3 * r + 2]);
-    add_meta(ev, "process_name", r, 0, name);
-    for (int k = 0; k < 3; k++) add_meta(ev, "thread_name", r, k, rows[k]);
+    chrome_trace_process(ev, r, name);
     for (int i = 0; i < counts[r]; i++) add_event(ev, r, &all[((size_t)r * most + i) * WIRE], t0);
   }
-  cJSON_AddStringToObject(o, "displayTimeUnit", "ms");
-  char *text = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  FILE *f = fopen(path, "w");
-  int ok = f && fprintf(f, "%s\n", text) >= 0;
-  if (f && fclose(f) != 0) ok = 0;
-  free(text);
-  if (!ok) rt_error("--trace", "cannot write %s", path);
+  if (!chrome_trace_write(o, path)) rt_error("--trace", "cannot write %s", path);
 }
 
 void rt_trace_close(Rt *rt) {
