@@ -87,6 +87,13 @@ typedef struct RtPlan {
   int64_t weights, grads, optimizer, activations, temporaries;
 } RtPlan;
 
+/* The plan's bytes in all: what a rank of a program of one chunk
+ * allocates, and what `shardc run` (driver/memcheck.c) and the program
+ * itself check against the machine's memory. */
+static inline int64_t rt_plan_total(const RtPlan *p) {
+  return p->weights + p->grads + p->optimizer + p->activations + p->temporaries;
+}
+
 /* Locations. Every byte offset of a chunk below (inputs, loss, logits,
  * d_loss, message parts) counts through the chunk's activations and then
  * its temporaries, as if they were one buffer: an offset o below

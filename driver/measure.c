@@ -262,7 +262,7 @@ static void print_measured(FILE *f, const Measured *m, const Measured *core, int
 static bool build_program(const char *dir) {
   const char *model = ir_fmt("%s/measure.shard", dir);
   if (!write_text(model, tiny_model)) return false;
-  if (drv_compile_to_dir(model, 0, NULL, cg_host_target(), dir, IR_F32, NULL) != 0) return false;
+  if (drv_compile_to_dir(model, 0, NULL, cg_host_target(), dir, IR_F32, NULL, NULL) != 0) return false;
   if (!write_text(ir_fmt("%s/measure.c", dir), measure_c) ||
       !write_text(ir_fmt("%s/measure.mk", dir), measure_mk))
     return false;

@@ -391,7 +391,7 @@ static void check_memory(const RtPlan *p) {
   const char *source;
   int host;
   int64_t avail = rt_dev_mem_available(&source, &host);
-  int64_t per = p->weights + p->grads + p->optimizer + p->activations + p->temporaries;
+  int64_t per = rt_plan_total(p);
   int ranks = rt_local_ranks();
   if (host && getenv(JOB_DIR_ENV)) return;
   if (avail < 0 || per * ranks <= avail) return;
