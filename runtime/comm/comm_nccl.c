@@ -3,10 +3,10 @@
  * (rank, world, the communicators' layout, host memory); NCCL moves
  * device memory.
  *
- * Built on comm_mpi.c. This file includes it with its operations renamed
- * (mpi_allreduce, ...), so the host side, the argument checks, the byte
- * counters and the communicators of the mesh are the MPI backend's own
- * code, and wraps each operation: when both buffers are device memory
+ * Built on the MPI core (mpi_core.h), whose operations (rt_mpi_allreduce,
+ * ...) are the MPI backend's own code: the host side, the argument checks,
+ * the byte counters and the communicators of the mesh. This file wraps
+ * each operation: when both buffers are device memory
  * (cudaPointerGetAttributes) and the communicator has an NCCL twin, the
  * operation runs on NCCL; otherwise (host scalars, checkpoint gathers,
  * the world communicator, groups of one rank) it runs over MPI, any
@@ -67,7 +67,7 @@
  * and their MPI_Abort could otherwise end this rank before it has said
  * why), then aborts every NCCL communicator of this rank (ncclCommAbort,
  * so that no kernel stays stuck on a dead peer) and brings the job down as
- * comm_mpi.c does (rt_comm_fatal: the launcher ends the job under `shardc
+ * the MPI core does (rt_mpi_fatal: the launcher ends the job under `shardc
  * run`, MPI_Abort otherwise). A rank that stops answering without an error
  * is the watchdog's (watchdog.c): every NCCL call that may wait for peers
  * (an operation, a group's end: connections are made at first use) and
@@ -86,93 +86,9 @@
 #include <time.h>
 
 #include "kernels_cuda.h"
-
-/* ---- comm_mpi.c, renamed ------------------------------------------------ */
-
-#define RtCommReq MpiReq
-#define rt_comm_fatal mpi_comm_fatal
-#define rt_comm_init mpi_comm_init
-#define rt_comm_finalize mpi_comm_finalize
-#define rt_comms_new mpi_comms_new
-#define rt_comms_free mpi_comms_free
-#define rt_comm_allreduce mpi_allreduce
-#define rt_comm_allgather mpi_allgather
-#define rt_comm_reduce_scatter mpi_reduce_scatter
-#define rt_comm_broadcast mpi_broadcast
-#define rt_comm_send mpi_send
-#define rt_comm_recv mpi_recv
-#define rt_comm_barrier mpi_barrier
-#define rt_comm_iallreduce mpi_iallreduce
-#define rt_comm_iallgather mpi_iallgather
-#define rt_comm_ireduce_scatter mpi_ireduce_scatter
-#define rt_comm_ibroadcast mpi_ibroadcast
-#define rt_comm_isend mpi_isend
-#define rt_comm_irecv mpi_irecv
-#define rt_comm_ibarrier mpi_ibarrier
-#define rt_comm_wait mpi_wait
-#define rt_comm_waitall mpi_waitall
-#define rt_comm_test mpi_test
-
-/* Declared static first, so that the definitions of comm_mpi.c below have
- * internal linkage: only the wrappers of this file are the library's. */
-typedef struct MpiReq MpiReq;
-static _Noreturn void mpi_comm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void mpi_comm_init(int *argc, char ***argv);
-static void mpi_comm_finalize(void);
-static RtComms *mpi_comms_new(RtMesh mesh);
-static void mpi_comms_free(RtComms *cs);
-static void mpi_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
-                          RtCommOp op);
-static void mpi_allgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
-static void mpi_reduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
-                               RtCommOp op);
-static void mpi_broadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root);
-static void mpi_send(RtComm *c, const void *b, int64_t n, RtCommType t, int peer);
-static void mpi_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer);
-static void mpi_barrier(RtComm *c);
-static MpiReq *mpi_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
-                              RtCommOp op);
-static MpiReq *mpi_iallgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
-static MpiReq *mpi_ireduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
-                                   RtCommOp op);
-static MpiReq *mpi_ibroadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root);
-static MpiReq *mpi_isend(RtComm *c, const void *b, int64_t n, RtCommType t, int peer);
-static MpiReq *mpi_irecv(RtComm *c, void *b, int64_t n, RtCommType t, int peer);
-static MpiReq *mpi_ibarrier(RtComm *c);
-static void mpi_wait(MpiReq *req);
-/* The wrappers call mpi_wait one by one instead. */
-__attribute__((unused)) static void mpi_waitall(MpiReq **reqs, int n);
-static int mpi_test(MpiReq *req);
-/* Every fatal error, the MPI part's too, aborts the NCCL communicators,
- * once the message is out (see Errors at the top). */
-static void abort_all(void);
-#define COMM_BEFORE_EXIT() abort_all()
-
-#include "comm_mpi.c"
-
-#undef RtCommReq
-#undef rt_comm_fatal
-#undef rt_comm_init
-#undef rt_comm_finalize
-#undef rt_comms_new
-#undef rt_comms_free
-#undef rt_comm_allreduce
-#undef rt_comm_allgather
-#undef rt_comm_reduce_scatter
-#undef rt_comm_broadcast
-#undef rt_comm_send
-#undef rt_comm_recv
-#undef rt_comm_barrier
-#undef rt_comm_iallreduce
-#undef rt_comm_iallgather
-#undef rt_comm_ireduce_scatter
-#undef rt_comm_ibroadcast
-#undef rt_comm_isend
-#undef rt_comm_irecv
-#undef rt_comm_ibarrier
-#undef rt_comm_wait
-#undef rt_comm_waitall
-#undef rt_comm_test
+#include "mpi_core.h"
+#include "util.h"
+#include "watchdog.h"
 
 /* ---- State --------------------------------------------------------------- */
 
@@ -246,7 +162,7 @@ _Noreturn void rt_comm_fatal(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  mpi_comm_fatal("%s", msg);
+  rt_mpi_fatal("%s", msg);
 }
 
 /* NCCL_CHECK(n, ncclFoo(...)): n (may be NULL) names the communicator; the
@@ -303,16 +219,19 @@ static int local_rank(void) {
     long r = v && *v ? strtol(v, &end, 10) : -1;
     if (v && *v && !*end && r >= 0) return (int)r;
   }
-  return g.local_rank;
+  return rt_comm_local_rank();
 }
 
-/* Without a GPU the backend is comm_mpi.c's alone (host memory): a rank
+/* Without a GPU the backend is the MPI core alone (host memory): a rank
  * program then stops at its first use of the device, with the device
  * layer's "no CUDA device" error, and the comm tests run on machines
  * without one (tests/cuda_target). */
 void rt_comm_init(int *argc, char ***argv) {
-  if (g.init) return;
-  mpi_comm_init(argc, argv);
+  if (rt_mpi_inited()) return;
+  /* Every fatal error, the MPI core's too, aborts the NCCL communicators
+   * once the message is out (see Errors at the top). */
+  rt_mpi_before_exit = abort_all;
+  rt_mpi_init(argc, argv);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
@@ -326,9 +245,9 @@ void rt_comm_init(int *argc, char ***argv) {
 }
 
 void rt_comm_finalize(void) {
-  if (!g.init) return;
+  if (!rt_mpi_inited()) return;
   for (int i = 0; i < nc.ncomms; i++) CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
-  mpi_comm_finalize();
+  rt_mpi_finalize();
 }
 
 /* The NCCL twin of c: the id from c's rank 0, over c's MPI communicator. */
@@ -350,7 +269,7 @@ static void nccl_twin(RtComm *c) {
 }
 
 RtComms *rt_comms_new(RtMesh mesh) {
-  RtComms *cs = mpi_comms_new(mesh);
+  RtComms *cs = rt_mpi_comms_new(mesh);
   if (nc.no_device) return cs;
   if (!nc.ready) CUDA_CHECK(cudaEventCreateWithFlags(&nc.ready, cudaEventDisableTiming));
   for (int a = 0; a < RT_AXIS_COUNT; a++)
@@ -372,7 +291,7 @@ void rt_comms_free(RtComms *cs) {
         nc.comms[i] = nc.comms[--nc.ncomms];
         break;
       }
-  mpi_comms_free(cs);
+  rt_mpi_comms_free(cs);
 }
 
 /* ---- Where the buffers are ------------------------------------------------------ */
@@ -529,7 +448,7 @@ static size_t nbytes(int64_t count, RtCommType t) {
 
 /* ---- Collectives ------------------------------------------------------------------- */
 
-/* Each is written once, as in comm_mpi.c: with nb the non-blocking form.
+/* Each is written once, as in mpi_core.c: with nb the non-blocking form.
  * On NCCL the checks are the MPI backend's, then the call; over MPI the
  * non-blocking form stays non-blocking, staged or not (wrap_mpi). */
 
@@ -541,14 +460,14 @@ static RtCommReq *nc_allreduce(RtComm *c, const void *send, void *recv, int64_t 
   size_t bytes = nbytes(count, type);
   if (!n) {
     Staged r = stage(recv, bytes, NULL), s = stage(send, bytes, &r);
-    if (nb) return wrap_mpi(mpi_iallreduce(c, s.host, r.host, count, type, op), c, &s, 0, &r, 1);
-    mpi_allreduce(c, s.host, r.host, count, type, op);
+    if (nb) return wrap_mpi(rt_mpi_iallreduce(c, s.host, r.host, count, type, op), c, &s, 0, &r, 1);
+    rt_mpi_allreduce(c, s.host, r.host, count, type, op);
     unstage(&s, 0), unstage(&r, 1);
     return NULL;
   }
-  check_count(c, fn, count);
-  if (send != recv) check_disjoint(c, fn, send, bytes, recv, bytes);
-  count_bytes(c, RT_COMM_ALLREDUCE, count, type);
+  rt_mpi_check_count(c, fn, count);
+  if (send != recv) rt_mpi_check_disjoint(c, fn, send, bytes, recv, bytes);
+  rt_mpi_count_bytes(c, RT_COMM_ALLREDUCE, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllReduce", c);
   NCCL_WAITING(n, "ncclAllReduce",
@@ -565,15 +484,15 @@ static RtCommReq *nc_allgather(RtComm *c, const void *send, void *recv, int64_t 
   size_t part = nbytes(count, type);
   if (!n) {
     Staged r = stage(recv, part * (size_t)c->size, NULL), s = stage(send, part, &r);
-    if (nb) return wrap_mpi(mpi_iallgather(c, s.host, r.host, count, type), c, &s, 0, &r, 1);
-    mpi_allgather(c, s.host, r.host, count, type);
+    if (nb) return wrap_mpi(rt_mpi_iallgather(c, s.host, r.host, count, type), c, &s, 0, &r, 1);
+    rt_mpi_allgather(c, s.host, r.host, count, type);
     unstage(&s, 0), unstage(&r, 1);
     return NULL;
   }
-  check_count(c, fn, count);
+  rt_mpi_check_count(c, fn, count);
   if (send != (const char *)recv + part * (size_t)c->rank)
-    check_disjoint(c, fn, send, part, recv, part * (size_t)c->size);
-  count_bytes(c, RT_COMM_ALLGATHER, count, type);
+    rt_mpi_check_disjoint(c, fn, send, part, recv, part * (size_t)c->size);
+  rt_mpi_count_bytes(c, RT_COMM_ALLGATHER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclAllGather", c);
   NCCL_WAITING(n, "ncclAllGather",
@@ -592,16 +511,16 @@ static RtCommReq *nc_reduce_scatter(RtComm *c, const void *send, void *recv, int
     /* In place, the result is inside the send buffer's copy. */
     int inside = r.host != recv && !r.copy;
     if (nb)
-      return wrap_mpi(mpi_ireduce_scatter(c, s.host, r.host, count, type, op), c, &r, 1, &s,
+      return wrap_mpi(rt_mpi_ireduce_scatter(c, s.host, r.host, count, type, op), c, &r, 1, &s,
                       inside);
-    mpi_reduce_scatter(c, s.host, r.host, count, type, op);
+    rt_mpi_reduce_scatter(c, s.host, r.host, count, type, op);
     unstage(&r, 1), unstage(&s, inside);
     return NULL;
   }
-  check_count(c, fn, count);
+  rt_mpi_check_count(c, fn, count);
   if (recv != (const char *)send + part * (size_t)c->rank)
-    check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
-  count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
+    rt_mpi_check_disjoint(c, fn, send, part * (size_t)c->size, recv, part);
+  rt_mpi_count_bytes(c, RT_COMM_REDUCE_SCATTER, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclReduceScatter", c);
   NCCL_WAITING(n, "ncclReduceScatter",
@@ -617,14 +536,14 @@ static RtCommReq *nc_broadcast(RtComm *c, void *buf, int64_t count, RtCommType t
   Nccl *n = nccl_for(c, buf, buf);
   if (!n) {
     Staged b = stage(buf, nbytes(count, type), NULL);
-    if (nb) return wrap_mpi(mpi_ibroadcast(c, b.host, count, type, root), c, &b, 1, NULL, 0);
-    mpi_broadcast(c, b.host, count, type, root);
+    if (nb) return wrap_mpi(rt_mpi_ibroadcast(c, b.host, count, type, root), c, &b, 1, NULL, 0);
+    rt_mpi_broadcast(c, b.host, count, type, root);
     unstage(&b, 1);
     return NULL;
   }
-  check_count(c, fn, count);
-  check_rank(c, fn, "root", root);
-  count_bytes(c, RT_COMM_BROADCAST, count, type);
+  rt_mpi_check_count(c, fn, count);
+  rt_mpi_check_rank(c, fn, "root", root);
+  rt_mpi_count_bytes(c, RT_COMM_BROADCAST, count, type);
   after_compute(n);
   RtCommReq *r = req_of("ncclBroadcast", c);
   NCCL_WAITING(n, "ncclBroadcast",
@@ -642,16 +561,16 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
     flush();
     Staged b = stage(buf, nbytes(count, type), NULL);
     if (nb)
-      return wrap_mpi(send ? mpi_isend(c, b.host, count, type, peer)
-                           : mpi_irecv(c, b.host, count, type, peer), c, &b, !send, NULL, 0);
-    if (send) mpi_send(c, b.host, count, type, peer);
-    else mpi_recv(c, b.host, count, type, peer);
+      return wrap_mpi(send ? rt_mpi_isend(c, b.host, count, type, peer)
+                           : rt_mpi_irecv(c, b.host, count, type, peer), c, &b, !send, NULL, 0);
+    if (send) rt_mpi_send(c, b.host, count, type, peer);
+    else rt_mpi_recv(c, b.host, count, type, peer);
     unstage(&b, !send);
     return NULL;
   }
-  check_count(c, fn, count);
-  check_rank(c, fn, "peer", peer);
-  count_bytes(c, send ? RT_COMM_SEND : RT_COMM_RECV, count, type);
+  rt_mpi_check_count(c, fn, count);
+  rt_mpi_check_rank(c, fn, "peer", peer);
+  rt_mpi_count_bytes(c, send ? RT_COMM_SEND : RT_COMM_RECV, count, type);
   if (nc.np2p > 0 && nc.p2p[0].n != n) flush(); /* a group is one communicator's */
   if (nc.np2p == nc.p2p_cap) {
     nc.p2p_cap = nc.p2p_cap ? 2 * nc.p2p_cap : 16;
@@ -668,8 +587,8 @@ static RtCommReq *nc_p2p(RtComm *c, void *buf, int64_t count, RtCommType type, i
 
 static RtCommReq *nc_barrier(RtComm *c, int nb) {
   flush();
-  if (nb) return wrap_mpi(mpi_ibarrier(c), c, NULL, 0, NULL, 0);
-  mpi_barrier(c);
+  if (nb) return wrap_mpi(rt_mpi_ibarrier(c), c, NULL, 0, NULL, 0);
+  rt_mpi_barrier(c);
   return NULL;
 }
 
@@ -728,7 +647,7 @@ void rt_comm_wait(RtCommReq *r) {
   if (!r) rt_comm_fatal("rt_comm_wait: no request (NULL)");
   if (r->mpi) {
     flush();
-    mpi_wait(r->mpi);
+    rt_mpi_wait(r->mpi);
     mpi_done(r);
   } else if (r->done || r->pending) {
     wait_nccl(r);
@@ -746,7 +665,7 @@ int rt_comm_test(RtCommReq *r) {
   if (!r) rt_comm_fatal("rt_comm_test: no request (NULL)");
   if (r->mpi) {
     flush();
-    if (!mpi_test(r->mpi)) return 0;
+    if (!rt_mpi_test(r->mpi)) return 0;
     mpi_done(r);
     return 1;
   }

@@ -33,7 +33,8 @@ endif()
 # emulated CUDA runtime (tests/emu/tests.cmake): what the CUDA target's
 # multi-rank programs link under the emulator.
 if(TARGET shard_nccl_emu AND TARGET shard_kernels_cuda_emu)
-  add_library(shard_comm_nccl_emu STATIC ${CMAKE_SOURCE_DIR}/runtime/comm/comm_nccl.c)
+  add_library(shard_comm_nccl_emu STATIC ${CMAKE_SOURCE_DIR}/runtime/comm/comm_nccl.c
+                                         ${CMAKE_SOURCE_DIR}/runtime/comm/mpi_core.c)
   target_include_directories(shard_comm_nccl_emu PUBLIC ${SHARD_RT_INCLUDE_DIRS})
   target_link_libraries(shard_comm_nccl_emu PUBLIC shard_nccl_emu shard_kernels_cuda_emu
                                                    MPI::MPI_C shard_data)
