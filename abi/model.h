@@ -225,7 +225,7 @@ typedef struct RtModel {
   const struct RtGraphs *graphs;
 } RtModel;
 
-/* A CUDA program's chunk functions as graphs (runtime/graphs.c). The
+/* A CUDA program's chunk functions as graphs (runtime/step/graphs.c). The
  * compiler decides which functions may be captured: those that launch
  * kernels, cuBLASLt calls and device-to-device copies on the compute
  * stream only, at pointers and sizes that are the same at every call
@@ -266,7 +266,7 @@ typedef struct RtCtx {
   int training;               /* 0 in evaluation: dropout off */
   /* Tensor parallelism: this rank's index and the group's size (0 and 1
    * in a program of one rank), and the tensor-axis communicator of
-   * runtime/comm.h that the generated collectives use (NULL when t = 1). */
+   * runtime/comm/comm.h that the generated collectives use (NULL when t = 1). */
   int tp, tp_size;
   struct RtComm *tp_comm;
   /* Data parallelism: the generated backward calls bucket_ready(ctx, b)

@@ -309,7 +309,7 @@ int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args) {
       setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
       setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    /* The launch recipe of `shardc run` (runtime/comm.h), two ranks. */
+    /* The launch recipe of `shardc run` (runtime/comm/comm.h), two ranks. */
     const char *mpi = ir_fmt("cd %s && OMP_NUM_THREADS=%ld OMP_WAIT_POLICY=passive %s "
                              "--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "
                              "-x OMP_NUM_THREADS -x OMP_WAIT_POLICY -np 2 ./measure mpi "

@@ -1,7 +1,7 @@
 /* `shardc run`'s check of the memory plan against the machine: before
  * anything is started or allocated, the plan's bytes for every rank of
  * this machine must fit in what it has available. The rank programs make
- * the same check before they allocate (runtime/main.c), for launches
+ * the same check before they allocate (runtime/program/main.c), for launches
  * without shardc and for the GPU, whose memory only they can see. */
 #include <stdint.h>
 #include <stdio.h>

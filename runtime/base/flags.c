@@ -355,7 +355,7 @@ static void check_abi_flags(void) {
   for (int i = 0; i < NFLAGS && !bad; i++)
     bad = strcmp(abi[i].name, flags[i].name) || abi[i].takes != (flags[i].kind != K_SWITCH);
   if (bad)
-    rt_fatal(NULL, "internal error: the flags of abi/flags.h are not those of runtime/flags.c "
+    rt_fatal(NULL, "internal error: the flags of abi/flags.h are not those of runtime/base/flags.c "
              "(%d and %d, or one differs)", (int)NABI, (int)NFLAGS);
 }
 

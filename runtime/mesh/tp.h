@@ -12,7 +12,7 @@
 
 #include "rt.h"
 
-/* The runtime/comm.h element type of `real`. */
+/* The runtime/comm/comm.h element type of `real`. */
 #ifdef SHARD_REAL_F64
 #define RT_COMM_REAL RT_COMM_F64
 #else
