@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
 #include "batch.h"
+#include "device.h"
+#include "graphs.h"
 #include "tp.h"
 #include "util.h"
 

@@ -2,6 +2,7 @@
  * parameter's name, the element index), so the initialisation does not
  * depend on the memory layout, the parameter order or the thread count, and
  * a model whose layout changed still starts from the same weights. */
+#include "init.h"
 #include "rt.h"
 #include "tp.h"
 

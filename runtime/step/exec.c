@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "device.h"
 #include "dp.h"
+#include "graphs.h"
 #include "tp.h"
 #include "trace.h"
 #include "update.h"

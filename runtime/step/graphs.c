@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "graphs.h"
 #include "rt.h"
 #include "util.h"
 

@@ -6,6 +6,7 @@
 #include "batch.h"
 #include "dp.h"
 #include "exec.h"
+#include "graphs.h"
 #include "rt.h"
 #include "trace.h"
 #include "util.h"

@@ -12,7 +12,9 @@ or of rooms below it. Two things are read:
     header, is outside); a path is taken relative to the file;
   - every symbol an object of the built libraries leaves undefined, matched
     to the object that defines it (nm): calls and data through a
-    declaration that sits in a lower room's header are seen too.
+    declaration that sits in a lower room's header are seen too;
+  - every function a header declares: a header declares only what its own
+    room or a lower one defines.
 
 Besides, no two files may call each other in a circle, inside a room or
 across. Prints what it counted; exits 1 on any breach, naming it.
@@ -93,6 +95,20 @@ def main():
             if rank[home[them]] < rank[home[me]]:
                 bad.append(f"{home[me]}/{me} uses {s} of {home[them]}/{them}, a higher room")
 
+    # A header declares only what its own room or a lower one defines.
+    decls = 0
+    for n, room in sorted(home.items()):
+        if not n.endswith('.h'):
+            continue
+        for line in open(os.path.join(root, room, n), encoding='utf-8'):
+            m = re.match(r'(?!static|typedef|return|#)[A-Za-z_][\w \t*]*?\b(\w+)\s*\(', line)
+            if not m or m.group(1) not in defines:
+                continue
+            decls += 1
+            them = source(defines[m.group(1)])
+            if them in home and rank[home[them]] < rank[room]:
+                bad.append(f"{room}/{n} declares {m.group(1)} of {home[them]}/{them}, a higher room")
+
     # Circles between files: Tarjan's strongly connected components.
     index, low, stack, on, circles = {}, {}, [], set(), []
 
@@ -127,7 +143,8 @@ def main():
         bad.append("a circle: " + "; ".join(ties))
 
     print(f"rooms: {len(rooms)} ({' > '.join(rooms)}), files: {len(home)}, "
-          f"includes read: {includes}, uses between files: {calls}, circles: {len(circles)}, "
+          f"includes read: {includes}, declarations: {decls}, uses between files: {calls}, "
+          f"circles: {len(circles)}, "
           f"breaches: {len(bad)}")
     for b in bad:
         print("  " + b)

@@ -14,6 +14,7 @@
 #include "batch.h"
 #include "data.h"
 #include "device.h"
+#include "init.h"
 #include "optim.h"
 #include "rt.h"
 #include "safetensors.h"
