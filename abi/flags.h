@@ -1,5 +1,5 @@
 /* The command line of a rank program, as both sides know it: the runtime
- * (runtime/flags.c), whose table of flags must list exactly these, and
+ * (runtime/base/flags.c), whose table of flags must list exactly these, and
  * `shardc run` (driver/run.c), which checks a training command line
  * against them before anything starts, without running the program to
  * ask (a program that cannot start, under `ulimit -v` say, would make

@@ -87,6 +87,13 @@ typedef struct RtPlan {
   int64_t weights, grads, optimizer, activations, temporaries;
 } RtPlan;
 
+/* The plan's bytes in all: what a rank of a program of one chunk
+ * allocates, and what `shardc run` (driver/memcheck.c) and the program
+ * itself check against the machine's memory. */
+static inline int64_t rt_plan_total(const RtPlan *p) {
+  return p->weights + p->grads + p->optimizer + p->activations + p->temporaries;
+}
+
 /* Locations. Every byte offset of a chunk below (inputs, loss, logits,
  * d_loss, message parts) counts through the chunk's activations and then
  * its temporaries, as if they were one buffer: an offset o below
@@ -218,7 +225,7 @@ typedef struct RtModel {
   const struct RtGraphs *graphs;
 } RtModel;
 
-/* A CUDA program's chunk functions as graphs (runtime/graphs.c). The
+/* A CUDA program's chunk functions as graphs (runtime/step/graphs.c). The
  * compiler decides which functions may be captured: those that launch
  * kernels, cuBLASLt calls and device-to-device copies on the compute
  * stream only, at pointers and sizes that are the same at every call
@@ -259,7 +266,7 @@ typedef struct RtCtx {
   int training;               /* 0 in evaluation: dropout off */
   /* Tensor parallelism: this rank's index and the group's size (0 and 1
    * in a program of one rank), and the tensor-axis communicator of
-   * runtime/comm.h that the generated collectives use (NULL when t = 1). */
+   * runtime/comm/comm.h that the generated collectives use (NULL when t = 1). */
   int tp, tp_size;
   struct RtComm *tp_comm;
   /* Data parallelism: the generated backward calls bucket_ready(ctx, b)

@@ -32,7 +32,7 @@
  * a lone send first. A SEND or RECV without JOIN on the next action is a
  * batch of one. Nothing else may stand inside a batch.
  *
- * Order. Messages carry no tags (runtime/comm.h): between two stages they
+ * Order. Messages carry no tags (runtime/comm/comm.h): between two stages they
  * match in the order they are posted. So the SENDs of stage a to stage b,
  * in table order, must name the same messages in the same order as the
  * RECVs of stage b from stage a; the verifier checks it.

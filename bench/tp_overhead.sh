@@ -8,7 +8,7 @@
 #
 # and the bytes each rank sent per step. The t ranks share the machine's
 # cores (OMP_NUM_THREADS = max(1, cores / t) each, the launch recipe of
-# runtime/comm.h), so the ratio to t = 1 says what the collectives and the
+# runtime/comm/comm.h), so the ratio to t = 1 says what the collectives and the
 # smaller GEMMs cost when the same cores do the same work: on one machine
 # tensor parallelism cannot be faster, it exists to split a model over
 # devices. The bytes are counted by the runtime (--comm-stats, every rank,

@@ -28,6 +28,13 @@
 struct PassMemPolicy;
 struct PassProgram;
 
+/* The memory plans of a compiled model's programs, one per pipeline
+ * stage (abi/model.h's RtPlan). */
+typedef struct CgPlans {
+  struct RtPlan *plan;
+  int n;
+} CgPlans;
+
 typedef struct CgOptions {
   const char *target;      /* a name of the table of targets (targets.c); NULL: the first, cpu */
   const char *out_dir;     /* created when missing; existing files are replaced */
@@ -37,6 +44,10 @@ typedef struct CgOptions {
   int ndefines;
   int threads;             /* kernel scratch is planned for this many threads; 0: the target's */
   FILE *plan_out;          /* when not NULL, the memory plan's bytes per region are printed here */
+  /* When not NULL, receives the memory plan of every program (pipeline
+   * stage), in abi/model.h's form: what `shardc run` checks against the
+   * machine. */
+  struct CgPlans *plans_out;
   /* Data parallelism over the graph's mesh[IR_AXIS_DATA] replicas: ZeRO-1
    * (shard the optimizer state over them), the size of a gradient bucket
    * in MiB (0: 25). */

@@ -1,5 +1,5 @@
 /* The collectives of a partitioned graph, written once for every target:
- * each is a call of runtime/comm.h on the tensor-axis communicator
+ * each is a call of runtime/comm/comm.h on the tensor-axis communicator
  * (ctx->tp_comm), of the program's real, or RT_COMM_BF16 where the
  * memory plan keeps the values at 2 bytes (a GPU target's bf16
  * activations; weight gradients stay real). The runtime's comm backend (MPI on the CPU, NCCL on a
@@ -21,8 +21,8 @@ int64_t cg_comm_outer(const IrNode *n, const IrValue *v) {
 bool cg_comm_used(const CgEmitter *e) { return e->g->mesh[IR_AXIS_TENSOR] > 1; }
 
 void cg_comm_includes(CgEmitter *e) {
-  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm.h). */");
-  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm/comm.h). */");
+  emit(e, "#include \"runtime/comm/comm.h\"");
   emit(e, "#ifdef SHARD_REAL_F64");
   emit(e, "#define RT_COMM_REAL RT_COMM_F64");
   emit(e, "#else");

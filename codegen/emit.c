@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "../abi/mesh.h"
+#include "../abi/model.h"
 #include "layout.h"
 
 /* --------------------------------------------------------------- emitter */
@@ -923,6 +924,14 @@ bool cg_emit(const CgLayout *l) {
   const CgTarget *t = l->target;
   if (!make_dirs(o->out_dir)) return false;
   const char **names = ir_alloc(sizeof(char *) * (size_t)l->nprograms);
+  if (o->plans_out) {
+    o->plans_out->n = l->nprograms;
+    o->plans_out->plan = ir_alloc(sizeof(RtPlan) * (size_t)l->nprograms);
+    for (int r = 0; r < l->nprograms; r++) {
+      const int64_t *g = l->programs[r].regions;
+      o->plans_out->plan[r] = (RtPlan){g[0], g[1], g[2], g[3], g[4]};
+    }
+  }
   for (int r = 0; r < l->nprograms; r++) {
     const CgProgram *pr = &l->programs[r];
     names[r] = pr->name;

@@ -301,7 +301,7 @@ void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms
 
 /* ------------------------------------------------------- collectives.c */
 
-/* The collectives of a partitioned graph as calls of runtime/comm.h, the
+/* The collectives of a partitioned graph as calls of runtime/comm/comm.h, the
  * same for every target: whether the program needs comm.h, and its include
  * with the RT_COMM_REAL of the program's real (written by a target's
  * prologue where it wants it). */

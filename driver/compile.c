@@ -191,10 +191,11 @@ static bool parse_precision(const DrvCommand *cmd, int nargs, DrvArg *args, bool
 }
 
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
-                       const char *out_dir, IrDType dtype, FILE *plan_out) {
+                       const char *out_dir, IrDType dtype, FILE *plan_out, CgPlans *plans) {
   PassOptions opt;
   if (!drv_pass_options(&drv_compile_command, nargs, args, &opt)) return 1;
-  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out};
+  CgOptions o = {.target = target, .out_dir = out_dir, .dtype = dtype, .plan_out = plan_out,
+                 .plans_out = plans};
   if (!cg_flags(&drv_compile_command, nargs, args, &opt, &o)) return 1;
   /* The targets' own options go to codegen, which knows whose they are. */
   CgTargetArg *targs = ir_alloc(sizeof *targs * (size_t)(nargs + 1));
@@ -256,7 +257,7 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   bool pipelined = opt.pp > 1 || opt.vpp > 1 || opt.pp_layout || (report && strcmp(report, "pp") == 0);
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);
-    return drv_compile_to_dir(model, nargs, args, target, out, dtype, stdout);
+    return drv_compile_to_dir(model, nargs, args, target, out, dtype, stdout, NULL);
   }
   if (drv_value(nargs, args, "--dtype"))
     return drv_usage_error(cmd, "--dtype applies to a target (--target cpu -o DIR)");

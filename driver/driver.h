@@ -8,6 +8,8 @@
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
+struct CgPlans; /* codegen/codegen.h */
+
 /* One flag of a subcommand, for parsing and for --help. */
 typedef struct DrvOption {
   const char *name;  /* "--emit-ir", "-D" */
@@ -122,10 +124,11 @@ bool drv_parse_dtype(const DrvCommand *cmd, int nargs, DrvArg *args, IrDType *ou
  * an earlier -D batch); false after a usage error. */
 bool drv_apply_microbatch(const DrvCommand *cmd, int *nargs, DrvArg **args);
 /* Loads MODEL, runs the target's pipeline (or --passes) and writes the rank
- * programs into out_dir, printing the memory plan to plan_out. Returns the
- * exit status. */
+ * programs into out_dir, printing the memory plan to plan_out and, when
+ * plans is not NULL, handing every program's plan there. Returns the exit
+ * status. */
 int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *target,
-                       const char *out_dir, IrDType dtype, FILE *plan_out);
+                       const char *out_dir, IrDType dtype, FILE *plan_out, struct CgPlans *plans);
 
 int drv_cmd_compile(int nargs, DrvArg *args);
 int drv_cmd_build(int nargs, DrvArg *args);
@@ -169,11 +172,11 @@ bool drv_write_launch_script(const char *dir);
 bool drv_launch_script_text(const char *manifest, char **out, size_t *len, const char **err);
 /* The most ranks a launch script starts. */
 #define DRV_LAUNCH_MAX_RANKS 1048576
-/* memcheck.c: the printed memory plan (one total per program, each
- * program run by ranks_per_program ranks of this machine) against the
- * memory available: SHARDC_MEMORY_LIMIT, else MemAvailable when the plan
- * is in host memory. False after one error line giving both. */
-bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory);
+/* memcheck.c: the programs' memory plans (each program run by
+ * ranks_per_program ranks of this machine) against the memory available:
+ * SHARDC_MEMORY_LIMIT, else MemAvailable when the plan is in host memory.
+ * False after one error line giving both. */
+bool drv_check_memory(const struct CgPlans *plans, int ranks_per_program, bool host_memory);
 /* rankwrap.c: `shardc __rank PROGRAM ARGS...`, the parent of each rank
  * under shardc run, which records how the rank ended. */
 int drv_rank_parent(int argc, char **argv);

@@ -2,7 +2,7 @@
  * on this machine or over a host file, Slurm's srun inside an allocation or
  * when asked for), srun's command line, and the launch.sh that `shardc
  * compile` writes beside the manifest for jobs submitted by hand. Every
- * way follows the launch recipe of runtime/comm.h; run.c builds mpirun's
+ * way follows the launch recipe of runtime/comm/comm.h; run.c builds mpirun's
  * command line and watches the job whichever launcher started it. The
  * script's text is launch_script.c's. */
 #include <cjson/cJSON.h>

@@ -1,6 +1,6 @@
 /* launch.sh, the script that `shardc compile` writes beside the manifest
  * so that users who submit jobs themselves start every rank with its
- * program, under mpirun or srun, by the launch recipe of runtime/comm.h.
+ * program, under mpirun or srun, by the launch recipe of runtime/comm/comm.h.
  * It is made from manifest.json's text alone (a fuzz harness feeds this
  * file arbitrary text: tests/fuzz/fuzz_manifest.c). */
 #include <cjson/cJSON.h>
@@ -85,7 +85,7 @@ static const char launch_usage[] =
     "#           script); outside one srun allocates one node for all ranks.\n"
     "# Every rank gets the same training options (`DIR/<program> --help`).\n"
     "#\n"
-    "# The environment is `shardc run`'s (runtime/comm.h): OMP_NUM_THREADS =\n"
+    "# The environment is `shardc run`'s (runtime/comm/comm.h): OMP_NUM_THREADS =\n"
     "# max(1, cores / ranks per machine) and OMP_WAIT_POLICY=passive unless\n"
     "# set; mpirun gets --oversubscribe --bind-to none --mca\n"
     "# mpi_yield_when_idle 1 (and, as root, OMPI_ALLOW_RUN_AS_ROOT=1\n"

@@ -51,7 +51,7 @@ static const char measure_mk[] =
  * `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
 static const char measure_c[] =
     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
-    "#include \"kernels/cpu/kernels.h\"\n#include \"runtime/comm.h\"\n"
+    "#include \"kernels/cpu/kernels.h\"\n#include \"runtime/comm/comm.h\"\n"
     "static double now(void) {\n"
     "  struct timespec t;\n  clock_gettime(CLOCK_MONOTONIC, &t);\n"
     "  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;\n}\n"
@@ -262,7 +262,7 @@ static void print_measured(FILE *f, const Measured *m, const Measured *core, int
 static bool build_program(const char *dir) {
   const char *model = ir_fmt("%s/measure.shard", dir);
   if (!write_text(model, tiny_model)) return false;
-  if (drv_compile_to_dir(model, 0, NULL, cg_host_target(), dir, IR_F32, NULL) != 0) return false;
+  if (drv_compile_to_dir(model, 0, NULL, cg_host_target(), dir, IR_F32, NULL, NULL) != 0) return false;
   if (!write_text(ir_fmt("%s/measure.c", dir), measure_c) ||
       !write_text(ir_fmt("%s/measure.mk", dir), measure_mk))
     return false;
@@ -309,7 +309,7 @@ int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args) {
       setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
       setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    /* The launch recipe of `shardc run` (runtime/comm.h), two ranks. */
+    /* The launch recipe of `shardc run` (runtime/comm/comm.h), two ranks. */
     const char *mpi = ir_fmt("cd %s && OMP_NUM_THREADS=%ld OMP_WAIT_POLICY=passive %s "
                              "--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "
                              "-x OMP_NUM_THREADS -x OMP_WAIT_POLICY -np 2 ./measure mpi "

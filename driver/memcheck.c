@@ -1,14 +1,15 @@
 /* `shardc run`'s check of the memory plan against the machine: before
  * anything is started or allocated, the plan's bytes for every rank of
  * this machine must fit in what it has available. The rank programs make
- * the same check before they allocate (runtime/main.c), for launches
+ * the same check before they allocate (runtime/program/main.c), for launches
  * without shardc and for the GPU, whose memory only they can see. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../abi/job.h"
+#include "../abi/model.h"
+#include "../codegen/codegen.h"
 #include "driver.h"
 
 /* "7.1 MiB": a byte count for people (powers of 1024, as the plan prints). */
@@ -32,21 +33,21 @@ static long long limit_env(void) {
   return -2;
 }
 
-/* The largest "  total N bytes" of the printed plan (one per program);
- * *sum of them all, each times its `per` ranks, and *ranks. */
-static long long largest_total(const char *plan, int per, long long *sum, int *ranks) {
-  long long most = 0, n;
+/* The largest of the programs' plans; *sum of them all, each times its
+ * `per` ranks, and *ranks. */
+static long long largest_total(const CgPlans *plans, int per, long long *sum, int *ranks) {
+  long long most = 0;
   *sum = 0, *ranks = 0;
-  for (const char *p = plan; p && (p = strstr(p, "\n  total ")); p++)
-    if (sscanf(p, "\n  total %lld bytes", &n) == 1) {
-      most = n > most ? n : most;
-      *sum += n * per;
-      *ranks += per;
-    }
+  for (int i = 0; i < plans->n; i++) {
+    long long n = rt_plan_total(&plans->plan[i]);
+    most = n > most ? n : most;
+    *sum += n * per;
+    *ranks += per;
+  }
   return most;
 }
 
-bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory) {
+bool drv_check_memory(const CgPlans *plans, int ranks_per_program, bool host_memory) {
   long long limit = limit_env();
   if (limit == -2) return false;
   const char *source = JOB_MEMORY_LIMIT_ENV;
@@ -56,7 +57,7 @@ bool drv_check_memory(const char *plan, int ranks_per_program, bool host_memory)
   }
   long long need;
   int ranks;
-  long long most = largest_total(plan, ranks_per_program, &need, &ranks);
+  long long most = largest_total(plans, ranks_per_program, &need, &ranks);
   if (limit < 0 || most == 0 || need <= limit) return true;
   fprintf(stderr, "shardc run: error: the memory plan needs %s for the %d rank%s of this machine "
                   "(%s per rank at most), more than the %s available (%s)\n",

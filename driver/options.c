@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/suggest.h"
 #include "../passes/schedule.h"
 #include "driver.h"
 
@@ -48,37 +49,16 @@ static const DrvOption *find_option(const DrvCommand *cmd, const char *name, siz
   return NULL;
 }
 
-/* Edit distance between a[0..n) and b, to suggest the flag a typo meant;
- * long names count as far apart, which no suggestion needs. */
-static int edit_distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n > 40 || m > 40) return 99;
-  int row[41];
-  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
-    }
-  }
-  return row[m];
-}
-
 const char *drv_nearest_option(const DrvCommand *cmd, const char *name, size_t len) {
   const char *best = NULL;
   int bestd = 3; /* more than two edits away is another word, not a typo */
   for (const DrvOption *o = cmd->options; o && o->name; o++) {
     if (strlen(o->name) < 3) continue; /* -D, -o: every short typo is near them */
-    int d = edit_distance(name, len, o->name);
+    int d = suggest_distance(name, (int)len, o->name, (int)strlen(o->name), 0);
     if (d < bestd) bestd = d, best = o->name;
   }
   /* Every command takes --help, which no table lists. */
-  if (!best && edit_distance(name, len, "--help") < bestd) best = "--help";
+  if (!best && suggest_distance(name, (int)len, "--help", 6, 0) < bestd) best = "--help";
   return best;
 }
 

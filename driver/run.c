@@ -125,7 +125,7 @@ static const char *run_target(int nargs, DrvArg *args, const PassOptions *opt, b
 static const char *compile_and_build(const char *model, int nargs, DrvArg *args, IrDType dtype,
                                      const char *target, FILE *plan) {
   const char *dir = cache_dir(model, nargs, args, dtype);
-  if (drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan) != 0) return NULL;
+  if (drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan, NULL) != 0) return NULL;
   if (run_make(dir) != 0) return NULL;
   return dir;
 }
@@ -789,7 +789,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
 }
 
 /* Starts the program on `ranks` ranks of this machine with mpirun, by the
- * launch recipe of runtime/comm.h (tests/comm/mpirun.sh applies the same):
+ * launch recipe of runtime/comm/comm.h (tests/comm/mpirun.sh applies the same):
  * as root the two variables Open MPI needs, --oversubscribe (more ranks
  * than cores is allowed), --bind-to none (each rank's OpenMP threads may use
  * every core), mpi_yield_when_idle (a waiting rank gives its core away), and
@@ -1097,11 +1097,12 @@ int drv_cmd_run(int argc, char **argv) {
   FILE *plan = usage ? NULL : open_memstream(&plan_text, &plan_len);
   const char *target = run_target(nargs, args, &opt, help);
   const char *dir = cache_dir(model, nargs, args, dtype);
-  int rc = drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan);
+  CgPlans plans = {0};
+  int rc = drv_compile_to_dir(model, nargs, args, target, dir, dtype, plan, plan ? &plans : NULL);
   if (plan) fclose(plan);
   if (rc != 0) return 1;
   /* A plan the machine cannot hold is refused before anything is built. */
-  if (plan_text && !drv_check_memory(plan_text, opt.tp * opt.dp, cg_target_host_memory(target)))
+  if (plan_text && !drv_check_memory(&plans, opt.tp * opt.dp, cg_target_host_memory(target)))
     return 1;
   if (run_make(dir) != 0) return 1;
   /* One program per pipeline stage serves its t x d ranks. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/chrome_trace.h"
 #include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
@@ -262,72 +263,28 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
 
 /* ---------------------------------------------------------------- trace */
 
-/* One complete ("X") event; times in seconds, the trace's in microseconds. */
-static void trace_event(cJSON *ev, const char *name, const char *cat, int pid, int tid,
-                        double from, double to, const RtSchedAction *a) {
-  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "name", name);
-  cJSON_AddStringToObject(e, "cat", cat);
-  cJSON_AddStringToObject(e, "ph", "X");
-  cJSON_AddNumberToObject(e, "pid", pid);
-  cJSON_AddNumberToObject(e, "tid", tid);
-  cJSON_AddNumberToObject(e, "ts", from * 1e6);
-  cJSON_AddNumberToObject(e, "dur", (to - from) * 1e6);
-  cJSON_AddNumberToObject(args, "chunk", a->chunk);
-  cJSON_AddNumberToObject(args, "mb", a->mb);
-  cJSON_AddItemToObject(e, "args", args);
-  cJSON_AddItemToArray(ev, e);
-}
-
-static void trace_name(cJSON *ev, const char *what, int pid, int tid, const char *name) {
-  cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "name", what);
-  cJSON_AddStringToObject(e, "ph", "M");
-  cJSON_AddNumberToObject(e, "pid", pid);
-  cJSON_AddNumberToObject(e, "tid", tid);
-  cJSON_AddStringToObject(args, "name", name);
-  cJSON_AddItemToObject(e, "args", args);
-  cJSON_AddItemToArray(ev, e);
-}
-
 /* One process per pipeline stage (it stands for the stage's t x d ranks),
  * with three rows: compute, pipeline messages (a batch from its posting
  * to its completion, where that takes time) and the data-parallel stream. */
 static cJSON *trace_json(const PlResult *r) {
-  static const char *const rows[] = {"compute", "pipeline messages", "data-parallel stream"};
   cJSON *o = cJSON_CreateObject(), *ev = cJSON_AddArrayToObject(o, "traceEvents");
   for (int st = 0; st < r->nstages; st++) {
     const RtSchedTable *t = &r->tables->stages[st];
-    trace_name(ev, "process_name", st, 0, ir_fmt("stage %d", st));
-    for (int k = 0; k < 3; k++) trace_name(ev, "thread_name", st, k, rows[k]);
+    chrome_trace_process(ev, st, ir_fmt("stage %d", st));
     for (int i = 0; i < t->n; i++) {
       const RtSchedAction *a = &t->actions[i];
       double from = r->start[st][i], to = r->end[st][i];
       char buf[96];
-      if (a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV) {
-        if (!(a->flags & RT_SCHED_JOIN) && to > from)
-          trace_event(ev, sched_action_str(a, buf, sizeof buf), "message", st, 1, from, to, a);
-      } else if (a->kind == RT_SCHED_REDUCE_GRADS) {
-        trace_event(ev, sched_action_str(a, buf, sizeof buf), "reduce", st, 2, from, to, a);
-      } else {
-        trace_event(ev, sched_action_str(a, buf, sizeof buf),
-                    a->kind == RT_SCHED_OPT_STEP ? "optimizer" : rt_sched_kind_name(a->kind), st, 0,
-                    from, to, a);
-      }
+      int message = a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV;
+      if (!message || (!(a->flags & RT_SCHED_JOIN) && to > from))
+        chrome_trace_event(ev, sched_action_str(a, buf, sizeof buf), a, st, from, to - from);
     }
   }
-  cJSON_AddStringToObject(o, "displayTimeUnit", "ms");
   return o;
 }
 
 static bool write_trace(const char *path, const PlResult *r) {
-  cJSON *j = trace_json(r);
-  char *text = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
-  FILE *f = fopen(path, "w");
-  bool ok = f && fprintf(f, "%s\n", text) >= 0;
-  if (f && fclose(f) != 0) ok = false;
-  free(text);
+  bool ok = chrome_trace_write(trace_json(r), path);
   if (!ok) fprintf(stderr, "shardc simulate: error: cannot write %s\n", path);
   return ok;
 }

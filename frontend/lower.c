@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/suggest.h"
 #include "ast.h"
 
 /* Deeper than any model nests; keeps the C stack safe on adversarial
@@ -138,28 +139,6 @@ static const char *show(const char *name) {
   return n <= 64 ? name : ir_fmt("%.60s...", name);
 }
 
-/* Edit distance, for "did you mean". Names longer than 64 bytes get no
- * suggestion, which bounds the cost. */
-static int distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 64 || lb > 64) return 1000;
-  int row[65];
-  for (int j = 0; j <= lb; j++) row[j] = j;
-  for (int i = 1; i <= la; i++) {
-    int prev = row[0];
-    row[0] = i;
-    for (int j = 1; j <= lb; j++) {
-      int cur = row[j];
-      int best = prev + (a[i - 1] != b[j - 1]);
-      if (row[j] + 1 < best) best = row[j] + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
 typedef struct Suggest {
   const char *name;
   const char *best;
@@ -172,7 +151,7 @@ static void consider(Suggest *sg, const char *cand) {
   if (strcmp(cand, sg->name) == 0) return;
   int len = (int)strlen(sg->name), clen = (int)strlen(cand);
   if (len <= 2) return;
-  int d = distance(sg->name, cand);
+  int d = suggest_distance(sg->name, len, cand, clen, 0);
   int shorter = len < clen ? len : clen;
   if (shorter >= 3 && strncmp(sg->name, cand, (size_t)shorter) == 0 && d > 1) d = 2;
   int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;

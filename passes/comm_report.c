@@ -2,15 +2,11 @@
  * rank sends in one microbatch, forward and backward, collective by
  * collective, per mesh axis.
  *
- * Bytes follow the runtime's counting rules (runtime/comm.h, rt_comm_bytes;
- * the compiler does not include runtime/, so the expressions are repeated
- * here and must stay equal): with n ranks and S = count * element size,
- *   all-reduce      2 * (n - 1) * S / n   (S: the whole buffer)
- *   all-gather      (n - 1) * S           (S: one rank's part)
- *   reduce-scatter  (n - 1) * S           (S: one rank's part)
- * as a ring algorithm sends them, with the integer division per call. The
- * runtime counts what it really issues the same way, so the two must agree
- * to the byte (bench/tp_overhead.sh checks it).
+ * Bytes follow the counting rules of abi/comm.h, which the runtime's
+ * counters follow too, so the two agree to the byte (bench/tp_overhead.sh
+ * checks it): with n ranks and S = count * element size, an all-reduce
+ * sends 2 * (n - 1) * S / n, an all-gather or a reduce-scatter (n - 1) * S
+ * (S: one rank's part), a send S.
  *
  * Besides the collective nodes of the graph, a vocab-parallel cross_entropy
  * all-reduces three [positions] vectors (the row max, the sum of
@@ -34,29 +30,22 @@
  * statistics, which stay at the real's size. */
 #include <string.h>
 
+#include "../abi/comm.h"
 #include "passes.h"
 
-/* The kinds rt_comm_bytes distinguishes. */
-typedef enum Kind { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, SEND } Kind;
-
-static const char *kind_name(Kind k) {
-  static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter", "send"};
-  return names[k];
-}
-
-/* rt_comm_bytes of runtime/comm.h. */
-static int64_t comm_bytes(Kind kind, int n, int64_t count, int elem) {
-  int64_t s = count * elem;
-  if (n <= 1) return 0;
-  if (kind == ALLREDUCE) return 2 * (int64_t)(n - 1) * s / n;
-  if (kind == SEND) return s;
-  return (int64_t)(n - 1) * s;
+static const char *kind_name(RtCommKind k) {
+  switch (k) {
+  case RT_COMM_ALLREDUCE: return "all_reduce";
+  case RT_COMM_ALLGATHER: return "all_gather";
+  case RT_COMM_REDUCE_SCATTER: return "reduce_scatter";
+  default: return "send";
+  }
 }
 
 /* One line of the report: calls of one collective made at one place. */
 typedef struct Row {
   IrPhase phase;
-  Kind kind;
+  RtCommKind kind;
   IrMeshAxis axis;
   const char *what;  /* the tensor, or the purpose of an internal all-reduce */
   const char *where; /* file:line:col */
@@ -64,7 +53,7 @@ typedef struct Row {
   int64_t calls;
   int64_t bytes;     /* sent by one rank over all calls */
   int elem;          /* bytes of one element */
-  int stage;         /* SEND: the pipeline stage that sends it; else -1 */
+  int stage;         /* RT_COMM_SEND: the pipeline stage that sends it; else -1 */
 } Row;
 
 typedef struct Report {
@@ -80,10 +69,10 @@ static const char *where(IrLoc loc) {
   return ir_fmt("%s:%d:%d", loc.file, loc.line, loc.col);
 }
 
-static Row *add(Report *r, IrPhase phase, Kind kind, IrMeshAxis axis, const char *what,
+static Row *add(Report *r, IrPhase phase, RtCommKind kind, IrMeshAxis axis, const char *what,
                 IrLoc loc, int64_t count, int64_t calls, int n, int elem) {
   const char *at = where(loc);
-  int64_t bytes = comm_bytes(kind, n, count, elem) * calls;
+  int64_t bytes = rt_comm_ring_bytes(kind, n, count * elem) * calls;
   for (int i = 0; i < r->rows.len; i++) {
     Row *row = r->rows.items[i];
     if (row->phase == phase && row->kind == kind && row->axis == axis && row->count == count &&
@@ -142,8 +131,8 @@ static void loss_collectives(Report *r, const IrNode *n, int64_t mult) {
   int64_t positions = ir_type_numel(&n->in[1]->type);
   const char *op = ir_op_info(n->op)->name;
   for (int i = 0; i < (fwd ? 3 : 2); i++)
-    add(r, n->phase, ALLREDUCE, IR_AXIS_TENSOR, ir_fmt("%s: %s", op, parts[i]), n->loc, positions,
-        mult, r->sizes[IR_AXIS_TENSOR], r->elem);
+    add(r, n->phase, RT_COMM_ALLREDUCE, IR_AXIS_TENSOR, ir_fmt("%s: %s", op, parts[i]), n->loc,
+        positions, mult, r->sizes[IR_AXIS_TENSOR], r->elem);
 }
 
 static void collect(Report *r, IrGraph *g) {
@@ -159,19 +148,20 @@ static void collect(Report *r, IrGraph *g) {
       int src = (int)ir_attr_int(n, "src"), dst = (int)ir_attr_int(n, "dst");
       const IrValue *v = n->in[0];
       int elem = elem_of(r, v, true);
-      add(r, n->phase, SEND, IR_AXIS_PIPELINE, ir_fmt("%s %d->%d", type_str(&v->type, elem), src, dst),
-          n->loc, ir_type_numel(&v->type), mult, r->sizes[IR_AXIS_PIPELINE], elem)->stage =
+      add(r, n->phase, RT_COMM_SEND, IR_AXIS_PIPELINE,
+          ir_fmt("%s %d->%d", type_str(&v->type, elem), src, dst), n->loc,
+          ir_type_numel(&v->type), mult, r->sizes[IR_AXIS_PIPELINE], elem)->stage =
           src % r->sizes[IR_AXIS_PIPELINE];
     }
     if (!(ir_op_info(n->op)->flags & IR_OPF_COLLECTIVE)) continue;
     IrMeshAxis axis = (IrMeshAxis)ir_attr_int(n, "axis");
     int size = (int)ir_attr_int(n, "size");
     if ((unsigned)axis < IR_MESH_AXES && r->sizes[axis] < size) r->sizes[axis] = size;
-    Kind kind = n->op == IR_OP_ALL_REDUCE ? ALLREDUCE
-                : n->op == IR_OP_ALL_GATHER ? ALLGATHER : REDUCE_SCATTER;
+    RtCommKind kind = n->op == IR_OP_ALL_REDUCE ? RT_COMM_ALLREDUCE
+                      : n->op == IR_OP_ALL_GATHER ? RT_COMM_ALLGATHER : RT_COMM_REDUCE_SCATTER;
     /* rt_comm_* counts what each rank contributes: the input of an
      * all-reduce or all-gather, the (received) result of a reduce-scatter. */
-    const IrValue *v = kind == REDUCE_SCATTER ? n->out[0] : n->in[0];
+    const IrValue *v = kind == RT_COMM_REDUCE_SCATTER ? n->out[0] : n->in[0];
     /* In and out travel in one precision (collectives.c refuses two). */
     int a = elem_of(r, n->in[0], false), b = elem_of(r, n->out[0], false), elem = a > b ? a : b;
     add(r, n->phase, kind, axis, type_str(&v->type, elem), n->loc, ir_type_numel(&v->type), mult,
@@ -181,10 +171,9 @@ static void collect(Report *r, IrGraph *g) {
 
 /* count * 2(n-1)/n or count * (n-1), printed exactly when whole. */
 static const char *sent_elems(const Row *row, int n) {
-  int64_t num = row->count * row->calls * (row->kind == ALLREDUCE ? 2 * (int64_t)(n - 1)
-                                           : row->kind == SEND ? 1 : n - 1);
-  int64_t den = row->kind == ALLREDUCE ? n : 1;
   if (n <= 1) return "0";
+  int64_t num = row->count * row->calls * rt_comm_ring_num(row->kind, n);
+  int64_t den = rt_comm_ring_den(row->kind, n);
   if (num % den == 0) return ir_fmt("%lld", (long long)(num / den));
   return ir_fmt("%.2f", (double)num / (double)den);
 }
@@ -197,7 +186,7 @@ static int64_t stage_bytes(const Report *r, int stage) {
     int64_t sum = 0;
     for (int i = 0; i < r->rows.len; i++) {
       const Row *row = r->rows.items[i];
-      if (row->kind == SEND && row->stage == s) sum += row->bytes;
+      if (row->kind == RT_COMM_SEND && row->stage == s) sum += row->bytes;
     }
     if (sum > most) most = sum;
   }
@@ -267,7 +256,7 @@ bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_by
   int64_t total = 0, per_axis[IR_MESH_AXES] = {0};
   for (int i = 0; i < r.rows.len; i++) {
     Row *row = r.rows.items[i];
-    if (row->kind == SEND) continue;
+    if (row->kind == RT_COMM_SEND) continue;
     if ((unsigned)row->axis < IR_MESH_AXES) per_axis[row->axis] += row->bytes;
     total += row->bytes;
   }

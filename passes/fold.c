@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/suggest.h"
 #include "passes.h"
 
 /* Config values nested deeper than this (only possible when evaluating an
@@ -89,25 +90,6 @@ static char *num_str(PassNum v) {
   return expr_str(e);
 }
 
-/* Optimal string alignment distance (edits, transpositions counting one),
- * for "did you mean" suggestions. */
-static int edit_distance(const char *a, int la, const char *b, int lb) {
-  int d[33][33];
-  for (int i = 0; i <= la; i++) d[i][0] = i;
-  for (int j = 0; j <= lb; j++) d[0][j] = j;
-  for (int i = 1; i <= la; i++)
-    for (int j = 1; j <= lb; j++) {
-      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  return d[la][lb];
-}
-
 /* "; did you mean 'hidden'?" when a config name is within a third of the
  * name's length in edits, else "". Long names, and errors past the ones
  * that get printed, are not compared, so that a generated file with many
@@ -120,7 +102,7 @@ static const char *suggest_config(IrGraph *top, const char *name) {
     const char *c = ((IrConfig *)top->configs.items[i])->name;
     int lc = (int)strlen(c);
     if (lc > 32 || abs(lc - len) > best_d) continue;
-    int d = edit_distance(name, len, c, lc);
+    int d = suggest_distance(name, len, c, lc, 1);
     if (d <= best_d && (!best || d < best_d)) {
       best = c;
       best_d = d;

@@ -200,7 +200,7 @@ IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim);
 /* The communication report (`shardc compile --report comm`): every
  * collective one microbatch runs (forward and backward), per mesh axis,
  * with the bytes each rank sends by the runtime's counting rules
- * (runtime/comm.h, rt_comm_bytes), for a program whose reals have
+ * (abi/comm.h, which the runtime counts by too), for a program whose reals have
  * `real_bytes` bytes (4 or 8) and, with low_bytes 2 (--precision bf16),
  * whose activations travel in bf16. Collectives inside a repeat count once per
  * iteration. Writes to out; the TP ranks all send the same, which it says.

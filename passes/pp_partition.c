@@ -43,7 +43,7 @@
  * Shared parameters: with p > 1 a parameter read on the first and on the
  * last virtual stage gets a second parameter for the last stage, NAME.stageK
  * tied(@NAME), read by that stage's nodes. The rank programs sum the two
- * copies' gradients in the runtime, once per step (runtime/exec.c
+ * copies' gradients in the runtime, once per step (runtime/step/exec.c
  * sum_tied), which is the one place the sum is made: the IR holds no
  * all-reduce of them, so that it shows only what the programs run. Under
  * zb-v's V both virtual stages are on the first stage: the copy is made

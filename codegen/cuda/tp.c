@@ -121,7 +121,7 @@ void cg_cuda_tp_prologue(CgEmitter *e) {
   emit(e, " * NCCL backend takes device memory). */");
   emit(e, "#define _Noreturn [[noreturn]]");
   emit(e, "extern \"C\" {");
-  emit(e, "#include \"runtime/comm.h\"");
+  emit(e, "#include \"runtime/comm/comm.h\"");
   emit(e, "}");
   emit(e, "#undef _Noreturn");
   emit(e, "#define RT_COMM_REAL RT_COMM_F32");

@@ -33,8 +33,9 @@ endif()
 # emulated CUDA runtime (tests/emu/tests.cmake): what the CUDA target's
 # multi-rank programs link under the emulator.
 if(TARGET shard_nccl_emu AND TARGET shard_kernels_cuda_emu)
-  add_library(shard_comm_nccl_emu STATIC ${CMAKE_SOURCE_DIR}/runtime/comm_nccl.c)
-  target_include_directories(shard_comm_nccl_emu PUBLIC ${CMAKE_SOURCE_DIR}/runtime)
+  add_library(shard_comm_nccl_emu STATIC ${CMAKE_SOURCE_DIR}/runtime/comm/comm_nccl.c
+                                         ${CMAKE_SOURCE_DIR}/runtime/comm/mpi_core.c)
+  target_include_directories(shard_comm_nccl_emu PUBLIC ${SHARD_RT_INCLUDE_DIRS})
   target_link_libraries(shard_comm_nccl_emu PUBLIC shard_nccl_emu shard_kernels_cuda_emu
                                                    MPI::MPI_C shard_data)
 
@@ -74,8 +75,8 @@ endif()
 # CUDA programs link under the emulator (programs.cmake).
 if(TARGET shard_comm_nccl_emu AND TARGET shard_rt_cuda_emu)
   add_library(shard_rt_cuda_nccl_emu STATIC ${EMU_RT_SOURCES}
-                                            ${CMAKE_SOURCE_DIR}/runtime/device_cuda.c)
-  target_include_directories(shard_rt_cuda_nccl_emu PUBLIC ${CMAKE_SOURCE_DIR}/runtime)
+                                            ${CMAKE_SOURCE_DIR}/runtime/device/device_cuda.c)
+  target_include_directories(shard_rt_cuda_nccl_emu PUBLIC ${SHARD_RT_INCLUDE_DIRS})
   target_link_libraries(shard_rt_cuda_nccl_emu PUBLIC shard_data shard_kernels_cuda_emu
                                                       shard_comm_nccl_emu OpenMP::OpenMP_C
                                                       PkgConfig::CJSON m)

@@ -37,8 +37,8 @@ target_link_libraries(shard_kernels_cuda_emu PUBLIC shard_cuda_emu)
 # The CUDA target's runtime on the emulator, as shard_rt_cuda is on CUDA
 # (runtime/CMakeLists.txt), with the CPU's comm backend (one rank).
 list(TRANSFORM SHARD_RT_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/runtime/ OUTPUT_VARIABLE EMU_RT_SOURCES)
-add_library(shard_rt_cuda_emu STATIC ${EMU_RT_SOURCES} ${CMAKE_SOURCE_DIR}/runtime/device_cuda.c)
-target_include_directories(shard_rt_cuda_emu PUBLIC ${CMAKE_SOURCE_DIR}/runtime)
+add_library(shard_rt_cuda_emu STATIC ${EMU_RT_SOURCES} ${CMAKE_SOURCE_DIR}/runtime/device/device_cuda.c)
+target_include_directories(shard_rt_cuda_emu PUBLIC ${SHARD_RT_INCLUDE_DIRS})
 target_link_libraries(shard_rt_cuda_emu PUBLIC shard_data shard_kernels_cuda_emu ${SHARD_COMM_LIB}
                                                OpenMP::OpenMP_C PkgConfig::CJSON m)
 

@@ -18,27 +18,27 @@ set(FUZZ_HARNESSES frontend safetensors state shard hw manifest latest checksums
 # readers are compiled into the harness (not linked from shard_data and
 # shard_rt_*), so that libFuzzer's coverage instrumentation reaches them
 # without changing the libraries the rank programs link.
-set(FUZZ_ERR_SOURCES ${RT_DIR}/util.c ${RT_DIR}/watchdog.c)
+set(FUZZ_ERR_SOURCES ${RT_DIR}/base/util.c ${RT_DIR}/base/watchdog.c)
 set(FUZZ_frontend_SOURCES)
 set(FUZZ_frontend_LIBS shard_frontend shard_passes shard_ir)
-set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_safetensors_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_safetensors_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_state_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${RT_DIR}/ckpt_state.c ${RT_DIR}/flags.c
+set(FUZZ_state_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${RT_DIR}/state/ckpt_state.c ${RT_DIR}/base/flags.c
     ${FUZZ_ERR_SOURCES})
 set(FUZZ_state_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_shard_SOURCES ${RT_DIR}/data.c ${RT_DIR}/rng.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_shard_SOURCES ${RT_DIR}/data/data.c ${RT_DIR}/base/rng.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_shard_LIBS shard_ir m)
 set(FUZZ_hw_SOURCES ${CMAKE_SOURCE_DIR}/planner/hw.c)
 set(FUZZ_hw_LIBS shard_ir m)
 set(FUZZ_manifest_SOURCES ${CMAKE_SOURCE_DIR}/driver/launch_script.c)
 set(FUZZ_manifest_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_latest_SOURCES ${RT_DIR}/ckpt_keep.c ${RT_DIR}/safetensors_write.c ${RT_DIR}/st_check.c
+set(FUZZ_latest_SOURCES ${RT_DIR}/state/ckpt_keep.c ${RT_DIR}/safetensors/safetensors_write.c ${RT_DIR}/safetensors/st_check.c
     ${FUZZ_ERR_SOURCES})
 set(FUZZ_latest_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_checksums_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_checksums_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_checksums_LIBS PkgConfig::CJSON shard_ir m)
-set(FUZZ_state_meta_SOURCES ${RT_DIR}/safetensors.c ${RT_DIR}/st_check.c ${RT_DIR}/ckpt_state.c
-    ${RT_DIR}/flags.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_state_meta_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${RT_DIR}/state/ckpt_state.c
+    ${RT_DIR}/base/flags.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_state_meta_LIBS PkgConfig::CJSON shard_ir m)
 
 option(SHARDC_FUZZ "Build the libFuzzer targets fuzz_NAME (clang only)" ON)
@@ -58,7 +58,7 @@ file(GLOB_RECURSE FUZZ_CORPUS_FILES CONFIGURE_DEPENDS ${FUZZ_DIR}/corpus/*)
 foreach(h ${FUZZ_HARNESSES})
   set(src ${FUZZ_DIR}/fuzz_${h}.c ${FUZZ_${h}_SOURCES})
   add_executable(fuzz_replay_${h} ${FUZZ_DIR}/replay.c ${src})
-  target_include_directories(fuzz_replay_${h} PRIVATE ${RT_DIR} ${CMAKE_SOURCE_DIR}/planner)
+  target_include_directories(fuzz_replay_${h} PRIVATE ${SHARD_RT_INCLUDE_DIRS} ${CMAKE_SOURCE_DIR}/planner)
   target_link_libraries(fuzz_replay_${h} PRIVATE ${FUZZ_${h}_LIBS})
   set_target_properties(fuzz_replay_${h} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
                         ${CMAKE_BINARY_DIR}/fuzz)
@@ -66,7 +66,7 @@ foreach(h ${FUZZ_HARNESSES})
   set_tests_properties(fuzz.corpus_replay_${h} PROPERTIES TIMEOUT 600)
   if(FUZZ_LIBFUZZER)
     add_executable(fuzz_${h} ${src})
-    target_include_directories(fuzz_${h} PRIVATE ${RT_DIR} ${CMAKE_SOURCE_DIR}/planner)
+    target_include_directories(fuzz_${h} PRIVATE ${SHARD_RT_INCLUDE_DIRS} ${CMAKE_SOURCE_DIR}/planner)
     target_compile_options(fuzz_${h} PRIVATE -fsanitize=fuzzer)
     target_link_options(fuzz_${h} PRIVATE -fsanitize=fuzzer)
     target_link_libraries(fuzz_${h} PRIVATE ${FUZZ_${h}_LIBS})

@@ -19,3 +19,18 @@ foreach(script data_errors checkpoint resume flags train gradcheck)
            COMMAND sh ${RT_TESTS_DIR}/${script}.sh $<TARGET_FILE:rt_toy_f32>
                    $<TARGET_FILE:rt_toy_f64> $<TARGET_FILE:rt_testtool>)
 endforeach()
+# The runtime's rooms keep their one-way order (docs/runtime.md): no file
+# includes, declares or calls what a file of a higher room defines, and no
+# files call each other in a circle. Read from the sources and the built
+# libraries, the CUDA runtime and the NCCL backend too where they are built.
+set(rooms_libs $<TARGET_FILE:shard_rt_f32> $<TARGET_FILE:shard_data>
+               $<TARGET_FILE:${SHARD_COMM_LIB}>)
+foreach(lib shard_rt_cuda shard_comm_nccl)
+  if(TARGET ${lib})
+    list(APPEND rooms_libs $<TARGET_FILE:${lib}>)
+  endif()
+endforeach()
+add_test(NAME runtime/rooms
+         COMMAND python3 ${RT_TESTS_DIR}/rooms.py ${CMAKE_SOURCE_DIR}/runtime "${SHARD_RT_ROOMS}"
+                 ${rooms_libs})
+set_tests_properties(runtime/rooms PROPERTIES LABELS runtime)

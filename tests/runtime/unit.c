@@ -11,8 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "data.h"
 #include "device.h"
+#include "init.h"
 #include "optim.h"
 #include "rt.h"
 #include "safetensors.h"
