@@ -607,10 +607,10 @@ void rt_ckpt_dump_grads(Rt *rt, const char *path) {
 
 /* Finds NAME+suffix (or, for weights from Hugging Face files, with a
  * "transformer." prefix) and checks its shape; NULL with the problem in
- * `err` otherwise. */
+ * `err` otherwise, a missing tensor with the file's nearest names. */
 static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix,
                                     char *err, size_t errlen) {
-  char name[512], alt[540], want[200], got[200];
+  char name[512], alt[540], want[200], got[200], near[600];
   int64_t shape[RT_MAX_RANK];
   rt_tp_full_shape(prm, shape);
   snprintf(name, sizeof name, "%s%s", prm->name, suffix);
@@ -619,7 +619,9 @@ static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const
   if (!t && !*suffix) t = rt_st_find(f, alt);
   rt_st_shape_str(want, sizeof want, prm->rank, shape);
   if (!t) {
-    snprintf(err, errlen, "missing tensor %s (the model expects %s)", name, want);
+    const char *hint = rt_ckpt_nearest(f, name, near, sizeof near);
+    snprintf(err, errlen, "missing tensor %s (the model expects %s)%s%s", name, want,
+             hint ? "; nearest names in the file: " : "", hint ? hint : "");
     return NULL;
   }
   int same = t->rank == prm->rank;
@@ -676,21 +678,26 @@ static int64_t nonfinite_at(const real *x, int64_t n) {
 static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, real *base) {
   const RtModel *m = rt->model;
   const RtStTensor **found = rt_xcalloc((size_t)m->nparams + 1, sizeof *found);
-  /* Every problem is reported; the last one stops the run, on every rank.
-   * The ranks of a stage find the same problems: only its first says the
-   * earlier ones. */
-  Place L = place_of();
-  int speaks = L.at.tp == 0 && L.at.dp == 0;
-  char err[1024], last[1024];
+  /* One line says what is wrong: the first problem, how many others
+   * there are and the last of them, which is the same on every rank of a
+   * stage (the stage's first rank says it). A file of another model
+   * would otherwise give one line per tensor. */
+  char err[1024], first[1024], last[1024];
   int errors = 0;
   for (int p = 0; p < m->nparams; p++) {
     found[p] = find_param(f, &m->params[p], suffix, err, sizeof err);
     if (found[p]) continue;
-    if (errors++ > 0 && speaks) rt_error(f->path, "%s", last);
-    memcpy(last, err, sizeof last);
+    memcpy(errors++ ? last : first, err, sizeof err);
   }
   agree(errors);
-  if (errors) rt_fatal(f->path, "%s", last);
+  if (errors == 1) rt_fatal(f->path, "%s", first);
+  if (errors) {
+    /* The first problem's hint serves for the last. */
+    char *hint = strstr(last, "; nearest names");
+    if (hint) *hint = 0;
+    rt_fatal(f->path, "%s; and %d more problem%s, the last: %s", first, errors - 1,
+             errors == 2 ? "" : "s", last);
+  }
   /* Weights or moments that are not finite would make every step
    * non-finite: refused at load, naming the tensor. */
   const RtStTensor *bad = NULL;
@@ -732,8 +739,11 @@ static void load_state(const Rt *rt, const RtStFile *f, const char *suffix, real
 
 void rt_ckpt_init_from(Rt *rt, const char *path) {
   RtStFile f;
-  rt_st_open(&f, path);
-  verify_file(rt, &f);
+  RtErr e;
+  if (rt_st_open_set(&f, path, &e)) rt_err_fatal(&e);
+  verify_file(rt, &f); /* the checksums are by the file's own names */
+  if (rt->f.init_map) rt_ckpt_apply_map(&f, rt->f.init_map);
+  rt_ckpt_strip_prefix(&f, rt->model);
   load_into(rt, &f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   rt_st_close(&f);
 }
