@@ -24,6 +24,7 @@
  * they load back into it last, so a checkpoint does not depend on the
  * device that wrote it. */
 #include "checkpoint.h"
+#include "data.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -465,6 +466,14 @@ static Meta *state_meta(const Rt *rt) {
   /* The data position is the step: the window order is a function of
    * (seed, epoch), so the flags below and the step rebuild it. */
   meta_addf(m, "data_position", "%lld", (long long)rt->step);
+  /* Where that step's window lies, so that --resume can say it continues
+   * at the same token of the same shard, or that the data set changed. */
+  if (rt->train) {
+    int64_t token, w = rt_data_window_at(rt->train, rt->step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
+    const char *file = rt_data_window_file(rt->train, w, &token), *base = strrchr(file, '/');
+    meta_add(m, "data_file", base ? base + 1 : file);
+    meta_addf(m, "data_token", "%lld", (long long)token);
+  }
   layout_str(rt->model, m->text[m->n], sizeof m->text[0]);
   meta_add(m, "layout", m->text[m->n]);
   for (int i = 0; i < rt_flags_saved_count(); i++) {
@@ -956,8 +965,28 @@ void rt_ckpt_resume_open(Rt *rt) {
   free(dir);
 }
 
+/* The shard and token the resumed step reads, against those the saving
+ * run would have read next: the same, or a warning that the data set
+ * changed (more shards, another order), since the run then does not
+ * continue the one saved. World rank 0 says it. */
+static void check_data_position(const Rt *rt, const RtStFile *f) {
+  const char *file = rt_st_meta(f, "data_file"), *tok = rt_st_meta(f, "data_token");
+  if (!rt->train || !file || !tok || place_of().rank != 0) return;
+  int64_t token, w = rt_data_window_at(rt->train, rt->step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
+  const char *now = rt_data_window_file(rt->train, w, &token), *base = strrchr(now, '/');
+  base = base ? base + 1 : now;
+  if (!strcmp(base, file) && token == atoll(tok))
+    rt_say("data: step %lld continues at token %lld of %s, where the saved run stopped\n",
+           (long long)rt->step + 1, (long long)token, base);
+  else
+    fprintf(stderr, "shardc: warning: --resume: step %lld reads %s from token %lld, but the saved run "
+            "would have read %s from token %s: the data set (%s) is not the one it trained on\n",
+            (long long)rt->step + 1, base, (long long)token, file, tok, rt->f.data);
+}
+
 void rt_ckpt_resume_load(Rt *rt) {
   RtStFile *f = &rt->resume;
+  check_data_position(rt, f);
   load_into(rt, f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   if (rt->adam_m) {
     char probe[512];
