@@ -178,6 +178,8 @@ tpsim_test(tied_hidden ${TP_DIR}/tied_hidden.shard 2 --tp-strategy none)
 # that keep the heads whole, so attention is split by heads.
 tp_test(report_parallel_residual 0 parallel_residual.shard --tp 2 --vocab-multiple 1 --report tp)
 tp_test(report_replicated 0 replicated_gemm.shard --tp 2 --vocab-multiple 4 --report tp)
+# A reshape that moves elements between ranks ends the block, named.
+tp_test(report_reshape_cut 0 reshape_cut.shard --tp 2 --vocab-multiple 4 --report tp)
 # The parallel residual x + attn(ln_1 x) + mlp(ln_2 x): one all-reduce per
 # layer forward (the two row-parallel partial sums added first), and in the
 # backward one per column-parallel input (ln_1 x and ln_2 x), as Megatron's.
