@@ -205,12 +205,17 @@ static const char *hf_name(const HfModel *hm, const char *name) {
   return ir_fmt("%s%s", hm->prefix, name);
 }
 
-/* Writes text (len bytes) to path through a temporary and a rename. */
-static bool write_file(const char *path, const void *text, size_t len) {
-  const char *tmp = ir_fmt("%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return fail(tmp, "%s", strerror(errno)) == 0;
-  bool ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+/* The temporary a file is written to before its rename, and the end of
+ * writing: flushed, synced, closed and renamed, or removed. */
+static FILE *open_tmp(const char *path, const char **tmp) {
+  *tmp = ir_fmt("%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(*tmp, "wb");
+  if (!f) fail(*tmp, "%s", strerror(errno));
+  return f;
+}
+
+static bool close_tmp(FILE *f, const char *tmp, const char *path, bool ok) {
+  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
     int err = errno;
@@ -220,8 +225,17 @@ static bool write_file(const char *path, const void *text, size_t len) {
   return true;
 }
 
+/* Writes text (len bytes) to path through a temporary and a rename. */
+static bool write_file(const char *path, const void *text, size_t len) {
+  const char *tmp;
+  FILE *f = open_tmp(path, &tmp);
+  return f && close_tmp(f, tmp, path, fwrite(text, 1, len, f) == len);
+}
+
 /* One safetensors file of tensors c->t[from, to), under their HF names,
- * with the metadata "format": "pt" that from_pretrained requires. */
+ * with the metadata "format": "pt" that from_pretrained requires. The
+ * tensors' bytes are copied a chunk at a time: a model need not fit in
+ * memory. */
 static bool write_part(const Ckpt *c, const HfModel *hm, int from, int to, const char *path) {
   cJSON *h = cJSON_CreateObject();
   cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
@@ -240,24 +254,35 @@ static bool write_part(const Ckpt *c, const HfModel *hm, int from, int to, const
   cJSON_Delete(h);
   /* The header is padded with spaces to 8 bytes, as safetensors writes it. */
   size_t hl = strlen(json), padded = (hl + 7) / 8 * 8;
-  size_t total = 8 + padded + (size_t)at;
-  unsigned char *buf = malloc(total ? total : 1);
-  if (!buf) die("out of memory exporting %s", path);
-  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  memcpy(buf + 8, json, hl);
-  memset(buf + 8 + hl, ' ', padded - hl);
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  const char *tmp;
+  FILE *f = open_tmp(path, &tmp);
+  if (!f) return free(json), false;
+  bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, hl, f) == hl;
+  for (size_t k = hl; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
   free(json);
-  unsigned char *p = buf + 8 + padded;
-  bool ok = true;
-  for (int i = from; i < to && ok; i++) {
+  enum { CHUNK = 1 << 20 };
+  unsigned char *buf = malloc(CHUNK);
+  if (!buf) die("out of memory exporting %s", path);
+  bool read_ok = true;
+  for (int i = from; i < to && ok && read_ok; i++) {
     const Tensor *t = &c->t[i];
-    size_t n = (size_t)(t->end - t->begin);
-    ok = fseek(c->f, (long)(c->data_start + t->begin), SEEK_SET) == 0 && fread(p, 1, n, c->f) == n;
-    p += n;
+    read_ok = fseeko(c->f, (off_t)(c->data_start + t->begin), SEEK_SET) == 0;
+    for (int64_t left = t->end - t->begin; left > 0 && ok && read_ok;) {
+      size_t n = (size_t)(left < CHUNK ? left : CHUNK);
+      read_ok = fread(buf, 1, n, c->f) == n;
+      ok = read_ok && fwrite(buf, 1, n, f) == n;
+      left -= (int64_t)n;
+    }
   }
-  ok = (ok || fail(c->path, "%s", "truncated tensor data") == 0) && write_file(path, buf, total);
   free(buf);
-  return ok;
+  if (!read_ok) {
+    fclose(f);
+    unlink(tmp);
+    return fail(c->path, "%s", "truncated tensor data") == 0;
+  }
+  return close_tmp(f, tmp, path, ok);
 }
 
 /* The parts of about `limit` bytes each (a tensor larger than the limit

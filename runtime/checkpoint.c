@@ -618,7 +618,7 @@ void rt_ckpt_dump_grads(Rt *rt, const char *path) {
  * "transformer." prefix) and checks its shape; NULL with the problem in
  * `err` otherwise, a missing tensor with the file's nearest names. */
 static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix,
-                                    char *err, size_t errlen) {
+                                    int hint_missing, char *err, size_t errlen) {
   char name[512], alt[540], want[200], got[200], near[600];
   int64_t shape[RT_MAX_RANK];
   rt_tp_full_shape(prm, shape);
@@ -628,7 +628,8 @@ static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const
   if (!t && !*suffix) t = rt_st_find(f, alt);
   rt_st_shape_str(want, sizeof want, prm->rank, shape);
   if (!t) {
-    const char *hint = rt_ckpt_nearest(f, name, near, sizeof near);
+    /* The search costs a pass over the file's names: for the line shown only. */
+    const char *hint = hint_missing ? rt_ckpt_nearest(f, name, near, sizeof near) : NULL;
     snprintf(err, errlen, "missing tensor %s (the model expects %s)%s%s", name, want,
              hint ? "; nearest names in the file: " : "", hint ? hint : "");
     return NULL;
@@ -694,7 +695,7 @@ static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, rea
   char err[1024], first[1024], last[1024];
   int errors = 0;
   for (int p = 0; p < m->nparams; p++) {
-    found[p] = find_param(f, &m->params[p], suffix, err, sizeof err);
+    found[p] = find_param(f, &m->params[p], suffix, errors == 0, err, sizeof err);
     if (found[p]) continue;
     memcpy(errors++ ? last : first, err, sizeof err);
   }
@@ -791,7 +792,8 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
       if (!writes(prm, &L)) continue;
       mine++;
       char err[1024];
-      if (!find_param(f, prm, "", err, sizeof err)) rt_ckpt_diff_add(out, len, &lines, "%s", err);
+      if (!find_param(f, prm, "", lines == 0, err, sizeof err))
+        rt_ckpt_diff_add(out, len, &lines, "%s", err);
     }
   total = mine;
   if (L.c && rt_comm_size(L.c->world) > 1)
