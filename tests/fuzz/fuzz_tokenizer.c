@@ -28,12 +28,20 @@ static const char *const names[NFILES] = {"tokenizer.json", "vocab.json", "merge
 static int fds[NFILES];
 static char paths[NFILES][256];
 
+/* The folder goes at exit (the memory files with the process). */
+static char dirname_[64];
+static void remove_dir(void) {
+  for (int i = 0; i < NFILES; i++) unlink(paths[i]);
+  rmdir(dirname_);
+}
+
 static void setup(void) {
   static bool done;
   if (done) return;
-  char tmpl[] = "/tmp/fuzz-tokenizer-XXXXXX";
-  const char *dir = mkdtemp(tmpl);
+  snprintf(dirname_, sizeof dirname_, "/tmp/fuzz-tokenizer-XXXXXX");
+  const char *dir = mkdtemp(dirname_);
   if (!dir) perror("mkdtemp"), abort();
+  atexit(remove_dir);
   for (int i = 0; i < NFILES; i++) {
     char target[64];
     fds[i] = memfd_create(names[i], 0);
