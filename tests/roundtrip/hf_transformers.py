@@ -2,7 +2,8 @@
 
   hf_transformers.py make MODEL DIR      a random GPT2LMHeadModel or
                                          LlamaForCausalLM saved with
-                                         save_pretrained (safetensors)
+                                         save_pretrained (safetensors; LLaMA's
+                                         as a sharded set with its index)
   hf_transformers.py loss DIR SHARD B S  from_pretrained(DIR)'s loss on the
                                          shard's first window (B*S+1 tokens),
                                          as a one-rank shardc run reads it
@@ -66,7 +67,10 @@ def make(model, path):
                 std = 0.6
             p.normal_(0.0, std)
     after = attention_peak(m, ids)
-    m.save_pretrained(path, safe_serialization=True)
+    # LLaMA's goes out in parts of 50 kB, so that the sharded set and its
+    # index are transformers' own.
+    m.save_pretrained(path, safe_serialization=True,
+                      max_shard_size="50KB" if model == "llama" else "10GB")
     s = SHAPE["seq"]
     flat = sum(1.0 / (q + 1) for q in range(s // 2, s)) / (s - s // 2)
     print("attention peak (mean largest weight of the late queries): %.3f at HF's init, %.3f "

@@ -4,8 +4,9 @@
 # GPT-2 and LLaMA, with no hand-written mapping:
 # - transformers makes a random model (its matrices scaled so that
 #   attention is far from uniform) and save_pretrained writes it;
-# - shardc reads that folder (--init-from DIR): its step-1 loss equals
-#   transformers' loss on the same window;
+# - shardc reads that folder (--init-from DIR; LLaMA's a sharded set with
+#   its model.safetensors.index.json): its step-1 loss equals transformers'
+#   loss on the same window;
 # - 5 steps of training, `shardc export --hf`, and from_pretrained's loss
 #   on the result equals the loss shardc computes with the same weights;
 # - greedy samples (temperature 0) are the same ids.
@@ -44,6 +45,7 @@ for model in gpt2 llama; do
     continue
   fi
   sed 's/^/      /' make.txt
+  echo "      save_pretrained wrote: $(cd "in-$model" && ls | tr '\n' ' ')"
   peak=$(sed -n 's/.*, \([0-9.]*\) scaled.*/\1/p' make.txt) flat=$(sed -n 's/.*uniform attention gives \([0-9.]*\).*/\1/p' make.txt)
   if le "$(awk -v f="$flat" 'BEGIN { print 3 * f }')" "$peak"; then ok "$model: attention far from uniform ($peak >= 3 x $flat)"; else fail "$model: attention nearly uniform"; fi
   # In: shardc's loss of HF's weights against transformers'.
