@@ -385,6 +385,23 @@ static const char *replicated_why(Annot *a, const Gemm *gm, const IrValue *w) {
   return "its pair stays whole";
 }
 
+/* Whether no warning was given at loc yet in this process: the planner
+ * compiles a model for many layouts, and one warning per GEMM says it. */
+static bool first_warning(IrLoc loc) {
+  static struct { const char *file; int line, col; } seen[256];
+  static int nseen;
+  for (int i = 0; i < nseen; i++)
+    if (seen[i].line == loc.line && seen[i].col == loc.col &&
+        (seen[i].file == loc.file || (seen[i].file && loc.file && !strcmp(seen[i].file, loc.file))))
+      return false;
+  if (nseen < 256) {
+    /* The name outlives the arena of one compile. */
+    seen[nseen].file = loc.file ? strdup(loc.file) : NULL;
+    seen[nseen].line = loc.line, seen[nseen++].col = loc.col;
+  }
+  return true;
+}
+
 /* The placement of every GEMM with a parameter weight (--report tp), and
  * a warning for each one the strategy left replicated without the model
  * asking for it: such a GEMM runs whole on every rank, silently, unless
@@ -420,7 +437,7 @@ static void report(Annot *a, const PassOptions *opt) {
     }
     const char *why = replicated_why(a, gm, w);
     if (out) fprintf(out, "  %-10s %-32s %s: %s  (%s)\n", "replicated", name, ir_shape_str(&w->type), why, where);
-    if (gm->group < 0)
+    if (gm->group < 0 && first_warning(at))
       warn(at, "tensor parallelism (t = %d) leaves the GEMM of %s replicated: %s "
                    "(`--report tp` lists every GEMM)", a->t, name, why);
   }
