@@ -14,7 +14,7 @@
 #                   of which make test runs a representative part
 #   make fuzz       run libFuzzer on each reader for FUZZ_TIME seconds
 #                   (FUZZ=NAME for one: frontend safetensors state shard hw manifest
-#                   latest checksums state_meta)
+#                   latest checksums state_meta tokenizer st_index)
 #   make bench      time compiles of the paper's 1T model (bench/compile.sh)
 #   make gpu-kit    the GPU kit in build/gpu-kit (scripts/gpu-kit.sh,
 #                   docs/gpu.md): every GPU check's programs and references,
@@ -28,7 +28,7 @@ JOBS      := $(shell nproc)
 BUILD     := build
 ASAN      := build-asan
 FUZZ_TIME ?= 600
-FUZZ      ?= frontend safetensors state shard hw manifest latest checksums state_meta
+FUZZ      ?= frontend safetensors state shard hw manifest latest checksums state_meta tokenizer st_index
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo test test-long test-all test-full build-asan test-asan fuzz bench gpu-kit clean

@@ -40,6 +40,7 @@
   X("keep-last", 1) \
   X("resume", 1) \
   X("init-from", 1) \
+  X("init-map", 1) \
   X("sample-prompt", 1) \
   X("sample-ids", 0) \
   X("sample-tokens", 1) \

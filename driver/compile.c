@@ -27,8 +27,8 @@ static const DrvOption compile_options[] = {
     DRV_PP_OPTIONS,
     DRV_RECOMPUTE_OPTIONS,
     {"--world-size", "N", "check that the job's N ranks are t * p * d"},
-    {"--report", "comm|pp", "comm: what each rank sends per microbatch, per collective and mesh "
-     "axis; pp: the pipeline placement"},
+    {"--report", "comm|pp|tp", "comm: what each rank sends per microbatch, per collective and mesh "
+     "axis; pp: the pipeline placement; tp: how each GEMM is split, and why one is not"},
     {NULL, NULL, NULL},
 };
 
@@ -252,8 +252,9 @@ int drv_cmd_compile(int nargs, DrvArg *args) {
   PassOptions opt;
   if (!drv_pass_options(cmd, nargs, args, &opt)) return 1;
   const char *report = drv_value(nargs, args, "--report");
-  if (report && strcmp(report, "comm") != 0 && strcmp(report, "pp") != 0)
-    return drv_usage_error(cmd, "--report: expected comm or pp, got '%s'", report);
+  if (report && strcmp(report, "comm") != 0 && strcmp(report, "pp") != 0 && strcmp(report, "tp") != 0)
+    return drv_usage_error(cmd, "--report: expected comm, pp or tp, got '%s'", report);
+  if (report && strcmp(report, "tp") == 0) opt.tp_report = stdout;
   bool pipelined = opt.pp > 1 || opt.vpp > 1 || opt.pp_layout || (report && strcmp(report, "pp") == 0);
   if (target || out) {
     if (!out) return drv_usage_error(cmd, "--target %s needs an output folder (-o DIR)", target);

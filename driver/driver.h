@@ -192,10 +192,11 @@ int drv_cmd_compare_trace(int nargs, DrvArg *args);
 int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args);
 int drv_cmd_simulate(int nargs, DrvArg *args);
 int drv_cmd_plan(int nargs, DrvArg *args);
+int drv_cmd_export(int nargs, DrvArg *args);
 
 extern const DrvCommand drv_compile_command, drv_info_command, drv_passes_command,
     drv_data_command, drv_build_command, drv_run_command, drv_sample_command,
     drv_schedule_command, drv_hw_command, drv_simulate_command,
-    drv_plan_command, drv_compare_trace_command;
+    drv_plan_command, drv_compare_trace_command, drv_export_command;
 
 #endif

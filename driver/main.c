@@ -10,7 +10,8 @@
 static const DrvCommand *const commands[] = {
     &drv_compile_command, &drv_build_command, &drv_run_command, &drv_sample_command,
     &drv_info_command,    &drv_data_command,  &drv_passes_command, &drv_schedule_command,
-    &drv_hw_command,      &drv_simulate_command, &drv_plan_command, &drv_compare_trace_command};
+    &drv_hw_command,      &drv_simulate_command, &drv_plan_command, &drv_compare_trace_command,
+    &drv_export_command};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
 static void print_main_help(void) {

@@ -61,6 +61,9 @@ typedef struct PassOptions {
    * its gradient and a bias gradient after a GEMM run as kernels of their
    * own (for comparison). */
   bool no_gemm_epilogue;
+  /* --report tp: where tp-annotate writes the placement of every GEMM
+   * (NULL: it warns of each one left replicated, and says nothing else). */
+  FILE *tp_report;
 } PassOptions;
 
 /* Microbatches per step without --global-batch. */
@@ -205,6 +208,10 @@ IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim);
  * whose activations travel in bf16. Collectives inside a repeat count once per
  * iteration. Writes to out; the TP ranks all send the same, which it says.
  * False after reporting a graph it cannot count (not folded and typed). */
+/* tp-partition: the dim of reshape n's result that a split of its input
+ * on dim d over t ranks becomes with no data moving between ranks (a
+ * head-preserving reshape), or -1. tp-annotate asks it too. */
+int pass_reshape_split_dim(const IrNode *n, int d, int t);
 bool pass_comm_report(FILE *out, IrGraph *g, const PassOptions *opt, int real_bytes,
                       int low_bytes);
 

@@ -26,6 +26,7 @@
  *
  * The pass also checks that the world size is t * p * d. With t = 1 every
  * spec becomes replicated: one rank holds everything. */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,10 +57,23 @@ typedef struct Prop {
   int group;
 } Prop;
 
+/* A GEMM with a parameter weight, for the report: the pair it is part
+ * of (its group) or, left out of every pair, why. */
+typedef struct Gemm {
+  IrNode *node;
+  const char *prefix; /* "h.*." for a repeat body's parameters */
+  int group;          /* -1: in no pair */
+  const char *role;   /* "column", "row", "vocabulary" */
+  const char *why;    /* in no pair: the reason */
+} Gemm;
+
 typedef struct Annot {
   IrVec props;  /* Prop* */
   int *parent;  /* union-find over groups */
   int ngroups, cap;
+  int t;
+  IrVec gemms;  /* Gemm* */
+  bool *broken; /* per group root, after apply */
 } Annot;
 
 static int new_group(Annot *a) {
@@ -122,8 +136,9 @@ IrValue *pass_gemm_weight(const IrNode *n, int *in_dim, int *out_dim) {
 }
 
 /* Ops a column-parallel output passes through on its way to the row-
- * parallel GEMM: each works head by head or element by element. This is
- * the Megatron annotator's own pattern, not a property of the ops, so it
+ * parallel GEMM: each works head by head or element by element, or moves
+ * the heads (reshape, transpose) while keeping each whole. This is the
+ * Megatron annotator's own pattern, not a property of the ops, so it
  * stays here rather than in ops.def: it lists the ops inside one attention
  * or MLP block, and leaves out ops that are as local (add, sub, the norms)
  * because a residual add or a norm is where a block ends. */
@@ -141,7 +156,9 @@ static bool passes_through(const IrNode *n) {
   case IR_OP_SPLIT_HEADS:
   case IR_OP_MERGE_HEADS:
   case IR_OP_SOFTMAX:
-  case IR_OP_CAUSAL_MASK: return true;
+  case IR_OP_CAUSAL_MASK:
+  case IR_OP_RESHAPE:
+  case IR_OP_TRANSPOSE: return true;
   case IR_OP_MATMUL: {
     int i, o;
     return !pass_gemm_weight(n, &i, &o) && n->in[1]->kind != IR_VAL_PARAM;
@@ -150,24 +167,58 @@ static bool passes_through(const IrNode *n) {
   }
 }
 
+/* The dim the column-parallel split has on n's result when an input has
+ * it on d, or -1 when n would move elements between ranks (a reshape that
+ * does not keep the heads whole). Shapes are global here. */
+static int split_dim_after(const IrNode *n, int d, int in_rank, int t) {
+  int r = n->out[0]->type.rank;
+  switch (n->op) {
+  case IR_OP_RESHAPE: return pass_reshape_split_dim(n, d, t);
+  case IR_OP_TRANSPOSE: {
+    int d0 = (int)ir_attr_int(n, "dim0"), d1 = (int)ir_attr_int(n, "dim1");
+    d0 = d0 < 0 ? d0 + in_rank : d0;
+    d1 = d1 < 0 ? d1 + in_rank : d1;
+    return d == d0 ? d1 : d == d1 ? d0 : d;
+  }
+  case IR_OP_SPLIT_HEADS: return d == 2 ? 1 : d == 1 ? 2 : d;
+  case IR_OP_MERGE_HEADS: return d == 1 ? 2 : d == 2 ? 1 : d == 3 ? -1 : d;
+  default: return d + (r - in_rank);
+  }
+}
+
 /* The GEMMs with a parameter weight whose input (in[0]) the result of node
  * `from` reaches through passes_through ops, in node order. One sweep over
- * the later nodes, marking the values reached (by id). */
-static void reached_gemms(IrGraph *g, int from, IrVec *found) {
-  bool *reached = ir_alloc(sizeof(bool) * (size_t)(g->next_id + 1));
+ * the later nodes, marking the values reached (by id) with the dim their
+ * split would have. *stop, when none is found, is the first node the
+ * result reached that ends the walk (a norm, a residual add, a reshape
+ * that cuts heads), and *why says why. */
+static void reached_gemms(IrGraph *g, int from, int t, IrVec *found, const IrNode **stop,
+                          const char **why) {
+  int *dim = ir_alloc(sizeof(int) * (size_t)(g->next_id + 1));
+  for (int i = 0; i <= g->next_id; i++) dim[i] = -1;
   IrNode *start = g->nodes.items[from];
-  for (int k = 0; k < start->nout; k++) reached[start->out[k]->id] = true;
+  for (int k = 0; k < start->nout; k++) dim[start->out[k]->id] = start->out[k]->type.rank - 1;
+  *stop = NULL;
+  *why = NULL;
   for (int i = from + 1; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
-    int in_dim, out_dim;
-    bool hit = false;
-    for (int j = 0; j < n->nin && !hit; j++) hit = n->in[j]->graph == g && reached[n->in[j]->id];
-    if (!hit) continue;
+    int in_dim, out_dim, hit = -1, d = -1;
+    for (int j = 0; j < n->nin && hit < 0; j++)
+      if (n->in[j]->graph == g && dim[n->in[j]->id] >= 0) hit = j, d = dim[n->in[j]->id];
+    if (hit < 0) continue;
     if (pass_gemm_weight(n, &in_dim, &out_dim)) {
-      if (n->in[0]->graph == g && reached[n->in[0]->id]) ir_vec_push(found, n);
-    } else if (passes_through(n)) {
-      for (int k = 0; k < n->nout; k++) reached[n->out[k]->id] = true;
+      if (n->in[0]->graph == g && dim[n->in[0]->id] >= 0) ir_vec_push(found, n);
+      continue;
     }
+    int od = passes_through(n) ? split_dim_after(n, d, n->in[hit]->type.rank, t) : -1;
+    if (od < 0) {
+      if (!*stop) {
+        *stop = n;
+        *why = passes_through(n) ? "it does not keep the heads whole" : "it ends the block";
+      }
+      continue;
+    }
+    for (int k = 0; k < n->nout; k++) dim[n->out[k]->id] = od;
   }
 }
 
@@ -192,18 +243,28 @@ static bool feeds_loss(const IrGraph *g, const IrValue *v, int depth) {
   return false;
 }
 
+static void add_gemm(Annot *a, IrNode *n, const char *prefix, int group, const char *role,
+                     const char *why) {
+  Gemm *gm = ir_alloc(sizeof *gm);
+  *gm = (Gemm){n, prefix, group, role, why};
+  ir_vec_push(&a->gemms, gm);
+}
+
 /* Proposes the column/row pairs of one graph. */
-static void annotate_pairs(Annot *a, IrGraph *g) {
+static void annotate_pairs(Annot *a, IrGraph *g, const char *prefix) {
   int n = g->nodes.len;
   int *role = ir_alloc(sizeof(int) * (size_t)(n ? n : 1)); /* 0 none, 1 column, 2 row */
   int *group = ir_alloc(sizeof(int) * (size_t)(n ? n : 1));
+  const char **why = ir_alloc(sizeof(char *) * (size_t)(n ? n : 1));
   for (int i = 0; i < n; i++) {
     IrNode *col = g->nodes.items[i];
     int in_dim, out_dim;
     IrValue *w = pass_gemm_weight(col, &in_dim, &out_dim);
     if (!w || role[i] != 0 || feeds_loss(g, col->out[0], 0)) continue;
     IrVec found = {0};
-    reached_gemms(g, i, &found);
+    const IrNode *stop;
+    const char *stop_why;
+    reached_gemms(g, i, a->t, &found, &stop, &stop_why);
     int grp = -1;
     for (int k = 0; k < found.len; k++) {
       IrNode *row = found.items[k];
@@ -220,37 +281,52 @@ static void annotate_pairs(Annot *a, IrGraph *g) {
       if (row->op == IR_OP_LINEAR && row->nin > 2)
         propose(a, row->in[2], (IrShard){IR_REPLICATED, IR_AXIS_TENSOR, 0, 0, false}, grp);
     }
-    if (grp < 0) continue;
+    if (grp < 0) {
+      why[i] = stop ? ir_fmt("its result reaches no other GEMM through the ops of one attention or "
+                             "MLP block: the path stops at the %s at %d:%d, as %s",
+                             ir_op_info(stop->op)->name, stop->loc.line, stop->loc.col, stop_why)
+                    : "its result reaches no other GEMM with a parameter weight";
+      continue;
+    }
     role[i] = 1;
     group[i] = grp;
     int blocks = blocks_of(g, col->out[0]);
     propose(a, w, split_spec(out_dim, blocks), grp);
     if (col->op == IR_OP_LINEAR && col->nin > 2) propose(a, col->in[2], split_spec(0, blocks), grp);
   }
+  for (int i = 0; i < n; i++) {
+    IrNode *gm = g->nodes.items[i];
+    int in_dim, out_dim;
+    if (!pass_gemm_weight(gm, &in_dim, &out_dim) || feeds_loss(g, gm->out[0], 0)) continue;
+    add_gemm(a, gm, prefix, role[i] ? group[i] : -1, role[i] == 1 ? "column" : role[i] == 2 ? "row" : NULL,
+             why[i] ? why[i] : "it is a row-parallel GEMM's input only through an earlier column GEMM");
+  }
 }
 
 /* Embedding tables and output layers of one graph, then its repeat bodies. */
-static void annotate_graph(Annot *a, IrGraph *g) {
-  annotate_pairs(a, g);
+static void annotate_graph(Annot *a, IrGraph *g, const char *prefix) {
+  annotate_pairs(a, g, prefix);
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     int in_dim, out_dim;
     IrValue *w;
     if (n->body) {
-      annotate_graph(a, n->body);
+      annotate_graph(a, n->body, ir_fmt("%s%s.*.", prefix, n->label));
     } else if (n->op == IR_OP_EMBEDDING) {
       IrValue *ids = n->in[0];
       bool positions = ids->kind == IR_VAL_NODE && ids->def->op == IR_OP_ARANGE;
       if (!positions) propose(a, n->in[1], split_spec(0, 1), new_group(a));
     } else if ((w = pass_gemm_weight(n, &in_dim, &out_dim)) && feeds_loss(g, n->out[0], 0)) {
-      propose(a, w, split_spec(out_dim, 1), new_group(a));
+      int grp = new_group(a);
+      propose(a, w, split_spec(out_dim, 1), grp);
+      add_gemm(a, n, prefix, grp, "vocabulary", NULL);
     }
   }
 }
 
 /* Writes the proposals, less those of groups a fixed spec contradicts. */
 static void apply(Annot *a) {
-  bool *broken = ir_alloc(sizeof(bool) * (size_t)(a->ngroups + 1));
+  bool *broken = a->broken = ir_alloc(sizeof(bool) * (size_t)(a->ngroups + 1));
   for (int i = 0; i < a->props.len; i++) {
     Prop *pr = a->props.items[i];
     if (is_fixed(pr->param) && !same_spec(&pr->param->shard, &pr->spec))
@@ -285,17 +361,106 @@ static bool check_world(const PassOptions *opt) {
   return false;
 }
 
+/* ------------------------------------------------------------ the report */
+
+static void warn(IrLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(IrLoc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ir_verror(loc, "warning", fmt, ap);
+  va_end(ap);
+}
+
+/* Why GEMM gm's weight is replicated after apply. */
+static const char *replicated_why(Annot *a, const Gemm *gm, const IrValue *w) {
+  if (gm->group < 0) return gm->why;
+  if (is_fixed(w)) return "the model annotates its weight";
+  for (int i = 0; i < a->props.len; i++) {
+    Prop *pr = a->props.items[i];
+    if (find(a, pr->group) == find(a, gm->group) && is_fixed(pr->param) &&
+        !same_spec(&pr->param->shard, &pr->spec))
+      return ir_fmt("it pairs with %s, which the model annotates otherwise, so the pair stays whole",
+                    pr->param->name);
+  }
+  return "its pair stays whole";
+}
+
+/* Whether no warning was given at loc yet in this process: the planner
+ * compiles a model for many layouts, and one warning per GEMM says it. */
+static bool first_warning(IrLoc loc) {
+  static struct { const char *file; int line, col; } seen[256];
+  static int nseen;
+  for (int i = 0; i < nseen; i++)
+    if (seen[i].line == loc.line && seen[i].col == loc.col &&
+        (seen[i].file == loc.file || (seen[i].file && loc.file && !strcmp(seen[i].file, loc.file))))
+      return false;
+  if (nseen < 256) {
+    /* The name outlives the arena of one compile. */
+    seen[nseen].file = loc.file ? strdup(loc.file) : NULL;
+    seen[nseen].line = loc.line, seen[nseen++].col = loc.col;
+  }
+  return true;
+}
+
+/* The placement of every GEMM with a parameter weight (--report tp), and
+ * a warning for each one the strategy left replicated without the model
+ * asking for it: such a GEMM runs whole on every rank, silently, unless
+ * said. */
+static void report(Annot *a, const PassOptions *opt) {
+  FILE *out = opt->tp_report;
+  int split = 0, whole = 0;
+  for (int i = 0; i < a->gemms.len; i++) {
+    Gemm *gm = a->gemms.items[i];
+    int in_dim, out_dim;
+    IrValue *w = pass_gemm_weight(gm->node, &in_dim, &out_dim);
+    if (w->shard.kind == IR_SPLIT) split++;
+    else whole++;
+  }
+  if (out)
+    fprintf(out, "tensor parallelism (t = %d, megatron): %d GEMMs with a parameter weight, %d split, "
+            "%d replicated\n", a->t, split + whole, split, whole);
+  for (int i = 0; i < a->gemms.len; i++) {
+    Gemm *gm = a->gemms.items[i];
+    int in_dim, out_dim;
+    IrValue *w = pass_gemm_weight(gm->node, &in_dim, &out_dim);
+    const char *name = ir_fmt("%s%s", gm->prefix, w->name);
+    IrLoc at = gm->node->loc;
+    const char *where = at.file ? ir_fmt("%s:%d", at.file, at.line) : "?";
+    if (w->shard.kind == IR_SPLIT) {
+      int k = ir_shard_blocks(&w->shard);
+      const char *role = w->shard.dim == in_dim ? "row" : gm->role && !strcmp(gm->role, "vocabulary")
+                         ? "vocabulary" : "column";
+      if (out)
+        fprintf(out, "  %-10s %-32s %s split on dim %d%s  (%s)\n", role, name,
+                ir_shape_str(&w->type), w->shard.dim, k > 1 ? ir_fmt(" in %d blocks", k) : "", where);
+      continue;
+    }
+    const char *why = replicated_why(a, gm, w);
+    if (out) fprintf(out, "  %-10s %-32s %s: %s  (%s)\n", "replicated", name, ir_shape_str(&w->type), why, where);
+    if (gm->group < 0 && first_warning(at))
+      warn(at, "tensor parallelism (t = %d) leaves the GEMM of %s replicated: %s "
+                   "(`--report tp` lists every GEMM)", a->t, name, why);
+  }
+}
+
 bool pass_tp_annotate(IrGraph **gp, const PassOptions *opt) {
   IrGraph *g = ir_top(*gp);
   if (!check_world(opt)) return false;
   if (pass_tp(opt) == 1) {
     clear_specs(g);
+    if (opt && opt->tp_report) fprintf(opt->tp_report, "tensor parallelism: t = 1, every GEMM is whole\n");
     return true;
   }
-  if (opt->tp_strategy == PASS_TP_NONE) return true;
+  if (opt->tp_strategy == PASS_TP_NONE) {
+    if (opt->tp_report)
+      fprintf(opt->tp_report, "tensor parallelism (t = %d, --tp-strategy none): the model's "
+              "annotations only\n", pass_tp(opt));
+    return true;
+  }
   if (!pass_check_typed(g, "tp-annotate")) return false;
-  Annot a = {0};
-  annotate_graph(&a, g);
+  Annot a = {.t = pass_tp(opt)};
+  annotate_graph(&a, g, "");
   apply(&a);
+  report(&a, opt);
   return true;
 }

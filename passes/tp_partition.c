@@ -559,10 +559,52 @@ static void tp_concat(Part *P, IrNode *n, Plan *pl) {
   want_all(pl, n, ok ? s : spec_r());
 }
 
-/* reshape keeps a partial sum; a split is gathered (the dims may move). */
+/* The dim of reshape n's result that input dim d's split becomes, or -1.
+ * Rank r of a split on d holds, of each row of the dims before d, the r-th
+ * t-th of the elements from d on, in order. A result dim o whose leading
+ * dims hold as many elements as d's (the same rows) and that divides by t
+ * cuts those rows at the same places: [b, s, H*d] to [b, s, H, d] keeps
+ * the split on the heads, and back. Every other reshape moves elements
+ * between ranks. */
+int pass_reshape_split_dim(const IrNode *n, int d, int t) {
+  const IrType *x = &n->in[0]->type, *y = &n->out[0]->type;
+  int64_t rows = 1, have = 1;
+  for (int i = 0; i < d; i++) rows *= x->shape[i];
+  for (int o = 0; o < y->rank; o++) {
+    if (have == rows && y->shape[o] > 1 && y->shape[o] % t == 0) return o;
+    if (have > rows) break;
+    have *= y->shape[o];
+  }
+  return -1;
+}
+
+/* The shape attribute made this rank's: the split dim t times smaller. */
+static void local_reshape(Part *P, IrNode *n) {
+  IrShard s = spec_of(n->out[0]);
+  if (!is_s(s)) return;
+  const IrType *y = &n->out[0]->type;
+  IrExpr **items = ir_alloc(sizeof(IrExpr *) * (size_t)y->rank);
+  for (int i = 0; i < y->rank; i++) items[i] = lit(i == s.dim ? y->shape[i] / P->t : y->shape[i], n->loc);
+  ir_node_attr(n, "shape")->expr = ir_expr_list(items, y->rank, n->loc);
+}
+
+/* reshape keeps a partial sum, and a split where the split's rows stay
+ * whole (pass_reshape_split_dim: a head-preserving reshape); any other
+ * split is gathered. */
 static void tp_reshape(Part *P, IrNode *n, Plan *pl) {
-  (void)P;
-  want_all(pl, n, is_p(spec_of(n->in[0])) ? spec_p() : spec_r());
+  if (is_p(spec_of(n->in[0]))) {
+    want_all(pl, n, spec_p());
+    return;
+  }
+  IrShard s = spec_of(n->in[0]);
+  int o = is_s(s) && ir_shard_blocks(&s) == 1 ? pass_reshape_split_dim(n, s.dim, P->t) : -1;
+  if (o < 0) {
+    want_all(pl, n, spec_r());
+    return;
+  }
+  pl->want[0] = s;
+  pl->out = spec_s(o, 1);
+  pl->localize = local_reshape;
 }
 
 /* Ops without a better rule read every input whole. */
@@ -656,8 +698,116 @@ static void part_node(Part *P, IrGraph *g, IrNode *n) {
   ir_vec_push(&g->nodes, n);
 }
 
+/* ------------------------------------------------- parallel residuals */
+
+/* Whether v is the result of a row-parallel GEMM (its weight split on the
+ * input dim in one block), read once: a partial sum before its bias. */
+static bool row_parallel(const IrGraph *g, const IrValue *v, const int *uses) {
+  int in_dim, out_dim;
+  if (v->kind != IR_VAL_NODE || v->graph != g || uses[v->id] != 1) return false;
+  IrValue *w = pass_gemm_weight(v->def, &in_dim, &out_dim);
+  IrShard s = w ? spec_of(w) : spec_r();
+  return w && is_s_dim(s, in_dim) && ir_shard_blocks(&s) == 1;
+}
+
+/* The terms of the sum whose root is node n: adds read once are opened
+ * (their nodes go to *interior), anything else is a term. */
+static void terms_of(const IrGraph *g, IrValue *v, const int *uses, IrVec *terms, IrVec *interior,
+                     bool root) {
+  IrNode *d = v->kind == IR_VAL_NODE && v->graph == g ? v->def : NULL;
+  if (d && d->op == IR_OP_ADD && (root || uses[v->id] == 1)) {
+    if (!root) ir_vec_push(interior, d);
+    terms_of(g, d->in[0], uses, terms, interior, false);
+    terms_of(g, d->in[1], uses, terms, interior, false);
+    return;
+  }
+  ir_vec_push(terms, v);
+}
+
+static IrValue *add_of(IrGraph *g, IrValue *a, IrValue *b, const IrType *type, IrLoc loc) {
+  IrNode *n = ir_add_node(g, IR_OP_ADD, (IrValue *[]){a, b}, 2, NULL, 0, 1, loc);
+  n->out[0]->type = *type;
+  return n->out[0];
+}
+
+/* A sum of two or more row-parallel GEMMs and other terms, such as the
+ * parallel residual x + attn(ln1 x) + mlp(ln2 x), is summed in the order
+ * that needs one reduction: the GEMMs' partial sums first, then their
+ * biases (after the reduction, as split_row_bias does for one), then the
+ * other terms; written as (x + a) + m it would reduce a and m apart, two
+ * all-reduces per layer instead of one. The nodes of the new sum take the
+ * place of the root add (whose result stays the value later nodes read);
+ * the opened adds go. Rounding differs from the written order by the
+ * reassociation only. */
+static void sum_partials_first(IrGraph *g) {
+  int *uses = ir_alloc(sizeof(int) * (size_t)(g->next_id + 1));
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->graph == g) uses[n->in[j]->id]++;
+  }
+  for (int i = 0; i < g->outputs.len; i++) {
+    IrValue *v = g->outputs.items[i];
+    if (v->graph == g) uses[v->id]++;
+  }
+  bool *gone = ir_alloc(sizeof(bool) * (size_t)(g->nodes.len + 1));
+  IrVec *plan = ir_alloc(sizeof(IrVec) * (size_t)(g->nodes.len + 1)); /* per root: its terms */
+  bool any = false;
+  for (int i = g->nodes.len - 1; i >= 0; i--) {
+    IrNode *n = g->nodes.items[i];
+    if (n->op != IR_OP_ADD || gone[i]) continue;
+    IrVec terms = {0}, interior = {0};
+    terms_of(g, n->out[0], uses, &terms, &interior, true);
+    int partials = 0;
+    for (int k = 0; k < terms.len; k++) partials += row_parallel(g, terms.items[k], uses);
+    if (partials < 2) continue;
+    for (int k = 0; k < interior.len; k++)
+      for (int j = 0; j < i; j++)
+        if (g->nodes.items[j] == interior.items[k]) gone[j] = true;
+    plan[i] = terms;
+    any = true;
+  }
+  if (!any) return;
+  IrVec old = g->nodes;
+  g->nodes = (IrVec){0};
+  for (int i = 0; i < old.len; i++) {
+    IrNode *n = old.items[i];
+    if (gone[i]) continue;
+    if (plan[i].len) {
+      IrVec *t = &plan[i], gemms = {0}, biases = {0}, rest = {0};
+      for (int k = 0; k < t->len; k++) {
+        IrValue *v = t->items[k];
+        if (!row_parallel(g, v, uses)) {
+          ir_vec_push(&rest, v);
+          continue;
+        }
+        ir_vec_push(&gemms, v);
+        if (v->def->op == IR_OP_LINEAR && v->def->nin > 2) {
+          ir_vec_push(&biases, v->def->in[2]);
+          v->def->nin = 2; /* the bias is added after the reduction, below */
+        }
+      }
+      /* The GEMMs, then each bias and other term; the root adds the last. */
+      IrVec after = {0};
+      for (int k = 0; k < biases.len; k++) ir_vec_push(&after, biases.items[k]);
+      for (int k = 0; k < rest.len; k++) ir_vec_push(&after, rest.items[k]);
+      int summed = after.len ? gemms.len : gemms.len - 1;
+      if (!after.len) ir_vec_push(&after, gemms.items[gemms.len - 1]);
+      const IrType *type = &n->out[0]->type;
+      IrValue *sum = gemms.items[0];
+      for (int k = 1; k < summed; k++) sum = add_of(g, sum, gemms.items[k], type, n->loc);
+      for (int k = 0; k + 1 < after.len; k++) sum = add_of(g, sum, after.items[k], type, n->loc);
+      IrValue *last = after.items[after.len - 1];
+      n->in[0] = sum;
+      n->in[1] = last;
+    }
+    ir_vec_push(&g->nodes, n);
+  }
+}
+
 /* Re-appends g's nodes in order, each after the conversions it needs. */
 static void part_graph(Part *P, IrGraph *g) {
+  sum_partials_first(g);
   IrVec old = g->nodes;
   g->nodes = (IrVec){0};
   for (int i = 0; i < old.len; i++) part_node(P, g, old.items[i]);

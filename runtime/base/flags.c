@@ -88,7 +88,11 @@ static const Flag flags[] = {
      "continue from DIR/state.safetensors bit-identically; flags not given take the "
      "checkpoint's values"},
     {"init-from", K_STR, F(init_from), "FILE", NULL, 0, 0, 0, NULL, 0,
-     "load the initial weights from a safetensors file (by parameter name)"},
+     "load the initial weights from a safetensors file, a sharded set's index "
+     "(model.safetensors.index.json) or a folder of either, by parameter name (a prefix "
+     "such as Hugging Face's model. or transformer. is found by itself)"},
+    {"init-map", K_STR, F(init_map), "FILE", NULL, 0, 0, 0, NULL, 0,
+     "rename --init-from's tensors first: one \"MODEL_NAME FILE_NAME\" pair a line"},
     {"sample-prompt", K_STR, F(sample_prompt), "TEXT", NULL, 0, 0, 0, NULL, 0,
      "after training, generate text (bytes) that continues TEXT"},
     {"sample-ids", K_SWITCH, F(sample_ids), NULL, "0", 0, 0, 0, NULL, 0,

@@ -23,7 +23,7 @@ typedef struct RtFlags {
   const char *save;
   int64_t save_every;
   int64_t keep_last; /* 0: one folder; K: numbered step folders, the K newest kept */
-  const char *resume, *init_from;
+  const char *resume, *init_from, *init_map;
   int64_t no_shuffle;
   const char *sample_prompt;
   int64_t sample_tokens;

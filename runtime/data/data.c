@@ -39,9 +39,29 @@ struct RtData {
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
-/* The sorted file list of a pattern; a plain name is taken as it is, so a
- * missing file gets the system's message rather than "no match". */
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The sorted file list of a pattern; a folder stands for its *.bin files
+ * (what `shardc data --shard-tokens` writes); a plain name is taken as it
+ * is, so a missing file gets the system's message rather than "no
+ * match". */
 char **rt_data_expand(const char *pattern, int *n, RtErr *e) {
+  if (is_dir(pattern)) {
+    size_t len = strlen(pattern);
+    while (len > 1 && pattern[len - 1] == '/') len--;
+    char *all = rt_xmalloc(len + 8);
+    snprintf(all, len + 8, "%.*s/*.bin", (int)len, pattern);
+    char **list = NULL;
+    if (has_glob_chars(pattern))
+      rt_err_set(e, pattern, "a folder whose name holds *, ? or [ cannot be read as a data set");
+    else if (!(list = rt_data_expand(all, n, e)))
+      rt_err_set(e, pattern, "a folder without token shards (*.bin) in it");
+    free(all);
+    return list;
+  }
   if (!has_glob_chars(pattern)) {
     char **one = rt_xmalloc(sizeof *one);
     one[0] = rt_xstrdup(pattern);

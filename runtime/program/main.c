@@ -654,6 +654,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   check_mesh_flags(rt);
   if (rt->f.init_from && rt->f.resume)
     rt_fatal("--init-from", "cannot be combined with --resume (which loads weights too)");
+  if (rt->f.init_map && !rt->f.init_from) rt_fatal("--init-map", "renames what --init-from reads: give both");
   new_run_id(rt);
   if (rt->f.resume)
     rt_ckpt_resume_open(rt);

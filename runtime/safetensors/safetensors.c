@@ -221,6 +221,9 @@ void rt_st_open(RtStFile *f, const char *path) {
 void rt_st_close(RtStFile *f) {
   if (!f->path) return;
   if (f->fd >= 0) close(f->fd);
+  for (int i = 0; i < f->nparts; i++)
+    rt_st_close(&f->parts[i]);
+  free(f->parts);
   for (int i = 0; i < f->n; i++)
     free(f->t[i].name);
   for (int i = 0; i < f->nmeta; i++)
@@ -270,7 +273,8 @@ static double element(const unsigned char *p, const char *dtype) {
   return v;
 }
 
-int rt_st_read_checked(const RtStFile *f, const RtStTensor *t, real *dst, RtErr *e) {
+int rt_st_read_checked(const RtStFile *set, const RtStTensor *t, real *dst, RtErr *e) {
+  const RtStFile *f = t->part > 0 ? &set->parts[t->part - 1] : set;
   int64_t at = f->data_start + t->begin;
   if (!strcmp(t->dtype, REAL_DTYPE)) /* no conversion: straight into place */
     return pread_all(f->fd, dst, (size_t)(t->end - t->begin), at, f->path, e);
@@ -298,6 +302,15 @@ void rt_st_read(const RtStFile *f, const RtStTensor *t, real *dst) {
 }
 
 int rt_st_verify(const RtStFile *f, RtErr *e) {
+  if (f->nparts) { /* a sharded set: each file against its own manifest */
+    int any = 0;
+    for (int i = 0; i < f->nparts; i++) {
+      int rc = rt_st_verify(&f->parts[i], e);
+      if (rc < 0) return -1;
+      any |= rc;
+    }
+    return any;
+  }
   const char *text = rt_st_meta(f, CKPT_CHECKSUMS_KEY);
   if (!text) return 0;
   RtStSum *sums;
@@ -335,4 +348,154 @@ int rt_st_verify(const RtStFile *f, RtErr *e) {
   free(buf);
   rt_st_sums_free(sums, n);
   return rc ? -1 : 1;
+}
+
+/* ------------------------------------------------------------ sharded sets */
+
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* The part of f named `file`, or f->nparts. */
+static int part_named(const RtStFile *f, const char *file) {
+  int k = 0;
+  while (k < f->nparts && strcmp(base_name(f->parts[k].path), file)) k++;
+  return k;
+}
+
+static char *path_join(const char *dir, size_t dirlen, const char *name) {
+  size_t n = dirlen + strlen(name) + 2;
+  char *p = rt_xmalloc(n);
+  snprintf(p, n, "%.*s%s%s", (int)dirlen, dir, dirlen ? "/" : "", name);
+  return p;
+}
+
+/* The index's text as JSON, or NULL with the error in *e. */
+static cJSON *read_index(const char *path, RtErr *e) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return rt_err_set(e, path, "cannot open: %s", strerror(errno)), NULL;
+  size_t cap = 1 << 16, n = 0, got;
+  char *text = rt_xmalloc(cap);
+  while ((got = fread(text + n, 1, cap - n, fp)) > 0)
+    if ((n += got) == cap && !(text = realloc(text, cap *= 2))) rt_fatal(path, "out of memory");
+  int bad = ferror(fp);
+  fclose(fp);
+  cJSON *j = NULL;
+  if (bad) {
+    rt_err_set(e, path, "read error");
+  } else if (n > MAX_HEADER) {
+    rt_err_set(e, path, "%zu bytes: too large for an index", n);
+  } else {
+    const char *end = NULL;
+    j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!j) rt_err_set(e, path, "not valid JSON (error at byte %zu)", end ? (size_t)(end - text) : 0);
+  }
+  free(text);
+  return j;
+}
+
+/* Opens the files of the index's weight_map into f->parts and lists their
+ * tensors in f->t. */
+static int open_index(RtStFile *f, const char *path, RtErr *e) {
+  cJSON *root = read_index(path, e);
+  if (!root) return -1;
+  cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  int rc = 0;
+  if (!cJSON_IsObject(map) || !map->child)
+    rc = rt_err_set(e, path, "no \"weight_map\" object naming each tensor's file: not a "
+                    "safetensors index");
+  const char *slash = strrchr(path, '/');
+  size_t dirlen = slash ? (size_t)(slash - path) : 0;
+  int nmap = rc ? 0 : cJSON_GetArraySize(map);
+  /* The files, in the order the map first names them. */
+  f->parts = rt_xcalloc((size_t)nmap + 1, sizeof *f->parts);
+  for (cJSON *m = rc ? NULL : map->child; m && !rc; m = m->next) {
+    if (!cJSON_IsString(m) || !*m->valuestring || strchr(m->valuestring, '/'))
+      rc = rt_err_set(e, path, "weight_map: the file of tensor %s is not a file name beside the "
+                      "index", m->string);
+    if (!rc && part_named(f, m->valuestring) == f->nparts) {
+      int k = f->nparts;
+      char *file = path_join(path, dirlen, m->valuestring);
+      if (rt_st_open_checked(&f->parts[k], file, e)) rc = -1;
+      else f->nparts++;
+      free(file);
+    }
+  }
+  /* Every tensor the map names, from the file it names. */
+  int total = 0;
+  for (int k = 0; k < f->nparts; k++) total += f->parts[k].n;
+  f->t = rt_xcalloc((size_t)total + 1, sizeof *f->t);
+  for (cJSON *m = rc ? NULL : map->child; m && !rc; m = m->next) {
+    const char *want = m->valuestring;
+    int k = part_named(f, want);
+    const RtStTensor *t = rt_st_find(&f->parts[k], m->string);
+    if (!t) {
+      rc = rt_err_set(e, path, "weight_map places tensor %s in %s, which does not hold it",
+                      m->string, want);
+      break;
+    }
+    if (rt_st_find(f, m->string)) {
+      rc = rt_err_set(e, path, "weight_map names tensor %s twice", m->string);
+      break;
+    }
+    f->t[f->n] = *t;
+    f->t[f->n].name = rt_xstrdup(t->name);
+    f->t[f->n++].part = k + 1;
+  }
+  /* A tensor in a file of the set that the map leaves out would be lost
+   * without a word: refused. */
+  for (int k = 0; k < f->nparts && !rc; k++)
+    for (int i = 0; i < f->parts[k].n && !rc; i++)
+      if (!rt_st_find(f, f->parts[k].t[i].name))
+        rc = rt_err_set(e, path, "%s holds tensor %s, which the weight_map does not list",
+                        f->parts[k].path, f->parts[k].t[i].name);
+  /* The first part's metadata stands for the set's. */
+  if (!rc && f->nparts && f->parts[0].nmeta) {
+    const RtStFile *p0 = &f->parts[0];
+    f->meta_key = rt_xcalloc((size_t)p0->nmeta, sizeof *f->meta_key);
+    f->meta_val = rt_xcalloc((size_t)p0->nmeta, sizeof *f->meta_val);
+    for (int i = 0; i < p0->nmeta; i++, f->nmeta++) {
+      f->meta_key[i] = rt_xstrdup(p0->meta_key[i]);
+      f->meta_val[i] = rt_xstrdup(p0->meta_val[i]);
+    }
+  }
+  cJSON_Delete(root);
+  return rc;
+}
+
+int rt_st_open_set(RtStFile *f, const char *path, RtErr *e) {
+  if (is_dir(path)) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    char *index = path_join(path, n, "model.safetensors.index.json");
+    struct stat st;
+    int rc;
+    if (stat(index, &st) == 0) {
+      rc = rt_st_open_set(f, index, e);
+    } else {
+      char *one = path_join(path, n, "model.safetensors");
+      rc = rt_st_open_checked(f, one, e);
+      free(one);
+    }
+    free(index);
+    return rc;
+  }
+  if (!ends_with(path, ".index.json")) return rt_st_open_checked(f, path, e);
+  memset(f, 0, sizeof *f);
+  f->path = rt_xstrdup(path);
+  f->fd = -1;
+  int rc = open_index(f, path, e);
+  if (rc) rt_st_close(f);
+  return rc;
 }

@@ -17,6 +17,7 @@ typedef struct RtStTensor {
   int rank;
   int64_t shape[RT_MAX_RANK];
   int64_t numel, begin, end;
+  int part; /* 0: in the file itself; k > 0: in parts[k - 1] of a sharded set */
 } RtStTensor;
 
 typedef struct RtStFile {
@@ -27,6 +28,10 @@ typedef struct RtStFile {
   int n;
   char **meta_key, **meta_val;
   int nmeta;
+  /* A sharded set (rt_st_open_set): the files its index names, whose
+   * tensors t lists together; fd is then -1. */
+  struct RtStFile *parts;
+  int nparts;
 } RtStFile;
 
 /* Opens and checks the whole header: length, JSON, every dtype, shape and
@@ -36,6 +41,15 @@ void rt_st_open(RtStFile *f, const char *path);
  * exiting: what the fuzz harness calls. */
 int rt_st_open_checked(RtStFile *f, const char *path, RtErr *e);
 void rt_st_close(RtStFile *f);
+/* Opens what --init-from names, as one file: a safetensors file; a
+ * sharded set of them through its index (Hugging Face's
+ * model.safetensors.index.json: {"weight_map": {tensor: file}}, the files
+ * beside it), whose tensors are all listed in t; or a folder holding
+ * either (the index first). Every file of a set is opened and checked;
+ * a tensor the index places in a file that lacks it, or one in two
+ * files, is an error. The metadata is the first part's. -1 with the
+ * error in *e otherwise. */
+int rt_st_open_set(RtStFile *f, const char *path, RtErr *e);
 const RtStTensor *rt_st_find(const RtStFile *f, const char *name);
 /* A __metadata__ value, NULL when absent. */
 const char *rt_st_meta(const RtStFile *f, const char *key);

@@ -24,6 +24,7 @@
  * they load back into it last, so a checkpoint does not depend on the
  * device that wrote it. */
 #include "checkpoint.h"
+#include "data.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -465,6 +466,14 @@ static Meta *state_meta(const Rt *rt) {
   /* The data position is the step: the window order is a function of
    * (seed, epoch), so the flags below and the step rebuild it. */
   meta_addf(m, "data_position", "%lld", (long long)rt->step);
+  /* Where that step's window lies, so that --resume can say it continues
+   * at the same token of the same shard, or that the data set changed. */
+  if (rt->train) {
+    int64_t token, w = rt_data_window_at(rt->train, rt->step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
+    const char *file = rt_data_window_file(rt->train, w, &token), *base = strrchr(file, '/');
+    meta_add(m, "data_file", base ? base + 1 : file);
+    meta_addf(m, "data_token", "%lld", (long long)token);
+  }
   layout_str(rt->model, m->text[m->n], sizeof m->text[0]);
   meta_add(m, "layout", m->text[m->n]);
   for (int i = 0; i < rt_flags_saved_count(); i++) {
@@ -607,10 +616,10 @@ void rt_ckpt_dump_grads(Rt *rt, const char *path) {
 
 /* Finds NAME+suffix (or, for weights from Hugging Face files, with a
  * "transformer." prefix) and checks its shape; NULL with the problem in
- * `err` otherwise. */
+ * `err` otherwise, a missing tensor with the file's nearest names. */
 static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const char *suffix,
-                                    char *err, size_t errlen) {
-  char name[512], alt[540], want[200], got[200];
+                                    int hint_missing, char *err, size_t errlen) {
+  char name[512], alt[540], want[200], got[200], near[600];
   int64_t shape[RT_MAX_RANK];
   rt_tp_full_shape(prm, shape);
   snprintf(name, sizeof name, "%s%s", prm->name, suffix);
@@ -619,7 +628,10 @@ static const RtStTensor *find_param(const RtStFile *f, const RtParam *prm, const
   if (!t && !*suffix) t = rt_st_find(f, alt);
   rt_st_shape_str(want, sizeof want, prm->rank, shape);
   if (!t) {
-    snprintf(err, errlen, "missing tensor %s (the model expects %s)", name, want);
+    /* The search costs a pass over the file's names: for the line shown only. */
+    const char *hint = hint_missing ? rt_ckpt_nearest(f, name, near, sizeof near) : NULL;
+    snprintf(err, errlen, "missing tensor %s (the model expects %s)%s%s", name, want,
+             hint ? "; nearest names in the file: " : "", hint ? hint : "");
     return NULL;
   }
   int same = t->rank == prm->rank;
@@ -676,21 +688,26 @@ static int64_t nonfinite_at(const real *x, int64_t n) {
 static void load_params(const Rt *rt, const RtStFile *f, const char *suffix, real *base) {
   const RtModel *m = rt->model;
   const RtStTensor **found = rt_xcalloc((size_t)m->nparams + 1, sizeof *found);
-  /* Every problem is reported; the last one stops the run, on every rank.
-   * The ranks of a stage find the same problems: only its first says the
-   * earlier ones. */
-  Place L = place_of();
-  int speaks = L.at.tp == 0 && L.at.dp == 0;
-  char err[1024], last[1024];
+  /* One line says what is wrong: the first problem, how many others
+   * there are and the last of them, which is the same on every rank of a
+   * stage (the stage's first rank says it). A file of another model
+   * would otherwise give one line per tensor. */
+  char err[1024], first[1024], last[1024];
   int errors = 0;
   for (int p = 0; p < m->nparams; p++) {
-    found[p] = find_param(f, &m->params[p], suffix, err, sizeof err);
+    found[p] = find_param(f, &m->params[p], suffix, errors == 0, err, sizeof err);
     if (found[p]) continue;
-    if (errors++ > 0 && speaks) rt_error(f->path, "%s", last);
-    memcpy(last, err, sizeof last);
+    memcpy(errors++ ? last : first, err, sizeof err);
   }
   agree(errors);
-  if (errors) rt_fatal(f->path, "%s", last);
+  if (errors == 1) rt_fatal(f->path, "%s", first);
+  if (errors) {
+    /* The first problem's hint serves for the last. */
+    char *hint = strstr(last, "; nearest names");
+    if (hint) *hint = 0;
+    rt_fatal(f->path, "%s; and %d more problem%s, the last: %s", first, errors - 1,
+             errors == 2 ? "" : "s", last);
+  }
   /* Weights or moments that are not finite would make every step
    * non-finite: refused at load, naming the tensor. */
   const RtStTensor *bad = NULL;
@@ -732,8 +749,11 @@ static void load_state(const Rt *rt, const RtStFile *f, const char *suffix, real
 
 void rt_ckpt_init_from(Rt *rt, const char *path) {
   RtStFile f;
-  rt_st_open(&f, path);
-  verify_file(rt, &f);
+  RtErr e;
+  if (rt_st_open_set(&f, path, &e)) rt_err_fatal(&e);
+  verify_file(rt, &f); /* the checksums are by the file's own names */
+  if (rt->f.init_map) rt_ckpt_apply_map(&f, rt->f.init_map);
+  rt_ckpt_strip_prefix(&f, rt->model);
   load_into(rt, &f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   rt_st_close(&f);
 }
@@ -772,7 +792,8 @@ static void model_diffs(const Rt *rt, const RtStFile *f, char *out, size_t len) 
       if (!writes(prm, &L)) continue;
       mine++;
       char err[1024];
-      if (!find_param(f, prm, "", err, sizeof err)) rt_ckpt_diff_add(out, len, &lines, "%s", err);
+      if (!find_param(f, prm, "", lines == 0, err, sizeof err))
+        rt_ckpt_diff_add(out, len, &lines, "%s", err);
     }
   total = mine;
   if (L.c && rt_comm_size(L.c->world) > 1)
@@ -946,8 +967,28 @@ void rt_ckpt_resume_open(Rt *rt) {
   free(dir);
 }
 
+/* The shard and token the resumed step reads, against those the saving
+ * run would have read next: the same, or a warning that the data set
+ * changed (more shards, another order), since the run then does not
+ * continue the one saved. World rank 0 says it. */
+static void check_data_position(const Rt *rt, const RtStFile *f) {
+  const char *file = rt_st_meta(f, "data_file"), *tok = rt_st_meta(f, "data_token");
+  if (!rt->train || !file || !tok || place_of().rank != 0) return;
+  int64_t token, w = rt_data_window_at(rt->train, rt->step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
+  const char *now = rt_data_window_file(rt->train, w, &token), *base = strrchr(now, '/');
+  base = base ? base + 1 : now;
+  if (!strcmp(base, file) && token == atoll(tok))
+    rt_say("data: step %lld continues at token %lld of %s, where the saved run stopped\n",
+           (long long)rt->step + 1, (long long)token, base);
+  else
+    fprintf(stderr, "shardc: warning: --resume: step %lld reads %s from token %lld, but the saved run "
+            "would have read %s from token %s: the data set (%s) is not the one it trained on\n",
+            (long long)rt->step + 1, base, (long long)token, file, tok, rt->f.data);
+}
+
 void rt_ckpt_resume_load(Rt *rt) {
   RtStFile *f = &rt->resume;
+  check_data_position(rt, f);
   load_into(rt, f, "", load_params, rt->ctx.weights, region_numel(rt->model));
   if (rt->adam_m) {
     char probe[512];

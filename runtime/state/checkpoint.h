@@ -82,8 +82,26 @@ void rt_ckpt_define_diffs(const char *a, const char *b, int a_is_file, char *out
  * ZeRO, this data-parallel rank's parts of the state). */
 void rt_ckpt_resume_load(Rt *rt);
 /* --init-from: weights only; every parameter must be present with its
- * shape. */
+ * shape. PATH is a safetensors file, a sharded set's index
+ * (model.safetensors.index.json) or a folder holding either, as
+ * Hugging Face writes them. Names are the model's; a file whose names
+ * carry a prefix (`model.`, `transformer.`) loads as well, and with
+ * --init-map FILE a map renames what no prefix explains. One error line
+ * says what is missing, with the nearest names the file holds. */
 void rt_ckpt_init_from(Rt *rt, const char *path);
+/* ckpt_names.c. Renames tensors of f by a map file: lines "MODEL_NAME
+ * FILE_NAME", blank lines and '#' comments skipped; a line naming a
+ * tensor f lacks, or a name mapped twice, is a fatal error with the map's
+ * line. */
+void rt_ckpt_apply_map(RtStFile *f, const char *map);
+/* Finds the prefix that the most parameters of m the file lacks carry in
+ * it (the base model's: `model.`, `transformer.`) and renames those
+ * tensors to the model's names, with a note. */
+void rt_ckpt_strip_prefix(RtStFile *f, const RtModel *m);
+/* Up to three names of f nearest to `name` (the same name under a
+ * prefix first, then by edit distance), ", "-separated in buf; NULL when
+ * none is near. */
+const char *rt_ckpt_nearest(const RtStFile *f, const char *name, char *buf, size_t len);
 /* --dump-grads: the gradients region as safetensors, by parameter name.
  * With d > 1 call it after the data-parallel reduction: it writes the
  * reduced gradients (with ZeRO, each rank's owned parts of the buckets). */

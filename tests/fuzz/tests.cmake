@@ -2,7 +2,9 @@
 # printed IR, with everything behind them in the default pipeline) and
 # those of our own files (safetensors checkpoints, the optimizer-state
 # file, token shards, hardware descriptions, the manifest, the `latest`
-# pointer, the checksum manifest, the state file's metadata). Each harness is one
+# pointer, the checksum manifest, the state file's metadata) and the
+# tokenizer files (vocab.json + merges.txt, tokenizer.json, tiktoken ranks)
+# and the index of a sharded safetensors set (model.safetensors.index.json). Each harness is one
 # LLVMFuzzerTestOneInput in tests/fuzz/fuzz_NAME.c; its seeds live in
 # tests/fuzz/corpus/NAME/.
 #
@@ -13,7 +15,7 @@
 # clang, fuzz_NAME is the libFuzzer binary itself (`make fuzz` runs them).
 set(FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(RT_DIR ${CMAKE_SOURCE_DIR}/runtime)
-set(FUZZ_HARNESSES frontend safetensors state shard hw manifest latest checksums state_meta)
+set(FUZZ_HARNESSES frontend safetensors state shard hw manifest latest checksums state_meta tokenizer st_index)
 # What each harness is built from besides its own file. The runtime's
 # readers are compiled into the harness (not linked from shard_data and
 # shard_rt_*), so that libFuzzer's coverage instrumentation reaches them
@@ -40,6 +42,13 @@ set(FUZZ_checksums_LIBS PkgConfig::CJSON shard_ir m)
 set(FUZZ_state_meta_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${RT_DIR}/state/ckpt_state.c
     ${RT_DIR}/base/flags.c ${FUZZ_ERR_SOURCES})
 set(FUZZ_state_meta_LIBS PkgConfig::CJSON shard_ir m)
+# The tokenizer's sources, not shard_tokenizer: libFuzzer's coverage must
+# reach them.
+set(TOK_DIR ${CMAKE_SOURCE_DIR}/tokenizer)
+set(FUZZ_tokenizer_SOURCES ${TOK_DIR}/bpe.c ${TOK_DIR}/load.c ${TOK_DIR}/pretok.c ${TOK_DIR}/train.c)
+set(FUZZ_tokenizer_LIBS PkgConfig::CJSON shard_ir m)
+set(FUZZ_st_index_SOURCES ${RT_DIR}/safetensors/safetensors.c ${RT_DIR}/safetensors/st_check.c ${FUZZ_ERR_SOURCES})
+set(FUZZ_st_index_LIBS PkgConfig::CJSON shard_ir m)
 
 option(SHARDC_FUZZ "Build the libFuzzer targets fuzz_NAME (clang only)" ON)
 set(FUZZ_LIBFUZZER OFF)

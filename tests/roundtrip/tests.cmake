@@ -46,3 +46,12 @@ foreach(ir ${RT_ERROR_FILES})
            COMMAND ${EXPECT} ${RT_DIR}/errors/${name}.out 1 --cd ${RT_DIR}/errors --
                    ${SHARDC} compile ${name}.ir --passes= --emit-ir)
 endforeach()
+
+# Hugging Face checkpoints both ways: names, config.json, sharded sets,
+# --init-map and the errors, without transformers (hf_names.sh); against
+# transformers itself (hf_transformers.sh, in the long checks; it skips,
+# saying why, when transformers cannot be imported).
+add_test(NAME roundtrip.hf_names COMMAND sh ${RT_DIR}/hf_names.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+add_test(NAME roundtrip.hf_transformers
+         COMMAND sh ${RT_DIR}/hf_transformers.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+set_tests_properties(roundtrip.hf_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -68,7 +68,7 @@ expect_error "integer weights" "int.st: tensor wte.weight: dtype I32 cannot be l
 "$TOOL" st shape.st '{"wte.weight":{"dtype":"F32","shape":[256,8],"data_offsets":[0,8192]},"head.weight":{"dtype":"F32","shape":[256,16],"data_offsets":[8192,24576]}}' 24576
 expect_error "wrong shape (names tensor and both shapes)" "shape.st: tensor wte.weight has shape [256, 8], the model expects [256, 16]" \
   "$TOY" --init-from shape.st --steps 0
-expect_error "missing tensor, reported in the same run" "shape.st: missing tensor head.bias (the model expects [256])" \
+expect_error "missing tensor, reported on the same line" "; and 1 more problem, the last: missing tensor head.bias (the model expects [256])" \
   "$TOY" --init-from shape.st --steps 0
 expect_error "resume from a folder without a checkpoint" "nodir/state.safetensors: cannot open" \
   "$TOY" --resume nodir

@@ -171,3 +171,23 @@ tpsim_test(mlp_fc_replicated ${TP_DIR}/mlp_fc_replicated.shard 2 --vocab-multipl
 tpsim_test(mlp_user_split ${TP_DIR}/mlp_user_split.shard 2 --tp-strategy none)
 tpsim_test(blocks ${TP_DIR}/blocks.shard 2 --tp-strategy none)
 tpsim_test(tied_hidden ${TP_DIR}/tied_hidden.shard 2 --tp-strategy none)
+
+# What the Megatron strategy did (--report tp): every GEMM with a parameter
+# weight, split or replicated with the reason; each one left replicated is
+# also a warning. The parallel-residual model's q/k/v pass through reshapes
+# that keep the heads whole, so attention is split by heads.
+tp_test(report_parallel_residual 0 parallel_residual.shard --tp 2 --vocab-multiple 1 --report tp)
+tp_test(report_replicated 0 replicated_gemm.shard --tp 2 --vocab-multiple 4 --report tp)
+# A reshape that moves elements between ranks ends the block, named.
+tp_test(report_reshape_cut 0 reshape_cut.shard --tp 2 --vocab-multiple 4 --report tp)
+# The parallel residual x + attn(ln_1 x) + mlp(ln_2 x): one all-reduce per
+# layer forward (the two row-parallel partial sums added first), and in the
+# backward one per column-parallel input (ln_1 x and ln_2 x), as Megatron's.
+add_test(NAME tp/layer_counts_parallel_residual
+         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+                 "all_reduce 1 2 all_gather 0 0 reduce_scatter 0 0" ${TP_DIR}/parallel_residual.shard
+                 --tp 2 --vocab-multiple 1)
+add_test(NAME tp/layer_counts_parallel_residual_sp
+         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+                 "all_reduce 0 6 all_gather 2 1 reduce_scatter 1 2" ${TP_DIR}/parallel_residual.shard
+                 --tp 2 --vocab-multiple 1 --sequence-parallel)

@@ -18,6 +18,8 @@ SHARDC=$1
 TOOL=$2
 MODELS=$3
 MODEL=$4
+FILE=$MODELS/$MODEL.shard
+HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -39,6 +41,13 @@ llama)
 B:-D vocab=65 -D seq=8 -D hidden=32 -D heads=8 -D kv_heads=4 -D ffn=48 -D layers=2 -D batch=2"
   CONFIGS="A:1: A:2: A:2:sp B:1: B:4: B:4:sp"
   ;;
+parallel_residual)
+  # tests/tp's own model: one all-reduce per layer for attention and MLP
+  # together, q/k/v through head-preserving reshapes.
+  FILE=$HERE/../tp/parallel_residual.shard
+  SHAPES="A:-D vocab=61 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
+  CONFIGS="A:1: A:2: A:2:sp A:4:"
+  ;;
 *)
   echo "run.sh: unknown model $MODEL"
   exit 2
@@ -54,7 +63,7 @@ shape_of() { echo "$SHAPES" | sed -n "s/^$1://p"; }
 run() {
   name=$1 defs=$(shape_of "$2") t=$3 sp=${4:+--sequence-parallel}
   # shellcheck disable=SC2086
-  "$SHARDC" run "$MODELS/$MODEL.shard" $defs --vocab-multiple 8 --tp "$t" $sp --out "prog-$name" \
+  "$SHARDC" run "$FILE" $defs --vocab-multiple 8 --tp "$t" $sp --out "prog-$name" \
     --data data.bin --steps $STEPS --no-shuffle --global-batch $((2 * MICRO)) --lr 1e-2 --log-every $STEPS \
     --log-json "$name.json" --dump-grads "$name.grads" --comm-stats >"$name.out" 2>&1
   st=$?
@@ -74,7 +83,7 @@ le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 report_bytes() {
   defs=$(shape_of "$1") t=$2 sp=${3:+--sequence-parallel}
   # shellcheck disable=SC2086
-  "$SHARDC" compile "$MODELS/$MODEL.shard" $defs --vocab-multiple 8 --tp "$t" $sp --report comm |
+  "$SHARDC" compile "$FILE" $defs --vocab-multiple 8 --tp "$t" $sp --report comm |
     sed -n 's/^per rank: \([0-9]*\) bytes sent.*/\1/p'
 }
 

@@ -6,7 +6,9 @@
 if(TARGET shard_comm_mpi)
   add_executable(tptool ${TESTS_DIR}/tp_run/tptool.c)
   target_link_libraries(tptool PRIVATE shard_rt_f32)
-  foreach(model gpt2 llama)
+  # parallel_residual is tests/tp's model of its own (one all-reduce per
+  # layer for attention and MLP together), in the long checks.
+  foreach(model gpt2 llama parallel_residual)
     add_test(NAME tp_run/${model}
              COMMAND sh ${TESTS_DIR}/tp_run/run.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
                      ${model})
@@ -16,7 +18,7 @@ if(TARGET shard_comm_mpi)
            COMMAND sh ${TESTS_DIR}/tp_run/checkpoint.sh ${SHARDC} $<TARGET_FILE:rt_testtool>
                    ${CMAKE_SOURCE_DIR} $<TARGET_FILE:tptool> ${TESTS_DIR}/comm/mpirun.sh
                    ${MPIEXEC_EXECUTABLE})
-  set(tp_run_tests tp_run/gpt2 tp_run/llama tp_run/checkpoint)
+  set(tp_run_tests tp_run/gpt2 tp_run/llama tp_run/parallel_residual tp_run/checkpoint)
   set_tests_properties(${tp_run_tests} PROPERTIES TIMEOUT 300 RESOURCE_LOCK mpirun LABELS tp_run)
   # Open MPI leaks at exit what no suppression can name (tests/comm).
   if(SHARDC_SANITIZE)

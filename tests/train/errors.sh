@@ -45,8 +45,8 @@ expect_error "--init-from with one tensor of the wrong shape (names it and both 
   gpt2 --init-from v256/model.safetensors --steps 0
 check "  ... and reports only that tensor ($(grep -c error: out.txt) error line)" \
   test "$(grep -c error: out.txt)" -eq 1
-expect_error "--init-from weights of a shallower model: the missing tensors" \
-  "l2/model.safetensors: missing tensor h.2.attn.c_attn.weight (the model expects [32, 96])" \
+expect_error "--init-from weights of a shallower model: the missing tensors on one line, the nearest names" \
+  "l2/model.safetensors: missing tensor h.2.ln_1.weight (the model expects [32]); nearest names in the file: h.0.ln_1.weight, h.1.ln_1.weight, h.0.ln_2.weight; and 11 more problems, the last: missing tensor h.2.mlp.c_proj.bias (the model expects [32])" \
   sh -c '"$1" run "$2" $3 --steps 0 --save l2 >/dev/null && "$1" run "$2" $3 -D layers=3 --init-from l2/model.safetensors --steps 0' \
   sh "$SHARDC" "$ROOT/models/gpt2.shard" "$SMALL"
 gpt2 --data good.bin --steps 2 --save ck >/dev/null 2>&1
