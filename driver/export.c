@@ -39,7 +39,8 @@ typedef struct HfModel {
 
 /* GPT-2 (GPT2LMHeadModel): the output layer is the tied embedding, which
  * from_pretrained ties again. LLaMA (LlamaForCausalLM): an output layer
- * of its own, lm_head, outside the base model. */
+ * of its own, lm_head, outside the base model. GPT-NeoX
+ * (GPTNeoXForCausalLM): its own output layer, embed_out, likewise. */
 static const HfModel hf_models[] = {
     {"gpt2", "GPT2LMHeadModel", "gpt2", "transformer.", {NULL},
      {{"vocab_size", K_INT, "vocab"},
@@ -72,6 +73,21 @@ static const HfModel hf_models[] = {
       {"attention_bias", K_BOOL, "false"},
       {"tie_word_embeddings", K_BOOL, "false"},
       {"torch_dtype", K_STR, "float32"}}},
+    {"neox", "GPTNeoXForCausalLM", "gpt_neox", "gpt_neox.", {"embed_out.weight"},
+     {{"vocab_size", K_INT, "vocab"},
+      {"hidden_size", K_INT, "hidden"},
+      {"intermediate_size", K_INT, "ffn"},
+      {"num_hidden_layers", K_INT, "layers"},
+      {"num_attention_heads", K_INT, "heads"},
+      {"max_position_embeddings", K_INT, "seq"},
+      {"rotary_pct", K_FLOAT, "rotary_pct"},
+      {"rotary_emb_base", K_FLOAT, "theta"},
+      {"layer_norm_eps", K_FLOAT, "eps"},
+      {"initializer_range", K_FLOAT, "init_std"},
+      {"use_parallel_residual", K_BOOL, "true"},
+      {"hidden_act", K_STR, "gelu"},
+      {"tie_word_embeddings", K_BOOL, "false"},
+      {"torch_dtype", K_STR, "float32"}}},
 };
 enum { NMODELS = sizeof hf_models / sizeof hf_models[0] };
 
@@ -88,7 +104,7 @@ const DrvCommand drv_export_command = {
     "its `latest` names) and writes OUT/config.json and OUT/model.safetensors\n"
     "under Hugging Face's names, so that transformers' from_pretrained(OUT)\n"
     "loads them. The model's config values (with the checkpoint's -D values)\n"
-    "give config.json. Known models: gpt2, llama. With --shard-bytes N the\n"
+    "give config.json. Known models: gpt2, llama, neox. With --shard-bytes N the\n"
     "weights go into model-00001-of-0000K.safetensors, ... of about N bytes\n"
     "each and model.safetensors.index.json. Files are written to a temporary\n"
     "name and renamed. `--init-from OUT` reads such a folder back.",

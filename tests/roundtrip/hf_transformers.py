@@ -1,7 +1,8 @@
 """Hugging Face transformers' side of hf_transformers.sh.
 
-  hf_transformers.py make MODEL DIR      a random GPT2LMHeadModel or
-                                         LlamaForCausalLM saved with
+  hf_transformers.py make MODEL DIR      a random GPT2LMHeadModel,
+                                         LlamaForCausalLM or
+                                         GPTNeoXForCausalLM saved with
                                          save_pretrained (safetensors; LLaMA's
                                          as a sharded set with its index)
   hf_transformers.py loss DIR SHARD B S  from_pretrained(DIR)'s loss on the
@@ -27,6 +28,13 @@ def config(model):
             vocab_size=s["vocab"], n_positions=s["seq"], n_embd=s["hidden"], n_layer=s["layers"],
             n_head=s["heads"], n_inner=4 * s["hidden"], activation_function="gelu_new",
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+    if model == "neox":
+        return transformers.GPTNeoXConfig(
+            vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"], intermediate_size=4 * s["hidden"], rotary_pct=0.25,
+            rotary_emb_base=10000, max_position_embeddings=s["seq"], layer_norm_eps=1e-5,
+            use_parallel_residual=True, hidden_act="gelu", attention_dropout=0.0,
+            hidden_dropout=0.0, tie_word_embeddings=False)
     return transformers.LlamaConfig(
         vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"],
         num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
@@ -63,7 +71,7 @@ def make(model, path):
                 p.add_(0.1 * torch.randn_like(p))
                 continue
             std = 0.3
-            if any(k in name for k in ("q_proj", "k_proj", "c_attn")):
+            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "query_key_value")):
                 std = 0.6
             p.normal_(0.0, std)
     after = attention_peak(m, ids)

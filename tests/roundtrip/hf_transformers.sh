@@ -1,7 +1,7 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # the -D lists are lists of words
 # Hugging Face checkpoints both ways, against transformers itself, for
-# GPT-2 and LLaMA, with no hand-written mapping:
+# GPT-2, LLaMA and GPT-NeoX, with no hand-written mapping:
 # - transformers makes a random model (its matrices scaled so that
 #   attention is far from uniform) and save_pretrained writes it;
 # - shardc reads that folder (--init-from DIR; LLaMA's a sharded set with
@@ -32,10 +32,11 @@ relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b 
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 loss_of() { sed -n '1s/.*"loss":\([^,}]*\).*/\1/p' "$1"; }
 
-for model in gpt2 llama; do
+for model in gpt2 llama neox; do
   case $model in
   gpt2) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D layers=2 -D seq=16 -D batch=2" ;;
   llama) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D seq=16 -D batch=2" ;;
+  neox) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D layers=2 -D seq=16 -D batch=2" ;;
   esac
   run() { "$SHARDC" run "$ROOT/models/$model.shard" $DEFS --out "prog-$model" --data train.bin --no-shuffle "$@"; }
   echo "--- $model"
