@@ -771,11 +771,29 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   rt_tp_step_end(rt, s + 1);
 }
 
+/* Ends a run whose data changed under it, after the save (when --save
+ * is set) of the last step that ran. The ranks that found the change
+ * name the file; the others say why they stop too. */
+static _Noreturn void data_stopped(Rt *rt) {
+  const RtFlags *f = &rt->f;
+  char kept[1024];
+  if (f->save)
+    snprintf(kept, sizeof kept, "the run stopped after step %lld and saved it first (%s: "
+             "--resume continues from it)", (long long)rt->step, f->save);
+  else
+    snprintf(kept, sizeof kept, "the run stopped after step %lld, without --save: nothing was "
+             "saved", (long long)rt->step);
+  if (rt->data_failed)
+    rt_fatal(*rt->data_err.what ? rt->data_err.what : NULL, "%s; %s", rt->data_err.msg, kept);
+  rt_fatal("--data", "a data file changed under another rank (whose message names it); %s", kept);
+}
+
 static void train(Rt *rt) {
   const RtFlags *f = &rt->f;
   RtLog log = {.tokens_per_step = f->global_batch * rt->model->seq};
   rt_log_open(&log, f->log_json, f->resume ? rt->step : -1);
   int64_t first = rt->step, saved_at = -1;
+  int data_stop = 0;
   rt_trace_open(rt, first);
   RtStepInfo info = {0};
   if (f->resume && first >= f->steps)
@@ -811,6 +829,14 @@ static void train(Rt *rt) {
       rt->preempted = 1;
       break;
     }
+    /* A data file that changed under the run (found when the next step's
+     * window was read ahead): every rank stops after this step, and the
+     * run saves before it fails, so that the work since the last
+     * checkpoint is kept. */
+    if (rt_tp_world_any(rt->data_failed)) {
+      data_stop = 1;
+      break;
+    }
   }
   rt_log_close(&log);
   rt_trace_close(rt);
@@ -822,6 +848,7 @@ static void train(Rt *rt) {
   int trained = rt->step > first;
   /* A stop right after a periodic save has nothing new to write. */
   if (f->save && (trained || !f->resume) && rt->step != saved_at) save(rt);
+  if (data_stop) data_stopped(rt);
   if (rt->preempted) {
     /* The checkpoint (if any) is written: the job may go. */
     int sig = rt_wd_stop_signal();
