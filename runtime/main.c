@@ -393,6 +393,7 @@ static void check_memory(const RtPlan *p) {
   int64_t avail = rt_dev_mem_available(&source, &host);
   int64_t per = p->weights + p->grads + p->optimizer + p->activations + p->temporaries;
   int ranks = rt_local_ranks();
+  if (host) rt_wd_check_address_space(per, omp_get_max_threads());
   if (host && getenv(JOB_DIR_ENV)) return;
   if (avail < 0 || per * ranks <= avail) return;
   char a[32], b[32], c[32];

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -389,3 +390,29 @@ void rt_wd_graceful(int on) { graceful = on; }
 
 int rt_wd_stop_requested(void) { return stop_signal != 0; }
 int rt_wd_stop_signal(void) { return stop_signal; }
+
+/* OpenBLAS's GEMM buffer (BUFFER_SIZE of its x86-64 build: 32 << 22),
+ * one per thread that runs a GEMM; the slack covers the runtime's own
+ * small buffers and the threads' stacks. */
+#define OPENBLAS_BUFFER ((int64_t)128 << 20)
+#define AS_SLACK ((int64_t)64 << 20)
+
+void rt_wd_check_address_space(int64_t plan_bytes, int gemm_threads) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  if (gemm_threads < 1) gemm_threads = 1;
+  int64_t need = plan_bytes + gemm_threads * OPENBLAS_BUFFER + AS_SLACK;
+  /* A reservation without access counts against the limit as the real
+   * mappings will, and costs no memory. */
+  void *p = mmap(NULL, (size_t)need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, (size_t)need);
+    return;
+  }
+  char a[32], b[32];
+  rt_fatal("ulimit -v", "the address-space limit of %llu KiB leaves no room for the %s this rank "
+           "still needs (the memory plan's %s, and a GEMM buffer of 128 MiB for each OpenBLAS "
+           "thread, %d here): raise or remove the limit, or run fewer threads (OMP_NUM_THREADS)",
+           (unsigned long long)(rl.rlim_cur / 1024), rt_fmt_bytes(a, sizeof a, need),
+           rt_fmt_bytes(b, sizeof b, plan_bytes), gemm_threads);
+}

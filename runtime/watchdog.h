@@ -12,6 +12,8 @@
 #ifndef SHARD_RT_WATCHDOG_H
 #define SHARD_RT_WATCHDOG_H
 
+#include <stdint.h>
+
 /* Starts the heartbeat when this process is one of several ranks (a
  * launcher's environment says so), first thing in rt_main; `program` is
  * argv[0]. */
@@ -51,5 +53,13 @@ void rt_wd_graceful(int on);
 int rt_wd_stop_requested(void);
 /* The signal that asked for the stop (for the message), 0 if none. */
 int rt_wd_stop_signal(void);
+
+/* Under an address-space limit (ulimit -v), checks before the plan is
+ * allocated that plan_bytes and OpenBLAS's GEMM buffers for gemm_threads
+ * threads still fit, and stops with an error naming the limit when they
+ * do not: OpenBLAS retries a failing mmap of its buffer forever, inside
+ * the first GEMM, where the run would spin without a word. Does nothing
+ * without a limit. */
+void rt_wd_check_address_space(int64_t plan_bytes, int gemm_threads);
 
 #endif
