@@ -464,13 +464,16 @@ static void print_banner(Rt *rt) {
            "| %lld steps\n",
            (long long)m->batch, (long long)m->seq, (long long)rt->f.global_batch,
            (long long)rt->micro, rt->micro == 1 ? "" : "es", rt->mesh.dp, (long long)rt->f.steps);
-  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s | temporaries %s | "
-         "total %s\n",
+  /* A pipeline stage keeps the activations of every microbatch in flight
+   * (its table's peak), not the plan's one slot per chunk: the total is
+   * what the process allocates. */
+  int64_t act = rt->exec ? rt_exec_stash_bytes(rt) : p->activations;
+  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s%s | temporaries %s "
+         "| total %s\n",
          rt_fmt_bytes(b[0], 32, p->weights), rt_fmt_bytes(b[1], 32, p->grads),
-         rt_fmt_bytes(b[2], 32, p->optimizer), rt_fmt_bytes(b[3], 32, p->activations),
-         rt_fmt_bytes(b[4], 32, p->temporaries),
-         rt_fmt_bytes(b[5], 32,
-                      p->weights + p->grads + p->optimizer + p->activations + p->temporaries));
+         rt_fmt_bytes(b[2], 32, p->optimizer), rt_fmt_bytes(b[3], 32, act),
+         rt->exec ? " (the pipeline's stash at its peak)" : "", rt_fmt_bytes(b[4], 32, p->temporaries),
+         rt_fmt_bytes(b[5], 32, p->weights + p->grads + p->optimizer + act + p->temporaries));
   if (rt->exec) {
     rt_exec_describe(rt, line, sizeof line);
     rt_say("pipeline: %s\n", line);
