@@ -468,12 +468,20 @@ static void print_banner(Rt *rt) {
    * (its table's peak), not the plan's one slot per chunk: the total is
    * what the process allocates. */
   int64_t act = rt->exec ? rt_exec_stash_bytes(rt) : p->activations;
-  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s%s | temporaries %s "
+  /* With d > 1, MPI's copies of the gradient buckets in flight (dp.h). */
+  int64_t staging = rt_dp_staging_bytes(rt);
+  char st[96] = "";
+  if (staging)
+    snprintf(st, sizeof st, " | MPI's reduction staging up to %s",
+             rt_fmt_bytes(b[5], 32, staging));
+  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s%s | temporaries %s%s "
          "| total %s\n",
          rt_fmt_bytes(b[0], 32, p->weights), rt_fmt_bytes(b[1], 32, p->grads),
          rt_fmt_bytes(b[2], 32, p->optimizer), rt_fmt_bytes(b[3], 32, act),
          rt->exec ? " (the pipeline's stash at its peak)" : "", rt_fmt_bytes(b[4], 32, p->temporaries),
-         rt_fmt_bytes(b[5], 32, p->weights + p->grads + p->optimizer + act + p->temporaries));
+         st,
+         rt_fmt_bytes(b[5], 32,
+                      p->weights + p->grads + p->optimizer + act + p->temporaries + staging));
   if (rt->exec) {
     rt_exec_describe(rt, line, sizeof line);
     rt_say("pipeline: %s\n", line);
