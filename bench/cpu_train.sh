@@ -12,6 +12,14 @@
 #                peak RSS less the process's RSS before the plan within 5%
 #                of the planned bytes
 #
+# Layouts (LAYOUTS, default "t2 p2 d2"; MEM_SHAPES, default demo): the
+# same shape compiled with --tp 2, --pp 2 or --dp 2 and run on 2 ranks
+# under mpirun, memory only: world rank 0's peak RSS less its start,
+# against the plan that rank prints (which counts a pipeline stage's
+# stash and, under d, MPI's staging of the gradient buckets). Its start
+# is the same program stopped by SHARDC_MEMORY_LIMIT=1 right before it
+# allocates its plan, after MPI's start-up. Target: within 5%.
+#
 # The peer is tests/oracle's PyTorch model (oracle.py with --fused-ops:
 # torch's fused layernorm, GELU and cross entropy, AdamW, grad clipping),
 # reading the same byte-level shard of data/corpus.txt. Both run with
@@ -30,6 +38,7 @@
 #
 #   bench/cpu_train.sh                    both shapes
 #   SHAPES=demo bench/cpu_train.sh        one of them
+#   SHAPES= bench/cpu_train.sh            the layouts' memory only
 #   DEMO_STEPS=40 DEMO_SKIP=5 DEMO_TRIALS=5 GPT2_STEPS=6 GPT2_SKIP=2 THREADS=2 BUILD=build \
 #     WAIT_POLICY=active bench/cpu_train.sh
 #
@@ -48,7 +57,9 @@ GPT2_STEPS=${GPT2_STEPS:-4}
 GPT2_SKIP=${GPT2_SKIP:-1}
 GPT2_TRIALS=${GPT2_TRIALS:-1}
 WAIT_POLICY=${WAIT_POLICY-passive}
-SHAPES=${SHAPES:-"demo gpt2-small"}
+SHAPES=${SHAPES-"demo gpt2-small"}
+LAYOUTS=${LAYOUTS-"t2 p2 d2"}
+MEM_SHAPES=${MEM_SHAPES:-demo}
 # Debian's python3-torch lives under the system python, not whatever
 # python3 comes first on PATH.
 PY=${PY:-/usr/bin/python3}
@@ -222,6 +233,48 @@ bench() {
     'BEGIN {if (plan > 0) printf "%.4f", (p - b) * 1024 / plan; else print "nan"}')
 }
 
+# layout_mem NAME LAYOUT -D...: world rank 0's peak RSS less its start
+# against its printed plan, on 2 ranks of LAYOUT (t2, p2, d2); sets
+# MEM_RATIO.
+layout_mem() {
+  local name=$1 layout=$2
+  shift 2
+  local flag dir=$WORK/$name-$layout
+  case $layout in
+  t2) flag=--tp ;; p2) flag=--pp ;; d2) flag=--dp ;;
+  *) die "unknown layout $layout (t2, p2, d2)" ;;
+  esac
+  "$SHARDC" compile models/gpt2.shard --target cpu -o "$dir" "$flag" 2 "$@" \
+    >"$dir.compile" 2>&1 || { cat "$dir.compile" >&2; die "$name $layout: shardc compile failed"; }
+  "$SHARDC" build "$dir" >"$dir.build" 2>&1 || die "$name $layout: shardc build failed"
+  # Each rank under /usr/bin/time, its report named by its world rank; a
+  # pipeline runs one program per stage.
+  printf '#!/bin/sh\nout=$1\nshift\nexec /usr/bin/time -v -o "$out.$OMPI_COMM_WORLD_RANK" "$@"\n' \
+    >"$WORK/timed.sh"
+  chmod +x "$WORK/timed.sh"
+  local progs=() args=(--data "$DATA" --steps "$DEMO_STEPS" --no-shuffle)
+  if [[ $layout = p2 ]]; then progs=("$dir/stage0" "$dir/stage1"); else progs=("$dir/rank0" "$dir/rank0"); fi
+  local mpi=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+  [[ -n ${OMP_WAIT_POLICY:-} ]] && mpi+=(-x OMP_WAIT_POLICY)
+  [[ $(id -u) = 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  SHARDC_MEMORY_LIMIT=1 "${mpi[@]}" -x SHARDC_MEMORY_LIMIT -np 1 "$WORK/timed.sh" "$dir.time0" \
+    "${progs[0]}" "${args[@]}" : -np 1 "${progs[1]}" "${args[@]}" >"$dir.out0" 2>&1 || true
+  "${mpi[@]}" -np 1 "$WORK/timed.sh" "$dir.time1" "${progs[0]}" "${args[@]}" : \
+    -np 1 "${progs[1]}" "${args[@]}" >"$dir.out" 2>&1 ||
+    { tail -20 "$dir.out" >&2; die "$name $layout: training run failed"; }
+  local peak base plan
+  peak=$(peak_kb "$dir.time1.0")
+  base=$(peak_kb "$dir.time0.0")
+  plan=$(grep -m1 '^memory plan:' "$dir.out" | sed 's/.*| total \([0-9.]*\) \([KMG]\)B.*/\1 \2/' |
+    awk '{m = $2 == "K" ? 1e3 : $2 == "M" ? 1e6 : 1e9; printf "%d", $1 * m}')
+  grep -m1 '^memory plan:' "$dir.out" | sed 's/^/  /'
+  awk -v p="$peak" -v b="$base" -v plan="$plan" -v l="$layout" 'BEGIN {
+    used = (p - b) * 1024
+    printf "  %s, world rank 0: peak RSS %.1f MiB, at its start %.1f MiB, difference %.1f MiB; plan %.1f MiB: %.3f\n", l, p / 1024, b / 1024, used / 2^20, plan / 2^20, used / plan }'
+  MEM_RATIO=$(awk -v p="$peak" -v b="$base" -v plan="$plan" \
+    'BEGIN {if (plan > 0 && b > 0) printf "%.4f", (p - b) * 1024 / plan; else print "nan"}')
+}
+
 # target SHAPE WHAT CONDITION(awk) TARGET: one line of the verdict.
 target() {
   local v=PASS
@@ -248,6 +301,20 @@ for shape in $SHAPES; do
     ;;
   *) die "unknown shape $shape (demo, gpt2-small)" ;;
   esac
+done
+
+for shape in $MEM_SHAPES; do
+  for layout in $LAYOUTS; do
+    echo "== $shape, $layout: memory of world rank 0 against its plan"
+    case $shape in
+    demo) layout_mem demo "$layout" -D layers=4 -D hidden=128 -D heads=4 -D seq=128 -D vocab=256 \
+      -D batch=8 ;;
+    gpt2-small) layout_mem gpt2-small "$layout" -D seq=256 -D batch=4 ;;
+    *) die "unknown shape $shape (demo, gpt2-small)" ;;
+    esac
+    target "$shape $layout" "RSS - start / plan = $MEM_RATIO" \
+      "\"$MEM_RATIO\" != \"nan\" && $MEM_RATIO >= 0.95 && $MEM_RATIO <= 1.05" "0.95 .. 1.05"
+  done
 done
 
 echo

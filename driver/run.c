@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,9 +136,41 @@ static const char *compile_and_build(const char *model, int nargs, DrvArg *args,
  * an idle machine (bench/cpu_train.sh). The user's setting wins. */
 static void default_wait_policy(void) { setenv("OMP_WAIT_POLICY", "passive", 0); }
 
+/* Under an address-space limit (ulimit -v) too small for OpenBLAS, its
+ * constructor retries a failing mmap of its 128 MiB buffer forever, before
+ * the program's main, where nothing of ours can see it (with several
+ * ranks the launcher's watchdog names the rank that never started). So
+ * when such a limit is set, the program is first started with --help,
+ * which it answers at once, under a time limit: one that has not ended
+ * within 5 s is spinning. Returns -1 after the error. */
+static int probe_start(const char *program) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  pid_t pid = fork();
+  if (pid < 0) return 0; /* the exec below reports what goes wrong */
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    execl(program, program, "--help", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 100; i++) {
+    if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  fprintf(stderr, "shardc run: error: %s did not start within 5 s under the address-space limit "
+          "of %llu KiB (ulimit -v): OpenBLAS cannot map its buffers and retries forever; raise "
+          "or remove the limit\n", program, (unsigned long long)(rl.rlim_cur / 1024));
+  return -1;
+}
+
 /* Replaces this process with the program, so its exit status and signals
  * are the user's to see. */
 static int exec_program(const char *program, char **argv) {
+  if (probe_start(program) != 0) return 1;
   default_wait_policy();
   fflush(stdout);
   fflush(stderr);

@@ -23,9 +23,14 @@
 
 #include "ir.h"
 
-/* Deepest expression tree or repeat nesting accepted. Later phases recurse
- * over both, so the parser bounds them for everyone. */
-enum { MAX_DEPTH = 200 };
+/* Deepest nesting accepted: of parentheses, unary minus and calls inside
+ * an expression (the reader recurses over them), and of repeat bodies.
+ * Later phases recurse over expression trees too, so a tree's depth is
+ * bounded as well, at the fold pass's own limit; a chain such as
+ * 1 + 1 + ... + 1, or the same chain printed with its parentheses,
+ * ((1 + 1) + 1) + 1, is read without recursion and is deep only as a
+ * tree (one level per term). */
+enum { MAX_DEPTH = 200, MAX_TREE = 2000 };
 
 /* ------------------------------------------------------------------ lexer */
 
@@ -302,6 +307,8 @@ static _Noreturn void give_up(Parser *p) { longjmp(p->abort, 1); }
 /* ------------------------------------------------------------ expressions */
 
 static IrExpr *parse_expr(Parser *p, int *depth);
+static IrExpr *parse_term_rest(Parser *p, IrExpr *e, int *depth);
+static IrExpr *parse_expr_rest(Parser *p, IrExpr *e, int *depth);
 
 /* Whether t starts a number: `inf` and `nan` are literals unless called
  * like functions (`after` is the token that follows t). */
@@ -352,6 +359,13 @@ static IrExpr *parse_number(Parser *p, bool negative, IrLoc loc) {
   return ir_expr_float(negative ? -f : f, loc);
 }
 
+/* Whether '(' '-' NUMBER ')' starts here: the negation of a literal. */
+static bool at_negated_literal(Parser *p) {
+  if (!is_punct(p->tok, '(') || !is_punct(peek(p, 1), '-')) return false;
+  Token t3 = peek(p, 3);
+  return is_punct(t3, ')') && is_number_tok(peek(p, 2), t3);
+}
+
 /* exprs := (expr (',' expr)*)? CLOSE — the items of a call or a list. */
 static bool parse_exprs(Parser *p, char close, IrVec *items, int *depth) {
   *depth = 1;
@@ -393,8 +407,7 @@ static IrExpr *parse_primary(Parser *p, int *depth) {
   }
   /* The printer writes the negation of a literal as `(-1)` and the negative
    * literal as `-1`; keeping them apart makes the round trip exact. */
-  Token t3 = is_punct(peek(p, 1), '-') ? peek(p, 3) : t;
-  if (is_punct(t3, ')') && is_number_tok(peek(p, 2), t3)) {
+  if (at_negated_literal(p)) {
     next(p);
     IrLoc minus = tok_loc(p, p->tok);
     next(p);
@@ -403,9 +416,25 @@ static IrExpr *parse_primary(Parser *p, int *depth) {
     *depth = 2;
     return ir_expr_unary(IR_EX_NEG, lit, minus);
   }
-  next(p);
+  /* A run of opening parentheses, as the printer writes a chain
+   * (((a + b) + c) + d), is read in a loop, not by recursion: each ')'
+   * closes a group whose value is the first operand of what follows it
+   * in the group around it. */
+  int open = 0;
+  while (is_punct(p->tok, '(') && !at_negated_literal(p)) {
+    if (++open > MAX_TREE) {
+      ir_error(tok_loc(p, p->tok), "more than %d parentheses open at once", MAX_TREE);
+      give_up(p);
+    }
+    next(p);
+  }
   IrExpr *e = parse_expr(p, depth);
-  if (!e || !expect(p, ')', "')'")) return NULL;
+  while (e) {
+    if (!expect(p, ')', "')'")) return NULL;
+    if (--open == 0) break;
+    e = parse_term_rest(p, e, depth);
+    if (e) e = parse_expr_rest(p, e, depth);
+  }
   return e;
 }
 
@@ -435,21 +464,21 @@ static IrExpr *parse_unary(Parser *p, int *depth) {
   return e;
 }
 
-/* Builds `a OP b` and keeps the tree within MAX_DEPTH: a long chain such
+/* Builds `a OP b` and keeps the tree within MAX_TREE: a long chain such
  * as 1+1+1+... nests without recursion here but not in later phases. */
 static IrExpr *binary(Parser *p, IrExprKind k, IrExpr *a, IrExpr *b, int *depth, int db,
                       Token op) {
   if (db > *depth) *depth = db;
-  if (++*depth > MAX_DEPTH) {
-    ir_error(tok_loc(p, op), "expression nested too deeply (more than %d levels)", MAX_DEPTH);
+  if (++*depth > MAX_TREE) {
+    ir_error(tok_loc(p, op), "expression tree deeper than %d levels (each term of a chain of "
+             "operators is one)", MAX_TREE);
     give_up(p);
   }
   return ir_expr_binary(k, a, b, tok_loc(p, op));
 }
 
-/* term := unary (('*' | '/' | '%') unary)* */
-static IrExpr *parse_term(Parser *p, int *depth) {
-  IrExpr *e = parse_unary(p, depth);
+/* The rest of a term whose first operand e is parsed. */
+static IrExpr *parse_term_rest(Parser *p, IrExpr *e, int *depth) {
   while (e) {
     Token op = p->tok;
     IrExprKind k = is_punct(op, '*') ? IR_EX_MUL : is_punct(op, '/') ? IR_EX_DIV
@@ -464,9 +493,14 @@ static IrExpr *parse_term(Parser *p, int *depth) {
   return e;
 }
 
-/* expr := term (('+' | '-') term)* */
-static IrExpr *parse_expr(Parser *p, int *depth) {
-  IrExpr *e = parse_term(p, depth);
+/* term := unary (('*' | '/' | '%') unary)* */
+static IrExpr *parse_term(Parser *p, int *depth) {
+  IrExpr *e = parse_unary(p, depth);
+  return e ? parse_term_rest(p, e, depth) : NULL;
+}
+
+/* The rest of an expression whose first term e is parsed. */
+static IrExpr *parse_expr_rest(Parser *p, IrExpr *e, int *depth) {
   while (e && (is_punct(p->tok, '+') || is_punct(p->tok, '-'))) {
     Token op = p->tok;
     next(p);
@@ -476,6 +510,12 @@ static IrExpr *parse_expr(Parser *p, int *depth) {
     e = binary(p, op.s[0] == '+' ? IR_EX_ADD : IR_EX_SUB, e, b, depth, db, op);
   }
   return e;
+}
+
+/* expr := term (('+' | '-') term)* */
+static IrExpr *parse_expr(Parser *p, int *depth) {
+  IrExpr *e = parse_term(p, depth);
+  return e ? parse_expr_rest(p, e, depth) : NULL;
 }
 
 static IrExpr *parse_expr_top(Parser *p) {

@@ -383,50 +383,6 @@ static void plan_liveness(Planner *pl) {
 
 /* ------------------------------------------------------------- placement */
 
-typedef struct Item {
-  int64_t size, offset;
-  int first, last;
-  int key; /* buffer index, or nbufs + node index for scratch: a stable tie-break */
-} Item;
-
-static int cmp_item(const void *a, const void *b) {
-  const Item *x = a, *y = b;
-  if (x->size != y->size) return x->size > y->size ? -1 : 1;
-  if (x->first != y->first) return x->first < y->first ? -1 : 1;
-  return (x->key > y->key) - (x->key < y->key);
-}
-
-/* Interval first-fit, largest first: each item goes to the lowest offset
- * where it overlaps no placed item that is live at the same time. `placed`
- * is kept sorted by offset, so one scan finds the first gap. Returns the
- * bytes the region needs. */
-static int64_t first_fit(Item *items, int n) {
-  qsort(items, (size_t)n, sizeof *items, cmp_item);
-  Item **placed = malloc((size_t)(n > 0 ? n : 1) * sizeof *placed);
-  if (!placed) die("out of memory");
-  int np = 0;
-  int64_t top = 0;
-  for (int i = 0; i < n; i++) {
-    Item *it = &items[i];
-    int64_t off = 0;
-    for (int j = 0; j < np; j++) {
-      Item *q = placed[j];
-      if (q->last < it->first || it->last < q->first) continue;
-      if (q->offset >= off + it->size) break;
-      if (q->offset + q->size > off) off = q->offset + q->size;
-    }
-    int at = 0; /* where it goes in `placed` */
-    while (at < np && placed[at]->offset <= off) at++;
-    memmove(placed + at + 1, placed + at, (size_t)(np - at) * sizeof *placed);
-    placed[at] = it;
-    np++;
-    it->offset = off;
-    if (off + it->size > top) top = off + it->size;
-  }
-  free(placed);
-  return align_up(top);
-}
-
 /* Whether buffer k holds its reals in the policy's low precision: a value
  * of the step itself (PassMemPolicy.low_bytes), or one the policy names
  * (its low_values: pipeline messages). */
@@ -461,8 +417,8 @@ static void place_weights(Planner *pl) {
 static void place_buffers(Planner *pl) {
   PassMemPlan *p = pl->p;
   int N = pl->g->nodes.len;
-  Item *act = calloc((size_t)p->nbufs + 1, sizeof *act);
-  Item *tmp = calloc((size_t)(p->nbufs + N) + 1, sizeof *tmp);
+  PassFitItem *act = calloc((size_t)p->nbufs + 1, sizeof *act);
+  PassFitItem *tmp = calloc((size_t)(p->nbufs + N) + 1, sizeof *tmp);
   if (!act || !tmp) die("out of memory");
   int nact = 0, ntmp = 0, bpos = p->boundary + 1;
   for (int k = 0; k < p->nbufs; k++) {
@@ -481,7 +437,7 @@ static void place_buffers(Planner *pl) {
        * in between and reuse the temporaries). */
       bool kept = (forward && b->last >= bpos) || (b->first <= p->wboundary && b->last > p->wboundary);
       b->region = kept ? PASS_REGION_ACTIVATIONS : PASS_REGION_TEMPORARIES;
-      Item it = {align_up(b->bytes), 0, b->first, b->last, k};
+      PassFitItem it = {align_up(b->bytes), 0, b->first, b->last, k};
       if (kept) act[nact++] = it;
       else tmp[ntmp++] = it;
     }
@@ -493,11 +449,11 @@ static void place_buffers(Planner *pl) {
     if (per_thread <= 0) continue;
     if (per_thread > p->scratch_per_thread) p->scratch_per_thread = per_thread;
     p->scratch_bytes[i] = per_thread * p->threads * p->real_bytes;
-    tmp[ntmp++] = (Item){align_up(p->scratch_bytes[i]), 0, p->region_first[i] + 1,
+    tmp[ntmp++] = (PassFitItem){align_up(p->scratch_bytes[i]), 0, p->region_first[i] + 1,
                          p->region_last[i] + 1, p->nbufs + i};
   }
-  p->activations = first_fit(act, nact);
-  p->temporaries = first_fit(tmp, ntmp);
+  p->activations = pass_memplan_first_fit(act, nact);
+  p->temporaries = pass_memplan_first_fit(tmp, ntmp);
   for (int i = 0; i < nact; i++) p->bufs[act[i].key].offset = act[i].offset;
   for (int i = 0; i < ntmp; i++) {
     if (tmp[i].key < p->nbufs) p->bufs[tmp[i].key].offset = tmp[i].offset;

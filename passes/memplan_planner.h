@@ -40,4 +40,18 @@ static inline PassBuf *buf_of(Planner *pl, const IrValue *v) {
  * hold each node's fused loop on entry. */
 void pass_memplan_rows(Planner *pl);
 
+/* A buffer to place in a region: its bytes, its lifetime [first, last]
+ * (node positions), a unique key that breaks ties, and on return its
+ * offset. */
+typedef struct PassFitItem {
+  int64_t size, offset;
+  int first, last;
+  int key; /* buffer index, or nbufs + node index for scratch: a stable tie-break */
+} PassFitItem;
+
+/* Places items (reordered: largest first) by interval first-fit
+ * (memplan_fit.c) and returns the bytes the region needs, a multiple of
+ * 64. */
+int64_t pass_memplan_first_fit(PassFitItem *items, int n);
+
 #endif

@@ -261,34 +261,45 @@ const char *rt_data_window_file(const RtData *d, int64_t w, int64_t *first_token
   return s->path;
 }
 
-void rt_data_read(RtData *d, int64_t w, int32_t *out) {
+int rt_data_read_checked(RtData *d, int64_t w, int32_t *out, RtErr *e) {
   const Shard *s = find_shard(d, w);
   int64_t start = (w - s->first_window) * d->stride, n = d->stride + 1;
   int fd = open_data_file(s->path);
-  if (fd < 0) rt_fatal(s->path, "cannot open: %s", strerror(errno));
+  if (fd < 0) return rt_err_set(e, s->path, "cannot open: %s", strerror(errno));
   /* The file must still be the one checked at the start: one replaced or
    * rewritten since (another vocabulary, another length) would feed the
    * model tokens nobody checked. */
   struct stat now;
-  if (fstat(fd, &now) != 0) rt_fatal(s->path, "cannot stat: %s", strerror(errno));
+  if (fstat(fd, &now) != 0) {
+    close(fd);
+    return rt_err_set(e, s->path, "cannot stat: %s", strerror(errno));
+  }
   if (now.st_dev != s->id.st_dev || now.st_ino != s->id.st_ino || now.st_size != s->id.st_size ||
-      now.st_mtim.tv_sec != s->id.st_mtim.tv_sec || now.st_mtim.tv_nsec != s->id.st_mtim.tv_nsec)
-    rt_fatal(s->path, "the file changed while the run reads it (%s): the windows of the file "
-             "checked at the start are gone; resume from the last checkpoint with the data as "
-             "it is now, or restore the file",
-             now.st_ino != s->id.st_ino || now.st_dev != s->id.st_dev ? "another file now has "
-             "its name" : now.st_size != s->id.st_size ? "its size changed" : "it was rewritten");
-  RtErr e;
-  int rc = read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path, &e);
+      now.st_mtim.tv_sec != s->id.st_mtim.tv_sec || now.st_mtim.tv_nsec != s->id.st_mtim.tv_nsec) {
+    close(fd);
+    return rt_err_set(e, s->path, "the file changed while the run reads it (%s): the windows of "
+                      "the file checked at the start are gone; resume from the last checkpoint "
+                      "with the data as it is now, or restore the file",
+                      now.st_ino != s->id.st_ino || now.st_dev != s->id.st_dev
+                          ? "another file now has its name"
+                          : now.st_size != s->id.st_size ? "its size changed" : "it was rewritten");
+  }
+  int rc = read_exact(fd, d->stage, (size_t)n * 2, SHARD_HEADER_BYTES + 2 * start, s->path, e);
   close(fd);
-  if (rc) rt_err_fatal(&e);
+  if (rc) return -1;
   for (int64_t i = 0; i < n; i++) {
     if (d->stage[i] >= d->vocab)
-      rt_fatal(s->path, "token %lld has id %u, outside the vocabulary of %lld (the file changed "
-               "while the run reads it?)", (long long)(start + i), d->stage[i],
-               (long long)d->vocab);
+      return rt_err_set(e, s->path, "token %lld has id %u, outside the vocabulary of %lld (the "
+                        "file changed while the run reads it?)", (long long)(start + i),
+                        d->stage[i], (long long)d->vocab);
     out[i] = d->stage[i];
   }
+  return 0;
+}
+
+void rt_data_read(RtData *d, int64_t w, int32_t *out) {
+  RtErr e;
+  if (rt_data_read_checked(d, w, out, &e)) rt_err_fatal(&e);
 }
 
 int rt_data_write_shard(const char *path, const uint16_t *tokens, int64_t n) {

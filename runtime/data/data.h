@@ -44,6 +44,10 @@ int64_t rt_data_windows(const RtData *d);
 int64_t rt_data_window_at(RtData *d, int64_t step, int shuffle, uint64_t seed);
 /* Copies window `w`'s batch*seq+1 tokens to out. */
 void rt_data_read(RtData *d, int64_t w, int32_t *out);
+/* The same returning -1 with the error in *e (a file changed or replaced
+ * since it was opened, a token outside the vocabulary) instead of
+ * exiting. */
+int rt_data_read_checked(RtData *d, int64_t w, int32_t *out, RtErr *e);
 /* Where window `w` lies, for messages and tests. */
 const char *rt_data_window_file(const RtData *d, int64_t w, int64_t *first_token);
 

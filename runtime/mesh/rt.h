@@ -46,6 +46,10 @@ typedef struct Rt {
   const int32_t *window_dev;
   struct RtDevStage *stage;
   int64_t stage_step[2]; /* the step whose window each slot holds; -1: none */
+  /* The read of the next step's window failed (a data file changed): the
+   * step under way still runs, and the run saves before it stops (main.c). */
+  int data_failed;
+  RtErr data_err;
   double *norm_partials; /* one per chunk of the gradient norm */
   int64_t norm_chunks;
   int64_t step;          /* optimizer steps completed */

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -379,6 +381,38 @@ static void open_data(Rt *rt) {
   if (f->steps < 0) f->steps = rt->train ? rt_data_windows(rt->train) : 0;
 }
 
+/* OpenBLAS's GEMM buffer (BUFFER_SIZE of its x86-64 build: 32 << 22),
+ * one per thread that runs a GEMM; the slack covers the runtime's own
+ * small buffers and the threads' stacks. */
+#define OPENBLAS_BUFFER ((int64_t)128 << 20)
+#define AS_SLACK ((int64_t)64 << 20)
+
+/* Under an address-space limit (ulimit -v), checks before the plan is
+ * allocated that plan_bytes and OpenBLAS's GEMM buffers for gemm_threads
+ * threads still fit, and stops with an error naming the limit when they
+ * do not: OpenBLAS retries a failing mmap of its buffer forever, inside
+ * the first GEMM, where the run would spin without a word. Does nothing
+ * without a limit. */
+static void check_address_space(int64_t plan_bytes, int gemm_threads) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  if (gemm_threads < 1) gemm_threads = 1;
+  int64_t need = plan_bytes + gemm_threads * OPENBLAS_BUFFER + AS_SLACK;
+  /* A reservation without access counts against the limit as the real
+   * mappings will, and costs no memory. */
+  void *p = mmap(NULL, (size_t)need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, (size_t)need);
+    return;
+  }
+  char a[32], b[32];
+  rt_fatal("ulimit -v", "the address-space limit of %llu KiB leaves no room for the %s this rank "
+           "still needs (the memory plan's %s, and a GEMM buffer of 128 MiB for each OpenBLAS "
+           "thread, %d here): raise or remove the limit, or run fewer threads (OMP_NUM_THREADS)",
+           (unsigned long long)(rl.rlim_cur / 1024), rt_fmt_bytes(a, sizeof a, need),
+           rt_fmt_bytes(b, sizeof b, plan_bytes), gemm_threads);
+}
+
 /* The one allocation of model memory (device.h): weights, gradients,
  * optimizer state and (one chunk) activations and temporaries, each at a
  * 64-byte boundary, all zero (and touched, so the resident size shows the
@@ -395,6 +429,7 @@ static void check_memory(const RtPlan *p) {
   int64_t avail = rt_dev_mem_available(&source, &host);
   int64_t per = rt_plan_total(p);
   int ranks = rt_local_ranks();
+  if (host) check_address_space(per, omp_get_max_threads());
   if (host && getenv(JOB_DIR_ENV)) return;
   if (avail < 0 || per * ranks <= avail) return;
   char a[32], b[32], c[32];
@@ -465,13 +500,24 @@ static void print_banner(Rt *rt) {
            "| %lld steps\n",
            (long long)m->batch, (long long)m->seq, (long long)rt->f.global_batch,
            (long long)rt->micro, rt->micro == 1 ? "" : "es", rt->mesh.dp, (long long)rt->f.steps);
-  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s | temporaries %s | "
-         "total %s\n",
+  /* A pipeline stage keeps the activations of every microbatch in flight
+   * (its table's peak), not the plan's one slot per chunk: the total is
+   * what the process allocates. */
+  int64_t act = rt->exec ? rt_exec_stash_bytes(rt) : p->activations;
+  /* With d > 1, MPI's copies of the gradient buckets in flight (dp.h). */
+  int64_t staging = rt_dp_staging_bytes(rt);
+  char st[96] = "";
+  if (staging)
+    snprintf(st, sizeof st, " | MPI's reduction staging up to %s",
+             rt_fmt_bytes(b[5], 32, staging));
+  rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s%s | temporaries %s%s "
+         "| total %s\n",
          rt_fmt_bytes(b[0], 32, p->weights), rt_fmt_bytes(b[1], 32, p->grads),
-         rt_fmt_bytes(b[2], 32, p->optimizer), rt_fmt_bytes(b[3], 32, p->activations),
-         rt_fmt_bytes(b[4], 32, p->temporaries),
+         rt_fmt_bytes(b[2], 32, p->optimizer), rt_fmt_bytes(b[3], 32, act),
+         rt->exec ? " (the pipeline's stash at its peak)" : "", rt_fmt_bytes(b[4], 32, p->temporaries),
+         st,
          rt_fmt_bytes(b[5], 32,
-                      p->weights + p->grads + p->optimizer + p->activations + p->temporaries));
+                      p->weights + p->grads + p->optimizer + act + p->temporaries + staging));
   if (rt->exec) {
     rt_exec_describe(rt, line, sizeof line);
     rt_say("pipeline: %s\n", line);
@@ -548,11 +594,29 @@ static void train_step(Rt *rt, int64_t s, int dump, RtStepInfo *info) {
   rt_tp_step_end(rt, s + 1);
 }
 
+/* Ends a run whose data changed under it, after the save (when --save
+ * is set) of the last step that ran. The ranks that found the change
+ * name the file; the others say why they stop too. */
+static _Noreturn void data_stopped(Rt *rt) {
+  const RtFlags *f = &rt->f;
+  char kept[1024];
+  if (f->save)
+    snprintf(kept, sizeof kept, "the run stopped after step %lld and saved it first (%s: "
+             "--resume continues from it)", (long long)rt->step, f->save);
+  else
+    snprintf(kept, sizeof kept, "the run stopped after step %lld, without --save: nothing was "
+             "saved", (long long)rt->step);
+  if (rt->data_failed)
+    rt_fatal(*rt->data_err.what ? rt->data_err.what : NULL, "%s; %s", rt->data_err.msg, kept);
+  rt_fatal("--data", "a data file changed under another rank (whose message names it); %s", kept);
+}
+
 static void train(Rt *rt) {
   const RtFlags *f = &rt->f;
   RtLog log = {.tokens_per_step = f->global_batch * rt->model->seq};
   rt_log_open(&log, f->log_json, f->resume ? rt->step : -1);
   int64_t first = rt->step, saved_at = -1;
+  int data_stop = 0;
   rt_trace_open(rt, first);
   RtStepInfo info = {0};
   if (f->resume && first >= f->steps)
@@ -588,6 +652,14 @@ static void train(Rt *rt) {
       rt->preempted = 1;
       break;
     }
+    /* A data file that changed under the run (found when the next step's
+     * window was read ahead): every rank stops after this step, and the
+     * run saves before it fails, so that the work since the last
+     * checkpoint is kept. */
+    if (rt_tp_world_any(rt->data_failed)) {
+      data_stop = 1;
+      break;
+    }
   }
   rt_log_close(&log);
   rt_trace_close(rt);
@@ -599,6 +671,7 @@ static void train(Rt *rt) {
   int trained = rt->step > first;
   /* A stop right after a periodic save has nothing new to write. */
   if (f->save && (trained || !f->resume) && rt->step != saved_at) save(rt);
+  if (data_stop) data_stopped(rt);
   if (rt->preempted) {
     /* The checkpoint (if any) is written: the job may go. */
     int sig = rt_wd_stop_signal();

@@ -65,23 +65,26 @@ double rt_mesh_mean(Rt *rt, double sum, int64_t count) {
   return part;
 }
 
-/* The window of `step` into host buffer w. */
-static void read_window(Rt *rt, int64_t step, int32_t *w) {
+/* The window of `step` into host buffer w; -1 with the error in *e when
+ * a data file changed since the start. */
+static int read_window(Rt *rt, int64_t step, int32_t *w, RtErr *e) {
   int64_t n = rt->f.global_batch * rt->model->seq + 1;
   if (!rt->train) {
     uint64_t key = rt_key2((uint64_t)rt->f.seed, 0x746f6b656e73 /* "tokens" */);
     for (int64_t i = 0; i < n; i++)
       w[i] = (int32_t)(rt_hash_unit(key, (uint64_t)i) * (double)rt->model->vocab);
-    return;
+    return 0;
   }
   int64_t k = rt_data_window_at(rt->train, step, !rt->f.no_shuffle, (uint64_t)rt->f.seed);
-  rt_data_read(rt->train, k, w);
+  return rt_data_read_checked(rt->train, k, w, e);
 }
 
-static void stage_window(Rt *rt, int slot, int64_t step) {
-  read_window(rt, step, rt_dev_stage_host(rt->stage, slot));
+static int stage_window(Rt *rt, int slot, int64_t step, RtErr *e) {
+  rt->stage_step[slot] = -1;
+  if (read_window(rt, step, rt_dev_stage_host(rt->stage, slot), e)) return -1;
   rt_dev_stage_put(rt->stage, slot);
   rt->stage_step[slot] = step;
+  return 0;
 }
 
 void rt_fetch_window(Rt *rt, int64_t step) {
@@ -92,10 +95,16 @@ void rt_fetch_window(Rt *rt, int64_t step) {
     rt->window_buf = rt->window;
   }
   int slot = rt->stage_step[0] == step ? 0 : rt->stage_step[1] == step ? 1 : -1;
-  if (slot < 0) stage_window(rt, slot = 0, step);
+  RtErr e;
+  if (slot < 0 && stage_window(rt, slot = 0, step, &e)) rt_err_fatal(&e);
   rt->window = rt_dev_stage_host(rt->stage, slot);
   rt->window_dev = rt_dev_stage_get(rt->stage, slot);
-  if (step + 1 < rt->f.steps) stage_window(rt, 1 - slot, step + 1);
+  /* The next step's window is read ahead. A data file that changed since
+   * the start fails here, a step before its window is needed: the error
+   * waits until this step ends, so that the run saves first (main.c). */
+  if (step + 1 < rt->f.steps && !rt->data_failed &&
+      stage_window(rt, 1 - slot, step + 1, &rt->data_err))
+    rt->data_failed = 1;
 }
 
 void rt_end_window(Rt *rt) {

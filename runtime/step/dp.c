@@ -136,6 +136,8 @@ void rt_dp_free(Rt *rt) {
   rt->dp = NULL;
 }
 
+int64_t rt_dp_staging_bytes(const Rt *rt) { return rt->dp ? rt->dp->bytes : 0; }
+
 void rt_dp_describe(const Rt *rt, char *buf, int len) {
   const RtDp *dp = rt->dp;
   char bytes[32];

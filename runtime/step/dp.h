@@ -65,5 +65,10 @@ void rt_dp_zero_sgd(Rt *rt, double lr, double grad_scale);
 void rt_dp_report(Rt *rt);
 /* For the banner: "2 replicas, 5 buckets (1.23 MB), ZeRO-1, ...". */
 void rt_dp_describe(const Rt *rt, char *buf, int len);
+/* The most bytes MPI stages for the gradient reductions: Open MPI's
+ * non-blocking collectives (libnbc) copy each bucket in flight into a
+ * buffer of their own, so at most every bucket at once. Outside the plan;
+ * the printed plan counts it. */
+int64_t rt_dp_staging_bytes(const Rt *rt);
 
 #endif

@@ -291,6 +291,8 @@ void rt_exec_free(Rt *rt) {
   rt->exec = NULL;
 }
 
+int64_t rt_exec_stash_bytes(const Rt *rt) { return rt->exec->peak_bytes; }
+
 void rt_exec_describe(Rt *rt, char *buf, int len) {
   RtExec *x = rt->exec;
   const RtModel *m = rt->model;

@@ -48,5 +48,10 @@ void rt_exec_poll(Rt *rt);
  * Collective over the pipeline communicator (it gathers every stage's
  * peak). */
 void rt_exec_describe(Rt *rt, char *buf, int len);
+/* The bytes of activations the stage keeps at its table's peak (slots of
+ * each chunk's activations times the most of its microbatches in flight):
+ * what a pipeline stage allocates for activations, in place of the
+ * plan's one slot per chunk. */
+int64_t rt_exec_stash_bytes(const Rt *rt);
 
 #endif

@@ -95,3 +95,10 @@ passes_model_test(err_target_no_pp_split 1 ${PASSES_PP_TINY} -o ${CMAKE_CURRENT_
 passes_model_test(err_target_no_gemm_epilogue 1 ../../models/gpt2.shard ${TINY_GPT2} -D layers=2
                   --target cuda -o ${CMAKE_CURRENT_BINARY_DIR}/no-epilogues
                   --passes=fold,shape,unroll,autodiff,schedule,memplan)
+
+# The memory plan's first-fit against the plain scan it replaced, and its
+# time on 10,000 layers' buffers (memplan_fit.c says what it covers).
+add_executable(memplan_fit_test ${PASSES_DIR}/memplan_fit.c)
+target_include_directories(memplan_fit_test PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(memplan_fit_test PRIVATE shard_passes shard_ir m)
+add_test(NAME passes/memplan_fit COMMAND memplan_fit_test)

@@ -54,7 +54,7 @@ bad "--vocab-multiple: expected a non-negative integer" compile "$M" --vocab-mul
 bad "--dtype: expected f32 or f64, got 'f16'" compile "$M" --dtype f16
 bad "unknown target 'gpu' (known: cpu" compile "$M" --target gpu -o prog
 bad "--target cpu needs an output folder (-o DIR)" compile "$M" --target cpu
-bad "--report: expected comm or pp, got 'foo'" compile "$M" --report foo
+bad "--report: expected comm, pp or tp, got 'foo'" compile "$M" --report foo
 bad "--zero: expected 0 or 1, got '2'" compile "$M" --zero 2
 bad "--bucket-mb: expected a positive number of MiB, got '0'" compile "$M" --bucket-mb 0
 bad "--bucket-mb: expected a positive number of MiB, got 'abc'" compile "$M" --bucket-mb abc

@@ -9,6 +9,11 @@
 #   with the file rewritten in place (same inode, tokens changed), and
 #   with its modification time put back (the ids themselves are checked at
 #   every read: the crash behind --dump-grads over the data is gone too).
+# - The same replacement in a run that saves only at its end, on 1 rank and
+#   on t=2: the run saves the last step it finished before it fails (the
+#   next step's window is read ahead, so the change is found a step
+#   early), the message says so, the checkpoint holds that step, and
+#   --resume with the file restored trains on to the end.
 SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
@@ -70,4 +75,33 @@ st=$?
 echo "      rewritten in place with its time put back: exit $st: $(grep -m1 error ids.txt)"
 check "ids outside the vocabulary read mid-run: exit 1 naming the file and the id" \
   sh -c "[ $st -eq 1 ] && grep -q 'shardc: error: train.bin: token [0-9]* has id [0-9]*, outside the vocabulary of 64' ids.txt"
+
+meta() { python3 "$ROOT/tests/reliability/st_meta.py" "$@"; }
+for layout in one tp2; do
+  extra= out=prog
+  [ $layout = tp2 ] && extra="--tp 2" out=prog2
+  cp small.bin train.bin
+  rm -rf ck-$layout
+  SHARDC_FAULT=0:3:slow "$SHARDC" run $MODEL $extra --out $out --data train.bin --steps 8 \
+    --no-shuffle --save ck-$layout >saved-$layout.txt 2>&1 </dev/null &
+  pid=$!
+  for _ in $(seq 100); do grep -q "^step 1/" saved-$layout.txt 2>/dev/null && break; sleep 0.1; done
+  sleep 0.5
+  cp wide.bin new.bin && mv new.bin train.bin
+  wait $pid
+  st=$?
+  step=$(meta ck-$layout/state.safetensors step 2>/dev/null)
+  echo "      $layout: the data replaced in a run that saves at its end: exit $st, checkpoint at step '$step': $(grep -m1 'error:.*train.bin' saved-$layout.txt)"
+  check "$layout: data replaced: exit 1, naming the file and the step saved first" \
+    sh -c "[ $st -eq 1 ] && grep -q 'train.bin: the file changed while the run reads it.*saved it first' saved-$layout.txt"
+  check "$layout: the checkpoint holds the last step run (3 or 4), not nothing" \
+    sh -c "[ '$step' = 3 ] || [ '$step' = 4 ]"
+  cp small.bin train.bin
+  "$SHARDC" run $MODEL $extra --out $out --data train.bin --steps 8 --no-shuffle \
+    --resume ck-$layout >resumed-$layout.txt 2>&1 </dev/null
+  st=$?
+  echo "      $layout: resumed with the file restored: exit $st, $(grep -m1 '^final' resumed-$layout.txt)"
+  check "$layout: the resume with the file restored trains to the end" \
+    sh -c "[ $st -eq 0 ] && grep -q '^step 8/8' resumed-$layout.txt"
+done
 finish

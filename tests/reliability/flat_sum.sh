@@ -5,7 +5,12 @@
 # own message; nesting 1,001 levels deep, 1 + (1 + (...)), is still
 # refused, and so is a sum of 1,001 numbers: a static expression stays a
 # tree that the passes and the reader of the printed IR (200 levels, ir/)
-# walk recursively, so its terms still count as levels.
+# walk recursively, so its terms still count as levels. The printed IR of
+# a static sum of 990 numbers, (((1 + 1) + 1) + ...), reads back to the
+# same text (the reader takes a run of opening parentheses in a loop; it
+# refused such a chain beyond 200 terms), and evaluates to its value; a
+# printed chain of 2,000 levels reads, one of 2,001 is refused with its
+# own message, and 201 levels of real nesting are still refused.
 SHARDC=$1
 ROOT=$2
 . "$ROOT/tests/common/checks.sh"
@@ -47,4 +52,32 @@ expect_error "nesting 1001 levels deep: still refused" "nests too deeply (more t
   "$SHARDC" compile nest.shard
 expect_error "a static sum of 1001 numbers: still counted as levels" \
   "nests too deeply (more than 1000 levels)" "$SHARDC" compile num1001.shard
+model num990.shard 990 number
+"$SHARDC" compile num990.shard --passes=verify --emit-ir >num990.ir 2>&1
+"$SHARDC" compile num990.ir --passes=verify --emit-ir >num990.back.ir 2>&1
+st=$?
+echo "      a static sum of 990 numbers printed as IR ($(wc -c <num990.ir) bytes), read back: exit $st"
+check "a printed static sum of 990 numbers reads back to the same text" \
+  sh -c "[ $st -eq 0 ] && cmp num990.ir num990.back.ir"
+check "and folds to 990" sh -c "'$SHARDC' compile num990.ir --emit-ir | grep -q 'config k = 990\$'"
+# chain FILE N: printed IR whose config k is a left chain of N + 1 terms
+# in the printer's parentheses.
+chain() {
+  python3 -c '
+import sys
+path, n = sys.argv[1], int(sys.argv[2])
+e = "(" * n + "1" + "".join(" + 1)" for _ in range(n))
+open(path, "w").write("model m {\n  config k = %s\n  input %%x: f32[4, 8]\n  %%0 = scale(%%x) {s = k}\n  output loss = %%0\n}\n" % e)' "$@"
+}
+chain chain2000.ir 1999
+chain chain2001.ir 2000
+check "a printed chain of 2000 levels reads and folds" \
+  sh -c "'$SHARDC' compile chain2000.ir --emit-ir | grep -q 'config k = 2000\$'"
+expect_error "a printed chain of 2001 levels: refused, saying why" \
+  "expression tree deeper than 2000 levels (each term of a chain of operators is one)" \
+  "$SHARDC" compile chain2001.ir
+python3 -c '
+open("right.ir", "w").write("model m {\n  config k = " + "1 + (" * 201 + "1" + ")" * 201 + "\n}\n")'
+expect_error "201 levels of real nesting in printed IR: still refused" \
+  "expression nested too deeply (more than 200 levels)" "$SHARDC" compile right.ir
 finish

@@ -3,7 +3,10 @@
 # hangs.sh SHARDC ROOT: `shardc run` never hangs silently. On 4 ranks (t=2
 # x p=2) with --timeout 5:
 # - under `ulimit -v 300000` (OpenBLAS cannot reserve its buffers and spins)
-#   the job ends with exit 1 and a message naming a rank;
+#   the job ends with exit 1 and a message naming a rank; a job of one
+#   rank (`shardc run` becomes the program) ends with exit 1 within 10 s
+#   and a message naming the limit, and under a limit it fits in it
+#   trains as usual;
 # - under `ulimit -n 32` (mpirun cannot open its pipes and hangs) the job
 #   ends with exit 1 within 40 s, naming a rank that never started;
 # - and there SIGTERM to `shardc run` is answered within 5 s, leaving no
@@ -36,6 +39,22 @@ if [ -n "${SHARDC_SANITIZED:-}" ]; then
 else
   limited -v 300000
   check "ulimit -v 300000: exit 1 with a message naming a rank" sh -c "[ $st -eq 1 ] && [ -n '$msg' ]"
+  # One rank: the program would spin before its main, unwatched.
+  check "one rank builds" "$SHARDC" run $MODEL --out one --steps 0
+  for lim in 300000 4000000; do
+    t0=$(date +%s.%N)
+    (ulimit -v $lim && exec timeout 100 "$SHARDC" run $MODEL --out one --data train.bin \
+      --steps 3 >one-$lim.txt 2>&1 </dev/null)
+    st=$?
+    took=$(echo "$(date +%s.%N) - $t0" | bc)
+    echo "      one rank under ulimit -v $lim: exit $st after $took s: $(grep -m1 'error' one-$lim.txt)"
+    if [ $lim = 300000 ]; then
+      check "one rank, ulimit -v $lim: exit 1 within 10 s naming the limit" \
+        sh -c "[ $st -eq 1 ] && [ \$(echo '$took < 10' | bc) -eq 1 ] && grep -q 'address-space limit of 300000 KiB' one-$lim.txt"
+    else
+      check "one rank, ulimit -v $lim (enough): trains" sh -c "[ $st -eq 0 ] && grep -q '^final' one-$lim.txt"
+    fi
+  done
 fi
 limited -n 32
 check "ulimit -n 32: exit 1 within 40 s" sh -c "[ $st -eq 1 ] && [ \$(echo '$took < 40' | bc) -eq 1 ]"

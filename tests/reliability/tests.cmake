@@ -7,7 +7,7 @@ if(TARGET shard_comm_mpi)
   foreach(script failing_ranks nan preempt checkpoints keep_last resume_state determinism
                  bad_flags memory save_lock nan_update outputs checksums
                  launcher_death watchdog_load data_attacks hangs writes sizes
-                 flat_sum)
+                 flat_sum compile_layers)
     add_test(NAME reliability/${script}
              COMMAND sh ${TESTS_DIR}/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
     list(APPEND reliability_tests reliability/${script})
