@@ -8,6 +8,7 @@
 #include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
+#include "../planner/program_cost.h"
 #include "driver.h"
 #include "timeline.h"
 
@@ -44,6 +45,10 @@ int drv_cmd_hw(int nargs, DrvArg *args) {
 }
 
 static const DrvOption simulate_options[] = {
+    {"--program", "DIR", "instead of MODEL: the cost report of the program `shardc compile` wrote "
+     "into DIR, every launch of a step priced on --hw (docs/targets.md); with --json, --csv FILE "
+     "and --global-batch"},
+    {"--csv", "FILE", "with --program: every launch group as CSV into FILE (- for stdout)"},
     DRV_DEFINE_OPTION,
     {"--tp", "T", "tensor-parallel size (default 1)"},
     {"--pp", "P", "pipeline stages (default 1)"},
@@ -411,6 +416,19 @@ static const int64_t *compiled_activations(const char *model, int nargs, DrvArg 
 }
 
 int drv_cmd_simulate(int nargs, DrvArg *args) {
+  /* --program DIR: the cost report of a compiled program (planner/program_cost.c). */
+  const char *program = drv_value(nargs, args, "--program"), *csv = drv_value(nargs, args, "--csv");
+  int gb = 0;
+  for (int i = 0; program && i < nargs; i++)
+    if (!args[i].opt) return drv_usage_error(&drv_simulate_command, "--program DIR takes no MODEL");
+  if (csv && !program) return drv_usage_error(&drv_simulate_command, "--csv goes with --program DIR");
+  if (program && !drv_value(nargs, args, "--hw"))
+    return drv_usage_error(&drv_simulate_command, "--hw NAME|FILE is required");
+  if (program)
+    return int_arg(nargs, args, "--global-batch", 0, &gb)
+               ? pl_program_report_main(program, drv_value(nargs, args, "--hw"),
+                                        drv_flag(nargs, args, "--json"), csv, gb)
+               : 1;
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
   PlConfig c;
