@@ -15,7 +15,11 @@
 # TFLOP/s). Memory: the largest GPU memory nvidia-smi shows for our process
 # (CUDA context and cuBLASLt included) against the memory plan's total,
 # and PyTorch's peak allocated memory. The table gives the ratios ours /
-# eager and ours / compile.
+# eager and ours / compile, and beside them the prediction of the cost
+# report (`shardc simulate --program DIR --hw NAME`, docs/targets.md: the
+# program's every launch priced on the hardware description, no run), its
+# tokens/s and MFU, and measured / predicted; BENCH_HW names the
+# description (default h200, or h100 / a100 when nvidia-smi names one).
 #
 #   bench/gpu.sh [BUILD_DIR]        (default build-gpu; configured and built
 #                                    here when it has no shardc)
@@ -70,6 +74,18 @@ python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$ROOT/bench/t
 
 PEAK=$("$SHARDC" hw h200 2>/dev/null | sed -n 's/^peak_bf16_tflops = //p')
 [ -n "$PEAK" ] || PEAK=989
+# The cost report's description: the GPU's preset where nvidia-smi names one.
+case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) in
+*H100*) PRED_HW=h100 ;; *A100*) PRED_HW=a100 ;; *) PRED_HW=h200 ;;
+esac
+PRED_HW=${BENCH_HW:-$PRED_HW}
+
+# predict DIR: the cost report's "step_s tokens_per_s" of the program in DIR.
+predict() {
+  "$SHARDC" simulate --program "$1" --hw "$PRED_HW" --json 2>/dev/null |
+    sed -n 's/^[[:space:]]*"\(tokens_per_s\|step_time_s\)":[[:space:]]*\([0-9.e+-]*\).*/\2/p' |
+    paste -sd' ' -
+}
 
 # The model FLOPs of one token (REFERENCE.md, without recomputation).
 flops_per_token() { # layers hidden
@@ -140,6 +156,15 @@ for shape in "${SHAPES[@]}"; do
   fpt=$(flops_per_token "$l" "$h")
   ours="SKIP" mfu="-" mem="-" eager="-" comp="-" r_e="-" r_c="-" note=""
   dir=$(build_ours "$name" "$l" "$h" "$heads" "$b") || { ROWS+=("$name FAIL build"); continue; }
+  # The prediction: tokens/s and MFU as the measured ones are computed.
+  ptps="-" pmfu="-" r_p="-"
+  pred=$(predict "$dir")
+  if [ -n "$pred" ]; then
+    # shellcheck disable=SC2086
+    set -- $pred
+    ptps=$(awk -v t="$2" 'BEGIN { printf "%.0f", t }')
+    pmfu=$(awk -v t="$ptps" -v f="$fpt" -v p="$PEAK" 'BEGIN { printf "%.1f%%", 100 * t * f / (p * 1e12) }')
+  fi
   plan=$(awk '/^  total/ { printf "%.0f", $(NF-3) / 1048576 }' "$dir.plan.txt")
   echo "== $name: l=$l h=$h heads=$heads batch=$b seq=$SEQ, built ($dir), plan $plan MiB"
   if [ -n "$REASON" ]; then
@@ -170,8 +195,11 @@ for shape in "${SHAPES[@]}"; do
       note="$note no PyTorch (python3 -c 'import torch' fails)"
     fi
   fi
-  ROWS+=("$(printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s' "$name" "$ours" "$mfu" "$mem" \
-    "$eager" "$comp" "$r_e" "$r_c" "$note")")
+  case $ours/$ptps in SKIP/* | FAIL/* | */-) ;; *)
+    r_p=$(awk -v a="$ours" -v b="$ptps" 'BEGIN { printf "%.2f", a / b }') ;;
+  esac
+  ROWS+=("$(printf '%-7s %10s %7s %13s %18s %18s %6s %6s %10s %7s %6s  %s' "$name" "$ours" "$mfu" \
+    "$mem" "$eager" "$comp" "$r_e" "$r_c" "$ptps" "$pmfu" "$r_p" "$note")")
 done
 
 # CUDA graphs: the step time of a small shape, where launch overhead
@@ -315,8 +343,10 @@ echo
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "== bf16 training speed on ${GPU_NAME:-no GPU}, seq $SEQ, $WARM warm-up + $STEPS timed steps," \
   "peak $PEAK TFLOP/s, $(date -u '+%Y-%m-%d %H:%M UTC')"
-printf '%-7s %10s %7s %13s %18s %18s %6s %6s  %s\n' shape "ours tok/s" MFU "MiB used/plan" \
-  "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" note
+printf '%-7s %10s %7s %13s %18s %18s %6s %6s %10s %7s %6s  %s\n' shape "ours tok/s" MFU \
+  "MiB used/plan" "eager tok/s (MiB)" "compile tok/s (MiB)" "/eager" "/comp" "pred tok/s" \
+  "pred MFU" "/pred" note
+echo "(pred: the cost report on $PRED_HW, shardc simulate --program DIR; /pred: measured / predicted)"
 for r in "${ROWS[@]}"; do echo "$r"; done
 echo "$GRAPH_LINE"
 echo

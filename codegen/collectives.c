@@ -9,6 +9,9 @@
  * (CgTarget.permute) and the buffer that holds it (CgTarget.comm_scratch).
  * The messages between pipeline stages are tables the core writes
  * (emit.c), which the runtime sends and receives. */
+#include <string.h>
+
+#include "listing.h"
 #include "target.h"
 
 int64_t cg_comm_outer(const IrNode *n, const IrValue *v) {
@@ -63,6 +66,8 @@ static void allreduce_t(CgEmitter *e, const char *src, const char *dst, int64_t 
                         const char *type, const char *op) {
   emit(e, "rt_comm_allreduce(ctx->tp_comm, %s, %s, %lld, %s, %s);", src, dst, (long long)n, type,
        op);
+  cg_launch_comm(e, "allreduce", cg_mesh(e->g, IR_AXIS_TENSOR),
+                 (double)n * (strcmp(type, "RT_COMM_BF16") == 0 ? 2 : e->plan->real_bytes));
 }
 
 void cg_comm_allreduce(CgEmitter *e, const char *src, const char *dst, int64_t n, const char *op) {
@@ -79,6 +84,7 @@ static void emit_all_gather(CgEmitter *e, const IrNode *n) {
   const char *tmp = o == 1 ? cg_ref(e, y) : e->target->comm_scratch;
   emit(e, "rt_comm_allgather(ctx->tp_comm, %s, %s, %lld, %s);", cg_ref(e, x), tmp,
        (long long)cg_numel(x), type);
+  cg_launch_comm(e, "allgather", t, cg_listing_bytes(e, y));
   if (o > 1) e->target->permute(e, cg_ref(e, y), tmp, t, o, part, low(e, x));
 }
 
@@ -94,6 +100,7 @@ static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
   }
   emit(e, "rt_comm_reduce_scatter(ctx->tp_comm, %s, %s, %lld, %s, RT_COMM_SUM);", src,
        cg_ref(e, y), (long long)cg_numel(y), type);
+  cg_launch_comm(e, "reduce_scatter", t, cg_listing_bytes(e, x));
 }
 
 bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {

@@ -177,12 +177,13 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
   for (int l = 0; l < f.nloads; l++)
     emit(e, "const real *restrict x%d = %s;", l, ref(e, f.loads[l].v));
   const char **store = ir_alloc(sizeof *store * (size_t)(2 * (last - first + 1)));
+  const IrValue **outs = ir_alloc(sizeof *outs * (size_t)(2 * (last - first + 1)));
   int nstore = 0;
   for (int k = first; k <= last; k++) {
     const IrNode *n = cg_node(e, k);
     for (int j = 0; j < n->nout; j++)
       if (cg_buf(e, n->out[j])->region != PASS_REGION_NONE) {
-        store[nstore] = ir_fmt("y%d", nstore);
+        outs[nstore] = n->out[j], store[nstore] = ir_fmt("y%d", nstore);
         emit(e, "real *restrict %s = %s;", store[nstore++], ref(e, n->out[j]));
       }
   }
@@ -216,6 +217,8 @@ static void cpu_fused(CgEmitter *e, int first, int last) {
   emit(e, "}");
   e->depth--;
   emit(e, "}");
+  const char *loop = ir_fmt("(loop) %s", cg_listing_ops(e, first, last));
+  cg_launch_values(e, CG_K_ELEMENTWISE, loop, f.loads, sizeof *f.loads, f.nloads, outs, nstore);
 }
 
 /* ------------------------------------------------------------------ GEMMs */
@@ -229,6 +232,8 @@ static void gemm(CgEmitter *e, int ta, int tb, int64_t M, int64_t N, int64_t K, 
        cg_cpu_chunk_rows(e) ? "k_gemm" : cpu_state(e)->team ? "k_gemm_blocks_team" : "k_gemm_blocks", ta, tb,
        (long long)M, (long long)N,
        (long long)K, A, (long long)lda, B, (long long)ldb, beta, C, (long long)ldc);
+  cg_launch_gemm(e, NULL, 1, M, N, K, lda, ldb, ldc, e->plan->real_bytes, e->plan->real_bytes,
+                 strcmp(beta, "1") == 0);
 }
 
 /* a[..., m, k] @ b[..., k, n]: one GEMM when b is shared and a's rows are
@@ -253,7 +258,9 @@ static void emit_matmul(CgEmitter *e, int index) {
             "%s, %s, %lld, %lld);",
          mm.ta, mm.tb, (long long)mm.batch, (long long)mm.m, (long long)mm.n, (long long)mm.k,
          ref(e, a), (long long)mm.lda, (long long)mm.sa, ref(e, b), (long long)mm.ldb,
-         (long long)mm.sb, beta, ref(e, y), (long long)mm.n, (long long)(mm.m * mm.n));
+         (long long)mm.sb, beta, ref(e, y), (long long)mm.n, (long long)(mm.m * mm.n)),
+    cg_launch_gemm(e, NULL, mm.batch, mm.m, mm.n, mm.k, mm.lda, mm.ldb, mm.n,
+                   e->plan->real_bytes, e->plan->real_bytes, strcmp(beta, "1") == 0);
 }
 
 /* x[..., in] @ w + bias; w is [in, out], or [out, in] when transposed. */
@@ -265,7 +272,9 @@ static void emit_linear(CgEmitter *e, int index) {
   gemm(e, 0, tr, rows, out, in, rref(e, x), in, ref(e, w), tr ? in : out, beta_of(e, y),
        rref(e, y), out);
   if (n->nin == 3) emit(e, "k_add_bias(%s, %s, %lld, %lld);", rref(e, y), ref(e, n->in[2]),
-                        (long long)rows, (long long)out);
+                        (long long)rows, (long long)out),
+      cg_launch(e, CG_K_ELEMENTWISE, NULL, 0, 2.0 * (double)(rows * out) * e->plan->real_bytes,
+                (double)(rows * out) * e->plan->real_bytes);
 }
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */
@@ -297,6 +306,7 @@ static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + ra
 
 static void emit_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
   emit(e, "memcpy(%s, %s, %lld * sizeof(real));", ref(e, y), ref(e, x), (long long)cg_numel(x));
+  cg_launch_copy(e, (double)cg_numel(x) * e->plan->real_bytes);
 }
 
 static void emit_transpose(CgEmitter *e, int index) {
@@ -317,7 +327,8 @@ static void emit_split(CgEmitter *e, int index) {
   for (int j = 0; j < n->nout; j++)
     emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[j]), (long long)part,
          rref(e, x), j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols,
-         (long long)outer, (long long)part);
+         (long long)outer, (long long)part),
+        cg_launch_copy(e, (double)(outer * part) * e->plan->real_bytes);
 }
 
 /* x[..., start:end, ...]: one strided block copy, as a part of split. */
@@ -331,6 +342,7 @@ static void emit_slice(CgEmitter *e, int index) {
   emit(e, "k_copy2d(%s, %lld, %s%s, %lld, %lld, %lld);", rref(e, n->out[0]), (long long)part,
        rref(e, x), at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, (long long)outer,
        (long long)part);
+  cg_launch_copy(e, (double)(outer * part) * e->plan->real_bytes);
 }
 
 static void emit_concat(CgEmitter *e, int index) {
@@ -344,6 +356,7 @@ static void emit_concat(CgEmitter *e, int index) {
     emit(e, "k_copy2d(%s%s, %lld, %s, %lld, %lld, %lld);", rref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, rref(e, n->in[j]),
          (long long)c, (long long)rows, (long long)c);
+    cg_launch_copy(e, (double)(rows * c) * e->plan->real_bytes);
     at += c;
   }
 }
@@ -359,6 +372,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
   case CG_BC_SCALAR:
   case CG_BC_SUFFIX:
     emit(e, "k_sum_rows(%s, %s, %lld, %lld);", ref(e, y), ref(e, x), (long long)(N / M), (long long)M);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
     return;
   case CG_BC_ROW:
     emit(e, "{");
@@ -376,6 +390,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
     emit(e, "}");
     e->depth--;
     emit(e, "}");
+    cg_launch_node(e, CG_K_REDUCTION, "(loop) sum_to", n);
     return;
   case CG_BC_GENERAL:
     emit(e, "{");
@@ -387,6 +402,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
          cg_bcast_index(&y->type, &x->type, "i"));
     e->depth--;
     emit(e, "}");
+    cg_launch_node(e, CG_K_REDUCTION, "(loop) sum_to", n);
     return;
   }
 }
@@ -410,6 +426,7 @@ static void emit_attention(CgEmitter *e, int index) {
          rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
          rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), (long long)b,
          (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+  cg_launch_attention(e, NULL, n);
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
@@ -418,6 +435,7 @@ static void emit_layernorm(CgEmitter *e, int index) {
   emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
        ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
        (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
@@ -426,6 +444,7 @@ static void emit_rmsnorm(CgEmitter *e, int index) {
   emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
        ref(e, n->in[1]), (long long)rrows(e, x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_layernorm_grad(CgEmitter *e, int index) {
@@ -438,6 +457,7 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
        ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
        ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
@@ -446,6 +466,7 @@ static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
        ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)cg_rows(x),
        (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
@@ -453,6 +474,7 @@ static void emit_softmax(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_fwd(%s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
        (long long)cg_rows(x), (long long)cg_dim(x, -1));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
@@ -460,6 +482,7 @@ static void emit_softmax_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   emit(e, "k_softmax_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, x),
        ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_causal_mask(CgEmitter *e, int index) {
@@ -468,6 +491,7 @@ static void emit_causal_mask(CgEmitter *e, int index) {
   int64_t s = cg_dim(x, -1);
   emit(e, "k_causal_mask(%s, %s, %lld, %lld, %s);", ref(e, n->out[0]), ref(e, x),
        (long long)(cg_numel(x) / (s * s)), (long long)s, cg_real(ir_attr_float(n, "fill")));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 /* In a chunk: its whole sequences (memplan's row_local). */
@@ -480,6 +504,7 @@ static void emit_rope(CgEmitter *e, int index) {
   emit(e, "k_rope_part(%s, %s, %lld, %lld, %lld, %lld, %lld, %s, %d);", rref(e, n->out[0]),
        rref(e, x), (long long)b, (long long)cg_dim(x, -2), (long long)H, (long long)d,
        (long long)(r ? r : d), cg_real(ir_attr_float(n, "theta")), (int)ir_attr_int(n, "inverse"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 static void emit_dropout(CgEmitter *e, int index) {
@@ -489,6 +514,7 @@ static void emit_dropout(CgEmitter *e, int index) {
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, n->in[0]),
        (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 static void emit_loss(CgEmitter *e, int index) {
@@ -503,6 +529,7 @@ static void emit_loss(CgEmitter *e, int index) {
     emit(e, "k_cross_entropy_bwd(%s, %s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
          (long long)V);
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
 }
 
 /* embedding_grad straight into the gradient slot: dy's rows added to the
@@ -541,6 +568,8 @@ void cg_cpu_embedding_scatter(CgEmitter *e, const IrNode *n, int64_t vp_rows) {
   emit(e, "}");
   e->depth--;
   emit(e, "}");
+  cg_launch(e, CG_K_REDUCTION, "(loop) embedding scatter", 0, cg_listing_bytes(e, ids) +
+            2 * cg_listing_bytes(e, dy), cg_listing_bytes(e, dy));
 }
 
 static void emit_embedding(CgEmitter *e, int index) {
@@ -550,25 +579,29 @@ static void emit_embedding(CgEmitter *e, int index) {
   if (n->op == IR_OP_EMBEDDING) /* in a chunk: its ids, one per row */
     emit(e, "k_embedding_fwd(%s, %s%s, %s, %lld, %lld);", rref(e, y), ref(e, ids),
          cg_cpu_chunk_rows(e) ? " + r0" : "", ref(e, n->in[1]),
-         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)cg_dim(y, -1));
+         (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)cg_dim(y, -1)),
+        cg_launch_node(e, CG_K_COPY, NULL, n);
   else if (cg_buf(e, y)->region == PASS_REGION_GRADS)
     cg_cpu_embedding_scatter(e, n, 0);
   else
     emit(e, "k_embedding_bwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, ids),
-         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
+         ref(e, n->in[1]), (long long)cg_numel(ids), (long long)cg_dim(y, 0), (long long)cg_dim(y, -1)),
+        cg_launch_node(e, CG_K_REDUCTION, NULL, n);
 }
 
 static void emit_arange(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)cg_numel(y));
+  else emit(e, "k_arange(%s, %lld);", ref(e, y), (long long)cg_numel(y)),
+    cg_launch_node(e, CG_K_COPY, NULL, cg_node(e, index));
 }
 
 static void emit_zeros(CgEmitter *e, int index) {
   const IrValue *y = cg_node(e, index)->out[0];
   emit(e, "memset(%s, 0, %lld * sizeof(%s));", ref(e, y), (long long)cg_numel(y),
        y->type.dtype == IR_I32 ? "int32_t" : "real");
+  cg_launch(e, CG_K_COPY, NULL, 0, 0, cg_listing_bytes(e, y));
 }
 
 /* A view unless the plan says otherwise. */
@@ -644,6 +677,8 @@ static void cpu_accumulate(CgEmitter *e, const IrValue *param, const IrValue *gr
   emit(e, "for (int64_t i = 0; i < %lld; i++) g[i] += x[i];", (long long)n);
   e->depth--;
   emit(e, "}");
+  cg_launch(e, CG_K_ELEMENTWISE, "(loop) accumulate", 0, 2.0 * (double)n * e->plan->real_bytes,
+            (double)n * e->plan->real_bytes);
 }
 
 /* The chunks of a run share the threads dynamically, so that a thread the
@@ -671,6 +706,7 @@ static void chunks_begin(CgEmitter *e, int first, int last) {
   emit(e, "(void)r0;");
   cpu_state(e)->chunk_state = sunk ? 2 : 1;
   cpu_state(e)->chunk_rows = e->plan->chunk_rows;
+  cg_listing_repeat(e, e->plan->nchunks);
 }
 
 static void chunks_after(CgEmitter *e) {
@@ -678,6 +714,7 @@ static void chunks_after(CgEmitter *e) {
   emit(e, "}"); /* the loop over chunks; the region stays open */
   cpu_state(e)->chunk_state = 3;
   cpu_state(e)->chunk_rows = 0;
+  cg_listing_repeat(e, 1);
 }
 
 static void chunks_end(CgEmitter *e) {
@@ -689,6 +726,7 @@ static void chunks_end(CgEmitter *e) {
   emit(e, "}");
   cpu_state(e)->chunk_state = 0;
   cpu_state(e)->chunk_rows = 0;
+  cg_listing_repeat(e, 1);
 }
 
 /* A sunk node (memplan's sinkable): the team shares its blocks. */
@@ -698,6 +736,7 @@ static void team_node(CgEmitter *e, int index) {
     const IrValue *x = n->in[0], *y = n->out[0];
     emit(e, "k_sum_rows_team(%s, %s, %lld, %lld);", ref(e, y), ref(e, x),
          (long long)(cg_numel(x) / cg_numel(y)), (long long)cg_numel(y));
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
     return;
   }
   if (n->op != IR_OP_LINEAR_DW) unreachable();
@@ -861,6 +900,7 @@ static void cpu_permute(CgEmitter *e, const char *dst, const char *src, int64_t 
   if (low) die("cpu target: a bf16 permutation");
   emit(e, "k_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a, (long long)b,
        (long long)part);
+  cg_launch_copy(e, (double)(a * b * part) * e->plan->real_bytes);
 }
 
 const CgTarget cg_target_cpu = {

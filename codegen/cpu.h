@@ -3,6 +3,7 @@
 #ifndef SHARDC_CODEGEN_CPU_H
 #define SHARDC_CODEGEN_CPU_H
 
+#include "listing.h"
 #include "target.h"
 
 /* Tensor parallelism on the CPU target (cpu_tp.c): the scratch and helpers

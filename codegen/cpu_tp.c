@@ -44,6 +44,7 @@ static void emit_tp_slice(CgEmitter *e, const IrNode *n) {
   emit(e, "k_copy2d(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);", cg_ref(e, y),
        (long long)part, cg_ref(e, x), (long long)part, (long long)whole, (long long)o,
        (long long)part);
+  cg_launch_copy(e, cg_listing_bytes(e, y));
 }
 
 /* ------------------------------------------------------- vocabulary split */
@@ -61,6 +62,7 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
          cg_ref(e, ids), cg_cpu_chunk_rows(e) ? " + r0" : "", cg_ref(e, table),
          (long long)(cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) : cg_numel(ids)), (long long)h, (long long)V,
          (long long)V);
+    cg_launch_node(e, CG_K_COPY, NULL, n);
     return;
   }
   const IrValue *dy = n->in[1];
@@ -69,6 +71,7 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
     emit(e, "k_embedding_bwd_vp(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
          cg_ref(e, y), cg_ref(e, ids), cg_ref(e, dy), (long long)rows, (long long)V, (long long)h,
          (long long)V);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
     return;
   }
   cg_cpu_embedding_scatter(e, n, V); /* straight into the gradient slot */
@@ -96,18 +99,23 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
   emit(e, "real *mx = tp_scratch, *se = tp_scratch + %lld, *tg = tp_scratch + %lld;",
        (long long)rows, (long long)(2 * rows));
   emit(e, "k_ce_vp_max(mx, %s, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, logits), 4.0 * (double)rows);
   cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
   emit(e, "k_ce_vp_sumexp(se, %s, mx, %lld, %lld, n);", L, (long long)rows, (long long)V);
+  cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, logits), 4.0 * (double)rows);
   cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
   if (n->op == IR_OP_CROSS_ENTROPY) {
     emit(e, "k_ce_vp_target(tg, %s, %s, %lld, %lld, lo, n, %lld);", L, T, (long long)rows,
          (long long)V, (long long)valid);
+    cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, targets), 4.0 * (double)rows);
     cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
     emit(e, "k_ce_vp_loss(%s, mx, se, tg, %lld);", cg_ref(e, n->out[0]), (long long)rows);
+    cg_launch(e, CG_K_REDUCTION, NULL, 0, 12.0 * (double)rows, 4);
   } else {
     emit(e, "(void)tg;");
     emit(e, "k_ce_vp_bwd(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", cg_ref(e, n->out[0]), L, T,
          cg_ref(e, n->in[2]), (long long)rows, (long long)V);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
   }
   e->depth--;
   emit(e, "}");
@@ -118,6 +126,7 @@ static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
        (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 bool cg_cpu_tp_writes_op(IrOp op) { return op == IR_OP_TP_SLICE || op == IR_OP_TP_COPY; }
@@ -130,7 +139,8 @@ bool cg_cpu_tp_node(CgEmitter *e, const IrNode *n) {
   case IR_OP_TP_COPY: /* the identity; memplan makes it a view, which runs no code */
     if (strcmp(cg_ref(e, n->in[0]), cg_ref(e, n->out[0])) != 0)
       emit(e, "memcpy(%s, %s, %lld * sizeof(real));", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
-           (long long)cg_numel(n->in[0]));
+           (long long)cg_numel(n->in[0])),
+          cg_launch_copy(e, cg_listing_bytes(e, n->in[0]));
     return true;
   case IR_OP_EMBEDDING:
   case IR_OP_EMBEDDING_GRAD:

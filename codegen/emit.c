@@ -18,6 +18,7 @@
 #include "../abi/mesh.h"
 #include "../abi/model.h"
 #include "layout.h"
+#include "listing.h"
 
 /* --------------------------------------------------------------- emitter */
 
@@ -249,13 +250,13 @@ static void emit_chunks(CgEmitter *e, int first, int last) {
        (long long)p->nchunks, (long long)p->chunk_rows);
   if (!e->target->row_chunks) die("%s target: a plan of row chunks", e->target->name);
   e->target->row_chunks(e, first, last);
-  emit(e, "PROF(\"%s\");", prof_chunks_label(e, first, last));
+  emit(e, "PROF(\"%s\");", cg_listing_prof(e, first, last, prof_chunks_label(e, first, last)));
   for (int i = first; i <= last; i++) {
     IrNode *n = e->g->nodes.items[i];
     for (int j = 0; j < n->nout && p->sunk[i]; j++)
       if (i >= p->boundary && staged_grad(cg_buf(e, n->out[j]))) {
         emit_accumulate(e, n->out[j]);
-        emit(e, "PROF(\"B accumulate_grad\");");
+        emit(e, "PROF(\"%s\");", cg_listing_prof(e, -1, -1, "B accumulate_grad"));
       }
   }
 }
@@ -303,13 +304,13 @@ static void emit_nodes(CgEmitter *e, int from, int to) {
     for (int k = i; k <= last; k++) emit_ir_comment(e, k, "");
     if (p->fused[i]) emit_fused(e, i, last);
     else emit_node(e, i);
-    emit(e, "PROF(\"%s\");", prof_label(e, i, last));
+    emit(e, "PROF(\"%s\");", cg_listing_prof(e, i, last, prof_label(e, i, last)));
     for (int k = i; k <= last; k++) {
       IrNode *n = e->g->nodes.items[k];
       for (int j = 0; j < n->nout; j++)
         if (k >= p->boundary && staged_grad(cg_buf(e, n->out[j]))) {
           emit_accumulate(e, n->out[j]);
-          emit(e, "PROF(\"B accumulate_grad\");");
+          emit(e, "PROF(\"%s\");", cg_listing_prof(e, -1, -1, "B accumulate_grad"));
         }
     }
     emit_after_backward(e, i, last);
@@ -914,6 +915,7 @@ static void emitter_begin(CgEmitter *e, const CgLayout *l, CgChunk *chunks, int 
                    .chunks = chunks, .nchunks = nchunks, .opt = l->opt, .target = l->target,
                    .vshape = l->g->pp_vshape};
   emitter_open(e);
+  cg_listing_open(e);
   if (l->target->state_new) e->state = l->target->state_new(e);
 }
 
@@ -943,6 +945,7 @@ bool cg_emit(const CgLayout *l) {
     CgEmitter pe;
     emitter_begin(&pe, l, pr->chunks, pr->nchunks);
     emit_program(&pe, &l->model, pr);
+    cg_listing_program(&pe, pr);
     if (pe.errors) {
       fclose(pe.out);
       free(pe.buf);
@@ -955,7 +958,8 @@ bool cg_emit(const CgLayout *l) {
   b.chunk = NULL;
   t->buildfile(&b, names, l->nprograms);
   if (!write_emitter(&b, t->buildfile_name)) return false;
-  return write_manifest(&b, l->programs, l->nprograms) && write_model_files(o);
+  return write_manifest(&b, l->programs, l->nprograms) && write_model_files(o) &&
+         cg_listing_write(l);
 }
 
 /* The last stage of the compiler: the layout of the program set, built

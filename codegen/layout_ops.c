@@ -1,6 +1,7 @@
 /* The calls of the layout ops that every target writes the same way, up
  * to the prefix of its kernels ("k_" on the CPU, "k_cuda_" on the GPU):
  * the kernels of both take the same arguments. */
+#include "listing.h"
 #include "target.h"
 
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
@@ -17,6 +18,7 @@ bool cg_transpose_call(CgEmitter *e, const IrNode *n, const char *prefix) {
        cg_ref(e, n->in[0]), (long long)cg_dims_prod(t, 0, d0), (long long)t->shape[d0],
        (long long)cg_dims_prod(t, d0 + 1, d1), (long long)t->shape[d1],
        (long long)cg_dims_prod(t, d1 + 1, t->rank));
+  cg_launch_node(e, CG_K_COPY, NULL, n);
   return true;
 }
 
@@ -31,4 +33,5 @@ void cg_heads_call(CgEmitter *e, const IrNode *n, bool split, const char *prefix
   emit(e, "%s%s_heads(%s, %s, %lld, %lld, %lld, %lld);", prefix, split ? "split" : "merge",
        cg_ref(e, y), cg_ref(e, x), (long long)d[0], (long long)d[2], (long long)d[1],
        (long long)d[3]);
+  cg_launch_node(e, CG_K_COPY, NULL, n);
 }

@@ -6,14 +6,16 @@
  * program: a throwaway model is compiled for the CPU target into a
  * scratch folder, which gives the Makefile with this build's compiler,
  * flags and libraries, and the measuring program is built against the same
- * libraries by a makefile that includes it. The program times
- * k_gemm_blocks (the CPU target's GEMM as a rank program calls it outside
- * a row chunk: blocks of single-threaded BLAS shared by the OpenMP team) by size and a large copy on one rank with all the
- * cores, then the same with one thread in each of `cores` copies run at
- * once (what each of `cores` ranks gets: `shardc run` gives a rank cores /
- * ranks threads, and the ranks contend for the memory and the caches),
- * then, under mpirun with the launch recipe of `shardc run`, messages
- * between two ranks through the runtime's rt_comm_send. */
+ * libraries by a makefile that includes it. The program times what the
+ * cost model prices, as a rank program runs it (OMP_WAIT_POLICY=passive,
+ * every call on fresh operands): the CPU target's GEMM per thread by size,
+ * a copy, one parallel region, the attention, the other ops and the
+ * optimizer's passes, on one rank with all the cores, then the same with
+ * one thread in each of `cores` copies run at once (what each of `cores`
+ * ranks gets: `shardc run` gives a rank cores / ranks threads, and the
+ * ranks contend for the memory and the caches), then, under mpirun with
+ * the launch recipe of `shardc run`, messages between two ranks through
+ * the runtime's rt_comm_send. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,44 +48,181 @@ static const char measure_mk[] =
 
 /* The measuring program. `measure gemm MAX` prints `gemm N SECONDS` for
  * square products of N = 16 .. MAX (the best of several runs, each size
- * run for at least 50 ms) and `copy BYTES SECONDS` for an OpenMP copy of
- * a buffer far larger than the caches; `measure mpi` (two ranks) prints
- * `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
+ * run for at least 50 ms), `copy BYTES SECONDS` for an OpenMP copy of a
+ * buffer far larger than the caches, `op SECONDS` for one parallel region
+ * with the threads it was started with, `attn FLOPS SECONDS` for the CPU
+ * target's attention forward and backward at two shapes, `elem BYTES
+ * SECONDS` for a norm, a softmax and a GELU loop, and `update BYTES
+ * SECONDS` for the optimizer step's passes; `measure mpi` (two ranks)
+ * prints `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
 static const char measure_c[] =
-    "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
+    "#include <math.h>\n#include <omp.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
     "#include \"kernels/cpu/kernels.h\"\n#include \"runtime/comm/comm.h\"\n"
     "static double now(void) {\n"
     "  struct timespec t;\n  clock_gettime(CLOCK_MONOTONIC, &t);\n"
     "  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;\n}\n"
-    "static void gemm(long max) {\n"
-    "  for (long n = 16; n <= max; n *= 2) {\n"
-    "    real *a = calloc((size_t)(n * n), sizeof(real)), *b = calloc((size_t)(n * n), sizeof(real)),\n"
-    "         *c = calloc((size_t)(n * n), sizeof(real));\n"
-    "    for (long i = 0; i < n * n; i++) a[i] = (real)(i % 7) * 0.1f, b[i] = (real)(i % 5) * 0.1f;\n"
-    "    double best = 1e30, start = now();\n"
-    "    for (int r = 0; r < 3 || now() - start < 0.05; r++) {\n"
-    "      double t0 = now();\n"
-    "      k_gemm_blocks(0, 0, n, n, n, 1, a, n, b, n, 0, c, n);\n"
-    "      double t = now() - t0;\n"
-    "      if (t < best) best = t;\n"
-    "    }\n"
-    "    printf(\"gemm %ld %.9g\\n\", n, best);\n"
-    "    free(a), free(b), free(c);\n"
-    "  }\n}\n"
-    "static void copy(void) {\n"
-    "  const long n = 1L << 26;\n"
-    "  char *a = malloc((size_t)n), *b = malloc((size_t)n);\n"
-    "  memset(a, 1, (size_t)n), memset(b, 0, (size_t)n);\n"
-    "  double best = 1e30;\n"
-    "  for (int r = 0; r < 5; r++) {\n"
+    "static real *fill(long n) {\n"
+    "  real *x = malloc((size_t)n * sizeof(real));\n"
+    "  for (long i = 0; i < n; i++) x[i] = (real)((i % 13) - 6) * 0.01f;\n"
+    "  return x;\n}\n"
+    /* Each call on operands of its own, taken in turn from a pool of 64
+     * MiB: a training step's products read activations that the ops
+     * before them wrote out of the caches nearest the core, not the same
+     * hot buffers again. The mean of a batch of calls lasting about a
+     * millisecond, the best batch of those run in 40 ms (a batch that no
+     * other process interrupted). */
+    "static real *pool;\n"
+    "static long pool_at, pool_n = 1L << 24;\n"
+    "static real *take(long n) {\n"
+    "  if (!pool || n > pool_n) {\n"
+    "    free(pool);\n"
+    "    pool_n = pool_n > n ? pool_n : n;\n"
+    "    pool = fill(pool_n), pool_at = 0;\n"
+    "  }\n"
+    "  if (pool_at + n > pool_n) pool_at = 0;\n"
+    "  real *p = pool + pool_at;\n"
+    "  pool_at += (n + 15) / 16 * 16;\n"
+    "  return p;\n}\n"
+    /* A batch of calls lasting about a millisecond on operands taken in
+     * turn from the pool, the best batch's mean over 40 ms: a batch that
+     * no other process interrupted. */
+    "static double batch(void (*f)(long), long n) {\n"
+    "  double best = 1e30, start = now();\n"
+    "  for (int r = 0; r < 3 || now() - start < 0.04; r++) {\n"
+    "    long calls = 0;\n"
     "    double t0 = now();\n"
-    "#pragma omp parallel for\n"
-    "    for (long k = 0; k < 64; k++) memcpy(b + k * (n / 64), a + k * (n / 64), (size_t)(n / 64));\n"
-    "    double t = now() - t0;\n"
+    "    do f(n), calls++; while (now() - t0 < 0.001);\n"
+    "    double t = (now() - t0) / (double)calls;\n"
     "    if (t < best) best = t;\n"
     "  }\n"
-    "  printf(\"copy %ld %.9g\\n\", n, best);\n"
-    "  free(a), free(b);\n}\n"
+    "  return best;\n}\n"
+    /* The products as the programs run most of theirs: inside a stretch
+     * of row chunks every thread runs its own single-threaded k_gemm on
+     * its own chunk, one after the other without waiting for the team
+     * (passes/memplan_rows.c); so each thread runs k products of n^3 on
+     * operands from its share of the pool, k doubled until that lasts a
+     * millisecond, and the best of such runs over 40 ms counts, as T
+     * products at once (FLOPs T 2 n^3). One region per run, amortised. */
+    "static double gemm_run(long n, long k) {\n"
+    "  int T = omp_get_max_threads();\n"
+    "  long need = 3 * n * n;\n"
+    "  if (!pool || pool_n < T * need) {\n"
+    "    free(pool);\n"
+    "    pool_n = pool_n > T * need ? pool_n : T * need;\n"
+    "    pool = fill(pool_n), pool_at = 0;\n"
+    "  }\n"
+    "  long part = pool_n / T, per = part / need;\n"
+    "  int blas = k_blas_serial_begin();\n"
+    "  double t0 = now();\n"
+    "#pragma omp parallel\n"
+    "  {\n"
+    "    long t = omp_get_thread_num();\n"
+    "    for (long j = 0; j < k; j++) {\n"
+    "      real *a = pool + t * part + ((j + pool_at) % per) * need;\n"
+    "      k_gemm(0, 0, n, n, n, 1, a, n, a + n * n, n, 0, a + 2 * n * n, n);\n"
+    "    }\n"
+    "  }\n"
+    "  double dt = now() - t0;\n"
+    "  k_blas_serial_end(blas);\n"
+    "  pool_at += k;\n"
+    "  return dt;\n}\n"
+    "static void gemm(long max) {\n"
+    "  for (long n = 16; n <= max; n *= 2) {\n"
+    "    long k = 1;\n"
+    "    while (gemm_run(n, k) < 0.001 && k < (1L << 24)) k *= 2;\n"
+    "    double best = 1e30, start = now();\n"
+    "    for (int r = 0; r < 3 || now() - start < 0.04; r++) {\n"
+    "      double t = gemm_run(n, k) / (double)k;\n"
+    "      if (t < best) best = t;\n"
+    "    }\n"
+    "    printf(\"gemm %ld %.9g %.9g\\n\", n, 2.0 * (double)omp_get_max_threads() * (double)(n * n * n), best);\n"
+    "  }\n}\n"
+    /* Memory: 1 MiB of the pool copied to the next, shared by the threads
+     * as the programs' loops share theirs. */
+    "static void one_copy(long n) {\n"
+    "  real *a = take(2 * n);\n"
+    "#pragma omp parallel for schedule(static)\n"
+    "  for (long k = 0; k < 16; k++) memcpy(a + n + k * (n / 16), a + k * (n / 16), (size_t)(n / 16) * sizeof(real));\n}\n"
+    "static void copy(void) {\n"
+    "  const long n = 1L << 18;\n"
+    "  printf(\"copy %ld %.9g\\n\", n * (long)sizeof(real), batch(one_copy, n));\n}\n"
+    /* What one op of a rank program costs besides its work: parallel
+     * regions back to back, each with a token of work per thread, as the
+     * programs start one per op (with OMP_WAIT_POLICY=passive the team
+     * sleeps between them and is woken each time). */
+    "static void one_op(long n) {\n"
+    "  static double cell[256];\n"
+    "  for (long i = 0; i < n; i++) {\n"
+    "#pragma omp parallel\n"
+    "    cell[omp_get_thread_num() % 256] += 1;\n"
+    "  }\n}\n"
+    "static void op(void) { printf(\"op %.9g\\n\", batch(one_op, 16) / 16); }\n"
+    /* The CPU target's attention, forward and backward, causal, as a rank
+     * program runs it: FLOPs counted as the planner counts them (4 and 8
+     * numel(q) s), at two head sizes. */
+    "static long att_s, att_h, att_d;\n"
+    "static real *att_scratch;\n"
+    "static void one_attn(long b) {\n"
+    "  long n = b * att_s * att_h * att_d;\n"
+    "  real *q = take(8 * n), *kk = q + n, *v = q + 2 * n, *y = q + 3 * n;\n"
+    "  k_attention_fwd(y, q, kk, v, b, att_s, att_h, att_h, att_d, 1, att_scratch);\n"
+    "  k_attention_bwd(q + 4 * n, q + 5 * n, q + 6 * n, q + 7 * n, q, kk, v, y, b, att_s, att_h, att_h,\n"
+    "                  att_d, 1, att_scratch);\n}\n"
+    "static void attn(void) {\n"
+    "  static const long shape[2][3] = {{128, 4, 32}, {256, 4, 64}};\n"
+    "  for (int k = 0; k < 2; k++) {\n"
+    "    att_s = shape[k][0], att_h = shape[k][1], att_d = shape[k][2];\n"
+    "    long b = omp_get_max_threads(), n = b * att_s * att_h * att_d;\n"
+    "    att_scratch = fill(k_attention_scratch(att_s) * omp_get_max_threads());\n"
+    "    printf(\"attn %.9g %.9g\\n\", 12.0 * (double)n * (double)att_s, batch(one_attn, b));\n"
+    "    free(att_scratch);\n"
+    "  }\n}\n"
+    /* The ops that are neither products nor attention, as the kernels and
+     * the programs' loops run them over [1024, 128]: a norm forward and
+     * backward, a softmax, a GELU, a residual sum and a bias; their bytes
+     * read and written over their time. */
+    "static real *el_w, *el_b, *el_dw, *el_db;\n"
+    "static void one_elem(long rows) {\n"
+    "  const long h = 128, n = rows * h;\n"
+    "  real *x = take(4 * n), *y = x + n, *dy = x + 2 * n, *dx = x + 3 * n;\n"
+    "  k_layernorm_fwd(y, x, el_w, el_b, rows, h, 1e-5f);\n"
+    "  k_layernorm_bwd(dx, el_dw, el_db, dy, x, el_w, rows, h, 1e-5f);\n"
+    "  k_softmax_fwd(y, x, rows, h);\n"
+    "#pragma omp parallel for schedule(static)\n"
+    "  for (long i = 0; i < n; i++) y[i] = k_gelu(x[i]);\n"
+    "#pragma omp parallel for schedule(static)\n"
+    "  for (long i = 0; i < n; i++) dx[i] = x[i] + dy[i];\n"
+    "  k_add_bias(y, el_b, rows, h);\n}\n"
+    "static void elem(void) {\n"
+    "  el_w = fill(128), el_b = fill(128), el_dw = fill(128), el_db = fill(128);\n"
+    "  printf(\"elem %.9g %.9g\\n\", 14.0 * 1024 * 128 * sizeof(real), batch(one_elem, 1024));\n}\n"
+    /* The optimizer step's passes as the runtime runs them (runtime/main.c
+     * rt_update): the gradient norm, AdamW over contiguous shares of the
+     * threads, and the finiteness check of the weights and both moments:
+     * 4 + 28 + 12 bytes per parameter. */
+    "static double sink;\n"
+    "static double squares(const real *x, long n) {\n"
+    "  const long chunk = 1L << 14;\n"
+    "  double sum = 0;\n"
+    "#pragma omp parallel for schedule(static) reduction(+ : sum)\n"
+    "  for (long c = 0; c < (n + chunk - 1) / chunk; c++)\n"
+    "    sum += k_sum_squares(x + c * chunk, (c + 1) * chunk < n ? chunk : n - c * chunk);\n"
+    "  return sum;\n}\n"
+    "static void one_update(long n) {\n"
+    "  KAdamW hp = {.grad_scale = 1, .decay = 0.9999f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,\n"
+    "               .step_size = 1e-4f, .bc2_sqrt = 0.5f};\n"
+    "  real *w = take(4 * n), *g = w + n, *m = w + 2 * n, *v = w + 3 * n;\n"
+    "  sink += squares(g, n);\n"
+    "#pragma omp parallel\n"
+    "  {\n"
+    "    long i = omp_get_thread_num(), T = omp_get_num_threads(), lo = n * i / T, hi = n * (i + 1) / T;\n"
+    "    k_adamw(w + lo, g + lo, m + lo, v + lo, hi - lo, &hp);\n"
+    "  }\n"
+    "  sink += squares(w, n) + squares(m, n) + squares(v, n);\n}\n"
+    "static void update(void) {\n"
+    "  double t = batch(one_update, 1L << 16);\n"
+    "  if (sink == 42) puts(\"\");\n"
+    "  printf(\"update %.9g %.9g\\n\", 44.0 * (1L << 16), t);\n}\n"
     "static void p2p(void) {\n"
     "  RtComm *w = rt_comm_world();\n"
     "  int me = rt_comm_rank(w);\n"
@@ -105,7 +244,10 @@ static const char measure_c[] =
     "  }\n"
     "  free(buf);\n}\n"
     "int main(int argc, char **argv) {\n"
-    "  if (argc > 2 && strcmp(argv[1], \"gemm\") == 0) { gemm(atol(argv[2])); copy(); return 0; }\n"
+    "  omp_set_max_active_levels(1); /* as the programs: kernels in a region run on their thread */\n"
+    "  if (argc > 2 && strcmp(argv[1], \"gemm\") == 0) {\n"
+    "    gemm(atol(argv[2]));\n    copy();\n    op();\n    attn();\n    elem();\n    update();\n"
+    "    return 0;\n  }\n"
     "  if (argc > 1 && strcmp(argv[1], \"mpi\") == 0) {\n"
     "    rt_comm_init(&argc, &argv);\n    p2p();\n    rt_comm_finalize();\n    return 0;\n  }\n"
     "  return 2;\n}\n";
@@ -136,22 +278,27 @@ static bool run_argv(char *const *argv) {
 /* What the program measured. */
 typedef struct Measured {
   int ngemm;
-  double gemm_n[16], gemm_s[16]; /* size N of an N x N x N product, best seconds */
+  double gemm_n[16], gemm_f[16], gemm_s[16]; /* size N of the N x N x N products a run
+                                               * does at once, their FLOPs, best seconds */
   double copy_bytes, copy_s;
   int np2p;
   double p2p_bytes[2], p2p_s[2]; /* one message one way */
+  double op_s;                   /* one parallel region, start to end */
+  int nattn;
+  double attn_flops[2], attn_s[2];
+  double elem_bytes, elem_s, update_bytes, update_s;
 } Measured;
 
 /* Runs a shell command and reads the lines the program prints. Several
  * copies of the program print a size each: the slowest copy's time is the
  * one kept (the ranks of a step wait for the slowest). */
-static void keep_gemm(Measured *m, double n, double s) {
+static void keep_gemm(Measured *m, double n, double f, double s) {
   for (int i = 0; i < m->ngemm; i++)
     if (m->gemm_n[i] == n) {
       if (s > m->gemm_s[i]) m->gemm_s[i] = s;
       return;
     }
-  if (m->ngemm < 16) m->gemm_n[m->ngemm] = n, m->gemm_s[m->ngemm++] = s;
+  if (m->ngemm < 16) m->gemm_n[m->ngemm] = n, m->gemm_f[m->ngemm] = f, m->gemm_s[m->ngemm++] = s;
 }
 
 static bool read_lines(const char *command, Measured *m) {
@@ -160,11 +307,21 @@ static bool read_lines(const char *command, Measured *m) {
   if (!p) return false;
   char line[256];
   while (fgets(line, sizeof line, p)) {
-    double a, b;
-    if (sscanf(line, "gemm %lf %lf", &a, &b) == 2) keep_gemm(m, a, b);
+    double a, b, c;
+    if (sscanf(line, "gemm %lf %lf %lf", &a, &b, &c) == 3) keep_gemm(m, a, b, c);
     else if (sscanf(line, "copy %lf %lf", &a, &b) == 2 && b > m->copy_s) m->copy_bytes = a, m->copy_s = b;
     else if (sscanf(line, "p2p %lf %lf", &a, &b) == 2 && m->np2p < 2)
       m->p2p_bytes[m->np2p] = a, m->p2p_s[m->np2p++] = b;
+    else if (sscanf(line, "op %lf", &a) == 1 && a > m->op_s) m->op_s = a;
+    else if (sscanf(line, "attn %lf %lf", &a, &b) == 2) {
+      int k = 0; /* the copies print the same shapes in the same order */
+      while (k < m->nattn && m->attn_flops[k] != a) k++;
+      if (k == m->nattn && k < 2) m->attn_flops[m->nattn++] = a;
+      if (k < 2 && b > m->attn_s[k]) m->attn_s[k] = b;
+    } else if (sscanf(line, "elem %lf %lf", &a, &b) == 2 && b > m->elem_s)
+      m->elem_bytes = a, m->elem_s = b;
+    else if (sscanf(line, "update %lf %lf", &a, &b) == 2 && b > m->update_s)
+      m->update_bytes = a, m->update_s = b;
   }
   return pclose(p) == 0;
 }
@@ -176,7 +333,7 @@ static bool read_lines(const char *command, Measured *m) {
 static void fit_gemm(const Measured *m, double *peak, double *half) {
   double sxx = 0, sxy = 0, syy = 0, sx = 0, sy = 0, best = 0;
   for (int i = 0; i < m->ngemm; i++) {
-    double f = 2 * pow(m->gemm_n[i], 3), x = f / m->gemm_s[i], y = 1 / m->gemm_s[i];
+    double f = m->gemm_f[i], x = f / m->gemm_s[i], y = 1 / m->gemm_s[i];
     sxx += x * x, sxy += x * y, syy += y * y, sx += x, sy += y;
     if (x > best) best = x;
   }
@@ -187,11 +344,21 @@ static void fit_gemm(const Measured *m, double *peak, double *half) {
   *peak = 1 / a, *half = c / a;
 }
 
-/* The CPU attention is blocked products and a softmax: priced as the
- * rate of a mid-sized GEMM (256^3) on the fitted curve. */
-static double attention_eff(double half) {
-  double mid = 2 * pow(256, 3);
-  return mid / (mid + half);
+static double fraction(double x) { return x > 1 ? 1 : x > 0 ? x : 1; }
+
+/* The attention's rate over the fitted peak, the mean of the two shapes
+ * timed. */
+static double attention_eff(const Measured *m, double peak) {
+  double sum = 0;
+  for (int k = 0; k < m->nattn; k++) sum += m->attn_flops[k] / m->attn_s[k] / peak;
+  return fraction(m->nattn ? sum / m->nattn : 1);
+}
+
+/* The other ops' bytes per second over the copy's. */
+static double elem_eff(const Measured *m) {
+  return m->elem_s > 0 && m->copy_s > 0
+             ? fraction(m->elem_bytes / m->elem_s / (2 * m->copy_bytes / m->copy_s))
+             : 1;
 }
 
 /* The one-core figures of a CPU description from the copies' run. */
@@ -200,9 +367,12 @@ static void describe_core(const Measured *core, int cores, PlHw *hw) {
   if (cores <= 1 || core->ngemm == 0 || core->copy_s <= 0) return; /* pl_hw_load's defaults */
   double peak, half;
   fit_gemm(core, &peak, &half);
-  hw->core_peak = peak, hw->core_gemm_half = half, hw->core_attn_eff = attention_eff(half);
+  hw->core_peak = peak, hw->core_gemm_half = half, hw->core_attn_eff = attention_eff(core, peak);
   hw->core_mem_bw = 2 * core->copy_bytes / core->copy_s;
+  hw->core_mem_eff = elem_eff(core);
   hw->core_kernel_s = core->gemm_s[0];
+  hw->core_op_s = core->op_s;
+  if (core->update_s > 0) hw->core_update_bw = core->update_bytes / core->update_s;
 }
 
 /* The description from the measurements; notes what stood in for what. */
@@ -212,7 +382,8 @@ static PlHw describe(const Measured *m, const Measured *core, bool have_mpi, int
   fit_gemm(m, &peak, &half);
   hw.name = "measured";
   hw.doc = ir_fmt("this machine (%d cores), measured by shardc hw --measure: the CPU target's "
-                  "k_gemm_blocks and a copy, on all the cores and on one per rank%s", cores,
+                  "kernels, a copy, a parallel region and the optimizer's passes, on all the "
+                  "cores and on one per rank%s", cores,
                   have_mpi ? ", rt_comm messages between two ranks" :
                              "; MPI not measured (links are the memory copy's figures)");
   for (int k = 0; k < PL_NPREC; k++) hw.peak_flops[k] = peak;
@@ -221,10 +392,18 @@ static PlHw describe(const Measured *m, const Measured *core, bool have_mpi, int
   hw.mem_bw = 2 * m->copy_bytes / m->copy_s; /* read and written */
   hw.gpus_per_node = cores;
   hw.gemm_eff = 1, hw.gemm_half = half;
-  /* The kernel's fixed cost: the smallest product measured. */
+  /* The least a kernel costs: the smallest product measured; what every
+   * op costs besides its work: one parallel region with every core's
+   * thread, as the programs start one per op. */
   hw.kernel_s = m->ngemm ? m->gemm_s[0] : 5e-6;
-  hw.attn_eff = attention_eff(half);
-  hw.mem_eff = 1, hw.comm_eff = 1;
+  hw.op_s = m->op_s;
+  hw.attn_eff = attention_eff(m, peak);
+  hw.mem_eff = elem_eff(m), hw.comm_eff = 1;
+  if (m->update_s > 0) hw.update_bw = m->update_bytes / m->update_s;
+  /* A CPU has no streaming multiprocessors, and its ranks allocate once
+   * from the memory plan: no context, NCCL buffers or allocator. */
+  hw.sms = 0;
+  hw.workspace_bytes = hw.comm_buffer_bytes = hw.fragmentation = 0;
   describe_core(core, cores, &hw);
   if (have_mpi) {
     double lat = m->p2p_s[0], big = m->p2p_s[1] - lat;
@@ -239,10 +418,21 @@ static PlHw describe(const Measured *m, const Measured *core, bool have_mpi, int
 
 static void print_rates(FILE *f, const Measured *m) {
   for (int i = 0; i < m->ngemm; i++)
-    fprintf(f, "#   k_gemm_blocks %4.0f^3  %10.3f us  %8.2f GFLOP/s\n", m->gemm_n[i], 1e6 * m->gemm_s[i],
-            2 * pow(m->gemm_n[i], 3) / m->gemm_s[i] / 1e9);
+    fprintf(f, "#   k_gemm %4.0f^3 x %.0f  %10.3f us  %8.2f GFLOP/s\n", m->gemm_n[i],
+            m->gemm_f[i] / (2 * pow(m->gemm_n[i], 3)), 1e6 * m->gemm_s[i],
+            m->gemm_f[i] / m->gemm_s[i] / 1e9);
   fprintf(f, "#   copy %.0f MiB  %.3f ms  %.2f GB/s read + written\n", m->copy_bytes / 1048576,
           1e3 * m->copy_s, 2 * m->copy_bytes / m->copy_s / 1e9);
+  fprintf(f, "#   one parallel region  %.3f us\n", 1e6 * m->op_s);
+  for (int k = 0; k < m->nattn; k++)
+    fprintf(f, "#   k_attention_fwd + bwd  %.3f ms  %.2f GFLOP/s\n", 1e3 * m->attn_s[k],
+            m->attn_flops[k] / m->attn_s[k] / 1e9);
+  if (m->elem_s > 0)
+    fprintf(f, "#   norm, softmax, gelu, sum, bias  %.3f ms  %.2f GB/s\n", 1e3 * m->elem_s,
+            m->elem_bytes / m->elem_s / 1e9);
+  if (m->update_s > 0)
+    fprintf(f, "#   optimizer passes (norm, AdamW, check)  %.3f ms  %.2f GB/s\n", 1e3 * m->update_s,
+            m->update_bytes / m->update_s / 1e9);
 }
 
 static void print_measured(FILE *f, const Measured *m, const Measured *core, int cores,

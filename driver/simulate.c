@@ -9,6 +9,7 @@
 #include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "../planner/planner.h"
+#include "../planner/program_cost.h"
 #include "driver.h"
 #include "timeline.h"
 
@@ -45,6 +46,10 @@ int drv_cmd_hw(int nargs, DrvArg *args) {
 }
 
 static const DrvOption simulate_options[] = {
+    {"--program", "DIR", "instead of MODEL: the cost report of the program `shardc compile` wrote "
+     "into DIR, every launch of a step priced on --hw (docs/targets.md); with --json, --csv FILE "
+     "and --global-batch"},
+    {"--csv", "FILE", "with --program: every launch group as CSV into FILE (- for stdout)"},
     DRV_DEFINE_OPTION,
     {"--tp", "T", "tensor-parallel size (default 1)"},
     {"--pp", "P", "pipeline stages (default 1)"},
@@ -69,6 +74,9 @@ static const DrvOption simulate_options[] = {
      "--dp-overlap bucket starts one by one"},
     {"--tp-overlap", NULL, "with --tp: overlap each input gradient's all-reduce with the weight-"
      "gradient GEMM, as the later Megatron-LM does (the compiler's programs do not)"},
+    {"--megatron", "2021|2022", "mixed precision: the Megatron-LM modelled: 2021 (default, the "
+     "paper's: a pass per microbatch adds the weight gradients into a 16-bit buffer, outputs kept "
+     "until their backward) or 2022 (Korthikanti et al.'s: accumulation fused into the GEMMs)"},
     {"--precision", "mixed|bf16|fp32",
      "mixed precision as the paper (default); bf16 as the CUDA target's --precision bf16 (fp32 "
      "weight-gradient reductions); or fp32 everything as the CPU target does"},
@@ -158,18 +166,25 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
                     overlap);
     return false;
   }
-  char *refusal = pl_config_refusal(c);
-  if (refusal) {
-    drv_usage_error(&drv_simulate_command, "%s", refusal);
-    free(refusal);
-    return false;
-  }
   const char *prec = drv_value(nargs, args, "--precision");
   if (prec && strcmp(prec, "fp32") == 0) c->fp32 = true;
   else if (prec && strcmp(prec, "bf16") == 0) c->bf16 = true;
   else if (prec && strcmp(prec, "mixed") != 0) {
     drv_usage_error(&drv_simulate_command, "--precision: expected mixed, bf16 or fp32, got '%s'",
                     prec);
+    return false;
+  }
+  const char *meg = drv_value(nargs, args, "--megatron");
+  if (meg && strcmp(meg, "2021") == 0) c->megatron = 2021;
+  else if (meg && strcmp(meg, "2022") == 0) c->megatron = 2022;
+  else if (meg) {
+    drv_usage_error(&drv_simulate_command, "--megatron: expected 2021 or 2022, got '%s'", meg);
+    return false;
+  }
+  char *refusal = pl_config_refusal(c);
+  if (refusal) {
+    drv_usage_error(&drv_simulate_command, "%s", refusal);
+    free(refusal);
     return false;
   }
   return ok;
@@ -209,10 +224,14 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
            (long long)s->params, s->weights / G, s->grads / G, s->optimizer / G,
            s->activations / G, other / G, s->total / G, s->peak_stash);
   }
-  printf("other: workspaces %.2f, communicator buffers %.2f, messages %.2f, temporaries %.2f, "
-         "fragmentation %.2f GiB (stage 0)\n", r->stages[0].workspace / 1073741824.0,
-         r->stages[0].comm_buffers / 1073741824.0, r->stages[0].messages / 1073741824.0,
-         r->stages[0].temporaries / 1073741824.0, r->stages[0].fragmentation / 1073741824.0);
+  const PlStage *s0 = &r->stages[0];
+  const double G = 1073741824.0;
+  printf("other: workspaces %.2f, communicator buffers %.2f, messages %.2f, temporaries %.2f, ",
+         s0->workspace / G, s0->comm_buffers / G, s0->messages / G, s0->temporaries / G);
+  /* Megatron-LM of 2021's own (mixed precision, PlConfig.megatron). */
+  if (s0->grad_buffer > 0 || s0->outputs > 0)
+    printf("gradient buffer %.2f, outputs kept %.2f, ", s0->grad_buffer / G, s0->outputs / G);
+  printf("fragmentation %.2f GiB (stage 0)\n", s0->fragmentation / G);
 }
 
 static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
@@ -242,8 +261,10 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
     cJSON_AddNumberToObject(e, "params_per_rank", (double)s->params);
     cJSON_AddNumberToObject(e, "weights_bytes", s->weights);
     cJSON_AddNumberToObject(e, "gradients_bytes", s->grads);
+    cJSON_AddNumberToObject(e, "gradient_buffer_bytes", s->grad_buffer);
     cJSON_AddNumberToObject(e, "optimizer_bytes", s->optimizer);
     cJSON_AddNumberToObject(e, "activations_bytes", s->activations);
+    cJSON_AddNumberToObject(e, "outputs_bytes", s->outputs);
     cJSON_AddNumberToObject(e, "workspace_bytes", s->workspace);
     cJSON_AddNumberToObject(e, "comm_buffer_bytes", s->comm_buffers);
     cJSON_AddNumberToObject(e, "message_bytes", s->messages);
@@ -352,6 +373,19 @@ static const int64_t *compiled_activations(const char *model, int nargs, DrvArg 
 }
 
 int drv_cmd_simulate(int nargs, DrvArg *args) {
+  /* --program DIR: the cost report of a compiled program (planner/program_cost.c). */
+  const char *program = drv_value(nargs, args, "--program"), *csv = drv_value(nargs, args, "--csv");
+  int gb = 0;
+  for (int i = 0; program && i < nargs; i++)
+    if (!args[i].opt) return drv_usage_error(&drv_simulate_command, "--program DIR takes no MODEL");
+  if (csv && !program) return drv_usage_error(&drv_simulate_command, "--csv goes with --program DIR");
+  if (program && !drv_value(nargs, args, "--hw"))
+    return drv_usage_error(&drv_simulate_command, "--hw NAME|FILE is required");
+  if (program)
+    return int_arg(nargs, args, "--global-batch", 0, &gb)
+               ? pl_program_report_main(program, drv_value(nargs, args, "--hw"),
+                                        drv_flag(nargs, args, "--json"), csv, gb)
+               : 1;
   const char *model = drv_model_arg(&drv_simulate_command, nargs, args);
   const char *hw_name = drv_value(nargs, args, "--hw");
   PlConfig c;

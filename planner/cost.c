@@ -85,8 +85,36 @@ double pl_gemm_s(const PlHw *hw, double flops) {
   return t > hw->kernel_s ? t : hw->kernel_s;
 }
 
+/* NVIDIA's wave quantization ("Matrix Multiplication Background User's
+ * Guide", GPU performance background): cuBLAS cuts the M x N output into
+ * tiles, 256 x 128 for the large half-precision products of these models
+ * (the guide's A100 example), and the GPU runs one tile per SM at a
+ * time, so a product of T tiles takes ceil(T / sms) waves of the time of
+ * one. Of the two ways round of the tile, the better. 1 without SMs. */
+double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
+  if (hw->sms <= 0 || m <= 0 || n <= 0) return 1;
+  double best = 0;
+  for (int way = 0; way < 2; way++) {
+    double tiles = ceil(m / (way ? 128 : 256)) * ceil(n / (way ? 256 : 128));
+    double eff = tiles / (ceil(tiles / hw->sms) * hw->sms);
+    if (eff > best) best = eff;
+  }
+  return best;
+}
+
+double pl_gemm_shape_s(const PlHw *hw, double m, double n, double k) {
+  double t = pl_gemm_s(hw, 2 * m * n * k) / pl_gemm_wave_efficiency(hw, m, n);
+  return t > hw->kernel_s ? t : hw->kernel_s;
+}
+
 double pl_memory_s(const PlHw *hw, double bytes) {
   double t = bytes / (hw->mem_bw * hw->mem_eff);
+  return t > hw->kernel_s ? t : hw->kernel_s;
+}
+
+double pl_update_s(const PlHw *hw, double bytes) {
+  if (hw->update_bw <= 0) return pl_memory_s(hw, bytes);
+  double t = bytes / hw->update_bw;
   return t > hw->kernel_s ? t : hw->kernel_s;
 }
 
@@ -123,9 +151,12 @@ static double node_flops(const IrNode *n) {
   }
 }
 
-/* The time of one node; *comm is set for the collectives. */
+/* The time of one node; *comm is set for the collectives. `bias_pass`:
+ * the target adds a linear layer's bias in a pass of its own after the
+ * product (the CPU target's k_add_bias), reading and writing the output;
+ * the GPU targets fold it into the product or the next elementwise op. */
 static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops, double elem,
-                        bool *comm) {
+                        bool bias_pass, bool *comm) {
   *comm = false;
   switch (n->op) {
   case IR_OP_RESHAPE: case IR_OP_TP_COPY: case IR_OP_TP_SLICE: case IR_OP_ARANGE:
@@ -147,13 +178,58 @@ static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops
   }
   double m = pl_memory_s(hw, io_bytes(n, elem));
   if (!(ir_op_info(n->op)->flags & IR_OPF_GEMM)) return m;
-  double g = pl_gemm_s(hw, flops);
+  /* The product's shape: its output [M, N] (batches folded into M) and
+   * the reduction K the FLOPs imply. */
+  const IrType *y = &n->out[0]->type;
+  double cols = y->rank > 0 ? (double)y->shape[y->rank - 1] : 1, out = numel(n->out[0]);
+  double g = out > 0 && flops > 0 ? pl_gemm_shape_s(hw, out / cols, cols, flops / (2 * out))
+                                  : pl_gemm_s(hw, flops);
+  if (bias_pass && n->op == IR_OP_LINEAR && n->nin > 2) g += pl_memory_s(hw, 2 * out * elem);
   return g > m ? g : m;
 }
 
 /* ------------------------------------------------------- the model's costs */
 
 enum { R_PRE, R_LAYER, R_POST, NREGIONS };
+
+/* What the rank programs spend besides the ops' work (PlHw.op_s, the
+ * start and end of one parallel region with the rank's threads): the CPU
+ * target runs a stretch of consecutive ops that each compute rows from the
+ * same rows (elementwise loops, and ops.def's `rows` column: linear, the
+ * norms, attention on whole sequences) as one parallel loop over chunks of
+ * rows (passes/memplan_rows.c), with the weight and bias gradients of the
+ * stretch summed by the team after the chunks (each a barrier); every
+ * other kernel is a parallel region of its own. So a wake-up of the team
+ * per stretch, per reduction carried by one and per op outside them,
+ * counted per region of the model and phase in program order (views run
+ * nothing; a collective ends a stretch). 0 where op_s is (accelerators). */
+static void add_wakeups(IrGraph *g, const double *times, const bool *comm, const PlHw *hw,
+                        PlCost *cost) {
+  if (hw->op_s <= 0) return;
+  int open = -1; /* the region * 2 + phase whose stretch is open, -1 none */
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (times[i] <= 0) continue;
+    int r = n->stage < NREGIONS ? n->stage : R_POST, key = r * 2 + (n->phase != IR_PHASE_FORWARD);
+    PlCost *c = &cost[r];
+    double before = n->phase == IR_PHASE_FORWARD ? c->fwd : c->bwd;
+    double *t = n->phase == IR_PHASE_FORWARD ? &c->fwd : &c->bwd;
+    IrRowRule rule = ir_op_info(n->op)->rows;
+    bool rows = (ir_op_info(n->op)->flags & IR_OPF_ELEMENTWISE) ||
+                (rule != IR_ROWS_NONE && rule != IR_ROWS_SUM && rule != IR_ROWS_SUM_TO);
+    bool sunk = rule == IR_ROWS_SUM || rule == IR_ROWS_SUM_TO;
+    if (comm[i]) {
+      open = -1;
+    } else if (rows) {
+      if (open != key) *t += hw->op_s, open = key;
+    } else if (sunk && open == key) {
+      *t += hw->op_s;
+    } else {
+      *t += hw->op_s, open = -1;
+    }
+    if (n->phase != IR_PHASE_FORWARD && n->wgrad) c->bwd_w += *t - before;
+  }
+}
 
 /* Rolls every top-level layer stack down to one iteration, returning the
  * iterations they had, and reads the activation shape [b, s, h] and the
@@ -279,11 +355,13 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
   PlCost cost[NREGIONS] = {{0}};
   PlLink tp = pl_tp_link(hw, c);
   double *times = calloc((size_t)g->nodes.len + 1, sizeof(double));
+  bool *comms = calloc((size_t)g->nodes.len + 1, sizeof(bool));
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     double flops = node_flops(n);
     bool comm;
-    double t = times[i] = node_time(n, hw, tp, flops, pl_elem_bytes(c), &comm);
+    double t = times[i] = node_time(n, hw, tp, flops, pl_elem_bytes(c), c->fp32, &comm);
+    comms[i] = comm;
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
     int64_t outs = 0;
     for (int k = 0; k < n->nout; k++) outs += ir_type_numel(&n->out[k]->type);
@@ -299,7 +377,8 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
     }
   }
   hide_behind_wgrad(g, times, cost);
-  free(times);
+  add_wakeups(g, times, comms, hw, cost);
+  free(times), free(comms);
   count_params(g, cost, &out->tied);
   out->pre = cost[R_PRE], out->layer = cost[R_LAYER], out->post = cost[R_POST];
   int t = c->tp > 1 ? c->tp : 1;

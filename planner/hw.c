@@ -25,19 +25,24 @@
  * (batched products and a softmax over [b, H, s, s]), hence its low share
  * of peak. File descriptions without calibration keys take these. */
 #define CALIBRATION \
-  .gemm_eff = 0.74, .gemm_half = 5 * G, .attn_eff = 0.14, .mem_eff = 0.80, .kernel_s = 4 * US, \
+  .gemm_eff = 0.77, .gemm_half = 5 * G, .attn_eff = 0.14, .mem_eff = 0.80, .kernel_s = 4 * US, \
   .comm_eff = 0.80
 /* What a GPU process holds besides its tensors (docs/planner.md, Memory):
- * the CUDA context with the libraries' kernels loaded (about 0.5 GiB as
- * nvidia-smi shows for a process that has allocated nothing) plus
- * cuBLAS's workspace (8 MiB on the A100, 32 MiB on Hopper, PyTorch's
- * defaults); NCCL's buffers per communicator, NCCL_BUFFSIZE's default
- * 4 MiB for each of 16 channels to each of a ring's two neighbours; and
- * 15% of the reserved memory lost to the caching allocator's
- * fragmentation, the average GMLake (Guo et al., ASPLOS 2024) measured
- * over eight LLM trainings on 80 GB A100s. */
-#define GPU_MEMORY(ws_mib) \
-  .workspace_bytes = (512 + (ws_mib)) * MIB, .comm_buffer_bytes = 128 * MIB, .fragmentation = 0.15
+ * the CUDA context with the libraries' kernels loaded, plus cuBLAS's
+ * workspace (8 MiB on the A100, 32 MiB on Hopper, PyTorch's defaults);
+ * NCCL's buffers per communicator, NCCL_BUFFSIZE's default 4 MiB for each
+ * of 16 channels to each of a ring's two neighbours; and 15% of the
+ * reserved memory lost to the caching allocator's fragmentation, the
+ * average GMLake (Guo et al., ASPLOS 2024) measured over eight LLM
+ * trainings on 80 GB A100s. The context: before CUDA 11.7 every kernel
+ * of every library was loaded when the context was made, over 1000 MB
+ * (pytorch/pytorch#107667); PyTorch 1.8 with CUDA 11.1, the paper's stack
+ * (the NGC 20.12 container of Megatron-LM's examples/sc21), shows 1687 MB
+ * on an Ampere GPU (pytorch/pytorch#55277). Hopper's presets describe
+ * today's stacks, which load kernels lazily: about 0.5 GiB. */
+#define GPU_MEMORY(context_mib, ws_mib) \
+  .workspace_bytes = ((context_mib) + (ws_mib)) * MIB, .comm_buffer_bytes = 128 * MIB, \
+  .fragmentation = 0.15
 /* The Hopper presets have no published Megatron rows to fit; their
  * efficiencies are REFERENCE.md's kernel measurements on an H200: an 8192^3
  * bf16 GEMM at 770-800 of 989 TFLOP/s, fused attention (FlashAttention-2)
@@ -54,19 +59,19 @@ const PlHw pl_hw_presets[] = {
      .peak_flops = {312 * T, 312 * T, 156 * T, 19.5 * T},
      .mem_bytes = 80 * GIB, .mem_bw = 2039 * G, .gpus_per_node = 8,
      .intra_bw = 300 * G, .intra_lat = 3 * US, .inter_bw = 200 * G, .inter_lat = 8 * US,
-     CALIBRATION, GPU_MEMORY(8)},
+     CALIBRATION, GPU_MEMORY(1687, 8), .sms = 108},
     {.name = "h100",
      .doc = "DGX H100: 8 x H100 80GB SXM, NVSwitch, 8 x 400 Gb/s NDR IB",
      .peak_flops = {989 * T, 989 * T, 494 * T, 67 * T},
      .mem_bytes = 80 * GIB, .mem_bw = 3350 * G, .gpus_per_node = 8,
      .intra_bw = 450 * G, .intra_lat = 3 * US, .inter_bw = 400 * G, .inter_lat = 8 * US,
-     HOPPER_CALIBRATION, GPU_MEMORY(32)},
+     HOPPER_CALIBRATION, GPU_MEMORY(512, 32), .sms = 132},
     {.name = "h200",
      .doc = "DGX H200: 8 x H200 141GB SXM, NVSwitch, 8 x 400 Gb/s NDR IB",
      .peak_flops = {989 * T, 989 * T, 494 * T, 67 * T},
      .mem_bytes = 141 * GIB, .mem_bw = 4800 * G, .gpus_per_node = 8,
      .intra_bw = 450 * G, .intra_lat = 3 * US, .inter_bw = 400 * G, .inter_lat = 8 * US,
-     HOPPER_CALIBRATION, GPU_MEMORY(32)},
+     HOPPER_CALIBRATION, GPU_MEMORY(512, 32), .sms = 132},
     {.name = NULL},
 };
 
@@ -113,6 +118,9 @@ static const Key keys[] = {
     {"workspace_mib", KEY_NUM, F(workspace_bytes), MIB, false},
     {"comm_buffer_mib", KEY_NUM, F(comm_buffer_bytes), MIB, false},
     {"fragmentation", KEY_FRACTION, F(fragmentation), 1, false},
+    {"sms", KEY_INT, F(sms), 1, false},
+    {"op_us", KEY_NUM, F(op_s), US, false},
+    {"update_bw_gbs", KEY_NUM, F(update_bw), G, false},
     /* A CPU description's shared cores (printed only when set). */
     {"cores", KEY_INT, F(cores), 1, false},
     {"core_peak_tflops", KEY_NUM, F(core_peak), T, false},
@@ -120,6 +128,9 @@ static const Key keys[] = {
     {"core_attention_efficiency", KEY_FRACTION, F(core_attn_eff), 1, false},
     {"core_memory_bw_gbs", KEY_NUM, F(core_mem_bw), G, false},
     {"core_kernel_us", KEY_NUM, F(core_kernel_s), US, false},
+    {"core_memory_efficiency", KEY_FRACTION, F(core_mem_eff), 1, false},
+    {"core_op_us", KEY_NUM, F(core_op_s), US, false},
+    {"core_update_bw_gbs", KEY_NUM, F(core_update_bw), G, false},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -248,6 +259,9 @@ static void core_defaults(PlHw *hw) {
   if (!hw->core_attn_eff) hw->core_attn_eff = hw->attn_eff;
   if (!hw->core_mem_bw) hw->core_mem_bw = hw->mem_bw / hw->cores;
   if (!hw->core_kernel_s) hw->core_kernel_s = hw->kernel_s;
+  if (!hw->core_mem_eff) hw->core_mem_eff = hw->mem_eff;
+  if (!hw->core_update_bw) hw->core_update_bw = hw->update_bw / hw->cores;
+  /* One thread has no team to wake: core_op_us stays as given (0: none). */
 }
 
 static bool load_file(const char *path, PlHw *out) {
@@ -255,7 +269,7 @@ static bool load_file(const char *path, PlHw *out) {
   if (!text) return false;
   /* Unset calibration fields take the presets' values. */
   PlHw hw = {.name = ir_strdup(path), .doc = "from a description file", CALIBRATION,
-             GPU_MEMORY(8), .intra_lat = 3 * US, .inter_lat = 8 * US};
+             GPU_MEMORY(1687, 8), .sms = 108, .intra_lat = 3 * US, .inter_lat = 8 * US};
   bool seen[NKEYS] = {false}, ok = true, first = true;
   int line = 1;
   for (char *s = ir_strdup(text), *next; s && *s; s = next, line++) {
@@ -283,6 +297,8 @@ static bool load_file(const char *path, PlHw *out) {
     const Key *k = find_key(gpu_only[i]);
     if (!seen[k - keys]) *(double *)((char *)&hw + k->offset) = 0;
   }
+  /* Nor streaming multiprocessors. */
+  if (ok && hw.cores > 0 && !seen[find_key("sms") - keys]) hw.sms = 0;
   *out = hw;
   return ok;
 }
@@ -306,12 +322,17 @@ void pl_hw_print(FILE *out, const PlHw *hw) {
       const char *s = *(const char *const *)(base + k->offset);
       if (s && strcmp(k->name, "doc") != 0) fprintf(out, "%s = %s\n", k->name, s);
     } else if (k->kind == KEY_INT) {
-      fprintf(out, "%s = %d\n", k->name, *(const int *)(base + k->offset));
+      int v = *(const int *)(base + k->offset);
+      /* No streaming multiprocessors (a CPU): the key is left out, since
+       * 0 does not read back. */
+      if (v == 0 && !k->required) continue;
+      fprintf(out, "%s = %d\n", k->name, v);
     } else {
       double v = *(const double *)(base + k->offset);
-      /* A peak rate of 0 means the precision is not supported: the key is
-       * left out, as the file that said so did (0 does not read back). */
-      if (v == 0 && k->unit == T && !k->required) continue;
+      /* A peak rate of 0 means the precision is not supported, an update
+       * bandwidth of 0 the memory's: the key is left out, as the file
+       * that said so did (0 does not read back). */
+      if (v == 0 && !k->required && !(k->unit == US || zero_ok(k))) continue;
       fprintf(out, "%s = %g\n", k->name, v / k->unit);
     }
   }
@@ -338,5 +359,8 @@ PlHw pl_hw_rank_share(const PlHw *hw, int ranks) {
   h.attn_eff = lerp(hw->core_attn_eff, hw->attn_eff, w);
   h.mem_bw = lerp(hw->core_mem_bw, hw->mem_bw, w) * turn;
   h.kernel_s = lerp(hw->core_kernel_s, hw->kernel_s, w) / turn;
+  h.mem_eff = lerp(hw->core_mem_eff, hw->mem_eff, w);
+  h.op_s = lerp(hw->core_op_s, hw->op_s, w) / turn;
+  h.update_bw = lerp(hw->core_update_bw, hw->update_bw, w) * turn;
   return h;
 }

@@ -32,6 +32,19 @@ typedef struct PlHw {
    * as the paper's Megatron-LM ran; the compiler's targets allocate once
    * from the memory plan and lose none). */
   double workspace_bytes, comm_buffer_bytes, fragmentation;
+  /* Streaming multiprocessors (0: none, a CPU). A GEMM's output is cut
+   * into tiles of 256 x 128 (either way round), one tile per SM at a
+   * time: a product whose tiles fill the last wave only in part runs at
+   * tiles / (waves x sms) of its rate (NVIDIA's wave quantization). */
+  int sms;
+  /* What every op of a rank program costs beyond its work (0 on the GPU
+   * presets, where a kernel's launch overlaps the kernel before it): on a
+   * CPU description the start and end of one parallel region with the
+   * rank's threads as the programs run them (OMP_WAIT_POLICY=passive
+   * wakes the team each time). And the bandwidth the optimizer step's
+   * passes reach (the update, the gradient norm, the finiteness check of
+   * the weights and moments; 0: memory bandwidth x mem_eff). */
+  double op_s, update_bw;
   /* A CPU description (`shardc hw --measure`): the node's `cores`, which
    * the ranks on it share, each running cores / ranks OpenMP threads (the
    * launch recipe of `shardc run`). The figures above are one rank's with
@@ -39,6 +52,7 @@ typedef struct PlHw {
    * core runs a rank too. 0 cores: accelerators, one per rank. */
   int cores;
   double core_peak, core_gemm_half, core_attn_eff, core_mem_bw, core_kernel_s;
+  double core_mem_eff, core_op_s, core_update_bw;
 } PlHw;
 
 /* The presets, ending with a {NULL} entry. */

@@ -64,6 +64,17 @@ typedef struct PlConfig {
    * The compiler's rank programs run their collectives in order, so off
    * by default. */
   bool tp_overlap;
+  /* Mixed precision models the PyTorch runs of Megatron-LM, as of `megatron`
+   * (0: 2021). 2021, the paper's (fp16, the local DDP of examples/sc21):
+   * after each microbatch's backward its 16-bit weight gradients are added
+   * into a 16-bit gradient buffer in a pass of their own; the step's fp32
+   * gradients stay allocated into the next step (train_step zeroes only the
+   * buffer); each stage keeps the outputs it sent until their backward.
+   * 2022 (Korthikanti et al.'s): the weight-gradient GEMMs accumulate into
+   * an fp32 buffer (--gradient-accumulation-fusion), the optimizer's grads
+   * are freed each step, and a sent output is freed. The compiler's
+   * programs (fp32, bf16) are neither: 0 there. */
+  int megatron;
   /* The compiler's memory plan where the model compiles for the target
    * c runs as (fp32: cpu, bf16: cuda): per pipeline stage, the bytes of
    * its program's activations region, one microbatch over all its chunks
@@ -106,6 +117,14 @@ double pl_reduce_scatter_s(PlLink l, int n, double bytes);
  * moves `bytes` through memory. */
 double pl_gemm_s(const PlHw *hw, double flops);
 double pl_memory_s(const PlHw *hw, double bytes);
+/* The same GEMM by its shape, M x N outputs over a reduction of K: the
+ * curve's time over the share of the last wave of output tiles the SMs
+ * fill (pl_gemm_wave_efficiency, 1 on a description without SMs). */
+double pl_gemm_shape_s(const PlHw *hw, double m, double n, double k);
+double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n);
+/* The optimizer step's passes over `bytes`, at the description's update
+ * bandwidth (measured on a CPU; else the memory's, as pl_memory_s). */
+double pl_update_s(const PlHw *hw, double bytes);
 
 /* The cost of a part of one rank program for one microbatch. */
 typedef struct PlCost {
@@ -161,6 +180,10 @@ typedef struct PlStage {
    * buffers, the pipeline's message buffers, the largest op's temporaries,
    * and what the allocator loses to fragmentation of all the rest. */
   double workspace, comm_buffers, messages, temporaries, fragmentation;
+  /* Mixed precision as Megatron-LM of 2021 ran (PlConfig.megatron): the
+   * 16-bit gradient buffer the microbatches add into, besides the fp32
+   * gradients, and the stage outputs it keeps until their backward. */
+  double grad_buffer, outputs;
   double total; /* all of the above */
 } PlStage;
 

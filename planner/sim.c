@@ -18,11 +18,31 @@
 #include "../passes/schedule.h"
 #include "planner.h"
 
-/* Bytes of what the optimizer touches per parameter: read the fp32
- * gradient, read and write the fp32 master weight and both Adam moments,
- * write the bf16 weight; in fp32 (the CPU target) the weight is the
- * master, so no 16-bit copy. */
-static double opt_bytes_per_param(const PlConfig *c) { return 4 + 8 + 8 + 8 + (c->fp32 ? 0 : 2); }
+/* Bytes the optimizer step streams per parameter it updates. The
+ * compiler's runtime (fp32, the CPU target; bf16, the CUDA target) reads
+ * the fp32 gradients for their norm (4), runs AdamW over the gradient,
+ * the weight and both moments (read 16, write 12), and then reads the
+ * weights and moments again to check they are finite (12, runtime/
+ * main.c check_update); bf16 also writes the 16-bit working copy (2).
+ * Megatron-LM's fp16 optimizer of 2021 (Float16OptimizerWithFloat16Params
+ * .step) copies the 16-bit gradient buffer into fp32 gradients (read 2,
+ * write 4), unscales them while checking for infinities (8), takes their
+ * norm (4), runs Adam (28) and copies the fp32 weights to the 16-bit ones
+ * (read 4, write 2): 52; the 2022 one reads its fp32 buffer in place, 46. */
+static double opt_bytes_per_param(const PlConfig *c) {
+  if (c->fp32) return 4 + 28 + 12;
+  if (c->bf16) return 4 + 28 + 2 + 12;
+  return c->megatron == 2022 ? 8 + 4 + 28 + 6 : 6 + 8 + 4 + 28 + 6;
+}
+/* Whether c is mixed precision as the paper's Megatron-LM of 2021 ran it
+ * (PlConfig.megatron): a pass per microbatch that adds the 16-bit weight
+ * gradients into the gradient buffer, the buffer besides the fp32
+ * gradients, and the stages' outputs kept until their backward. */
+static bool megatron_2021(const PlConfig *c) { return !c->fp32 && !c->bf16 && c->megatron != 2022; }
+/* Bytes of that pass per parameter: the fresh 16-bit gradient read, the
+ * buffer read and written (megatron/model/distributed.py, the hook
+ * `param.main_grad.add_(param.grad.data)` after every backward). */
+#define ACCUMULATION_BYTES 6.0
 /* Bytes per gradient element the data-parallel reduction moves: 16-bit,
  * as Megatron-LM's fp16 training of the paper all-reduced its gradients
  * (docs/planner.md); the fp32 copy the memory counts is the optimizer's.
@@ -296,6 +316,9 @@ char *pl_config_refusal(const PlConfig *c) {
                      "messages");
   if (c->zero && c->dp <= 1)
     return fmt_error("--zero 1 shards the optimizer over data-parallel replicas: it needs --dp > 1");
+  if (c->megatron && (c->fp32 || c->bf16))
+    return fmt_error("--megatron describes mixed precision's PyTorch runs: with --precision %s "
+                     "the compiler's own programs are modelled", c->fp32 ? "fp32" : "bf16");
   if (c->tp_overlap && c->tp <= 1)
     return fmt_error("--tp-overlap needs --tp > 1: without tensor parallelism there is no "
                      "collective to overlap");
@@ -398,8 +421,27 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
   if (st->holds_pre && m->pre.temp > temp) temp = m->pre.temp;
   if (st->holds_post && m->post.temp > temp) temp = m->post.temp;
   st->temporaries = elem * (double)temp;
-  double allocated = st->weights + st->grads + st->optimizer + st->activations + st->messages +
-                     st->temporaries;
+  /* The paper's attention is not fused: its backward holds the gradients
+   * of the probabilities and of the scores, [b, a/t, s, s] each, at once. */
+  double t = c->tp > 1 ? c->tp : 1;
+  double scores = 2 * (double)m->b * ((double)m->heads / t) * (double)m->s * (double)m->s;
+  if (!c->fp32 && !c->bf16 && elem * scores > st->temporaries) st->temporaries = elem * scores;
+  /* Megatron-LM of 2021 (megatron_2021): the 16-bit buffer the
+   * microbatches' weight gradients are added into, beside the fp32
+   * gradients its optimizer made at the previous step and nothing freed
+   * (train_step zeroes the buffer only, with the local DDP); and the
+   * output of each microbatch-chunk a stage sent, which 1F1B keeps in
+   * output_tensors until its backward (freed once sent from 2022,
+   * deallocate_output_tensor). A stage sends from every chunk but the
+   * last virtual stage's. */
+  st->grad_buffer = st->outputs = 0;
+  if (megatron_2021(c)) {
+    st->grad_buffer = 2 * P;
+    bool sends = c->pp > 1 && (c->vpp > 1 || !st->holds_post);
+    if (sends) st->outputs = elem * (double)m->msg_elems * st->peak_stash;
+  }
+  double allocated = st->weights + st->grads + st->grad_buffer + st->optimizer +
+                     st->activations + st->outputs + st->messages + st->temporaries;
   /* The caching allocator of the paper's PyTorch runs reserves more than
    * it hands out; the compiler's programs (bf16, fp32) allocate once. */
   double f = c->fp32 || c->bf16 ? 0 : hw->fragmentation;
@@ -413,7 +455,7 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
 static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int64_t max_params,
                        Sim *S) {
   int zd = c->zero && c->dp > 1 ? c->dp : 1;
-  S->opt = pl_memory_s(hw, (double)max_params / zd * opt_bytes_per_param(c));
+  S->opt = pl_update_s(hw, (double)max_params / zd * opt_bytes_per_param(c));
   S->tail = 0;
   /* The updated weights: 16-bit in the paper's mixed precision, the fp32
    * masters (then cast on every rank) in the CUDA target's bf16. */
@@ -506,6 +548,13 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   int p = S->p, nv = S->nv;
   S->has_w = sched_has_w(S->s);
   chunk_costs(m, c, nv, count, S, params);
+  /* The paper's Megatron-LM adds each microbatch's weight gradients into
+   * its gradient buffer after that microbatch's backward (W where the
+   * tables split it off). */
+  for (int k = 0; k < nv && megatron_2021(c); k++) {
+    double pass = pl_memory_s(hw, ACCUMULATION_BYTES * (double)params[k]);
+    S->b[k] += pass, S->w[k] += pass;
+  }
   /* The programs cut each chunk's fp32 gradients into buckets of
    * --bucket-mb MiB (codegen/layout.c). */
   double bucket = (c->bucket_mb > 0 ? c->bucket_mb : 25) * 1048576.0;

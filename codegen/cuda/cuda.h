@@ -30,6 +30,7 @@
 
 #include "../../passes/gemm_epilogue.h"
 #include "../target.h"
+#include "../listing.h"
 
 /* Baked in by CMake (codegen/CMakeLists.txt); the defaults let this file
  * compile on its own. An empty SHARDC_RT_LIBS_CUDA means the compiler was

@@ -264,6 +264,8 @@ void cg_cuda_fused(CgEmitter *e, int first, int last) {
   emit(e, "const int vec = %s;", f.vectorizable ? ir_fmt("cu_vector()%s", aligned) : "0");
   emit(e, "CU_LAUNCH(cu_grid(vec ? %lldLL : %lldLL), %s)(vec%s);", (long long)(N / f.width),
        (long long)N, kernel_name(e, first), args);
+  cg_launch_values(e, CG_K_ELEMENTWISE, NULL, f.loads, sizeof *f.loads, f.nloads, f.stores,
+                   f.nstores);
   e->depth--;
   emit(e, "}");
   emit(e, "CU_LAUNCHED();");

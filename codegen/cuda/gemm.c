@@ -50,6 +50,7 @@ static void gemm_t(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t batch, int
          kc_type(t.ab), kc_type(t.c), ta, tb, (long long)batch, (long long)M, (long long)N,
          (long long)K, A, (long long)lda, (long long)sa, B, (long long)ldb, (long long)sb,
          add ? "1.0f" : "0.0f", C, (long long)ldc, (long long)sc);
+  cg_launch_gemm(e, NULL, batch, M, N, K, lda, ldb, ldc, t.ab ? 2 : 4, t.c ? 2 : 4, add);
 }
 
 static void gemm(CgEmitter *e, GemmTypes t, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -81,10 +82,16 @@ static void gemm_fused(CgEmitter *e, int index, GemmTypes t, const char *epi, co
           "%s, %s, %lld);",
        kc_type(t.ab), kc_type(t.c), ta, tb, (long long)M, (long long)N, (long long)K, A,
        (long long)lda, B, (long long)ldb, add ? "1.0f" : "0.0f", C, (long long)N);
+  cg_launch_gemm(e, NULL, 1, M, N, K, lda, ldb, N, t.ab ? 2 : 4, t.c ? 2 : 4, add);
+  bool dgelu = strstr(epi, "DGELU") != NULL;
+  cg_launch_add_bytes(e, (bias && !grad ? cg_listing_bytes(e, bias) : 0) +
+                             (aux && dgelu ? cg_listing_bytes(e, aux) : 0),
+                      (grad ? 4.0 * (double)N : 0) + (aux && !dgelu ? cg_listing_bytes(e, aux) : 0));
   if (grad)
     emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(float), cudaMemcpyDeviceToDevice, "
             "k_cuda_stream()));",
          cuda_ref(e, bias), stash, (long long)cg_numel(bias));
+  if (grad) cg_launch_copy(e, 4.0 * (double)N);
   e->depth--;
   emit(e, "}");
 }
@@ -137,6 +144,9 @@ void cg_cuda_linear(CgEmitter *e, int index) {
          kc_type(t.ab), kc_type(t.c), cuda_ref(e, n->in[2]), tr, (long long)rows, (long long)out,
          (long long)in, cuda_ref(e, x), (long long)in, cuda_ref(e, w), (long long)(tr ? in : out),
          cuda_ref(e, y), (long long)out);
+    cg_launch_gemm(e, NULL, 1, rows, out, in, in, tr ? in : out, out, t.ab ? 2 : 4, t.c ? 2 : 4,
+                   false);
+    cg_launch_add_bytes(e, cg_listing_bytes(e, n->in[2]), 0);
     return;
   }
   gemm(e, t, 0, tr, rows, out, in, cuda_ref(e, x), in, cuda_ref(e, w), tr ? in : out, add,
@@ -144,6 +154,8 @@ void cg_cuda_linear(CgEmitter *e, int index) {
   if (n->nin == 3)
     emit(e, "k_cuda_add_bias%s(%s, %s, %lld, %lld);", cuda_sfx(e, y), cuda_ref(e, y),
          cuda_ref(e, n->in[2]), (long long)rows, (long long)out);
+  if (n->nin == 3)
+    cg_launch(e, CG_K_ELEMENTWISE, NULL, 0, 2 * cg_listing_bytes(e, y), cg_listing_bytes(e, y));
 }
 
 /* dx[..., in] = dy[..., out] w^T (w^T^T = w when transposed). */

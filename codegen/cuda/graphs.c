@@ -90,6 +90,7 @@ bool cg_cuda_graph_dropout(CgEmitter *e, const IrNode *n, const char *mix) {
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cuda_sfx(e, n->in[0]), cuda_ref(e, n->out[0]),
        cuda_ref(e, n->in[0]), (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")), mix,
        (long long)ir_attr_int(n, "site"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
   return true;
 }
 
@@ -127,6 +128,7 @@ void cg_cuda_graphs_table(CgEmitter *e) {
   for (int c = 0; c < e->nchunks; c++)
     for (int f = 0; f < 3; f++) {
       const char *why = graph_why_not(&e->chunks[c], f);
+      cg_listing_graph(e, c, f, why == NULL);
       emit(e, "%s, /* %s */", why ? ir_fmt("\"%s\"", why) : "NULL", graph_fn_name(e, c, f));
     }
   e->depth--;

@@ -14,6 +14,7 @@ void cg_cuda_copy(CgEmitter *e, const IrValue *y, const IrValue *x) {
     emit(e, "CU_CHECK(cudaMemcpyAsync(%s, %s, %lld * sizeof(%s), cudaMemcpyDeviceToDevice, "
             "k_cuda_stream()));",
          cuda_ref(e, y), cuda_ref(e, x), (long long)cg_numel(x), cuda_ctype(e, x));
+  cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, x), cg_listing_bytes(e, y));
 }
 
 /* The shared layout calls (layout_ops.c) take untyped pointers: for bf16
@@ -45,7 +46,8 @@ static void emit_split(CgEmitter *e, int index) {
     emit(e, "k_cuda_copy2d%s(%s, %lld, %s%s, %lld, %lld, %lld);", cuda_sfx(e, x),
          cuda_ref(e, n->out[j]), (long long)part, cuda_ref(e, x),
          j ? ir_fmt(" + %lld", (long long)(j * part)) : "", (long long)cols, (long long)outer,
-         (long long)part);
+         (long long)part),
+    cg_launch_copy(e, cg_listing_bytes(e, n->out[j]));
 }
 
 /* slice: one block copy, as a part of split. */
@@ -59,6 +61,7 @@ static void emit_slice(CgEmitter *e, int index) {
   emit(e, "k_cuda_copy2d%s(%s, %lld, %s + %lld, %lld, %lld, %lld);", cuda_sfx(e, x),
        cuda_ref(e, n->out[0]), (long long)part, cuda_ref(e, x), (long long)at, (long long)cols,
        (long long)outer, (long long)part);
+  cg_launch_copy(e, cg_listing_bytes(e, n->out[0]));
 }
 
 static void emit_concat(CgEmitter *e, int index) {
@@ -71,6 +74,7 @@ static void emit_concat(CgEmitter *e, int index) {
     emit(e, "k_cuda_copy2d%s(%s%s, %lld, %s, %lld, %lld, %lld);", cuda_sfx(e, y), cuda_ref(e, y),
          at ? ir_fmt(" + %lld", (long long)at) : "", (long long)cols, cuda_ref(e, n->in[j]),
          (long long)c, (long long)outer, (long long)c);
+    cg_launch_copy(e, cg_listing_bytes(e, n->in[j]));
     at += c;
   }
 }
@@ -91,6 +95,7 @@ static void emit_sum_to(CgEmitter *e, int index) {
     emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_rows)(%s, %s, %lldLL, "
             "%lldLL);",
          (long long)M, cuda_ref(e, y), cuda_ref(e, x), (long long)(N / M), (long long)M);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n), cg_launch_serial(e, M, N / M);
     emit(e, "CU_LAUNCHED();");
     return;
   }
@@ -100,11 +105,13 @@ static void emit_sum_to(CgEmitter *e, int index) {
   case CG_BC_SUFFIX:
     emit(e, "k_cuda_sum_rows%s(%s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, y),
          cuda_ref(e, x), (long long)(N / M), (long long)M);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n), cg_launch_serial(e, M, N / M);
     return;
   case CG_BC_ROW:
     emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_last)(%s, %s, %lldLL, "
             "%lldLL);",
          (long long)M, cuda_ref(e, y), cuda_ref(e, x), (long long)M, (long long)bc.size);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n), cg_launch_serial(e, M, bc.size);
     emit(e, "CU_LAUNCHED();");
     return;
   case CG_BC_GENERAL: cg_error(e, n, "a broadcast the CUDA target does not sum yet"); return;
@@ -134,6 +141,7 @@ static void emit_attention(CgEmitter *e, int index) {
          cuda_ref(e, n->in[4]), cuda_ref(e, q), cuda_ref(e, n->in[1]), cuda_ref(e, n->in[2]),
          cuda_ref(e, n->in[3]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
          (long long)K, (long long)d, causal, cg_scratch(e, index));
+  cg_launch_attention(e, NULL, n);
 }
 
 static void emit_layernorm(CgEmitter *e, int index) {
@@ -143,6 +151,7 @@ static void emit_layernorm(CgEmitter *e, int index) {
        cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
        n->nin == 3 ? cuda_ref(e, n->in[2]) : "NULL", (long long)cg_rows(x),
        (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
@@ -151,6 +160,7 @@ static void emit_rmsnorm(CgEmitter *e, int index) {
   emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
        cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
        (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 /* The norms' weight gradients are set, not added (as on the CPU): the
@@ -164,6 +174,7 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), want_db ? cuda_ref(e, n->out[2]) : "NULL",
        cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
        (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
@@ -173,6 +184,7 @@ static void emit_rmsnorm_grad(CgEmitter *e, int index) {
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->in[2]), cuda_ref(e, x),
        cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_softmax(CgEmitter *e, int index) {
@@ -180,6 +192,7 @@ static void emit_softmax(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_softmax_fwd%s(%s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
        cuda_ref(e, x), (long long)cg_rows(x), (long long)cg_dim(x, -1));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_softmax_grad(CgEmitter *e, int index) {
@@ -187,6 +200,7 @@ static void emit_softmax_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   emit(e, "k_cuda_softmax_bwd%s(%s, %s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
        cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1));
+  cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_causal_mask(CgEmitter *e, int index) {
@@ -196,6 +210,7 @@ static void emit_causal_mask(CgEmitter *e, int index) {
   emit(e, "k_cuda_causal_mask%s(%s, %s, %lld, %lld, %s);", cuda_sfx(e, x), cuda_ref(e, n->out[0]),
        cuda_ref(e, x), (long long)(cg_numel(x) / (s * s)), (long long)s,
        cg_real(ir_attr_float(n, "fill")));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 static void emit_rope(CgEmitter *e, int index) {
@@ -214,6 +229,7 @@ static void emit_rope(CgEmitter *e, int index) {
        (long long)(cg_numel(x) / (cg_dim(x, -2) * cg_dim(x, -1))), (long long)cg_dim(x, -2),
        (long long)H, (long long)(cg_dim(x, -1) / H), cg_real(ir_attr_float(n, "theta")),
        (int)ir_attr_int(n, "inverse"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 
@@ -225,6 +241,7 @@ static void emit_dropout(CgEmitter *e, int index) {
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cuda_sfx(e, n->in[0]), cuda_ref(e, n->out[0]),
        cuda_ref(e, n->in[0]), (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 static void emit_loss(CgEmitter *e, int index) {
@@ -240,6 +257,7 @@ static void emit_loss(CgEmitter *e, int index) {
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)V);
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
 }
 
 /* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are
@@ -250,6 +268,9 @@ void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_
           "%lldLL, %lldLL, %s, %lldLL);",
        (long long)cg_dim(y, -1), cuda_ref(e, y), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
        (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo, (long long)V);
+  double rows = 4.0 * (double)cg_numel(n->in[1]); /* the gradient rows the ids pick, fp32 */
+  cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, n->in[0]) +
+            cg_listing_bytes(e, n->in[1]) + rows, rows), cg_launch_serial(e, cg_dim(y, -1), cg_numel(n->in[0]));
   emit(e, "CU_LAUNCHED();");
 }
 
@@ -264,12 +285,15 @@ static void emit_embedding(CgEmitter *e, int index) {
     emit(e, "k_cuda_embedding_fwd%s(%s, %s, %s, %lld, %lld);", cuda_sfx(e, y), cuda_ref(e, y),
          cuda_ref(e, ids), cuda_ref(e, n->in[1]), (long long)cg_numel(ids),
          (long long)cg_dim(y, -1));
+    cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, ids) + cg_listing_bytes(e, y),
+              cg_listing_bytes(e, y));
   } else if (cuda_into_grads(e, y)) {
     cg_cuda_embedding_add(e, n, "0", cg_dim(y, 0));
   } else {
     emit(e, "k_cuda_embedding_bwd%s(%s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, n->in[1]),
          cuda_ref(e, y), cuda_ref(e, ids), cuda_ref(e, n->in[1]), (long long)cg_numel(ids),
          (long long)cg_dim(y, 0), (long long)cg_dim(y, -1));
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
   }
 }
 
@@ -277,13 +301,15 @@ static void emit_arange(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *y = n->out[0];
   if (y->type.dtype != IR_I32) cg_error(e, n, "arange must be i32");
-  else emit(e, "k_cuda_arange(%s, %lld);", cuda_ref(e, y), (long long)cg_numel(y));
+  else emit(e, "k_cuda_arange(%s, %lld);", cuda_ref(e, y), (long long)cg_numel(y)),
+    cg_launch_node(e, CG_K_COPY, NULL, n);
 }
 
 static void emit_zeros(CgEmitter *e, int index) {
   const IrValue *y = cg_node(e, index)->out[0];
   emit(e, "CU_CHECK(cudaMemsetAsync(%s, 0, %lld * sizeof(%s), k_cuda_stream()));", cuda_ref(e, y),
        (long long)cg_numel(y), y->type.dtype == IR_I32 ? "int32_t" : cuda_ctype(e, y));
+  cg_launch(e, CG_K_COPY, NULL, 0, 0, cg_listing_bytes(e, y));
 }
 
 static void emit_reshape(CgEmitter *e, int index) {

@@ -11,6 +11,8 @@ static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *g
   /* The param's slot in the gradients: where WGT(...) is in the weights. */
   emit(e, "k_cuda_accumulate%s(GRD%s, %s, %lld);", cuda_sfx(e, grad), cg_ref(e, param) + 3,
        cuda_ref(e, grad), (long long)n);
+  cg_launch(e, CG_K_ELEMENTWISE, NULL, 0, cg_listing_bytes(e, grad) + 4.0 * (double)n,
+            4.0 * (double)n);
 }
 
 /* ---------------------------------------------------------------- policy */
@@ -61,6 +63,7 @@ static void cuda_permute(CgEmitter *e, const char *dst, const char *src, int64_t
   else
     emit(e, "k_cuda_transpose(%s, %s, 1, %lld, 1, %lld, %lld);", dst, src, (long long)a,
          (long long)b, (long long)part);
+  cg_launch_copy(e, (double)(a * b * part) * (low ? 2 : 4));
 }
 
 /* --cuda-arch: a compute capability nvcc takes, sm_NN or compute_NN. */

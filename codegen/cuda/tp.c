@@ -16,6 +16,7 @@ void cg_cuda_tp_slice(CgEmitter *e, int index) {
   emit(e, "k_cuda_copy2d%s(%s, %lld, %s + (int64_t)ctx->tp * %lld, %lld, %lld, %lld);",
        cuda_sfx(e, x), cuda_ref(e, y), (long long)part, cuda_ref(e, x), (long long)part,
        (long long)whole, (long long)o, (long long)part);
+  cg_launch_copy(e, cg_listing_bytes(e, y));
 }
 
 /* The identity; memplan makes it a view, which runs no code. */
@@ -35,6 +36,8 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
     emit(e, "k_cuda_embedding_fwd_vp%s(%s, %s, %s, %lld, %lld, (int64_t)ctx->tp * %lld, %lld);",
          cuda_sfx(e, y), cuda_ref(e, y), cuda_ref(e, ids), cuda_ref(e, table),
          (long long)cg_numel(ids), (long long)cg_dim(y, -1), (long long)V, (long long)V);
+    cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, ids) + cg_listing_bytes(e, y),
+              cg_listing_bytes(e, y));
     return;
   }
   int64_t V = cg_dim(y, 0), h = cg_dim(y, -1);
@@ -43,7 +46,8 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
   else
     emit(e, "k_cuda_embedding_bwd_vp%s(%s, %s, %s, %lld, %lld, %lld, (int64_t)ctx->tp * %lld);",
          cuda_sfx(e, n->in[1]), cuda_ref(e, y), cuda_ref(e, ids), cuda_ref(e, n->in[1]),
-         (long long)cg_numel(ids), (long long)V, (long long)h, (long long)V);
+         (long long)cg_numel(ids), (long long)V, (long long)h, (long long)V),
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
 }
 
 /* The loss over this rank's columns [tp * V, (tp + 1) * V) of the logits,
@@ -68,19 +72,24 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
        (long long)valid, (long long)valid, (long long)V, (long long)V, (long long)valid);
   emit(e, "real *mx = cu_tp_scratch(), *se = mx + %lld;", (long long)rows);
   emit(e, "k_cuda_ce_vp_max%s(mx, %s, %lld, %lld, n);", s, L, (long long)rows, (long long)V);
+  cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, logits), 4.0 * (double)rows);
   cg_comm_allreduce(e, "mx", "mx", rows, "RT_COMM_MAX");
   emit(e, "k_cuda_ce_vp_sumexp%s(se, %s, mx, %lld, %lld, n);", s, L, (long long)rows,
        (long long)V);
+  cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, logits), 4.0 * (double)rows);
   cg_comm_allreduce(e, "se", "se", rows, "RT_COMM_SUM");
   if (n->op == IR_OP_CROSS_ENTROPY) {
     emit(e, "real *tg = mx + %lld;", (long long)(2 * rows));
     emit(e, "k_cuda_ce_vp_target%s(tg, %s, %s, %lld, %lld, lo, n, %lld);", s, L, T,
          (long long)rows, (long long)V, (long long)valid);
+    cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, targets), 4.0 * (double)rows);
     cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
     emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", cuda_ref(e, n->out[0]), (long long)rows);
+    cg_launch(e, CG_K_REDUCTION, NULL, 0, 12.0 * (double)rows, 4);
   } else {
     emit(e, "k_cuda_ce_vp_bwd%s(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", s,
          cuda_ref(e, n->out[0]), L, T, cuda_ref(e, n->in[2]), (long long)rows, (long long)V);
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
   }
   e->depth--;
   emit(e, "}");
@@ -94,6 +103,7 @@ static void emit_rank_dropout(CgEmitter *e, const IrNode *n) {
        n->op == IR_OP_DROPOUT ? "fwd" : "bwd", cuda_sfx(e, n->in[0]), cuda_ref(e, n->out[0]),
        cuda_ref(e, n->in[0]), (long long)cg_numel(n->in[0]), cg_real(ir_attr_float(n, "rate")),
        (long long)ir_attr_int(n, "site"));
+  cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
 /* The forms that need the rank at run time (cpu_tp.c has the CPU's). */

@@ -3,8 +3,9 @@
 # model on 3072 A100s without recomputation needs far more than 80 GiB
 # per GPU (the text says "does not fit" with the GiB over, the JSON
 # fits: false with memory_over_bytes, stderr a warning), and with full
-# recomputation, as the paper ran it, it fits and nothing warns. Prints
-# the lines it checks.
+# recomputation, as the paper ran it (examples/sc21/run_table_1.sh: 1F1B
+# without interleaving), it fits and nothing warns. Prints the lines it
+# checks.
 #   fit.sh SHARDC MODEL
 set -u
 shardc=$1
@@ -13,7 +14,7 @@ fail=0
 tmp=${TMPDIR:-/tmp}/planner_fit.$$
 run() {
   "$shardc" simulate "$model" -D layers=128 -D hidden=25600 -D heads=160 --tp 8 --pp 64 --dp 6 \
-    --vpp 2 --microbatch 1 --global-batch 3072 --hw a100 "$@" >"$tmp.out" 2>"$tmp.err"
+    --microbatch 1 --global-batch 3072 --hw a100 "$@" >"$tmp.out" 2>"$tmp.err"
 }
 run
 status=$?

@@ -33,6 +33,8 @@ refused "--zero 1 shards the optimizer over data-parallel replicas" --zero 1
 refused "--vpp 2 needs pipeline stages" --vpp 2
 refused "--dp-overlap: expected bucket, chunk or none" --dp-overlap some
 refused "--bucket-mb: expected a positive number of MiB, got '0'" --dp 2 --bucket-mb 0
+refused "--megatron describes mixed precision's PyTorch runs" --precision fp32 --megatron 2022
+refused "--megatron: expected 2021 or 2022" --megatron 2020
 # The compiler's words for the two it rejects itself.
 for flags in "--zero 1" "--vpp 2"; do
   # shellcheck disable=SC2086

@@ -108,3 +108,21 @@ if(TARGET shard_comm_mpi)
   # Alone: another test on the same cores would slow the runs, not their prediction.
   set_tests_properties(planner/trace_run PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun RUN_SERIAL TRUE)
 endif()
+# The cost report of a compiled program (`shardc simulate --program DIR`,
+# planner/program_cost.c, from the launch listing of codegen/listing.c):
+# every call of the generated chunk functions listed, none unlisted, the
+# bytes of an elementwise run as its kernel moves them, the report's sums,
+# GPT-2 medium and a 1.3B shape in bf16 on the H200 preset, the usage
+# errors (program_cost.sh; the CUDA half where shardc has the CUDA libraries).
+add_test(NAME planner/program_cost
+         COMMAND sh ${PLANNER_DIR}/program_cost.sh ${SHARDC} ${MODELS_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost)
+# The same report of a CPU program against its measured run, per kernel
+# class, within 25% for the demo shape and GPT-2 small, on the description
+# `shardc hw --measure` writes (program_cost_trace.sh; minutes: label long,
+# alone on the machine).
+add_test(NAME planner/program_cost_trace
+         COMMAND sh ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+                 ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost_trace)
+set_tests_properties(planner/program_cost_trace PROPERTIES TIMEOUT 1200 RESOURCE_LOCK mpirun
+                     RUN_SERIAL TRUE LABELS long)

@@ -1,0 +1,172 @@
+#!/bin/sh
+# program_cost.sh SHARDC MODELS WORK: the cost report of compiled programs
+# (`shardc simulate --program DIR --hw NAME`, planner/program_cost.c, from
+# the launch listing codegen/listing.c writes at compile time), without
+# running them:
+# - every call of a kernel, library or collective in the generated chunk
+#   functions is a launch of the listing (CUDA: counted in the .cu; CPU:
+#   the k_ calls and copies of rank0.c), and no launch is "unlisted" (one
+#   no hook of the code generators recorded), for GPT-2, LLaMA (rmsnorm,
+#   rope, SwiGLU), t = 2 (collectives, vocabulary-parallel loss) and p = 2
+#   (a program per stage);
+# - an elementwise run's bytes are those its generated kernel moves: the
+#   residual add of GPT-2 medium in bf16 reads two [16, 1024, 1024] bf16
+#   tensors and writes one, 2 bytes each;
+# - the report's sums agree: the step is its launches and host waits, the
+#   tokens/s and MFU follow from it, the CSV has a line per launch group;
+# - GPT-2 medium and a 1.3B shape in bf16 on the H200 preset: printed, with
+#   an MFU between 10% and 90%;
+# - the usage errors.
+# The CUDA half needs a shardc built with the CUDA libraries; without them
+# it says so and checks the CPU programs only.
+set -u
+shardc=$1 models=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$work" && cd "$work" || exit 1
+bad=0
+fail() { echo "FAIL: $*"; bad=1; }
+DEMO="-D layers=2 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128 -D batch=2"
+
+# compile NAME TARGET MODEL FLAGS...: the program in NAME; false when it
+# does not compile.
+compile() {
+  name=$1 target=$2 model=$3
+  shift 3
+  "$shardc" compile "$models/$model" "$@" --target "$target" -o "$name" >"$name.log" 2>&1
+}
+
+# check NAME HW [--global-batch N]: the listing and the report of NAME.
+check() {
+  name=$1 hw=$2
+  shift 2
+  "$shardc" simulate --program "$name" --hw "$hw" "$@" --json >"$name.json" 2>"$name.err" ||
+    { fail "$name: simulate --program: $(cat "$name.err")"; return; }
+  "$shardc" simulate --program "$name" --hw "$hw" "$@" --csv "$name.csv" >/dev/null 2>&1 ||
+    { fail "$name: simulate --csv"; return; }
+  "$shardc" simulate --program "$name" --hw "$hw" "$@" >"$name.txt" 2>&1 ||
+    { fail "$name: simulate (text)"; return; }
+  python3 - "$name" <<'PY' || bad=1
+import json, re, sys, glob, os
+name = sys.argv[1]
+r = json.load(open(name + ".json"))
+listing = json.load(open(name + "/kernels.json"))
+ok = True
+def fail(msg):
+    global ok
+    print(f"FAIL {name}: {msg}")
+    ok = False
+if r["unlisted"]:
+    fail(f"{r['unlisted']} launch groups no hook recorded: " +
+         ", ".join(sorted({l['kernel'] for l in r['launches'] if l.get('unlisted')})))
+# Every call in the chunk functions of the generated sources is a launch.
+cuda = listing["target"] == "cuda"
+call = re.compile(r"^\s*(?:CU_CHECK\()?(k_cuda_\w+|CU_LAUNCH|cudaMemcpyAsync|cudaMemsetAsync|rt_comm_\w+|k_\w+|memcpy|memset)\(")
+skip = {"k_cuda_gemm_init", "k_cuda_stream", "k_blas_serial_begin", "k_blas_serial_end",
+        "k_attention_scratch"}
+for prog in listing["programs"]:
+    src = open(os.path.join(name, prog["name"] + (".cu" if cuda else ".c"))).read()
+    # The chunk functions: from the first forward to the parameter table.
+    body = src[src.index("static void forward"):src.index("static const RtParam")]
+    calls = [m.group(1) for line in body.splitlines() for m in [call.match(line)] if m]
+    calls = [c for c in calls if c not in skip]
+    listed = [l for l in prog["launches"] if not l.get("runtime") and
+              not l["kernel"].startswith("(loop)")]
+    # A CPU loop is a launch of its own, not a call: the loops are left out.
+    if len(calls) != len(listed):
+        fail(f"{prog['name']}: {len(calls)} calls in the chunk functions, {len(listed)} launches "
+             "listed")
+# The sums of the report.
+t = sum(l["calls_per_step"] * l["time_s"] for l in r["launches"]) + r["sync_time_s"]
+if r["ranks"] == 1 and abs(t - r["step_time_s"]) > 1e-9 * max(t, 1):
+    fail(f"the launches and waits sum to {t} s, the step is {r['step_time_s']} s")
+if abs(r["tokens_per_s"] * r["step_time_s"] - r["tokens_per_step"]) > 1e-6 * r["tokens_per_step"]:
+    fail("tokens/s is not the step's tokens over its time")
+mfu = r["model_flops_per_step"] / (r["step_time_s"] * r["ranks"] * r["peak_flops"])
+if abs(mfu - r["mfu"]) > 1e-9:
+    fail(f"MFU {r['mfu']} is not the model FLOPs over the step at peak ({mfu})")
+rows = open(name + ".csv").read().splitlines()
+if len(rows) != len(r["launches"]) + 1:
+    fail(f"{len(rows)} CSV lines for {len(r['launches'])} launch groups and a header")
+if not r["sinks"] or any(s["seconds"] < r["sinks"][i + 1]["seconds"] for i, s in enumerate(r["sinks"][:-1])):
+    fail("the sinks are not biggest first")
+if ok:
+    print(f"ok {name}: {len(r['launches'])} launch groups, {r['launches_per_step']:.0f} launches "
+          f"per step, step {1e3 * r['step_time_s']:.3f} ms, MFU {100 * r['mfu']:.1f}%")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# The CPU programs, priced on a made-up CPU description.
+compile cpu_gpt2 cpu gpt2.shard $DEMO && check cpu_gpt2 "$here/cpu2.hw" --global-batch 8
+SHARDC_CHUNKS=0 compile cpu_gpt2_nochunks cpu gpt2.shard $DEMO &&
+  check cpu_gpt2_nochunks "$here/cpu2.hw"
+compile cpu_llama cpu llama.shard -D layers=2 -D seq=32 -D hidden=64 -D heads=4 -D kv_heads=2 \
+  -D ffn=128 -D vocab=128 && check cpu_llama "$here/cpu2.hw"
+compile cpu_tp2 cpu gpt2.shard $DEMO --tp 2 && check cpu_tp2 "$here/cpu2.hw"
+compile cpu_pp2 cpu gpt2.shard $DEMO --pp 2 --global-batch 8 && check cpu_pp2 "$here/cpu2.hw"
+for p in cpu_gpt2 cpu_gpt2_nochunks cpu_llama cpu_tp2 cpu_pp2; do
+  [ -f "$p/kernels.json" ] || fail "$p: no kernels.json ($(tail -n 1 "$p.log"))"
+done
+
+# The CUDA programs, where this shardc has the CUDA libraries.
+if compile cuda_gpt2 cuda gpt2.shard $DEMO; then
+  check cuda_gpt2 h200
+  compile cuda_bf16 cuda gpt2.shard $DEMO --precision bf16 && check cuda_bf16 h200
+  compile cuda_llama cuda llama.shard -D layers=2 -D seq=32 -D hidden=64 -D heads=4 \
+    -D kv_heads=2 -D ffn=128 -D vocab=128 --precision bf16 && check cuda_llama h100
+  if compile cuda_tp2 cuda gpt2.shard $DEMO --tp 2 --precision bf16; then
+    check cuda_tp2 h200
+  elif grep -q "NCCL" cuda_tp2.log; then
+    echo "cuda_tp2: this shardc has no NCCL backend: the program of two ranks is not checked"
+  else
+    fail "cuda_tp2 does not compile: $(tail -n 1 cuda_tp2.log)"
+  fi
+  # GPT-2 medium (24 x 1024, batch 16, seq 1024) and a 1.3B shape (24 x
+  # 2048, 16 heads, seq 2048, batch 8), bf16, on one H200.
+  compile medium cuda gpt2.shard -D layers=24 -D hidden=1024 -D heads=16 -D batch=16 -D seq=1024 \
+    -D vocab=50257 --precision bf16 && check medium h200
+  compile b13 cuda gpt2.shard -D layers=24 -D hidden=2048 -D heads=16 -D batch=8 -D seq=2048 \
+    -D vocab=50257 --precision bf16 && check b13 h200
+  for p in medium b13; do
+    [ -f "$p.json" ] || { fail "$p: no report"; continue; }
+    python3 - "$p" <<'PY' || bad=1
+import json, sys
+name = sys.argv[1]
+r = json.load(open(name + ".json"))
+if not 0.1 < r["mfu"] < 0.9:
+    sys.exit(f"FAIL {name}: MFU {r['mfu']:.3f} outside 10-90%")
+print(f"{name} on {r['hw']}: step {1e3 * r['step_time_s']:.1f} ms, {r['tokens_per_s']:.0f} tokens/s, "
+      f"MFU {100 * r['mfu']:.1f}%; biggest sink: {r['sinks'][0]['what']} "
+      f"({1e3 * r['sinks'][0]['seconds']:.1f} ms)")
+PY
+  done
+  # The residual add of medium: two bf16 [16, 1024, 1024] read, one written.
+  python3 - <<'PY' || bad=1
+import json, sys
+r = json.load(open("medium.json"))
+adds = [l for l in r["launches"] if l["label"] == "F add [16, 1024, 1024]" and
+        l["kernel"] == "fused_c0_n*"]
+want = (2 * 16 * 1024 * 1024 * 2, 16 * 1024 * 1024 * 2)
+big = max(adds, key=lambda l: l["calls_per_step"]) if adds else None
+if not big or (big["bytes_read"], big["bytes_written"]) != want:
+    sys.exit(f"FAIL medium: the residual add moves {big and (big['bytes_read'], big['bytes_written'])}"
+             f" bytes, not {want}")
+print(f"ok medium: the residual add reads {want[0]} and writes {want[1]} bytes")
+PY
+elif grep -q "built without the CUDA libraries" cuda_gpt2.log; then
+  echo "SKIP the CUDA programs: this shardc was built without the CUDA libraries"
+else
+  fail "cuda_gpt2 does not compile: $(tail -n 3 cuda_gpt2.log)"
+fi
+
+# Usage errors.
+out=$("$shardc" simulate --program "$work/nothing" --hw h200 2>&1) &&
+  fail "simulate --program of a folder without a listing exited 0"
+echo "$out" | grep -q "kernels.json" || fail "no word of kernels.json: $out"
+out=$("$shardc" simulate --csv x.csv --hw h200 2>&1) && fail "--csv without --program exited 0"
+echo "$out" | grep -q -- "--csv goes with --program" || fail "--csv alone: $out"
+out=$("$shardc" simulate "$models/gpt2.shard" --program cpu_gpt2 --hw h200 2>&1) &&
+  fail "--program with a MODEL exited 0"
+out=$("$shardc" simulate --program cpu_gpt2 2>&1) && fail "--program without --hw exited 0"
+[ $bad = 0 ] && echo "program_cost: all checks passed"
+exit $bad
