@@ -32,6 +32,27 @@ add_test(NAME oracle.models_cpu
          COMMAND sh ${TESTS_DIR}/oracle/models_cpu.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin)
 set_tests_properties(oracle.models_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
 
+# models/bert.shard against transformers' BertForMaskedLM (hf_bert.sh): the
+# same masked-LM examples on both sides, 5 AdamW steps, 1e-5 in fp32 and
+# 1e-10 in f64; long, for the import of transformers. Skipped (77) without it.
+foreach(dtype f32 f64)
+  if(dtype STREQUAL f32)
+    set(name oracle.hf_bert)
+  else()
+    set(name oracle.hf_bert_f64)
+  endif()
+  add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/oracle/hf_bert.sh ${SHARDC})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
+                       TIMEOUT 300 LABELS oracle)
+endforeach()
+
+# models/bert.shard, cheaply (default set, about 1 s of CPU): its parameter
+# count, two masked-LM steps against recorded losses, --tp 2 against one
+# rank, and the padding mask's effect.
+add_test(NAME oracle.bert_cpu
+         COMMAND sh ${TESTS_DIR}/oracle/bert_cpu.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin)
+set_tests_properties(oracle.bert_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
+
 # Against Hugging Face transformers' own classes (hf_models.sh): same
 # weights in, 5 AdamW steps on both sides, losses within 1e-5 in fp32 and
 # 1e-10 in f64 (oracle.hf_neox_f64). Importing transformers alone takes
