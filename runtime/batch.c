@@ -15,9 +15,15 @@
 /* Microbatch g's part of a masked-LM input (mlm.h), made on the host from
  * the window's tokens and copied in. */
 static void load_mlm(Rt *rt, const RtInput *in, void *dst, const int32_t *window, int64_t g) {
-  if (!rt->mlm_buf) rt->mlm_buf = rt_xmalloc((size_t)rt->rows * sizeof(int32_t));
   RtMlmRule r = {rt->f.mlm_prob, rt->f.mlm_mask_id >= 0 ? rt->f.mlm_mask_id : rt->model->vocab - 1,
                  rt->f.mlm_pad_id, rt->model->vocab};
+  if (!rt->mlm_buf) {
+    /* An id the embedding cannot look up would read outside its table. */
+    if (r.mask_id >= r.vocab)
+      rt_fatal("--mlm-mask-id", "%lld is not below the model's vocabulary of %lld",
+               (long long)r.mask_id, (long long)r.vocab);
+    rt->mlm_buf = rt_xmalloc((size_t)rt->rows * sizeof(int32_t));
+  }
   rt_mlm_fill(&r, rt->window_key, in->mlm, window, g * rt->rows, rt->rows, rt->mlm_buf);
   rt_dev_from_host(dst, rt->mlm_buf, rt->rows * (int64_t)sizeof(int32_t));
 }

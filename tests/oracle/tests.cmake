@@ -80,6 +80,12 @@ add_test(NAME oracle.neox_cuda_refuses
          COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -D vocab=97 -D seq=16 -D hidden=64 -D heads=4 -D layers=2 -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'neox.shard:[0-9]*:[0-9]*: error: cuda target: rope: over 4 of each head.s 16 dims (partial rotary) is not supported' && test ! -e \"$2/rank0.cu\""
                  ${SHARDC} ${MODELS_DIR}/neox.shard ${CMAKE_CURRENT_BINARY_DIR}/neox_cuda_refuses)
 set_tests_properties(oracle.neox_cuda_refuses PROPERTIES LABELS oracle)
+# models/bert.shard on the CUDA target: the masked attention and the loss
+# that ignores targets are refused at their lines, nothing written.
+add_test(NAME oracle.bert_cuda_refuses
+         COMMAND sh -c "out=$(\"$0\" compile \"$1\" --target cuda -D vocab=97 -D seq=16 -D hidden=64 -D heads=4 -D layers=2 -o \"$2\" 2>&1) && exit 1; echo \"$out\" | grep 'bert.shard:[0-9]*:[0-9]*: error: cuda target: attention: attention with a key-padding mask is not supported' && echo \"$out\" | grep 'bert.shard:[0-9]*:[0-9]*: error: cuda target: cross_entropy: cross_entropy with ignore=1 is not supported' && test ! -e \"$2/rank0.cu\""
+                 ${SHARDC} ${MODELS_DIR}/bert.shard ${CMAKE_CURRENT_BINARY_DIR}/bert_cuda_refuses)
+set_tests_properties(oracle.bert_cuda_refuses PROPERTIES LABELS oracle)
 if(TARGET shard_rt_cuda)
   add_test(NAME oracle.neox_slices_cuda_build
            COMMAND sh ${TESTS_DIR}/cuda_target/run.sh ${SHARDC}
