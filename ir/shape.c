@@ -747,8 +747,8 @@ static bool cross_entropy_inputs(IrNode *n) {
   /* Read only where get_* set them, which gcc cannot see through the & chain. */
   bool vp = false, ign = false;
   int64_t valid = 0;
-  bool attrs_ok = (int)get_flag(n, "vocab_parallel", &vp) & (int)get_nonneg_int(n, "valid", &valid) &
-                  (int)get_flag(n, "ignore", &ign);
+  bool attrs_ok = (int)get_flag(n, "vocab_parallel", &vp) &
+                  (int)get_nonneg_int(n, "valid", &valid) & (int)get_flag(n, "ignore", &ign);
   if (!((int)want_float(n, 0, "logits") & (int)want_int(n, 1, "targets")) || !attrs_ok)
     return false;
   if (logits->rank < 1) {
