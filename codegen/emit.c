@@ -503,16 +503,23 @@ static bool is_message(const CgChunk *c, const IrValue *v) {
 /* The RT_MLM_* role (runtime/mlm.h) of input v: in a masked-LM model (its
  * loss ignores targets of -100) the loss's targets are the labels, an input
  * that an embedding reads holds the masked ids, and any other is the
- * key-padding mask; in any other model every input is the window itself. */
-static int mlm_role(const CgEmitter *e, const CgModelInfo *mi, const IrValue *v) {
+ * key-padding mask; in any other model every input is the window itself,
+ * so an input used as attention's mask there is an error: the runtime has
+ * nothing to fill it with but tokens. */
+static int mlm_role(CgEmitter *e, const CgModelInfo *mi, const IrValue *v) {
   const IrNode *loss = mi->loss->def;
-  if (!ir_attr_has(loss, "ignore") || !ir_attr_int(loss, "ignore")) return 0;
-  if (v == mi->targets) return 2;
+  bool mlm = ir_attr_has(loss, "ignore") && ir_attr_int(loss, "ignore");
+  if (mlm && v == mi->targets) return 2;
   for (int i = 0; i < e->g->nodes.len; i++) {
     const IrNode *n = e->g->nodes.items[i];
-    if (n->op == IR_OP_EMBEDDING && n->in[0] == v) return 1;
+    if (mlm && n->op == IR_OP_EMBEDDING && n->in[0] == v) return 1;
+    if (!mlm && n->op == IR_OP_ATTENTION && n->nin > 3 && n->in[3] == v) {
+      cg_error(e, n, "the mask %s is a model input, which the runtime fills only in a masked-LM "
+               "model (a loss with ignore=1)", v->name);
+      return 0;
+    }
   }
-  return 3;
+  return mlm ? 3 : 0;
 }
 
 /* The model inputs chunk c reads; returns how many. */
