@@ -12,7 +12,10 @@
 #    recorded below (1e-4: the kernels are built for the machine, so the
 #    last bits may move);
 # 3. the same under --tp 2 gives the one-rank losses (1e-5);
-# 4. without the padding token the losses differ (the mask is not inert).
+# 4. without the padding token the losses differ (the mask is not inert);
+# 5. bad input is an error at its line: a mask of the wrong shape, and a
+#    mask input in a model whose loss does not ignore targets (the runtime
+#    makes masks only for masked-LM models).
 set -eu
 SHARDC=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 DATA=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
@@ -53,5 +56,20 @@ if within one.txt nopad.txt 1e-3 "padding vs none" >/dev/null; then
 else
   echo "  padding 32 vs none: the losses differ, as they must"
 fi
+# refused PATTERN SEDSCRIPT: the edited model fails to compile with PATTERN
+refused() {
+  sed "$2" "$ROOT/models/bert.shard" >bad.shard
+  if "$SHARDC" compile bad.shard $TINY -o bad >bad.txt 2>&1; then
+    echo "FAIL: compiled: $2"; fail=1
+  elif grep -q "$1" bad.txt; then
+    echo "  refused: $(grep -m1 error bad.txt)"
+  else
+    cat bad.txt; echo "FAIL: no '$1'"; fail=1
+  fi
+}
+refused 'bad.shard:[0-9]*:[0-9]*: error: attention: mask\[4, 8\] must be \[b, s\] of the keys' \
+  's/^input attention_mask: i32\[batch, seq\]/input attention_mask: i32[batch, 8]/'
+refused 'bad.shard:[0-9]*:[0-9]*: error: cpu target: attention: the mask attention_mask is a model input' \
+  's/cross_entropy(logits, labels, ignore=1)/cross_entropy(logits, labels)/'
 [ $fail = 0 ] && echo "bert_cpu: PASS" || echo "bert_cpu: FAIL"
 exit $fail
