@@ -31,6 +31,9 @@
   X("optimizer", 1) \
   X("seed", 1) \
   X("no-shuffle", 0) \
+  X("mlm-prob", 1) \
+  X("mlm-mask-id", 1) \
+  X("mlm-pad-id", 1) \
   X("log-every", 1) \
   X("log-json", 1) \
   X("eval-every", 1) \

@@ -75,6 +75,10 @@ typedef struct RtInput {
   int64_t numel;
   int64_t offset_bytes;
   int is_target;     /* read from the shifted window (the next tokens) */
+  /* RT_MLM_* of runtime/mlm.h: 0 the window as it is (or shifted, above);
+   * 1 masked ids, 2 labels, 3 the key-padding mask of masked-LM examples
+   * made from the window (a model whose loss has ignore=1). */
+  int mlm;
 } RtInput;
 
 /* Bytes of each region of the memory plan, as `shardc compile` prints them.

@@ -417,9 +417,27 @@ static void emit_attention(CgEmitter *e, int index) {
   int causal = (int)ir_attr_int(n, "causal");
   /* In a chunk: its whole sequences (memplan's row_local). */
   int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(q, 1) : cg_dim(q, 0);
-  if (n->op == IR_OP_ATTENTION)
+  /* The key-padding mask [b, s] has one element per position (row): in a
+   * chunk it starts at r0 itself, not at r0 rows of its last dim. */
+  int mi = n->op == IR_OP_ATTENTION ? 3 : 5;
+  const char *mask = "NULL";
+  if (n->nin > mi) {
+    if (!cg_need_i32(e, n, n->in[mi])) return;
+    mask = cg_cpu_chunk_rows(e) ? ir_fmt("(%s + r0)", ref(e, n->in[mi])) : ref(e, n->in[mi]);
+  }
+  if (n->op == IR_OP_ATTENTION && n->nin > mi)
+    emit(e, "k_attention_masked_fwd(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
+         rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), mask, (long long)b,
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+  else if (n->op == IR_OP_ATTENTION)
     emit(e, "k_attention_fwd(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          rref(e, n->out[0]), rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), (long long)b,
+         (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
+  else if (n->nin > mi)
+    emit(e, "k_attention_masked_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
+            "%lld, %d, %s);",
+         rref(e, n->out[0]), rref(e, n->out[1]), rref(e, n->out[2]), rref(e, n->in[4]),
+         rref(e, q), rref(e, n->in[1]), rref(e, n->in[2]), rref(e, n->in[3]), mask, (long long)b,
          (long long)cg_dim(q, 1), (long long)H, (long long)K, (long long)d, causal, cg_scratch(e, index));
   else
     emit(e, "k_attention_bwd(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
@@ -522,7 +540,15 @@ static void emit_loss(CgEmitter *e, int index) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
   int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
-  if (n->op == IR_OP_CROSS_ENTROPY)
+  int ignore = ir_attr_has(n, "ignore") ? (int)ir_attr_int(n, "ignore") : 0;
+  if (ignore && n->op == IR_OP_CROSS_ENTROPY)
+    emit(e, "k_cross_entropy_ign_fwd(%s, %s, %s, %lld, %lld, %lld, 1);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V);
+  else if (ignore)
+    emit(e, "k_cross_entropy_ign_bwd(%s, %s, %s, %s, %lld, %lld, %lld, 1);", ref(e, n->out[0]),
+         ref(e, logits), ref(e, targets), ref(e, n->in[2]), (long long)rows, (long long)V,
+         (long long)V);
+  else if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cross_entropy_fwd(%s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
          ref(e, logits), ref(e, targets), (long long)rows, (long long)V, (long long)V);
   else

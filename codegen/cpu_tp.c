@@ -87,6 +87,11 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
     cg_error(e, n, "token ids must be i32, not %s", ir_dtype_name(targets->type.dtype));
     return;
   }
+  if (ir_attr_has(n, "ignore") && ir_attr_int(n, "ignore")) {
+    /* tp-partition gathers the logits of such a loss: this is a bug. */
+    cg_error(e, n, "a vocabulary-parallel cross_entropy cannot ignore targets");
+    return;
+  }
   int64_t V = cg_dim(logits, -1), rows = cg_numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0) valid = V * (t > 1 ? t : 1);

@@ -502,6 +502,28 @@ static bool is_message(const CgChunk *c, const IrValue *v) {
   return in_vec(&c->recv_act, v) || in_vec(&c->recv_grad, v);
 }
 
+/* The RT_MLM_* role (runtime/mlm.h) of input v: in a masked-LM model (its
+ * loss ignores targets of -100) the loss's targets are the labels, an input
+ * that an embedding reads holds the masked ids, and any other is the
+ * key-padding mask; in any other model every input is the window itself,
+ * so an input used as attention's mask there is an error: the runtime has
+ * nothing to fill it with but tokens. */
+static int mlm_role(CgEmitter *e, const CgModelInfo *mi, const IrValue *v) {
+  const IrNode *loss = mi->loss->def;
+  bool mlm = ir_attr_has(loss, "ignore") && ir_attr_int(loss, "ignore");
+  if (mlm && v == mi->targets) return 2;
+  for (int i = 0; i < e->g->nodes.len; i++) {
+    const IrNode *n = e->g->nodes.items[i];
+    if (mlm && n->op == IR_OP_EMBEDDING && n->in[0] == v) return 1;
+    if (!mlm && n->op == IR_OP_ATTENTION && n->nin > 3 && n->in[3] == v) {
+      cg_error(e, n, "the mask %s is a model input, which the runtime fills only in a masked-LM "
+               "model (a loss with ignore=1)", v->name);
+      return 0;
+    }
+  }
+  return mlm ? 3 : 0;
+}
+
 /* The model inputs chunk c reads; returns how many. */
 static int emit_inputs(CgEmitter *e, const CgModelInfo *mi) {
   const CgChunk *c = e->chunk;
@@ -510,12 +532,14 @@ static int emit_inputs(CgEmitter *e, const CgModelInfo *mi) {
     IrValue *v = e->g->inputs.items[i];
     if (v == mi->dloss || is_message(c, v)) continue;
     if (!n++) {
-      emit(e, "/* name, rank, shape, numel, location (bytes), is the target */");
+      emit(e, "/* name, rank, shape, numel, location (bytes), is the target, masked-LM role */");
       emit(e, "static const RtInput inputs_c%d[] = {", c->index);
       e->depth++;
     }
-    emit(e, "{%s, %d, %s, %lld, %lld, %d},", cstr(v->name), v->type.rank, shape_init(&v->type),
-         (long long)ir_type_numel(&v->type), (long long)location(e, v), v == mi->targets);
+    int role = mlm_role(e, mi, v);
+    emit(e, "{%s, %d, %s, %lld, %lld, %d, %d},", cstr(v->name), v->type.rank, shape_init(&v->type),
+         (long long)ir_type_numel(&v->type), (long long)location(e, v), v == mi->targets && !role,
+         role);
   }
   if (n) {
     e->depth--;

@@ -717,6 +717,16 @@ static bool attention_inputs(IrNode *n) {
     ir_error(n->loc, "%s: k%s and v%s have different sequence lengths", op_name(n), S(k), S(v));
     return false;
   }
+  /* The key-padding mask: attention's fourth input, attention_grad's sixth. */
+  int mi = n->op == IR_OP_ATTENTION ? 3 : 5;
+  if (n->nin > mi) {
+    const IrType *m = in_type(n, mi);
+    if (!((int)want_int(n, mi, "mask") & (int)want_rank(n, mi, "mask", 2, "[b, s]"))) return false;
+    if (m->shape[0] != k->shape[0] || m->shape[1] != k->shape[1]) {
+      ir_error(n->loc, "%s: mask%s must be [b, s] of the keys k%s", op_name(n), S(m), S(k));
+      return false;
+    }
+  }
   return true;
 }
 
@@ -734,9 +744,11 @@ bool ir_shape_attention(IrNode *n) {
  * rank's logits hold only a part of when vocab_parallel is set. */
 static bool cross_entropy_inputs(IrNode *n) {
   const IrType *logits = in_type(n, 0), *targets = in_type(n, 1);
-  bool vp;
-  int64_t valid;
-  bool attrs_ok = (int)get_flag(n, "vocab_parallel", &vp) & (int)get_nonneg_int(n, "valid", &valid);
+  /* Read only where get_* set them, which gcc cannot see through the & chain. */
+  bool vp = false, ign = false;
+  int64_t valid = 0;
+  bool attrs_ok = (int)get_flag(n, "vocab_parallel", &vp) &
+                  (int)get_nonneg_int(n, "valid", &valid) & (int)get_flag(n, "ignore", &ign);
   if (!((int)want_float(n, 0, "logits") & (int)want_int(n, 1, "targets")) || !attrs_ok)
     return false;
   if (logits->rank < 1) {

@@ -423,7 +423,10 @@ static bool ad_rope(Ad *ad, IrNode *n, IrValue **dy) {
 }
 
 static bool ad_attention(Ad *ad, IrNode *n, IrValue **dy) {
-  IrNode *g = emit(ad, IR_OP_ATTENTION_GRAD, INS(n->in[0], n->in[1], n->in[2], n->out[0], dy[0]),
+  /* The key-padding mask (an integer input, without a gradient) rides along
+   * as the sixth input, so that the backward drops the same keys. */
+  IrValue *in[6] = {n->in[0], n->in[1], n->in[2], n->out[0], dy[0], n->nin > 3 ? n->in[3] : NULL};
+  IrNode *g = emit(ad, IR_OP_ATTENTION_GRAD, in, n->nin > 3 ? 6 : 5,
                    ATTRS({"heads", fwd_attr(n, "heads")}, {"kv_heads", fwd_attr(n, "kv_heads")},
                          {"causal", fwd_attr(n, "causal")}),
                    3);
@@ -435,7 +438,7 @@ static bool ad_cross_entropy(Ad *ad, IrNode *n, IrValue **dy) {
   give(ad, n->in[0],
        emit1(ad, IR_OP_CROSS_ENTROPY_GRAD, INS(n->in[0], n->in[1], dy[0]),
              ATTRS({"vocab_parallel", fwd_attr(n, "vocab_parallel")},
-                   {"valid", fwd_attr(n, "valid")})));
+                   {"valid", fwd_attr(n, "valid")}, {"ignore", fwd_attr(n, "ignore")})));
   return true;
 }
 

@@ -451,12 +451,16 @@ static void local_cross_entropy(Part *P, IrNode *n) {
 }
 
 /* cross_entropy(logits, targets): logits split on the vocabulary stay so
- * (vocab_parallel); any other layout is gathered. */
+ * (vocab_parallel); any other layout is gathered. The vocabulary-parallel
+ * kernels know no ignored targets, so a loss with `ignore` gathers its
+ * logits too. */
 static void tp_cross_entropy(Part *P, IrNode *n, Plan *pl) {
   IrShard ls = whole(P, n->in[0], n->loc);
   pl->localize = local_cross_entropy;
   want_all(pl, n, spec_r());
-  if (is_s_dim(ls, rank_of(n->in[0]) - 1) && ir_shard_blocks(&ls) == 1) pl->want[0] = ls;
+  bool ignore = ir_attr_has(n, "ignore") && ir_attr_int(n, "ignore");
+  if (!ignore && is_s_dim(ls, rank_of(n->in[0]) - 1) && ir_shard_blocks(&ls) == 1)
+    pl->want[0] = ls;
 }
 
 /* rope and attention: split by heads (the last dim of [b, s, H*d]) or by
@@ -464,8 +468,12 @@ static void tp_cross_entropy(Part *P, IrNode *n, Plan *pl) {
 static void heads(Part *P, IrNode *n, Plan *pl) {
   IrShard s = whole(P, n->in[0], n->loc);
   bool ok = is_s(s) && ((s.dim == 2 && ir_shard_blocks(&s) == 1) || s.dim == 0);
-  for (int i = 1; ok && i < n->nin; i++) ok = same(whole(P, n->in[i], n->loc), s);
+  /* attention's key-padding mask [b, s] has no heads: whole on every rank
+   * of a head split, split with the batch of a batch split. */
+  int nt = n->op == IR_OP_ATTENTION && n->nin > 3 ? 3 : n->nin;
+  for (int i = 1; ok && i < nt; i++) ok = same(whole(P, n->in[i], n->loc), s);
   want_all(pl, n, ok ? s : spec_r());
+  if (nt < n->nin) pl->want[3] = ok && s.dim == 0 ? s : spec_r();
 }
 
 /* Split by heads, `heads` counts this rank's. */

@@ -128,6 +128,14 @@ static void emit_attention(CgEmitter *e, int index) {
   int64_t H, K, d;
   cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
+  if (n->nin > (n->op == IR_OP_ATTENTION ? 3 : 5)) {
+    /* The CUDA kernels know no key-padding mask yet. The backward node
+     * carries the forward's location: one error is enough. */
+    if (n->op == IR_OP_ATTENTION)
+      cg_error(e, n, "attention with a key-padding mask is not supported on this target; the "
+               "cpu target supports it");
+    return;
+  }
   if (n->op == IR_OP_ATTENTION)
     emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
          cuda_sfx(e, q), cuda_ref(e, n->out[0]), cuda_ref(e, q), cuda_ref(e, n->in[1]),
@@ -249,6 +257,12 @@ static void emit_loss(CgEmitter *e, int index) {
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
   int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
+  if (ir_attr_has(n, "ignore") && ir_attr_int(n, "ignore")) {
+    if (n->op == IR_OP_CROSS_ENTROPY)
+      cg_error(e, n, "cross_entropy with ignore=1 is not supported on this target; the cpu "
+               "target supports it");
+    return;
+  }
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,

@@ -74,6 +74,8 @@ typedef struct {
   int64_t d, ldq, ldk; /* head size, row strides of q (and y) and of k (and v) */
   int causal;
   real scale; /* 1 / sqrt(d) */
+  const int32_t *keep; /* [b, s] key-padding mask (0: the key is padding), or NULL */
+  int64_t s;           /* keys per batch row, the stride of keep */
 } Att;
 
 static void att_check(int64_t H, int64_t K) {
@@ -87,15 +89,25 @@ static void att_check(int64_t H, int64_t K) {
  * the whole row (a multiple of the vector width when jend is) instead of
  * ending in a scalar remainder of a different length on every row; their
  * probabilities come out as exactly 0. */
-static void att_probs(const Att *a, real *P, const real *qb, const real *kb, int64_t i0,
-                      int64_t rows, int64_t jend) {
+static void att_probs(const Att *a, real *P, const real *qb, const real *kb, int64_t bi,
+                      int64_t i0, int64_t rows, int64_t jend) {
   k_gemm(0, 1, rows, jend, a->d, a->scale, qb, a->ldq, kb, a->ldk, 0, P, jend);
+  const int32_t *keep = a->keep ? a->keep + bi * a->s : NULL;
   for (int64_t r = 0; r < rows; r++) {
     real *p = P + r * jend;
     int64_t L = a->causal ? i0 + r + 1 : jend;
     for (int64_t j = L; j < jend; j++)
       p[j] = -INFINITY;
+    if (keep)
+      for (int64_t j = 0; j < L; j++)
+        if (!keep[j]) p[j] = -INFINITY;
     real m = kcpu_max(p, jend);
+    if (m == -INFINITY) {
+      /* Every key this row may see is padding: the row reads nothing (its
+       * output is 0), where a finite additive bias would average all keys. */
+      memset(p, 0, (size_t)jend * sizeof(real));
+      continue;
+    }
     /* The sum in ATT_LANES partial sums of a fixed assignment of the
      * columns, added in double at the end: a row holds at most a few
      * hundred vectors, so a single accumulator, whose latency every vector
@@ -125,8 +137,14 @@ static void att_probs(const Att *a, real *P, const real *qb, const real *kb, int
 
 void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64_t b, int64_t s,
                      int64_t H, int64_t K, int64_t d, int causal, real *scratch) {
+  k_attention_masked_fwd(y, q, k, v, NULL, b, s, H, K, d, causal, scratch);
+}
+
+void k_attention_masked_fwd(real *y, const real *q, const real *k, const real *v,
+                            const int32_t *keep, int64_t b, int64_t s, int64_t H, int64_t K,
+                            int64_t d, int causal, real *scratch) {
   att_check(H, K);
-  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d))};
+  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d)), keep, s};
   int64_t nblk = (s + ATT_TQ - 1) / ATT_TQ, group = H / K, per_thread = k_attention_scratch(s);
   int saved = kcpu_blas_serial_begin();
   /* Every (batch row, head, query block) is independent and writes its own
@@ -139,7 +157,7 @@ void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64
     real *P = scratch + kcpu_slot() * per_thread;
     const real *qb = q + (bi * s + i0) * a.ldq + h * d;
     const real *kb = k + bi * s * a.ldk + g * d, *vb = v + bi * s * a.ldk + g * d;
-    att_probs(&a, P, qb, kb, i0, rows, jend);
+    att_probs(&a, P, qb, kb, bi, i0, rows, jend);
     k_gemm(0, 0, rows, d, jend, 1, P, jend, vb, a.ldk, 0, y + (bi * s + i0) * a.ldq + h * d,
            a.ldq);
   }
@@ -172,8 +190,15 @@ static void att_dscores(const Att *a, real *G, const real *P, const real *dyb, c
 void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q, const real *k,
                      const real *v, const real *y, int64_t b, int64_t s, int64_t H, int64_t K,
                      int64_t d, int causal, real *scratch) {
+  k_attention_masked_bwd(dq, dk, dv, dy, q, k, v, y, NULL, b, s, H, K, d, causal, scratch);
+}
+
+void k_attention_masked_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q,
+                            const real *k, const real *v, const real *y, const int32_t *keep,
+                            int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                            real *scratch) {
   att_check(H, K);
-  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d))};
+  Att a = {d, H * d, K * d, causal, (real)(1.0 / sqrt((double)d)), keep, s};
   int64_t nblk = (s + ATT_TQ - 1) / ATT_TQ, group = H / K, per_thread = k_attention_scratch(s);
   int saved = kcpu_blas_serial_begin();
 #pragma omp parallel for schedule(dynamic, 1)
@@ -190,7 +215,7 @@ void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q
       for (int64_t blk = 0; blk < nblk; blk++) {
         int64_t i0 = blk * ATT_TQ, rows = s - i0 < ATT_TQ ? s - i0 : ATT_TQ;
         int64_t jend = causal ? i0 + rows : s, off = (bi * s + i0) * a.ldq + h * d;
-        att_probs(&a, P, q + off, kb, i0, rows, jend);
+        att_probs(&a, P, q + off, kb, bi, i0, rows, jend);
         k_gemm(0, 1, rows, jend, d, 1, dy + off, a.ldq, vb, a.ldk, 0, G, jend);
         att_dscores(&a, G, P, dy + off, y + off, rows, jend);
         k_gemm(1, 0, jend, d, rows, 1, P, jend, dy + off, a.ldq, 1, dvb, a.ldk);

@@ -124,6 +124,16 @@ void k_attention_fwd(real *y, const real *q, const real *k, const real *v, int64
 void k_attention_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q, const real *k,
                      const real *v, const real *y, int64_t b, int64_t s, int64_t H, int64_t K,
                      int64_t d, int causal, real *scratch);
+/* The same with a key-padding mask keep[b, s] (BERT's attention_mask): a
+ * key whose keep is 0 gets probability 0 from every query of its batch
+ * row; a query row that sees only padding has output 0 (and gradient 0). */
+void k_attention_masked_fwd(real *y, const real *q, const real *k, const real *v,
+                            const int32_t *keep, int64_t b, int64_t s, int64_t H, int64_t K,
+                            int64_t d, int causal, real *scratch);
+void k_attention_masked_bwd(real *dq, real *dk, real *dv, const real *dy, const real *q,
+                            const real *k, const real *v, const real *y, const int32_t *keep,
+                            int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                            real *scratch);
 
 /* --- layout (layout.c) ------------------------------------------------------ */
 /* x [b, s, H, d] (= [b, s, H*d]) -> y [b, H, s, d]; merge is the inverse. */
@@ -146,6 +156,16 @@ void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets,
  * columns get 0. Targets must lie in [0, valid). */
 void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
                          const real *dloss, int64_t rows, int64_t V, int64_t valid);
+/* The target PyTorch's cross_entropy ignores by default (ignore_index). */
+#define K_IGNORE_INDEX (-100)
+/* With ignore != 0, rows whose target is K_IGNORE_INDEX add nothing and get
+ * a zero gradient, and the mean is over the other rows (0 when there are
+ * none); ignore == 0 is k_cross_entropy_fwd/bwd. */
+void k_cross_entropy_ign_fwd(real *loss, const real *logits, const int32_t *targets,
+                             int64_t rows, int64_t V, int64_t valid, int ignore);
+void k_cross_entropy_ign_bwd(real *dlogits, const real *logits, const int32_t *targets,
+                             const real *dloss, int64_t rows, int64_t V, int64_t valid,
+                             int ignore);
 
 /* Vocabulary-parallel cross entropy (tensor parallelism): the logits
  * [rows, V] are this rank's columns [lo, lo + V) of the whole, whose first

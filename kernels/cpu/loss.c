@@ -28,8 +28,28 @@ static int32_t ce_target(const int32_t *targets, int64_t r, int64_t valid) {
   return t;
 }
 
+/* Rows whose target counts: all of them, or with `ignore` those whose
+ * target is not K_IGNORE_INDEX. Counted in order, so exact. */
+static int64_t ce_counted(const int32_t *targets, int64_t rows, int ignore) {
+  if (!ignore) return rows;
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; r++)
+    n += targets[r] != K_IGNORE_INDEX;
+  return n;
+}
+
 void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets, int64_t rows,
                          int64_t V, int64_t valid) {
+  k_cross_entropy_ign_fwd(loss, logits, targets, rows, V, valid, 0);
+}
+
+void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
+                         const real *dloss, int64_t rows, int64_t V, int64_t valid) {
+  k_cross_entropy_ign_bwd(dlogits, logits, targets, dloss, rows, V, valid, 0);
+}
+
+void k_cross_entropy_ign_fwd(real *loss, const real *logits, const int32_t *targets,
+                             int64_t rows, int64_t V, int64_t valid, int ignore) {
   int64_t chunk = (rows + CE_MAX_CHUNKS - 1) / CE_MAX_CHUNKS;
   chunk = chunk < 32 ? 32 : chunk;
   int64_t chunks = (rows + chunk - 1) / chunk;
@@ -39,6 +59,7 @@ void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets,
     int64_t r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
     acc_t s = 0;
     for (int64_t r = c * chunk; r < r1; r++) {
+      if (ignore && targets[r] == K_IGNORE_INDEX) continue;
       const real *x = logits + r * V;
       real m;
       acc_t sum;
@@ -50,16 +71,23 @@ void k_cross_entropy_fwd(real *loss, const real *logits, const int32_t *targets,
   acc_t total = 0;
   for (int64_t c = 0; c < chunks; c++)
     total += part[c];
-  loss[0] = rows > 0 ? (real)(total / (acc_t)rows) : 0;
+  int64_t n = ce_counted(targets, rows, ignore);
+  loss[0] = n > 0 ? (real)(total / (acc_t)n) : 0;
 }
 
-void k_cross_entropy_bwd(real *dlogits, const real *logits, const int32_t *targets,
-                         const real *dloss, int64_t rows, int64_t V, int64_t valid) {
-  acc_t dl = rows > 0 ? (acc_t)dloss[0] / (acc_t)rows : 0;
+void k_cross_entropy_ign_bwd(real *dlogits, const real *logits, const int32_t *targets,
+                             const real *dloss, int64_t rows, int64_t V, int64_t valid,
+                             int ignore) {
+  int64_t n = ce_counted(targets, rows, ignore);
+  acc_t dl = n > 0 ? (acc_t)dloss[0] / (acc_t)n : 0;
 #pragma omp parallel for schedule(static) if (kcpu_par(rows * V))
   for (int64_t r = 0; r < rows; r++) {
     const real *x = logits + r * V;
     real *dx = dlogits + r * V;
+    if (ignore && targets[r] == K_IGNORE_INDEX) {
+      memset(dx, 0, (size_t)V * sizeof(real));
+      continue;
+    }
     real m;
     acc_t sum;
     ce_row_stats(x, valid, &m, &sum);

@@ -64,6 +64,14 @@ static const Flag flags[] = {
     {"no-shuffle", K_SWITCH, F(no_shuffle), NULL, "0", 0, 0, 0, NULL, 1,
      "read the windows in order (step i reads the one at token i*B*T) instead of a "
      "seeded permutation per epoch"},
+    {"mlm-prob", K_REAL, F(mlm_prob), "X", "0.15", 1, 0, 1, NULL, 1,
+     "masked-LM models (loss with ignore=1): the chance that a position is chosen for "
+     "prediction (then 80% [MASK], 10% a random token, 10% unchanged)"},
+    {"mlm-mask-id", K_INT, F(mlm_mask_id), "ID", "-1", 1, -1, 2147483647, NULL, 1,
+     "masked-LM models: the [MASK] token id (-1: the vocabulary's last)"},
+    {"mlm-pad-id", K_INT, F(mlm_pad_id), "ID", "-1", 1, -1, 2147483647, NULL, 1,
+     "masked-LM models: the padding token id, masked out of attention and the loss "
+     "(-1: none)"},
     {"log-every", K_INT, F(log_every), "N", "10", 1, 1, BIG, NULL, 1,
      "print a progress line every N steps (and at the first and last)"},
     {"log-json", K_STR, F(log_json), "FILE", NULL, 0, 0, 0, NULL, 0,

@@ -25,6 +25,8 @@ typedef struct RtFlags {
   int64_t keep_last; /* 0: one folder; K: numbered step folders, the K newest kept */
   const char *resume, *init_from, *init_map;
   int64_t no_shuffle;
+  double mlm_prob;                /* masked-LM examples (mlm.h): chance a position is chosen */
+  int64_t mlm_mask_id, mlm_pad_id; /* the [MASK] token (-1: vocab - 1), padding (-1: none) */
   const char *sample_prompt;
   int64_t sample_tokens;
   int64_t sample_ids; /* the prompt and the output are token ids, not bytes */

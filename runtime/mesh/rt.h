@@ -50,6 +50,11 @@ typedef struct Rt {
    * step under way still runs, and the run saves before it stops (main.c). */
   int data_failed;
   RtErr data_err;
+  /* The key of the masked-LM examples made from `window` (mlm.h): the
+   * step's, set by rt_fetch_window, or the validation window's; and the
+   * host buffer they are made in. */
+  uint64_t window_key;
+  int32_t *mlm_buf;
   double *norm_partials; /* one per chunk of the gradient norm */
   int64_t norm_chunks;
   int64_t step;          /* optimizer steps completed */

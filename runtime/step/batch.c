@@ -6,9 +6,26 @@
 #include "batch.h"
 #include "comm.h"
 #include "device.h"
+#include "mlm.h"
 #include "rt.h"
 #include "tp.h"
 #include "util.h"
+
+/* Microbatch g's part of a masked-LM input (mlm.h), made on the host from
+ * the window's tokens and copied in. */
+static void load_mlm(Rt *rt, const RtInput *in, void *dst, const int32_t *window, int64_t g) {
+  RtMlmRule r = {rt->f.mlm_prob, rt->f.mlm_mask_id >= 0 ? rt->f.mlm_mask_id : rt->model->vocab - 1,
+                 rt->f.mlm_pad_id, rt->model->vocab};
+  if (!rt->mlm_buf) {
+    /* An id the embedding cannot look up would read outside its table. */
+    if (r.mask_id >= r.vocab)
+      rt_fatal("--mlm-mask-id", "%lld is not below the model's vocabulary of %lld",
+               (long long)r.mask_id, (long long)r.vocab);
+    rt->mlm_buf = rt_xmalloc((size_t)rt->rows * sizeof(int32_t));
+  }
+  rt_mlm_fill(&r, rt->window_key, in->mlm, window, g * rt->rows, rt->rows, rt->mlm_buf);
+  rt_dev_from_host(dst, rt->mlm_buf, rt->rows * (int64_t)sizeof(int32_t));
+}
 
 /* The step's staged window is already in model memory: its microbatches
  * are device copies, which need not wait for the step's work so far. */
@@ -18,6 +35,10 @@ void rt_load_inputs(Rt *rt, const RtChunk *c, const int32_t *window, int64_t g) 
   for (int i = 0; i < c->ninputs; i++) {
     const RtInput *in = &c->inputs[i];
     void *dst = rt_loc(&rt->ctx, c, in->offset_bytes);
+    if (in->mlm) {
+      load_mlm(rt, in, dst, window, g);
+      continue;
+    }
     int64_t bytes = rt->rows * (int64_t)sizeof *base;
     if (dev) rt_dev_copy(dst, base + (in->is_target ? 1 : 0), bytes);
     else rt_dev_from_host(dst, base + (in->is_target ? 1 : 0), bytes);
@@ -94,6 +115,7 @@ void rt_fetch_window(Rt *rt, int64_t step) {
     rt->stage_step[0] = rt->stage_step[1] = -1;
     rt->window_buf = rt->window;
   }
+  rt->window_key = rt_mlm_key((uint64_t)rt->f.seed, step, 0);
   int slot = rt->stage_step[0] == step ? 0 : rt->stage_step[1] == step ? 1 : -1;
   RtErr e;
   if (slot < 0 && stage_window(rt, slot = 0, step, &e)) rt_err_fatal(&e);

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "dp.h"
 #include "graphs.h"
+#include "mlm.h"
 #include "tp.h"
 #include "trace.h"
 #include "update.h"
@@ -642,6 +643,7 @@ double rt_exec_eval(Rt *rt, int64_t n) {
    * model's inputs need the tokens. */
   for (int64_t k = rt->coord.dp; k < n; k += rt->mesh.dp) {
     if (x->reads_inputs) rt_data_read(rt->val, k, rt->window);
+    rt->window_key = rt_mlm_key((uint64_t)rt->f.seed, k, 1); /* masked-LM examples: mlm.h */
     sum += forward_one(rt, x, rt->window, 0, rt_dropout_seed(rt, 0, k));
   }
   rt->ctx.training = 1;

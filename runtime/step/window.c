@@ -7,6 +7,7 @@
 #include "dp.h"
 #include "exec.h"
 #include "graphs.h"
+#include "mlm.h"
 #include "rt.h"
 #include "trace.h"
 #include "util.h"
@@ -67,6 +68,7 @@ double rt_eval(Rt *rt) {
    * of d takes windows i, i + d, ... */
   for (int64_t k = rt->coord.dp; k < n; k += rt->mesh.dp) {
     rt_data_read(rt->val, k, rt->window);
+    rt->window_key = rt_mlm_key((uint64_t)rt->f.seed, k, 1);
     rt_load_micro(rt, rt->window, 0);
     sum += forward_loss(rt);
   }

@@ -197,18 +197,26 @@ static void linear_dw(IrNode *n) {
 
 /* ------------------------------------------------------- the other ops */
 
+static int ignore_of(const IrNode *n) {
+  return ir_attr_has(n, "ignore") ? (int)ir_attr_int(n, "ignore") : 0;
+}
+
 static void attention(IrNode *n, bool grad) {
   const IrValue *q = n->in[0], *k = n->in[1];
   int64_t heads = ir_attr_int(n, "heads"), kv = ir_attr_int(n, "kv_heads");
   int64_t K = kv ? kv : heads, d = last(q) / heads;
   int causal = (int)ir_attr_int(n, "causal");
   if (dim(k, 1) != dim(q, 1)) die("%s: attention with different q and k lengths", ti_prog);
+  /* The key-padding mask: attention's fourth input, attention_grad's sixth. */
+  int mi = grad ? 5 : 3;
+  const int32_t *keep = n->nin > mi ? T(n->in[mi])->i : NULL;
   if (!grad)
-    k_attention_fwd(R(n->out[0]), R(q), R(k), R(n->in[2]), dim(q, 0), dim(q, 1), heads, K, d,
-                    causal, scratch);
+    k_attention_masked_fwd(R(n->out[0]), R(q), R(k), R(n->in[2]), keep, dim(q, 0), dim(q, 1),
+                           heads, K, d, causal, scratch);
   else
-    k_attention_bwd(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[4]), R(q), R(k),
-                    R(n->in[2]), R(n->in[3]), dim(q, 0), dim(q, 1), heads, K, d, causal, scratch);
+    k_attention_masked_bwd(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[4]), R(q), R(k),
+                           R(n->in[2]), R(n->in[3]), keep, dim(q, 0), dim(q, 1), heads, K, d,
+                           causal, scratch);
 }
 
 static void norm(IrNode *n) {
@@ -307,11 +315,12 @@ bool ti_exec(IrNode *n) {
     k_embedding_bwd(R(y), T(x)->i, R(n->in[1]), numel(x), dim(y, 0), last(y));
     break;
   case IR_OP_CROSS_ENTROPY:
-    k_cross_entropy_fwd(R(y), R(x), T(n->in[1])->i, numel(x) / last(x), last(x), valid_of(n, x));
+    k_cross_entropy_ign_fwd(R(y), R(x), T(n->in[1])->i, numel(x) / last(x), last(x),
+                            valid_of(n, x), ignore_of(n));
     break;
   case IR_OP_CROSS_ENTROPY_GRAD:
-    k_cross_entropy_bwd(R(y), R(x), T(n->in[1])->i, R(n->in[2]), numel(x) / last(x), last(x),
-                        valid_of(n, x));
+    k_cross_entropy_ign_bwd(R(y), R(x), T(n->in[1])->i, R(n->in[2]), numel(x) / last(x), last(x),
+                            valid_of(n, x), ignore_of(n));
     break;
   default:
     die("%s: %s is not interpreted (tests/common/interp.c)", ti_prog, ir_op_info(n->op)->name);

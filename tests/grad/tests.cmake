@@ -30,3 +30,9 @@ grad_test(issue23_ops ${GRAD_DIR}/issue23_ops.ir)
 # GPT-NeoX: parallel residual, rope over 2 of each head's 8 dims, exact GELU.
 grad_test(neox ${MODELS_DIR}/neox.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=2 -D layers=2
           -D batch=2 -D init_std=0.3)
+# Bidirectional attention with a key-padding mask and cross_entropy with
+# ignored targets (BERT's masked-LM ops).
+grad_test(bert_ops ${GRAD_DIR}/bert_ops.ir)
+# BERT: post-LN layers, the padding mask, exact GELU, the tied MLM decoder.
+grad_test(bert ${MODELS_DIR}/bert.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=2 -D layers=2
+          -D batch=2 -D init_std=0.3)

@@ -83,8 +83,8 @@ static const RtParam params[] = {
 };
 
 static const RtInput inputs[] = {
-    {"tokens", 2, {BATCH, SEQ}, N, OFF_TOKENS, 0},
-    {"targets", 2, {BATCH, SEQ}, N, OFF_TARGETS, 1},
+    {"tokens", 2, {BATCH, SEQ}, N, OFF_TOKENS, 0, 0},
+    {"targets", 2, {BATCH, SEQ}, N, OFF_TARGETS, 1, 0},
 };
 
 static const RtChunk chunk = {

@@ -218,7 +218,8 @@ static void test_data(void) {
 
 /* Inputs take window[m*rows + i], targets the token after it. */
 static void test_shift(void) {
-  static const RtInput in[2] = {{"tokens", 2, {2, 4}, 8, 0, 0}, {"targets", 2, {2, 4}, 8, 64, 1}};
+  static const RtInput in[2] = {{"tokens", 2, {2, 4}, 8, 0, 0, 0},
+                                {"targets", 2, {2, 4}, 8, 64, 1, 0}};
   RtChunk c = {.activations = 128, .inputs = in, .ninputs = 2};
   RtModel m = {.name = "shift", .batch = 2, .seq = 4, .chunks = &c, .nchunks = 1};
   int32_t act[32], window[17];
