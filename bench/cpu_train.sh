@@ -12,7 +12,7 @@
 #                peak RSS less the process's RSS before the plan within 5%
 #                of the planned bytes
 #
-# The peer is tests/oracle's PyTorch model (oracle.py with --fused-ops:
+# The peer is tests/features/oracle's PyTorch model (oracle.py with --fused-ops:
 # torch's fused layernorm, GELU and cross entropy, AdamW, grad clipping),
 # reading the same byte-level shard of data/corpus.txt. Both run with
 # OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = torch threads = THREADS (default
@@ -52,7 +52,7 @@ SHAPES=${SHAPES:-"demo gpt2-small"}
 # Debian's python3-torch lives under the system python, not whatever
 # python3 comes first on PATH.
 PY=${PY:-/usr/bin/python3}
-ORACLE=tests/oracle
+ORACLE=tests/features/oracle
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 [[ -n $WAIT_POLICY ]] && export OMP_WAIT_POLICY=$WAIT_POLICY

@@ -309,7 +309,7 @@ static int local_rank(void) {
 /* Without a GPU the backend is comm_mpi.c's alone (host memory): a rank
  * program then stops at its first use of the device, with the device
  * layer's "no CUDA device" error, and the comm tests run on machines
- * without one (tests/cuda_target). */
+ * without one (tests/codegen/cuda). */
 void rt_comm_init(int *argc, char ***argv) {
   if (g.init) return;
   mpi_comm_init(argc, argv);

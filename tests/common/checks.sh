@@ -3,7 +3,7 @@
 # at exit), one OpenMP thread unless the caller sets more (runs are compared
 # bit for bit and must not crawl on a loaded machine; thread-count
 # independence is the kernels' business), and the check helpers below.
-# Sourced by tests/runtime/lib.sh, tests/train/lib.sh and tests/tp_run.
+# Sourced by tests/runtime/lib.sh, tests/features/train/lib.sh and tests/features/tp_run.
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1

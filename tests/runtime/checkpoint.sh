@@ -10,7 +10,7 @@ make_corpus
 "$TOY" --steps 0 --init-from d0/model.safetensors --seed 99 --save d1 >/dev/null
 # The files differ in their run id (a run of another seed), not in a tensor:
 # equal checksum manifests are equal tensors.
-meta() { python3 "$(dirname "$0")/../reliability/st_meta.py" "$@"; }
+meta() { python3 "$(dirname "$0")/../features/reliability/st_meta.py" "$@"; }
 echo "      run ids: $(meta d0/model.safetensors run_id) (seed 1337), $(meta d1/model.safetensors run_id) (seed 99)"
 check "initial weights: save, init-from (other seed), save: identical tensors" \
   test "$(meta d0/model.safetensors checksums.xxh64)" = "$(meta d1/model.safetensors checksums.xxh64)"
