@@ -72,3 +72,10 @@ add_test(NAME codegen/err_unsupported_model
 add_test(NAME codegen/err_unknown_target
          COMMAND ${EXPECT} ${CG_TESTS_DIR}/err_unknown_target.expected 1 --cd ${MODELS_DIR}
                  -- ${SHARDC} compile gpt2.shard --target nosuch -o ${CG_WORK}/unknown)
+# A target's own options come from the table of targets with their help:
+# `compile --help` shows --cuda-arch as codegen/cuda/target.c writes it,
+# and a typo of it is answered with the name.
+add_test(NAME codegen/target_option_help
+         COMMAND ${EXPECT} ${CG_TESTS_DIR}/target_option_help.expected 0 --cd ${MODELS_DIR}
+                 -- sh -c "\"$0\" compile --help | grep -e '--cuda-arch' && \"$0\" compile gpt2.shard --cuda-ach sm_80 2>&1 | head -1"
+                    ${SHARDC})
