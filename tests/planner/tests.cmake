@@ -60,7 +60,7 @@ add_test(NAME planner/flags
          COMMAND sh ${PLANNER_DIR}/flags.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
 # simulate says when a configuration does not fit, and by how much.
 add_test(NAME planner/fit
-         COMMAND sh ${PLANNER_DIR}/fit.sh ${SHARDC} ${MODELS_DIR}/gpt3.shard)
+         COMMAND bash ${PLANNER_DIR}/fit.sh ${MODELS_DIR}/gpt3.shard)
 # --precision bf16 (the CUDA target's): mixed precision's time without
 # replicas, longer with them (fp32 weight-gradient reductions), fp32's
 # longer still.

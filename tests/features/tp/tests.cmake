@@ -74,17 +74,17 @@ tp_test(err_partition_after_autodiff 1 ${TP_GPT2} --tp 2
 
 # Collectives per layer, counted: the difference between two layers and one.
 add_test(NAME tp/layer_counts_gpt2
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 2 2 all_gather 0 0 reduce_scatter 0 0" ${TP_GPT2} --tp 2)
 add_test(NAME tp/layer_counts_gpt2_sp
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 0 6 all_gather 2 2 reduce_scatter 2 2" ${TP_GPT2} --tp 2
                  --sequence-parallel)
 add_test(NAME tp/layer_counts_llama
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 2 2 all_gather 0 0 reduce_scatter 0 0" ${TP_LLAMA} --tp 2)
 add_test(NAME tp/layer_counts_llama_sp
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 0 2 all_gather 2 2 reduce_scatter 2 2" ${TP_LLAMA} --tp 2
                  --sequence-parallel)
 foreach(test IN ITEMS layer_counts_gpt2 layer_counts_gpt2_sp layer_counts_llama
