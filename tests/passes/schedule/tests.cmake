@@ -37,7 +37,7 @@ sched_golden(gpipe_fb2_text 0 gpt2.shard --pp 4 --schedule gpipe --fb-ratio 2 --
 foreach(kind svg trace)
   add_test(NAME schedule/example_${kind}
            COMMAND ${EXPECT} ${SCHED_DIR}/example_${kind}.expected 0 --cd ${MODELS_DIR}
-                   -- sh ${SCHED_DIR}/draw.sh ${SHARDC} ${kind} ${SCHED_WORK}_example.${kind}
+                   -- bash ${SCHED_DIR}/draw.sh ${kind} ${SCHED_WORK}_example.${kind}
                       ${SCHED_EXAMPLE})
 endforeach()
 
