@@ -53,7 +53,7 @@ planner_golden(simulate_svg 0 bash svg.sh simulate
 # Scatter/gather priced: a smaller message time with it than whole
 # (--no-scatter-gather) when the stages sit on different nodes.
 add_test(NAME planner/scatter_gather
-         COMMAND sh ${PLANNER_DIR}/scatter_gather.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+         COMMAND bash ${PLANNER_DIR}/scatter_gather.sh ${MODELS_DIR}/gpt2.shard)
 # Flag combinations the training program rejects or would ignore are
 # refused by simulate, in the compiler's words where it rejects them.
 add_test(NAME planner/flags
@@ -69,23 +69,23 @@ add_test(NAME planner/precision
 # `shardc hw --measure` at small sizes writes a description that `shardc
 # hw FILE` reads back with plausible positive numbers.
 add_test(NAME planner/hw_measure
-         COMMAND sh ${PLANNER_DIR}/measure.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_measured.hw)
+         COMMAND bash ${PLANNER_DIR}/measure.sh ${CMAKE_CURRENT_BINARY_DIR}/planner_measured.hw)
 # The planner's memory per rank at fp32 against the compiler's own memory
 # plan for the same CPU programs: weights, gradients and optimizer state
 # to the byte on every stage (activations printed, not compared).
 set(PLANNER_SMALL -D layers=4 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128)
 set(PLANNER_MEM_WORK ${CMAKE_CURRENT_BINARY_DIR}/planner_memplan)
 add_test(NAME planner/memory_plan_gpt2
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_1
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_1
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL})
 add_test(NAME planner/memory_plan_gpt2_3d
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_3d
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_3d
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --tp 2 --pp 2 --vpp 2 --global-batch 16)
 add_test(NAME planner/memory_plan_gpt2_zero
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_zero
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_zero
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --dp 2 --zero 1 --global-batch 16)
 add_test(NAME planner/memory_plan_llama_sp
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_llama
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_llama
                  ${MODELS_DIR}/llama.shard -D layers=2 -D seq=256 -D hidden=256 -D heads=4
                  -D kv_heads=4 -D ffn=512 -D vocab=512 --tp 2 --sequence-parallel)
 # `shardc run --trace` on the demo shape, on one rank and on two (t, p and
