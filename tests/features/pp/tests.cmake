@@ -34,7 +34,7 @@ pp_test(layout_empty_ends 0 ${PP_GPT2} -D layers=5 --pp 3 --pp-layout 0,5,0 --re
 
 # Boundary and all-reduce counts over several (p, v, l), and the round trip
 # of the printed partitioned IR.
-add_test(NAME pp/counts COMMAND sh ${PP_DIR}/counts.sh ${SHARDC} ${PP_DIR}/../../../models)
+add_test(NAME pp/counts COMMAND bash ${PP_DIR}/counts.sh ${PP_DIR}/../../../models)
 
 # Errors.
 pp_test(err_few_layers 1 ${PP_GPT2} -D layers=5 --pp 3 --vpp 2)

@@ -95,10 +95,10 @@ endforeach()
 # The comm report's per-layer numbers against 8*b*s*h*(t-1)/t.
 foreach(t 2 4)
   add_test(NAME tp/comm_formula_t${t}
-           COMMAND sh ${TP_DIR}/comm_formula.sh ${SHARDC} 2 8 16 ${t} --
+           COMMAND bash ${TP_DIR}/comm_formula.sh 2 8 16 ${t} --
                    ${MODELS_DIR}/gpt2.shard -D vocab=64 -D heads=4)
   add_test(NAME tp/comm_formula_t${t}_sp
-           COMMAND sh ${TP_DIR}/comm_formula.sh ${SHARDC} 2 8 16 ${t} --sequence-parallel --
+           COMMAND bash ${TP_DIR}/comm_formula.sh 2 8 16 ${t} --sequence-parallel --
                    ${MODELS_DIR}/gpt2.shard -D vocab=64 -D heads=4)
 endforeach()
 
