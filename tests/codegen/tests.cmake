@@ -51,7 +51,7 @@ add_test(NAME codegen/golden_gpt2
 
 # Build and run: the program starts, its gradients match finite
 # differences in f64, and an f32 build learns.
-set(CG_RUN sh ${CG_TESTS_DIR}/run.sh ${CGTOOL} $<TARGET_FILE:rt_testtool>)
+set(CG_RUN bash ${CG_TESTS_DIR}/run.sh ${CGTOOL} $<TARGET_FILE:rt_testtool>)
 add_test(NAME codegen/run_fwd_only
          COMMAND ${CG_RUN} ${CG_WORK}/run_fwd ${CG_TESTS_DIR} fwd.shard start ${CG_FWD_ONLY})
 add_test(NAME codegen/run_gradcheck_gpt2
