@@ -60,8 +60,15 @@ foreach(check ${emu_model_checks})
     string(APPEND emu_env ";LSAN_OPTIONS=detect_leaks=0")
   endif()
   # One at a time: the checks share their program folders (BUILD/gpu-models).
+  # Only those that start ranks under mpirun (the NCCL layouts, and graphs'
+  # p=2 part) hold the lock mpirun too; the others run one process, each
+  # program by itself, and need not wait in the chain of multi-rank tests.
+  set(emu_locks gpu_models)
+  if(check MATCHES "^(nccl-|graphs)")
+    list(APPEND emu_locks mpirun)
+  endif()
   set_tests_properties(emu/model/${check} PROPERTIES LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 600
-                       RESOURCE_LOCK "gpu_models;mpirun" ENVIRONMENT "${emu_env}")
+                       RESOURCE_LOCK "${emu_locks}" ENVIRONMENT "${emu_env}")
 endforeach()
 
 # The bf16 comm report against the runtime's byte counters (--comm-stats):
