@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # shapes and flag lists are lists of words
-# memory.sh SHARDC ROOT: the activations one layer keeps per microbatch,
+# memory.sh: the activations one layer keeps per microbatch,
 # from the memory plans `shardc compile` prints, against the formulas of
 # Korthikanti et al. (REFERENCE.md), at several shapes and layouts.
 #
@@ -26,9 +26,8 @@
 #    bytes count the 1-byte mask too).
 # Prints one line per shape, layout and mode: measured bytes per layer and
 # the doubled formula.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 
 # kept MODEL ARGS...: the kept activations of the compiled program (bytes).
 kept() {

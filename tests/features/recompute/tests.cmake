@@ -22,7 +22,7 @@ rc_pass_test(err_no_layers 1 ../../passes/autodiff_ops.ir --passes=fold,shape,au
              --recompute selective)
 rc_pass_test(err_groups_not_full 1 unfused.shard --recompute selective --recompute-layers 2)
 
-add_test(NAME recompute/memory COMMAND sh ${RC_DIR}/memory.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+add_test(NAME recompute/memory COMMAND bash ${RC_DIR}/memory.sh)
 set_tests_properties(recompute/memory PROPERTIES TIMEOUT 300 LABELS recompute)
 if(TARGET shard_comm_mpi)
   add_test(NAME recompute/equal
