@@ -12,7 +12,7 @@ add_test(NAME tokenizer/hf_match
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_hf_match)
 set_tests_properties(tokenizer/hf_match PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS tokenizer)
 add_test(NAME tokenizer/errors
-         COMMAND bash ${TESTS_DIR}/tokenizer/errors.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_errors)
+         COMMAND bash ${TESTS_DIR}/tokenizer/errors.sh ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_errors)
 set_tests_properties(tokenizer/errors PROPERTIES TIMEOUT 120 LABELS tokenizer)
 # Training on BPE shards and `shardc sample` decoding through the tokenizer
 # recorded beside them; the rank program's --sample-ids.
