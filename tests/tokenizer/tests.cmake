@@ -17,7 +17,7 @@ set_tests_properties(tokenizer/errors PROPERTIES TIMEOUT 120 LABELS tokenizer)
 # Training on BPE shards and `shardc sample` decoding through the tokenizer
 # recorded beside them; the rank program's --sample-ids.
 add_test(NAME tokenizer/sample
-         COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data/corpus.txt
+         COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${CMAKE_SOURCE_DIR}/data/corpus.txt
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_sample)
 set_tests_properties(tokenizer/sample PROPERTIES TIMEOUT 300 LABELS tokenizer)
 # The adversarial file's ids against a recorded checksum, without Python.
