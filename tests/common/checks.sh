@@ -15,7 +15,12 @@
 # set -e (a test reports every check, then finish exits 1).
 : "${SHARDC:?the compiler under test: CMake sets SHARDC for every test}"
 : "${SHARDC_SRC:?the source tree: CMake sets SHARDC_SRC for every test}"
-ROOT=$SHARDC_SRC
+# Absolute, as the test runs elsewhere (a hand-run test may give them
+# relative to where it starts).
+ROOT=$(cd "$SHARDC_SRC" && pwd)
+case $SHARDC in
+*/*) SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC") ;;
+esac
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1

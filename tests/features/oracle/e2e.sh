@@ -1,7 +1,10 @@
 #!/bin/bash
 # Our training program against the PyTorch oracle, end to end:
 #
-#   tests/features/oracle/e2e.sh SHARDC gpt2|llama [WORKDIR]
+#   tests/features/oracle/e2e.sh gpt2|llama [WORKDIR]
+#
+# with the compiler in SHARDC and the source tree in SHARDC_SRC, as ctest
+# sets them (tests/CMakeLists.txt).
 #
 # 1. a shard of random tokens with vocab 97 (odd: no power-of-two luck);
 # 2. initial weights from our program (--steps 0 --save DIR), which the
@@ -21,13 +24,11 @@
 # with GQA (2 kv heads for 4 heads), rotary and SwiGLU. Exit 0 pass, 1 fail,
 # 77 when PyTorch is missing (a skip for ctest).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../../.." && pwd)
+. "$SHARDC_SRC/tests/common/checks.sh"
+HERE=$ROOT/tests/features/oracle
 PY=${PY:-/usr/bin/python3}
-SHARDC=${1:?usage: e2e.sh SHARDC gpt2|llama [WORKDIR]}
-MODEL=${2:?usage: e2e.sh SHARDC gpt2|llama [WORKDIR]}
+MODEL=${1:?usage: e2e.sh gpt2|llama [WORKDIR]}
 DTYPE=${DTYPE:-f32}
-SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
 
 if ! "$PY" -c 'import torch' 2>/dev/null; then
   echo "e2e: SKIP: no PyTorch for $PY (Debian package python3-torch)"
@@ -54,15 +55,12 @@ for x in "${kv[@]}"; do DEFS+=(-D "$x"); done
 OPT=(--lr 1e-2 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --clip 1.0
      --warmup 2 --lr-min 1e-3 --lr-schedule cosine --optimizer adamw)
 
-if [[ -n ${3:-} ]]; then
-  W=$3
-  mkdir -p "$W"
-else
-  W=$(mktemp -d)
-  trap 'rm -rf "$W"' EXIT
+# The compiled program's cache (.shardc/) goes into the work folder:
+# WORKDIR, kept, else checks.sh's temporary one.
+if [[ -n ${2:-} ]]; then
+  mkdir -p "$2"
+  cd "$2"
 fi
-# The compiled program's cache (.shardc/) goes into the work folder.
-cd "$W"
 # One thread on each side: the machine is shared with other tests, and
 # sums in a fixed order make a failure reproducible.
 export OMP_NUM_THREADS=1

@@ -19,7 +19,7 @@ foreach(model gpt2 llama)
     else()
       set(name oracle.${model}_f64)
     endif()
-    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/e2e.sh ${SHARDC} ${model})
+    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/e2e.sh ${model})
     set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
                          TIMEOUT 300 LABELS oracle)
   endforeach()
