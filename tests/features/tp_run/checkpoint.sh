@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086,SC1091 # flag lists are lists of words
 # Checkpoints, sampling and failures of tensor-parallel programs (gpt2.shard,
 # tiny, a vocabulary of 250 padded to 256, dropout 0.1 drawn per rank):
@@ -11,11 +11,12 @@
 # - a rank program refuses a job of the wrong size, and a failure on the
 #   ranks shows `shardc: error: rank R: ...` with a non-zero exit status.
 #
-#   checkpoint.sh SHARDC RT_TESTTOOL ROOT TPTOOL MPIRUN_SH MPIEXEC
+#   checkpoint.sh RT_TESTTOOL TPTOOL MPIRUN_SH MPIEXEC
+set -euo pipefail
 . "$(dirname "$0")/../train/lib.sh"
-TPTOOL=$4
-MPIRUN_SH=$5
-MPIEXEC=$6
+TPTOOL=$2
+MPIRUN_SH=$3
+MPIEXEC=$4
 MODEL="$ROOT/models/gpt2.shard -D vocab=250 -D hidden=16 -D heads=4 -D layers=2 -D seq=8 -D dropout_rate=0.1 --microbatch 2 --vocab-multiple 8"
 gpt2() { t=$1; shift; "$SHARDC" run $MODEL --tp $t --sequence-parallel --out "p$t" "$@"; }
 head -c 20000 "$ROOT/data/corpus.txt" >text.txt
@@ -60,12 +61,12 @@ check "sampling at t = 2 writes what t = 1 writes: '$(head -c 40 s2.txt | tr -c 
 # --- failures ------------------------------------------------------------------
 expect_error "the t = 2 program alone refuses to start" \
   "compiled for t=2 x p=1 x d=1 = 2 ranks, but the job has 1" p2/rank0 --data train.bin --steps 1
-timeout -k 5 60 sh "$MPIRUN_SH" "$MPIEXEC" 3 p2/rank0 --data train.bin --steps 1 >w.txt 2>&1
-st=$?
+st=0
+timeout -k 5 60 sh "$MPIRUN_SH" "$MPIEXEC" 3 p2/rank0 --data train.bin --steps 1 >w.txt 2>&1 || st=$?
 check "on 3 ranks it fails (exit $st): $(grep -m1 'shardc: error' w.txt)" \
   sh -c "[ $st -ne 0 ] && grep -q 'shardc: error: rank [0-2]: this program was compiled for t=2 x p=1 x d=1 = 2 ranks, but the job has 3' w.txt"
-gpt2 2 --data train.bin --steps 2 --init-from missing.safetensors >f.txt 2>&1
-st=$?
+st=0
+gpt2 2 --data train.bin --steps 2 --init-from missing.safetensors >f.txt 2>&1 || st=$?
 check "a failure on the ranks (exit $st): $(grep -m1 'shardc: error' f.txt)" \
   sh -c "[ $st -ne 0 ] && grep -q 'shardc: error: rank [01]: missing.safetensors: cannot open' f.txt"
 finish

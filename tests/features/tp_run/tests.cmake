@@ -13,8 +13,8 @@ if(TARGET shard_comm_mpi)
   endforeach()
   # Checkpoints across t, resume, sampling and failures.
   add_test(NAME tp_run/checkpoint
-           COMMAND sh ${TESTS_DIR}/features/tp_run/checkpoint.sh ${SHARDC} $<TARGET_FILE:rt_testtool>
-                   ${CMAKE_SOURCE_DIR} $<TARGET_FILE:tptool> ${TESTS_DIR}/runtime/comm/mpirun.sh
+           COMMAND bash ${TESTS_DIR}/features/tp_run/checkpoint.sh $<TARGET_FILE:rt_testtool>
+                   $<TARGET_FILE:tptool> ${TESTS_DIR}/runtime/comm/mpirun.sh
                    ${MPIEXEC_EXECUTABLE})
   set(tp_run_tests tp_run/gpt2 tp_run/llama tp_run/checkpoint)
   set_tests_properties(${tp_run_tests} PROPERTIES TIMEOUT 300 RESOURCE_LOCK mpirun LABELS tp_run)

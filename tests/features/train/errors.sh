@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC1091,SC2016
 # Bad data and checkpoints given to a real compiled program (gpt2.shard,
 # tiny, vocab 97): each is an error that names the file and the problem,
@@ -6,7 +6,8 @@
 # sure the compiled program reaches the same checks with its own shapes
 # (its vocabulary, its batch and sequence, its parameter table).
 #
-#   errors.sh SHARDC RT_TESTTOOL ROOT
+#   errors.sh RT_TESTTOOL
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 SMALL="-D vocab=97 -D hidden=32 -D heads=2 -D layers=2 -D seq=16 --microbatch 2"
 # shellcheck disable=SC2086 # the -D lists are lists of words
@@ -39,7 +40,7 @@ expect_error "token id >= vocab in --val-data" "text.bin: token 1 has id 104" \
   gpt2 --data good.bin --val-data text.bin --steps 1
 
 # --- checkpoints ----------------------------------------------------------------
-gpt2_with "-D vocab=256" --steps 0 --save v256 >/dev/null 2>&1
+check "a vocabulary of 256 saves its weights" gpt2_with "-D vocab=256" --steps 0 --save v256
 expect_error "--init-from with one tensor of the wrong shape (names it and both shapes)" \
   "v256/model.safetensors: tensor wte.weight has shape [256, 32], the model expects [97, 32]" \
   gpt2 --init-from v256/model.safetensors --steps 0
@@ -49,7 +50,7 @@ expect_error "--init-from weights of a shallower model: the missing tensors" \
   "l2/model.safetensors: missing tensor h.2.attn.c_attn.weight (the model expects [32, 96])" \
   sh -c '"$1" run "$2" $3 --steps 0 --save l2 >/dev/null && "$1" run "$2" $3 -D layers=3 --init-from l2/model.safetensors --steps 0' \
   sh "$SHARDC" "$ROOT/models/gpt2.shard" "$SMALL"
-gpt2 --data good.bin --steps 2 --save ck >/dev/null 2>&1
+check "two steps save a checkpoint" gpt2 --data good.bin --steps 2 --save ck
 expect_error "--resume into a model of another shape" \
   "ck/state.safetensors: --resume: a checkpoint of another model than this program's" \
   gpt2_with "-D seq=32" --resume ck

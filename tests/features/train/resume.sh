@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086,SC1091 # flag lists are lists of words
 # --resume with a real compiled program (gpt2.shard, tiny): 10 steps in one
 # run and 5 + --resume + 5 log the same losses to the last bit, and a save
@@ -6,7 +6,8 @@
 # checkpoint loadable. Shuffled data, dropout, 2 microbatches, warmup,
 # cosine decay, clipping, AdamW and validation all take part.
 #
-#   resume.sh SHARDC RT_TESTTOOL ROOT
+#   resume.sh RT_TESTTOOL
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D hidden=32 -D heads=2 -D layers=2 -D seq=16 -D dropout_rate=0.1 --microbatch 2"
 gpt2() { "$SHARDC" run $MODEL "$@"; }
@@ -41,14 +42,15 @@ gpt2 $F --save dA --log-json a.json >a.txt 2>&1 || { cat a.txt; exit 1; }
 ssize=$(wc -c <dA/state.safetensors)
 msize=$(wc -c <dA/model.safetensors)
 one=$((ssize + msize))
-RT_FAULT_AFTER_BYTES=$((one + 100)) gpt2 $F --save dB --log-json b.json >b1.txt 2>&1
-st=$?
+st=0
+RT_FAULT_AFTER_BYTES=$((one + 100)) gpt2 $F --save dB --log-json b.json >b1.txt 2>&1 || st=$?
 check "run B died 100 bytes into the step-10 save (exit $st, $(grep -c . b.json) steps logged, left: $(ls dB | tr '\n' ' '))" \
   test $st -eq 3
 check "the step-5 state is loadable by itself (--init-from, weights only)" \
   gpt2 --init-from dB/state.safetensors --steps 0
-gpt2 --resume dB --log-json b.json >b2.txt 2>&1
-check "--resume from the step-5 checkpoint runs (exit $?)" grep -q "resumed from dB at step 5" b2.txt
+st=0
+gpt2 --resume dB --log-json b.json >b2.txt 2>&1 || st=$?
+check "--resume from the step-5 checkpoint runs (exit $st)" grep -q "resumed from dB at step 5" b2.txt
 echo "      losses, one run:         $(losses a.json | tr '\n' ' ')"
 echo "      losses, killed + resume: $(losses b.json | tr '\n' ' ')"
 strip_timing a.json >a.clean
@@ -62,12 +64,13 @@ check "identical final weights" cmp dA/model.safetensors dB/model.safetensors
 # bytes as A's), the weights file the step-5 one, and both load. E saves
 # under A's folder name, which the state's metadata records.
 mv dA dA.done
-RT_FAULT_AFTER_BYTES=$((one + ssize + 100)) gpt2 $F --save dA >e.txt 2>&1
-st=$?
+st=0
+RT_FAULT_AFTER_BYTES=$((one + ssize + 100)) gpt2 $F --save dA >e.txt 2>&1 || st=$?
 check "run E died in the weights file of its step-10 save (exit $st)" test $st -eq 3
 check "its state file is the complete step-10 one (as A's, byte for byte)" \
   cmp dA.done/state.safetensors dA/state.safetensors
 check "its old weights file still loads" gpt2 --init-from dA/model.safetensors --steps 0
-gpt2 --resume dA >e2.txt 2>&1
-check "and --resume finds nothing left to do (exit $?)" grep -q "nothing to train" e2.txt
+st=0
+gpt2 --resume dA >e2.txt 2>&1 || st=$?
+check "and --resume finds nothing left to do (exit $st)" grep -q "nothing to train" e2.txt
 finish

@@ -4,8 +4,7 @@
 # the numbers and messages it checks.
 foreach(script resume errors)
   add_test(NAME train/${script}
-           COMMAND sh ${TESTS_DIR}/features/train/${script}.sh ${SHARDC} $<TARGET_FILE:rt_testtool>
-                   ${CMAKE_SOURCE_DIR})
+           COMMAND bash ${TESTS_DIR}/features/train/${script}.sh $<TARGET_FILE:rt_testtool>)
   set_tests_properties(train/${script} PROPERTIES TIMEOUT 300 LABELS train)
 endforeach()
 # The demo shape on 1, 4 and 8 ranks against losses recorded to the bit.
