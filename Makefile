@@ -10,7 +10,7 @@
 #   make test-all   both in one run
 #   make test-asan  the same with clang, AddressSanitizer and UBSan, fuzz
 #                   corpus replay included
-#   make test-full  the whole 3D-parallel equivalence grid (tests/pp_run),
+#   make test-full  the whole 3D-parallel equivalence grid (tests/features/pp_run),
 #                   of which make test runs a representative part
 #   make fuzz       run libFuzzer on each reader for FUZZ_TIME seconds
 #                   (FUZZ=NAME for one: frontend safetensors state shard hw manifest
@@ -76,10 +76,10 @@ test-asan: build-asan
 	  ctest --test-dir $(ASAN) --output-on-failure -j2
 
 # One campaign per harness in $(FUZZ), FUZZ_TIME seconds each. New inputs
-# go to $(ASAN)/fuzz/corpus/NAME (the seeds in tests/fuzz/corpus/NAME stay
+# go to $(ASAN)/fuzz/corpus/NAME (the seeds in tests/features/fuzz/corpus/NAME stay
 # as they are); a crash is written to $(ASAN)/fuzz/NAME-crash-* and
 # reproduced with `$(ASAN)/fuzz/fuzz_replay_NAME FILE`. An input that once
-# failed belongs in tests/fuzz/corpus/NAME, which ctest replays through
+# failed belongs in tests/features/fuzz/corpus/NAME, which ctest replays through
 # every harness. The frontend runs with -fork=1: the compiler's arena is
 # only freed at exit, so one long-lived process would grow without bound.
 # -close_fd_mask=2 silences the readers' error messages; libFuzzer and the
@@ -91,7 +91,7 @@ fuzz: build-asan
 	  echo "fuzz: $$h for $(FUZZ_TIME) s"; \
 	  $(ASAN)/fuzz/fuzz_$$h $$fork -max_total_time=$(FUZZ_TIME) -timeout=10 \
 	    -rss_limit_mb=2048 -max_len=65536 -close_fd_mask=2 -print_final_stats=1 \
-	    -artifact_prefix=$(ASAN)/fuzz/$$h- $(ASAN)/fuzz/corpus/$$h tests/fuzz/corpus/$$h; \
+	    -artifact_prefix=$(ASAN)/fuzz/$$h- $(ASAN)/fuzz/corpus/$$h tests/features/fuzz/corpus/$$h; \
 	done
 
 bench: build

@@ -20,7 +20,7 @@
 # is the same program stopped by SHARDC_MEMORY_LIMIT=1 right before it
 # allocates its plan, after MPI's start-up. Target: within 5%.
 #
-# The peer is tests/oracle's PyTorch model (oracle.py with --fused-ops:
+# The peer is tests/features/oracle's PyTorch model (oracle.py with --fused-ops:
 # torch's fused layernorm, GELU and cross entropy, AdamW, grad clipping),
 # reading the same byte-level shard of data/corpus.txt. Both run with
 # OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = torch threads = THREADS (default
@@ -63,7 +63,7 @@ MEM_SHAPES=${MEM_SHAPES:-demo}
 # Debian's python3-torch lives under the system python, not whatever
 # python3 comes first on PATH.
 PY=${PY:-/usr/bin/python3}
-ORACLE=tests/oracle
+ORACLE=tests/features/oracle
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 [[ -n $WAIT_POLICY ]] && export OMP_WAIT_POLICY=$WAIT_POLICY

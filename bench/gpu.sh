@@ -54,8 +54,8 @@ SHAPES=("small 12 768 12 16" "medium 24 1024 16 16" "1.3B 24 2048 16 8")
 SEQ=1024
 VOCAB=50257
 
-# shellcheck source=tests/gpu/ranks.sh
-. "$ROOT/tests/gpu/ranks.sh"
+# shellcheck source=tests/features/gpu/ranks.sh
+. "$ROOT/tests/features/gpu/ranks.sh"
 REASON=
 [ "$NGPUS" -gt 0 ] || REASON="no GPU (nvidia-smi sees none)"
 if python3 -c "import torch" 2>/dev/null; then TORCH=1; else TORCH=0; fi
@@ -239,7 +239,7 @@ GRAPH_LINE=$(graph_row)
 # tokens per step), and for d = 2 how much of the gradient reduction the
 # backward hides (the runtime's --dp-stats: 1 - exposed wait with overlap
 # / exposed wait with --no-overlap). With fewer GPUs than ranks the ranks
-# share them over sockets (tests/gpu/ranks.sh), which the row says: a
+# share them over sockets (tests/features/gpu/ranks.sh), which the row says: a
 # sharing row measures the code path, not the speed of a real cluster.
 # t = 4 and 8 run only where there are that many GPUs: their per-GPU
 # efficiency is one rank's step time / (t x the layout's).

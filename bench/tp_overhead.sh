@@ -78,7 +78,7 @@ for t in 1 2 4; do
     OMP_NUM_THREADS=$threads "$dir/rank0" "${args[@]}" >"$WORK/t$t.out" 2>&1 ||
       { tail -20 "$WORK/t$t.out" >&2; die "t=1: training failed"; }
   else
-    OMP_NUM_THREADS=$threads sh tests/comm/mpirun.sh "$MPIEXEC" "$t" "$dir/rank0" "${args[@]}" \
+    OMP_NUM_THREADS=$threads sh tests/runtime/comm/mpirun.sh "$MPIEXEC" "$t" "$dir/rank0" "${args[@]}" \
       >"$WORK/t$t.out" 2>&1 || { tail -20 "$WORK/t$t.out" >&2; die "t=$t: training failed"; }
   fi
   rate=$(steps_per_s "$WORK/t$t.jsonl") || die "t=$t: no step rates in the log"

@@ -103,6 +103,11 @@ const char *cg_precision_targets(unsigned p);
 const char *cg_precision_target(unsigned p);
 bool cg_target_host_memory(const char *target);
 bool cg_target_option(const char *name);
+/* The i-th of all the targets' own options, in the table's order, for
+ * the driver's option table and --help: its name, the name of its value
+ * (NULL for a flag) and its help line, which names the target
+ * ("--target cuda: ..."). False past the last one. */
+bool cg_target_option_at(int i, const char **name, const char **value, const char **help);
 /* The target's complaint about one of its options in o (a value it
  * cannot take), as a usage message; NULL when all are fine. */
 const char *cg_target_args_error(const CgOptions *o);

@@ -24,11 +24,15 @@ typedef struct CgTarget CgTarget;
 /* Where a target's programs keep the model (CgTarget.memory). */
 typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;
 
-/* A command-line option of one target: its name ("--cuda-arch") and, for
- * one that takes a value, what the value must be: NULL when it is fine,
- * else the usage message. A flag has no check. */
+/* A command-line option of one target: its name ("--cuda-arch"), the
+ * name of its value in --help ("sm_NN"; NULL for a flag), its help line
+ * (the driver puts "--target NAME: " before it) and, for one that takes
+ * a value, what the value must be: NULL when it is fine, else the usage
+ * message. A flag has no check. */
 typedef struct CgTargetOption {
   const char *name;
+  const char *value;
+  const char *help;
   const char *(*check)(const char *value);
 } CgTargetOption;
 

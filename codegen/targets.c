@@ -94,6 +94,18 @@ static const CgTargetOption *option_of(const CgTarget *t, const char *name) {
   return NULL;
 }
 
+bool cg_target_option_at(int i, const char **name, const char **value, const char **help) {
+  for (int k = 0; k < NTARGETS; k++)
+    for (const CgTargetOption *o = targets[k]->options; o && o->name; o++)
+      if (i-- == 0) {
+        *name = o->name;
+        *value = o->value;
+        *help = ir_fmt("--target %s: %s", targets[k]->name, o->help);
+        return true;
+      }
+  return false;
+}
+
 bool cg_target_option(const char *name) {
   for (int i = 0; i < NTARGETS; i++)
     if (option_of(targets[i], name)) return true;

@@ -14,7 +14,7 @@ static const DrvOption compile_options[] = {
     {"--target", "cpu", "write rank programs for this target (with -o)"},
     {"-o", "DIR", "the folder for the rank programs, manifest and Makefile"},
     {"--dtype", "f32|f64", "the programs' floating point type (default f32; f64 for gradient checks)"},
-    {"--cuda-arch", "sm_NN", "--target cuda: the GPU architecture to build for (default sm_90)"},
+    DRV_TARGET_OPTIONS,
     {"--precision", "fp32|bf16", "the precision of the step (default fp32; bf16: --target cuda)"},
     {"--no-gemm-epilogue", NULL, "--target cuda: GELU, its gradient and bias gradients as kernels of "
      "their own after the GEMMs, not in cuBLASLt's epilogue (for comparison)"},

@@ -51,6 +51,13 @@ const char *drv_value(int nargs, DrvArg *args, const char *name);
 /* Options every model-reading command takes. */
 #define DRV_DEFINE_OPTION {"-D", "NAME=VALUE", "override a config value of the model (repeatable)"}
 
+/* Stands, in a command's table, for the options of every codegen target
+ * (CgTarget.options, codegen/targets.c) with their help: a new target
+ * brings its own without an edit of the driver. drv_parse_args and
+ * drv_print_help know the entry by its name's address. */
+extern const char DRV_TARGET_OPTIONS_NAME[];
+#define DRV_TARGET_OPTIONS {DRV_TARGET_OPTIONS_NAME, NULL, NULL}
+
 /* Loads a model (.shard through the frontend, .ir through the IR parser)
  * and applies every -D override. Returns NULL after reporting errors. */
 IrGraph *drv_load_model(const char *path, int nargs, DrvArg *args);

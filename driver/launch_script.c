@@ -2,7 +2,7 @@
  * so that users who submit jobs themselves start every rank with its
  * program, under mpirun or srun, by the launch recipe of runtime/comm/comm.h.
  * It is made from manifest.json's text alone (a fuzz harness feeds this
- * file arbitrary text: tests/fuzz/fuzz_manifest.c). */
+ * file arbitrary text: tests/features/fuzz/fuzz_manifest.c). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../abi/suggest.h"
+#include "../codegen/codegen.h"
 #include "../passes/schedule.h"
 #include "driver.h"
 
@@ -24,12 +25,50 @@ static const char *schedule_help(void) {
                 sched_default_name(1), sched_default_name(2));
 }
 
+const char DRV_TARGET_OPTIONS_NAME[] = "<the targets' options>";
+
+/* The command's option table with the targets' own options in place of
+ * DRV_TARGET_OPTIONS, built on first use; a table without that entry is
+ * used as it is. */
+static const DrvOption *options_of(const DrvCommand *cmd) {
+  static struct Expanded {
+    const DrvCommand *cmd;
+    const DrvOption *options;
+    struct Expanded *next;
+  } *done;
+  for (struct Expanded *x = done; x; x = x->next)
+    if (x->cmd == cmd) return x->options;
+  int n = 0, ntarget = 0;
+  const char *name, *value, *help;
+  bool marked = false;
+  for (const DrvOption *o = cmd->options; o && o->name; o++, n++)
+    marked |= o->name == DRV_TARGET_OPTIONS_NAME;
+  if (!marked) return cmd->options;
+  while (cg_target_option_at(ntarget, &name, &value, &help)) ntarget++;
+  DrvOption *all = ir_alloc(sizeof(DrvOption) * (size_t)(n + ntarget + 1));
+  int k = 0;
+  for (const DrvOption *o = cmd->options; o->name; o++) {
+    if (o->name != DRV_TARGET_OPTIONS_NAME) {
+      all[k++] = *o;
+      continue;
+    }
+    for (int i = 0; cg_target_option_at(i, &name, &value, &help); i++)
+      all[k++] = (DrvOption){name, value, help};
+  }
+  all[k] = (DrvOption){NULL, NULL, NULL};
+  struct Expanded *x = ir_alloc(sizeof *x);
+  *x = (struct Expanded){cmd, all, done};
+  done = x;
+  return all;
+}
+
 void drv_print_help(const DrvCommand *cmd) {
   printf("usage: shardc %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
   if (cmd->details) printf("\n%s\n", cmd->details);
-  if (!cmd->options || !cmd->options[0].name) return;
+  const DrvOption *options = options_of(cmd);
+  if (!options || !options[0].name) return;
   printf("\noptions:\n");
-  for (const DrvOption *o = cmd->options; o->name; o++) {
+  for (const DrvOption *o = options; o->name; o++) {
     char left[64];
     if (!o->value)
       snprintf(left, sizeof left, "%s", o->name);
@@ -44,7 +83,7 @@ void drv_print_help(const DrvCommand *cmd) {
 }
 
 static const DrvOption *find_option(const DrvCommand *cmd, const char *name, size_t len) {
-  for (const DrvOption *o = cmd->options; o && o->name; o++)
+  for (const DrvOption *o = options_of(cmd); o && o->name; o++)
     if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
   return NULL;
 }
@@ -52,7 +91,7 @@ static const DrvOption *find_option(const DrvCommand *cmd, const char *name, siz
 const char *drv_nearest_option(const DrvCommand *cmd, const char *name, size_t len) {
   const char *best = NULL;
   int bestd = 3; /* more than two edits away is another word, not a typo */
-  for (const DrvOption *o = cmd->options; o && o->name; o++) {
+  for (const DrvOption *o = options_of(cmd); o && o->name; o++) {
     if (strlen(o->name) < 3) continue; /* -D, -o: every short typo is near them */
     int d = suggest_distance(name, (int)len, o->name, (int)strlen(o->name), 0);
     if (d < bestd) bestd = d, best = o->name;

@@ -822,7 +822,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
 }
 
 /* Starts the program on `ranks` ranks of this machine with mpirun, by the
- * launch recipe of runtime/comm/comm.h (tests/comm/mpirun.sh applies the same):
+ * launch recipe of runtime/comm/comm.h (tests/runtime/comm/mpirun.sh applies the same):
  * as root the two variables Open MPI needs, --oversubscribe (more ranks
  * than cores is allowed), --bind-to none (each rank's OpenMP threads may use
  * every core), mpi_yield_when_idle (a waiting rank gives its core away), and

@@ -1,6 +1,6 @@
 /* The SVG timeline of a pipeline step (timeline.h). The unit-time drawing
  * of `shardc schedule --svg` is the case without communication; its golden
- * (tests/schedule/example_svg.expected) holds it to the byte. */
+ * (tests/passes/schedule/example_svg.expected) holds it to the byte. */
 #include "timeline.h"
 
 #include <math.h>

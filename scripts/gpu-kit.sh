@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the GPU kit (docs/gpu.md): one folder with everything the GPU
-# checks of tests/gpu/run.sh and bench/gpu.sh need on a bare CUDA machine,
+# checks of tests/features/gpu/run.sh and bench/gpu.sh need on a bare CUDA machine,
 # prepared on a machine with the CUDA toolkit and no GPU:
 #
 #   - the kernel and device test binaries and every rank program the rows
@@ -12,8 +12,8 @@
 #   - the libraries those programs link that a bare CUDA image lacks
 #     (cJSON, the OpenMP runtime, OpenBLAS, Open MPI with its launcher and
 #     plugins), and xz to unpack them;
-#   - the runner, run.sh (tests/gpu/kit/run.sh), with the comparisons it
-#     shares with tests/gpu/run.sh.
+#   - the runner, run.sh (tests/features/gpu/kit/run.sh), with the comparisons it
+#     shares with tests/features/gpu/run.sh.
 #
 #   scripts/gpu-kit.sh [--emu] [--quick] BUILD OUT
 #
@@ -24,8 +24,8 @@
 # into little more than one. The kit must stay within 48 MiB; its size is
 # printed, and a larger kit is an error.
 #
-# --emu builds the rehearsal's kit (tests/gpu/kit/rehearse.sh): the same
-# rows with the CPU emulator's programs (tests/emu) in place of the nvcc
+# --emu builds the rehearsal's kit (tests/features/gpu/kit/rehearse.sh): the same
+# rows with the CPU emulator's programs (tests/features/emu) in place of the nvcc
 # ones, the speed rows at the tiny shapes (the emulator is far too slow
 # for GPT-2 medium), and deadlines scaled to the emulator. --quick builds
 # only what the quick rehearsal's rows need (tier 1's first rows).
@@ -86,14 +86,14 @@ STAMP_LIBS=$(ls -l --time-style=+%s "$SHARDC" "$BUILD"/runtime/*.a "$BUILD"/kern
 
 # program NAME TARGET MODEL PRECISION OPTIONS...: compiles and builds the
 # folder WORK/NAME unless its stamp (command, compiler and libraries) is
-# unchanged; MODEL is models/MODEL.shard, else tests/gpu/ or
-# tests/recompute/MODEL.shard, at its tiny shape (none with NOTINY set).
+# unchanged; MODEL is models/MODEL.shard, else tests/features/gpu/ or
+# tests/features/recompute/MODEL.shard, at its tiny shape (none with NOTINY set).
 program() {
   local name=$1 target=$2 model=$3 prec=$4 dir=$WORK/$1 file defs stamp
   shift 4
   file=$ROOT/models/$model.shard
-  [ -f "$file" ] || file=$ROOT/tests/gpu/$model.shard
-  [ -f "$file" ] || file=$ROOT/tests/recompute/$model.shard
+  [ -f "$file" ] || file=$ROOT/tests/features/gpu/$model.shard
+  [ -f "$file" ] || file=$ROOT/tests/features/recompute/$model.shard
   eval "defs=\${TINY_$model:-}"
   [ -z "${NOTINY:-}" ] || defs=""
   stamp="$file $defs $* $target $prec sm_$ARCH emu=$EMU $STAMP_LIBS"
@@ -123,7 +123,7 @@ ship() {
 }
 
 # A copy of a bf16 program whose vector stores add 1/128 to every other
-# element (tests/gpu/run.sh's check_vector): it must train differently.
+# element (tests/features/gpu/run.sh's check_vector): it must train differently.
 vecmut() {
   local src=$WORK/$1 dst=$WORK/$1-vecmut
   if [ -f "$dst/.stamp" ] && [ "$(cat "$dst/.stamp")" = "$(cat "$src/.stamp")" ]; then return 0; fi
@@ -188,7 +188,7 @@ if [ $QUICK = 0 ]; then
   program gpt2-drop-full cuda gpt2 fp32 -D dropout_rate=0.1 --recompute full
   program gpt2-drop-bf16 cuda gpt2 bf16 -D dropout_rate=0.1
   program unfused-cpu cpu unfused fp32
-  # Recomputation (tests/gpu/run.sh's check_recompute): each model, its
+  # Recomputation (tests/features/gpu/run.sh's check_recompute): each model, its
   # modes, with and without the epilogues, fp32 and bf16.
   RC_MODES_gpt2="selective full" RC_MODES_llama="full" RC_MODES_unfused="selective full"
   RC_PROGS=""
@@ -229,7 +229,7 @@ fi
 # ---------------------------------------------------------- references
 # ref NAME PROGRAM ARGS...: the CPU target's --log-json of a run, once per
 # program stamp and arguments.
-. "$ROOT/tests/gpu/ranks.sh"
+. "$ROOT/tests/features/gpu/ranks.sh"
 ref() {
   local name=$1 prog=$2 key j=$WORK/ref-$1.json
   shift 2
@@ -257,7 +257,7 @@ ref llama-cpu llama-cpu $TRAIN --steps $STEPS
 ref nccl-t2-cpu nccl-t2-cpu $MTRAIN --steps $STEPS
 # shellcheck disable=SC2086
 ref nccl-one nccl-one-cpu $MTRAIN --steps $STEPS
-. "$ROOT/tests/gpu/compare.sh"
+. "$ROOT/tests/features/gpu/compare.sh"
 cmp_losses "t2 CPU target against one rank" "$OUT/ref/nccl-one.json" "$OUT/ref/nccl-t2-cpu.json" 1e-4 ||
   die "the CPU target's t2 run is not one rank's"
 rm -f "$OUT"/ref/*.sl
@@ -287,7 +287,7 @@ if [ $QUICK = 0 ]; then
   # shellcheck disable=SC2086
   "$WORK/gpt2-cpu/rank0" $TRAIN --lr-schedule constant --steps 5 --save "$OUT/ref/ckpt-cpu" \
     --log-json "$OUT/ref/ckpt-cpu.json" >"$WORK/ckpt.log" 2>&1 || die "the CPU checkpoint"
-  # One step's gradients (tests/gpu/run.sh's check_grads).
+  # One step's gradients (tests/features/gpu/run.sh's check_grads).
   for m in gpt2 llama; do
     # shellcheck disable=SC2086
     "$WORK/$m-cpu/rank0" $TRAIN --steps 1 --dump-grads "$OUT/ref/$m-cpu.grads" >"$WORK/grads.log" 2>&1 ||
@@ -362,8 +362,8 @@ cp -L "$OMPI_LIB"/libmpi.so.40 "$OMPI_LIB"/libopen-rte.so.40 "$OMPI_LIB"/libopen
   "$OUT/payload/lib/" 2>/dev/null
 [ -n "$PMIX_LIB" ] && cp -L "$PMIX_LIB" "$OUT/payload/lib/"
 
-cp "$ROOT/tests/gpu/kit/run.sh" "$OUT/run.sh"
-cp "$ROOT/tests/gpu/compare.sh" "$ROOT/tests/gpu/ranks.sh" "$ROOT/bench/torch_gpt2.py" "$OUT/"
+cp "$ROOT/tests/features/gpu/kit/run.sh" "$OUT/run.sh"
+cp "$ROOT/tests/features/gpu/compare.sh" "$ROOT/tests/features/gpu/ranks.sh" "$ROOT/bench/torch_gpt2.py" "$OUT/"
 chmod +x "$OUT/run.sh"
 {
   echo "KIND=$([ $EMU = 1 ] && echo emu || echo nvcc)"

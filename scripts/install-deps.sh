@@ -6,7 +6,7 @@ set -euo pipefail
 
 # What each package is for:
 #   build-essential cmake flex bison libfl-dev pkg-config: the compiler build (g++ also
-#     builds the CUDA sources as C++ for the CPU emulator of tests/emu)
+#     builds the CUDA sources as C++ for the CPU emulator of tests/features/emu)
 #   libcjson-dev: JSON (shardc info --json, manifests)
 #   libopenblas-openmp-dev: GEMM in the CPU target's rank programs (the
 #     OpenMP build shares the kernels' thread pool instead of fighting it)
@@ -14,14 +14,14 @@ set -euo pipefail
 #   clang (+ its compiler-rt), libomp-dev: libFuzzer and the sanitizer build
 #     (libomp-dev is clang's OpenMP; gcc brings its own)
 #   python3 python3-numpy python3-torch: reference numerics in the tests
-#     (tests/oracle runs the same models in PyTorch, Debian's build, under
+#     (tests/features/oracle runs the same models in PyTorch, Debian's build, under
 #     /usr/bin/python3)
 #   time: peak memory of a run in bench/cpu_train.sh and bench/compile.sh
 #   slurm-wlm: srun for `shardc run --launcher srun` and launch.sh; its
-#     slurmctld, slurmd and munge for tests/launch/slurm.sh, which starts
+#     slurmctld, slurmd and munge for tests/driver/launch/slurm.sh, which starts
 #     them from a configuration of its own (the packages' services are
 #     not configured or used)
-#   shellcheck: tests/launch/mpirun.sh checks the launch.sh shardc writes
+#   shellcheck: tests/driver/launch/mpirun.sh checks the launch.sh shardc writes
 #   python3-venv: the virtual environment for the PyPI packages below
 packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
           libopenblas-openmp-dev openmpi-bin libopenmpi-dev clang libomp-dev python3
@@ -32,7 +32,7 @@ packages=(build-essential cmake flex bison libfl-dev pkg-config libcjson-dev
 # from PyPI into a virtual environment in build/pyenv (git-ignored; or
 # $SHARDC_PYENV), made from Debian's python3 with --system-site-packages so
 # that its numpy and torch stay visible: Debian's own python3 is left as it
-# is. transformers, whose own model classes tests/oracle/hf_models.sh checks
+# is. transformers, whose own model classes tests/features/oracle/hf_models.sh checks
 # models/neox.shard and models/bert.shard against, is pinned to 4.40.2, the
 # version that works with Debian's torch 1.13; pip then picks the
 # tokenizers it supports (0.19). Nothing is done when they import already.

@@ -8,7 +8,7 @@
 /* Which chunk functions the runtime may capture once as a CUDA graph and
  * replay (abi/model.h RtGraphs), decided here from each function's nodes
  * in the graph and its chunk's hooks, so that nothing about it is left to
- * chance at run time (tests/cuda_target/graphs.sh checks the decision
+ * chance at run time (tests/codegen/cuda/graphs.sh checks the decision
  * against the code written). A
  * function may be captured when all it does is launch kernels, cuBLASLt
  * calls and device-to-device copies on the compute stream at addresses

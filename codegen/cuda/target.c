@@ -76,8 +76,9 @@ static const char *check_arch(const char *value) {
  * (CUDA_DEFAULT_ARCH without it). --no-gemm-epilogue is the gemm-epilogue
  * pass's option (PassOptions), not one of codegen. */
 static const CgTargetOption cuda_options[] = {
-    {"--cuda-arch", check_arch},
-    {NULL, NULL},
+    {"--cuda-arch", "sm_NN", "the GPU architecture to build for (default " CUDA_DEFAULT_ARCH ")",
+     check_arch},
+    {NULL, NULL, NULL, NULL},
 };
 
 static void *cuda_state_new(CgEmitter *e) {

@@ -1,7 +1,7 @@
 /* A kernel launch written as a macro, KC_LAUNCH(grid, block, shared bytes,
  * stream, kernel)(arguments...), instead of CUDA's triple chevrons, so that
  * the same source also builds as plain C++ for the CPU emulator of
- * tests/emu (SHARD_CUDA_EMU), which runs every block's threads itself.
+ * tests/features/emu (SHARD_CUDA_EMU), which runs every block's threads itself.
  * Under nvcc it is exactly kernel<<<grid, block, shared, stream>>>. The
  * first argument may be a macro that expands to all four (KC_GRID(n)): the
  * extra level of expansion splits it before the arguments are counted. */
@@ -10,7 +10,7 @@
 
 #define KC_LAUNCH(...) KC_LAUNCH_(__VA_ARGS__)
 #ifdef SHARD_CUDA_EMU
-/* The emulator's launch (tests/emu/include/cuda_runtime.h) takes the
+/* The emulator's launch (tests/features/emu/include/cuda_runtime.h) takes the
  * kernel as a generic lambda, so that a template kernel's parameters are
  * deduced from the arguments as nvcc deduces them, and its name and the
  * launch's place for its messages. The parentheses matter: without them

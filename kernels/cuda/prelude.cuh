@@ -6,7 +6,7 @@
  * includes this file; codegen writes only what depends on the model: the
  * tensor-parallel scratch, CUDA graphs' step values and the fused kernels.
  * The same source builds under nvcc and, as C++, on the emulator of
- * tests/emu. */
+ * tests/features/emu. */
 #ifndef SHARD_KERNELS_CUDA_PRELUDE_CUH
 #define SHARD_KERNELS_CUDA_PRELUDE_CUH
 
@@ -92,7 +92,7 @@ __device__ __forceinline__ void cu_st(kc_bf16 *y, real x) { *y = cu_b(x); }
 }
 /* Whether the fused kernels may take their 16-byte loops: yes unless
  * SHARD_CUDA_VECTOR=0, which runs the element-at-a-time loops instead (the
- * same bits: tests/gpu/run.sh's vector check compares the two). */
+ * same bits: tests/features/gpu/run.sh's vector check compares the two). */
 [[maybe_unused]] static int cu_vector(void) {
   static int on = -1;
   if (on < 0) {

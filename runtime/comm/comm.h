@@ -29,7 +29,7 @@
  * the non-blocking form of one reduction may use different algorithms and
  * so may differ in the last bits from each other: a program that must be
  * reproducible uses the same form for the same reduction every time (which
- * generated code does). tests/comm checks all of this.
+ * generated code does). tests/runtime/comm checks all of this.
  *
  * Point to point. There are no tags: messages from one rank to another on
  * one communicator are matched in the order they were posted, on both
@@ -45,7 +45,7 @@
  * pointers for the first kind and moves the host ones itself (staged, or
  * over MPI).
  *
- * Launching (the recipe `shardc run` follows; tests/comm/mpirun.sh applies it):
+ * Launching (the recipe `shardc run` follows; tests/runtime/comm/mpirun.sh applies it):
  *
  *     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
  *     mpirun -np N --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \

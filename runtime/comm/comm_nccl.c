@@ -225,7 +225,7 @@ static int local_rank(void) {
 /* Without a GPU the backend is the MPI core alone (host memory): a rank
  * program then stops at its first use of the device, with the device
  * layer's "no CUDA device" error, and the comm tests run on machines
- * without one (tests/cuda_target). */
+ * without one (tests/codegen/cuda). */
 void rt_comm_init(int *argc, char ***argv) {
   if (rt_mpi_inited()) return;
   /* Every fatal error, the MPI core's too, aborts the NCCL communicators

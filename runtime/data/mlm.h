@@ -16,7 +16,7 @@
  *                               else   id = x
  *   otherwise                 label -100, id x
  * u is rt_hash_unit of the step's key, u' that of the key mixed once more
- * (tests/oracle/hf_bert.py has the same rule in Python). */
+ * (tests/features/oracle/hf_bert.py has the same rule in Python). */
 #ifndef SHARD_RT_MLM_H
 #define SHARD_RT_MLM_H
 

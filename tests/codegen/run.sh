@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # Compiles a model with cgtool, builds the rank program with every warning
 # an error, and runs it:
 #
@@ -9,7 +9,9 @@
 #   of every parameter, over 2 microbatches.
 # MODE train: an f32 build trains 60 steps on a repeating token sequence and
 #   its loss falls below a quarter of the first step's.
-set -eu
+# WORKDIR is absolute: checks.sh runs the script in a fresh folder.
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 cgtool=$1 testtool=$2 work=$3 modeldir=$4 model=$5 mode=$6
 shift 6
 rm -rf "$work"

@@ -51,7 +51,7 @@ add_test(NAME codegen/golden_gpt2
 
 # Build and run: the program starts, its gradients match finite
 # differences in f64, and an f32 build learns.
-set(CG_RUN sh ${CG_TESTS_DIR}/run.sh ${CGTOOL} $<TARGET_FILE:rt_testtool>)
+set(CG_RUN bash ${CG_TESTS_DIR}/run.sh ${CGTOOL} $<TARGET_FILE:rt_testtool>)
 add_test(NAME codegen/run_fwd_only
          COMMAND ${CG_RUN} ${CG_WORK}/run_fwd ${CG_TESTS_DIR} fwd.shard start ${CG_FWD_ONLY})
 add_test(NAME codegen/run_gradcheck_gpt2
@@ -72,3 +72,10 @@ add_test(NAME codegen/err_unsupported_model
 add_test(NAME codegen/err_unknown_target
          COMMAND ${EXPECT} ${CG_TESTS_DIR}/err_unknown_target.expected 1 --cd ${MODELS_DIR}
                  -- ${SHARDC} compile gpt2.shard --target nosuch -o ${CG_WORK}/unknown)
+# A target's own options come from the table of targets with their help:
+# `compile --help` shows --cuda-arch as codegen/cuda/target.c writes it,
+# and a typo of it is answered with the name.
+add_test(NAME codegen/target_option_help
+         COMMAND ${EXPECT} ${CG_TESTS_DIR}/target_option_help.expected 0 --cd ${MODELS_DIR}
+                 -- sh -c "\"$0\" compile --help | grep -e '--cuda-arch' && \"$0\" compile gpt2.shard --cuda-ach sm_80 2>&1 | head -1"
+                    ${SHARDC})

@@ -1,9 +1,26 @@
-# shellcheck shell=sh
-# What the shell tests share: a fresh temporary folder to run in (removed
-# at exit), one OpenMP thread unless the caller sets more (runs are compared
-# bit for bit and must not crawl on a loaded machine; thread-count
-# independence is the kernels' business), and the check helpers below.
-# Sourced by tests/runtime/lib.sh, tests/train/lib.sh and tests/tp_run.
+# shellcheck shell=bash
+# What the shell tests share. Every shell test starts
+#
+#   #!/bin/bash
+#   set -euo pipefail
+#   . "$SHARDC_SRC/tests/common/checks.sh"
+#
+# and takes the compiler from $SHARDC, the source tree from $SHARDC_SRC
+# ($ROOT here) and the build folder from $SHARDC_BUILD, which CMake puts in
+# every test's environment (tests/CMakeLists.txt). This file gives a fresh
+# temporary folder to run in (removed at exit), one OpenMP thread unless
+# the caller sets more (runs are compared bit for bit and must not crawl on
+# a loaded machine; thread-count independence is the kernels' business),
+# and the check helpers below, which keep going after a failed check under
+# set -e (a test reports every check, then finish exits 1).
+: "${SHARDC:?the compiler under test: CMake sets SHARDC for every test}"
+: "${SHARDC_SRC:?the source tree: CMake sets SHARDC_SRC for every test}"
+# Absolute, as the test runs elsewhere (a hand-run test may give them
+# relative to where it starts).
+ROOT=$(cd "$SHARDC_SRC" && pwd)
+case $SHARDC in
+*/*) SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC") ;;
+esac
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -26,10 +43,12 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 # cmd.txt, shown when it fails).
 check() {
   what=$1; shift
-  if "$@" >cmd.txt 2>&1; then
+  st=0
+  "$@" >cmd.txt 2>&1 || st=$?
+  if [ $st -eq 0 ]; then
     ok "$what"
   else
-    fail "$what: exit $?"
+    fail "$what: exit $st"
     sed 's/^/      /' cmd.txt | tail -5
   fi
 }
@@ -38,9 +57,9 @@ check() {
 # with status 1 and print the fragment in an error line; the message is shown.
 expect_error() {
   what=$1 frag=$2; shift 2
-  "$@" >out.txt 2>&1
-  st=$?
-  msg=$(grep 'error' out.txt | head -3)
+  st=0
+  "$@" >out.txt 2>&1 || st=$?
+  msg=$(grep 'error' out.txt | head -3 || true)
   if [ $st -eq 1 ] && grep 'error' out.txt | grep -qF -- "$frag"; then
     ok "$what: exit 1: $msg"
   else

@@ -1,4 +1,4 @@
-# The f64 graph interpreter that gradcheck (tests/grad) and tpsim (tests/tp)
+# The f64 graph interpreter that gradcheck (tests/features/grad) and tpsim (tests/features/tp)
 # share. Defined here because tests/CMakeLists.txt includes the areas in
 # alphabetical order: common comes before both.
 add_library(shard_test_interp STATIC ${CMAKE_CURRENT_LIST_DIR}/interp.c)

@@ -79,7 +79,7 @@ endforeach()
 # unroll moves every layer's parameters to the top level: the parameter
 # count `shardc info` reports must not change, for every bundled model.
 add_test(NAME passes/unroll_param_count
-         COMMAND sh ${PASSES_DIR}/param_count.sh ${SHARDC} ${MODELS_DIR})
+         COMMAND bash ${PASSES_DIR}/param_count.sh ${MODELS_DIR})
 
 # Codegen runs no pass: a target's programs need what the program passes
 # make, and a pipeline (--passes) that leaves one out is an error naming it.

@@ -1,16 +1,17 @@
-#!/bin/sh
-# measure.sh SHARDC FILE: `shardc hw --measure -o FILE` at small sizes,
+#!/bin/bash
+# measure.sh FILE: `$SHARDC hw --measure -o FILE` at small sizes,
 # then `shardc hw FILE` must read it back with plausible positive numbers
 # (a CPU between 0.1 GFLOP/s and 100 TFLOP/s, memory and links between
 # 0.01 and 10000 GB/s, latencies under 10 ms, an op's fixed cost under
 # 10 ms, the optimizer's passes between 0.01 and 10000 GB/s, no streaming
 # multiprocessors and no GPU workspaces; with more than one core also the
 # cores and one core's rates).
-set -e
-shardc=$1 file=$2
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+file=$1
 rm -f "$file"
-"$shardc" hw --measure -o "$file" --max-size 128 >/dev/null
-"$shardc" hw "$file" >"$file.read"
+"$SHARDC" hw --measure -o "$file" --max-size 128 >/dev/null
+"$SHARDC" hw "$file" >"$file.read"
 awk -F' = ' '
   function need(key, lo, hi) {
     if (!(key in v)) { print "missing " key; bad = 1; return }

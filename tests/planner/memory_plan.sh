@@ -1,5 +1,5 @@
-#!/bin/sh
-# memory_plan.sh SHARDC WORKDIR MODEL ARGS...: the planner's memory per
+#!/bin/bash
+# memory_plan.sh WORKDIR MODEL ARGS...: the planner's memory per
 # rank (simulate --precision fp32) against the memory plan `shardc compile
 # --target cpu` makes for the same programs. Weights, gradients and the
 # optimizer state must agree to the byte for every stage; the planner's
@@ -7,13 +7,14 @@
 # chunks times the peak stash over v (simulate uses the plan where the
 # model compiles: docs/planner.md), checked to the byte, and the formula's
 # figure (--no-memory-plan) is printed beside them.
-set -e
-shardc=$1 dir=$2
-shift 2
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+dir=$1
+shift
 rm -rf "$dir"
-"$shardc" compile "$@" --target cpu -o "$dir" >"$dir.plan"
-"$shardc" simulate "$@" --precision fp32 --hw a100 --json >"$dir.json"
-"$shardc" simulate "$@" --precision fp32 --hw a100 --json --no-memory-plan >"$dir.formula.json"
+"$SHARDC" compile "$@" --target cpu -o "$dir" >"$dir.plan"
+"$SHARDC" simulate "$@" --precision fp32 --hw a100 --json >"$dir.json"
+"$SHARDC" simulate "$@" --precision fp32 --hw a100 --json --no-memory-plan >"$dir.formula.json"
 # v, the chunks per stage, from the arguments (1 unless --vpp N).
 v=1 prev=
 for a in "$@"; do

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # simulate --precision bf16 prices what the CUDA target's bf16 programs
 # move (docs/planner.md): activations, pipeline messages and the
 # tensor-parallel collectives at 2 bytes, as mixed precision does, but the
@@ -10,10 +10,10 @@
 # 2022), whose weight-gradient GEMMs accumulate in place as the compiler's
 # programs do: the paper's 2021 code adds a pass per microbatch.
 #
-#   precision.sh SHARDC MODEL
-set -u
-SHARDC=$1
-MODEL=$2
+#   precision.sh MODEL
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+MODEL=$1
 step() { # PRECISION LAYOUT...
   p=$1
   shift
@@ -24,7 +24,6 @@ step() { # PRECISION LAYOUT...
   "$SHARDC" simulate "$MODEL" $@ $extra --hw a100 --precision "$p" --json |
     sed -n "s/.*\"step_time_s\":[[:space:]]*\([0-9.e+-]*\).*/\1/p"
 }
-FAILS=0
 for layout in "--tp 2 --global-batch 16" "--dp 2 --global-batch 16" "--dp 2 --zero 1 --global-batch 16"; do
   # shellcheck disable=SC2086
   m=$(step mixed $layout) b=$(step bf16 $layout) f=$(step fp32 $layout)
@@ -34,11 +33,9 @@ for layout in "--tp 2 --global-batch 16" "--dp 2 --global-batch 16" "--dp 2 --ze
   *) want='m < b && b < f' ;;
   esac
   if awk -v m="$m" -v b="$b" -v f="$f" "BEGIN { exit !($want) }"; then
-    echo "ok:   $layout: $want"
+    ok "$layout: $want"
   else
-    echo "FAIL: $layout: not $want"
-    FAILS=$((FAILS + 1))
+    fail "$layout: not $want"
   fi
 done
-[ "$FAILS" = 0 ] || exit 1
-echo "all passed"
+finish

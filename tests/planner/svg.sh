@@ -1,8 +1,9 @@
-#!/bin/sh
-# svg.sh SHARDC COMMAND FILE ARGS...: runs `shardc COMMAND ARGS --svg FILE`
+#!/bin/bash
+# svg.sh COMMAND FILE ARGS...: runs `$SHARDC COMMAND ARGS --svg FILE`
 # (plan or simulate) and prints FILE, so that a golden can compare the
-# drawing.
-shardc=$1 command=$2 file=$3
-shift 3
-"$shardc" "$command" "$@" --svg "$file" >/dev/null || exit 1
+# drawing. A filter of golden tests: it runs in the test's folder.
+set -euo pipefail
+command=$1 file=$2
+shift 2
+"$SHARDC" "$command" "$@" --svg "$file" >/dev/null
 cat "$file"

@@ -25,67 +25,67 @@ planner_golden(err_hw_file 1 ${SHARDC} hw bad.hw)
 planner_golden(err_hw_missing 1 ${SHARDC} hw missing.hw)
 planner_golden(err_simulate_hw 1 ${SHARDC} simulate ../../models/gpt2.shard --hw bad.hw)
 # What simulate prints, text and JSON, with its numbers rounded (round.sh).
-planner_golden(simulate_gpt2_json 0 sh round.sh ${SHARDC} simulate ../../models/gpt2.shard --tp 2
+planner_golden(simulate_gpt2_json 0 bash round.sh ${SHARDC} simulate ../../models/gpt2.shard --tp 2
                --pp 2 --vpp 2 --microbatch 4 --global-batch 16 --hw a100 --json)
-planner_golden(simulate_llama_text 0 sh round.sh ${SHARDC} simulate ../../models/llama.shard
+planner_golden(simulate_llama_text 0 bash round.sh ${SHARDC} simulate ../../models/llama.shard
                --tp 2 --sequence-parallel --pp 2 --dp 2 --zero 1 --global-batch 32 --hw h200)
-planner_golden(plan_gpt2_text 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+planner_golden(plan_gpt2_text 0 bash round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
                --global-batch 64 --hw a100 --top 5)
-planner_golden(plan_gpt2_json 0 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+planner_golden(plan_gpt2_json 0 bash round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
                --global-batch 64 --hw h200 --top 2 --json)
-planner_golden(err_plan_nothing_fits 1 sh round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
+planner_golden(err_plan_nothing_fits 1 bash round.sh ${SHARDC} plan ../../models/gpt2.shard --gpus 8
                --global-batch 64 --hw a100 --memory-fraction 0.001)
 planner_golden(err_plan_flags 1 ${SHARDC} plan ../../models/gpt2.shard --gpus 8 --hw a100)
 # The simulated timeline of a small 1F1B step with data parallelism:
 # compute, message waits, the reductions' stream and the optimizer.
-planner_golden(simulate_trace 0 sh trace.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_trace.json
+planner_golden(simulate_trace 0 bash trace.sh ${CMAKE_CURRENT_BINARY_DIR}/planner_trace.json
                ../../models/gpt2.shard --pp 2 --dp 2 --global-batch 4 --hw a100)
 # The search drawn: every replay's throughput against its memory, the
 # chosen one ringed, the limit as a line (render it to look: rsvg-convert).
-planner_golden(plan_svg 0 sh svg.sh ${SHARDC} plan ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
+planner_golden(plan_svg 0 bash svg.sh plan ${CMAKE_CURRENT_BINARY_DIR}/planner_plan.svg
                ../../models/gpt2.shard --gpus 4 --global-batch 16 --hw a100)
 # The simulated timeline drawn (timeline.c, shared with `shardc schedule
 # --svg`): blocks as long as their predicted time, the message waits and
 # the reductions in a lane under each stage, messages as arrows.
-planner_golden(simulate_svg 0 sh svg.sh ${SHARDC} simulate
+planner_golden(simulate_svg 0 bash svg.sh simulate
                ${CMAKE_CURRENT_BINARY_DIR}/planner_simulate.svg ../../models/gpt2.shard --pp 2
                --dp 2 --global-batch 4 --hw a100)
 # Scatter/gather priced: a smaller message time with it than whole
 # (--no-scatter-gather) when the stages sit on different nodes.
 add_test(NAME planner/scatter_gather
-         COMMAND sh ${PLANNER_DIR}/scatter_gather.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+         COMMAND bash ${PLANNER_DIR}/scatter_gather.sh ${MODELS_DIR}/gpt2.shard)
 # Flag combinations the training program rejects or would ignore are
 # refused by simulate, in the compiler's words where it rejects them.
 add_test(NAME planner/flags
-         COMMAND sh ${PLANNER_DIR}/flags.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+         COMMAND bash ${PLANNER_DIR}/flags.sh ${MODELS_DIR}/gpt2.shard)
 # simulate says when a configuration does not fit, and by how much.
 add_test(NAME planner/fit
-         COMMAND sh ${PLANNER_DIR}/fit.sh ${SHARDC} ${MODELS_DIR}/gpt3.shard)
+         COMMAND bash ${PLANNER_DIR}/fit.sh ${MODELS_DIR}/gpt3.shard)
 # --precision bf16 (the CUDA target's): mixed precision's time without
 # replicas, longer with them (fp32 weight-gradient reductions), fp32's
 # longer still.
 add_test(NAME planner/precision
-         COMMAND sh ${PLANNER_DIR}/precision.sh ${SHARDC} ${MODELS_DIR}/gpt2.shard)
+         COMMAND bash ${PLANNER_DIR}/precision.sh ${MODELS_DIR}/gpt2.shard)
 # `shardc hw --measure` at small sizes writes a description that `shardc
 # hw FILE` reads back with plausible positive numbers.
 add_test(NAME planner/hw_measure
-         COMMAND sh ${PLANNER_DIR}/measure.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/planner_measured.hw)
+         COMMAND bash ${PLANNER_DIR}/measure.sh ${CMAKE_CURRENT_BINARY_DIR}/planner_measured.hw)
 # The planner's memory per rank at fp32 against the compiler's own memory
 # plan for the same CPU programs: weights, gradients and optimizer state
 # to the byte on every stage (activations printed, not compared).
 set(PLANNER_SMALL -D layers=4 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128)
 set(PLANNER_MEM_WORK ${CMAKE_CURRENT_BINARY_DIR}/planner_memplan)
 add_test(NAME planner/memory_plan_gpt2
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_1
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_1
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL})
 add_test(NAME planner/memory_plan_gpt2_3d
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_3d
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_3d
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --tp 2 --pp 2 --vpp 2 --global-batch 16)
 add_test(NAME planner/memory_plan_gpt2_zero
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_zero
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_zero
                  ${MODELS_DIR}/gpt2.shard ${PLANNER_SMALL} --dp 2 --zero 1 --global-batch 16)
 add_test(NAME planner/memory_plan_llama_sp
-         COMMAND sh ${PLANNER_DIR}/memory_plan.sh ${SHARDC} ${PLANNER_MEM_WORK}_llama
+         COMMAND bash ${PLANNER_DIR}/memory_plan.sh ${PLANNER_MEM_WORK}_llama
                  ${MODELS_DIR}/llama.shard -D layers=2 -D seq=256 -D hidden=256 -D heads=4
                  -D kv_heads=4 -D ffn=512 -D vocab=512 --tp 2 --sequence-parallel)
 # `shardc run --trace` on the demo shape, on one rank and on two (t, p and

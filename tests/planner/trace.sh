@@ -1,8 +1,10 @@
-#!/bin/sh
-# trace.sh SHARDC FILE ARGS...: runs `shardc simulate ARGS --trace FILE`
-# and prints FILE one event a line, numbers rounded (round.sh), so that a
-# golden can compare it.
-shardc=$1 file=$2
-shift 2
-"$shardc" simulate "$@" --trace "$file" >/dev/null || exit 1
-sh round.sh sed 's/},{/},\n{/g' "$file"
+#!/bin/bash
+# trace.sh FILE ARGS...: runs `$SHARDC simulate ARGS --trace FILE` and
+# prints FILE one event a line, numbers rounded (round.sh), so that a
+# golden can compare it. A filter of golden tests: it runs in the test's
+# folder.
+set -euo pipefail
+file=$1
+shift
+"$SHARDC" simulate "$@" --trace "$file" >/dev/null
+bash "$(dirname "$0")/round.sh" sed 's/},{/},\n{/g' "$file"

@@ -1,5 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # Every problem with token data is an error that names the file, exit 1.
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 "$TOOL" seq good.bin 100 50

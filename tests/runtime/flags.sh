@@ -1,17 +1,18 @@
-#!/bin/sh
+#!/bin/bash
 # Flags: --help documents every one; bad flags and values are clear errors
 # (all of them reported), exit 1.
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 make_corpus
 
-"$TOY" --help >help.txt
-st=$?
+st=0
+"$TOY" --help >help.txt || st=$?
 missing=""
 for f in data val-data steps global-batch lr beta1 beta2 eps weight-decay clip warmup lr-min \
          lr-schedule optimizer seed log-every log-json eval-every eval-batches save save-every \
          resume init-from no-shuffle sample-prompt sample-tokens temperature top-k dump-grads \
          gradcheck gradcheck-tol gradcheck-floor quiet comm-stats help; do
-  grep -q -- "^  --$f[ ]" help.txt || missing="$missing --$f"
+  grep -q -- "^  --${f}[ ]" help.txt || missing="$missing --$f"
 done
 check "--help exits 0 and documents $(grep -c '^  --' help.txt) flags${missing:+, missing:$missing}" \
   test $st -eq 0 -a -z "$missing"
@@ -33,7 +34,7 @@ expect_error "value forgotten before the next flag" "--data: needs a value (GLOB
 expect_error "a switch with a value" "--no-shuffle: takes no value" "$TOY" --no-shuffle=1
 expect_error "a stray argument" "unexpected argument 'train.bin' (flags start with --)" \
   "$TOY" train.bin
-"$TOY" --lr x --steps y --bogus >all.txt 2>&1
+"$TOY" --lr x --steps y --bogus >all.txt 2>&1 || true
 check "every error of a command line is reported ($(grep -c error: all.txt) of 3)" \
   test "$(grep -c error: all.txt)" -eq 3
 expect_error "global batch not a multiple" "--global-batch 6 is not a multiple of microbatch 4 x dp 1" \

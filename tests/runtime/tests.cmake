@@ -16,7 +16,7 @@ foreach(flavour f32 f64)
 endforeach()
 foreach(script data_errors checkpoint resume flags train gradcheck)
   add_test(NAME runtime/${script}
-           COMMAND sh ${RT_TESTS_DIR}/${script}.sh $<TARGET_FILE:rt_toy_f32>
+           COMMAND bash ${RT_TESTS_DIR}/${script}.sh $<TARGET_FILE:rt_toy_f32>
                    $<TARGET_FILE:rt_toy_f64> $<TARGET_FILE:rt_testtool>)
 endforeach()
 # The runtime's rooms keep their one-way order (docs/runtime.md): no file

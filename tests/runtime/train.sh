@@ -1,7 +1,8 @@
-#!/bin/sh
+#!/bin/bash
 # Training end to end on the toy model: the loss falls, the reports have
 # their documented form, runs repeat exactly, microbatches, SGD and
 # sampling work.
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 make_corpus
 

@@ -1,12 +1,11 @@
 #!/bin/bash
 # Bad tokenizer files and bad text are clear errors that name the file and
 # the line (or the byte offset), with exit status 1, never a crash.
-#   errors.sh SHARDC WORKDIR
-set -u
-shardc=$1
-work=$2
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-fails=0
+#   errors.sh WORKDIR
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+work=$1
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
 printf 'Some text.\nMore text.\n' >text.txt
 
 # A small valid vocabulary in GPT-2's format, to break one piece at a time.
@@ -38,24 +37,21 @@ PY
 expect() {
   local name=$1 pattern=$2
   shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
   if [[ $rc -eq 1 && "$out" == *"$pattern"* ]]; then
-    echo "ok   $name: exit $rc: $out"
+    ok "$name: exit $rc: $out"
   else
-    echo "FAIL $name: exit $rc, expected 1 and '$pattern'; got: $out"
-    fails=$((fails + 1))
+    fail "$name: exit $rc, expected 1 and '$pattern'; got: $out"
   fi
 }
 
-data() { "$shardc" data text.txt -o out.bin "$@"; }
+data() { "$SHARDC" data text.txt -o out.bin "$@"; }
 
 if data --tokenizer vocab.json,merges.txt >/dev/null; then
-  echo "ok   the valid vocabulary encodes the text"
+  ok "the valid vocabulary encodes the text"
 else
-  echo "FAIL the valid vocabulary is refused"
-  fails=$((fails + 1))
+  fail "the valid vocabulary is refused"
 fi
 
 sed '3s/$/ ,,/' vocab.json >broken.json
@@ -97,25 +93,20 @@ expect "a vocabulary above 65,536 tokens" "a vocabulary of 70001 tokens does not
 
 printf 'good text\nand then \xff\xfe bad\n' >bad_utf8.txt
 expect "text that is not UTF-8" "bad_utf8.txt: invalid UTF-8 at byte offset 19 (byte 0xFF)" \
-  "$shardc" data bad_utf8.txt -o out.bin --tokenizer vocab.json,merges.txt
+  "$SHARDC" data bad_utf8.txt -o out.bin --tokenizer vocab.json,merges.txt
 # The shard being written when the error came is removed; none is left half written.
 if compgen -G "out.bin.tmp.*" >/dev/null; then
   fail_tmp=$(ls out.bin.tmp.*)
-  echo "FAIL a temporary shard is left behind: $fail_tmp"
-  fails=$((fails + 1))
+  fail "a temporary shard is left behind: $fail_tmp"
 else
-  echo "ok   no temporary shard is left behind"
+  ok "no temporary shard is left behind"
 fi
 printf 'surrogate \xed\xa0\x80 here\n' >surrogate.txt
 expect "an encoded surrogate" "surrogate.txt: invalid UTF-8 at byte offset 10 (byte 0xED)" \
-  "$shardc" data surrogate.txt -o out.bin --bpe 300
+  "$SHARDC" data surrogate.txt -o out.bin --bpe 300
 expect "--bpe below 257" "--bpe: expected a vocabulary size in 257..65536" data --bpe 256
 expect "--bpe above 65536" "--bpe: expected a vocabulary size in 257..65536" data --bpe 65537
 expect "--tokenizer with --bpe" "--tokenizer and --bpe exclude each other" data --bpe 300 --tokenizer vocab.json,merges.txt
 expect "--shard-tokens 1" "--shard-tokens: expected a count in 2..2147483647" data --shard-tokens 1
 
-if [[ $fails -ne 0 ]]; then
-  echo "FAIL: $fails checks"
-  exit 1
-fi
-echo "all error checks passed"
+finish

@@ -7,32 +7,32 @@
 # merges shows here even where tokenizers is not installed. Then the
 # corpus is encoded in chunks of 4 MiB and of 64 bytes, with --val: the
 # shards must be the same.
-#   golden.sh SHARDC DATA_DIR WORKDIR
-set -u
-shardc=$1
-data=$2
-work=$3
+#   golden.sh DATA_DIR WORKDIR
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+data=$1
+work=$2
 expected_tokens=1830
 expected_md5=e0ffca223580ffe270f74ab37c2ef29f
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
 cat "$data/tokenizer_adversarial.txt" "$data/corpus.txt" >train.txt
-"$shardc" data train.txt -o vocab.bin --bpe 2000 >/dev/null || exit 1
-"$shardc" data "$data/tokenizer_adversarial.txt" -o adv.bin --tokenizer vocab.tokenizer.json || exit 1
+"$SHARDC" data train.txt -o vocab.bin --bpe 2000 >/dev/null
+"$SHARDC" data "$data/tokenizer_adversarial.txt" -o adv.bin --tokenizer vocab.tokenizer.json
 tokens=$(od -An -t d4 -j 8 -N 4 adv.bin | tr -d ' ')
 md5=$(md5sum adv.bin | cut -d' ' -f1)
 echo "adversarial file: $tokens tokens (expected $expected_tokens), md5 $md5 (expected $expected_md5)"
-if [[ $tokens != "$expected_tokens" || $md5 != "$expected_md5" ]]; then
-  echo "FAIL: the ids changed; if on purpose, check them with hf_match.py and record the new values"
-  exit 1
+if [[ $tokens == "$expected_tokens" && $md5 == "$expected_md5" ]]; then
+  ok "the adversarial file's ids are the recorded ones"
+else
+  fail "the ids changed; if on purpose, check them with hf_match.py and record the new values"
 fi
 # The same shards whatever the chunks the text is read in, --val included.
-"$shardc" data "$data/corpus.txt" -o big.bin --val big_val.bin --tokenizer vocab.tokenizer.json >/dev/null || exit 1
-SHARDC_DATA_CHUNK_BYTES=64 "$shardc" data "$data/corpus.txt" -o small.bin --val small_val.bin \
-  --tokenizer vocab.tokenizer.json >/dev/null || exit 1
+"$SHARDC" data "$data/corpus.txt" -o big.bin --val big_val.bin --tokenizer vocab.tokenizer.json >/dev/null
+SHARDC_DATA_CHUNK_BYTES=64 "$SHARDC" data "$data/corpus.txt" -o small.bin --val small_val.bin \
+  --tokenizer vocab.tokenizer.json >/dev/null
 if cmp -s big.bin small.bin && cmp -s big_val.bin small_val.bin; then
-  echo "ok   chunks of 4 MiB and of 64 bytes give the same shards: $(md5sum <big.bin | cut -c1-12), $(md5sum <big_val.bin | cut -c1-12)"
+  ok "chunks of 4 MiB and of 64 bytes give the same shards: $(md5sum <big.bin | cut -c1-12), $(md5sum <big_val.bin | cut -c1-12)"
 else
-  echo "FAIL: chunks of 64 bytes give other shards than chunks of 4 MiB"
-  exit 1
+  fail "chunks of 64 bytes give other shards than chunks of 4 MiB"
 fi
-echo "ok"
+finish

@@ -4,6 +4,7 @@
 # scripts/install-deps.sh makes (build/pyenv), else python3 itself. Exits 77
 # (skipped) with the reason when neither has them.
 #   python.sh SCRIPT ARGS...
+set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 for py in "${SHARDC_PYENV:-$root/build/pyenv}/bin/python" /usr/bin/python3 python3; do

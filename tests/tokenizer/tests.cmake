@@ -12,17 +12,17 @@ add_test(NAME tokenizer/hf_match
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_hf_match)
 set_tests_properties(tokenizer/hf_match PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS tokenizer)
 add_test(NAME tokenizer/errors
-         COMMAND bash ${TESTS_DIR}/tokenizer/errors.sh ${SHARDC} ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_errors)
+         COMMAND bash ${TESTS_DIR}/tokenizer/errors.sh ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_errors)
 set_tests_properties(tokenizer/errors PROPERTIES TIMEOUT 120 LABELS tokenizer)
 # Training on BPE shards and `shardc sample` decoding through the tokenizer
 # recorded beside them; the rank program's --sample-ids.
 add_test(NAME tokenizer/sample
-         COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data/corpus.txt
+         COMMAND bash ${TESTS_DIR}/tokenizer/sample.sh ${CMAKE_SOURCE_DIR}/data/corpus.txt
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_sample)
 set_tests_properties(tokenizer/sample PROPERTIES TIMEOUT 300 LABELS tokenizer)
 # The adversarial file's ids against a recorded checksum, without Python.
 add_test(NAME tokenizer/golden
-         COMMAND bash ${TESTS_DIR}/tokenizer/golden.sh ${SHARDC} ${CMAKE_SOURCE_DIR}/data
+         COMMAND bash ${TESTS_DIR}/tokenizer/golden.sh ${CMAKE_SOURCE_DIR}/data
                  ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_golden)
 set_tests_properties(tokenizer/golden PROPERTIES TIMEOUT 120 LABELS tokenizer)
 # Many shards: `shardc data --shard-tokens`, --data DIR, and --resume at

@@ -1,0 +1,59 @@
+#!/bin/bash
+# A shipped model against Hugging Face transformers' own class for it:
+#
+#   tests/features/oracle/hf_models.sh SHARDC neox [WORKDIR]
+#
+# Our program draws the initial weights (--steps 0 --save), trains 5 AdamW
+# steps from them on a shard of random tokens (--no-shuffle, fp32, one
+# thread, constant learning rate, no clipping) and saves the result;
+# hf_models.py loads the same initial weights into GPTNeoXForCausalLM, takes
+# the same 5 steps with torch.optim.AdamW and compares every step's loss,
+# and HF's loss of our final weights with that of its own, within 1e-5;
+# DTYPE=f64 runs both sides in double and holds 1e-10, where a difference
+# of convention cannot hide in fp32's rounding. init_std is raised to 0.1 so that the
+# attention is far from uniform and a wrong rotary or mask would show.
+# Exit 0 pass, 1 fail, 77 without transformers (build/pyenv, from
+# scripts/install-deps.sh) or torch.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SHARDC=${1:?usage: hf_models.sh SHARDC neox [WORKDIR]}
+MODEL=${2:?usage: hf_models.sh SHARDC neox [WORKDIR]}
+SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
+PY=${PY:-${SHARDC_PYENV:-$ROOT/build/pyenv}/bin/python}
+if [[ ! -x $PY ]]; then
+  echo "hf_models: SKIP: no $PY (scripts/install-deps.sh makes it, with transformers)"
+  exit 77
+fi
+if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
+  echo "hf_models: SKIP: $PY cannot import torch and transformers"
+  exit 77
+fi
+case $MODEL in
+neox) CONFIG="vocab=97,hidden=64,heads=4,layers=2,init_std=0.1" ;;
+*) echo "hf_models: unknown model $MODEL (neox)" >&2; exit 1 ;;
+esac
+DTYPE=${DTYPE:-f32}
+case $DTYPE in
+f32) TOL=1e-5 ;;
+f64) TOL=1e-10 ;;
+*) echo "hf_models: unknown DTYPE $DTYPE (f32, f64)" >&2; exit 1 ;;
+esac
+SEQ=16 BATCH=2 STEPS=5 LR=1e-2 WD=0.1
+DEFS=(-D "seq=$SEQ" -D "batch=$BATCH" --dtype "$DTYPE")
+IFS=, read -ra kv <<<"$CONFIG"
+for x in "${kv[@]}"; do DEFS+=(-D "$x"); done
+OPT=(--lr $LR --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay $WD --clip 0
+     --warmup 0 --lr-schedule constant --optimizer adamw)
+if [[ -n ${3:-} ]]; then W=$3; mkdir -p "$W"; else W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; fi
+cd "$W"
+export OMP_NUM_THREADS=1
+run() { echo "+ $*" >&2; "$@"; }
+run "$PY" "$HERE/shard_data.py" random --vocab 97 --tokens 20000 --seed 1 -o data.bin
+run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --quiet --steps 0 --save init >/dev/null
+run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --init-from init/model.safetensors \
+  --data data.bin --no-shuffle --global-batch $BATCH --steps $STEPS "${OPT[@]}" \
+  --log-json ours.jsonl --save final --quiet >ours.txt || { cat ours.txt; exit 1; }
+run "$PY" "$HERE/hf_models.py" --model "$MODEL" --config "$CONFIG" --weights init/model.safetensors \
+  --data data.bin --batch $BATCH --seq $SEQ --steps $STEPS --lr $LR --weight-decay $WD \
+  --ours ours.jsonl --ours-final final/model.safetensors --tol $TOL --dtype "$DTYPE"
