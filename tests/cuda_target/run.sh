@@ -40,6 +40,12 @@ case " $* " in *" --precision bf16 "*)
   gemms=$(grep -c 'KC_BF16' "$work/out/rank0.cu" || true)
   calls=$(grep -c '_bf16(' "$work/out/rank0.cu" || true)
   [ "$gemms" -gt 0 ] && [ "$calls" -gt 0 ] || { echo "FAIL: no bf16 GEMMs or kernels in rank0.cu"; exit 1; }
+  # Weight gradients stay fp32: no batch sum stored in bf16 (the position
+  # embedding's gradient is summed over the batch into fp32, then added
+  # into its table).
+  bfsums=$(grep -c 'cu_sum_rows)(BF(' "$work/out/rank0.cu" || true)
+  echo "bf16 batch sums: $bfsums"
+  [ "$bfsums" -eq 0 ] || { echo "FAIL: a batch sum in bf16:"; grep 'cu_sum_rows)(BF(' "$work/out/rank0.cu"; exit 1; }
   "$shardc" compile "$model" --target cuda -o "$work/fp32" "$@" --precision fp32 >"$work/plan32.txt" ||
     { echo "FAIL: compile fp32"; cat "$work/plan32.txt"; exit 1; }
   a16=$(awk '/activations kept/ {print $(NF-3)}' "$work/plan.txt")
