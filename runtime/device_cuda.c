@@ -76,6 +76,8 @@ static void dev_init(void) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   k_cuda_set_stream(dev.stream);
+  /* --deterministic: no GEMM algorithm picked by timing (kernels_cuda.h). */
+  if (rt_deterministic) k_cuda_gemm_set_search(0);
   /* Freed memory stays in the pool for the next allocation (the pipeline's
    * message buffers come and go every step) instead of going back to the
    * driver at each synchronisation. */

@@ -108,7 +108,8 @@ int k_cuda_gemm_fused(KcType ab, KcType c, const KcGemmEpi *epi, int trans_a, in
  * beta = 0, outside stream capture) runs each of the heuristics' n best
  * algorithms once, timed with events, and keeps the fastest; 0 or 1 (the
  * default) keeps the heuristics' first choice. k_cuda_gemm_init reads
- * SHARD_GEMM_SEARCH from the environment. Algorithms may round
+ * SHARD_GEMM_SEARCH from the environment unless a call here came first
+ * (the device layer's --deterministic sets 0). Algorithms may round
  * differently (split-k, the order of the k sums), so with the search on,
  * a run's bits can depend on timings: off by default. */
 void k_cuda_gemm_set_search(int n);

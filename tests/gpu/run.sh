@@ -533,9 +533,13 @@ multi_prog() {
 
 
 # check_nccl LAYOUT [bf16]: fp32 against the CPU target's same layout
-# within 1e-4 (and that against one rank); bf16 within 2e-2 relative.
+# within 1e-4 (and that against one rank); bf16 within 2e-2 relative. The
+# d2 layouts run with --deterministic (NCCL pinned to Ring and Simple),
+# the others with NCCL's own choice: on the emulator the NCCL stand-in
+# says what it was told, and both are checked.
 check_nccl() { # LAYOUT [PRECISION]
-  local cpu gpu one n share how prec=${2:-fp32} tag=cuda
+  local cpu gpu one n share how prec=${2:-fp32} tag=cuda det="" algo="NCCL_ALGO=(unset) NCCL_PROTO=(unset)"
+  if [ "$1" = d2 ]; then det=--deterministic algo="NCCL_ALGO=Ring NCCL_PROTO=Simple"; fi
   [ "$prec" = fp32 ] || tag=cuda-$prec
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
   cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
@@ -554,7 +558,7 @@ check_nccl() { # LAYOUT [PRECISION]
   mpirun_job "$cpu" 0 - $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS \
+  SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS $det \
     --log-json "$MW/nccl-$1-$tag.json" \
     >"$MW/nccl-$1-$tag.log" 2>&1 || {
     tail -n 20 "$MW/nccl-$1-$tag.log"
@@ -569,6 +573,14 @@ check_nccl() { # LAYOUT [PRECISION]
     used=$(grep -c 'nccl emulation: world rank [0-9]*: [1-9][0-9]* operations' "$MW/nccl-$1-$tag.log")
     [ "$used" = "$n" ] || { echo "FAIL: $1: $used of $n ranks ran operations on (emulated) NCCL"; return 1; }
     echo "$1: every rank ran operations on (emulated) NCCL"
+    # What NCCL was told to choose: nothing by default, Ring and Simple
+    # under --deterministic (unless this environment sets them itself).
+    if [ -z "${NCCL_ALGO:-}${NCCL_PROTO:-}" ]; then
+      used=$(grep -c "nccl emulation: world rank .*$algo\$" "$MW/nccl-$1-$tag.log")
+      [ "$used" = "$n" ] ||
+        { echo "FAIL: $1${det:+ $det}: $used of $n ranks saw $algo"; grep 'nccl emulation' "$MW/nccl-$1-$tag.log"; return 1; }
+      echo "$1${det:+ $det}: every rank's NCCL saw $algo"
+    fi
   fi
   cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
   if [ "$prec" = bf16 ]; then
