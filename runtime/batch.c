@@ -39,11 +39,16 @@ double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c) {
   return (double)loss;
 }
 
+void rt_chunk_loss_add(const RtCtx *ctx, const RtChunk *c) {
+  rt_dev_loss_add((const real *)rt_loc(ctx, c, c->loss_offset));
+}
+
 void rt_seed_dloss(Rt *rt, const RtChunk *c) {
   /* The seed 1/(m*d): the data-parallel sum of the replicas' gradients is
-   * then the gradient of the whole window's mean loss. */
+   * then the gradient of the whole window's mean loss. A fill, not a copy
+   * from the host, which would wait for the device. */
   const real dloss = (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
-  rt_dev_from_host(rt_loc(&rt->ctx, c, c->dloss_offset), &dloss, sizeof dloss);
+  rt_dev_fill((real *)rt_loc(&rt->ctx, c, c->dloss_offset), dloss, 1);
 }
 
 void rt_zero_grads(Rt *rt) {
@@ -77,7 +82,6 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
   rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   rt->ctx.training = 1;
-  double sum = 0;
   for (int64_t k = 0; k < rt->micro; k++) {
     int64_t g = rt_global_mb(rt, k);
     rt->ctx.seed = rt_dropout_seed(rt, step, g);
@@ -85,7 +89,10 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
      * may reuse their bytes once the last reader is done. */
     double t0 = rt_trace_now();
     rt_load_micro(rt, window, g);
-    sum += forward_loss(rt);
+    /* The loss stays on the device until the step's end: the backward is
+     * queued behind the forward without the host waiting for either. */
+    rt_chunk_call(rt, 0, RT_FN_FORWARD);
+    rt_chunk_loss_add(&rt->ctx, c);
     double t1 = rt_trace_now();
     rt_trace_add_kind(RT_SCHED_F, 0, (int)k, t0, t1);
     rt_seed_dloss(rt, c);
@@ -94,7 +101,7 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
     rt_trace_add_kind(RT_SCHED_B, 0, (int)k, t1, rt_trace_now());
   }
   if (rt->dp) rt_dp_backward_done(rt);
-  return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);
+  return rt_mesh_mean(rt, rt_dev_loss_take(), rt->micro * rt->mesh.dp);
 }
 
 double rt_window_loss(Rt *rt, const int32_t *window, int64_t step, int training) {

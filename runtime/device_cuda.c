@@ -53,6 +53,7 @@ static struct {
   int64_t master_n;
   kc_bf16 *copy;
   int stale;
+  double *loss; /* the step's loss sum (rt_dev_loss_add), once allocated */
 } dev;
 
 /* A write of `bytes` at dst that reaches into the masters leaves their
@@ -191,6 +192,31 @@ void rt_dev_sync(void) {
   dev_init();
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
   CUDA_CHECK(cudaGetLastError());
+}
+
+void rt_dev_fill(real *dev_mem, real v, int64_t n) {
+  dev_init();
+  if (n > 0) k_cuda_fill(dev_mem, v, n);
+  wrote(dev_mem, n * (int64_t)sizeof(real));
+}
+
+/* One kernel of one thread per microbatch, on the step's stream: the sum
+ * waits for nothing, and the host waits once, in rt_dev_loss_take. */
+void rt_dev_loss_add(const real *dev_mem) {
+  dev_init();
+  if (!dev.loss) {
+    dev.loss = rt_dev_alloc(sizeof(double), "the step's loss sum");
+    rt_dev_zero(dev.loss, sizeof(double));
+  }
+  k_cuda_add_scalar(dev.loss, dev_mem);
+}
+
+double rt_dev_loss_take(void) {
+  double s = 0;
+  if (!dev.loss) return 0;
+  rt_dev_to_host(&s, dev.loss, sizeof s);
+  rt_dev_zero(dev.loss, sizeof(double));
+  return s;
 }
 
 /* ------------------------------------------------------ staged windows */

@@ -46,6 +46,11 @@ template <typename T> __global__ void add_kernel(T *y, const T *a, const T *b, i
 template <typename T> __global__ void accumulate_kernel(float *y, const T *x, int64_t n) {
   KC_FOR_ELEMENTS(i, n) y[i] += kc_f(x[i]);
 }
+__global__ void fill_kernel(float *y, float v, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = v;
+}
+/* One thread: the sum keeps the order of the launches, as a host loop would. */
+__global__ void add_scalar_kernel(double *acc, const float *x) { acc[0] += (double)x[0]; }
 __global__ void scale_kernel(float *y, const float *x, float alpha, int64_t n) {
   KC_FOR_ELEMENTS(i, n) y[i] = alpha * x[i];
 }
@@ -134,6 +139,15 @@ void k_cuda_accumulate(float *y, const float *x, int64_t n) {
 void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n) {
   if (n == 0) return;
   KC_LAUNCH(KC_GRID(n), accumulate_kernel)(y, CB16(x), n);
+  KC_LAUNCHED();
+}
+void k_cuda_fill(float *y, float v, int64_t n) {
+  if (n == 0) return;
+  KC_LAUNCH(KC_GRID(n), fill_kernel)(y, v, n);
+  KC_LAUNCHED();
+}
+void k_cuda_add_scalar(double *acc, const float *x) {
+  KC_LAUNCH(1, 1, 0, kc_stream(), add_scalar_kernel)(acc, x);
   KC_LAUNCHED();
 }
 void k_cuda_scale(float *y, const float *x, float alpha, int64_t n) {

@@ -145,6 +145,11 @@ void k_cuda_add_bf16(kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b, int64_t n);
 void k_cuda_accumulate(float *y, const float *x, int64_t n);
 void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n);
 void k_cuda_scale(float *y, const float *x, float alpha, int64_t n);
+/* y = v (a step's constants, without a copy from the host that would wait
+ * for the stream); acc[0] += x[0] in double, one thread, so a sequence of
+ * calls adds in their order (the step's losses, read once a step). */
+void k_cuda_fill(float *y, float v, int64_t n);
+void k_cuda_add_scalar(double *acc, const float *x);
 /* Casts, rounding to nearest even. */
 void k_cuda_cast_f32_bf16(kc_bf16 *y, const float *x, int64_t n);
 void k_cuda_cast_bf16_f32(float *y, const kc_bf16 *x, int64_t n);

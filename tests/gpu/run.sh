@@ -497,6 +497,23 @@ check_accum() {
     cmp_losses "$m --global-batch 4 (2 microbatches), GPU against CPU" "$MW/gb4-$m-cpu.json" \
       "$MW/gb4-$m-cuda.json" 1e-4 || return 1
   done
+  # No host wait inside a step: the loss stays on the device until the
+  # step's end, the dloss seed is a fill. On the emulator, which counts
+  # the host waits, 4 microbatches a step wait as often as 1 does.
+  if [ -n "${GPU_EMU:-}" ]; then
+    local w1 w4 gb
+    for gb in 2 8; do
+      # shellcheck disable=SC2086
+      SHARD_EMU_WAIT_STATS=1 "$gpu" ${TRAIN% --global-batch 4} --global-batch $gb --steps 2 \
+        >"$MW/waits-$gb.log" 2>&1 ||
+        { cat "$MW/waits-$gb.log"; echo "FAIL: the run with --global-batch $gb"; return 1; }
+    done
+    w1=$(sed -n 's/^cuda emulation: \([0-9]*\) host waits$/\1/p' "$MW/waits-2.log")
+    w4=$(sed -n 's/^cuda emulation: \([0-9]*\) host waits$/\1/p' "$MW/waits-8.log")
+    echo "host waits over 2 steps: $w1 with 1 microbatch a step, $w4 with 4"
+    [ -n "$w1" ] && [ "$w1" = "$w4" ] ||
+      { echo "FAIL: the host waits grow with the microbatches (a wait inside the step)"; return 1; }
+  fi
   echo "all checks passed: gradient accumulation over 2 microbatches has the CPU target's losses"
 }
 

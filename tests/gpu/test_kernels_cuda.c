@@ -453,6 +453,24 @@ static void test_activations(int64_t n) {
   check("accumulate_bf16", sh, dget(dy2, n, 0), r2, n, 0);
   check("scale", sh, dget(ds, n, 0), r3, n, 0);
   check("cast_f32_bf16_f32", sh, dget(dback, n, 0), xb, n, 0);
+  /* fill, and the scalar sums in launch order: in double, the host's sum
+   * of the same values in the same order, to the bit (a tolerance of 0
+   * on its difference). */
+  float *dfill = dnew(n, 0), *rfill = halloc(n * 4);
+  k_cuda_fill(dfill, 0.8125f, n);
+  for (int64_t i = 0; i < n; i++) rfill[i] = 0.8125f;
+  check("fill", sh, dget(dfill, n, 0), rfill, n, 0);
+  double zero = 0, host = 0, got = 0;
+  double *dacc = dput_raw(&zero, sizeof zero);
+  int64_t nsum = n < 64 ? n : 64;
+  for (int64_t i = 0; i < nsum; i++) {
+    k_cuda_add_scalar(dacc, dx + i);
+    host += (double)x[i];
+  }
+  CK(cudaMemcpy(&got, dacc, sizeof got, cudaMemcpyDeviceToHost));
+  float fdiff = (float)fabs(got - host), fzero = 0;
+  printf("add_scalar: %lld values summed %.17g, host %.17g\n", (long long)nsum, got, host);
+  check("add_scalar", SHAPE("n%lld", (long long)nsum), &fdiff, &fzero, 1, 0);
   end_test();
 }
 
