@@ -392,6 +392,12 @@ void k_cuda_sgd_runs(float *w, const float *g, const KcRun *runs, int64_t nr, in
 /* out[i] (device, double) = the sum of x[runs[i].w + k]^2 over k < runs[i].n,
  * one block per run, in an order fixed by its n. */
 void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int64_t nr);
+/* out[r] (device, double) = x[groups[r].w] + ... + x[groups[r].w + groups[r].n - 1],
+ * added in that order from 0 (only w and n of a group are read): the
+ * second pass of sums of squares taken over pieces of their runs, so that
+ * a long run spreads over many blocks and still sums in an order fixed by
+ * its length (runtime/device_cuda.c). */
+void k_cuda_sum_groups(double *out, const double *x, const KcRun *groups, int64_t nr);
 
 #ifdef __cplusplus
 }

@@ -1015,6 +1015,20 @@ static void test_optim(int64_t n) {
     want[r] = (float)k_sum_squares(g + runs[r].w, runs[r].n);
   }
   check("sum_squares_runs", shape, got, want, 3, TOL32);
+  /* The second pass over pieces: groups of the doubles above (and an
+   * empty group), each added in order from 0, exactly the host's loop. */
+  KcRun groups[3] = {{0, 0, 2, 0, 0, 0}, {2, 0, 1, 0, 0, 0}, {1, 0, 0, 0, 0, 0}};
+  double *dsg = dalloc(3 * sizeof(double)), sg[3];
+  k_cuda_sum_groups(dsg, dss, dput_raw(groups, sizeof groups), 3);
+  CK(cudaMemcpy(sg, dsg, sizeof sg, cudaMemcpyDeviceToHost));
+  float gotg[3], wantg[3];
+  for (int r = 0; r < 3; r++) {
+    double s = 0;
+    for (int64_t k = 0; k < groups[r].n; k++) s += ss[groups[r].w + k];
+    gotg[r] = (float)(sg[r] - s); /* 0 when the bits are the host's */
+    wantg[r] = 0;
+  }
+  check("sum_groups", shape, gotg, wantg, 3, 0);
   end_test();
 }
 
