@@ -66,7 +66,9 @@
 #                      program: every step's loss within 1e-4 over 10 steps
 #   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
 #     nccl d2          backend against the CPU target's same layout over MPI: every
-#                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
+#                      step's loss within 1e-4 over 10 steps (fp32); d2 runs with
+#                      --deterministic (NCCL pinned to Ring, Simple), t2 and p2 with
+#                      NCCL's own choice of algorithm. Each layout is
 #                      built first; it runs on its own GPUs where there are enough,
 #                      else with its ranks sharing the GPUs (each rank its own
 #                      NCCL_HOSTID, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, sockets on
