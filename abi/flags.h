@@ -61,6 +61,7 @@
   X("trace", 1) \
   X("trace-steps", 1) \
   X("cuda-graphs", 1) \
+  X("deterministic", 0) \
   X("gradcheck", 1) \
   X("gradcheck-tol", 1) \
   X("gradcheck-floor", 1)

@@ -83,6 +83,8 @@ const char *cg_pipeline(const char *target, bool pipelined);
 /* The target's memory policy, for the memplan pass (PassOptions.memplan);
  * NULL for an unknown target. */
 const struct PassMemPolicy *cg_memplan_policy(const char *target);
+/* Whether the target pads the vocabulary at t = 1 too (CgTarget.vocab_pad_always). */
+bool cg_target_pads_vocab(const char *target);
 /* Whether the table of targets has one of that name; reports an error
  * that lists the known ones otherwise. */
 bool cg_target_known(const char *name);

@@ -213,6 +213,10 @@ struct CgTarget {
    * gemm-epilogue pass chose (CgChunk.epilogues): the layout then requires
    * them of every chunk, made on the chunk's plan. */
   bool gemm_epilogues;
+  /* Whether vocab-pad pads the vocabulary at t = 1 too
+   * (PassOptions.vocab_pad_always): a GPU's GEMMs want the LM head's
+   * dimension a multiple of 128. */
+  bool vocab_pad_always;
   /* The precisions its programs run the step in (CG_PRECISION_*). */
   unsigned precisions;
   /* Where its programs keep the model: this machine's memory (the

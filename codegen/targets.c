@@ -54,6 +54,11 @@ const PassMemPolicy *cg_memplan_policy(const char *target) {
   return t ? t->memplan : NULL;
 }
 
+bool cg_target_pads_vocab(const char *target) {
+  const CgTarget *t = cg_find_target(target);
+  return t && t->vocab_pad_always;
+}
+
 void cg_print_targets(FILE *out) {
   for (int i = 0; i < NTARGETS; i++) {
     const CgTarget *t = targets[i];

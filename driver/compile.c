@@ -213,6 +213,7 @@ int drv_compile_to_dir(const char *model, int nargs, DrvArg *args, const char *t
   if (!check_layout(&opt, &o, true)) return 1;
   if (!cg_target_known(target)) return 1;
   opt.memplan = cg_memplan_policy(target);
+  opt.vocab_pad_always = cg_target_pads_vocab(target);
   opt.real_bytes = dtype == IR_F64 ? 8 : 4;
   opt.low_bytes = o.bf16 ? 2 : 0;
   const char *pipeline = drv_value(nargs, args, "--passes");

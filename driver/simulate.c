@@ -353,6 +353,7 @@ static const int64_t *compiled_activations(const char *model, int nargs, DrvArg 
   if (!drv_pass_options(&drv_simulate_command, nargs, args, &opt)) return NULL;
   /* The schedule and memory plan passes as `shardc compile` runs them. */
   opt.memplan = cg_memplan_policy(target);
+  opt.vocab_pad_always = cg_target_pads_vocab(target);
   opt.real_bytes = 4;
   opt.low_bytes = c->bf16 ? 2 : 0;
   opt.schedule = c->schedule;

@@ -270,13 +270,18 @@ static void mark_direct(Planner *pl, const IrValue *v, const IrValue *prm) {
 /* A partial gradient that a collective sums into a param's gradient (a
  * norm's weight under sequence parallelism) keeps the gradient's real in
  * a plan of low-precision values: comm.h moves one type per call, and
- * weight gradients are reduced in full precision. */
+ * weight gradients are reduced in full precision. So does the batch sum
+ * (sum_to) whose rows an embedding_grad adds into its table: the position
+ * embedding's gradient, which a bf16 sum would round before it reaches
+ * the fp32 gradient. */
 static void mark_wide(Planner *pl, const IrValue *v) {
   if (v->kind != IR_VAL_NODE) return;
   pl->wide[buf_of(pl, v)->index] = true;
   IrOp op = v->def->op;
   if (op == IR_OP_ALL_REDUCE || op == IR_OP_REDUCE_SCATTER || op == IR_OP_ALL_GATHER)
     mark_wide(pl, v->def->in[0]);
+  const IrValue *dy = op == IR_OP_EMBEDDING_GRAD ? v->def->in[1] : NULL;
+  if (dy && dy->kind == IR_VAL_NODE && dy->def->op == IR_OP_SUM_TO) mark_wide(pl, dy);
 }
 
 static void plan_grads(Planner *pl) {

@@ -37,6 +37,7 @@ typedef struct PassOptions {
   PassTpStrategy tp_strategy;
   int vocab_multiple;     /* --vocab-multiple: pad the vocabulary to a multiple of this times t;
                            * 0: no padding (the driver's default is 128) */
+  bool vocab_pad_always;  /* pad at t = 1 too: the target's (CgTarget.vocab_pad_always) */
   int vpp;                /* --vpp: model chunks per pipeline stage v (interleaving) */
   const char *pp_layout;  /* --pp-layout N0,N1,...: layers per virtual stage, or NULL */
   bool pp_vshape;         /* the V placement of zb-v (rt_vstage): set for --schedule zb-v */

@@ -12,14 +12,28 @@
  * masks the padding columns out of the softmax: no output depends on the
  * padding, and losses and gradients of the real entries do not change.
  *
- * With t = 1 or vocab_multiple = 0 the pass changes nothing. It runs on
- * global shapes, before tp-partition. */
+ * With t = 1 the pass changes nothing unless the target asks for an
+ * aligned vocabulary on one rank too (PassOptions.vocab_pad_always, the
+ * CUDA target's: a GEMM over 50257 columns runs at an odd leading
+ * dimension and leaves cuBLASLt's fast kernels). There are no specs then
+ * (tp-annotate clears them at t = 1), so the vocabulary params are found
+ * by tp-annotate's own rule: an embedding table not indexed by positions,
+ * and the weight of the GEMM that makes a cross_entropy's logits. The
+ * CPU target keeps the unpadded shapes at t = 1, and so its bits. With
+ * vocab_multiple = 0 the pass changes nothing. It runs on global shapes,
+ * before tp-partition. */
 #include <string.h>
 
 #include "passes.h"
 
 static bool split_on(const IrValue *p, int dim) {
   return p->shard.kind == IR_SPLIT && p->shard.dim == dim && ir_shard_blocks(&p->shard) == 1;
+}
+
+/* An embedding indexed by positions (an arange) reads no vocabulary. */
+static bool positions(const IrNode *n) {
+  const IrValue *ids = n->in[0];
+  return ids->kind == IR_VAL_NODE && ids->def->op == IR_OP_ARANGE;
 }
 
 /* Pads dim of p to a multiple of m (once). */
@@ -41,17 +55,28 @@ static const IrNode *logits_producer(const IrValue *v) {
   return v->kind == IR_VAL_NODE ? v->def : NULL;
 }
 
-static void pad_graph(IrGraph *g, int64_t m) {
+static void pad_graph(IrGraph *g, int64_t m, bool single) {
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     int out_dim;
-    if (n->body) pad_graph(n->body, m);
-    if (n->op == IR_OP_EMBEDDING && n->in[1]->kind == IR_VAL_PARAM && split_on(n->in[1], 0))
+    if (n->body) pad_graph(n->body, m, single);
+    /* At t > 1 the specs say which params hold the vocabulary; at t = 1
+     * (no specs) their use does. */
+    if (n->op == IR_OP_EMBEDDING && n->in[1]->kind == IR_VAL_PARAM &&
+        (single ? !positions(n) : split_on(n->in[1], 0)))
       pad(n->in[1], 0, m);
     if (n->op != IR_OP_CROSS_ENTROPY) continue;
     const IrNode *gemm = logits_producer(n->in[0]);
     IrValue *w = gemm ? pass_gemm_weight(gemm, NULL, &out_dim) : NULL;
-    if (w && split_on(w, out_dim)) pad(w, out_dim, m);
+    if (!w || !(single || split_on(w, out_dim))) continue;
+    /* The output layer's bias, where it has one, grows with its weight
+     * (split with it at t > 1); its padding entries stay 0, as their
+     * gradients (the masked logits') are. */
+    IrValue *bias = gemm->op == IR_OP_LINEAR && gemm->nin > 2 ? gemm->in[2] : NULL;
+    if (bias && bias->kind == IR_VAL_PARAM && bias->type.rank == 1 &&
+        bias->type.shape[0] == w->type.shape[out_dim] && (single || split_on(bias, 0)))
+      pad(bias, 0, m);
+    pad(w, out_dim, m);
   }
 }
 
@@ -86,11 +111,11 @@ static void mark_valid(IrGraph *g, IrVec *before, int *k) {
 bool pass_vocab_pad(IrGraph **gp, const PassOptions *opt) {
   IrGraph *g = ir_top(*gp);
   int t = pass_tp(opt);
-  if (t == 1 || !opt || opt->vocab_multiple <= 0) return true;
+  if (!opt || opt->vocab_multiple <= 0 || (t == 1 && !opt->vocab_pad_always)) return true;
   if (!pass_check_typed(g, "vocab-pad")) return false;
   IrVec before = {0};
   vocab_sizes(g, &before);
-  pad_graph(g, (int64_t)opt->vocab_multiple * t);
+  pad_graph(g, (int64_t)opt->vocab_multiple * t, t == 1);
   if (!ir_shape_graph(g)) return false;
   int k = 0;
   mark_valid(g, &before, &k);

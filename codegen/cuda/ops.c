@@ -256,6 +256,8 @@ static void emit_loss(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
+  /* The columns from `valid` on are vocab-pad's padding: out of the
+   * softmax, with a zero gradient. */
   int64_t V = cg_dim(logits, -1), rows = cg_numel(targets);
   if (ir_attr_has(n, "ignore") && ir_attr_int(n, "ignore")) {
     if (n->op == IR_OP_CROSS_ENTROPY)
@@ -263,14 +265,16 @@ static void emit_loss(CgEmitter *e, int index) {
                "target supports it");
     return;
   }
+  int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
+  if (valid <= 0 || valid > V) valid = V;
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
-         (long long)V, (long long)V, cg_scratch(e, index));
+         (long long)V, (long long)valid, cg_scratch(e, index));
   else
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
-         (long long)rows, (long long)V, (long long)V);
+         (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
 }
 

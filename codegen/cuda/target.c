@@ -101,6 +101,10 @@ const CgTarget cg_target_cuda = {
     .pipeline = CG_PIPELINE ",gemm-epilogue",
     .pipeline_pp = CG_PIPELINE_PP ",gemm-epilogue",
     .gemm_epilogues = true,
+    /* The LM head's GEMMs at 50304 columns rather than 50257 (REFERENCE.md):
+     * the padding is masked in the loss, so losses and gradients are the
+     * unpadded model's, and checkpoints hold the unpadded tables. */
+    .vocab_pad_always = true,
     /* Its programs of many ranks (over NCCL) are taken only by name until
      * they have been checked on GPUs (docs/targets.md). */
     .runs_many_ranks = false,

@@ -9,14 +9,30 @@ template <typename T> __global__ void add_bias_kernel(T *y, const T *bias, int64
   KC_FOR_ELEMENTS(i, rows * n) y[i] = kc_to<T>(kc_f(y[i]) + kc_f(bias[i % n]));
 }
 
-/* One thread per column, rows in order, in double: the CPU's order. */
+/* The column sums (a bias gradient): a block takes SUMROWS_COLS columns
+ * with SUMROWS_LANES threads each, lane l adding rows l, l + LANES, ... in
+ * order in double, and the lanes' sums are added in lane order. One
+ * thread per column would give a GPU n / 256 blocks (4 for a hidden size
+ * of 1024); this gives n / 32, each warp reading 32 adjacent columns of
+ * one row. The order depends on rows alone, so the bits do not change
+ * from run to run; they may differ from the CPU's one sum in row order in
+ * the last place of the double, which the rounding to fp32 hides. */
+#define SUMROWS_COLS 32
+#define SUMROWS_LANES 8
 template <typename T> __global__ void sum_rows_kernel(float *out, const T *x, int64_t rows, int64_t n) {
-  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (j >= n) return;
+  __shared__ double part[SUMROWS_LANES][SUMROWS_COLS];
+  int c = threadIdx.x % SUMROWS_COLS, lane = threadIdx.x / SUMROWS_COLS;
+  int64_t j = blockIdx.x * (int64_t)SUMROWS_COLS + c;
   double acc = 0;
-  for (int64_t r = 0; r < rows; r++)
-    acc += kc_f(x[r * n + j]);
-  out[j] = (float)acc;
+  if (j < n)
+    for (int64_t r = lane; r < rows; r += SUMROWS_LANES) acc += kc_f(x[r * n + j]);
+  part[lane][c] = acc;
+  __syncthreads();
+  if (lane == 0 && j < n) {
+    double s = 0;
+    for (int l = 0; l < SUMROWS_LANES; l++) s += part[l][c];
+    out[j] = (float)s;
+  }
 }
 
 template <typename T> __global__ void gelu_fwd_kernel(T *y, const T *x, int64_t n) {
@@ -46,6 +62,11 @@ template <typename T> __global__ void add_kernel(T *y, const T *a, const T *b, i
 template <typename T> __global__ void accumulate_kernel(float *y, const T *x, int64_t n) {
   KC_FOR_ELEMENTS(i, n) y[i] += kc_f(x[i]);
 }
+__global__ void fill_kernel(float *y, float v, int64_t n) {
+  KC_FOR_ELEMENTS(i, n) y[i] = v;
+}
+/* One thread: the sum keeps the order of the launches, as a host loop would. */
+__global__ void add_scalar_kernel(double *acc, const float *x) { acc[0] += (double)x[0]; }
 __global__ void scale_kernel(float *y, const float *x, float alpha, int64_t n) {
   KC_FOR_ELEMENTS(i, n) y[i] = alpha * x[i];
 }
@@ -64,14 +85,22 @@ void k_cuda_add_bias_bf16(kc_bf16 *y, const kc_bf16 *bias, int64_t rows, int64_t
   KC_LAUNCH(KC_GRID(rows * n), add_bias_kernel)(B16(y), CB16(bias), rows, n);
   KC_LAUNCHED();
 }
+/* Blocks of the column sums: SUMROWS_COLS columns each. */
+static unsigned sum_rows_grid(int64_t n) {
+  KC_REQUIRE((n + SUMROWS_COLS - 1) / SUMROWS_COLS <= INT32_MAX, "column sums of %lld columns",
+             (long long)n);
+  return (unsigned)((n + SUMROWS_COLS - 1) / SUMROWS_COLS);
+}
 void k_cuda_sum_rows(float *out, const float *x, int64_t rows, int64_t n) {
   if (n == 0) return;
-  KC_LAUNCH(KC_GRID(n), sum_rows_kernel)(out, x, rows, n);
+  KC_LAUNCH(sum_rows_grid(n), SUMROWS_COLS * SUMROWS_LANES, 0, kc_stream(), sum_rows_kernel)(
+      out, x, rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_sum_rows_bf16(float *out, const kc_bf16 *x, int64_t rows, int64_t n) {
   if (n == 0) return;
-  KC_LAUNCH(KC_GRID(n), sum_rows_kernel)(out, CB16(x), rows, n);
+  KC_LAUNCH(sum_rows_grid(n), SUMROWS_COLS * SUMROWS_LANES, 0, kc_stream(), sum_rows_kernel)(
+      out, CB16(x), rows, n);
   KC_LAUNCHED();
 }
 void k_cuda_gelu_fwd(float *y, const float *x, int64_t n) {
@@ -134,6 +163,15 @@ void k_cuda_accumulate(float *y, const float *x, int64_t n) {
 void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n) {
   if (n == 0) return;
   KC_LAUNCH(KC_GRID(n), accumulate_kernel)(y, CB16(x), n);
+  KC_LAUNCHED();
+}
+void k_cuda_fill(float *y, float v, int64_t n) {
+  if (n == 0) return;
+  KC_LAUNCH(KC_GRID(n), fill_kernel)(y, v, n);
+  KC_LAUNCHED();
+}
+void k_cuda_add_scalar(double *acc, const float *x) {
+  KC_LAUNCH(1, 1, 0, kc_stream(), add_scalar_kernel)(acc, x);
   KC_LAUNCHED();
 }
 void k_cuda_scale(float *y, const float *x, float alpha, int64_t n) {

@@ -58,6 +58,7 @@ static struct {
   Entry entry[GEMM_CACHE];
   int n;
   int search;                      /* candidates the timed search tries; <= 1: none */
+  bool search_set;                 /* set by k_cuda_gemm_set_search: SHARD_GEMM_SEARCH ignored */
   bool force_unfused;              /* k_cuda_gemm_set_unfused */
   bool reported[KC_EPI_COUNT];     /* a fallback of this epilogue was reported */
 } g;
@@ -275,14 +276,17 @@ static void sum_k(KcType t, float *out, const void *x, int64_t ld, int64_t n, in
 }
 
 extern "C" {
-void k_cuda_gemm_set_search(int n) { g.search = n; }
+void k_cuda_gemm_set_search(int n) {
+  g.search = n;
+  g.search_set = true;
+}
 void k_cuda_gemm_set_unfused(int on) { g.force_unfused = on != 0; }
 
 void k_cuda_gemm_init(void *workspace, size_t bytes) {
   if (!g.handle) {
     KC_CUBLAS(cublasLtCreate(&g.handle));
     const char *s = getenv("SHARD_GEMM_SEARCH");
-    if (s && *s) g.search = atoi(s);
+    if (s && *s && !g.search_set) g.search = atoi(s);
   }
   g.workspace = workspace;
   g.bytes = bytes;

@@ -108,7 +108,8 @@ int k_cuda_gemm_fused(KcType ab, KcType c, const KcGemmEpi *epi, int trans_a, in
  * beta = 0, outside stream capture) runs each of the heuristics' n best
  * algorithms once, timed with events, and keeps the fastest; 0 or 1 (the
  * default) keeps the heuristics' first choice. k_cuda_gemm_init reads
- * SHARD_GEMM_SEARCH from the environment. Algorithms may round
+ * SHARD_GEMM_SEARCH from the environment unless a call here came first
+ * (the device layer's --deterministic sets 0). Algorithms may round
  * differently (split-k, the order of the k sums), so with the search on,
  * a run's bits can depend on timings: off by default. */
 void k_cuda_gemm_set_search(int n);
@@ -144,6 +145,11 @@ void k_cuda_add_bf16(kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b, int64_t n);
 void k_cuda_accumulate(float *y, const float *x, int64_t n);
 void k_cuda_accumulate_bf16(float *y, const kc_bf16 *x, int64_t n);
 void k_cuda_scale(float *y, const float *x, float alpha, int64_t n);
+/* y = v (a step's constants, without a copy from the host that would wait
+ * for the stream); acc[0] += x[0] in double, one thread, so a sequence of
+ * calls adds in their order (the step's losses, read once a step). */
+void k_cuda_fill(float *y, float v, int64_t n);
+void k_cuda_add_scalar(double *acc, const float *x);
 /* Casts, rounding to nearest even. */
 void k_cuda_cast_f32_bf16(kc_bf16 *y, const float *x, int64_t n);
 void k_cuda_cast_bf16_f32(float *y, const kc_bf16 *x, int64_t n);
@@ -386,6 +392,12 @@ void k_cuda_sgd_runs(float *w, const float *g, const KcRun *runs, int64_t nr, in
 /* out[i] (device, double) = the sum of x[runs[i].w + k]^2 over k < runs[i].n,
  * one block per run, in an order fixed by its n. */
 void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int64_t nr);
+/* out[r] (device, double) = x[groups[r].w] + ... + x[groups[r].w + groups[r].n - 1],
+ * added in that order from 0 (only w and n of a group are read): the
+ * second pass of sums of squares taken over pieces of their runs, so that
+ * a long run spreads over many blocks and still sums in an order fixed by
+ * its length (runtime/device_cuda.c). */
+void k_cuda_sum_groups(double *out, const double *x, const KcRun *groups, int64_t nr);
 
 #ifdef __cplusplus
 }

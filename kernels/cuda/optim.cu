@@ -69,6 +69,17 @@ __global__ void sum_squares_kernel(double *out, const float *x, const KcRun *run
   if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
+/* out[r] = the sum of x[g.w], ..., x[g.w + g.n - 1] for g = groups[r], in
+ * that order from 0, one thread per group: the pieces of each run of the
+ * sums of squares, added in an order fixed by the run's length. */
+__global__ void sum_groups_kernel(double *out, const double *x, const KcRun *groups, int64_t nr) {
+  KC_FOR_ELEMENTS(r, nr) {
+    double s = 0;
+    for (int64_t k = 0; k < groups[r].n; k++) s += x[groups[r].w + k];
+    out[r] = s;
+  }
+}
+
 extern "C" {
 void k_cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, const KcAdamW *h) {
   if (n == 0) return;
@@ -91,6 +102,11 @@ void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int
   if (nr == 0) return;
   KC_REQUIRE(nr <= INT32_MAX, "%lld runs", (long long)nr);
   KC_LAUNCH((unsigned)nr, SUMSQ_THREADS, 0, kc_stream(), sum_squares_kernel)(out, x, runs);
+  KC_LAUNCHED();
+}
+void k_cuda_sum_groups(double *out, const double *x, const KcRun *groups, int64_t nr) {
+  if (nr == 0) return;
+  KC_LAUNCH(KC_GRID(nr), sum_groups_kernel)(out, x, groups, nr);
   KC_LAUNCHED();
 }
 }

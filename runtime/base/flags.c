@@ -151,6 +151,12 @@ static const Flag flags[] = {
      "log lists them) as a CUDA graph on its second call at the same memory, and replay it "
      "after; off runs every kernel as a plain launch (the same results; measures what graphs "
      "save). Programs of other targets ignore it"},
+    {"deterministic", K_SWITCH, F(deterministic), NULL, "0", 0, 0, 0, NULL, 0,
+     "CUDA target: pin what the libraries would otherwise choose by machine or by timing, so "
+     "that a run's bits do not depend on them: NCCL's algorithm and protocol (Ring, Simple; "
+     "by default NCCL chooses, NVLS and tree included) and cuBLASLt's algorithms (the "
+     "heuristics' first, never SHARD_GEMM_SEARCH's timed pick). It costs collective "
+     "bandwidth (docs/targets.md). Programs of other targets ignore it"},
     {"gradcheck", K_INT, F(gradcheck), "N", "0", 0, 0, BIG, NULL, 0,
      "instead of training, compare the gradient of the first batch with central "
      "differences at N coordinates of every parameter (meaningful in f64 builds)"},

@@ -44,6 +44,7 @@ typedef struct RtFlags {
   const char *trace;   /* --trace FILE: the actions' wall times, as a Chrome trace */
   int64_t trace_steps; /* how many steps --trace records */
   int64_t cuda_graphs;  /* RT_GRAPHS_*: the CUDA target's chunk functions as graphs (graphs.c) */
+  int64_t deterministic; /* pin every library choice that can change the bits (rt_deterministic) */
   int64_t gradcheck;
   double gradcheck_tol, gradcheck_floor;
 } RtFlags;

@@ -111,6 +111,7 @@ const char *rt_fmt_thousands(char *buf, size_t len, int64_t v) {
 }
 
 int rt_quiet;
+int rt_deterministic;
 
 void rt_say(const char *fmt, ...) {
   if (rt_quiet) return;

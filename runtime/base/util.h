@@ -46,6 +46,9 @@ const char *rt_fmt_thousands(char *buf, size_t len, int64_t v);
 /* Status lines on stdout (banner, progress, notes), which --quiet turns
  * off; errors and the sample are always printed. */
 extern int rt_quiet;
+/* --deterministic, for the layers that take no flags (the device and comm
+ * backends): pin the libraries' choices that can change the bits. */
+extern int rt_deterministic;
 void rt_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The memory the ranks of this machine may use (abi/job.h,
  * JOB_MEMORY_LIMIT_ENV): the variable's bytes when it is set (a malformed

@@ -55,9 +55,11 @@
  * are chosen from the message size, the topology and the environment, not
  * from timing; it does not promise that a different choice (another NCCL
  * version, another topology, NCCL_ALGO or NCCL_PROTO set differently)
- * adds in the same order. The runtime pins the choice that is the same on
- * every machine: NCCL_ALGO=Ring and NCCL_PROTO=Simple unless the user has
- * set them (setenv without overwriting, before the first communicator).
+ * adds in the same order. By default NCCL chooses (NVLS, tree and LL128
+ * are worth their bandwidth); under --deterministic (rt_deterministic)
+ * the runtime pins the choice that is the same on every machine:
+ * NCCL_ALGO=Ring and NCCL_PROTO=Simple unless the user has set them
+ * (setenv without overwriting, before the first communicator).
  * The sums still need not match the MPI backend's to the bit: the CPU
  * target agrees with the CUDA target within rounding, not bit for bit.
  *
@@ -239,9 +241,11 @@ void rt_comm_init(int *argc, char ***argv) {
     return;
   }
   CUDA_CHECK(cudaSetDevice(local_rank() % count));
-  /* Reductions in the same order on every machine (see the top). */
-  setenv("NCCL_ALGO", "Ring", 0);
-  setenv("NCCL_PROTO", "Simple", 0);
+  /* --deterministic: reductions in the same order on every machine (see the top). */
+  if (rt_deterministic) {
+    setenv("NCCL_ALGO", "Ring", 0);
+    setenv("NCCL_PROTO", "Simple", 0);
+  }
 }
 
 void rt_comm_finalize(void) {

@@ -73,6 +73,16 @@ void rt_dev_written(void *dst, int64_t bytes);
 
 /* Waits until every operation issued so far is complete. */
 void rt_dev_sync(void);
+/* y = v for n reals, queued like a kernel: no wait for the device, as a
+ * copy from the host would (a step's constants, the loss's seed). */
+void rt_dev_fill(real *dev, real v, int64_t n);
+/* The step's loss sum, kept on the device so that a step reads it once:
+ * rt_dev_loss_add queues the addition of the real at dev (a microbatch's
+ * loss) to the sum, in double and in call order (the host loop's sum, to
+ * the bit); rt_dev_loss_take waits for the device, returns the sum and
+ * starts the next at 0. */
+void rt_dev_loss_add(const real *dev);
+double rt_dev_loss_take(void);
 
 /* ---------------------------------------------------------- host views */
 

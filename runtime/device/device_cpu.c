@@ -60,6 +60,20 @@ void rt_dev_accumulate(real *y, const real *x, int64_t n) {
 
 void rt_dev_sync(void) {}
 
+void rt_dev_fill(real *dev, real v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dev[i] = v;
+}
+
+static double loss_sum;
+
+void rt_dev_loss_add(const real *dev) { loss_sum += (double)*dev; }
+
+double rt_dev_loss_take(void) {
+  double s = loss_sum;
+  loss_sum = 0;
+  return s;
+}
+
 /* ---------------------------------------------------------- host views */
 
 /* Model memory is host memory: the view is the memory itself. */

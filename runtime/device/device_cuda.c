@@ -53,6 +53,7 @@ static struct {
   int64_t master_n;
   kc_bf16 *copy;
   int stale;
+  double *loss; /* the step's loss sum (rt_dev_loss_add), once allocated */
 } dev;
 
 /* A write of `bytes` at dst that reaches into the masters leaves their
@@ -76,6 +77,8 @@ static void dev_init(void) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   k_cuda_set_stream(dev.stream);
+  /* --deterministic: no GEMM algorithm picked by timing (kernels_cuda.h). */
+  if (rt_deterministic) k_cuda_gemm_set_search(0);
   /* Freed memory stays in the pool for the next allocation (the pipeline's
    * message buffers come and go every step) instead of going back to the
    * driver at each synchronisation. */
@@ -189,6 +192,31 @@ void rt_dev_sync(void) {
   dev_init();
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
   CUDA_CHECK(cudaGetLastError());
+}
+
+void rt_dev_fill(real *dev_mem, real v, int64_t n) {
+  dev_init();
+  if (n > 0) k_cuda_fill(dev_mem, v, n);
+  wrote(dev_mem, n * (int64_t)sizeof(real));
+}
+
+/* One kernel of one thread per microbatch, on the step's stream: the sum
+ * waits for nothing, and the host waits once, in rt_dev_loss_take. */
+void rt_dev_loss_add(const real *dev_mem) {
+  dev_init();
+  if (!dev.loss) {
+    dev.loss = rt_dev_alloc(sizeof(double), "the step's loss sum");
+    rt_dev_zero(dev.loss, sizeof(double));
+  }
+  k_cuda_add_scalar(dev.loss, dev_mem);
+}
+
+double rt_dev_loss_take(void) {
+  double s = 0;
+  if (!dev.loss) return 0;
+  rt_dev_to_host(&s, dev.loss, sizeof s);
+  rt_dev_zero(dev.loss, sizeof(double));
+  return s;
 }
 
 /* ------------------------------------------------------ staged windows */
@@ -431,17 +459,43 @@ void rt_dev_update_ranges(const RtDevRange *r, int64_t nr, real *w, const real *
 
 /* ------------------------------------------------------ sums of squares */
 
-/* out (host) = the sums of squares of the n staged runs. */
+/* Elements of one block's piece of a run in the sums of squares. One
+ * block per run would leave a GPU's other multiprocessors idle while one
+ * sums the 51M-element embedding gradient of GPT-2 medium; pieces of 64K
+ * (128 elements a thread) give it 786 blocks. A run of at most one piece
+ * is summed exactly as by one block per run. */
+#define SUMSQ_PIECE ((int64_t)1 << 16)
+
+/* out (host) = the sums of squares of the n staged runs: each run cut into
+ * pieces of SUMSQ_PIECE elements, one block each (the table's first np
+ * entries), then each run's pieces added in order by one thread (its
+ * group, the n entries after them). The order depends on the lengths
+ * alone, so the bits do not change from run to run. */
 static void sum_squares(const real *x, int64_t n, double *out) {
   if (n == 0) return;
-  upload_runs(n);
-  if (n > dev.sums_cap) {
-    rt_dev_free(dev.sums);
-    dev.sums = rt_dev_alloc(n * (int64_t)sizeof(double), "the sums of squares");
-    dev.sums_cap = n;
+  KcRun *runs = rt_xmalloc((size_t)n * sizeof *runs);
+  memcpy(runs, dev.host_runs, (size_t)n * sizeof *runs);
+  int64_t np = 0;
+  for (int64_t i = 0; i < n; i++) np += runs[i].n > SUMSQ_PIECE ? (runs[i].n + SUMSQ_PIECE - 1) / SUMSQ_PIECE : 1;
+  KcRun *t = host_runs(np + n);
+  for (int64_t i = 0, p = 0; i < n; i++) {
+    int64_t first = p;
+    for (int64_t o = 0; o == 0 || o < runs[i].n; o += SUMSQ_PIECE, p++) {
+      int64_t len = runs[i].n - o < SUMSQ_PIECE ? runs[i].n - o : SUMSQ_PIECE;
+      t[p] = run_of(runs[i].w + o, runs[i].s + o, len, 0);
+    }
+    t[np + i] = run_of(first, first, p - first, 0);
   }
-  k_cuda_sum_squares_runs(dev.sums, x, dev.runs, n);
-  rt_dev_to_host(out, dev.sums, n * (int64_t)sizeof(double));
+  free(runs);
+  upload_runs(np + n);
+  if (np + n > dev.sums_cap) {
+    rt_dev_free(dev.sums);
+    dev.sums = rt_dev_alloc((np + n) * (int64_t)sizeof(double), "the sums of squares");
+    dev.sums_cap = np + n;
+  }
+  k_cuda_sum_squares_runs(dev.sums, x, dev.runs, np);
+  k_cuda_sum_groups(dev.sums + np, dev.sums, dev.runs + np, n);
+  rt_dev_to_host(out, dev.sums + np, n * (int64_t)sizeof(double));
 }
 
 void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *out) {

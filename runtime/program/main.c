@@ -721,6 +721,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   check_model(model);
   rt_flags_parse(&rt->f, argc, argv, argc > 0 ? argv[0] : "rank0");
   rt_quiet = (int)rt->f.quiet;
+  rt_deterministic = (int)rt->f.deterministic;
   rt_wd_timeout(rt->f.timeout);
   rt_tp_init(rt, &argc, &argv);
   rt_wd_place(rt->coord.tp, rt->coord.pp, rt->coord.dp);

@@ -59,11 +59,16 @@ double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c) {
   return (double)loss;
 }
 
+void rt_chunk_loss_add(const RtCtx *ctx, const RtChunk *c) {
+  rt_dev_loss_add((const real *)rt_loc(ctx, c, c->loss_offset));
+}
+
 void rt_seed_dloss(Rt *rt, const RtChunk *c) {
   /* The seed 1/(m*d): the data-parallel sum of the replicas' gradients is
-   * then the gradient of the whole window's mean loss. */
+   * then the gradient of the whole window's mean loss. A fill, not a copy
+   * from the host, which would wait for the device. */
   const real dloss = (real)(1.0 / (double)(rt->micro * rt->mesh.dp));
-  rt_dev_from_host(rt_loc(&rt->ctx, c, c->dloss_offset), &dloss, sizeof dloss);
+  rt_dev_fill((real *)rt_loc(&rt->ctx, c, c->dloss_offset), dloss, 1);
 }
 
 void rt_zero_grads(Rt *rt) {

@@ -23,6 +23,9 @@ void rt_load_micro(Rt *rt, const int32_t *window, int64_t m);
 double rt_chunk_loss(const RtCtx *ctx, const RtChunk *c);
 /* Writes the loss gradient seed 1/(m*d) that chunk c's backward reads. */
 void rt_seed_dloss(Rt *rt, const RtChunk *c);
+/* Adds the loss chunk c just computed to the step's sum on the device
+ * (rt_dev_loss_add), which the step reads once, at its end. */
+void rt_chunk_loss_add(const RtCtx *ctx, const RtChunk *c);
 /* Zeroes the grads region at the start of a step (profiled as
  * "S zero_grads"). */
 void rt_zero_grads(Rt *rt);

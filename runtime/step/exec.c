@@ -60,7 +60,6 @@ struct RtExec {
   int ntied;
   int *pair;                 /* [2 * npairs]: original, copy; both on this stage (V) */
   int npairs;
-  double loss_sum;
   int opt_steps;
 };
 
@@ -418,7 +417,7 @@ static void forward(Rt *rt, RtExec *x, int c, int mb, int64_t step) {
   double t0 = rt_trace_now();
   rt->ctx.seed = rt_dropout_seed(rt, step, g);
   rt_chunk_call(rt, c, RT_FN_FORWARD);
-  if (ch->has_loss) x->loss_sum += rt_chunk_loss(&rt->ctx, ch);
+  if (ch->has_loss) rt_chunk_loss_add(&rt->ctx, ch); /* read once, at the step's end */
   if (ch->nsend_act) keep(rt, x, RT_SCHED_ACT, c, mb);
   rt_trace_add_kind(RT_SCHED_F, c, mb, t0, rt_trace_now());
 }
@@ -538,7 +537,6 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   if (rt->dp) rt_dp_step_begin(rt);
   memset(x->bdone, 0, (size_t)x->v * sizeof *x->bdone);
   memset(x->wdone, 0, (size_t)x->v * sizeof *x->wdone);
-  x->loss_sum = 0;
   x->npending = x->head = 0;
   x->opt_steps = 0;
   rt->ctx.training = 1;
@@ -579,7 +577,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
   if (x->live || x->opt_steps != 1)
     rt_fatal(m->name, "internal error: %d microbatches left stashed, %d optimizer steps", x->live,
              x->opt_steps);
-  return rt_mesh_mean(rt, x->loss_sum, rt->micro * rt->mesh.dp);
+  return rt_mesh_mean(rt, rt_dev_loss_take(), rt->micro * rt->mesh.dp);
 }
 
 /* ------------------------------------------------------- forward only */

@@ -4,6 +4,7 @@
  * (exec.c). Above the executor; below main.c's loop. */
 
 #include "batch.h"
+#include "device.h"
 #include "dp.h"
 #include "exec.h"
 #include "graphs.h"
@@ -24,7 +25,6 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
   rt_zero_grads(rt);
   if (rt->dp) rt_dp_step_begin(rt);
   rt->ctx.training = 1;
-  double sum = 0;
   for (int64_t k = 0; k < rt->micro; k++) {
     int64_t g = rt_global_mb(rt, k);
     rt->ctx.seed = rt_dropout_seed(rt, step, g);
@@ -32,7 +32,10 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
      * may reuse their bytes once the last reader is done. */
     double t0 = rt_trace_now();
     rt_load_micro(rt, window, g);
-    sum += forward_loss(rt);
+    /* The loss stays on the device until the step's end: the backward is
+     * queued behind the forward without the host waiting for either. */
+    rt_chunk_call(rt, 0, RT_FN_FORWARD);
+    rt_chunk_loss_add(&rt->ctx, c);
     double t1 = rt_trace_now();
     rt_trace_add_kind(RT_SCHED_F, 0, (int)k, t0, t1);
     rt_seed_dloss(rt, c);
@@ -41,7 +44,7 @@ double rt_window_grads(Rt *rt, const int32_t *window, int64_t step) {
     rt_trace_add_kind(RT_SCHED_B, 0, (int)k, t1, rt_trace_now());
   }
   if (rt->dp) rt_dp_backward_done(rt);
-  return rt_mesh_mean(rt, sum, rt->micro * rt->mesh.dp);
+  return rt_mesh_mean(rt, rt_dev_loss_take(), rt->micro * rt->mesh.dp);
 }
 
 double rt_window_loss(Rt *rt, const int32_t *window, int64_t step, int training) {

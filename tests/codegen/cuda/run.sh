@@ -24,6 +24,14 @@ if [ -s "$work/make.txt" ]; then
   cat "$work/make.txt"
   exit 1
 fi
+# The vocabulary is padded at t = 1 too (vocab-pad, CgTarget.vocab_pad_always):
+# the loss runs over a multiple of 128 columns, of which the first `valid`
+# (the model's vocabulary, 257 in the tiny models) are real.
+ce=$(grep -m1 'k_cuda_cross_entropy_fwd' "$work/out/rank0.cu")
+cols=$(echo "$ce" | awk -F', ' '{print $5}') valid=$(echo "$ce" | awk -F', ' '{print $6}')
+echo "loss over $cols columns, $valid of them real"
+[ -n "$cols" ] && [ $((cols % 128)) -eq 0 ] && [ "$valid" -lt "$cols" ] ||
+  { echo "FAIL: the loss is not over a padded vocabulary: $ce"; exit 1; }
 echo "built $(basename "$model") ($*) with nvcc in $((t1 - t0)) s: $(wc -l <"$work/out/rank0.cu") lines," \
   "$(grep -c '^__global__ void fused_' "$work/out/rank0.cu") fused kernels"
 # bf16: the step's GEMMs and kernels are the bf16 ones, and the memory plan
@@ -32,6 +40,12 @@ case " $* " in *" --precision bf16 "*)
   gemms=$(grep -c 'KC_BF16' "$work/out/rank0.cu" || true)
   calls=$(grep -c '_bf16(' "$work/out/rank0.cu" || true)
   [ "$gemms" -gt 0 ] && [ "$calls" -gt 0 ] || { echo "FAIL: no bf16 GEMMs or kernels in rank0.cu"; exit 1; }
+  # Weight gradients stay fp32: no batch sum stored in bf16 (the position
+  # embedding's gradient is summed over the batch into fp32, then added
+  # into its table).
+  bfsums=$(grep -c 'cu_sum_rows)(BF(' "$work/out/rank0.cu" || true)
+  echo "bf16 batch sums: $bfsums"
+  [ "$bfsums" -eq 0 ] || { echo "FAIL: a batch sum in bf16:"; grep 'cu_sum_rows)(BF(' "$work/out/rank0.cu"; exit 1; }
   "$shardc" compile "$model" --target cuda -o "$work/fp32" "$@" --precision fp32 >"$work/plan32.txt" ||
     { echo "FAIL: compile fp32"; cat "$work/plan32.txt"; exit 1; }
   a16=$(awk '/activations kept/ {print $(NF-3)}' "$work/plan.txt")

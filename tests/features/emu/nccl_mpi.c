@@ -120,6 +120,7 @@ static struct {
   long long nops_run, ngroups; /* for the tests: shard_nccl_emu_ops */
   int stats, me;
   char last[512];
+  char algo[64], proto[64]; /* NCCL_ALGO and NCCL_PROTO at the first ncclCommInitRank */
 } st;
 
 /* ---- Errors ---------------------------------------------------------------- */
@@ -272,10 +273,18 @@ static ncclResult_t init_rank(ncclComm_t c, const Id *id) {
 }
 
 /* With SHARD_NCCL_EMU_STATS set, each process says at its end what went
- * through the emulation, so that a test can tell it was used at all. */
+ * through the emulation, so that a test can tell it was used at all, and
+ * which algorithm and protocol a real NCCL would have been told to use
+ * (the environment it saw when the first communicator was made: where
+ * comm_nccl.c pins them under --deterministic). */
 static void print_stats(void) {
-  fprintf(stderr, "nccl emulation: world rank %d: %lld operations, %lld groups\n", st.me,
-          st.nops_run, st.ngroups);
+  fprintf(stderr, "nccl emulation: world rank %d: %lld operations, %lld groups, NCCL_ALGO=%s "
+          "NCCL_PROTO=%s\n", st.me, st.nops_run, st.ngroups, st.algo, st.proto);
+}
+
+static void seen_env(char *out, size_t len, const char *name) {
+  const char *v = getenv(name);
+  snprintf(out, len, "%s", v && *v ? v : "(unset)");
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
@@ -284,6 +293,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
   if (!st.stats && getenv("SHARD_NCCL_EMU_STATS")) {
     MPI_Comm_rank(MPI_COMM_WORLD, &st.me);
     st.stats = 1;
+    seen_env(st.algo, sizeof st.algo, "NCCL_ALGO");
+    seen_env(st.proto, sizeof st.proto, "NCCL_PROTO");
     atexit(print_stats);
   }
   Id id;

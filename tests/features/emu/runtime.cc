@@ -67,6 +67,7 @@ struct {
   size_t total;
   cudaError_t last;
   std::map<uintptr_t, Alloc> allocs;
+  long long waits; /* host waits for the device (count_wait) */
   size_t used;
   std::set<CUstream_st *> streams;
   std::set<CUevent_st *> events;
@@ -75,9 +76,18 @@ struct {
   CUmemPoolHandle_st pools[64];
 } R;
 
+void print_waits() { fprintf(stderr, "cuda emulation: %lld host waits\n", R.waits); }
+
+/* A call that makes the host wait for the device on a GPU: stream, event
+ * and device synchronisations and the blocking copies. With
+ * SHARD_EMU_WAIT_STATS set the process prints their count at its end, so
+ * that a test can count a step's host synchronisations. */
+void count_wait() { R.waits++; }
+
 void init() {
   if (R.init) return;
   R.init = true;
+  if (getenv("SHARD_EMU_WAIT_STATS")) atexit(print_waits);
   const char *d = getenv("SHARD_EMU_DEVICES");
   R.ndevices = d ? atoi(d) : 1;
   if (R.ndevices < 0 || R.ndevices > 64) die("SHARD_EMU_DEVICES=%s: 0 to 64 devices", d);
@@ -363,6 +373,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 cudaError_t cudaDeviceSynchronize(void) {
   cudaError_t e = need_device();
   if (e != cudaSuccess) return e;
+  count_wait();
   return capture_forbids("cudaDeviceSynchronize") ? fail(cudaErrorStreamCaptureUnsupported)
                                                   : cudaSuccess;
 }
@@ -484,6 +495,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   if (e == cudaSuccess) e = check_copy(dst, src, n, kind);
   if (e != cudaSuccess) return e;
   if (capture_forbids("cudaMemcpy")) return fail(cudaErrorStreamCaptureUnsupported);
+  count_wait();
   if (n) memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -564,6 +576,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (s) s->invalidated = true;
     return fail(cudaErrorStreamCaptureUnsupported);
   }
+  count_wait();
   return cudaSuccess;
 }
 
@@ -635,6 +648,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!R.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
+  init();
+  count_wait();
   return cudaSuccess;
 }
 

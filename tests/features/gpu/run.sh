@@ -66,7 +66,9 @@
 #                      program: every step's loss within 1e-4 over 10 steps
 #   nccl t2, nccl p2,  (issue 11) the tiny GPT-2 at t=2, p=2 and d=2 over the NCCL
 #     nccl d2          backend against the CPU target's same layout over MPI: every
-#                      step's loss within 1e-4 over 10 steps (fp32). Each layout is
+#                      step's loss within 1e-4 over 10 steps (fp32); d2 runs with
+#                      --deterministic (NCCL pinned to Ring, Simple), t2 and p2 with
+#                      NCCL's own choice of algorithm. Each layout is
 #                      built first; it runs on its own GPUs where there are enough,
 #                      else with its ranks sharing the GPUs (each rank its own
 #                      NCCL_HOSTID, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, sockets on
@@ -497,6 +499,23 @@ check_accum() {
     cmp_losses "$m --global-batch 4 (2 microbatches), GPU against CPU" "$MW/gb4-$m-cpu.json" \
       "$MW/gb4-$m-cuda.json" 1e-4 || return 1
   done
+  # No host wait inside a step: the loss stays on the device until the
+  # step's end, the dloss seed is a fill. On the emulator, which counts
+  # the host waits, 4 microbatches a step wait as often as 1 does.
+  if [ -n "${GPU_EMU:-}" ]; then
+    local w1 w4 gb
+    for gb in 2 8; do
+      # shellcheck disable=SC2086
+      SHARD_EMU_WAIT_STATS=1 "$gpu" ${TRAIN% --global-batch 4} --global-batch $gb --steps 2 \
+        >"$MW/waits-$gb.log" 2>&1 ||
+        { cat "$MW/waits-$gb.log"; echo "FAIL: the run with --global-batch $gb"; return 1; }
+    done
+    w1=$(sed -n 's/^cuda emulation: \([0-9]*\) host waits$/\1/p' "$MW/waits-2.log")
+    w4=$(sed -n 's/^cuda emulation: \([0-9]*\) host waits$/\1/p' "$MW/waits-8.log")
+    echo "host waits over 2 steps: $w1 with 1 microbatch a step, $w4 with 4"
+    [ -n "$w1" ] && [ "$w1" = "$w4" ] ||
+      { echo "FAIL: the host waits grow with the microbatches (a wait inside the step)"; return 1; }
+  fi
   echo "all checks passed: gradient accumulation over 2 microbatches has the CPU target's losses"
 }
 
@@ -533,9 +552,13 @@ multi_prog() {
 
 
 # check_nccl LAYOUT [bf16]: fp32 against the CPU target's same layout
-# within 1e-4 (and that against one rank); bf16 within 2e-2 relative.
+# within 1e-4 (and that against one rank); bf16 within 2e-2 relative. The
+# d2 layouts run with --deterministic (NCCL pinned to Ring and Simple),
+# the others with NCCL's own choice: on the emulator the NCCL stand-in
+# says what it was told, and both are checked.
 check_nccl() { # LAYOUT [PRECISION]
-  local cpu gpu one n share how prec=${2:-fp32} tag=cuda
+  local cpu gpu one n share how prec=${2:-fp32} tag=cuda det="" algo="NCCL_ALGO=(unset) NCCL_PROTO=(unset)"
+  if [ "$1" = d2 ]; then det=--deterministic algo="NCCL_ALGO=Ring NCCL_PROTO=Simple"; fi
   [ "$prec" = fp32 ] || tag=cuda-$prec
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
   cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
@@ -554,7 +577,7 @@ check_nccl() { # LAYOUT [PRECISION]
   mpirun_job "$cpu" 0 - $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
-  SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS \
+  SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS $det \
     --log-json "$MW/nccl-$1-$tag.json" \
     >"$MW/nccl-$1-$tag.log" 2>&1 || {
     tail -n 20 "$MW/nccl-$1-$tag.log"
@@ -569,6 +592,14 @@ check_nccl() { # LAYOUT [PRECISION]
     used=$(grep -c 'nccl emulation: world rank [0-9]*: [1-9][0-9]* operations' "$MW/nccl-$1-$tag.log")
     [ "$used" = "$n" ] || { echo "FAIL: $1: $used of $n ranks ran operations on (emulated) NCCL"; return 1; }
     echo "$1: every rank ran operations on (emulated) NCCL"
+    # What NCCL was told to choose: nothing by default, Ring and Simple
+    # under --deterministic (unless this environment sets them itself).
+    if [ -z "${NCCL_ALGO:-}${NCCL_PROTO:-}" ]; then
+      used=$(grep -c "nccl emulation: world rank .*$algo\$" "$MW/nccl-$1-$tag.log")
+      [ "$used" = "$n" ] ||
+        { echo "FAIL: $1${det:+ $det}: $used of $n ranks saw $algo"; grep 'nccl emulation' "$MW/nccl-$1-$tag.log"; return 1; }
+      echo "$1${det:+ $det}: every rank's NCCL saw $algo"
+    fi
   fi
   cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
   if [ "$prec" = bf16 ]; then

@@ -453,6 +453,24 @@ static void test_activations(int64_t n) {
   check("accumulate_bf16", sh, dget(dy2, n, 0), r2, n, 0);
   check("scale", sh, dget(ds, n, 0), r3, n, 0);
   check("cast_f32_bf16_f32", sh, dget(dback, n, 0), xb, n, 0);
+  /* fill, and the scalar sums in launch order: in double, the host's sum
+   * of the same values in the same order, to the bit (a tolerance of 0
+   * on its difference). */
+  float *dfill = dnew(n, 0), *rfill = halloc(n * 4);
+  k_cuda_fill(dfill, 0.8125f, n);
+  for (int64_t i = 0; i < n; i++) rfill[i] = 0.8125f;
+  check("fill", sh, dget(dfill, n, 0), rfill, n, 0);
+  double zero = 0, host = 0, got = 0;
+  double *dacc = dput_raw(&zero, sizeof zero);
+  int64_t nsum = n < 64 ? n : 64;
+  for (int64_t i = 0; i < nsum; i++) {
+    k_cuda_add_scalar(dacc, dx + i);
+    host += (double)x[i];
+  }
+  CK(cudaMemcpy(&got, dacc, sizeof got, cudaMemcpyDeviceToHost));
+  float fdiff = (float)fabs(got - host), fzero = 0;
+  printf("add_scalar: %lld values summed %.17g, host %.17g\n", (long long)nsum, got, host);
+  check("add_scalar", SHAPE("n%lld", (long long)nsum), &fdiff, &fzero, 1, 0);
   end_test();
 }
 
@@ -997,6 +1015,20 @@ static void test_optim(int64_t n) {
     want[r] = (float)k_sum_squares(g + runs[r].w, runs[r].n);
   }
   check("sum_squares_runs", shape, got, want, 3, TOL32);
+  /* The second pass over pieces: groups of the doubles above (and an
+   * empty group), each added in order from 0, exactly the host's loop. */
+  KcRun groups[3] = {{0, 0, 2, 0, 0, 0}, {2, 0, 1, 0, 0, 0}, {1, 0, 0, 0, 0, 0}};
+  double *dsg = dalloc(3 * sizeof(double)), sg[3];
+  k_cuda_sum_groups(dsg, dss, dput_raw(groups, sizeof groups), 3);
+  CK(cudaMemcpy(sg, dsg, sizeof sg, cudaMemcpyDeviceToHost));
+  float gotg[3], wantg[3];
+  for (int r = 0; r < 3; r++) {
+    double s = 0;
+    for (int64_t k = 0; k < groups[r].n; k++) s += ss[groups[r].w + k];
+    gotg[r] = (float)(sg[r] - s); /* 0 when the bits are the host's */
+    wantg[r] = 0;
+  }
+  check("sum_groups", shape, gotg, wantg, 3, 0);
   end_test();
 }
 

@@ -164,9 +164,19 @@ row_nccl() { # LAYOUT [bf16]
         "$L/nccl-$1-bf16.json" 2e-2 rel &&
       echo "all checks passed: gpt2 $1 bf16 on NCCL ($HOW) within 2e-2 of the CPU target's fp32 losses"
   else
-    nccl_run "nccl-$1" "nccl-$1" "$L/nccl-$1.json" &&
-      cmp_losses "$1 on NCCL against the CPU target" "$R/nccl-$1-cpu.json" "$L/nccl-$1.json" 1e-4 &&
-      echo "all checks passed: gpt2 $1 on NCCL ($HOW) has the CPU target's losses"
+    # d2 runs with --deterministic (NCCL pinned to Ring and Simple), t2 and
+    # p2 with NCCL's own choice, as tests/gpu/run.sh's check_nccl.
+    local det=()
+    [ "$1" = d2 ] && det=(--deterministic)
+    nccl_run "nccl-$1" "nccl-$1" "$L/nccl-$1.json" "${det[@]}" || return 1
+    if [ "$KIND" = emu ] && [ "$1" = d2 ] && [ -z "${NCCL_ALGO:-}${NCCL_PROTO:-}" ]; then
+      local saw n
+      n=$(ranks_of "$P/nccl-$1")
+      saw=$(grep -c 'nccl emulation: world rank .*NCCL_ALGO=Ring NCCL_PROTO=Simple$' "$L/nccl-$1.log")
+      [ "$saw" = "$n" ] || { echo "FAIL: d2 --deterministic: $saw of $n ranks saw Ring and Simple"; return 1; }
+    fi
+    cmp_losses "$1${det:+ ${det[0]}} on NCCL against the CPU target" "$R/nccl-$1-cpu.json" "$L/nccl-$1.json" 1e-4 &&
+      echo "all checks passed: gpt2 $1${det:+ ${det[0]}} on NCCL ($HOW) has the CPU target's losses"
   fi
 }
 row_nccl_kill() {
