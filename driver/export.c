@@ -35,12 +35,22 @@ typedef struct HfModel {
   const char *prefix;       /* before every tensor name but those of `outside` */
   const char *outside[4];
   HfKey config[24];
+  /* Names that start with groups[i][0] take the prefix groups[i][1]
+   * instead (BERT keeps its layers under `bert.encoder.` and its head
+   * outside the base model); a dot-separated word words[i][0] of a name is
+   * spelled words[i][1] (a word the language keeps for itself). */
+  const char *groups[4][2];
+  const char *words[2][2];
 } HfModel;
 
 /* GPT-2 (GPT2LMHeadModel): the output layer is the tied embedding, which
  * from_pretrained ties again. LLaMA (LlamaForCausalLM): an output layer
  * of its own, lm_head, outside the base model. GPT-NeoX
- * (GPTNeoXForCausalLM): its own output layer, embed_out, likewise. */
+ * (GPTNeoXForCausalLM): its own output layer, embed_out, likewise. BERT
+ * (BertForMaskedLM): embeddings under `bert.`, layers under
+ * `bert.encoder.`, the masked-LM head `cls.` outside, and `out` spelled
+ * `output`; the decoder is the tied word embedding, which from_pretrained
+ * ties again, and its bias is cls.predictions.bias. */
 static const HfModel hf_models[] = {
     {"gpt2", "GPT2LMHeadModel", "gpt2", "transformer.", {NULL},
      {{"vocab_size", K_INT, "vocab"},
@@ -57,7 +67,9 @@ static const HfModel hf_models[] = {
       {"initializer_range", K_FLOAT, "init_std"},
       {"activation_function", K_STR, "gelu_new"},
       {"tie_word_embeddings", K_BOOL, "true"},
-      {"torch_dtype", K_STR, "float32"}}},
+      {"torch_dtype", K_STR, "float32"}},
+     {{NULL}},
+     {{NULL}}},
     {"llama", "LlamaForCausalLM", "llama", "model.", {"lm_head.weight"},
      {{"vocab_size", K_INT, "vocab"},
       {"hidden_size", K_INT, "hidden"},
@@ -72,7 +84,9 @@ static const HfModel hf_models[] = {
       {"hidden_act", K_STR, "silu"},
       {"attention_bias", K_BOOL, "false"},
       {"tie_word_embeddings", K_BOOL, "false"},
-      {"torch_dtype", K_STR, "float32"}}},
+      {"torch_dtype", K_STR, "float32"}},
+     {{NULL}},
+     {{NULL}}},
     {"neox", "GPTNeoXForCausalLM", "gpt_neox", "gpt_neox.", {"embed_out.weight"},
      {{"vocab_size", K_INT, "vocab"},
       {"hidden_size", K_INT, "hidden"},
@@ -87,7 +101,24 @@ static const HfModel hf_models[] = {
       {"use_parallel_residual", K_BOOL, "true"},
       {"hidden_act", K_STR, "gelu"},
       {"tie_word_embeddings", K_BOOL, "false"},
-      {"torch_dtype", K_STR, "float32"}}},
+      {"torch_dtype", K_STR, "float32"}},
+     {{NULL}},
+     {{NULL}}},
+    {"bert", "BertForMaskedLM", "bert", "bert.", {NULL},
+     {{"vocab_size", K_INT, "vocab"},
+      {"hidden_size", K_INT, "hidden"},
+      {"intermediate_size", K_INT, "ffn"},
+      {"num_hidden_layers", K_INT, "layers"},
+      {"num_attention_heads", K_INT, "heads"},
+      {"max_position_embeddings", K_INT, "seq"},
+      {"layer_norm_eps", K_FLOAT, "eps"},
+      {"initializer_range", K_FLOAT, "init_std"},
+      {"hidden_act", K_STR, "gelu"},
+      {"position_embedding_type", K_STR, "absolute"},
+      {"tie_word_embeddings", K_BOOL, "true"},
+      {"torch_dtype", K_STR, "float32"}},
+     {{"layer.", "bert.encoder."}, {"cls.", ""}},
+     {{"out", "output"}}},
 };
 enum { NMODELS = sizeof hf_models / sizeof hf_models[0] };
 
@@ -104,7 +135,7 @@ const DrvCommand drv_export_command = {
     "its `latest` names) and writes OUT/config.json and OUT/model.safetensors\n"
     "under Hugging Face's names, so that transformers' from_pretrained(OUT)\n"
     "loads them. The model's config values (with the checkpoint's -D values)\n"
-    "give config.json. Known models: gpt2, llama, neox. With --shard-bytes N the\n"
+    "give config.json. Known models: gpt2, llama, neox, bert. With --shard-bytes N the\n"
     "weights go into model-00001-of-0000K.safetensors, ... of about N bytes\n"
     "each and model.safetensors.index.json. Files are written to a temporary\n"
     "name and renamed. `--init-from OUT` reads such a folder back.",
@@ -215,10 +246,32 @@ static char *config_json(IrGraph *g, const HfModel *hm, const char *source) {
 
 /* ------------------------------------------------------------ writing */
 
+/* `name` with the row's word spellings: each dot-separated word that is
+ * words[i][0] becomes words[i][1]. */
+static const char *hf_words(const HfModel *hm, const char *name) {
+  if (!hm->words[0][0]) return name;
+  const char *out = "";
+  for (const char *p = name; *p;) {
+    size_t n = strcspn(p, ".");
+    const char *w = ir_fmt("%.*s", (int)n, p);
+    for (int i = 0; i < 2 && hm->words[i][0]; i++)
+      if (!strcmp(w, hm->words[i][0])) w = hm->words[i][1];
+    out = ir_fmt("%s%s%s", out, *out ? "." : "", w);
+    p += n + (p[n] == '.');
+  }
+  return out;
+}
+
 static const char *hf_name(const HfModel *hm, const char *name) {
   for (int i = 0; i < 4 && hm->outside[i]; i++)
     if (!strcmp(hm->outside[i], name)) return name;
-  return ir_fmt("%s%s", hm->prefix, name);
+  const char *prefix = hm->prefix;
+  for (int i = 0; i < 4 && hm->groups[i][0]; i++)
+    if (!strncmp(name, hm->groups[i][0], strlen(hm->groups[i][0]))) {
+      prefix = hm->groups[i][1];
+      break;
+    }
+  return ir_fmt("%s%s", prefix, hf_words(hm, name));
 }
 
 /* The temporary a file is written to before its rename, and the end of

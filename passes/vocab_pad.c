@@ -73,8 +73,11 @@ static void pad_graph(IrGraph *g, int64_t m, bool single) {
      * (split with it at t > 1); its padding entries stay 0, as their
      * gradients (the masked logits') are. */
     IrValue *bias = gemm->op == IR_OP_LINEAR && gemm->nin > 2 ? gemm->in[2] : NULL;
+    /* A weight tied to an embedding was padded already, as the embedding
+     * came first: the bias matches its size before. */
+    int64_t vocab = w->unpadded > 0 && w->pad_dim == out_dim ? w->unpadded : w->type.shape[out_dim];
     if (bias && bias->kind == IR_VAL_PARAM && bias->type.rank == 1 &&
-        bias->type.shape[0] == w->type.shape[out_dim] && (single || split_on(bias, 0)))
+        bias->type.shape[0] == vocab && (single || split_on(bias, 0)))
       pad(bias, 0, m);
     pad(w, out_dim, m);
   }

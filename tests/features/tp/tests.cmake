@@ -184,10 +184,10 @@ tp_test(report_reshape_cut 0 reshape_cut.shard --tp 2 --vocab-multiple 4 --repor
 # layer forward (the two row-parallel partial sums added first), and in the
 # backward one per column-parallel input (ln_1 x and ln_2 x), as Megatron's.
 add_test(NAME tp/layer_counts_parallel_residual
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 1 2 all_gather 0 0 reduce_scatter 0 0" ${TP_DIR}/parallel_residual.shard
                  --tp 2 --vocab-multiple 1)
 add_test(NAME tp/layer_counts_parallel_residual_sp
-         COMMAND sh ${TP_DIR}/layer_counts.sh ${SHARDC}
+         COMMAND bash ${TP_DIR}/layer_counts.sh
                  "all_reduce 0 6 all_gather 2 1 reduce_scatter 1 2" ${TP_DIR}/parallel_residual.shard
                  --tp 2 --vocab-multiple 1 --sequence-parallel)
