@@ -17,7 +17,7 @@
 # (build/pyenv, from scripts/install-deps.sh) or torch.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 SHARDC=${1:?usage: hf_bert.sh SHARDC [WORKDIR]}
 SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
 PY=${PY:-${SHARDC_PYENV:-$ROOT/build/pyenv}/bin/python}

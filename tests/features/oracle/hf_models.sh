@@ -16,7 +16,7 @@
 # scripts/install-deps.sh) or torch.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 SHARDC=${1:?usage: hf_models.sh SHARDC neox [WORKDIR]}
 MODEL=${2:?usage: hf_models.sh SHARDC neox [WORKDIR]}
 SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")

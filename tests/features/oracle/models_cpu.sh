@@ -16,7 +16,7 @@ set -eu
 SHARDC=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 DATA=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
