@@ -369,8 +369,9 @@ static Rec *runtime_rec(CgEmitter *e, const char *kernel, CgKClass cls, bool ste
 
 /* What the runtime does around the chunk functions (runtime/batch.c,
  * main.c, device_cpu.c, device_cuda.c): per microbatch, the inputs copied
- * into place (rt_load_inputs), and on the chunk with the loss the loss read
- * back and its seed written (each a host wait on a GPU); per step, the
+ * into place (rt_load_inputs), and on the chunk with the loss the loss added
+ * to the step's sum on the device and its seed filled in; per step, the
+ * sum read back (a host wait on a GPU), the
  * gradients zeroed, the gradient norm (partial sums read back), AdamW over
  * every parameter (its table of runs uploaded first) and the finiteness
  * check of the weights and both moments (rt_update's check_update), each
@@ -393,14 +394,17 @@ static void runtime_work(CgEmitter *e, const CgProgram *pr) {
       runtime_rec(e, gpu ? "rt_dev_copy" : "rt_load_inputs", CG_K_COPY, false, "F inputs", bytes,
                   bytes, false)->chunk = c;
     }
-    /* The chunk with the loss: its value read back after each forward and
-     * the backward's seed written before each backward (runtime/batch.c). */
+    /* The chunk with the loss: its value added to the step's sum on the
+     * device after each forward and the backward's seed filled in before
+     * each backward (runtime/step/batch.c), neither a host wait; the sum
+     * is read back once a step (rt_dev_loss_take). */
     bool loss = false;
     for (int i = 0; i < g->nodes.len; i++)
       loss |= ((const IrNode *)g->nodes.items[i])->op == IR_OP_CROSS_ENTROPY;
     if (!loss) continue;
-    runtime_rec(e, "rt_chunk_loss", CG_K_HOST, false, "F loss readback", 4, 4, gpu)->chunk = c;
-    runtime_rec(e, "rt_seed_dloss", CG_K_HOST, false, "B loss seed", 4, 4, gpu)->chunk = c;
+    runtime_rec(e, "rt_chunk_loss_add", CG_K_ELEMENTWISE, false, "F loss sum", 4, 8, false)->chunk = c;
+    runtime_rec(e, "rt_seed_dloss", CG_K_ELEMENTWISE, false, "B loss seed", 0, 4, false)->chunk = c;
+    runtime_rec(e, "rt_dev_loss_take", CG_K_HOST, true, "S loss readback", 8, 0, gpu)->chunk = c;
   }
   e->chunk = &pr->chunks[0], e->g = pr->chunks[0].g, e->plan = pr->chunks[0].plan;
   runtime_rec(e, "rt_dev_zero", CG_K_COPY, true, "S zero_grads", 0, n * rb, false);
