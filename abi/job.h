@@ -82,6 +82,11 @@ typedef struct JobSlot {
  * rest (state, status, the error). */
 #define JOB_BEAT_ENV "SHARDC_JOB_BEAT"
 #define JOB_BEAT_MAGIC 0x5348424bu
+/* The launcher's answer to a rank's beats when it stops the job: the same
+ * datagram with this magic (and the job's token), sent back to where the
+ * beats come from, as the abort file is created: a rank of another
+ * machine need not wait for the shared file system to learn it. */
+#define JOB_STOP_MAGIC 0x53484253u
 typedef struct JobBeat {
   uint32_t magic; /* JOB_BEAT_MAGIC */
   int32_t rank;

@@ -212,6 +212,7 @@ typedef struct JobRank {
   int live;          /* idle and action come from shared memory: current */
   /* The last beat over the socket (a rank of another machine). */
   int net;
+  struct sockaddr_in net_from; /* where its beats come from */
   long net_beat;
   double net_idle, net_at; /* its idle time, and our clock when it came */
   char net_action[400];
@@ -301,19 +302,39 @@ static void job_beat_drain(Job *j, double now) {
   if (job_beat_fd < 0) return;
   JobBeat b;
   ssize_t got;
-  while ((got = recv(job_beat_fd, &b, sizeof b, 0)) >= 0) {
+  struct sockaddr_in from;
+  socklen_t flen = sizeof from;
+  while ((got = recvfrom(job_beat_fd, &b, sizeof b, 0, (struct sockaddr *)&from, &flen)) >= 0) {
+    socklen_t got_len = flen;
+    flen = sizeof from;
     if (got != (ssize_t)sizeof b || b.magic != JOB_BEAT_MAGIC || b.token != job_beat_token ||
         b.rank < 0 || b.rank >= j->n)
       continue;
     JobRank *r = &j->r[b.rank];
     if (r->net && b.beat <= r->net_beat) continue; /* late, out of order */
     r->net = 1;
+    if (got_len == sizeof from) r->net_from = from;
     r->net_beat = (long)b.beat;
     r->net_idle = (double)b.idle_ns * 1e-9;
     r->net_at = now;
     b.action[sizeof b.action - 1] = 0;
     snprintf(r->net_action, sizeof r->net_action, "%s", b.action);
   }
+}
+
+/* The stop, to every rank that beats over the socket (abi/job.h:
+ * JOB_STOP_MAGIC): UDP may lose one, so it is sent again while the job
+ * ends. */
+static void job_beat_stop(const Job *j) {
+  if (job_beat_fd < 0) return;
+  JobBeat b;
+  memset(&b, 0, sizeof b);
+  b.magic = JOB_STOP_MAGIC;
+  b.token = job_beat_token;
+  for (int i = 0; i < j->n; i++)
+    if (j->r[i].net && j->r[i].net_from.sin_family == AF_INET)
+      (void)!sendto(job_beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL,
+                    (const struct sockaddr *)&j->r[i].net_from, sizeof j->r[i].net_from);
 }
 
 static void job_beat_close(void) {
@@ -658,9 +679,10 @@ static void abort_job(Job *j, int *status, int *reaped) {
   snprintf(path, sizeof path, "%s/" JOB_ABORT_FILE, j->dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
-  double until = job_now() + 2;
+  double until = job_now() + 2, stop_at = 0;
   while (!*reaped && job_now() < until) {
     if (waitpid(j->child, status, WNOHANG) == j->child) *reaped = 1;
+    if (job_now() >= stop_at) job_beat_stop(j), stop_at = job_now() + 0.2;
     scan(j);
     /* Ranks that can still exit by themselves: not those stopped, nor
      * those whose beat stopped (one on another machine, whose state this

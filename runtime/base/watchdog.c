@@ -40,14 +40,17 @@ static struct {
   JobSlot *slot;
   volatile uint32_t *shm_abort;
   pthread_mutex_t slot_lock; /* the action's writers: the beat and each new phase */
-  /* Elsewhere, the launcher's socket (abi/job.h: JOB_BEAT_ENV), connected;
-   * -1 when there is none. */
+  /* Elsewhere, a socket to the launcher's (abi/job.h: JOB_BEAT_ENV) and
+   * its address; -1 when there is none. */
   int beat_fd;
+  struct sockaddr_storage beat_to;
+  socklen_t beat_to_len;
   uint64_t beat_token;
   double record_stall; /* tests: seconds each write of the record's thread blocks first */
   atomic_int has_writer;
   atomic_int quit;
   atomic_int quit_writer; /* the record's thread stops first: the beat goes on while it ends */
+  atomic_int writer_done; /* ... and says when it has */
   atomic_long beats;
   /* The main thread's progress: when it last moved (ns, monotonic), what
    * it does (a phase in one of two buffers, flipped when rewritten) and
@@ -170,7 +173,19 @@ static void send_beat(long beats) {
   b.beat = beats;
   b.idle_ns = (int64_t)(now_ns() - atomic_load(&wd.stamp));
   action_text(b.action, sizeof b.action);
-  (void)!send(wd.beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)!sendto(wd.beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL,
+                (struct sockaddr *)&wd.beat_to, wd.beat_to_len);
+}
+
+/* Whether the launcher answered the beats with its stop (JOB_STOP_MAGIC). */
+static int stop_datagram(void) {
+  if (wd.beat_fd < 0) return 0;
+  JobBeat b;
+  ssize_t got;
+  while ((got = recv(wd.beat_fd, &b, sizeof b, MSG_DONTWAIT)) >= 0)
+    if (got == (ssize_t)sizeof b && b.magic == JOB_STOP_MAGIC && b.token == wd.beat_token)
+      return 1;
+  return 0;
 }
 
 /* The launcher's socket from JOB_BEAT_ENV (HOST:PORT:TOKEN); a value that
@@ -189,7 +204,12 @@ static void open_beat(void) {
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
   if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return;
   int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) close(fd), fd = -1;
+  if (fd >= 0 && res->ai_addrlen <= sizeof wd.beat_to) {
+    memcpy(&wd.beat_to, res->ai_addr, res->ai_addrlen);
+    wd.beat_to_len = res->ai_addrlen;
+  } else if (fd >= 0) {
+    close(fd), fd = -1;
+  }
   freeaddrinfo(res);
   wd.beat_fd = fd;
   wd.beat_token = (uint64_t)token;
@@ -213,10 +233,12 @@ static void *writer(void *arg) {
                            (long)((wd.record_stall - (double)(time_t)wd.record_stall) * 1e9)};
   while (!atomic_load(&wd.quit_writer)) {
     if (wd.record_stall > 0) nanosleep(&stall, NULL);
+    if (atomic_load(&wd.quit_writer)) break;
     write_record();
     if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
     nanosleep(&pause, NULL);
   }
+  atomic_store(&wd.writer_done, 1);
   return NULL;
 }
 
@@ -228,6 +250,7 @@ static void *beat(void *arg) {
     if (wd.launcher_here && !launcher_alive()) launcher_gone();
     publish_slot(beats);
     send_beat(beats);
+    if (stop_datagram()) stop_on_abort();
     if (!wd.has_writer) {
       write_record();
       if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
@@ -396,16 +419,23 @@ void rt_wd_fail(const char *why) {
 
 void rt_wd_finish(int status) {
   if (!wd.on) return;
-  /* The record's thread first, while the beat goes on: a write that a
-   * slow file system holds would otherwise stop the beats of a rank that
-   * is only ending. */
-  atomic_store(&wd.quit_writer, 1);
-  if (wd.has_writer) pthread_join(wd.writer, NULL);
-  atomic_store(&wd.quit, 1);
-  pthread_join(wd.thread, NULL);
+  /* The record's thread first, while the beat goes on, and for a second
+   * at most: a write that a slow file system holds must neither stop the
+   * beats of a rank that is only ending nor keep it from its end (the
+   * thread, left behind, writes the same final record when it wakes). */
   atomic_store(&wd.status, status);
   atomic_store(&wd.state, status ? ST_EXITED : ST_DONE);
+  rt_wd_phase("finishing");
+  atomic_store(&wd.quit_writer, 1);
+  if (wd.has_writer) {
+    struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 100 && !atomic_load(&wd.writer_done); i++) nanosleep(&tick, NULL);
+    if (atomic_load(&wd.writer_done)) pthread_join(wd.writer, NULL);
+    else pthread_detach(wd.writer);
+  }
   write_record();
+  atomic_store(&wd.quit, 1);
+  pthread_join(wd.thread, NULL);
   wd.on = 0;
 }
 
