@@ -56,7 +56,7 @@
  * heartbeat thread, while another thread writes the record file: a write
  * that blocks (a loaded disk, a slow network file system) never delays a
  * beat, and the launcher reads the beat, the progress stamp and the action
- * from memory. Ranks on other machines report through their records only.
+ * from memory. Ranks on other machines beat over a socket (JOB_BEAT_ENV).
  * `seq` is odd while the rank rewrites `action` (a reader retries). */
 #define JOB_SHM_ENV "SHARDC_JOB_SHM"
 #define JOB_SHM_HEAD 64
@@ -70,6 +70,38 @@ typedef struct JobSlot {
   int64_t progress_ns; /* CLOCK_MONOTONIC of the main thread's last progress */
   char action[512];    /* what the main thread is doing, as in the record */
 } JobSlot;
+
+/* Heartbeats of ranks on other machines than the launcher's, which no
+ * file system delays either: the launcher opens a UDP socket and names it
+ * in JOB_BEAT_ENV as HOST:PORT:TOKEN; a rank without a slot of the shared
+ * memory sends one JobBeat datagram to it at every beat (never blocking:
+ * a lost datagram is a late beat, not a stalled rank). `idle_ns` is the
+ * time since the main thread's last progress, a duration (two machines'
+ * clocks are not compared); `token` is the job's, so that a datagram of
+ * another job or a stranger is dropped. The record file still carries the
+ * rest (state, status, the error). */
+#define JOB_BEAT_ENV "SHARDC_JOB_BEAT"
+#define JOB_BEAT_MAGIC 0x5348424bu
+/* The launcher's answer to a rank's beats when it stops the job: the same
+ * datagram with this magic (and the job's token), sent back to where the
+ * beats come from, as the abort file is created: a rank of another
+ * machine need not wait for the shared file system to learn it. */
+#define JOB_STOP_MAGIC 0x53484253u
+typedef struct JobBeat {
+  uint32_t magic; /* JOB_BEAT_MAGIC */
+  int32_t rank;
+  uint64_t token;
+  int64_t pid;
+  int64_t beat;
+  int64_t idle_ns;
+  char action[400];
+} JobBeat;
+/* For tests: the machine a rank says it runs on (as one on another
+ * machine: no slot of the shared memory, no watch of the launcher's
+ * process, beats over the socket), and seconds that each write of the
+ * record's own thread blocks first (a slow shared file system). */
+#define JOB_TEST_HOST_ENV "SHARDC_TEST_HOST"
+#define JOB_TEST_RECORD_STALL_ENV "SHARDC_TEST_RECORD_STALL"
 
 /* The memory the ranks of one machine may use, in bytes (a K, M, G or T
  * suffix multiplies by powers of 1024): when set, `shardc run` and every

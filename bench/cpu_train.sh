@@ -16,7 +16,8 @@
 # same shape compiled with --tp 2, --pp 2 or --dp 2 and run on 2 ranks
 # under mpirun, memory only: world rank 0's peak RSS less its start,
 # against the plan that rank prints (which counts a pipeline stage's
-# stash and, under d, MPI's staging of the gradient buckets). Its start
+# stash and message buffers and, under d, MPI's staging of the gradient
+# buckets). Its start
 # is the same program stopped by SHARDC_MEMORY_LIMIT=1 right before it
 # allocates its plan, after MPI's start-up. Target: within 5%.
 #

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -208,6 +210,12 @@ typedef struct JobRank {
   int local;         /* it runs on this machine (its pid means something here) */
   char proc_state;   /* /proc/PID/stat's state letter, 0 if unknown */
   int live;          /* idle and action come from shared memory: current */
+  /* The last beat over the socket (a rank of another machine). */
+  int net;
+  struct sockaddr_in net_from; /* where its beats come from */
+  long net_beat;
+  double net_idle, net_at; /* its idle time, and our clock when it came */
+  char net_action[400];
 } JobRank;
 
 typedef struct Job {
@@ -264,6 +272,76 @@ static void job_shm_remove(void) {
 }
 
 /* Rank i's slot, once the rank has written it. */
+/* The socket the ranks of other machines beat to (abi/job.h: JOB_BEAT_ENV);
+ * -1 when there is none. */
+static int job_beat_fd = -1;
+static uint64_t job_beat_token;
+
+static void job_beat_open(void) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t len = sizeof a;
+  char host[256] = "";
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0 || gethostname(host, sizeof host - 1) != 0) {
+    close(fd);
+    return;
+  }
+  int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (ur < 0 || read(ur, &job_beat_token, sizeof job_beat_token) != (ssize_t)sizeof job_beat_token)
+    job_beat_token = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+  if (ur >= 0) close(ur);
+  job_beat_fd = fd;
+  setenv(JOB_BEAT_ENV, ir_fmt("%s:%u:%llu", host, (unsigned)ntohs(a.sin_port),
+                              (unsigned long long)job_beat_token), 1);
+}
+
+/* Every beat that came since the last look, into its rank's record. */
+static void job_beat_drain(Job *j, double now) {
+  if (job_beat_fd < 0) return;
+  JobBeat b;
+  ssize_t got;
+  struct sockaddr_in from;
+  socklen_t flen = sizeof from;
+  while ((got = recvfrom(job_beat_fd, &b, sizeof b, 0, (struct sockaddr *)&from, &flen)) >= 0) {
+    socklen_t got_len = flen;
+    flen = sizeof from;
+    if (got != (ssize_t)sizeof b || b.magic != JOB_BEAT_MAGIC || b.token != job_beat_token ||
+        b.rank < 0 || b.rank >= j->n)
+      continue;
+    JobRank *r = &j->r[b.rank];
+    if (r->net && b.beat <= r->net_beat) continue; /* late, out of order */
+    r->net = 1;
+    if (got_len == sizeof from) r->net_from = from;
+    r->net_beat = (long)b.beat;
+    r->net_idle = (double)b.idle_ns * 1e-9;
+    r->net_at = now;
+    b.action[sizeof b.action - 1] = 0;
+    snprintf(r->net_action, sizeof r->net_action, "%s", b.action);
+  }
+}
+
+/* The stop, to every rank that beats over the socket (abi/job.h:
+ * JOB_STOP_MAGIC): UDP may lose one, so it is sent again while the job
+ * ends. */
+static void job_beat_stop(const Job *j) {
+  if (job_beat_fd < 0) return;
+  JobBeat b;
+  memset(&b, 0, sizeof b);
+  b.magic = JOB_STOP_MAGIC;
+  b.token = job_beat_token;
+  for (int i = 0; i < j->n; i++)
+    if (j->r[i].net && j->r[i].net_from.sin_family == AF_INET)
+      (void)!sendto(job_beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL,
+                    (const struct sockaddr *)&j->r[i].net_from, sizeof j->r[i].net_from);
+}
+
+static void job_beat_close(void) {
+  if (job_beat_fd >= 0) close(job_beat_fd);
+  job_beat_fd = -1;
+}
+
 static const JobSlot *job_slot(int i) {
   if (!job_shm) return NULL;
   const JobSlot *s = (const JobSlot *)(job_shm + JOB_SHM_HEAD + (size_t)i * JOB_SLOT_BYTES);
@@ -367,6 +445,14 @@ static void read_record(Job *j, int i, double now) {
       break;
     }
   }
+  /* From another machine, the beat that came over the socket: the record
+   * may be late (a shared file system). */
+  if (!s && r->net) {
+    beat = r->net_beat;
+    r->idle = r->net_idle + (now - r->net_at);
+    if (*r->net_action) snprintf(r->action, sizeof r->action, "%s", r->net_action);
+    r->live = 1;
+  }
   if (!r->seen || beat != r->beat) r->beat_at = now;
   r->beat = beat;
   r->seen = 1;
@@ -393,6 +479,7 @@ static void probe_process(JobRank *r, double now) {
 
 static void scan(Job *j) {
   double now = job_now();
+  job_beat_drain(j, now);
   for (int i = 0; i < j->n; i++) {
     read_record(j, i, now);
     probe_process(&j->r[i], now);
@@ -592,13 +679,19 @@ static void abort_job(Job *j, int *status, int *reaped) {
   snprintf(path, sizeof path, "%s/" JOB_ABORT_FILE, j->dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
-  double until = job_now() + 2;
+  double until = job_now() + 2, stop_at = 0;
   while (!*reaped && job_now() < until) {
     if (waitpid(j->child, status, WNOHANG) == j->child) *reaped = 1;
+    if (job_now() >= stop_at) job_beat_stop(j), stop_at = job_now() + 0.2;
     scan(j);
+    /* Ranks that can still exit by themselves: not those stopped, nor
+     * those whose beat stopped (one on another machine, whose state this
+     * machine cannot read). */
     int running = 0;
+    double now = job_now();
     for (int i = 0; i < j->n; i++)
-      running += j->r[i].seen && !j->r[i].gone && j->r[i].proc_state != 'T';
+      running += j->r[i].seen && !j->r[i].gone && j->r[i].proc_state != 'T' &&
+                 now - j->r[i].beat_at <= 5 * JOB_BEAT_SECONDS + 0.5;
     if (!running) break;
     nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   }
@@ -818,6 +911,7 @@ static int launch(char **mv, int ranks, const char *dir, double timeout) {
   const char *keep = getenv("SHARDC_JOB_KEEP");
   if (dir && !(keep && *keep == '1')) remove_job_dir(dir);
   job_shm_remove();
+  job_beat_close();
   return status;
 }
 
@@ -854,7 +948,7 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
   }
   int argc = 0;
   while (argv[argc]) argc++;
-  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 40));
+  char **mv = ir_alloc(sizeof(char *) * (size_t)((argc + 6) * nprograms + 44));
   int n = 0;
   mv[n++] = SHARDC_MPIEXEC;
   mv[n++] = "--oversubscribe";
@@ -894,6 +988,11 @@ static int exec_ranks(const DrvLaunch *how, const char *const *programs, int npr
     if (job_shm) {
       mv[n++] = "-x";
       mv[n++] = JOB_SHM_ENV;
+    }
+    job_beat_open();
+    if (job_beat_fd >= 0) {
+      mv[n++] = "-x";
+      mv[n++] = JOB_BEAT_ENV;
     }
   }
   /* Under Slurm srun starts the ranks instead (launch.c); the job folder

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,8 +40,17 @@ static struct {
   JobSlot *slot;
   volatile uint32_t *shm_abort;
   pthread_mutex_t slot_lock; /* the action's writers: the beat and each new phase */
+  /* Elsewhere, a socket to the launcher's (abi/job.h: JOB_BEAT_ENV) and
+   * its address; -1 when there is none. */
+  int beat_fd;
+  struct sockaddr_storage beat_to;
+  socklen_t beat_to_len;
+  uint64_t beat_token;
+  double record_stall; /* tests: seconds each write of the record's thread blocks first */
   atomic_int has_writer;
   atomic_int quit;
+  atomic_int quit_writer; /* the record's thread stops first: the beat goes on while it ends */
+  atomic_int writer_done; /* ... and says when it has */
   atomic_long beats;
   /* The main thread's progress: when it last moved (ns, monotonic), what
    * it does (a phase in one of two buffers, flipped when rewritten) and
@@ -52,7 +63,7 @@ static struct {
   atomic_int state, status;
   char why[1024];
   atomic_int has_why;
-} wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .slot_lock = PTHREAD_MUTEX_INITIALIZER};
+} wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .slot_lock = PTHREAD_MUTEX_INITIALIZER, .beat_fd = -1};
 
 static long long now_ns(void) {
   struct timespec ts;
@@ -149,6 +160,61 @@ static void publish_slot(long beats) {
   pthread_mutex_unlock(&wd.slot_lock);
 }
 
+/* The beat to the launcher's socket, from a rank of another machine: one
+ * datagram, never waited for. */
+static void send_beat(long beats) {
+  if (wd.beat_fd < 0) return;
+  JobBeat b;
+  memset(&b, 0, sizeof b);
+  b.magic = JOB_BEAT_MAGIC;
+  b.rank = wd.rank;
+  b.token = wd.beat_token;
+  b.pid = (int64_t)getpid();
+  b.beat = beats;
+  b.idle_ns = (int64_t)(now_ns() - atomic_load(&wd.stamp));
+  action_text(b.action, sizeof b.action);
+  (void)!sendto(wd.beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL,
+                (struct sockaddr *)&wd.beat_to, wd.beat_to_len);
+}
+
+/* Whether the launcher answered the beats with its stop (JOB_STOP_MAGIC). */
+static int stop_datagram(void) {
+  if (wd.beat_fd < 0) return 0;
+  JobBeat b;
+  ssize_t got;
+  while ((got = recv(wd.beat_fd, &b, sizeof b, MSG_DONTWAIT)) >= 0)
+    if (got == (ssize_t)sizeof b && b.magic == JOB_STOP_MAGIC && b.token == wd.beat_token)
+      return 1;
+  return 0;
+}
+
+/* The launcher's socket from JOB_BEAT_ENV (HOST:PORT:TOKEN); a value that
+ * does not parse or resolve leaves the beats to the record. */
+static void open_beat(void) {
+  const char *v = getenv(JOB_BEAT_ENV);
+  if (!v || !*v) return;
+  char host[256], port[16];
+  unsigned long long token;
+  const char *c1 = strchr(v, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+  if (!c2 || c1 - v >= (long)sizeof host || c2 - c1 - 1 >= (long)sizeof port ||
+      sscanf(c2 + 1, "%llu", &token) != 1)
+    return;
+  memcpy(host, v, (size_t)(c1 - v)), host[c1 - v] = 0;
+  memcpy(port, c1 + 1, (size_t)(c2 - c1 - 1)), port[c2 - c1 - 1] = 0;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+  if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return;
+  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && res->ai_addrlen <= sizeof wd.beat_to) {
+    memcpy(&wd.beat_to, res->ai_addr, res->ai_addrlen);
+    wd.beat_to_len = res->ai_addrlen;
+  } else if (fd >= 0) {
+    close(fd), fd = -1;
+  }
+  freeaddrinfo(res);
+  wd.beat_fd = fd;
+  wd.beat_token = (uint64_t)token;
+}
+
 /* The launcher stops the job: another rank failed. */
 static void stop_on_abort(void) {
   atomic_store(&wd.status, 1);
@@ -163,11 +229,16 @@ static void stop_on_abort(void) {
 static void *writer(void *arg) {
   (void)arg;
   struct timespec pause = {0, (long)(JOB_BEAT_SECONDS * 1e9)};
-  while (!atomic_load(&wd.quit)) {
+  struct timespec stall = {(time_t)wd.record_stall,
+                           (long)((wd.record_stall - (double)(time_t)wd.record_stall) * 1e9)};
+  while (!atomic_load(&wd.quit_writer)) {
+    if (wd.record_stall > 0) nanosleep(&stall, NULL);
+    if (atomic_load(&wd.quit_writer)) break;
     write_record();
     if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
     nanosleep(&pause, NULL);
   }
+  atomic_store(&wd.writer_done, 1);
   return NULL;
 }
 
@@ -178,6 +249,8 @@ static void *beat(void *arg) {
     long beats = atomic_fetch_add(&wd.beats, 1) + 1;
     if (wd.launcher_here && !launcher_alive()) launcher_gone();
     publish_slot(beats);
+    send_beat(beats);
+    if (stop_datagram()) stop_on_abort();
     if (!wd.has_writer) {
       write_record();
       if (*wd.dir && access(wd.abort_path, F_OK) == 0) stop_on_abort();
@@ -259,7 +332,10 @@ void rt_wd_start(const char *program) {
   const char *slash = program ? strrchr(program, '/') : NULL;
   wd.program = slash ? slash + 1 : program ? program : "?";
   wd.launcher = launcher ? (pid_t)atol(launcher) : 0;
-  if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
+  const char *test_host = getenv(JOB_TEST_HOST_ENV), *stall = getenv(JOB_TEST_RECORD_STALL_ENV);
+  if (test_host && *test_host) snprintf(wd.host, sizeof wd.host, "%s", test_host);
+  else if (gethostname(wd.host, sizeof wd.host - 1) != 0) snprintf(wd.host, sizeof wd.host, "?");
+  if (stall && *stall) wd.record_stall = atof(stall);
   const char *lhost = getenv(JOB_LAUNCHER_HOST_ENV);
   wd.launcher_here = wd.launcher > 0 && lhost && !strcmp(lhost, wd.host) && launcher_alive();
   if (dir && *dir && strlen(dir) < sizeof wd.dir) {
@@ -270,6 +346,7 @@ void rt_wd_start(const char *program) {
     snprintf(wd.exit_path, sizeof wd.exit_path, "%s/" JOB_RECORD_FMT ".exit", dir, wd.rank);
   }
   if (wd.launcher_here) map_slot();
+  if (!wd.slot) open_beat();
   wd.on = 1;
   atexit(at_exit);
   write_record();
@@ -342,12 +419,23 @@ void rt_wd_fail(const char *why) {
 
 void rt_wd_finish(int status) {
   if (!wd.on) return;
-  atomic_store(&wd.quit, 1);
-  pthread_join(wd.thread, NULL);
-  if (wd.has_writer) pthread_join(wd.writer, NULL);
+  /* The record's thread first, while the beat goes on, and for a second
+   * at most: a write that a slow file system holds must neither stop the
+   * beats of a rank that is only ending nor keep it from its end (the
+   * thread, left behind, writes the same final record when it wakes). */
   atomic_store(&wd.status, status);
   atomic_store(&wd.state, status ? ST_EXITED : ST_DONE);
+  rt_wd_phase("finishing");
+  atomic_store(&wd.quit_writer, 1);
+  if (wd.has_writer) {
+    struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 100 && !atomic_load(&wd.writer_done); i++) nanosleep(&tick, NULL);
+    if (atomic_load(&wd.writer_done)) pthread_join(wd.writer, NULL);
+    else pthread_detach(wd.writer);
+  }
   write_record();
+  atomic_store(&wd.quit, 1);
+  pthread_join(wd.thread, NULL);
   wd.on = 0;
 }
 

@@ -506,9 +506,15 @@ static void print_banner(Rt *rt) {
   int64_t act = rt->exec ? rt_exec_stash_bytes(rt) : p->activations;
   /* With d > 1, MPI's copies of the gradient buckets in flight (dp.h). */
   int64_t staging = rt_dp_staging_bytes(rt);
-  char st[96] = "";
+  /* A pipeline stage's message buffers (exec.h). */
+  int64_t msgs = rt->exec ? rt_exec_message_bytes(rt) : 0;
+  char st[160] = "";
+  int sn = 0;
+  if (msgs)
+    sn += snprintf(st + sn, sizeof st - (size_t)sn, " | messages %s",
+                   rt_fmt_bytes(b[5], 32, msgs));
   if (staging)
-    snprintf(st, sizeof st, " | MPI's reduction staging up to %s",
+    snprintf(st + sn, sizeof st - (size_t)sn, " | MPI's reduction staging up to %s",
              rt_fmt_bytes(b[5], 32, staging));
   rt_say("memory plan: weights %s | grads %s | optimizer %s | activations %s%s | temporaries %s%s "
          "| total %s\n",
@@ -517,7 +523,8 @@ static void print_banner(Rt *rt) {
          rt->exec ? " (the pipeline's stash at its peak)" : "", rt_fmt_bytes(b[4], 32, p->temporaries),
          st,
          rt_fmt_bytes(b[5], 32,
-                      p->weights + p->grads + p->optimizer + act + p->temporaries + staging));
+                      p->weights + p->grads + p->optimizer + act + p->temporaries + msgs +
+                          staging));
   if (rt->exec) {
     rt_exec_describe(rt, line, sizeof line);
     rt_say("pipeline: %s\n", line);

@@ -43,6 +43,8 @@ struct RtExec {
   int live, peak_live;       /* slots in use, now and at most */
   int peak_table;            /* the most the table ever holds */
   int64_t peak_bytes;        /* their bytes, chunk by chunk */
+  Pool *mpool[2][2];         /* message buffers: [0 recv, 1 send][RtSchedMsg], per chunk */
+  int64_t msg_bytes;         /* their bytes at the table's peak (table_messages) */
   int64_t *numel[2][2];      /* per chunk: [0 recv, 1 send][RtSchedMsg] */
   Msg *recv[2], *send[2];    /* [RtSchedMsg][c * m + mb] */
   int *local[2];             /* [RtSchedMsg][c]: the chunk on this stage that computes what
@@ -121,6 +123,21 @@ static void release(RtExec *x, int c, unsigned char *s) {
   x->live--;
 }
 
+/* A message buffer of chunk c, received (d 0) or sent (d 1), from its
+ * pool: made once, reused every step, so the buffers a stage holds are
+ * those the plan counts (table_messages), not what malloc keeps. */
+static void *msg_get(RtExec *x, const RtModel *m, int d, int msg, int c) {
+  Pool *p = &x->mpool[d][msg][c];
+  if (p->nfree) return p->free[--p->nfree];
+  p->made++;
+  return msg_buf(m, x->numel[d][msg][c]);
+}
+
+static void msg_put(RtExec *x, int d, int msg, int c, void *buf) {
+  Pool *p = &x->mpool[d][msg][c];
+  p->free[p->nfree++] = buf;
+}
+
 /* ------------------------------------------------------------- setup */
 
 static const RtModel *sort_model;
@@ -143,6 +160,48 @@ static void table_peak(RtExec *x, const RtModel *m) {
     if (total > x->peak_table) x->peak_table = total;
   }
   for (int c = 0; c < x->v; c++) x->peak_bytes += most[c] * m->chunks[c].activations;
+  free(live);
+  free(most);
+}
+
+/* The message buffers at the table's peak, pool by pool (msg_get): a
+ * received tensor's from its RECV to the F or B that reads it, a sent
+ * one's from the F or B that computes it to the step's end, where every
+ * send is waited for (a program that polls its sends frees some sooner:
+ * then this is a bound), a kept output that the next chunk on this stage
+ * reads (V placement) from its F or B to that read. */
+static void table_messages(RtExec *x, const RtModel *m) {
+  int n = 2 * 2 * x->v;
+  int *live = rt_xcalloc((size_t)n, sizeof *live), *most = rt_xcalloc((size_t)n, sizeof *most);
+#define MSG_POOL(d, k, c) (((d) * 2 + (k)) * x->v + (c))
+#define MSG_ADD(d, k, c, by)                                                            \
+  do {                                                                                  \
+    int i_ = MSG_POOL(d, k, c);                                                         \
+    if ((live[i_] += (by)) > most[i_]) most[i_] = live[i_];                             \
+  } while (0)
+  for (int32_t i = 0; i < m->nactions; i++) {
+    const RtSchedAction *a = &m->actions[i];
+    const RtChunk *ch = &m->chunks[a->chunk];
+    int c = a->chunk;
+    if (a->kind == RT_SCHED_RECV) MSG_ADD(0, a->msg, c, 1);
+    if (a->kind == RT_SCHED_F || a->kind == RT_SCHED_B) {
+      int k = a->kind == RT_SCHED_F ? RT_SCHED_ACT : RT_SCHED_GRAD;
+      int reads = k == RT_SCHED_ACT ? ch->nrecv_act > 0 : !ch->has_loss && ch->nrecv_grad > 0;
+      int sends = k == RT_SCHED_ACT ? ch->nsend_act > 0 : ch->nsend_grad > 0;
+      int from = x->local[k][c];
+      if (reads) {
+        if (from >= 0) MSG_ADD(1, k, from, -1);
+        else MSG_ADD(0, k, c, -1);
+      }
+      if (sends) MSG_ADD(1, k, c, 1);
+    }
+  }
+#undef MSG_ADD
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 2; k++)
+      for (int c = 0; c < x->v; c++)
+        x->msg_bytes += most[MSG_POOL(d, k, c)] * RT_ALIGN64(x->numel[d][k][c] * msg_elem(m));
+#undef MSG_POOL
   free(live);
   free(most);
 }
@@ -216,6 +275,12 @@ void rt_exec_init(Rt *rt) {
   x->pool = rt_xcalloc((size_t)x->v, sizeof *x->pool);
   for (int c = 0; c < x->v; c++)
     x->pool[c].free = rt_xcalloc((size_t)x->m + 1, sizeof *x->pool[c].free);
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 2; k++) {
+      x->mpool[d][k] = rt_xcalloc((size_t)x->v, sizeof(Pool));
+      for (int c = 0; c < x->v; c++)
+        x->mpool[d][k][c].free = rt_xcalloc((size_t)x->m + 1, sizeof(unsigned char *));
+    }
   x->slot = rt_xcalloc((size_t)keys, sizeof *x->slot);
   for (int d = 0; d < 2; d++)
     for (int k = 0; k < 2; k++) x->numel[d][k] = rt_xcalloc((size_t)x->v, sizeof(int64_t));
@@ -246,6 +311,7 @@ void rt_exec_init(Rt *rt) {
   x->fwd_out = rt_xcalloc((size_t)x->v, sizeof *x->fwd_out);
   x->fwd_req = rt_xcalloc((size_t)x->v, sizeof *x->fwd_req);
   table_peak(x, m);
+  table_messages(x, m);
   /* Tied parameters in name order, the same on the first and the last
    * stage whatever order their tables list them in. */
   x->tied = rt_xcalloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *x->tied);
@@ -269,9 +335,15 @@ void rt_exec_free(Rt *rt) {
   for (int c = 0; c < x->v; c++) {
     for (int i = 0; i < x->pool[c].nfree; i++) rt_dev_free(x->pool[c].free[i]);
     free(x->pool[c].free);
-    rt_dev_free(x->fwd_in[c]);
-    rt_dev_free(x->fwd_out[c]);
+    for (int d = 0; d < 2; d++)
+      for (int k = 0; k < 2; k++) {
+        Pool *mp = &x->mpool[d][k][c];
+        for (int i = 0; i < mp->nfree; i++) rt_dev_free(mp->free[i]);
+        free(mp->free);
+      }
   }
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 2; k++) free(x->mpool[d][k]);
   free(x->pool);
   free(x->slot);
   for (int d = 0; d < 2; d++)
@@ -292,6 +364,8 @@ void rt_exec_free(Rt *rt) {
 }
 
 int64_t rt_exec_stash_bytes(const Rt *rt) { return rt->exec->peak_bytes; }
+
+int64_t rt_exec_message_bytes(const Rt *rt) { return rt->exec->msg_bytes; }
 
 void rt_exec_describe(Rt *rt, char *buf, int len) {
   RtExec *x = rt->exec;
@@ -324,7 +398,7 @@ static void post_recv(Rt *rt, RtExec *x, const RtSchedAction *a) {
     rt_fatal(rt->model->name, "internal error: RECV(%s, chunk %d, microbatch %d) posted twice",
              rt_sched_msg_name(a->msg), a->chunk, a->mb);
   int64_t n = x->numel[0][a->msg][a->chunk];
-  r->buf = msg_buf(rt->model, n);
+  r->buf = msg_get(x, rt->model, 0, a->msg, a->chunk);
   r->act = *a;
   r->posted = rt_trace_now();
   r->req = rt_comm_irecv(x->pipe, r->buf, n, x->msg_type, a->peer);
@@ -340,7 +414,7 @@ static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
   if (from >= 0 && r->buf) {
     parts_in(&rt->ctx, ch, msg == RT_SCHED_ACT ? ch->recv_act : ch->recv_grad,
              msg == RT_SCHED_ACT ? ch->nrecv_act : ch->nrecv_grad, r->buf);
-    rt_dev_free(r->buf);
+    msg_put(x, 1, msg, from, r->buf);
     *r = (Msg){0};
     return;
   }
@@ -355,7 +429,7 @@ static void take(Rt *rt, RtExec *x, int msg, int c, int mb) {
     parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, r->buf);
   else
     parts_in(&rt->ctx, ch, ch->recv_grad, ch->nrecv_grad, r->buf);
-  rt_dev_free(r->buf);
+  msg_put(x, 0, msg, c, r->buf);
   *r = (Msg){0};
 }
 
@@ -367,7 +441,7 @@ static void keep(Rt *rt, RtExec *x, int msg, int c, int mb) {
   if (s->buf)
     rt_fatal(rt->model->name, "internal error: the %s of chunk %d, microbatch %d, is still unsent",
              rt_sched_msg_name(msg), c, mb);
-  s->buf = msg_buf(rt->model, x->numel[1][msg][c]);
+  s->buf = msg_get(x, rt->model, 1, msg, c);
   if (msg == RT_SCHED_ACT)
     parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, s->buf);
   else
@@ -388,9 +462,9 @@ static void post_send(Rt *rt, RtExec *x, const RtSchedAction *a) {
 
 /* The send has completed (or was seen to be: poll tests the oldest one
  * only, so a trace's send lasts at most until then). */
-static void send_done(Msg *s) {
+static void send_done(RtExec *x, Msg *s) {
   if (!(s->act.flags & RT_SCHED_JOIN)) rt_trace_add(&s->act, s->posted, rt_trace_now());
-  rt_dev_free(s->buf);
+  msg_put(x, 1, s->act.msg, s->act.chunk, s->buf);
   *s = (Msg){0};
 }
 
@@ -398,7 +472,7 @@ void rt_exec_poll(Rt *rt) {
   RtExec *x = rt->exec;
   /* The oldest send first: MPI progresses the others inside the test. */
   if (x->head < x->npending && rt_comm_test(x->pending[x->head]->req))
-    send_done(x->pending[x->head++]);
+    send_done(x, x->pending[x->head++]);
 }
 
 /* ---------------------------------------------------------- a step */
@@ -567,7 +641,7 @@ double rt_exec_step(Rt *rt, int64_t step, int dump, RtStepInfo *info) {
    * belongs to this step. */
   for (; x->head < x->npending; x->head++) {
     rt_comm_wait(x->pending[x->head]->req);
-    send_done(x->pending[x->head]);
+    send_done(x, x->pending[x->head]);
   }
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < x->v * x->m; i++)
@@ -599,17 +673,19 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_out[x->local[RT_SCHED_ACT][c]]);
     } else if (ch->nrecv_act) {
       int64_t n = x->numel[0][RT_SCHED_ACT][c];
-      if (!x->fwd_in[c]) x->fwd_in[c] = msg_buf(m, n);
+      x->fwd_in[c] = msg_get(x, m, 0, RT_SCHED_ACT, c);
       rt_comm_recv(x->pipe, x->fwd_in[c], n, x->msg_type,
                    rt_vstage_stage(x->p, m->vshape, ch->vstage - 1));
       parts_in(&rt->ctx, ch, ch->recv_act, ch->nrecv_act, x->fwd_in[c]);
+      msg_put(x, 0, RT_SCHED_ACT, c, x->fwd_in[c]);
+      x->fwd_in[c] = NULL;
     }
     rt->ctx.seed = seed;
     rt_chunk_call(rt, c, RT_FN_FORWARD);
     if (ch->has_loss) loss += rt_chunk_loss(&rt->ctx, ch);
     if (ch->nsend_act) {
       int64_t n = x->numel[1][RT_SCHED_ACT][c];
-      if (!x->fwd_out[c]) x->fwd_out[c] = msg_buf(m, n);
+      x->fwd_out[c] = msg_get(x, m, 1, RT_SCHED_ACT, c);
       parts_out(&rt->ctx, ch, ch->send_act, ch->nsend_act, x->fwd_out[c]);
       int to = rt_vstage_stage(x->p, m->vshape, ch->vstage + 1);
       /* The next chunk on this stage reads it from fwd_out. */
@@ -618,6 +694,8 @@ static double forward_one(Rt *rt, RtExec *x, const int32_t *window, int64_t g, u
     release(x, c, s);
   }
   rt_comm_waitall(x->fwd_req, x->v);
+  for (int c = 0; c < x->v; c++)
+    if (x->fwd_out[c]) msg_put(x, 1, RT_SCHED_ACT, c, x->fwd_out[c]), x->fwd_out[c] = NULL;
   return loss;
 }
 

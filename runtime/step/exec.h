@@ -53,5 +53,10 @@ void rt_exec_describe(Rt *rt, char *buf, int len);
  * what a pipeline stage allocates for activations, in place of the
  * plan's one slot per chunk. */
 int64_t rt_exec_stash_bytes(const Rt *rt);
+/* The bytes of the stage's message buffers at its table's peak: a copy of
+ * each tensor received, from its RECV to the F or B that reads it, and of
+ * each one sent, from the F or B that computes it to the step's end. They
+ * are made once and reused, so this is what the stage holds for them. */
+int64_t rt_exec_message_bytes(const Rt *rt);
 
 #endif

@@ -12,6 +12,10 @@ if(TARGET shard_comm_mpi)
              COMMAND sh ${TESTS_DIR}/features/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
     list(APPEND reliability_tests reliability/${script})
   endforeach()
+  # The new form (docs/testing.md): bash, the compiler from $SHARDC.
+  add_test(NAME reliability/remote_beats
+           COMMAND bash ${TESTS_DIR}/features/reliability/remote_beats.sh)
+  list(APPEND reliability_tests reliability/remote_beats)
   set_tests_properties(${reliability_tests} PROPERTIES TIMEOUT 600 LABELS reliability)
   # The lock mpirun is for the tests that start ranks under mpirun; these
   # four compile (flat_sum, sizes) or run one process (keep_last,
