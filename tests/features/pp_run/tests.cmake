@@ -36,7 +36,7 @@ if(TARGET shard_comm_mpi)
     endif()
   endforeach()
   add_test(NAME pp_run/reshard
-           COMMAND sh ${TESTS_DIR}/features/pp_run/reshard.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR})
+           COMMAND bash ${TESTS_DIR}/features/pp_run/reshard.sh $<TARGET_FILE:tptool>)
   list(APPEND pp_run_tests pp_run/reshard)
   # Checkpoints under seven layouts: the same files, gradients, a save
   # killed midway, a tensor missing on one stage.
@@ -46,7 +46,7 @@ if(TARGET shard_comm_mpi)
   list(APPEND pp_run_tests pp_run/checkpoint)
   # Launch mistakes: a stage alone, stages out of order, another global batch.
   add_test(NAME pp_run/errors
-           COMMAND sh ${TESTS_DIR}/features/pp_run/errors.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+           COMMAND bash ${TESTS_DIR}/features/pp_run/errors.sh $<TARGET_FILE:tptool>
                    ${TESTS_DIR}/runtime/comm/mpirun.sh ${MPIEXEC_EXECUTABLE})
   list(APPEND pp_run_tests pp_run/errors)
   set_tests_properties(${pp_run_tests} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpirun LABELS pp_run)
