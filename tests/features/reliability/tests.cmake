@@ -4,19 +4,12 @@
 # lock `mpirun` with the other tests that start ranks.
 if(TARGET shard_comm_mpi)
   set(reliability_tests)
-  # Scripts in the form of docs/testing.md, which take the compiler and the
-  # source tree from the environment, then those still given them as
-  # arguments.
-  foreach(script keep_last save_lock writes sizes flat_sum compile_layers)
+  foreach(script failing_ranks nan preempt checkpoints keep_last resume_state determinism
+                 bad_flags memory save_lock nan_update outputs checksums
+                 launcher_death watchdog_load data_attacks hangs writes sizes
+                 flat_sum compile_layers)
     add_test(NAME reliability/${script}
              COMMAND bash ${TESTS_DIR}/features/reliability/${script}.sh)
-    list(APPEND reliability_tests reliability/${script})
-  endforeach()
-  foreach(script failing_ranks nan preempt checkpoints resume_state determinism
-                 bad_flags memory nan_update outputs checksums
-                 launcher_death watchdog_load data_attacks hangs)
-    add_test(NAME reliability/${script}
-             COMMAND sh ${TESTS_DIR}/features/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
     list(APPEND reliability_tests reliability/${script})
   endforeach()
   set_tests_properties(${reliability_tests} PROPERTIES TIMEOUT 600 LABELS reliability)
