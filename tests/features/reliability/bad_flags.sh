@@ -136,7 +136,7 @@ bad "--launcher: expected mpirun or srun, got ''" run "$M" $T --tp 2 --launcher=
 bad "--hostfile: cannot read '/nonexistent': No such file or directory" run "$M" $T --tp 2 --hostfile /nonexistent --steps 0
 bad "--hostfile: a host file is for mpirun" run "$M" $T --tp 2 --launcher srun --hostfile /etc/hostname --steps 0
 # srun missing: a PATH with only the tools this table uses.
-mkdir nosrun && for t in date grep sed head; do ln -s "$(command -v $t)" nosrun/; done
+mkdir nosrun && for t in date grep sed head tail; do ln -s "$(command -v $t)" nosrun/; done
 KEEP_PATH=$PATH PATH=$PWD/nosrun
 bad "--launcher srun: srun is not on PATH" run "$M" $T --tp 2 --launcher srun --steps 0
 PATH=$KEEP_PATH
