@@ -6,5 +6,5 @@
 set(HF_TESTS_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_test(NAME hf/names COMMAND bash ${HF_TESTS_DIR}/hf_names.sh)
 add_test(NAME hf/transformers
-         COMMAND sh ${HF_TESTS_DIR}/hf_transformers.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+         COMMAND bash ${HF_TESTS_DIR}/hf_transformers.sh)
 set_tests_properties(hf/transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
