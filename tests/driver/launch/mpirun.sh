@@ -7,7 +7,7 @@
 # installed. Prints the losses it compares.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 . "$ROOT/tests/driver/launch/lib.sh"
 reference
 P="--tp 2 --pp 2 --global-batch $GB"

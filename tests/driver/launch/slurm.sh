@@ -16,7 +16,7 @@
 # why and exits 77 (a skip).
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 skip() {
   echo "SKIP: $*"
   exit 77

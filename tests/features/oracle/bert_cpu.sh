@@ -18,7 +18,7 @@
 #    makes masks only for masked-LM models).
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-DATA=$(realpath "$1")
+DATA=$(cd "$OLDPWD" && realpath "$1")
 export OMP_NUM_THREADS=1
 fail=0
 

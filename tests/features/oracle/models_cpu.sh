@@ -14,7 +14,7 @@
 #    and an unequal concat, gives the same losses as rope's dims (1e-6).
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-DATA=$(realpath "$1")
+DATA=$(cd "$OLDPWD" && realpath "$1")
 HERE=$ROOT/tests/features/oracle
 export OMP_NUM_THREADS=1
 fail=0

@@ -25,7 +25,7 @@
 #   checkpoint.sh TPTOOL
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 OMP_NUM_THREADS=1
 export OMP_NUM_THREADS
 MODEL="$ROOT/models/gpt2.shard -D vocab=97 -D hidden=16 -D heads=4 -D layers=4 -D seq=8 --microbatch 2 --vocab-multiple 8"

@@ -4,8 +4,8 @@
 # and a message that says what to do, never a hang.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
-MPIRUN=$(realpath "$2")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
+MPIRUN=$(cd "$OLDPWD" && realpath "$2")
 MPIEXEC=$3
 MODELS=$ROOT/models
 "$TOOL" data data.bin 20000 61 || exit 1

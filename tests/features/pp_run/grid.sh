@@ -21,7 +21,7 @@
 # Prints one line per configuration and a summary.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 MODEL=$2
 MODE=${3:-quick}
 MODELS=$ROOT/models
@@ -43,7 +43,8 @@ esac
 # The schedules come from shardc's registry, so that a new one is trained
 # here without an edit: SCHEDULES lists them, and suits tells whether one
 # takes p stages of v chunks with d replicas (m = GB / (2 d) microbatches).
-SCHEDULES=$("$SHARDC" schedule --list | awk '{ print $1 }')
+SCHEDULES=$("$SHARDC" schedule --list | awk '{ print $1 }') ||
+  { echo "FAIL: shardc schedule --list"; exit 1; }
 # The placement must suit the model too (pp-partition may refuse a
 # layout the schedule takes), so the model is partitioned as well
 # (compile without a target writes nothing).

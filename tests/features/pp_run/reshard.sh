@@ -12,7 +12,7 @@
 # state sharded over the replicas) must resume at t=2, p=2 the same way.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 MODELS=$ROOT/models
 DEFS="-D vocab=97 -D seq=8 -D hidden=16 -D heads=4 -D layers=6 -D batch=2"
 "$TOOL" data data.bin 40000 61 || exit 1

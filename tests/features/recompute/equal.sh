@@ -16,7 +16,7 @@
 # Prints one line per run.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 "$TOOL" data data.bin 40000 61 >/dev/null || exit 1
 
 # train NAME MODEL FLAGS...: 3 steps of 4 microbatches; NAME.json, NAME.grads.

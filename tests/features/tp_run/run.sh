@@ -16,7 +16,7 @@
 # It prints the table of what it compared.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
-TOOL=$(realpath "$1")
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 MODEL=$2
 FILE=$ROOT/models/$MODEL.shard
 HERE=$ROOT/tests/features/tp_run
