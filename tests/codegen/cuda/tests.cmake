@@ -26,9 +26,9 @@ endif()
 
 if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2 ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2 ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/llama_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA})
   # --cuda-arch reaches the build file (nothing is built).
   add_test(NAME cuda_target/arch
@@ -40,10 +40,10 @@ if(TARGET shard_rt_cuda)
   # runtime has no NCCL backend (with it, multi.sh builds every layout in
   # bf16).
   add_test(NAME cuda_target/gpt2_bf16_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --precision bf16)
   add_test(NAME cuda_target/llama_bf16_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA} --precision bf16)
   if(TARGET shard_comm_nccl)
     set(CT_HAVE_NCCL 1)
@@ -65,7 +65,7 @@ if(TARGET shard_rt_cuda)
                    sh ${CT_DIR}/epilogue_choice.sh ${SHARDC} ${CT_WORK}/epilogue_choice
                    ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/gpt2_no_epilogue_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --no-gemm-epilogue)
   # CUDA graphs: which chunk functions each layout's programs mark
   # capturable, and that a capturable function's dropout reads its seed

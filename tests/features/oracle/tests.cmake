@@ -88,8 +88,8 @@ add_test(NAME oracle.bert_cuda_refuses
 set_tests_properties(oracle.bert_cuda_refuses PROPERTIES LABELS oracle)
 if(TARGET shard_rt_cuda)
   add_test(NAME oracle.neox_slices_cuda_build
-           COMMAND sh ${TESTS_DIR}/cuda_target/run.sh ${SHARDC}
-                   ${CMAKE_CURRENT_BINARY_DIR}/neox_slices_cuda ${TESTS_DIR}/oracle/neox_slices.shard
+           COMMAND bash ${TESTS_DIR}/codegen/cuda/run.sh
+                   ${CMAKE_CURRENT_BINARY_DIR}/neox_slices_cuda ${TESTS_DIR}/features/oracle/neox_slices.shard
                    -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2)
   set_tests_properties(oracle.neox_slices_cuda_build PROPERTIES LABELS "oracle;cuda" TIMEOUT 300)
 endif()
