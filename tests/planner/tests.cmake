@@ -103,7 +103,7 @@ if(TARGET shard_comm_mpi)
     set(TRACE_BOUND 1)
   endif()
   add_test(NAME planner/trace_run
-           COMMAND env COMPARE=1 BOUND=${TRACE_BOUND} sh ${PLANNER_DIR}/trace_run.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+           COMMAND env COMPARE=1 BOUND=${TRACE_BOUND} bash ${PLANNER_DIR}/trace_run.sh ${SHARDC_DATA_DIR}/austen_train.bin
                    ${CMAKE_CURRENT_BINARY_DIR}/planner_trace_run)
   # Alone: another test on the same cores would slow the runs, not their prediction.
   set_tests_properties(planner/trace_run PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun RUN_SERIAL TRUE)
