@@ -56,7 +56,7 @@ if(TARGET shard_rt_cuda)
   # The GEMM epilogues: which nodes they absorb, and the program without
   # them (--no-gemm-epilogue), which must build as well.
   add_test(NAME cuda_target/gpt2_epilogues
-           COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
+           COMMAND bash ${CT_DIR}/epilogue.sh ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
                    ${CT_GPT2})
   # The gemm-epilogue pass's printed choice, against its golden file, and
   # the same number of fused GEMMs in the program.
@@ -71,7 +71,7 @@ if(TARGET shard_rt_cuda)
   # capturable, and that a capturable function's dropout reads its seed
   # from device memory (graphs.sh; compiles only).
   add_test(NAME cuda_target/graphs
-           COMMAND sh ${CT_DIR}/graphs.sh ${SHARDC} ${MODELS_DIR} ${CT_WORK}/graphs ${CT_HAVE_NCCL})
+           COMMAND bash ${CT_DIR}/graphs.sh ${CT_WORK}/graphs ${CT_HAVE_NCCL})
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
                        cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
                        cuda_target/gpt2_epilogue_choice
