@@ -115,8 +115,7 @@ endif()
 # GPT-2 medium and a 1.3B shape in bf16 on the H200 preset, the usage
 # errors (program_cost.sh; the CUDA half where shardc has the CUDA libraries).
 add_test(NAME planner/program_cost
-         COMMAND sh ${PLANNER_DIR}/program_cost.sh ${SHARDC} ${MODELS_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost)
+         COMMAND bash ${PLANNER_DIR}/program_cost.sh ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost)
 # The same report of a CPU program against its measured run, per kernel
 # class, within 25% for the demo shape and GPT-2 small, on the description
 # `shardc hw --measure` writes (program_cost_trace.sh; minutes: label long,
