@@ -121,7 +121,7 @@ add_test(NAME planner/program_cost
 # `shardc hw --measure` writes (program_cost_trace.sh; minutes: label long,
 # alone on the machine).
 add_test(NAME planner/program_cost_trace
-         COMMAND sh ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+         COMMAND bash ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC_DATA_DIR}/austen_train.bin
                  ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost_trace)
 set_tests_properties(planner/program_cost_trace PROPERTIES TIMEOUT 1200 RESOURCE_LOCK mpirun
                      RUN_SERIAL TRUE LABELS long)
