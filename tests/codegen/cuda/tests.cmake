@@ -62,7 +62,7 @@ if(TARGET shard_rt_cuda)
   # the same number of fused GEMMs in the program.
   add_test(NAME cuda_target/gpt2_epilogue_choice
            COMMAND sh ${EXPECT} ${CT_DIR}/gpt2_epilogue_choice.expected 0 --
-                   sh ${CT_DIR}/epilogue_choice.sh ${SHARDC} ${CT_WORK}/epilogue_choice
+                   bash ${CT_DIR}/epilogue_choice.sh ${CT_WORK}/epilogue_choice
                    ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/gpt2_no_epilogue_build
            COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
