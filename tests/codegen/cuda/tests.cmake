@@ -16,7 +16,7 @@ set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D lay
 # (about two minutes on two cores: one nvcc build per distinct program).
 if(TARGET shard_comm_nccl)
   add_test(NAME cuda_target/multi_rank
-           COMMAND sh ${CT_DIR}/multi.sh ${SHARDC} ${MODELS_DIR})
+           COMMAND bash ${CT_DIR}/multi.sh)
   set_tests_properties(cuda_target/multi_rank PROPERTIES LABELS cuda TIMEOUT 600)
 else()
   add_test(NAME cuda_target/refuses_tp
