@@ -1,5 +1,5 @@
-#!/bin/sh
-# program_cost.sh SHARDC MODELS WORK: the cost report of compiled programs
+#!/bin/bash
+# program_cost.sh WORK: the cost report of compiled programs
 # (`shardc simulate --program DIR --hw NAME`, planner/program_cost.c, from
 # the launch listing codegen/listing.c writes at compile time), without
 # running them:
@@ -19,10 +19,13 @@
 # - the usage errors.
 # The CUDA half needs a shardc built with the CUDA libraries; without them
 # it says so and checks the CPU programs only.
-set -u
-shardc=$1 models=$2 work=$3
-here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$work" && cd "$work" || exit 1
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+# WORK is kept for a look afterwards, relative to where the test started;
+# check and fail below are this test's own.
+shardc=$SHARDC models=$ROOT/models work=$(cd "$OLDPWD" && realpath -m "$1")
+here=$ROOT/tests/planner
+mkdir -p "$work" && cd "$work"
 bad=0
 fail() { echo "FAIL: $*"; bad=1; }
 DEMO="-D layers=2 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128 -D batch=2"

@@ -1,5 +1,5 @@
-#!/bin/sh
-# program_cost_trace.sh SHARDC DATA WORK: the cost report of a CPU program
+#!/bin/bash
+# program_cost_trace.sh DATA WORK: the cost report of a CPU program
 # (`shardc simulate --program DIR`, planner/program_cost.c) against the
 # same program measured, per kernel class, for the demo shape (4 x 128, 4
 # heads, seq 128, vocabulary 256, microbatch 4, 4 microbatches a step) and
@@ -24,10 +24,11 @@
 # trace_run.sh asks whether the cores were this test's (each of one busy
 # process per core must get 80% of a core), and on a machine other jobs
 # share the miss is printed and not counted.
-set -u
-shardc=$1 data=$2 work=$3
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$work" && cd "$work" || exit 1
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+# WORK is kept for a look afterwards, relative to where the test started.
+shardc=$SHARDC data=$(cd "$OLDPWD" && realpath "$1") work=$(cd "$OLDPWD" && realpath -m "$2")
+mkdir -p "$work" && cd "$work"
 bad=0
 # quiet: whether each of one busy process per core gets 80% of a core.
 quiet() {

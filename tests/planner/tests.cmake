@@ -103,7 +103,7 @@ if(TARGET shard_comm_mpi)
     set(TRACE_BOUND 1)
   endif()
   add_test(NAME planner/trace_run
-           COMMAND env COMPARE=1 BOUND=${TRACE_BOUND} sh ${PLANNER_DIR}/trace_run.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+           COMMAND env COMPARE=1 BOUND=${TRACE_BOUND} bash ${PLANNER_DIR}/trace_run.sh ${SHARDC_DATA_DIR}/austen_train.bin
                    ${CMAKE_CURRENT_BINARY_DIR}/planner_trace_run)
   # Alone: another test on the same cores would slow the runs, not their prediction.
   set_tests_properties(planner/trace_run PROPERTIES TIMEOUT 600 RESOURCE_LOCK mpirun RUN_SERIAL TRUE)
@@ -115,8 +115,7 @@ endif()
 # GPT-2 medium and a 1.3B shape in bf16 on the H200 preset, the usage
 # errors (program_cost.sh; the CUDA half where shardc has the CUDA libraries).
 add_test(NAME planner/program_cost
-         COMMAND sh ${PLANNER_DIR}/program_cost.sh ${SHARDC} ${MODELS_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost)
+         COMMAND bash ${PLANNER_DIR}/program_cost.sh ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost)
 # The same report of a CPU program against its measured run, per kernel
 # class, within 25% for the demo shape and GPT-2 small, on the description
 # `shardc hw --measure` writes (program_cost_trace.sh; minutes, alone on the
@@ -125,7 +124,7 @@ add_test(NAME planner/program_cost
 # are priced 28% short, the elementwise and copy labels 45% long, attention
 # 28% short (docs/targets.md, "The cost report of a program").
 add_test(NAME planner/program_cost_trace
-         COMMAND sh ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+         COMMAND bash ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC_DATA_DIR}/austen_train.bin
                  ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost_trace)
 set_tests_properties(planner/program_cost_trace PROPERTIES TIMEOUT 1200 RESOURCE_LOCK mpirun
                      RUN_SERIAL TRUE LABELS full)

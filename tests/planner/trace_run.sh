@@ -1,5 +1,5 @@
-#!/bin/sh
-# trace_run.sh SHARDC DATA WORK: the demo shape trained a few steps with
+#!/bin/bash
+# trace_run.sh DATA WORK: the demo shape trained a few steps with
 # `shardc run --trace` on one rank and on two (t=2, p=2, d=2 in turn). Each
 # trace must be valid JSON with one named process per rank and, on every
 # rank, the forward and backward of every microbatch and one optimizer
@@ -19,10 +19,12 @@
 # processes, one per core, must each get 80% of a core. On a machine that
 # other jobs share the miss is printed as such and not held against the
 # model (the bound is about the model, not about the neighbours).
-shardc=$1 data=$2 work=$3
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+shardc=$SHARDC data=$(cd "$OLDPWD" && realpath "$1") work=$2
 S="-D layers=4 -D hidden=128 -D heads=4 -D seq=128 -D vocab=256"
-mkdir -p "$work" && cd "$work" || exit 1
+# WORK is kept for a look afterwards, relative to where the test started.
+cd "$OLDPWD" && mkdir -p "$work" && cd "$work"
 bad=0
 # error NAME: the simulated step time's error in percent, from NAME.cmp.
 error() { sed -n 's/.*simulated step time error \([-+0-9.]*\)%.*/\1/p' "$1.cmp"; }

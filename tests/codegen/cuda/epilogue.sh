@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # The GEMM epilogues of the CUDA target (codegen/cuda/gemm.c): in the tiny GPT-2
 # every linear -> gelu is one GEMM with cuBLASLt's bias+GELU epilogue (it
 # keeps the pre-activation), every linear_dx -> gelu_grad one GEMM with the
@@ -6,10 +6,13 @@
 # epilogue of a GEMM (a linear_dw's, or a dgelu's); with --no-gemm-epilogue
 # there is none of them. The flag leaves the CPU target's program as it is.
 #
-#   epilogue.sh SHARDC WORKDIR MODEL LAYERS [compile options...]
-set -eu
-shardc=$1 work=$2 model=$3 layers=$4
-shift 4
+#   epilogue.sh WORKDIR MODEL LAYERS [compile options...]
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+shardc=$SHARDC
+# WORKDIR and MODEL relative to where the test started.
+work=$(cd "$OLDPWD" && realpath -m "$1") model=$(cd "$OLDPWD" && realpath "$2") layers=$3
+shift 3
 rm -rf "$work"
 mkdir -p "$work"
 "$shardc" compile "$model" --target cuda -o "$work/on" "$@" >/dev/null

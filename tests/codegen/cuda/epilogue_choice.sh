@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # The gemm-epilogue pass's printed choice (passes/gemm_epilogue.c) for the
 # CUDA target: one line per GEMM whose cuBLASLt epilogue computes a gelu,
 # a gelu_grad or a bias gradient, then the counts, with the epilogues on,
@@ -7,10 +7,13 @@
 # fused GEMMs in the program as lines. The caller compares what this
 # prints with the golden file (tests/expect.sh).
 #
-#   epilogue_choice.sh SHARDC WORKDIR MODEL [compile options...]
-set -eu
-shardc=$1 work=$2 model=$3
-shift 3
+#   epilogue_choice.sh WORKDIR MODEL [compile options...]
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+shardc=$SHARDC
+# WORKDIR and MODEL relative to where the test started.
+work=$(cd "$OLDPWD" && realpath -m "$1") model=$(cd "$OLDPWD" && realpath "$2")
+shift 2
 rm -rf "$work"
 mkdir -p "$work"
 choice() {

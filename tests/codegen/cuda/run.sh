@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # The CUDA target without a GPU: compiles a model for --target cuda, builds
 # the rank program with nvcc (warning-free: anything nvcc or the host
 # compiler prints fails the test), and runs its host code: --help works
@@ -6,10 +6,13 @@
 # memory plan) exits non-zero with the "no CUDA device" error. On a machine
 # with a GPU the start simply succeeds.
 #
-#   run.sh SHARDC WORKDIR MODEL [compile options...]
-set -eu
-shardc=$1 work=$2 model=$3
-shift 3
+#   run.sh WORKDIR MODEL [compile options...]
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+shardc=$SHARDC
+# WORKDIR and MODEL relative to where the test started.
+work=$(cd "$OLDPWD" && realpath -m "$1") model=$(cd "$OLDPWD" && realpath "$2")
+shift 2
 rm -rf "$work"
 mkdir -p "$work"
 "$shardc" compile "$model" --target cuda -o "$work/out" "$@" >"$work/plan.txt" ||
@@ -27,7 +30,7 @@ fi
 # The vocabulary is padded at t = 1 too (vocab-pad, CgTarget.vocab_pad_always):
 # the loss runs over a multiple of 128 columns, of which the first `valid`
 # (the model's vocabulary, 257 in the tiny models) are real.
-ce=$(grep -m1 'k_cuda_cross_entropy_fwd' "$work/out/rank0.cu")
+ce=$(grep -m1 'k_cuda_cross_entropy_fwd' "$work/out/rank0.cu" || true)
 cols=$(echo "$ce" | awk -F', ' '{print $5}') valid=$(echo "$ce" | awk -F', ' '{print $6}')
 echo "loss over $cols columns, $valid of them real"
 [ -n "$cols" ] && [ $((cols % 128)) -eq 0 ] && [ "$valid" -lt "$cols" ] ||

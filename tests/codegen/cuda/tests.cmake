@@ -16,7 +16,7 @@ set(CT_LLAMA -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D lay
 # (about two minutes on two cores: one nvcc build per distinct program).
 if(TARGET shard_comm_nccl)
   add_test(NAME cuda_target/multi_rank
-           COMMAND sh ${CT_DIR}/multi.sh ${SHARDC} ${MODELS_DIR})
+           COMMAND bash ${CT_DIR}/multi.sh)
   set_tests_properties(cuda_target/multi_rank PROPERTIES LABELS cuda TIMEOUT 600)
 else()
   add_test(NAME cuda_target/refuses_tp
@@ -26,9 +26,9 @@ endif()
 
 if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/gpt2_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2 ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2 ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/llama_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA})
   # --cuda-arch reaches the build file (nothing is built).
   add_test(NAME cuda_target/arch
@@ -40,10 +40,10 @@ if(TARGET shard_rt_cuda)
   # runtime has no NCCL backend (with it, multi.sh builds every layout in
   # bf16).
   add_test(NAME cuda_target/gpt2_bf16_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2_bf16 ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --precision bf16)
   add_test(NAME cuda_target/llama_bf16_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/llama_bf16 ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA} --precision bf16)
   if(TARGET shard_comm_nccl)
     set(CT_HAVE_NCCL 1)
@@ -56,22 +56,22 @@ if(TARGET shard_rt_cuda)
   # The GEMM epilogues: which nodes they absorb, and the program without
   # them (--no-gemm-epilogue), which must build as well.
   add_test(NAME cuda_target/gpt2_epilogues
-           COMMAND sh ${CT_DIR}/epilogue.sh ${SHARDC} ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
+           COMMAND bash ${CT_DIR}/epilogue.sh ${CT_WORK}/epilogues ${MODELS_DIR}/gpt2.shard 2
                    ${CT_GPT2})
   # The gemm-epilogue pass's printed choice, against its golden file, and
   # the same number of fused GEMMs in the program.
   add_test(NAME cuda_target/gpt2_epilogue_choice
            COMMAND sh ${EXPECT} ${CT_DIR}/gpt2_epilogue_choice.expected 0 --
-                   sh ${CT_DIR}/epilogue_choice.sh ${SHARDC} ${CT_WORK}/epilogue_choice
+                   bash ${CT_DIR}/epilogue_choice.sh ${CT_WORK}/epilogue_choice
                    ${MODELS_DIR}/gpt2.shard ${CT_GPT2})
   add_test(NAME cuda_target/gpt2_no_epilogue_build
-           COMMAND sh ${CT_DIR}/run.sh ${SHARDC} ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/gpt2_noepi ${MODELS_DIR}/gpt2.shard
                    ${CT_GPT2} --no-gemm-epilogue)
   # CUDA graphs: which chunk functions each layout's programs mark
   # capturable, and that a capturable function's dropout reads its seed
   # from device memory (graphs.sh; compiles only).
   add_test(NAME cuda_target/graphs
-           COMMAND sh ${CT_DIR}/graphs.sh ${SHARDC} ${MODELS_DIR} ${CT_WORK}/graphs ${CT_HAVE_NCCL})
+           COMMAND bash ${CT_DIR}/graphs.sh ${CT_WORK}/graphs ${CT_HAVE_NCCL})
   set_tests_properties(cuda_target/gpt2_build cuda_target/llama_build cuda_target/gpt2_bf16_build
                        cuda_target/llama_bf16_build cuda_target/gpt2_epilogues
                        cuda_target/gpt2_epilogue_choice
@@ -94,7 +94,7 @@ if(TARGET shard_comm_nccl)
   add_executable(comm_test_nccl ${CT_COMM}/comm_test.c)
   target_link_libraries(comm_test_nccl PRIVATE shard_comm_nccl m)
   set(CT_MPIRUN sh ${CT_COMM}/mpirun.sh ${MPIEXEC_EXECUTABLE})
-  set(CT_FAIL sh ${CT_COMM}/fail.sh ${CT_COMM}/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  set(CT_FAIL bash ${CT_COMM}/fail.sh ${CT_COMM}/mpirun.sh ${MPIEXEC_EXECUTABLE})
   set(CT_PROG $<TARGET_FILE:comm_test_nccl>)
   add_test(NAME cuda_target/comm_nccl_singleton COMMAND comm_test_nccl check)
   add_test(NAME cuda_target/comm_nccl_np2 COMMAND ${CT_MPIRUN} 2 ${CT_PROG} check)

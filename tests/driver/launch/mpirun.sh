@@ -1,14 +1,13 @@
-#!/bin/sh
-# mpirun.sh SHARDC TPTOOL ROOT: the launch.sh that `shardc compile` writes,
+#!/bin/bash
+# mpirun.sh TPTOOL: the launch.sh that `shardc compile` writes,
 # run without Slurm. The t=2, p=2 programs (4 ranks, two programs) started
 # by launch.sh under mpirun, on this machine and through a host file, and
 # by `shardc run --hostfile`, must give the one-rank losses; the script is
 # the same bytes when compiled again, and passes shellcheck where it is
 # installed. Prints the losses it compares.
-SHARDC=$1
-TOOL=$2
-ROOT=$3
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 . "$ROOT/tests/driver/launch/lib.sh"
 reference
 P="--tp 2 --pp 2 --global-batch $GB"
@@ -42,7 +41,7 @@ timeout 300 "$SHARDC" run "$M" $DEFS --vocab-multiple 8 $P --out prog-4 --hostfi
 compare "shardc run --hostfile hosts (4 ranks)" run.json
 
 # shellcheck disable=SC2086
-"$SHARDC" compile "$M" $DEFS --vocab-multiple 8 $P --target cpu -o prog-4b >/dev/null 2>&1
+"$SHARDC" compile "$M" $DEFS --vocab-multiple 8 $P --target cpu -o prog-4b >/dev/null 2>&1 || true
 if cmp -s prog-4/launch.sh prog-4b/launch.sh; then
   ok "launch.sh: the same $(wc -c <prog-4/launch.sh) bytes when compiled again"
 else

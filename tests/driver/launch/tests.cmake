@@ -6,8 +6,7 @@
 if(TARGET shard_comm_mpi)
   foreach(script mpirun slurm)
     add_test(NAME launch/${script}
-             COMMAND sh ${TESTS_DIR}/driver/launch/${script}.sh ${SHARDC} $<TARGET_FILE:tptool>
-                     ${CMAKE_SOURCE_DIR})
+             COMMAND bash ${TESTS_DIR}/driver/launch/${script}.sh $<TARGET_FILE:tptool>)
     set_tests_properties(launch/${script} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpirun
                          LABELS launch SKIP_RETURN_CODE 77)
     if(SHARDC_SANITIZE)

@@ -75,8 +75,7 @@ endforeach()
 # gpt2 bf16 at t=2 (sequence parallel) and p=2, built for the emulator and
 # run over MPI (tests/features/tp/comm_bf16.sh).
 add_test(NAME emu/comm_bf16
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/features/tp/comm_bf16.sh runtime $<TARGET_FILE:shardc>
-                 ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/models)
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/features/tp/comm_bf16.sh runtime)
 set_tests_properties(emu/comm_bf16 PROPERTIES LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 300
                      RESOURCE_LOCK mpirun ENVIRONMENT "OMP_NUM_THREADS=1")
 # Open MPI leaks at exit what no suppression can name (tests/runtime/comm).

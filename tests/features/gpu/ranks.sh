@@ -9,7 +9,7 @@
 # InfiniBand), which is slow but moves the same bytes through the same
 # code.
 
-NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+NGPUS=$( (nvidia-smi -L 2>/dev/null || true) | { grep -c '^GPU' || true; })
 
 # How a layout of N ranks runs here: 0 on its own GPUs (or on the CPU
 # emulator, GPU_EMU=1, whose NCCL stand-in needs no settings), 1 sharing them.

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # the -D lists are lists of words
 # Hugging Face checkpoints both ways without transformers (hf_transformers.sh
 # checks them against transformers itself):
@@ -10,11 +10,8 @@
 #   checkpoint it came from;
 # - --init-map renames what no prefix explains;
 # - a missing tensor is one error line with the nearest names.
-#
-#   hf_names.sh SHARDC ROOT
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 
 LLAMA="-D vocab=256 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D seq=16 --microbatch 2"
 GPT2="-D vocab=256 -D hidden=32 -D heads=2 -D layers=2 -D seq=16 --microbatch 2"
@@ -57,22 +54,22 @@ echo "llama's config.json:"
 sed 's/^/    /' hf-llama/config.json
 
 # --- in ------------------------------------------------------------------------
-llama --steps 1 --init-from ck-llama/model.safetensors >own.txt 2>&1
-llama --steps 1 --init-from hf-llama >hf.txt 2>&1
+llama --steps 1 --init-from ck-llama/model.safetensors >own.txt 2>&1 || true
+llama --steps 1 --init-from hf-llama >hf.txt 2>&1 || true
 la=$(loss1 own.txt) b=$(loss1 hf.txt)
 echo "      step-1 loss from the checkpoint $la, from the exported folder $b"
 if [ -n "$la" ] && [ "$la" = "$b" ]; then ok "llama: the exported folder loads back, same loss"; else fail "llama: losses $la, $b"; fi
 check "  ... its names read without the prefix 'model.', said once" has hf.txt "20 tensors read without the prefix 'model.'"
-gpt2 --steps 1 --init-from ck-gpt2/model.safetensors >own.txt 2>&1
-gpt2 --steps 1 --init-from hf-gpt2 >hf.txt 2>&1
+gpt2 --steps 1 --init-from ck-gpt2/model.safetensors >own.txt 2>&1 || true
+gpt2 --steps 1 --init-from hf-gpt2 >hf.txt 2>&1 || true
 a=$(loss1 own.txt) b=$(loss1 hf.txt)
 echo "      step-1 loss from the checkpoint $a, from the exported folder $b"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "gpt2: the exported folder loads back, same loss"; else fail "gpt2: losses $a, $b"; fi
 
 check "export llama in parts of 40 kB" "$SHARDC" export ck-llama --hf hf-parts --shard-bytes 40000
-parts=$(ls hf-parts/model-*-of-*.safetensors | wc -l)
+parts=$({ ls hf-parts/model-*-of-*.safetensors 2>/dev/null || true; } | wc -l)
 check "  ... $parts parts and their index" test "$parts" -ge 3 -a -s hf-parts/model.safetensors.index.json
-llama --steps 1 --init-from hf-parts >parts.txt 2>&1
+llama --steps 1 --init-from hf-parts >parts.txt 2>&1 || true
 c=$(loss1 parts.txt)
 echo "      step-1 loss from the sharded set $c"
 if [ -n "$c" ] && [ "$c" = "$la" ]; then ok "the sharded set loads, same loss"; else fail "sharded set: loss $c"; fi
@@ -80,7 +77,7 @@ if [ -n "$c" ] && [ "$c" = "$la" ]; then ok "the sharded set loads, same loss"; 
 # A map swaps the two vocabulary matrices: the loss changes, and the same
 # map twice restores them.
 printf '# swapped\nembed_tokens.weight lm_head.weight\nlm_head.weight model.embed_tokens.weight\n' >swap.map
-llama --steps 1 --init-from hf-llama --init-map swap.map >swap.txt 2>&1
+llama --steps 1 --init-from hf-llama --init-map swap.map >swap.txt 2>&1 || true
 s=$(loss1 swap.txt)
 echo "      step-1 loss with the two vocabulary matrices swapped by --init-map: $s"
 if [ -n "$s" ] && [ "$s" != "$la" ]; then ok "--init-map renames (2 tensors)"; else fail "--init-map: loss $s"; fi

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # the -D lists are lists of words
 # Hugging Face checkpoints both ways, against transformers itself, for
 # GPT-2, LLaMA and GPT-NeoX, with no hand-written mapping:
@@ -12,10 +12,8 @@
 # - greedy samples (temperature 0) are the same ids.
 # The Python is build/pyenv's (SHARDC_PYENV to choose another), else
 # python3; without transformers the test skips (exit 77), saying why.
-#
-#   hf_transformers.sh SHARDC ROOT
-SHARDC=$1
-ROOT=$2
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 HF="$ROOT/tests/features/hf/hf_transformers.py"
 PY=
 for py in "${SHARDC_PYENV:-$ROOT/build/pyenv}/bin/python" python3; do
@@ -25,10 +23,9 @@ if [ -z "$PY" ]; then
   echo "SKIP: no python that imports torch and transformers ($(echo "$why" | tail -1)); pip install 'transformers==4.40.2' into build/pyenv"
   exit 77
 fi
-. "$ROOT/tests/common/checks.sh"
 
 corpus_shards
-relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }'; }
+relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.1e", d / m }' 2>/dev/null || true; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 loss_of() { sed -n '1s/.*"loss":\([^,}]*\).*/\1/p' "$1"; }
 
@@ -50,8 +47,8 @@ for model in gpt2 llama neox; do
   peak=$(sed -n 's/.*, \([0-9.]*\) scaled.*/\1/p' make.txt) flat=$(sed -n 's/.*uniform attention gives \([0-9.]*\).*/\1/p' make.txt)
   if le "$(awk -v f="$flat" 'BEGIN { print 3 * f }')" "$peak"; then ok "$model: attention far from uniform ($peak >= 3 x $flat)"; else fail "$model: attention nearly uniform"; fi
   # In: shardc's loss of HF's weights against transformers'.
-  run --steps 1 --init-from "in-$model" --log-json in.json >in.txt 2>&1
-  ours=$(loss_of in.json) theirs=$("$PY" "$HF" loss "in-$model" train.bin 2 16)
+  run --steps 1 --init-from "in-$model" --log-json in.json >in.txt 2>&1 || true
+  ours=$(loss_of in.json) theirs=$("$PY" "$HF" loss "in-$model" train.bin 2 16 || true)
   e=$(relerr "$ours" "$theirs")
   echo "      HF's weights: loss $ours here, $theirs in transformers (rel. err. $e)"
   if [ -n "$ours" ] && le "$e" 1e-5; then ok "$model: HF's weights in, the same loss"; else fail "$model: loss of HF's weights"; tail -3 in.txt; fi
@@ -59,17 +56,17 @@ for model in gpt2 llama neox; do
   run --steps 5 --init-from "in-$model" --lr 3e-3 --save "ck-$model" >train.txt 2>&1 ||
     { fail "$model: training"; tail -3 train.txt; continue; }
   check "$model: export --hf" "$SHARDC" export "ck-$model" --hf "out-$model"
-  run --steps 1 --init-from "out-$model" --log-json out.json >out.txt 2>&1
-  ours=$(loss_of out.json) theirs=$("$PY" "$HF" loss "out-$model" train.bin 2 16)
+  run --steps 1 --init-from "out-$model" --log-json out.json >out.txt 2>&1 || true
+  ours=$(loss_of out.json) theirs=$("$PY" "$HF" loss "out-$model" train.bin 2 16 || true)
   e=$(relerr "$ours" "$theirs")
   echo "      after 5 steps: loss $ours here, $theirs in transformers from the export (rel. err. $e)"
   if [ -n "$ours" ] && le "$e" 1e-5; then ok "$model: 5 steps out, from_pretrained's loss the same"; else fail "$model: loss after export"; tail -3 out.txt; fi
   # Greedy samples of the trained weights: prompt 5 ids, 10 new (16 positions in all).
   prompt="84 104 101 32 115"
   "prog-$model/rank0" --init-from "out-$model" --steps 0 --quiet --sample-prompt "$prompt" --sample-ids \
-    --sample-tokens 10 --temperature 0 >ids.txt 2>&1
-  ours=$(grep -E '^[0-9]+$' ids.txt | tr '\n' ' ' | sed 's/ $//')
-  theirs=$("$PY" "$HF" greedy "out-$model" 10 $prompt)
+    --sample-tokens 10 --temperature 0 >ids.txt 2>&1 || true
+  ours=$({ grep -E '^[0-9]+$' ids.txt || true; } | tr '\n' ' ' | sed 's/ $//')
+  theirs=$("$PY" "$HF" greedy "out-$model" 10 $prompt || true)
   echo "      greedy after [$prompt]: [$ours] here, [$theirs] in transformers"
   if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then ok "$model: greedy samples equal"; else fail "$model: greedy samples differ"; tail -3 ids.txt; fi
 done

@@ -4,9 +4,9 @@
 # for GPT-2, LLaMA and GPT-NeoX (hf_transformers.sh, in the long checks; it
 # skips, saying why, when transformers cannot be imported).
 set(HF_TESTS_DIR ${CMAKE_CURRENT_LIST_DIR})
-add_test(NAME hf/names COMMAND sh ${HF_TESTS_DIR}/hf_names.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+add_test(NAME hf/names COMMAND bash ${HF_TESTS_DIR}/hf_names.sh)
 add_test(NAME hf/transformers
-         COMMAND sh ${HF_TESTS_DIR}/hf_transformers.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+         COMMAND bash ${HF_TESTS_DIR}/hf_transformers.sh)
 set_tests_properties(hf/transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 # BERT's export (two prefixes, `out` spelled `output`, the tied decoder)
 # loaded by transformers' BertForMaskedLM, every tensor equal (long: it

@@ -1,7 +1,7 @@
 #!/bin/bash
 # models/bert.shard against Hugging Face transformers' BertForMaskedLM:
 #
-#   tests/features/oracle/hf_bert.sh SHARDC [WORKDIR]
+#   tests/features/oracle/hf_bert.sh [WORKDIR]
 #
 # hf_bert.py writes a shard of padded rows (token 0 pads, the vocabulary's
 # last id is [MASK]); our program draws the initial weights (--steps 0
@@ -16,10 +16,11 @@
 # wrong mask would show. Exit 0 pass, 1 fail, 77 without transformers
 # (build/pyenv, from scripts/install-deps.sh) or torch.
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../../.." && pwd)
-SHARDC=${1:?usage: hf_bert.sh SHARDC [WORKDIR]}
-SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
+. "$SHARDC_SRC/tests/common/checks.sh"
+# WORKDIR, relative to where the test started (checks.sh has moved into
+# its own folder since).
+W=${1:+$(cd "$OLDPWD" && realpath -m "$1")}
+HERE=$ROOT/tests/features/oracle
 PY=${PY:-${SHARDC_PYENV:-$ROOT/build/pyenv}/bin/python}
 if [[ ! -x $PY ]]; then
   echo "hf_bert: SKIP: no $PY (scripts/install-deps.sh makes it, with transformers)"
@@ -42,8 +43,7 @@ IFS=, read -ra kv <<<"$CONFIG"
 for x in "${kv[@]}"; do DEFS+=(-D "$x"); done
 OPT=(--lr $LR --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay $WD --clip 0
      --warmup 0 --lr-schedule constant --optimizer adamw --seed $SEED --mlm-pad-id 0)
-if [[ -n ${2:-} ]]; then W=$2; mkdir -p "$W"; else W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; fi
-cd "$W"
+if [[ -n $W ]]; then mkdir -p "$W" && cd "$W"; fi
 export OMP_NUM_THREADS=1
 run() { echo "+ $*" >&2; "$@"; }
 run "$PY" "$HERE/hf_bert.py" data --vocab 97 --seq $SEQ --rows 64 --seed 1 -o data.bin

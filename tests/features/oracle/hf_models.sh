@@ -1,7 +1,7 @@
 #!/bin/bash
 # A shipped model against Hugging Face transformers' own class for it:
 #
-#   tests/features/oracle/hf_models.sh SHARDC neox [WORKDIR]
+#   tests/features/oracle/hf_models.sh neox [WORKDIR]
 #
 # Our program draws the initial weights (--steps 0 --save), trains 5 AdamW
 # steps from them on a shard of random tokens (--no-shuffle, fp32, one
@@ -15,11 +15,12 @@
 # Exit 0 pass, 1 fail, 77 without transformers (build/pyenv, from
 # scripts/install-deps.sh) or torch.
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../../.." && pwd)
-SHARDC=${1:?usage: hf_models.sh SHARDC neox [WORKDIR]}
-MODEL=${2:?usage: hf_models.sh SHARDC neox [WORKDIR]}
-SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
+. "$SHARDC_SRC/tests/common/checks.sh"
+MODEL=${1:?usage: hf_models.sh neox [WORKDIR]}
+# WORKDIR, relative to where the test started (checks.sh has moved into
+# its own folder since).
+W=${2:+$(cd "$OLDPWD" && realpath -m "$2")}
+HERE=$ROOT/tests/features/oracle
 PY=${PY:-${SHARDC_PYENV:-$ROOT/build/pyenv}/bin/python}
 if [[ ! -x $PY ]]; then
   echo "hf_models: SKIP: no $PY (scripts/install-deps.sh makes it, with transformers)"
@@ -45,8 +46,7 @@ IFS=, read -ra kv <<<"$CONFIG"
 for x in "${kv[@]}"; do DEFS+=(-D "$x"); done
 OPT=(--lr $LR --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay $WD --clip 0
      --warmup 0 --lr-schedule constant --optimizer adamw)
-if [[ -n ${3:-} ]]; then W=$3; mkdir -p "$W"; else W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; fi
-cd "$W"
+if [[ -n $W ]]; then mkdir -p "$W" && cd "$W"; fi
 export OMP_NUM_THREADS=1
 run() { echo "+ $*" >&2; "$@"; }
 run "$PY" "$HERE/shard_data.py" random --vocab 97 --tokens 20000 --seed 1 -o data.bin

@@ -29,7 +29,7 @@ endforeach()
 # count, two steps against recorded losses, --tp 2 against one rank, and
 # the partial rotary written with slices against rope's dims.
 add_test(NAME oracle.models_cpu
-         COMMAND sh ${TESTS_DIR}/features/oracle/models_cpu.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin)
+         COMMAND bash ${TESTS_DIR}/features/oracle/models_cpu.sh ${SHARDC_DATA_DIR}/austen_train.bin)
 set_tests_properties(oracle.models_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
 
 # models/bert.shard against transformers' BertForMaskedLM (hf_bert.sh): the
@@ -41,7 +41,7 @@ foreach(dtype f32 f64)
   else()
     set(name oracle.hf_bert_f64)
   endif()
-  add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/hf_bert.sh ${SHARDC})
+  add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/hf_bert.sh)
   set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
                        TIMEOUT 300 LABELS oracle)
 endforeach()
@@ -50,7 +50,7 @@ endforeach()
 # count, two masked-LM steps against recorded losses, --tp 2 against one
 # rank, and the padding mask's effect.
 add_test(NAME oracle.bert_cpu
-         COMMAND sh ${TESTS_DIR}/features/oracle/bert_cpu.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin)
+         COMMAND bash ${TESTS_DIR}/features/oracle/bert_cpu.sh ${SHARDC_DATA_DIR}/austen_train.bin)
 set_tests_properties(oracle.bert_cpu PROPERTIES TIMEOUT 120 LABELS oracle RESOURCE_LOCK mpirun)
 
 # Against Hugging Face transformers' own classes (hf_models.sh): same
@@ -65,7 +65,7 @@ foreach(model neox)
     else()
       set(name oracle.hf_${model}_f64)
     endif()
-    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh ${SHARDC} ${model})
+    add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh ${model})
     set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
                          TIMEOUT 300 LABELS oracle)
   endforeach()
@@ -88,7 +88,7 @@ add_test(NAME oracle.bert_cuda_refuses
 set_tests_properties(oracle.bert_cuda_refuses PROPERTIES LABELS oracle)
 if(TARGET shard_rt_cuda)
   add_test(NAME oracle.neox_slices_cuda_build
-           COMMAND sh ${TESTS_DIR}/codegen/cuda/run.sh ${SHARDC}
+           COMMAND bash ${TESTS_DIR}/codegen/cuda/run.sh
                    ${CMAKE_CURRENT_BINARY_DIR}/neox_slices_cuda ${TESTS_DIR}/features/oracle/neox_slices.shard
                    -D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2)
   set_tests_properties(oracle.neox_slices_cuda_build PROPERTIES LABELS "oracle;cuda" TIMEOUT 300)

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # Scatter/gather (docs/parallelism.md): with t > 1 and no sequence
 # parallelism each tensor rank sends only its 1/t slice of a pipeline
 # message and the receiving stage all-gathers the slices.
@@ -10,12 +10,10 @@
 #      it and b*s*h/t with it: the ratio is t.
 #   3. With sequence parallelism nothing changes: the report is the same
 #      with and without --no-scatter-gather.
-#   scatter_gather.sh SHARDC MODELS_DIR
-set -u
-shardc=$1
-models=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+shardc=$SHARDC models=$ROOT/models
+tmp=$WORK
 fail=0
 b=2 s=8 h=16
 gpt2="$models/gpt2.shard -D vocab=65 -D seq=$s -D hidden=$h -D heads=4 -D batch=$b --vocab-multiple 8"
@@ -46,14 +44,14 @@ check_ir() { # name p v
   ops "$tmp/sg.ir" >"$tmp/ops"
   line="$name:"
   for ph in forward backward; do
-    sliced=$(grep -c "^$ph pp_boundary tp_slice$" "$tmp/ops")
-    gathered=$(grep -c "^$ph all_gather pp_boundary$" "$tmp/ops")
+    sliced=$(grep -c "^$ph pp_boundary tp_slice$" "$tmp/ops" || true)
+    gathered=$(grep -c "^$ph all_gather pp_boundary$" "$tmp/ops" || true)
     line="$line $ph messages of a slice $sliced, gathered $gathered (want $want each);"
     [ "$sliced" = "$want" ] && [ "$gathered" = "$want" ] || fail=1
   done
-  others=$(grep -vc 'pp_boundary tp_slice$\|all_gather pp_boundary$\|^[a-z]* tp_slice [a-z_]*$' "$tmp/ops")
-  whole=$(ops "$tmp/whole.ir" | grep -vc pp_boundary)
-  "$shardc" compile "$tmp/sg.ir" --passes=verify --emit-ir >"$tmp/again" 2>&1
+  others=$(grep -vc 'pp_boundary tp_slice$\|all_gather pp_boundary$\|^[a-z]* tp_slice [a-z_]*$' "$tmp/ops" || true)
+  whole=$(ops "$tmp/whole.ir" | grep -vc pp_boundary || true)
+  "$shardc" compile "$tmp/sg.ir" --passes=verify --emit-ir >"$tmp/again" 2>&1 || true
   same=$(cmp -s "$tmp/sg.ir" "$tmp/again" && echo yes || echo no)
   echo "$line unsliced messages $others; slices or gathers with --no-scatter-gather $whole; round trip $same"
   [ "$others" = 0 ] && [ "$whole" = 0 ] && [ "$same" = yes ] || { echo "FAIL $name"; fail=1; }
@@ -67,8 +65,8 @@ pipe_bytes() {
   "$shardc" compile $gpt2 -D layers=4 "$@" --report comm | sed -n 's/^per rank: .*pipeline \([0-9]*\),.*/\1/p'
 }
 for t in 2 4; do
-  on=$(pipe_bytes --tp $t --pp 2)
-  off=$(pipe_bytes --tp $t --pp 2 --no-scatter-gather)
+  on=$(pipe_bytes --tp $t --pp 2 || true)
+  off=$(pipe_bytes --tp $t --pp 2 --no-scatter-gather || true)
   whole=$((b * s * h * 4))
   echo "t=$t p=2: pipeline bytes per rank and microbatch $off whole (b*s*h*4 = $whole), $on with scatter/gather (b*s*h*4/t = $((whole / t))), ratio $((off / (on ? on : 1)))"
   [ "$off" = "$whole" ] && [ "$on" = $((whole / t)) ] || { echo "FAIL t=$t: pipeline bytes"; fail=1; }

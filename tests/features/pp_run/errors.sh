@@ -1,13 +1,13 @@
-#!/bin/sh
-# errors.sh SHARDC TPTOOL MODELS_DIR MPIRUN_SH MPIEXEC: the mistakes one can
+#!/bin/bash
+# errors.sh TPTOOL MPIRUN_SH MPIEXEC: the mistakes one can
 # make launching pipeline-stage programs each stop every rank with exit 1
 # and a message that says what to do, never a hang.
-SHARDC=$1
-TOOL=$2
-MODELS=$3
-MPIRUN=$4
-MPIEXEC=$5
-. "$(dirname "$0")/../../common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+TOOL=$(cd "$OLDPWD" && realpath "$1")
+MPIRUN=$(cd "$OLDPWD" && realpath "$2")
+MPIEXEC=$3
+MODELS=$ROOT/models
 "$TOOL" data data.bin 20000 61 || exit 1
 check "compile p=2 v=2 for global batch 8" "$SHARDC" compile "$MODELS/gpt2.shard" -D vocab=97 \
   -D seq=8 -D hidden=16 -D heads=4 -D layers=4 -D batch=2 --vocab-multiple 8 --pp 2 --vpp 2 \

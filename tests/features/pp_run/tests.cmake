@@ -15,7 +15,7 @@ if(TARGET shard_comm_mpi)
   endif()
   foreach(model gpt2 llama)
     add_test(NAME pp_run/grid_${model}
-             COMMAND sh ${TESTS_DIR}/features/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+             COMMAND bash ${TESTS_DIR}/features/pp_run/grid.sh $<TARGET_FILE:tptool>
                      ${model} ${grid_mode})
     list(APPEND pp_run_tests pp_run/grid_${model})
     # The quick grid is one of the long checks (tests/CMakeLists.txt); the
@@ -23,30 +23,29 @@ if(TARGET shard_comm_mpi)
     # the layouts in `make test`.
     if(NOT SHARDC_SANITIZE)
       add_test(NAME pp_run/smoke_${model}
-               COMMAND sh ${TESTS_DIR}/features/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+               COMMAND bash ${TESTS_DIR}/features/pp_run/grid.sh $<TARGET_FILE:tptool>
                        ${model} smoke)
       list(APPEND pp_run_tests pp_run/smoke_${model})
     endif()
     if(SHARDC_TEST_FULL)
       add_test(NAME pp_run/full_${model}
-               COMMAND sh ${TESTS_DIR}/features/pp_run/grid.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+               COMMAND bash ${TESTS_DIR}/features/pp_run/grid.sh $<TARGET_FILE:tptool>
                        ${model} full)
       set_tests_properties(pp_run/full_${model} PROPERTIES TIMEOUT 7200 LABELS full
                            RESOURCE_LOCK mpirun)
     endif()
   endforeach()
   add_test(NAME pp_run/reshard
-           COMMAND sh ${TESTS_DIR}/features/pp_run/reshard.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR})
+           COMMAND bash ${TESTS_DIR}/features/pp_run/reshard.sh $<TARGET_FILE:tptool>)
   list(APPEND pp_run_tests pp_run/reshard)
   # Checkpoints under seven layouts: the same files, gradients, a save
   # killed midway, a tensor missing on one stage.
   add_test(NAME pp_run/checkpoint
-           COMMAND sh ${TESTS_DIR}/features/pp_run/checkpoint.sh ${SHARDC} $<TARGET_FILE:tptool>
-                   ${CMAKE_SOURCE_DIR})
+           COMMAND bash ${TESTS_DIR}/features/pp_run/checkpoint.sh $<TARGET_FILE:tptool>)
   list(APPEND pp_run_tests pp_run/checkpoint)
   # Launch mistakes: a stage alone, stages out of order, another global batch.
   add_test(NAME pp_run/errors
-           COMMAND sh ${TESTS_DIR}/features/pp_run/errors.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
+           COMMAND bash ${TESTS_DIR}/features/pp_run/errors.sh $<TARGET_FILE:tptool>
                    ${TESTS_DIR}/runtime/comm/mpirun.sh ${MPIEXEC_EXECUTABLE})
   list(APPEND pp_run_tests pp_run/errors)
   set_tests_properties(${pp_run_tests} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpirun LABELS pp_run)

@@ -1,5 +1,5 @@
-#!/bin/sh
-# equal.sh SHARDC TPTOOL ROOT: training with activation recomputation gives
+#!/bin/bash
+# equal.sh TPTOOL: training with activation recomputation gives
 # the losses, gradient norms and step-1 gradients of the same layout
 # without it, to the bit, with dropout on (rate 0.1 everywhere), so that a
 # recomputed mask that differed from the forward's would show.
@@ -14,10 +14,9 @@
 #    the grid's tolerance: the pipeline's backward draws its microbatch's
 #    own dropout masks (not those of the forward that ran last).
 # Prints one line per run.
-SHARDC=$1
-TOOL=$2
-ROOT=$3
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+TOOL=$(cd "$OLDPWD" && realpath "$1")
 "$TOOL" data data.bin 40000 61 >/dev/null || exit 1
 
 # train NAME MODEL FLAGS...: 3 steps of 4 microbatches; NAME.json, NAME.grads.
@@ -78,8 +77,8 @@ done
 for model in gpt2 unfused; do
   a=$(sed -n 3p "$model-p1.json" | sed 's/.*"loss":\([^,}]*\).*/\1/')
   b=$(sed -n 3p "$model-p2.json" | sed 's/.*"loss":\([^,}]*\).*/\1/')
-  e=$(awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.1e", d / a }')
-  g=$("$TOOL" cmp "$model-p1.grads" "$model-p2.grads" 1e-5)
+  e=$(awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.1e", d / a }' 2>/dev/null || true)
+  g=$("$TOOL" cmp "$model-p1.grads" "$model-p2.grads" 1e-5 || true)
   if awk -v e="$e" 'BEGIN { exit !(e <= 1e-6) }' && "$TOOL" cmp "$model-p1.grads" "$model-p2.grads" 1e-5 >/dev/null; then
     ok "$model, dropout 0.1: two stages against one rank: loss@3 rel $e; $g"
   else

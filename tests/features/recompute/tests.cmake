@@ -26,6 +26,6 @@ add_test(NAME recompute/memory COMMAND bash ${RC_DIR}/memory.sh)
 set_tests_properties(recompute/memory PROPERTIES TIMEOUT 300 LABELS recompute)
 if(TARGET shard_comm_mpi)
   add_test(NAME recompute/equal
-           COMMAND sh ${RC_DIR}/equal.sh ${SHARDC} $<TARGET_FILE:tptool> ${CMAKE_SOURCE_DIR})
+           COMMAND bash ${RC_DIR}/equal.sh $<TARGET_FILE:tptool>)
   set_tests_properties(recompute/equal PROPERTIES TIMEOUT 600 LABELS recompute RESOURCE_LOCK mpirun)
 endif()

@@ -1,14 +1,13 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# bad_flags.sh SHARDC ROOT: a table of bad command-line values across
+# bad_flags.sh: a table of bad command-line values across
 # compile, run, schedule, simulate and info. Each case must exit with
 # status 1 (no crash, no signal), print exactly one error line, name what
 # the table expects (the flag, and what would be valid), never reach
 # mpirun and never print a memory plan before the error. Each case prints
 # its command and the message seen.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 M="$ROOT/models/gpt2.shard"
 T="-D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
 CASES=0
@@ -18,11 +17,10 @@ bad() {
   frag=$1; shift
   CASES=$((CASES + 1))
   start=$(date +%s)
-  "$SHARDC" "$@" >out.txt 2>&1
-  st=$?
+  st=0; "$SHARDC" "$@" >out.txt 2>&1 || st=$?
   secs=$(($(date +%s) - start))
-  errs=$(grep -c 'error' out.txt)
-  msg=$(grep 'error' out.txt | head -1)
+  errs=$(grep -c 'error' out.txt || true)
+  msg=$(grep 'error' out.txt | head -1 || true)
   echo "case $CASES: shardc $*" | sed "s|$ROOT/||g"
   if [ $st -ne 1 ]; then
     fail "exit $st (expected 1)"; sed 's/^/      /' out.txt | tail -5
@@ -138,7 +136,7 @@ bad "--launcher: expected mpirun or srun, got ''" run "$M" $T --tp 2 --launcher=
 bad "--hostfile: cannot read '/nonexistent': No such file or directory" run "$M" $T --tp 2 --hostfile /nonexistent --steps 0
 bad "--hostfile: a host file is for mpirun" run "$M" $T --tp 2 --launcher srun --hostfile /etc/hostname --steps 0
 # srun missing: a PATH with only the tools this table uses.
-mkdir nosrun && for t in date grep sed head; do ln -s "$(command -v $t)" nosrun/; done
+mkdir nosrun && for t in date grep sed head tail; do ln -s "$(command -v $t)" nosrun/; done
 KEEP_PATH=$PATH PATH=$PWD/nosrun
 bad "--launcher srun: srun is not on PATH" run "$M" $T --tp 2 --launcher srun --steps 0
 PATH=$KEEP_PATH

@@ -1,14 +1,13 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# checkpoints.sh SHARDC ROOT: --resume refuses a checkpoint of another
+# checkpoints.sh: --resume refuses a checkpoint of another
 # model (another -D, another model file, other shapes) with one error that
 # lists the differences, on one rank and on 4 (t=2 x p=2), and leaves the
 # checkpoint as it was; --save never overwrites another model's
 # checkpoint; a resumed run without --save saves into the folder it resumed
 # from, and says so when it saves elsewhere.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 S="-D vocab=256 -D seq=8 -D heads=4 --microbatch 2"
 GPT2="$ROOT/models/gpt2.shard $S"
 corpus_shards
@@ -25,10 +24,9 @@ refused() {
   while [ "$1" != "--" ]; do frags="$frags
 $1"; shift; done
   shift
-  "$@" >out.txt 2>&1 </dev/null
-  st=$?
+  st=0; "$@" >out.txt 2>&1 </dev/null || st=$?
   echo "      $label: exit $st:"
-  grep -A8 "^shardc: error" out.txt | grep -v "^shardc: error: rank [0-9]* (" | sed 's/^/        /'
+  { grep -A8 "^shardc: error" out.txt || true; } | { grep -v "^shardc: error: rank [0-9]* (" || true; } | sed 's/^/        /'
   check "$label: exit 1" test $st -eq 1
   # (under mpirun shardc run's own line about the failed rank repeats it)
   check "$label: one error" \
@@ -62,14 +60,13 @@ refused "--save over another model's checkpoint" "--save will not overwrite it" 
 # --resume DIR without --save saves into DIR; the folder the checkpoint's
 # own run saved into (c4) is left alone.
 cp -r c4 moved
-run $GPT2 -D hidden=16 -D layers=4 --out p4 --resume moved --steps 5 >r.txt 2>&1
-st=$?
+st=0; run $GPT2 -D hidden=16 -D layers=4 --out p4 --resume moved --steps 5 >r.txt 2>&1 || st=$?
 echo "      resumed from moved (written by a run that saved into c4): exit $st: $(grep -h 'saved\|note: saving' r.txt | tr '\n' ' ')"
 check "a run resumed from moved saves into moved" grep -q "^saved moved (step 5)" r.txt
 check "  ... with a note that its original run saved into c4" \
   grep -q "note: saving into moved, the folder resumed from (the run that wrote it saved into c4" r.txt
 check "  ... and leaves c4 alone" diff -r c4 c4.orig
-run $GPT2 -D hidden=16 -D layers=4 --out p4 --resume moved --steps 6 --save elsewhere >e.txt 2>&1
+run $GPT2 -D hidden=16 -D layers=4 --out p4 --resume moved --steps 6 --save elsewhere >e.txt 2>&1 || true
 check "--resume moved --save elsewhere says where it writes" \
   grep -q "note: this run resumes from moved and saves into elsewhere (--save)" e.txt
 check "  ... and writes there" grep -q "^saved elsewhere (step 6)" e.txt

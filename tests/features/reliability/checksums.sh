@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# checksums.sh SHARDC ROOT: silent corruption is found. Every checkpoint
+# checksums.sh: silent corruption is found. Every checkpoint
 # file carries one XXH64 per tensor and the run's id (abi/formats.h);
 # --resume, --init-from and `shardc sample` compare them:
 # - one flipped byte in a weight of state.safetensors (--resume), of
@@ -12,9 +12,8 @@
 #   checksum): refused, naming the tensor; no NUL byte printed;
 # - a file of another program (no checksums): loaded, with a note.
 # On one rank, and --resume on 4 (t=2 x p=2).
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
 corpus_shards
 run() { "$SHARDC" run $MODEL --out prog --data train.bin "$@" </dev/null; }
@@ -53,8 +52,7 @@ expect_error "--resume, one byte flipped in h.1.attn.c_attn.weight" \
 expect_error "  on 4 ranks too" "tensor h.1.attn.c_attn.weight does not match its checksum" \
   "$SHARDC" run $MODEL --out prog4 --data train.bin --tp 2 --pp 2 --global-batch 4 --steps 4 \
   --resume flip
-run --steps 4 --resume flip --no-verify >nv.txt 2>&1
-st=$?
+st=0; run --steps 4 --resume flip --no-verify >nv.txt 2>&1 || st=$?
 echo "      --no-verify: exit $st: $(grep -m1 'not verified' nv.txt)"
 check "  --no-verify loads it, and says so" \
   sh -c "[ $st -eq 0 ] && grep -q 'flip/state.safetensors: checksums not verified (--no-verify)' nv.txt"
@@ -74,8 +72,7 @@ expect_error "shardc sample, one byte flipped in wte.weight" \
 cp -r good snan
 spoil good/model.safetensors snan/model.safetensors nan lm_head.weight 2>/dev/null ||
   spoil good/model.safetensors snan/model.safetensors nan wte.weight
-"$SHARDC" sample snan --tokens 20 --no-verify >nan.txt 2>&1
-st=$?
+st=0; "$SHARDC" sample snan --tokens 20 --no-verify >nan.txt 2>&1 || st=$?
 echo "      sample from a NaN: exit $st: $(grep -m1 error nan.txt)"
 check "shardc sample from NaN weights: refused, naming the tensor" \
   sh -c "[ $st -eq 1 ] && grep -q 'tensor [a-z_.]*weight holds a NaN or an infinity' nan.txt"
@@ -91,8 +88,7 @@ t = json.dumps(h).encode()
 t += b" " * (-len(t) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + d[8 + n:])
 PY
-run --steps 0 --init-from foreign.safetensors >fo.txt 2>&1
-st=$?
+st=0; run --steps 0 --init-from foreign.safetensors >fo.txt 2>&1 || st=$?
 echo "      a file without checksums: exit $st: $(grep -m1 'no checksums' fo.txt)"
 check "a file without checksums loads, with a note" \
   sh -c "[ $st -eq 0 ] && grep -q 'foreign.safetensors holds no checksums' fo.txt"

@@ -1,14 +1,13 @@
-#!/bin/sh
-# compile_layers.sh SHARDC ROOT: compile time is linear in layers (issue
+#!/bin/bash
+# compile_layers.sh: compile time is linear in layers (issue
 # 22). A tiny GPT-2 of 1,000 and of 10,000 layers compiles for the CPU
 # target; the CPU seconds of the second must stay within 25 times the
 # first's (linear: about 13; the memory plan's old first-fit, quadratic in
 # the buffers, made it about 100) and under 30 s. Measured in CPU seconds
 # of the compiler (user + system), which a loaded machine moves far less
 # than wall time. In the `long` label: the 10,000 layers take 2.6 s.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 # cpu N: compiles N layers into prog-N and prints the compiler's CPU seconds.
 cpu() {
   python3 - "$SHARDC" "$ROOT/models/gpt2.shard" "$1" <<'PY'

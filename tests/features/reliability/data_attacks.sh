@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# data_attacks.sh SHARDC ROOT: bad data ends a run with a clear error
+# data_attacks.sh: bad data ends a run with a clear error
 # naming the file, never a hang or a crash.
 # - A FIFO as --data, on 1 rank and on 2 (t=2): refused at once as not a
 #   regular file, naming it (no writer ever comes).
@@ -14,9 +14,8 @@
 #   next step's window is read ahead, so the change is found a step
 #   early), the message says so, the checkpoint holds that step, and
 #   --resume with the file restored trains on to the end.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=64 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
 # shard FILE TOP N: N tokens with ids below TOP, in llm.c's format.
 shard() {
@@ -36,8 +35,7 @@ for layout in one tp2; do
   extra= out=prog
   [ $layout = tp2 ] && extra="--tp 2" out=prog2
   t0=$(date +%s.%N)
-  timeout 60 "$SHARDC" run $MODEL $extra --out $out --data fifo.bin --steps 5 >fifo-$layout.txt 2>&1 </dev/null
-  st=$?
+  st=0; timeout 60 "$SHARDC" run $MODEL $extra --out $out --data fifo.bin --steps 5 >fifo-$layout.txt 2>&1 </dev/null || st=$?
   took=$(echo "$(date +%s.%N) - $t0" | bc)
   echo "      $layout: a FIFO as --data: exit $st after $took s: $(grep -m1 error fifo-$layout.txt)"
   check "$layout: a FIFO as --data is refused, naming it, within 10 s" \
@@ -54,8 +52,7 @@ for how in replaced rewritten; do
   for _ in $(seq 100); do grep -q "^step 1/" $how.txt 2>/dev/null && break; sleep 0.1; done
   sleep 0.5
   if [ $how = replaced ]; then cp wide.bin new.bin && mv new.bin train.bin; else cat wide.bin >train.bin; fi
-  wait $pid
-  st=$?
+  st=0; wait $pid || st=$?
   echo "      the data file $how mid-run: exit $st: $(grep -m1 error $how.txt)"
   check "data $how mid-run: exit 1 naming the file" \
     sh -c "[ $st -eq 1 ] && grep -q 'shardc: error: train.bin: the file changed while the run reads it' $how.txt"
@@ -70,8 +67,7 @@ for _ in $(seq 100); do grep -q "^step 1/" ids.txt 2>/dev/null && break; sleep 0
 sleep 0.5
 cat wide.bin >train.bin
 touch -r small.bin train.bin
-wait $pid
-st=$?
+st=0; wait $pid || st=$?
 echo "      rewritten in place with its time put back: exit $st: $(grep -m1 error ids.txt)"
 check "ids outside the vocabulary read mid-run: exit 1 naming the file and the id" \
   sh -c "[ $st -eq 1 ] && grep -q 'shardc: error: train.bin: token [0-9]* has id [0-9]*, outside the vocabulary of 64' ids.txt"
@@ -88,18 +84,17 @@ for layout in one tp2; do
   for _ in $(seq 100); do grep -q "^step 1/" saved-$layout.txt 2>/dev/null && break; sleep 0.1; done
   sleep 0.5
   cp wide.bin new.bin && mv new.bin train.bin
-  wait $pid
-  st=$?
-  step=$(meta ck-$layout/state.safetensors step 2>/dev/null)
+  st=0; wait $pid || st=$?
+  step=$(meta ck-$layout/state.safetensors step 2>/dev/null || true)
   echo "      $layout: the data replaced in a run that saves at its end: exit $st, checkpoint at step '$step': $(grep -m1 'error:.*train.bin' saved-$layout.txt)"
   check "$layout: data replaced: exit 1, naming the file and the step saved first" \
     sh -c "[ $st -eq 1 ] && grep -q 'train.bin: the file changed while the run reads it.*saved it first' saved-$layout.txt"
   check "$layout: the checkpoint holds the last step run (3 or 4), not nothing" \
     sh -c "[ '$step' = 3 ] || [ '$step' = 4 ]"
   cp small.bin train.bin
+  st=0
   "$SHARDC" run $MODEL $extra --out $out --data train.bin --steps 8 --no-shuffle \
-    --resume ck-$layout >resumed-$layout.txt 2>&1 </dev/null
-  st=$?
+    --resume ck-$layout >resumed-$layout.txt 2>&1 </dev/null || st=$?
   echo "      $layout: resumed with the file restored: exit $st, $(grep -m1 '^final' resumed-$layout.txt)"
   check "$layout: the resume with the file restored trains to the end" \
     sh -c "[ $st -eq 0 ] && grep -q '^step 8/8' resumed-$layout.txt"

@@ -1,15 +1,14 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# determinism.sh SHARDC ROOT: the same command twice logs the same losses
+# determinism.sh: the same command twice logs the same losses
 # and gradient norms to the last bit, on the CPU target, for one rank and
 # the layouts t=2, t=2 with sequence parallelism, p=2 (gpipe), p=2 with
 # v=2 (interleaved), d=2, d=2 with ZeRO-1 and t=2 x p=2 x d=2 (dropout on,
 # shuffled data, AdamW, clipping), and for a LLaMA-style model on one rank
 # and t=2 x p=2 (another set of kernels: RMSNorm, rotary embeddings,
 # SwiGLU, grouped heads).
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=4 -D dropout_rate=0.1 --microbatch 2"
 corpus_shards
 C="--data train.bin --steps 8 --global-batch 8 --clip 0.5 --quiet"

@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# failing_ranks.sh SHARDC ROOT: on 4 ranks (t=2 x p=2) and 8 (t=2 x p=2 x
+# failing_ranks.sh: on 4 ranks (t=2 x p=2) and 8 (t=2 x p=2 x
 # d=2), a rank that raises an error, one killed with SIGKILL, one stopped
 # with SIGSTOP and one that spins without progress (SHARDC_FAULT, see
 # runtime/main.c) each end the whole job within --timeout: shardc run exits
@@ -9,9 +9,8 @@
 # rank exits with status 1 (its record says so), no rank process is left,
 # and none of mpirun's banners shows. Prints the kill points, the exit
 # codes and the time from the fault to the end of the job.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 . "$ROOT/tests/features/reliability/job_procs.sh"
 TIMEOUT=5
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=4 --microbatch 2"
@@ -21,15 +20,15 @@ corpus_shards
 run() {
   label=$1 n=$2 rank=$3 step=$4 kind=$5 want=$6; shift 6
   rm -rf "prog-$label"/job-*
+  st=0
   SHARDC_JOB_KEEP=1 SHARDC_FAULT=$rank:$step:$kind timeout 120 "$SHARDC" run $MODEL "$@" \
     --out "prog-$label" --data train.bin --steps 1000000 --quiet --timeout $TIMEOUT \
-    >"$label.txt" 2>&1 </dev/null
-  st=$?
+    >"$label.txt" 2>&1 </dev/null || st=$?
   end=$(date +%s.%N)
   at=$(sed -n 's/^fault injected: .* at \([0-9.]*\)$/\1/p' "$label.txt")
   took=$(echo "$end - ${at:-$end}" | bc)
   echo "      $label: kill point rank $rank at step $step ($kind): exit $st after $took s"
-  msg=$(grep "^shardc: error: rank $rank (" "$label.txt")
+  msg=$(grep "^shardc: error: rank $rank (" "$label.txt" || true)
   echo "      $msg"
   check "$label: exit status 1" test "$st" -eq 1
   check "$label: the fault happened" test -n "$at"

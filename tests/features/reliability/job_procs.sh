@@ -1,4 +1,4 @@
-# shellcheck shell=sh
+# shellcheck shell=bash
 # job_procs PATTERN: how many processes started in the current folder
 # (their working folder: other runs of these tests on the machine use the
 # same program names) hold PATTERN in their command line. Sourced by the

@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# memory.sh SHARDC ROOT: a configuration whose memory plan exceeds the
+# memory.sh: a configuration whose memory plan exceeds the
 # machine's memory is an error before anything is allocated. shardc run
 # compares the plan's bytes for every rank of this machine with the memory
 # available (SHARDC_MEMORY_LIMIT here, to be deterministic, and the real
@@ -8,9 +8,8 @@
 # giving both numbers, no memory plan printed, no rank started. The rank
 # program makes the same check before it allocates, alone and under plain
 # mpirun (ranks of the machine from Open MPI). Prints each case's message.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 M="$ROOT/models/gpt2.shard"
 T="-D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
 corpus_shards
@@ -19,9 +18,8 @@ corpus_shards
 # fragment and both numbers, nothing after the checks.
 refused() {
   label=$1 limit=$2 frag=$3; shift 3
-  SHARDC_MEMORY_LIMIT=$limit SHARDC_JOB_KEEP=1 "$@" >"$label.txt" 2>&1 </dev/null
-  st=$?
-  msg=$(grep 'error' "$label.txt")
+  st=0; SHARDC_MEMORY_LIMIT=$limit SHARDC_JOB_KEEP=1 "$@" >"$label.txt" 2>&1 </dev/null || st=$?
+  msg=$(grep 'error' "$label.txt" || true)
   echo "      $label (SHARDC_MEMORY_LIMIT=${limit:-unset}): exit $st: $msg"
   check "$label: exit status 1" test "$st" -eq 1
   check "$label: one error line, with '$frag'" \
@@ -37,8 +35,7 @@ refused run1 100K "the memory plan needs" "$SHARDC" run "$M" $T --out p1 --data 
 refused run4 500K "for the 4 ranks of this machine" "$SHARDC" run "$M" $T --out p4 --tp 2 --pp 2 \
   --data train.bin --steps 2
 check "run4: no rank was started (no job folder)" sh -c "! ls -d p4/job-* 2>/dev/null"
-SHARDC_MEMORY_LIMIT=12X "$SHARDC" run "$M" $T --out p1 --data train.bin --steps 2 >bad.txt 2>&1
-st=$?
+st=0; SHARDC_MEMORY_LIMIT=12X "$SHARDC" run "$M" $T --out p1 --data train.bin --steps 2 >bad.txt 2>&1 || st=$?
 echo "      bad-limit (SHARDC_MEMORY_LIMIT=12X): exit $st: $(grep error bad.txt)"
 check "bad-limit: exit 1, one error line naming the variable and what is valid" \
   sh -c "[ $st -eq 1 ] && [ \$(grep -c error bad.txt) -eq 1 ] && \
@@ -48,9 +45,10 @@ check "bad-limit: exit 1, one error line naming the variable and what is valid" 
 refused real "" "(MemAvailable in /proc/meminfo)" "$SHARDC" run "$M" -D vocab=256 -D seq=8 \
   -D hidden=65536 -D heads=64 -D layers=64 -D batch=1 --out big --data train.bin --steps 2
 # A limit the plan fits in: the run goes on.
+st=0
 SHARDC_MEMORY_LIMIT=1G "$SHARDC" run "$M" $T --out p4 --tp 2 --pp 2 --data train.bin --steps 2 \
-  >fits.txt 2>&1
-check "a limit the plan fits in: the 4-rank run trains (exit $?)" grep -q '^step 2/2' fits.txt
+  >fits.txt 2>&1 || st=$?
+check "a limit the plan fits in: the 4-rank run trains (exit $st)" grep -q '^step 2/2' fits.txt
 
 # The rank program itself, before it allocates: alone, and 2 ranks under
 # plain mpirun (its error names 2 ranks of this machine).
@@ -60,10 +58,10 @@ for p in "" "--tp 2"; do
 done
 refused rank 50K "for the 1 rank of this machine" t/rank0 --data train.bin --steps 2
 # Under plain mpirun each rank says it (and Open MPI's abort follows).
+st=0
 SHARDC_MEMORY_LIMIT=150K sh "$ROOT/tests/runtime/comm/mpirun.sh" mpirun 2 t2/rank0 --data train.bin \
-  --steps 2 >mpirun2.txt 2>&1 </dev/null
-st=$?
-msg=$(grep -m1 'the memory plan needs' mpirun2.txt)
+  --steps 2 >mpirun2.txt 2>&1 </dev/null || st=$?
+msg=$(grep -m1 'the memory plan needs' mpirun2.txt || true)
 echo "      mpirun2 (SHARDC_MEMORY_LIMIT=150K): exit $st: $msg"
 check "mpirun2: exit status not 0" test "$st" -ne 0
 check "mpirun2: the rank's error names 2 ranks of this machine and both numbers" \

@@ -1,15 +1,14 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# outputs.sh SHARDC ROOT: an output that names an input is refused before
+# outputs.sh: an output that names an input is refused before
 # anything is written, and the input is left byte for byte as it was:
 # --log-json, --dump-grads and --trace over --data (by its name, through a
 # hard link and through a symbolic link), --log-json over --val-data, over
 # the --init-from file and over the state file --resume reads, --log-json
 # over a file --save writes, and two outputs naming one file. On one rank
 # and on 2 (t=2). Each case prints the message.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
 head -c 20000 "$ROOT/data/corpus.txt" >text.txt
 check "shardc data makes the shards" "$SHARDC" data text.txt -o v.bin

@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# save_lock.sh SHARDC ROOT: one writer per checkpoint folder.
+# save_lock.sh: one writer per checkpoint folder.
 # - A second run saving into the folder of a running one is refused at
 #   once (exit 1, the holder's pid and host), and the first run's
 #   checkpoint holds its own step; a symbolic link to the folder is the
@@ -13,9 +13,8 @@
 # - A malformed `latest` pointer is refused, naming it.
 # - A --save location where nothing can be written fails before the first
 #   step.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 --microbatch 2"
 corpus_shards
 run() { "$SHARDC" run $MODEL --out prog --data train.bin "$@" </dev/null; }
@@ -31,12 +30,10 @@ SHARDC_FAULT=0:2:slow "$SHARDC" run $MODEL --out prog --data train.bin --steps 4
 apid=$!
 for _ in $(seq 100); do grep -q "^step 1/" a.txt && break; sleep 0.1; done
 t0=$(date +%s.%N)
-run --steps 60 --save-every 20 --save ck --seed 2 >b.txt 2>&1
-bst=$?
+bst=0; run --steps 60 --save-every 20 --save ck --seed 2 >b.txt 2>&1 || bst=$?
 took=$(echo "$(date +%s.%N) - $t0" | bc)
-wait $apid
-ast=$?
-msg=$(grep -m1 "error" b.txt)
+ast=0; wait $apid || ast=$?
+msg=$({ grep -m1 "error" b.txt || true; })
 echo "      A (pid $apid, seed 1): exit $ast; B (seed 2): exit $bst after $took s"
 echo "      B: $msg"
 check "the second run is refused: exit 1" test $bst -eq 1
@@ -53,9 +50,8 @@ ln -s ck ck-link
 SHARDC_FAULT=0:42:slow run --steps 45 --save ck-link --resume ck-link >c.txt 2>&1 &
 cpid=$!
 for _ in $(seq 100); do grep -q "^step 41/" c.txt && break; sleep 0.1; done
-run --steps 60 --save ck --seed 2 >d.txt 2>&1
-dst=$?
-wait $cpid
+dst=0; run --steps 60 --save ck --seed 2 >d.txt 2>&1 || dst=$?
+wait $cpid || true
 echo "      through a link: $(grep -m1 error d.txt)"
 check "a symbolic link to the folder is the same folder: refused" \
   sh -c "[ $dst -eq 1 ] && grep -q 'another run saves into this folder' d.txt"
@@ -68,20 +64,17 @@ expect_error "state of run X beside the model of run Y: --resume refuses" "this 
   run --steps 6 --resume x
 check "run Z: seed 1, 2 steps" run --steps 2 --seed 1 --save z
 cp z/model.safetensors x/model.safetensors
-run --steps 4 --resume x >e.txt 2>&1
-est=$?
+est=0; run --steps 4 --resume x >e.txt 2>&1 || est=$?
 echo "      the model of step 2 beside the state of step 3 (run $(meta x/state.safetensors run_id)): exit $est: $(grep -m1 'note: model' e.txt)"
 check "  the model of an earlier step of the same run: a note, and the run resumes" \
   sh -c "[ $est -eq 0 ] && grep -q 'a save was interrupted between its two files' e.txt"
 
 # --- temporaries ----------------------------------------------------------
-RT_FAULT_AFTER_BYTES=3000 run --steps 2 --save t >f.txt 2>&1
-fst=$?
-left=$(ls t | grep -c '\.tmp')
+fst=0; RT_FAULT_AFTER_BYTES=3000 run --steps 2 --save t >f.txt 2>&1 || fst=$?
+left=$(ls t | { grep -c '\.tmp' || true; })
 echo "      killed 3000 bytes into its save: exit $fst, left: $(ls t | tr '\n' ' ')"
 check "a save killed half way leaves a temporary" sh -c "[ $fst -eq 3 ] && [ $left -ge 1 ]"
-run --steps 2 --save t >g.txt 2>&1
-gst=$?
+gst=0; run --steps 2 --save t >g.txt 2>&1 || gst=$?
 echo "      the next run: exit $gst: $(grep -m1 'note: removed' g.txt); left: $(ls t | tr '\n' ' ')"
 check "  the next start removes it, with a note" \
   sh -c "[ $gst -eq 0 ] && grep -q 'note: removed 1 temporary an interrupted save left in t' g.txt"

@@ -9,7 +9,7 @@ if(TARGET shard_comm_mpi)
                  launcher_death watchdog_load data_attacks hangs writes sizes
                  flat_sum compile_layers)
     add_test(NAME reliability/${script}
-             COMMAND sh ${TESTS_DIR}/features/reliability/${script}.sh ${SHARDC} ${CMAKE_SOURCE_DIR})
+             COMMAND bash ${TESTS_DIR}/features/reliability/${script}.sh)
     list(APPEND reliability_tests reliability/${script})
   endforeach()
   # The new form (docs/testing.md): bash, the compiler from $SHARDC.

@@ -1,6 +1,6 @@
-#!/bin/sh
+#!/bin/bash
 # shellcheck disable=SC2086 # flag lists are lists of words
-# watchdog_load.sh SHARDC ROOT: the watchdog is never wrong under disk
+# watchdog_load.sh: the watchdog is never wrong under disk
 # contention. Two dd loops write and fsync 32 MiB files beside the job
 # folder for the whole test (bounded: at most 150 s, removed at the end).
 # Under that load, on 4 ranks (t=2 x p=2) with --timeout 5:
@@ -12,9 +12,8 @@
 #   SIGSTOP still end the job within --timeout, naming that rank and the
 #   step it was in.
 # Prints each run's exit, its time and the load's write rate.
-SHARDC=$1
-ROOT=$2
-. "$ROOT/tests/common/checks.sh"
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 MODEL="$ROOT/models/gpt2.shard -D vocab=256 -D seq=8 -D hidden=16 -D heads=4 -D layers=4 --microbatch 2"
 L4="--tp 2 --pp 2 --global-batch 4"
 corpus_shards
@@ -36,15 +35,15 @@ for k in 1 2; do
   ) &
   loads="$loads $!"
 done
-stop_load() { touch stop; for p in $loads; do wait "$p" 2>/dev/null; done; rm -f load1.bin load2.bin; }
+stop_load() { touch stop; for p in $loads; do wait "$p" 2>/dev/null || true; done; rm -f load1.bin load2.bin; }
 trap 'stop_load; rm -rf "$WORK"' EXIT
 t0=$(date +%s.%N)
 
 for try in 1 2; do
   s0=$(date +%s.%N)
+  st=0
   "$SHARDC" run $MODEL $L4 --out prog --data train.bin --steps 1500 --save-every 250 \
-    --save ck$try --log-json log$try.json --timeout 5 >healthy$try.txt 2>&1 </dev/null
-  st=$?
+    --save ck$try --log-json log$try.json --timeout 5 >healthy$try.txt 2>&1 </dev/null || st=$?
   took=$(echo "$(date +%s.%N) - $s0" | bc)
   echo "      healthy job $try under load: exit $st after $took s: $(grep -m1 '^final\|error' healthy$try.txt)"
   check "healthy job $try under load: exit 0, final printed, no rank blamed" \
@@ -53,13 +52,13 @@ done
 
 for kind in kill stop; do
   rm -rf prog/job-*
+  st=0
   SHARDC_FAULT=1:40:$kind timeout 120 "$SHARDC" run $MODEL $L4 --out prog --data train.bin \
-    --steps 1000000 --timeout 5 --quiet >$kind.txt 2>&1 </dev/null
-  st=$?
+    --steps 1000000 --timeout 5 --quiet >$kind.txt 2>&1 </dev/null || st=$?
   end=$(date +%s.%N)
   at=$(sed -n 's/^fault injected: .* at \([0-9.]*\)$/\1/p' $kind.txt)
   took=$(echo "$end - ${at:-$end}" | bc)
-  msg=$(grep -m1 "^shardc: error: rank 1 (" $kind.txt)
+  msg=$(grep -m1 "^shardc: error: rank 1 (" $kind.txt || true)
   echo "      $kind of rank 1 at step 40 under load: exit $st after $took s"
   echo "      $msg"
   check "$kind under load: exit 1 within --timeout 5" \

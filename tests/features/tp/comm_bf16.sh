@@ -1,7 +1,7 @@
 #!/bin/bash
 # The comm report of bf16 programs (`--report comm --precision bf16`).
 #
-#   comm_bf16.sh report SHARDC MODELS_DIR
+#   comm_bf16.sh report
 #     For gpt2 at t=2, t=2 with sequence parallelism, p=2 and t=2 p=2, and
 #     llama at t=2 with sequence parallelism: every row of the bf16 report
 #     against the same row of the fp32 one. Activations (every collective
@@ -9,9 +9,9 @@
 #     bf16, so their rows say bf16 and show half the bytes; the gradient
 #     reductions of norm weights and biases (one-dim tensors) and the
 #     vocab-parallel loss's statistics show the same bytes, in f32.
-#   comm_bf16.sh runtime SHARDC BUILD_DIR MODELS_DIR
+#   comm_bf16.sh runtime
 #     gpt2 bf16 at t=2 with sequence parallelism and at p=2, compiled for
-#     --target cuda and built for the CPU emulator (BUILD/emu/program.mk),
+#     --target cuda and built for the CPU emulator ($SHARDC_BUILD/emu/program.mk),
 #     trained 2 steps of 2 microbatches over MPI with --comm-stats: every
 #     rank's tensor bytes are the bf16 report's times 2, to the byte, and
 #     its pipeline bytes the bf16 report's stage figure times 2 plus what
@@ -19,11 +19,10 @@
 #     run of the same layout measures (its own bytes: its report's times 2
 #     plus the same remainder). Exit 77 (skip) without nvcc, the emulator's
 #     make file or mpirun.
-set -u
-mode=$1 shardc=$2
-shift 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
+mode=$1 shardc=$SHARDC models=$ROOT/models
+tmp=$WORK
 fail=0
 SHAPE=(-D vocab=257 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2)
 LLAMA=(-D vocab=257 -D seq=8 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D batch=2)
@@ -73,7 +72,6 @@ tensor_of() { sed -n 's/^per rank: .*(tensor \([0-9]*\),.*/\1/p' "$1"; }
 stage_of() { sed -n "s/^  stage $2: each of its ranks sends \([0-9]*\) bytes/\1/p" "$1"; }
 
 if [ "$mode" = report ]; then
-  models=$1
   check_report gpt2-t2 "$models/gpt2.shard" "${SHAPE[@]}" --tp 2
   check_report gpt2-t2-sp "$models/gpt2.shard" "${SHAPE[@]}" --tp 2 --sequence-parallel
   check_report gpt2-p2 "$models/gpt2.shard" "${SHAPE[@]}" --pp 2
@@ -87,14 +85,14 @@ if [ "$mode" = report ]; then
 fi
 
 [ "$mode" = runtime ] || { echo "comm_bf16.sh: unknown mode $mode"; exit 2; }
-build=$1 models=$2
+build=$SHARDC_BUILD
 data=$build/data/austen_train.bin
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 [ -f "$build/emu/program.mk" ] && [ -f "$data" ] || { echo "SKIP: no emulator make file or corpus"; exit 77; }
 "$shardc" compile "$models/gpt2.shard" "${SHAPE[@]}" --target cuda -o "$tmp/probe" >"$tmp/probe.log" 2>&1 ||
   { echo "SKIP: this shardc cannot compile for --target cuda: $(grep -m1 error "$tmp/probe.log")"; exit 77; }
 # shellcheck source=tests/features/gpu/ranks.sh
-. "$(dirname "$0")/../gpu/ranks.sh"
+. "$ROOT/tests/features/gpu/ranks.sh"
 MICRO=2
 TRAIN="--data $data --seed 1 --quiet --steps 2 --global-batch $((2 * MICRO)) --comm-stats"
 

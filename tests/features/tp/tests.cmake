@@ -36,7 +36,7 @@ tp_test(comm_gpt2_t4_sp 0 ${TP_GPT2} -D heads=4 --tp 4 --sequence-parallel --rep
 # --precision bf16: activations and pipeline messages at half the bytes,
 # the gradient reductions and the loss statistics unchanged (comm_bf16.sh;
 # emu/comm_bf16 runs the same programs against the runtime's counters).
-add_test(NAME tp/comm_bf16 COMMAND bash ${TP_DIR}/comm_bf16.sh report ${SHARDC} ${MODELS_DIR})
+add_test(NAME tp/comm_bf16 COMMAND bash ${TP_DIR}/comm_bf16.sh report)
 
 # Model annotations: the megatron plan of a small model, the same model
 # with one weight annotated `replicated` (its MLP pair stays whole), and a

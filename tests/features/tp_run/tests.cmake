@@ -10,8 +10,7 @@ if(TARGET shard_comm_mpi)
   # layer for attention and MLP together), in the long checks.
   foreach(model gpt2 llama parallel_residual)
     add_test(NAME tp_run/${model}
-             COMMAND sh ${TESTS_DIR}/features/tp_run/run.sh ${SHARDC} $<TARGET_FILE:tptool> ${MODELS_DIR}
-                     ${model})
+             COMMAND bash ${TESTS_DIR}/features/tp_run/run.sh $<TARGET_FILE:tptool> ${model})
   endforeach()
   # Checkpoints across t, resume, sampling and failures.
   add_test(NAME tp_run/checkpoint

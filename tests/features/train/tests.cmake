@@ -33,7 +33,7 @@ if(TARGET shard_comm_mpi)
     string(APPEND demo_bits_build "-${demo_bits_cpu}")
   endif()
   add_test(NAME train/demo_bits
-           COMMAND sh ${TESTS_DIR}/features/train/demo_bits.sh ${SHARDC} ${SHARDC_DATA_DIR}/austen_train.bin
+           COMMAND bash ${TESTS_DIR}/features/train/demo_bits.sh ${SHARDC_DATA_DIR}/austen_train.bin
                    ${TESTS_DIR}/features/train/demo_bits.expected ${demo_bits_build})
   set_tests_properties(train/demo_bits PROPERTIES TIMEOUT 600 LABELS train RESOURCE_LOCK mpirun)
   if(SHARDC_SANITIZE)

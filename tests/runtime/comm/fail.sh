@@ -1,20 +1,21 @@
-#!/bin/sh
+#!/bin/bash
 # fail.sh MPIRUN_SH MPIEXEC NP PATTERN PROGRAM [ARGS...]: runs PROGRAM on NP
 # ranks (through mpirun.sh) and passes when the job fails as it should: mpirun
 # exits non-zero, within LIMIT (10) seconds, and its output matches PATTERN
 # (grep -E), the failing rank's message. A hang is killed after 20 seconds
 # and fails the test.
+set -euo pipefail
+. "$SHARDC_SRC/tests/common/checks.sh"
 mpirun_sh=$1
 mpiexec=$2
 np=$3
 pattern=$4
 shift 4
 limit=10
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+out=$WORK/out.txt
 start=$(date +%s%N)
-timeout -k 5 20 sh "$mpirun_sh" "$mpiexec" "$np" "$@" >"$out" 2>&1
-rc=$?
+rc=0
+timeout -k 5 20 sh "$mpirun_sh" "$mpiexec" "$np" "$@" >"$out" 2>&1 || rc=$?
 ms=$((($(date +%s%N) - start) / 1000000))
 status=0
 if [ "$rc" -eq 0 ]; then

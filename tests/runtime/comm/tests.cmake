@@ -7,7 +7,7 @@ if(TARGET shard_comm_mpi)
   add_executable(comm_test ${COMM_TESTS_DIR}/comm_test.c)
   target_link_libraries(comm_test PRIVATE shard_comm_mpi m)
   set(COMM_MPIRUN sh ${COMM_TESTS_DIR}/mpirun.sh ${MPIEXEC_EXECUTABLE})
-  set(COMM_FAIL sh ${COMM_TESTS_DIR}/fail.sh ${COMM_TESTS_DIR}/mpirun.sh ${MPIEXEC_EXECUTABLE})
+  set(COMM_FAIL bash ${COMM_TESTS_DIR}/fail.sh ${COMM_TESTS_DIR}/mpirun.sh ${MPIEXEC_EXECUTABLE})
   set(COMM_PROG $<TARGET_FILE:comm_test>)
 
   add_test(NAME comm/layout COMMAND comm_test layout)
