@@ -123,8 +123,13 @@ add_test(NAME planner/program_cost
 # predicted at the demo shape) but the classes do not yet: the GEMM labels
 # are priced 28% short, the elementwise and copy labels 45% long, attention
 # 28% short (docs/targets.md, "The cost report of a program").
-add_test(NAME planner/program_cost_trace
-         COMMAND bash ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC_DATA_DIR}/austen_train.bin
-                 ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost_trace)
-set_tests_properties(planner/program_cost_trace PROPERTIES TIMEOUT 1200 RESOURCE_LOCK mpirun
-                     RUN_SERIAL TRUE LABELS full)
+# Not in a sanitizer build: the instrumentation distorts both the
+# description `hw --measure` takes and the run it is checked against (the
+# classes 2 to 3 times off there), so the check would say nothing.
+if(NOT SHARDC_SANITIZE)
+  add_test(NAME planner/program_cost_trace
+           COMMAND bash ${PLANNER_DIR}/program_cost_trace.sh ${SHARDC_DATA_DIR}/austen_train.bin
+                   ${CMAKE_CURRENT_BINARY_DIR}/planner_program_cost_trace)
+  set_tests_properties(planner/program_cost_trace PROPERTIES TIMEOUT 1200 RESOURCE_LOCK mpirun
+                       RUN_SERIAL TRUE LABELS full)
+endif()
