@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static const char *fuzz_input_file(const uint8_t *data, size_t size) {
+static inline const char *fuzz_input_file(const uint8_t *data, size_t size) {
   static int fd = -1;
   static char path[64];
   if (fd < 0) {
@@ -27,6 +27,18 @@ static const char *fuzz_input_file(const uint8_t *data, size_t size) {
     abort();
   }
   return path;
+}
+
+/* A fresh folder for a harness's fixed files, under $TMPDIR (a read-only
+ * /tmp must not stop a campaign), named after the harness, into buf. */
+static inline const char *fuzz_temp_dir(char *buf, size_t len, const char *harness) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(buf, len, "%s/fuzz-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", harness);
+  if (!mkdtemp(buf)) {
+    perror("mkdtemp");
+    abort();
+  }
+  return buf;
 }
 
 #endif

@@ -15,17 +15,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_input.h"
 #include "safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64], index_path[128];
+static char dir[160], index_path[224];
 static int index_fd = -1;
 
 /* A memory file reached as DIR/name. */
 static int linked_file(const char *name) {
   int fd = memfd_create(name, 0);
-  char target[64], link[160];
+  char target[64], link[256];
   if (fd < 0) perror("memfd_create"), abort();
   snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
   snprintf(link, sizeof link, "%s/%s", dir, name);
@@ -57,7 +58,7 @@ static void write_part(const char *file, const char *const *names, const int *n,
 /* The folder goes at exit (the memory files with the process). */
 static void remove_dir(void) {
   static const char *const names[] = {"p1.safetensors", "p2.safetensors", "model.safetensors.index.json"};
-  char link[160];
+  char link[256];
   for (int i = 0; i < 3; i++) {
     snprintf(link, sizeof link, "%s/%s", dir, names[i]);
     unlink(link);
@@ -67,8 +68,7 @@ static void remove_dir(void) {
 
 static void setup(void) {
   if (index_fd >= 0) return;
-  snprintf(dir, sizeof dir, "/tmp/fuzz-st-index-XXXXXX");
-  if (!mkdtemp(dir)) perror("mkdtemp"), abort();
+  fuzz_temp_dir(dir, sizeof dir, "st-index");
   atexit(remove_dir);
   static const char *const p1[] = {"a", "b"}, *const p2[] = {"c"};
   static const int n1[] = {2, 3}, n2[] = {4};

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../../tokenizer/tokenizer.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,7 +30,7 @@ static int fds[NFILES];
 static char paths[NFILES][256];
 
 /* The folder goes at exit (the memory files with the process). */
-static char dirname_[64];
+static char dirname_[160];
 static void remove_dir(void) {
   for (int i = 0; i < NFILES; i++) unlink(paths[i]);
   rmdir(dirname_);
@@ -38,9 +39,7 @@ static void remove_dir(void) {
 static void setup(void) {
   static bool done;
   if (done) return;
-  snprintf(dirname_, sizeof dirname_, "/tmp/fuzz-tokenizer-XXXXXX");
-  const char *dir = mkdtemp(dirname_);
-  if (!dir) perror("mkdtemp"), abort();
+  const char *dir = fuzz_temp_dir(dirname_, sizeof dirname_, "tokenizer");
   atexit(remove_dir);
   for (int i = 0; i < NFILES; i++) {
     char target[64];
