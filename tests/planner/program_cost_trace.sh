@@ -30,27 +30,9 @@ set -euo pipefail
 shardc=$SHARDC data=$(cd "$OLDPWD" && realpath "$1") work=$(cd "$OLDPWD" && realpath -m "$2")
 mkdir -p "$work" && cd "$work"
 bad=0
-# quiet: whether each of one busy process per core gets 80% of a core.
-quiet() {
-  python3 - <<'PY'
-import os, sys, time
-cores = os.cpu_count() or 1
-r, w = os.pipe()
-for i in range(cores):
-    if os.fork() == 0:
-        t0, c0 = time.monotonic(), time.process_time()
-        while time.process_time() - c0 < 0.5:
-            pass
-        os.write(w, b"%f\n" % (0.5 / (time.monotonic() - t0)))
-        os._exit(0)
-for i in range(cores):
-    os.wait()
-os.close(w)
-shares = [float(x) for x in os.read(r, 4096).split()]
-print("probe: %d busy processes got %s of a core each" % (cores, ", ".join("%.2f" % s for s in shares)))
-sys.exit(0 if min(shares) >= 0.8 else 1)
-PY
-}
+# quiet: whether each of one busy process per core gets 80% of a core
+# (tests/common/quiet.py).
+quiet() { python3 "$SHARDC_SRC/tests/common/quiet.py"; }
 "$shardc" hw --measure -o measured.hw >measure.txt 2>&1 || { echo "FAIL: hw --measure"; cat measure.txt; exit 1; }
 CORES=$(sed -n 's/^cores = //p' measured.hw)
 

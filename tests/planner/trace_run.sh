@@ -32,27 +32,9 @@ cd "$OLDPWD" && mkdir -p "$work" && cd "$work"
 bad=0
 # error NAME: the simulated step time's error in percent, from NAME.cmp.
 error() { sed -n 's/.*simulated step time error \([-+0-9.]*\)%.*/\1/p' "$1.cmp"; }
-# quiet: whether each of one busy process per core gets 80% of a core.
-quiet() {
-  python3 - <<'PY'
-import os, sys, time
-cores = os.cpu_count() or 1
-r, w = os.pipe()
-for i in range(cores):
-    if os.fork() == 0:
-        t0, c0 = time.monotonic(), time.process_time()
-        while time.process_time() - c0 < 0.5:
-            pass
-        os.write(w, b"%f\n" % (0.5 / (time.monotonic() - t0)))
-        os._exit(0)
-for i in range(cores):
-    os.wait()
-os.close(w)
-shares = [float(x) for x in os.read(r, 4096).split()]
-print("probe: %d busy processes got %s of a core each" % (cores, ", ".join("%.2f" % s for s in shares)))
-sys.exit(0 if min(shares) >= 0.8 else 1)
-PY
-}
+# quiet: whether each of one busy process per core gets 80% of a core
+# (tests/common/quiet.py).
+quiet() { python3 "$SHARDC_SRC/tests/common/quiet.py"; }
 # within NAME: |error| <= 25, running the layout again (up to 3 attempts
 # in all) while it is not; prints each attempt's step times. BOUND=0 (the
 # sanitizer build: its programs' own kernels run several times slower,
