@@ -23,7 +23,6 @@ ours. Exit 77 when transformers is missing (a skip for ctest).
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
@@ -45,6 +44,7 @@ def _local(name):
 
 safetensors = _local("safetensors")
 shard_data = _local("shard_data")
+hf_steps = _local("hf_steps")
 
 # --- runtime/rng.c and runtime/mlm.c, bit for bit ---------------------------
 M64 = (1 << 64) - 1
@@ -146,25 +146,14 @@ def check(args):
     model.train()
 
     init = safetensors.read(args.weights)
-    state = {hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype)) for n, t in init.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    params = dict(model.named_parameters())
     # The decoder's weight and bias are the word embeddings and
     # cls.predictions.bias (tied): named_parameters lists each once.
-    lost = [n for n in missing if n in params]
-    if lost or unexpected:
-        sys.exit("hf_bert: weights do not match BertForMaskedLM: missing %s, unexpected %s"
-                 % (lost, unexpected))
+    params = hf_steps.load_ours(model, init, hf_name, npdtype, "hf_bert")
     if set(params) != {hf_name(n) for n in init}:
         sys.exit("hf_bert: parameters differ: HF only %s, ours only %s"
                  % (sorted(set(params) - {hf_name(n) for n in init}),
                     sorted({hf_name(n) for n in init} - set(params))))
-
-    decay = [p for p in params.values() if p.dim() >= 2]
-    other = [p for p in params.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    opt = hf_steps.adamw(params, args)
     data = shard_data.Windows(args.data, args.batch, args.seq, vocab=V)
     mask_id = V - 1
 
@@ -190,43 +179,18 @@ def check(args):
         opt.step()
         hf_losses.append(float(loss))
 
-    ours = [json.loads(line)["loss"] for line in open(args.ours) if line.strip()]
-    ok = len(ours) == len(hf_losses)
     print("BertForMaskedLM (transformers %s) against models/bert.shard, %s, %s"
           % (transformers.__version__, args.config, args.dtype))
-    print("step  ours                HF                  |diff|")
-    for i, (a, b) in enumerate(zip(ours, hf_losses)):
-        d = abs(a - b)
-        ok = ok and d <= args.tol
-        print("%4d  %.15f  %.15f  %.2e%s" % (i + 1, a, b, d, "" if d <= args.tol else "  FAIL"))
+    ok = hf_steps.compare_losses(args.ours, hf_losses, args.tol)
     nxt = batch(args.steps)
 
     def eval_loss():
         with torch.no_grad():
             return float(model(**nxt).loss)
-    hf_after = eval_loss()
-    final = safetensors.read(args.ours_final)
-    worst, worst_name, rest = 0.0, None, 0.0
-    for n, t in final.items():
-        hf = params[hf_name(n)].detach().numpy().astype(np.float64)
-        t = np.array(t, dtype=np.float64)
-        rel = float(np.linalg.norm(t - hf) / max(np.linalg.norm(hf), 1e-30))
-        if rel > worst:
-            worst, worst_name = rel, n
-        if "key.bias" not in n:
-            rest = max(rest, rel)
-    model.load_state_dict({hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype))
-                           for n, t in final.items()}, strict=False)
-    ours_after = eval_loss()
-    d = abs(ours_after - hf_after)
-    ok = ok and d <= args.tol
-    print("after %d steps, HF's loss on the next window: with our weights %.15f, with its own "
-          "%.15f, |diff| %.2e%s" % (args.steps, ours_after, hf_after, d,
-                                    "" if d <= args.tol else "  FAIL"))
-    # Reported only: the key biases' gradient is zero up to rounding (a
-    # softmax ignores a common shift), which AdamW turns into full steps.
-    print("final weights (reported, not checked): largest |ours - HF| / |HF| %.2e (%s); "
-          "%.2e over the tensors other than the key biases" % (worst, worst_name, rest))
+    # The key biases' gradient is zero up to rounding (a softmax ignores a
+    # common shift): reported, not checked.
+    ok = hf_steps.compare_after(model, params, safetensors.read(args.ours_final), hf_name, npdtype,
+                                eval_loss, args.steps, args.tol, "key.bias", "the key biases") and ok
     print("hf_bert: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))
     sys.exit(0 if ok else 1)
 

@@ -21,7 +21,6 @@ Exit 77 when transformers is missing (a skip for ctest).
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
@@ -53,6 +52,7 @@ def _local(name):
 
 safetensors = _local("safetensors")
 shard_data = _local("shard_data")
+hf_steps = _local("hf_steps")
 
 
 def parse_config(text):
@@ -118,21 +118,8 @@ def main():
                 m._set_cos_sin_cache(m.max_seq_len_cached, m.inv_freq.device, torch.float64)
     model.train()
 
-    init = safetensors.read(args.weights)
-    state = {hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype)) for n, t in init.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # HF's buffers (the rotary frequencies, the causal mask) are not weights.
-    params = dict(model.named_parameters())
-    lost = [n for n in missing if n in params]
-    if lost or unexpected:
-        sys.exit("hf_models: weights do not match %s: missing %s, unexpected %s"
-                 % (type(model).__name__, lost, unexpected))
-
-    decay = [p for p in params.values() if p.dim() >= 2]
-    other = [p for p in params.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    params = hf_steps.load_ours(model, safetensors.read(args.weights), hf_name, npdtype, "hf_models")
+    opt = hf_steps.adamw(params, args)
     data = shard_data.Windows(args.data, args.batch, args.seq, vocab=cfg["vocab"])
     hf_losses = []
     for step in range(args.steps):
@@ -145,20 +132,12 @@ def main():
         opt.step()
         hf_losses.append(float(loss))
 
-    ours = [json.loads(line)["loss"] for line in open(args.ours) if line.strip()]
-    ok = len(ours) == len(hf_losses)
     print("%s (transformers %s) against models/%s.shard, %s, %s"
           % (type(model).__name__, transformers.__version__, args.model, args.config, args.dtype))
-    print("step  ours                HF                  |diff|")
-    for i, (a, b) in enumerate(zip(ours, hf_losses)):
-        d = abs(a - b)
-        ok = ok and d <= args.tol
-        print("%4d  %.15f  %.15f  %.2e%s" % (i + 1, a, b, d, "" if d <= args.tol else "  FAIL"))
+    ok = hf_steps.compare_losses(args.ours, hf_losses, args.tol)
     # HF's loss, on the next window, of our weights after the steps and of
-    # its own. The weights themselves are only reported: the key bias gets a
-    # gradient of zero up to rounding (softmax ignores a shift of all of a
-    # query's scores), which AdamW's g/sqrt(v) turns into full-size steps of
-    # either sign on either side.
+    # its own. The key bias gets a gradient of zero up to rounding (softmax
+    # ignores a shift of all of a query's scores): reported, not checked.
     tokens, targets = data.step(args.steps)
 
     def eval_loss():
@@ -167,27 +146,9 @@ def main():
             return float(torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]),
                 torch.from_numpy(targets.astype(np.int64)).reshape(-1)))
-    hf_after = eval_loss()
-    final = safetensors.read(args.ours_final)
-    worst, worst_name, rest = 0.0, None, 0.0
-    for n, t in final.items():
-        hf = params[hf_name(n)].detach().numpy().astype(np.float64)
-        t = np.array(t, dtype=np.float64)
-        rel = float(np.linalg.norm(t - hf) / max(np.linalg.norm(hf), 1e-30))
-        if rel > worst:
-            worst, worst_name = rel, n
-        if "query_key_value.bias" not in n:
-            rest = max(rest, rel)
-    missing, unexpected = model.load_state_dict(
-        {hf_name(n): torch.from_numpy(np.array(t, dtype=npdtype)) for n, t in final.items()},
-        strict=False)
-    ours_after = eval_loss()
-    d = abs(ours_after - hf_after)
-    ok = ok and d <= args.tol
-    print("after %d steps, HF's loss on the next window: with our weights %.15f, with its own "
-          "%.15f, |diff| %.2e%s" % (args.steps, ours_after, hf_after, d, "" if d <= args.tol else "  FAIL"))
-    print("final weights (reported, not checked): largest |ours - HF| / |HF| %.2e (%s); "
-          "%.2e over the tensors other than the qkv biases" % (worst, worst_name, rest))
+    ok = hf_steps.compare_after(model, params, safetensors.read(args.ours_final), hf_name, npdtype,
+                                eval_loss, args.steps, args.tol, "query_key_value.bias",
+                                "the qkv biases") and ok
     print("hf_models: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))
     sys.exit(0 if ok else 1)
 
