@@ -13,7 +13,7 @@
 #define FE_MAX_DEPTH 1000
 /* A chain of one operator group, a + b - c + ... or a * b / c ..., is flat,
  * not nested: its terms count apart from the depth, up to this many. */
-#define FE_MAX_CHAIN 10000
+#define FE_MAX_CHAIN IR_MAX_CHAIN
 /* Whether binary operators a and b chain flat (the same group). */
 static inline int fe_same_group(char a, char b) {
   int ga = a == '+' || a == '-', gb = b == '+' || b == '-';

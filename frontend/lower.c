@@ -430,24 +430,25 @@ static Val tensor_binary(Ctx *c, Scope *s, AstExpr *e, Val a, Val b) {
 }
 
 /* a op b, a and b lowered. A chain of tensors is flat (nodes of the
- * graph, walked in a loop); a static one stays a tree (IrExpr) that the
- * passes, the printer and the reader of the printed IR walk recursively,
- * so each of its terms is a level, as before. */
-static Val combine(Ctx *c, Scope *s, AstExpr *e, Val a, Val b) {
+ * graph, walked in a loop). A static one is a left-leaning tree (IrExpr)
+ * that the fold pass evaluates in a loop as well, so it nests one level
+ * above its deepest term (depth, which lower_binary passes), however
+ * long; the printer and the reader of the printed IR take chains of up
+ * to FE_MAX_CHAIN terms too. */
+static Val combine(Ctx *c, Scope *s, AstExpr *e, Val a, Val b, int depth) {
   if (a.kind == V_ERR || b.kind == V_ERR) return err_val;
   if (a.kind == V_TENSOR || b.kind == V_TENSOR) return tensor_binary(c, s, e, a, b);
   if (is_list(a) || is_list(b)) {
     lerr(c, e->op_loc, "cannot apply '%c' to a list", e->op);
     return err_val;
   }
-  int depth = (a.depth > b.depth ? a.depth : b.depth) + 1;
   return static_checked(c, ir_expr_binary(static_op(e->op), a.e, b.e, e->op_loc), depth,
                         e->op_loc);
 }
 
 /* A left chain a + b + c + ... (one operator group) is lowered in a loop,
  * left to right as the recursion would, so that its length (up to
- * FE_MAX_CHAIN) costs no C stack. */
+ * FE_MAX_CHAIN) costs no C stack and, when static, one level of depth. */
 static Val lower_binary(Ctx *c, Scope *s, AstExpr *e) {
   int n = 1;
   for (AstExpr *x = e; x->a->kind == AST_BINARY && fe_same_group(x->a->op, x->op); x = x->a) n++;
@@ -455,9 +456,11 @@ static Val lower_binary(Ctx *c, Scope *s, AstExpr *e) {
   chain[n - 1] = e;
   for (int k = n - 1; k > 0; k--) chain[k - 1] = chain[k]->a;
   Val acc = lower_expr(c, s, chain[0]->a);
+  int deepest = acc.depth;
   for (int k = 0; k < n; k++) {
     Val b = lower_expr(c, s, chain[k]->b);
-    acc = combine(c, s, chain[k], acc, b);
+    if (b.depth > deepest) deepest = b.depth;
+    acc = combine(c, s, chain[k], acc, b, deepest + 1);
   }
   return acc;
 }

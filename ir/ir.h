@@ -98,6 +98,10 @@ int ir_error_count(void);
 void ir_diag_reset(void);
 /* Stop reporting after this many errors (a fuzzed file can hold millions). */
 #define IR_MAX_ERRORS 100
+/* The most terms of a flat chain a + b + c + ... (or a * b / c ...): the
+ * frontend, the reader of printed IR and the fold pass take it in loops,
+ * so it is not nesting; nesting has its own, smaller limits. */
+#define IR_MAX_CHAIN 10000
 /* Diagnostics go to this stream (stderr unless a test redirects them). */
 void ir_diag_set_stream(FILE *f);
 

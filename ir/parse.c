@@ -25,12 +25,11 @@
 
 /* Deepest nesting accepted: of parentheses, unary minus and calls inside
  * an expression (the reader recurses over them), and of repeat bodies.
- * Later phases recurse over expression trees too, so a tree's depth is
- * bounded as well, at the fold pass's own limit; a chain such as
- * 1 + 1 + ... + 1, or the same chain printed with its parentheses,
- * ((1 + 1) + 1) + 1, is read without recursion and is deep only as a
- * tree (one level per term). */
-enum { MAX_DEPTH = 200, MAX_TREE = 2000 };
+ * A chain such as 1 + 1 + ... + 1, or the same chain printed with its
+ * parentheses, ((1 + 1) + 1) + 1, is read without recursion; it is deep
+ * only as a tree (one level per term), which the fold pass walks in a
+ * loop, so its bound is the chain's, IR_MAX_CHAIN terms. */
+enum { MAX_DEPTH = 200, MAX_TREE = IR_MAX_CHAIN };
 
 /* ------------------------------------------------------------------ lexer */
 

@@ -257,13 +257,45 @@ static bool eval_call(Env *env, const IrExpr *e, PassNum *out) {
   return finite_result(e, x, y, r);
 }
 
+static bool eval(Env *env, const IrExpr *e, PassNum *out);
+
+static bool is_binary(IrExprKind k) { return k >= IR_EX_ADD && k <= IR_EX_MOD; }
+
+static bool eval_binary(const IrExpr *e, PassNum a, PassNum b, PassNum *out) {
+  return e->kind == IR_EX_DIV || e->kind == IR_EX_MOD ? eval_div(e, a, b, out)
+                                                      : eval_arith(e, a, b, out);
+}
+
+/* A left chain ((a + b) - c) * ..., as the frontend and the reader of
+ * printed IR build a flat sum, is evaluated in a loop down its left
+ * operands, left to right as the recursion would (the same operations in
+ * the same order), so that its length costs one level, not one per term.
+ * Every term is evaluated, so that each error in it is reported. */
+static bool eval_chain(Env *env, const IrExpr *e, PassNum *out) {
+  int n = 1;
+  for (const IrExpr *x = e; is_binary(x->a->kind); x = x->a) n++;
+  const IrExpr *small[16], **link = small;
+  if (n > 16 && !(link = malloc(sizeof *link * (size_t)n))) die("out of memory");
+  link[n - 1] = e;
+  for (int k = n - 1; k > 0; k--) link[k - 1] = link[k]->a;
+  PassNum acc, b;
+  bool ok = eval(env, link[0]->a, &acc);
+  for (int k = 0; k < n; k++) {
+    bool ok_b = eval(env, link[k]->b, &b);
+    ok = ok && ok_b && eval_binary(link[k], acc, b, &acc);
+  }
+  if (link != small) free(link);
+  if (ok) *out = acc;
+  return ok;
+}
+
 static bool eval(Env *env, const IrExpr *e, PassNum *out) {
   if (env->depth >= MAX_DEPTH) {
     ir_error(e->loc, "expression nested too deeply (more than %d levels)", MAX_DEPTH);
     return false;
   }
   env->depth++;
-  PassNum a, b;
+  PassNum a;
   bool ok = true;
   switch (e->kind) {
   case IR_EX_INT: *out = num_int(e->i); break;
@@ -281,12 +313,7 @@ static bool eval(Env *env, const IrExpr *e, PassNum *out) {
   case IR_EX_SUB:
   case IR_EX_MUL:
   case IR_EX_DIV:
-  case IR_EX_MOD:
-    ok = (int)eval(env, e->a, &a) & (int)eval(env, e->b, &b);
-    if (ok)
-      ok = e->kind == IR_EX_DIV || e->kind == IR_EX_MOD ? eval_div(e, a, b, out)
-                                                        : eval_arith(e, a, b, out);
-    break;
+  case IR_EX_MOD: ok = eval_chain(env, e, out); break;
   case IR_EX_CALL: ok = eval_call(env, e, out); break;
   case IR_EX_LIST:
     ir_error(e->loc, "a list %s where a number is expected", expr_str(e));
