@@ -73,7 +73,8 @@ typedef struct JobSlot {
 
 /* Heartbeats of ranks on other machines than the launcher's, which no
  * file system delays either: the launcher opens a UDP socket and names it
- * in JOB_BEAT_ENV as HOST:PORT:TOKEN; a rank without a slot of the shared
+ * in JOB_BEAT_ENV as HOST:PORT:TOKEN (HOST a name or an IPv4 or IPv6
+ * address; the socket takes both families); a rank without a slot of the shared
  * memory sends one JobBeat datagram to it at every beat (never blocking:
  * a lost datagram is a late beat, not a stalled rank). `idle_ns` is the
  * time since the main thread's last progress, a duration (two machines'
@@ -101,6 +102,9 @@ typedef struct JobBeat {
  * process, beats over the socket), and seconds that each write of the
  * record's own thread blocks first (a slow shared file system). */
 #define JOB_TEST_HOST_ENV "SHARDC_TEST_HOST"
+/* For tests: the host the launcher tells its ranks to beat to, in place of
+ * its machine's name (an address such as ::1 checks the IPv6 path). */
+#define JOB_TEST_BEAT_HOST_ENV "SHARDC_TEST_BEAT_HOST"
 #define JOB_TEST_RECORD_STALL_ENV "SHARDC_TEST_RECORD_STALL"
 
 /* The memory the ranks of one machine may use, in bytes (a K, M, G or T

@@ -212,7 +212,8 @@ typedef struct JobRank {
   int live;          /* idle and action come from shared memory: current */
   /* The last beat over the socket (a rank of another machine). */
   int net;
-  struct sockaddr_in net_from; /* where its beats come from */
+  struct sockaddr_storage net_from; /* where its beats come from (IPv4 or IPv6) */
+  socklen_t net_from_len;           /* 0 until a beat came */
   long net_beat;
   double net_idle, net_at; /* its idle time, and our clock when it came */
   char net_action[400];
@@ -277,14 +278,47 @@ static void job_shm_remove(void) {
 static int job_beat_fd = -1;
 static uint64_t job_beat_token;
 
-static void job_beat_open(void) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
+/* A datagram socket on every address of this machine: IPv6 with IPv4
+ * mapped into it where the machine has IPv6 (so that a rank reaches it by
+ * whichever address its name resolves to there), else IPv4. Returns the
+ * socket and its port, or -1. */
+static int beat_socket(unsigned *port) {
+  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int off = 0;
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any};
+    socklen_t len = sizeof a;
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) == 0 &&
+        bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+      *port = ntohs(a.sin6_port);
+      return fd;
+    }
+    close(fd);
+  }
+  fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
   socklen_t len = sizeof a;
-  char host[256] = "";
   if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0 || gethostname(host, sizeof host - 1) != 0) {
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static void job_beat_open(void) {
+  unsigned port = 0;
+  int fd = beat_socket(&port);
+  if (fd < 0) return;
+  /* The name the ranks look up; a test may give an address instead. */
+  char host[256] = "";
+  const char *test_host = getenv(JOB_TEST_BEAT_HOST_ENV);
+  if (test_host && *test_host) {
+    snprintf(host, sizeof host, "%s", test_host);
+  } else if (gethostname(host, sizeof host - 1) != 0) {
     close(fd);
     return;
   }
@@ -293,8 +327,7 @@ static void job_beat_open(void) {
     job_beat_token = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
   if (ur >= 0) close(ur);
   job_beat_fd = fd;
-  setenv(JOB_BEAT_ENV, ir_fmt("%s:%u:%llu", host, (unsigned)ntohs(a.sin_port),
-                              (unsigned long long)job_beat_token), 1);
+  setenv(JOB_BEAT_ENV, ir_fmt("%s:%u:%llu", host, port, (unsigned long long)job_beat_token), 1);
 }
 
 /* Every beat that came since the last look, into its rank's record. */
@@ -302,7 +335,7 @@ static void job_beat_drain(Job *j, double now) {
   if (job_beat_fd < 0) return;
   JobBeat b;
   ssize_t got;
-  struct sockaddr_in from;
+  struct sockaddr_storage from;
   socklen_t flen = sizeof from;
   while ((got = recvfrom(job_beat_fd, &b, sizeof b, 0, (struct sockaddr *)&from, &flen)) >= 0) {
     socklen_t got_len = flen;
@@ -313,7 +346,10 @@ static void job_beat_drain(Job *j, double now) {
     JobRank *r = &j->r[b.rank];
     if (r->net && b.beat <= r->net_beat) continue; /* late, out of order */
     r->net = 1;
-    if (got_len == sizeof from) r->net_from = from;
+    if (got_len > 0 && got_len <= sizeof from) {
+      r->net_from = from;
+      r->net_from_len = got_len;
+    }
     r->net_beat = (long)b.beat;
     r->net_idle = (double)b.idle_ns * 1e-9;
     r->net_at = now;
@@ -332,9 +368,9 @@ static void job_beat_stop(const Job *j) {
   b.magic = JOB_STOP_MAGIC;
   b.token = job_beat_token;
   for (int i = 0; i < j->n; i++)
-    if (j->r[i].net && j->r[i].net_from.sin_family == AF_INET)
+    if (j->r[i].net && j->r[i].net_from_len > 0)
       (void)!sendto(job_beat_fd, &b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL,
-                    (const struct sockaddr *)&j->r[i].net_from, sizeof j->r[i].net_from);
+                    (const struct sockaddr *)&j->r[i].net_from, j->r[i].net_from_len);
 }
 
 static void job_beat_close(void) {

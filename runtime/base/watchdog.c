@@ -195,20 +195,26 @@ static void open_beat(void) {
   if (!v || !*v) return;
   char host[256], port[16];
   unsigned long long token;
-  const char *c1 = strchr(v, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-  if (!c2 || c1 - v >= (long)sizeof host || c2 - c1 - 1 >= (long)sizeof port ||
-      sscanf(c2 + 1, "%llu", &token) != 1)
+  /* HOST:PORT:TOKEN, split from the right: HOST may be an IPv6 address. */
+  const char *c2 = strrchr(v, ':'), *c1 = NULL;
+  for (long i = c2 ? c2 - v - 1 : -1; i >= 0 && !c1; i--)
+    if (v[i] == ':') c1 = v + i;
+  if (!c1 || c1 - v >= (long)sizeof host ||
+      c2 - c1 - 1 >= (long)sizeof port || sscanf(c2 + 1, "%llu", &token) != 1)
     return;
   memcpy(host, v, (size_t)(c1 - v)), host[c1 - v] = 0;
   memcpy(port, c1 + 1, (size_t)(c2 - c1 - 1)), port[c2 - c1 - 1] = 0;
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+  /* IPv4 or IPv6, whichever the name resolves to here (the launcher's
+   * socket takes both); the first address a socket opens for wins. */
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
   if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return;
-  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && res->ai_addrlen <= sizeof wd.beat_to) {
-    memcpy(&wd.beat_to, res->ai_addr, res->ai_addrlen);
-    wd.beat_to_len = res->ai_addrlen;
-  } else if (fd >= 0) {
-    close(fd), fd = -1;
+  int fd = -1;
+  for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+    if (a->ai_addrlen > sizeof wd.beat_to) continue;
+    fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    memcpy(&wd.beat_to, a->ai_addr, a->ai_addrlen);
+    wd.beat_to_len = a->ai_addrlen;
   }
   freeaddrinfo(res);
   wd.beat_fd = fd;

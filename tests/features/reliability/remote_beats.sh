@@ -14,7 +14,10 @@
 #          exit 1 and one message: no heartbeat, within --timeout + 2 s (the
 #          launcher cannot kill a rank of another machine by its id: it waits
 #          a second for mpirun, then kills mpirun's process group), and
-#          rank 0 exits with status 1, told to stop over the socket.
+#          rank 0 exits with status 1, told to stop over the socket;
+#          stop-slow6 does the same with the launcher's socket named by its
+#          IPv6 address, ::1 (SHARDC_TEST_BEAT_HOST), where this machine has
+#          IPv6: beats and the stop travel over IPv6.
 # Prints each case's exit status, time and message.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
@@ -62,7 +65,7 @@ check "slow: rank 1's record says it ran elsewhere" grep -q '^host elsewhere$' "
 # which would see the abort file, is blocked when STALL is set).
 stop() {
   local label=$1 stall=$2 st=0 end at took msg left
-  SHARDC_JOB_KEEP=1 SHARDC_TEST_HOST=elsewhere SHARDC_TEST_RECORD_STALL=$stall \
+  SHARDC_TEST_BEAT_HOST=${3:-} SHARDC_JOB_KEEP=1 SHARDC_TEST_HOST=elsewhere SHARDC_TEST_RECORD_STALL=$stall \
     SHARDC_FAULT=1:2000:stop timeout 120 \
     "$SHARDC" run "${MODEL[@]}" --out "prog-$label" --data train.bin --steps 1000000 --quiet \
     --timeout $TIMEOUT >"$label.txt" 2>&1 </dev/null || st=$?
@@ -85,4 +88,10 @@ stop() {
 }
 stop stop 0
 stop stop-slow 6
+if python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))' \
+   2>/dev/null; then
+  stop stop-slow6 6 ::1
+else
+  echo "      stop-slow6: skipped, this machine has no IPv6 loopback"
+fi
 finish
