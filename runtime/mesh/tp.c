@@ -81,6 +81,12 @@ static _Noreturn void fatal_hook(const char *message) {
 
 static int axis_size(int n) { return n > 0 ? n : 1; }
 
+int rt_tp_uses_mpi(const Rt *rt) {
+  const RtModel *m = rt->model;
+  RtMesh mesh = {axis_size(m->mesh_tp), axis_size(m->mesh_pp), axis_size(m->mesh_dp)};
+  return rt_mesh_size(mesh) > 1 || under_launcher();
+}
+
 void rt_tp_init(Rt *rt, int *argc, char ***argv) {
   const RtModel *m = rt->model;
   tp.mesh = (RtMesh){axis_size(m->mesh_tp), axis_size(m->mesh_pp), axis_size(m->mesh_dp)};
@@ -94,7 +100,7 @@ void rt_tp_init(Rt *rt, int *argc, char ***argv) {
     rt_fatal(m->name, "internal error: the program's mesh t=%d p=%d d=%d is invalid", tp.mesh.tp,
              tp.mesh.pp, tp.mesh.dp);
   int need = rt_mesh_size(tp.mesh);
-  if (need == 1 && !under_launcher()) return; /* one rank: no MPI at all */
+  if (!rt_tp_uses_mpi(rt)) return; /* one rank: no MPI at all */
   rt_comm_init(argc, argv);
   tp.active = 1;
   tp.world_rank = rt_comm_world_rank();

@@ -27,6 +27,8 @@
  * writes --log-json. Fatal errors then name the rank and bring every rank
  * down. Call after the flags are parsed. */
 void rt_tp_init(Rt *rt, int *argc, char ***argv);
+/* Whether rt_tp_init will start the communication layer (MPI). */
+int rt_tp_uses_mpi(const Rt *rt);
 /* Shuts the communication layer down at the end of a successful run. */
 void rt_tp_finalize(Rt *rt);
 

@@ -386,18 +386,28 @@ static void open_data(Rt *rt) {
  * small buffers and the threads' stacks. */
 #define OPENBLAS_BUFFER ((int64_t)128 << 20)
 #define AS_SLACK ((int64_t)64 << 20)
+/* What MPI_Init adds to a rank's address space: Open MPI 4.1 on the
+ * 2-core test machine grew a process by 159 MiB alone, 167 MiB with 2
+ * ranks, 215 with 4 and 231 with 8 (VmSize before and after; mostly its
+ * components and their shared-memory segments). The bound is the lowest
+ * of them, so that a job it refuses could not have started. */
+#define MPI_START ((int64_t)150 << 20)
 
-/* Under an address-space limit (ulimit -v), checks before the plan is
- * allocated that plan_bytes and OpenBLAS's GEMM buffers for gemm_threads
- * threads still fit, and stops with an error naming the limit when they
- * do not: OpenBLAS retries a failing mmap of its buffer forever, inside
- * the first GEMM, where the run would spin without a word. Does nothing
- * without a limit. */
-static void check_address_space(int64_t plan_bytes, int gemm_threads) {
+/* Under an address-space limit (ulimit -v), checks that what this rank
+ * still needs fits, and stops with an error naming the limit when it
+ * does not: the plan's plan_bytes, OpenBLAS's GEMM buffers for
+ * gemm_threads threads and, when mpi_start, MPI's own start. OpenBLAS
+ * retries a failing mmap of its buffer forever, inside the first GEMM,
+ * where the run would spin without a word, and Open MPI's start crashes
+ * (SIGSEGV) on a failing one, so this runs before MPI starts (without the
+ * plan, which the device layer may not hold in host memory) and again
+ * before the plan is allocated. Does nothing without a limit. */
+static void check_address_space(int64_t plan_bytes, int gemm_threads, int mpi_start) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
   if (gemm_threads < 1) gemm_threads = 1;
-  int64_t need = plan_bytes + gemm_threads * OPENBLAS_BUFFER + AS_SLACK;
+  int64_t mpi = mpi_start ? MPI_START : 0;
+  int64_t need = plan_bytes + gemm_threads * OPENBLAS_BUFFER + AS_SLACK + mpi;
   /* A reservation without access counts against the limit as the real
    * mappings will, and costs no memory. */
   void *p = mmap(NULL, (size_t)need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -407,10 +417,11 @@ static void check_address_space(int64_t plan_bytes, int gemm_threads) {
   }
   char a[32], b[32];
   rt_fatal("ulimit -v", "the address-space limit of %llu KiB leaves no room for the %s this rank "
-           "still needs (the memory plan's %s, and a GEMM buffer of 128 MiB for each OpenBLAS "
-           "thread, %d here): raise or remove the limit, or run fewer threads (OMP_NUM_THREADS)",
+           "still needs (%s%s, and a GEMM buffer of 128 MiB for each OpenBLAS thread, %d here): "
+           "raise or remove the limit, or run fewer threads (OMP_NUM_THREADS)",
            (unsigned long long)(rl.rlim_cur / 1024), rt_fmt_bytes(a, sizeof a, need),
-           rt_fmt_bytes(b, sizeof b, plan_bytes), gemm_threads);
+           mpi_start ? "MPI's start, about 150 MiB" : "the memory plan's ",
+           mpi_start ? "" : rt_fmt_bytes(b, sizeof b, plan_bytes), gemm_threads);
 }
 
 /* The one allocation of model memory (device.h): weights, gradients,
@@ -429,7 +440,7 @@ static void check_memory(const RtPlan *p) {
   int64_t avail = rt_dev_mem_available(&source, &host);
   int64_t per = rt_plan_total(p);
   int ranks = rt_local_ranks();
-  if (host) check_address_space(per, omp_get_max_threads());
+  if (host) check_address_space(per, omp_get_max_threads(), 0);
   if (host && getenv(JOB_DIR_ENV)) return;
   if (avail < 0 || per * ranks <= avail) return;
   char a[32], b[32], c[32];
@@ -730,6 +741,7 @@ int rt_main(const RtModel *model, int argc, char **argv) {
   rt_quiet = (int)rt->f.quiet;
   rt_deterministic = (int)rt->f.deterministic;
   rt_wd_timeout(rt->f.timeout);
+  if (rt_tp_uses_mpi(rt)) check_address_space(0, omp_get_max_threads(), 1);
   rt_tp_init(rt, &argc, &argv);
   rt_wd_place(rt->coord.tp, rt->coord.pp, rt->coord.dp);
   check_mesh_flags(rt);

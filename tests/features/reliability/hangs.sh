@@ -3,7 +3,9 @@
 # hangs.sh: `shardc run` never hangs silently. On 4 ranks (t=2
 # x p=2) with --timeout 5:
 # - under `ulimit -v 300000` (OpenBLAS cannot reserve its buffers and spins)
-#   the job ends with exit 1 and a message naming a rank; a job of one
+#   the job ends with exit 1 and a message naming a rank and the limit,
+#   every rank refusing before MPI starts (no rank crashes in Open MPI's
+#   start), and under ulimit -v 4000000 it trains; a job of one
 #   rank (`shardc run` becomes the program) ends with exit 1 within 10 s
 #   and a message naming the limit, and under a limit it fits in it
 #   trains as usual;
@@ -39,6 +41,14 @@ else
   limited -v 300000
   # (test, not sh -c: the message may hold a quote, as "the plan's" does)
   check "ulimit -v 300000: exit 1 with a message naming a rank" test "$st" -eq 1 -a -n "$msg"
+  # Every rank refuses before MPI starts (Open MPI's start crashed on a
+  # failing mmap, one try in three): the message says why, none crashed.
+  check "ulimit -v 300000: the message names the limit and MPI's start" \
+    grep -q "address-space limit of 300000 KiB .*MPI's start" lim-v.txt
+  check "ulimit -v 300000: no rank died of a signal" sh -c "! grep -q 'killed by signal' lim-v.txt"
+  # ... and under a limit the job fits in, the check refuses nothing.
+  limited -v 4000000
+  check "ulimit -v 4000000 (enough): 4 ranks train" sh -c "[ $st -eq 0 ] && grep -q '^final' lim-v.txt"
   # One rank: the program would spin before its main, unwatched.
   check "one rank builds" "$SHARDC" run $MODEL --out one --steps 0
   for lim in 300000 4000000; do
