@@ -16,7 +16,7 @@
  *   - an embedding table indexed by anything but positions (an arange) is
  *     split on dim 0, the vocabulary;
  *   - the output layer, a GEMM whose output is the logits of a
- *     cross_entropy, is split on its vocabulary dim;
+ *     cross_entropy, is split on its vocabulary dim, and its bias with it;
  *   - everything else (norm weights, position tables) stays replicated.
  * The pairs found form groups (the q, k, v and output projections of one
  * attention are one group). A parameter the model annotated keeps its
@@ -319,6 +319,8 @@ static void annotate_graph(Annot *a, IrGraph *g, const char *prefix) {
     } else if ((w = pass_gemm_weight(n, &in_dim, &out_dim)) && feeds_loss(g, n->out[0], 0)) {
       int grp = new_group(a);
       propose(a, w, split_spec(out_dim, 1), grp);
+      /* Its bias is a vocabulary-long row of the logits: split with them. */
+      if (n->op == IR_OP_LINEAR && n->nin > 2) propose(a, n->in[2], split_spec(0, 1), grp);
       add_gemm(a, n, prefix, grp, "vocabulary", NULL);
     }
   }

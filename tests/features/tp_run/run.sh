@@ -45,6 +45,14 @@ parallel_residual)
   SHAPES="A:-D vocab=61 -D seq=8 -D hidden=16 -D heads=4 -D layers=2 -D batch=2"
   CONFIGS="A:1: A:2: A:2:sp A:4:"
   ;;
+output_bias)
+  # An output layer of its own with a bias (tests/features/gpu's vector
+  # model): the bias splits over the vocabulary with the logits, and pads
+  # with them (61 to 64 at t = 2).
+  FILE=$HERE/../gpu/vector.shard
+  SHAPES="A:-D vocab=61 -D seq=5 -D hidden=12 -D batch=2"
+  CONFIGS="A:1: A:2:"
+  ;;
 *)
   echo "run.sh: unknown model $MODEL"
   exit 2
