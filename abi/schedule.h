@@ -43,6 +43,7 @@
 #define SHARD_RT_SCHEDULE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum RtSchedKind {
   RT_SCHED_F,            /* forward of (chunk, mb): stashes its activations */
@@ -127,6 +128,28 @@ static inline const char *rt_sched_kind_name(int k) {
 
 static inline const char *rt_sched_msg_name(int m) {
   return m == RT_SCHED_ACT ? "act" : m == RT_SCHED_GRAD ? "grad" : "?";
+}
+
+/* An action as the schedule printouts, the simulator's trace and the
+ * runtime's --trace all name it: F3c1, SEND(act, to 2, c0, mb3),
+ * REDUCE_GRADS(c0, bucket 1), OPT_STEP. Returns buf. */
+static inline char *rt_sched_action_str(const RtSchedAction *a, char *buf, size_t size) {
+  switch (a->kind) {
+  case RT_SCHED_F: case RT_SCHED_B: case RT_SCHED_W:
+    snprintf(buf, size, "%s%dc%d", rt_sched_kind_name(a->kind), (int)a->mb, a->chunk);
+    break;
+  case RT_SCHED_SEND: case RT_SCHED_RECV:
+    snprintf(buf, size, "%s(%s, %s %d, c%d, mb%d)", rt_sched_kind_name(a->kind),
+             rt_sched_msg_name(a->msg), a->kind == RT_SCHED_SEND ? "to" : "from", a->peer,
+             a->chunk, (int)a->mb);
+    break;
+  case RT_SCHED_REDUCE_GRADS:
+    snprintf(buf, size, "REDUCE_GRADS(c%d, bucket %d)", a->chunk, (int)a->mb);
+    break;
+  case RT_SCHED_OPT_STEP: snprintf(buf, size, "OPT_STEP"); break;
+  default: snprintf(buf, size, "?(kind %d)", a->kind);
+  }
+  return buf;
 }
 
 #endif

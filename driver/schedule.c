@@ -209,7 +209,7 @@ static cJSON *table_json(const RtSchedTable *t) {
   for (int i = 0; i < t->n; i++) {
     char buf[96], text[100];
     snprintf(text, sizeof text, "%s%s", t->actions[i].flags & RT_SCHED_JOIN ? "+" : "",
-             sched_action_str(&t->actions[i], buf, sizeof buf));
+             rt_sched_action_str(&t->actions[i], buf, sizeof buf));
     cJSON_AddItemToArray(a, cJSON_CreateString(text));
   }
   return a;
@@ -282,7 +282,7 @@ static cJSON *trace_json(const RtSchedule *s, const SchedReport *rep) {
       if (!is_compute(a) && !wait) continue;
       cJSON *e = cJSON_CreateObject(), *ea = cJSON_CreateObject();
       char buf[96];
-      if (wait) snprintf(name, sizeof name, "wait %s", sched_action_str(a, buf, sizeof buf));
+      if (wait) snprintf(name, sizeof name, "wait %s", rt_sched_action_str(a, buf, sizeof buf));
       else snprintf(name, sizeof name, "%s%dc%d", rt_sched_kind_name(a->kind), a->mb, a->chunk);
       cJSON_AddStringToObject(e, "name", name);
       cJSON_AddStringToObject(e, "cat", wait ? "wait" : rt_sched_kind_name(a->kind));
@@ -338,7 +338,7 @@ static void print_text(const RtSchedule *s, const SchedReport *rep, const Config
     for (int i = 0; orders && i < s->stages[r].n; i++) {
       char buf[96];
       if (is_compute(&s->stages[r].actions[i]))
-        printf(" %s", sched_action_str(&s->stages[r].actions[i], buf, sizeof buf));
+        printf(" %s", rt_sched_action_str(&s->stages[r].actions[i], buf, sizeof buf));
     }
     printf("\n");
   }

@@ -298,7 +298,7 @@ static cJSON *trace_json(const PlResult *r) {
       char buf[96];
       int message = a->kind == RT_SCHED_SEND || a->kind == RT_SCHED_RECV;
       if (!message || (!(a->flags & RT_SCHED_JOIN) && to > from))
-        chrome_trace_event(ev, sched_action_str(a, buf, sizeof buf), a, st, from, to - from);
+        chrome_trace_event(ev, rt_sched_action_str(a, buf, sizeof buf), a, st, from, to - from);
     }
   }
   return o;

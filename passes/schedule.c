@@ -568,24 +568,3 @@ void sched_free(RtSchedule *s) {
   free(s);
 }
 
-char *sched_action_str(const RtSchedAction *a, char *buf, int size) {
-  switch (a->kind) {
-  case RT_SCHED_F: case RT_SCHED_B: case RT_SCHED_W:
-    snprintf(buf, (size_t)size, "%s%dc%d", rt_sched_kind_name(a->kind), a->mb, a->chunk);
-    break;
-  case RT_SCHED_SEND: case RT_SCHED_RECV:
-    snprintf(buf, (size_t)size, "%s(%s, %s %d, c%d, mb%d)", rt_sched_kind_name(a->kind),
-             rt_sched_msg_name(a->msg), a->kind == RT_SCHED_SEND ? "to" : "from", a->peer,
-             a->chunk, a->mb);
-    break;
-  case RT_SCHED_REDUCE_GRADS:
-    snprintf(buf, (size_t)size, "REDUCE_GRADS(c%d, bucket %d)", a->chunk, a->mb);
-    break;
-  case RT_SCHED_OPT_STEP:
-    snprintf(buf, (size_t)size, "OPT_STEP");
-    break;
-  default:
-    snprintf(buf, (size_t)size, "?(kind %d)", a->kind);
-  }
-  return buf;
-}

@@ -166,9 +166,6 @@ void sched_free(RtSchedule *s);
 /* Whether the tables have W actions: each chunk's backward is then B and W. */
 bool sched_has_w(const RtSchedule *s);
 
-/* One action as text: F3c1, B0c0, W2c1 (microbatch then chunk, as in
- * docs/schedules.md), SEND(act, to 1, c0, mb3), RECV(grad, from 0, c1,
- * mb2), REDUCE_GRADS(c1, bucket 1), OPT_STEP. Returns buf. */
-char *sched_action_str(const RtSchedAction *a, char *buf, int size);
+/* One action as text: rt_sched_action_str (abi/schedule.h). */
 
 #endif

@@ -142,7 +142,7 @@ void pass_schedule_print(FILE *out, PassProgram *p) {
   for (int r = 0; r < s->pp; r++) {
     fprintf(out, "stage %d:", r);
     for (int i = 0; i < s->stages[r].n; i++)
-      fprintf(out, " %s", sched_action_str(&s->stages[r].actions[i], buf, (int)sizeof buf));
+      fprintf(out, " %s", rt_sched_action_str(&s->stages[r].actions[i], buf, sizeof buf));
     fprintf(out, "\n");
   }
 }

@@ -87,7 +87,7 @@ static void __attribute__((format(printf, 2, 3))) err(Errors *e, const char *fmt
 static const char *where(const RtSchedule *s, int r, int i, char *buf, int size) {
   char act[96];
   snprintf(buf, (size_t)size, "stage %d, action %d %s", r, i,
-           sched_action_str(&s->stages[r].actions[i], act, sizeof act));
+           rt_sched_action_str(&s->stages[r].actions[i], act, sizeof act));
   return buf;
 }
 

@@ -74,32 +74,13 @@ void rt_trace_add_kind(int kind, int chunk, int mb, double from, double to) {
 
 /* ------------------------------------------------------------ output */
 
-/* The action's name as the simulator's trace gives it. */
-static void action_name(const RtSchedAction *a, char *buf, size_t size) {
-  switch (a->kind) {
-  case RT_SCHED_F: case RT_SCHED_B: case RT_SCHED_W:
-    snprintf(buf, size, "%s%dc%d", rt_sched_kind_name(a->kind), (int)a->mb, a->chunk);
-    break;
-  case RT_SCHED_SEND: case RT_SCHED_RECV:
-    snprintf(buf, size, "%s(%s, %s %d, c%d, mb%d)", rt_sched_kind_name(a->kind),
-             rt_sched_msg_name(a->msg), a->kind == RT_SCHED_SEND ? "to" : "from", a->peer,
-             a->chunk, (int)a->mb);
-    break;
-  case RT_SCHED_REDUCE_GRADS:
-    snprintf(buf, size, "REDUCE_GRADS(c%d, bucket %d)", a->chunk, (int)a->mb);
-    break;
-  default: snprintf(buf, size, "%s", rt_sched_kind_name(a->kind));
-  }
-}
-
 /* One gathered event (WIRE doubles) as a complete ("X") event, its time
  * from the earliest event of the trace, in microseconds. */
 static void add_event(cJSON *ev, int pid, const double *w, double t0) {
   RtSchedAction a = {.kind = (uint8_t)w[3], .msg = (uint8_t)w[4], .chunk = (int16_t)w[5],
                      .peer = (int16_t)w[6], .mb = (int32_t)w[7]};
   char name[96];
-  action_name(&a, name, sizeof name);
-  cJSON *args = chrome_trace_event(ev, name, &a, pid, w[0] - t0, w[1] - w[0]);
+  cJSON *args = chrome_trace_event(ev, rt_sched_action_str(&a, name, sizeof name), &a, pid, w[0] - t0, w[1] - w[0]);
   cJSON_AddNumberToObject(args, "step", w[2] + 1);
 }
 

@@ -250,7 +250,7 @@ static void compute_order(const RtSchedule *s, int r, char *out, size_t size) {
     if (a->kind != RT_SCHED_F && a->kind != RT_SCHED_B) continue;
     char buf[64];
     snprintf(out + strlen(out), size - strlen(out), "%s%s", out[0] ? " " : "",
-             sched_action_str(a, buf, sizeof buf));
+             rt_sched_action_str(a, buf, sizeof buf));
   }
 }
 
