@@ -25,6 +25,7 @@
 
 #include "../codegen/codegen.h"
 #include "../planner/hw.h"
+#include "../planner/planner.h"
 #include "driver.h"
 
 #ifndef SHARDC_MPIEXEC
@@ -158,8 +159,9 @@ static const char measure_c[] =
     "  }\n}\n"
     "static void op(void) { printf(\"op %.9g\\n\", batch(one_op, 16) / 16); }\n"
     /* The CPU target's attention, forward and backward, causal, as a rank
-     * program runs it: FLOPs counted as the planner counts them (4 and 8
-     * numel(q) s), at two head sizes. */
+     * program runs it, at two head sizes: the sequence, a full forward's
+     * FLOPs (4 numel(q) s) and the seconds of both (the parent counts the
+     * FLOPs the kernels run, pl_cpu_attention_flops). */
     "static long att_s, att_h, att_d;\n"
     "static real *att_scratch;\n"
     "static void one_attn(long b) {\n"
@@ -174,7 +176,7 @@ static const char measure_c[] =
     "    att_s = shape[k][0], att_h = shape[k][1], att_d = shape[k][2];\n"
     "    long b = omp_get_max_threads(), n = b * att_s * att_h * att_d;\n"
     "    att_scratch = fill(k_attention_scratch(att_s) * omp_get_max_threads());\n"
-    "    printf(\"attn %.9g %.9g\\n\", 12.0 * (double)n * (double)att_s, batch(one_attn, b));\n"
+    "    printf(\"attn %ld %.9g %.9g\\n\", att_s, 4.0 * (double)n * (double)att_s, batch(one_attn, b));\n"
     "    free(att_scratch);\n"
     "  }\n}\n"
     /* The ops that are neither products nor attention, as the kernels and
@@ -313,7 +315,8 @@ static bool read_lines(const char *command, Measured *m) {
     else if (sscanf(line, "p2p %lf %lf", &a, &b) == 2 && m->np2p < 2)
       m->p2p_bytes[m->np2p] = a, m->p2p_s[m->np2p++] = b;
     else if (sscanf(line, "op %lf", &a) == 1 && a > m->op_s) m->op_s = a;
-    else if (sscanf(line, "attn %lf %lf", &a, &b) == 2) {
+    else if (sscanf(line, "attn %lf %lf %lf", &c, &a, &b) == 3) {
+      a = pl_cpu_attention_flops(a, c, true, false) + pl_cpu_attention_flops(a, c, true, true);
       int k = 0; /* the copies print the same shapes in the same order */
       while (k < m->nattn && m->attn_flops[k] != a) k++;
       if (k == m->nattn && k < 2) m->attn_flops[m->nattn++] = a;
