@@ -49,10 +49,12 @@ static const char measure_mk[] =
 
 /* The measuring program. `measure gemm MAX` prints `gemm N SECONDS` for
  * square products of N = 16 .. MAX (the best of several runs, each size
- * run for at least 50 ms), `copy BYTES SECONDS` for an OpenMP copy of a
- * buffer far larger than the caches, `op SECONDS` for one parallel region
- * with the threads it was started with, `attn FLOPS SECONDS` for the CPU
- * target's attention forward and backward at two shapes, `elem BYTES
+ * run for at least 50 ms), `copy BYTES SECONDS` for an OpenMP copy of 1
+ * MiB taken in turn from a 64 MiB pool (beyond the caches nearest the
+ * core, though an L3 larger than the pool holds it), `op SECONDS` for one
+ * parallel region with the threads it was started with, `attn S FLOPS
+ * SECONDS` for the CPU target's attention forward and backward at two
+ * shapes (S the sequence, FLOPS a full forward's), `elem BYTES
  * SECONDS` for a norm, a softmax and a GELU loop, and `update BYTES
  * SECONDS` for the optimizer step's passes; `measure mpi` (two ranks)
  * prints `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
