@@ -25,6 +25,7 @@
 
 #include "../codegen/codegen.h"
 #include "../planner/hw.h"
+#include "../planner/planner.h"
 #include "driver.h"
 
 #ifndef SHARDC_MPIEXEC
@@ -48,10 +49,12 @@ static const char measure_mk[] =
 
 /* The measuring program. `measure gemm MAX` prints `gemm N SECONDS` for
  * square products of N = 16 .. MAX (the best of several runs, each size
- * run for at least 50 ms), `copy BYTES SECONDS` for an OpenMP copy of a
- * buffer far larger than the caches, `op SECONDS` for one parallel region
- * with the threads it was started with, `attn FLOPS SECONDS` for the CPU
- * target's attention forward and backward at two shapes, `elem BYTES
+ * run for at least 50 ms), `copy BYTES SECONDS` for an OpenMP copy of 1
+ * MiB taken in turn from a 64 MiB pool (beyond the caches nearest the
+ * core, though an L3 larger than the pool holds it), `op SECONDS` for one
+ * parallel region with the threads it was started with, `attn S FLOPS
+ * SECONDS` for the CPU target's attention forward and backward at two
+ * shapes (S the sequence, FLOPS a full forward's), `elem BYTES
  * SECONDS` for a norm, a softmax and a GELU loop, and `update BYTES
  * SECONDS` for the optimizer step's passes; `measure mpi` (two ranks)
  * prints `p2p BYTES SECONDS`, half the best round trip of a ping-pong. */
@@ -158,8 +161,9 @@ static const char measure_c[] =
     "  }\n}\n"
     "static void op(void) { printf(\"op %.9g\\n\", batch(one_op, 16) / 16); }\n"
     /* The CPU target's attention, forward and backward, causal, as a rank
-     * program runs it: FLOPs counted as the planner counts them (4 and 8
-     * numel(q) s), at two head sizes. */
+     * program runs it, at two head sizes: the sequence, a full forward's
+     * FLOPs (4 numel(q) s) and the seconds of both (the parent counts the
+     * FLOPs the kernels run, pl_cpu_attention_flops). */
     "static long att_s, att_h, att_d;\n"
     "static real *att_scratch;\n"
     "static void one_attn(long b) {\n"
@@ -174,7 +178,7 @@ static const char measure_c[] =
     "    att_s = shape[k][0], att_h = shape[k][1], att_d = shape[k][2];\n"
     "    long b = omp_get_max_threads(), n = b * att_s * att_h * att_d;\n"
     "    att_scratch = fill(k_attention_scratch(att_s) * omp_get_max_threads());\n"
-    "    printf(\"attn %.9g %.9g\\n\", 12.0 * (double)n * (double)att_s, batch(one_attn, b));\n"
+    "    printf(\"attn %ld %.9g %.9g\\n\", att_s, 4.0 * (double)n * (double)att_s, batch(one_attn, b));\n"
     "    free(att_scratch);\n"
     "  }\n}\n"
     /* The ops that are neither products nor attention, as the kernels and
@@ -313,7 +317,8 @@ static bool read_lines(const char *command, Measured *m) {
     else if (sscanf(line, "p2p %lf %lf", &a, &b) == 2 && m->np2p < 2)
       m->p2p_bytes[m->np2p] = a, m->p2p_s[m->np2p++] = b;
     else if (sscanf(line, "op %lf", &a) == 1 && a > m->op_s) m->op_s = a;
-    else if (sscanf(line, "attn %lf %lf", &a, &b) == 2) {
+    else if (sscanf(line, "attn %lf %lf %lf", &c, &a, &b) == 3) {
+      a = pl_cpu_attention_flops(a, c, true, false) + pl_cpu_attention_flops(a, c, true, true);
       int k = 0; /* the copies print the same shapes in the same order */
       while (k < m->nattn && m->attn_flops[k] != a) k++;
       if (k == m->nattn && k < 2) m->attn_flops[m->nattn++] = a;

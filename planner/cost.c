@@ -118,6 +118,11 @@ double pl_update_s(const PlHw *hw, double bytes) {
   return t > hw->kernel_s ? t : hw->kernel_s;
 }
 
+double pl_cpu_attention_flops(double full, double s, bool causal, bool backward) {
+  double blocks = ceil(s / 32), frac = causal ? (blocks + 1) / (2 * blocks) : 1;
+  return full * frac * (backward ? 2.5 : 1);
+}
+
 static double numel(const IrValue *v) { return (double)ir_type_numel(&v->type); }
 
 /* Bytes an op reads and writes, `elem` bytes per element. */
@@ -170,6 +175,15 @@ static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops
     return pl_reduce_scatter_s(tp, size, numel(n->in[0]) * elem);
   }
   case IR_OP_ATTENTION: case IR_OP_ATTENTION_GRAD: {
+    /* A CPU's efficiency is measured at the FLOPs its kernels run (the
+     * model's count is that of a full square, the backward twice the
+     * forward); a GPU preset's is calibrated at the model's count. */
+    if (hw->cores > 0) {
+      const IrType *q = &n->in[0]->type;
+      bool grad = n->op == IR_OP_ATTENTION_GRAD;
+      flops = pl_cpu_attention_flops(grad ? flops / 2 : flops, (double)q->shape[q->rank - 2],
+                                     ir_attr_int(n, "causal") != 0, grad);
+    }
     double t = flops / (hw->attn_eff * hw->peak_flops[PL_BF16]), m = pl_memory_s(hw, io_bytes(n, elem));
     return t > m ? t : m;
   }

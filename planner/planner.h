@@ -125,6 +125,13 @@ double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n);
 /* The optimizer step's passes over `bytes`, at the description's update
  * bandwidth (measured on a CPU; else the memory's, as pl_memory_s). */
 double pl_update_s(const PlHw *hw, double bytes);
+/* The FLOPs the CPU target's attention kernels (kernels/cpu/attention.c)
+ * run where `full` is the count of a full forward, 4 numel(q) s: under a
+ * causal mask blocks of 32 query rows each take every key up to the
+ * block's last, (n + 1) / 2n of the square over n blocks of a sequence of
+ * s; the backward runs 5 products against the forward's 2. A CPU
+ * description's attention_efficiency is a share of peak at these FLOPs. */
+double pl_cpu_attention_flops(double full, double s, bool causal, bool backward);
 
 /* The cost of a part of one rank program for one microbatch. */
 typedef struct PlCost {

@@ -48,9 +48,9 @@ check() {
     { fail "$name: simulate --csv"; return; }
   "$shardc" simulate --program "$name" --hw "$hw" "$@" >"$name.txt" 2>&1 ||
     { fail "$name: simulate (text)"; return; }
-  python3 - "$name" <<'PY' || bad=1
-import json, re, sys, glob, os
-name = sys.argv[1]
+  python3 - "$name" "$hw" <<'PY' || bad=1
+import json, math, re, sys, glob, os
+name, hw = sys.argv[1], sys.argv[2]
 r = json.load(open(name + ".json"))
 listing = json.load(open(name + "/kernels.json"))
 ok = True
@@ -87,6 +87,32 @@ if abs(r["tokens_per_s"] * r["step_time_s"] - r["tokens_per_step"]) > 1e-6 * r["
 mfu = r["model_flops_per_step"] / (r["step_time_s"] * r["ranks"] * r["peak_flops"])
 if abs(mfu - r["mfu"]) > 1e-9:
     fail(f"MFU {r['mfu']} is not the model FLOPs over the step at peak ({mfu})")
+# A CPU's attention at the FLOPs its kernels run, the count `shardc hw
+# --measure` takes its attention_efficiency at: causal blocks of 32 query
+# rows each against the keys up to its last, the backward 5 products
+# against the forward's 2 (pl_cpu_attention_flops). cpu2.hw has no
+# parallel-region cost, so the time is the FLOPs over the rate, or the
+# bytes over the memory's where those take longer.
+desc = dict(l.split(" = ") for l in open(hw).read().splitlines()
+            if " = " in l and not l.startswith("#")) if os.path.exists(hw) else {}
+if "cores" in desc and "op_us" not in desc:
+    rate = float(desc["attention_efficiency"]) * r["peak_flops"]
+    for l in r["launches"]:
+        if l["class"] != "attention":
+            continue
+        sh = dict(re.findall(r"([bshd])(\d+)", l["shape"]))
+        b, s, h, d = (float(sh[k]) for k in "bshd")
+        blocks = math.ceil(s / 32)
+        frac = (blocks + 1) / (2 * blocks) if "causal" in l["shape"] else 1
+        flops = 4 * b * s * s * h * d * frac * (2.5 if l["kernel"].startswith("k_attention_bwd") else 1)
+        mem = (l["bytes_read"] + l["bytes_written"]) / (r["memory_bw"] * float(desc["memory_efficiency"]))
+        want = max(flops / rate, mem)
+        if abs(l["time_s"] - want) > 1e-9 * l["time_s"]:
+            fail(f"{l['label']}: {l['time_s']:.6g} s, its kernel FLOPs ({flops:.4g}) at "
+                 f"attention_efficiency give {flops / rate:.6g} s, its bytes {mem:.6g} s")
+        else:
+            print(f"ok {name}: {l['label']} ({l['shape']}) {1e6 * l['time_s']:.2f} us, "
+                  f"{flops:.4g} kernel FLOPs at {rate / 1e9:.0f} GFLOP/s")
 rows = open(name + ".csv").read().splitlines()
 if len(rows) != len(r["launches"]) + 1:
     fail(f"{len(rows)} CSV lines for {len(r['launches'])} launch groups and a header")
