@@ -341,13 +341,18 @@ layout_mem() {
   *) die "unknown layout $layout (t2, p2, d2)" ;;
   esac
   shape "$name"
-  compile "$name $layout" "$dir" "$flag" 2 "${SHAPE_DEFS[@]}"
+  # One microbatch per replica or two through the pipeline (its peak
+  # stash on stage 0 is already 2 under 1f1b): the least that shows the
+  # peak, as the peak is reached in the first step.
+  local mb=${SHAPE_DEFS[-1]#batch=} gb
+  gb=$([[ $layout = t2 ]] && echo "$mb" || echo $((2 * mb)))
+  compile "$name $layout" "$dir" "$flag" 2 --global-batch "$gb" "${SHAPE_DEFS[@]}"
   # Each rank under /usr/bin/time, its report named by its world rank; a
   # pipeline runs one program per stage.
   printf '#!/bin/sh\nout=$1\nshift\nexec /usr/bin/time -v -o "$out.$OMPI_COMM_WORLD_RANK" "$@"\n' \
     >"$WORK/timed.sh"
   chmod +x "$WORK/timed.sh"
-  local progs=() args=(--data "$DATA" --steps "$MEM_STEPS" --no-shuffle)
+  local progs=() args=(--data "$DATA" --steps "$MEM_STEPS" --global-batch "$gb" --no-shuffle)
   if [[ $layout = p2 ]]; then progs=("$dir/stage0" "$dir/stage1"); else progs=("$dir/rank0" "$dir/rank0"); fi
   local mpi=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
   [[ -n ${OMP_WAIT_POLICY:-} ]] && mpi+=(-x OMP_WAIT_POLICY)
@@ -360,9 +365,15 @@ layout_mem() {
   local peak base plan
   peak=$(peak_kb "$dir.time1.0")
   base=$(peak_kb "$dir.time0.0")
-  plan=$(grep -m1 '^memory plan:' "$dir.out" | sed 's/.*| total \([0-9.]*\) \([KMG]\)B.*/\1 \2/' |
-    awk '{m = $2 == "K" ? 1e3 : $2 == "M" ? 1e6 : 1e9; printf "%d", $1 * m}')
+  # The plan as the run used it, from the program's closing memory line
+  # (which counts MPI's reduction staging at its peak where the banner
+  # printed a bound), else the banner's total.
+  plan=$(sed -n 's/^memory: .*| plan as run \([0-9.]*\) \([KMG]\)B.*/\1 \2/p' "$dir.out")
+  [[ -n $plan ]] || plan=$(grep -m1 '^memory plan:' "$dir.out" |
+    sed 's/.*| total \([0-9.]*\) \([KMG]\)B.*/\1 \2/')
+  plan=$(awk '{m = $2 == "K" ? 1e3 : $2 == "M" ? 1e6 : 1e9; printf "%.0f", $1 * m}' <<<"$plan")
   grep -m1 '^memory plan:' "$dir.out" | sed 's/^/  /'
+  grep -m1 '^memory: ' "$dir.out" | sed 's/^/  /' || true
   awk -v p="$peak" -v b="$base" -v plan="$plan" -v l="$layout" 'BEGIN {
     used = (p - b) * 1024
     printf "  %s, world rank 0: peak RSS %.1f MiB, at its start %.1f MiB, difference %.1f MiB; plan %.1f MiB: %.3f\n", l, p / 1024, b / 1024, used / 2^20, plan / 2^20, used / plan }'
@@ -426,7 +437,7 @@ fi
 
 echo
 echo "shardc against PyTorch $TORCH_VERSION and the sgemm roof (${ROOF} GFLOP/s at N=$ROOF_N)," \
-  "$THREADS threads on $(nproc) cores, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
+  "$THREADS threads on $(nproc --all) cores, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 printf '%-16s %-34s %-12s %s\n' shape measured target verdict
 printf '%s\n' "${report[@]}"
 exit $fail
