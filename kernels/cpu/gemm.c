@@ -137,6 +137,12 @@ void k_gemm_blocks(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, re
   if (M == 0 || N == 0)
     return;
   GemmCut c = gemm_cut(M, N, K, GEMM_BLOCK_MIN);
+  /* A GEMM with work for several blocks but sides too short for wide ones
+   * (a weight gradient of a small layer: 256 x 128 over 1024 tokens) gets
+   * narrow blocks rather than OpenBLAS's threads, which under load ran it
+   * 7 times slower on 2 threads than on 1. */
+  if (c.nb == 1 && M * N * K >= 2 * GEMM_BLOCK_WORK)
+    c = gemm_cut(M, N, K, GEMM_BLOCK_MIN_TEAM);
   if (c.nb == 1) {
     k_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;

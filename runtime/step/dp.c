@@ -22,6 +22,9 @@ struct RtDp {
   const RtBucket *b;
   int nb;
   int64_t bytes;          /* of all buckets */
+  /* Bytes of the reductions started and not yet seen complete, and their
+   * peak over the run: what libnbc's staging holds at most (dp.h). */
+  int64_t inflight, inflight_peak;
   RtCommReq **req;        /* per bucket, while in flight */
   unsigned char *started; /* per bucket, this step */
   int *order;             /* buckets in the order they started */
@@ -138,6 +141,8 @@ void rt_dp_free(Rt *rt) {
 
 int64_t rt_dp_staging_bytes(const Rt *rt) { return rt->dp ? rt->dp->bytes : 0; }
 
+int64_t rt_dp_staging_peak_bytes(const Rt *rt) { return rt->dp ? rt->dp->inflight_peak : 0; }
+
 void rt_dp_describe(const Rt *rt, char *buf, int len) {
   const RtDp *dp = rt->dp;
   char bytes[32];
@@ -163,6 +168,8 @@ void rt_dp_step_begin(Rt *rt) {
 static void start(RtDp *dp, Rt *rt, int j) {
   if (dp->started[j]) return;
   dp->started[j] = 1;
+  dp->inflight += dp->b[j].numel * (int64_t)sizeof(real);
+  if (dp->inflight > dp->inflight_peak) dp->inflight_peak = dp->inflight;
   if (!dp->any_started) dp->any_started = 1, dp->first_start = rt_now();
   const RtBucket *b = &dp->b[j];
   real *g = rt->ctx.grads + b->offset;
@@ -201,6 +208,7 @@ void rt_dp_poll(Rt *rt) {
   while (dp->ntested < dp->norder) {
     int j = dp->order[dp->ntested];
     if (dp->req[j] && !rt_comm_test(dp->req[j])) return;
+    if (dp->req[j]) dp->inflight -= dp->b[j].numel * (int64_t)sizeof(real);
     dp->req[j] = NULL;
     dp->ntested++;
   }
@@ -243,7 +251,11 @@ void rt_dp_wait(Rt *rt) {
   for (int j = 0; j < dp->nb; j++) {
     if (!dp->started[j])
       rt_fatal(rt->model->name, "internal error: bucket %d was never reduced this step", j);
-    if (dp->req[j]) rt_comm_wait(dp->req[j]), dp->req[j] = NULL;
+    if (dp->req[j]) {
+      rt_comm_wait(dp->req[j]);
+      dp->req[j] = NULL;
+      dp->inflight -= dp->b[j].numel * (int64_t)sizeof(real);
+    }
   }
   double t1 = rt_now();
   dp->wait = t1 - t0;

@@ -70,5 +70,8 @@ void rt_dp_describe(const Rt *rt, char *buf, int len);
  * buffer of their own, so at most every bucket at once. Outside the plan;
  * the printed plan counts it. */
 int64_t rt_dp_staging_bytes(const Rt *rt);
+/* The most bytes of reductions in flight at once so far this run: the
+ * staging that bound allowed for, as the buckets' timing made it. */
+int64_t rt_dp_staging_peak_bytes(const Rt *rt);
 
 #endif

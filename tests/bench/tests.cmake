@@ -1,0 +1,5 @@
+# The benchmarks under bench/ stay manual (minutes, on a quiet machine);
+# these check that their scripts run, on tiny shapes, in a few seconds.
+add_test(NAME bench/cpu_train_quick COMMAND bash ${TESTS_DIR}/bench/cpu_train_quick.sh)
+set_tests_properties(bench/cpu_train_quick PROPERTIES TIMEOUT 300 LABELS bench
+                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mpirun)
