@@ -152,23 +152,68 @@ static void emit_attention(CgEmitter *e, int index) {
   cg_launch_attention(e, NULL, n);
 }
 
+/* Whether a and b are read at the same precision: the fused kernels take
+ * every row operand at one. */
+static void same_precision(CgEmitter *e, const IrNode *n, const IrValue *a, const IrValue *b) {
+  if (cuda_low(e, a) != cuda_low(e, b))
+    die("%s with operands at two precisions", ir_op_info(n->op)->name);
+}
+
+/* The row operands of add_layernorm and add_rmsnorm: a, b, s and y. */
+static void add_norm_precision(CgEmitter *e, const IrNode *n) {
+  same_precision(e, n, n->in[0], n->in[1]);
+  for (int i = 0; i < 2; i++) same_precision(e, n, n->in[0], n->out[i]);
+}
+
+/* layernorm(x, w[, bias]) and add_layernorm(a, b, w[, bias]), whose x is
+ * the sum s = a + b it writes as its first result. */
 static void emit_layernorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
-       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
-       n->nin == 3 ? cuda_ref(e, n->in[2]) : "NULL", (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  int p = n->op == IR_OP_ADD_LAYERNORM ? 2 : 1; /* the weight's input */
+  const char *bias = n->nin == p + 2 ? cuda_ref(e, n->in[p + 1]) : "NULL";
+  if (p == 2) {
+    add_norm_precision(e, n);
+    emit(e, "k_cuda_add_layernorm_fwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), bias, (long long)cg_rows(x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
+  } else {
+    emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), bias,
+         (long long)cg_rows(x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  }
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
-       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  if (n->op == IR_OP_ADD_RMSNORM) {
+    add_norm_precision(e, n);
+    emit(e, "k_cuda_add_rmsnorm_fwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
+  } else {
+    emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
+         (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  }
   cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* With a fourth input (add-norm's residual gradient) the norm gradients
+ * are the _res kernels, which add it to dx. */
+static const char *res_sfx(CgEmitter *e, const IrNode *n) {
+  if (n->nin < 4) return cuda_sfx(e, n->in[0]);
+  same_precision(e, n, n->in[2], n->in[3]);
+  same_precision(e, n, n->in[2], n->out[0]);
+  return ir_fmt("_res%s", cuda_sfx(e, n->in[0]));
+}
+
+static const char *res_arg(CgEmitter *e, const IrNode *n) {
+  return n->nin > 3 ? ir_fmt("%s, ", cuda_ref(e, n->in[3])) : "";
 }
 
 /* The norms' weight gradients are set, not added (as on the CPU): the
@@ -178,19 +223,20 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
-  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %s);", res_sfx(e, n),
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), want_db ? cuda_ref(e, n->out[2]) : "NULL",
-       cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+       cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), res_arg(e, n),
+       (long long)cg_rows(x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")),
+       cg_scratch(e, index));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %s%lld, %lld, %s, %s);", res_sfx(e, n),
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->in[2]), cuda_ref(e, x),
-       cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
+       cuda_ref(e, n->in[1]), res_arg(e, n), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
@@ -356,6 +402,8 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_LAYERNORM] = emit_layernorm,
     [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_ADD_LAYERNORM] = emit_layernorm,
+    [IR_OP_ADD_RMSNORM] = emit_rmsnorm,
     [IR_OP_SOFTMAX] = emit_softmax,
     [IR_OP_CAUSAL_MASK] = emit_causal_mask,
     [IR_OP_ROPE] = emit_rope,

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels_cuda.h"
 #include "launch.h"
@@ -127,6 +128,47 @@ template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+
+/* Vector access: V values of T at p + c*V, in one 16-byte load or store
+ * when V > 1 (V = 16 / sizeof(T); V = 1 is a plain access). The hardware
+ * faults on a 16-byte access that is not 16-byte aligned, so a launcher
+ * picks V > 1 only where kc_aligned16 holds for every pointer and the row
+ * length is a multiple of V; the emulator checks each access. */
+#ifdef SHARD_CUDA_EMU
+#define KC_VECTOR_ACCESS(p) kc_emu_vector_access(p, __FILE__, __LINE__)
+#else
+#define KC_VECTOR_ACCESS(p) ((void)0)
+#endif
+static inline bool kc_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+template <typename T, int V>
+__device__ __forceinline__ void kc_ldv(const T *p, int64_t c, float *o) {
+  if (V == 1) {
+    o[0] = kc_f(p[c]);
+    return;
+  }
+  const T *q = p + c * V;
+  KC_VECTOR_ACCESS(q);
+  uint4 u = *(const uint4 *)q;
+  T e[V];
+  memcpy(e, &u, sizeof u);
+  for (int i = 0; i < V; i++) o[i] = kc_f(e[i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void kc_stv(T *p, int64_t c, const float *v) {
+  if (V == 1) {
+    p[c] = kc_to<T>(v[0]);
+    return;
+  }
+  T *q = p + c * V, e[V];
+  for (int i = 0; i < V; i++) e[i] = kc_to<T>(v[i]);
+  uint4 u;
+  memcpy(&u, e, sizeof u);
+  KC_VECTOR_ACCESS(q);
+  *(uint4 *)q = u;
 }
 
 #endif

@@ -28,27 +28,100 @@ __device__ void row_stats(int layer, const T *x, int64_t h, float eps, double *b
   *rstd = (float)(1.0 / sqrt(v / (double)h + (double)eps));
 }
 
-template <typename T>
-__global__ void norm_fwd_kernel(int layer, T *y, const T *x, const T *w, const T *b, int64_t h,
-                                float eps) {
-  __shared__ double buf[32];
-  const T *xr = x + blockIdx.x * h;
-  T *yr = y + blockIdx.x * h;
-  float mean, rstd;
-  row_stats(layer, xr, h, eps, buf, &mean, &rstd);
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    float o = (kc_f(xr[j]) - mean) * rstd * kc_f(w[j]);
-    yr[j] = kc_to<T>(b ? o + kc_f(b[j]) : o);
+/* Chunks of V values a thread of the forward keeps in registers: rows of
+ * up to NORM_REGS * V * KC_ROW_THREADS elements (8192 in fp32, 16384 in
+ * bf16) are read from memory once; the chunks beyond are read again for
+ * each of the three passes over the row. */
+#define NORM_REGS 8
+
+/* The forward's row: x, or the sum s = a + b that it writes (rounded to
+ * the stored type, which the norm then reads, as when the add runs
+ * alone). V values per 16-byte access, or 1. */
+template <typename T, int V> struct NormRow {
+  const T *x, *b; /* b: the residual's other term, or NULL */
+  T *s;           /* where the sum goes (with b) */
+
+  /* Chunk c: loaded (and summed and stored) the first time... */
+  __device__ __forceinline__ void first(int64_t c, float *o) const {
+    kc_ldv<T, V>(x, c, o);
+    if (!b) return;
+    float q[V];
+    kc_ldv<T, V>(b, c, q);
+#pragma unroll
+    for (int i = 0; i < V; i++) o[i] = kc_f(kc_to<T>(__fadd_rn(o[i], q[i])));
+    kc_stv<T, V>(s, c, o);
   }
+  /* ...and read back from memory where no register holds it. */
+  __device__ __forceinline__ void again(int64_t c, float *o) const {
+    kc_ldv<T, V>(b ? s : x, c, o);
+  }
+};
+
+/* Thread t owns chunks t, t + blockDim, ... of the row's n chunks, the
+ * first NORM_REGS of them in registers; the code after `is_first` sees every
+ * chunk's values (o_) in that order, so each thread's sums run in an order
+ * fixed by the sizes. `is_first`: the pass that reads (and sums) the row. */
+#define NORM_EACH_CHUNK(row, v, n, is_first, ...)                                   \
+  do {                                                                           \
+    _Pragma("unroll") for (int k_ = 0; k_ < NORM_REGS; k_++) {                   \
+      int64_t c_ = threadIdx.x + (int64_t)k_ * blockDim.x;                       \
+      if (c_ < (n)) {                                                            \
+        float *o_ = v[k_];                                                       \
+        if (is_first) row.first(c_, o_);                                        \
+        __VA_ARGS__;                                                             \
+      }                                                                          \
+    }                                                                            \
+    for (int64_t c_ = threadIdx.x + (int64_t)NORM_REGS * blockDim.x; c_ < (n);  \
+         c_ += blockDim.x) {                                                     \
+      float t_[V], *o_ = t_;                                                     \
+      if (is_first) row.first(c_, o_);                                          \
+      else row.again(c_, o_);                                                    \
+      __VA_ARGS__;                                                               \
+    }                                                                            \
+  } while (0)
+
+/* One block per row: the row (or a + b) read once, its mean and its
+ * variance (about the mean) summed in double from the registers, then y. */
+template <typename T, int V>
+__global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, const T *w,
+                                const T *bias, int64_t h, float eps) {
+  __shared__ double buf[32];
+  int64_t off = blockIdx.x * h, n = h / V;
+  NormRow<T, V> row = {x + off, b ? b + off : NULL, s ? s + off : NULL};
+  float v[NORM_REGS][V];
+  double m = 0, q = 0;
+  NORM_EACH_CHUNK(row, v, n, true, {
+    for (int i = 0; i < V; i++) m += o_[i];
+  });
+  m = layer ? kc_block_sum(m, buf) / (double)h : 0.0;
+  NORM_EACH_CHUNK(row, v, n, false, {
+    for (int i = 0; i < V; i++) {
+      double c = (double)o_[i] - m;
+      q += c * c;
+    }
+  });
+  q = kc_block_sum(q, buf);
+  float mean = (float)m, rstd = (float)(1.0 / sqrt(q / (double)h + (double)eps));
+  NORM_EACH_CHUNK(row, v, n, false, {
+    float wv[V], bv[V], out[V];
+    kc_ldv<T, V>(w, c_, wv);
+    if (bias) kc_ldv<T, V>(bias, c_, bv);
+    for (int i = 0; i < V; i++) {
+      float o = (o_[i] - mean) * rstd * wv[i];
+      out[i] = bias ? o + bv[i] : o;
+    }
+    kc_stv<T, V>(y + off, c_, out);
+  });
 }
 
 /* dx of one row, with xhat the normalised input and g = dy w:
  *   layernorm: dx = rstd (g - mean(g) - xhat mean(g xhat))
  *   rmsnorm:   dx = rstd (g - xhat mean(g xhat))
- * and the row's statistics into stat[2 row], stat[2 row + 1]. */
+ * plus dres (NULL: none) where add-norm fused a residual's gradient, and
+ * the row's statistics into stat[2 row], stat[2 row + 1]. */
 template <typename T>
 __global__ void norm_bwd_dx_kernel(int layer, T *dx, const T *dy, const T *x, const T *w,
-                                   int64_t h, float eps, float *stat) {
+                                   const T *dres, int64_t h, float eps, float *stat) {
   __shared__ double buf[32];
   int64_t r = blockIdx.x;
   const T *xr = x + r * h, *dyr = dy + r * h;
@@ -63,8 +136,12 @@ __global__ void norm_bwd_dx_kernel(int layer, T *dx, const T *dy, const T *x, co
   sg = kc_block_sum(sg, buf);
   sgx = kc_block_sum(sgx, buf);
   float a = layer ? (float)(sg / (double)h) : 0.0f, c = (float)(sgx / (double)h);
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
-    dx[r * h + j] = kc_to<T>(rs * (kc_f(dyr[j]) * kc_f(w[j]) - a - (kc_f(xr[j]) - m) * rs * c));
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+    T d = kc_to<T>(rs * (kc_f(dyr[j]) * kc_f(w[j]) - a - (kc_f(xr[j]) - m) * rs * c));
+    /* A residual's gradient is added to the stored dx, unfused with the
+     * product (__fadd_rn): the bits of the add kernel after this one. */
+    dx[r * h + j] = dres ? kc_to<T>(__fadd_rn(kc_f(dres[r * h + j]), kc_f(d))) : d;
+  }
   if (threadIdx.x == 0) {
     stat[2 * r] = m;
     stat[2 * r + 1] = rs;
@@ -104,12 +181,20 @@ __global__ void norm_bwd_total_kernel(float *dw, float *db, const double *pw, co
   if (db) db[j] = (float)tb;
 }
 
+/* V = 16 bytes of T where every row and pointer allows it, else 1. */
 template <typename T>
-static void norm_fwd(int layer, T *y, const T *x, const T *w, const T *b, int64_t rows, int64_t h,
-                     float eps) {
+static void norm_fwd(int layer, T *y, T *s, const T *x, const T *b, const T *w, const T *bias,
+                     int64_t rows, int64_t h, float eps) {
   if (rows == 0 || h == 0) return;
   KC_REQUIRE(rows <= INT32_MAX, "normalisation of %lld rows", (long long)rows);
-  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_fwd_kernel)(layer, y, x, w, b, h, eps);
+  const int V = 16 / sizeof(T);
+  if (h % V == 0 && kc_aligned16(y) && kc_aligned16(s) && kc_aligned16(x) && kc_aligned16(b) &&
+      kc_aligned16(w) && kc_aligned16(bias))
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_fwd_kernel<T, V>)(
+        layer, y, s, x, b, w, bias, h, eps);
+  else
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_fwd_kernel<T, 1>)(
+        layer, y, s, x, b, w, bias, h, eps);
   KC_LAUNCHED();
 }
 
@@ -123,7 +208,7 @@ static int64_t norm_chunks(int64_t rows) { return (rows + NORM_CHUNK - 1) / NORM
  * from run to run. */
 template <typename T>
 static void norm_bwd(int layer, T *dx, float *dw, float *db, const T *dy, const T *x, const T *w,
-                     int64_t rows, int64_t h, float eps, void *scratch) {
+                     const T *dres, int64_t rows, int64_t h, float eps, void *scratch) {
   if (h == 0) return;
   int64_t chunks = norm_chunks(rows);
   float *stat = (float *)scratch;
@@ -131,8 +216,8 @@ static void norm_bwd(int layer, T *dx, float *dw, float *db, const T *dy, const 
   KC_REQUIRE(rows <= INT32_MAX && chunks <= 65535, "normalisation of %lld rows", (long long)rows);
   unsigned cols = (unsigned)((h + KC_ELT_THREADS - 1) / KC_ELT_THREADS);
   if (rows > 0) {
-    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel)(layer, dx, dy, x, w, h,
-                                                                           eps, stat);
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel)(layer, dx, dy, x, w,
+                                                                           dres, h, eps, stat);
     KC_LAUNCHED();
     KC_LAUNCH(dim3(cols, (unsigned)chunks), KC_ELT_THREADS, 0, kc_stream(), norm_bwd_partial_kernel)(
         pw, db ? pb : NULL, dy, x, stat, rows, h);
@@ -146,37 +231,44 @@ extern "C" {
 int64_t k_cuda_norm_bwd_scratch(int64_t rows, int64_t h) {
   return 2 * rows * (int64_t)sizeof(float) + 2 * norm_chunks(rows) * h * (int64_t)sizeof(double);
 }
-void k_cuda_layernorm_fwd(float *y, const float *x, const float *w, const float *b, int64_t rows,
-                          int64_t h, float eps) {
-  norm_fwd(1, y, x, w, b, rows, h, eps);
-}
-void k_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
-                          const float *w, int64_t rows, int64_t h, float eps, void *scratch) {
-  norm_bwd(1, dx, dw, db, dy, x, w, rows, h, eps, scratch);
-}
-void k_cuda_rmsnorm_fwd(float *y, const float *x, const float *w, int64_t rows, int64_t h,
-                        float eps) {
-  norm_fwd(0, y, x, w, (const float *)NULL, rows, h, eps);
-}
-void k_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                        int64_t rows, int64_t h, float eps, void *scratch) {
-  norm_bwd(0, dx, dw, NULL, dy, x, w, rows, h, eps, scratch);
-}
-void k_cuda_layernorm_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, const kc_bf16 *w, const kc_bf16 *b,
-                               int64_t rows, int64_t h, float eps) {
-  norm_fwd(1, B16(y), CB16(x), CB16(w), CB16(b), rows, h, eps);
-}
-void k_cuda_layernorm_bwd_bf16(kc_bf16 *dx, float *dw, float *db, const kc_bf16 *dy,
-                               const kc_bf16 *x, const kc_bf16 *w, int64_t rows, int64_t h,
-                               float eps, void *scratch) {
-  norm_bwd(1, B16(dx), dw, db, CB16(dy), CB16(x), CB16(w), rows, h, eps, scratch);
-}
-void k_cuda_rmsnorm_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, const kc_bf16 *w, int64_t rows,
-                             int64_t h, float eps) {
-  norm_fwd(0, B16(y), CB16(x), CB16(w), (const bf16 *)NULL, rows, h, eps);
-}
-void k_cuda_rmsnorm_bwd_bf16(kc_bf16 *dx, float *dw, const kc_bf16 *dy, const kc_bf16 *x,
-                             const kc_bf16 *w, int64_t rows, int64_t h, float eps, void *scratch) {
-  norm_bwd(0, B16(dx), dw, NULL, CB16(dy), CB16(x), CB16(w), rows, h, eps, scratch);
-}
+#define NORM_ENTRIES(SFX, T, S, CS)                                                              \
+  void k_cuda_layernorm_fwd##SFX(T *y, const T *x, const T *w, const T *b, int64_t rows,        \
+                                 int64_t h, float eps) {                                        \
+    norm_fwd(1, S(y), S(NULL), CS(x), CS(NULL), CS(w), CS(b), rows, h, eps);                     \
+  }                                                                                             \
+  void k_cuda_rmsnorm_fwd##SFX(T *y, const T *x, const T *w, int64_t rows, int64_t h, float eps) { \
+    norm_fwd(0, S(y), S(NULL), CS(x), CS(NULL), CS(w), CS(NULL), rows, h, eps);                  \
+  }                                                                                             \
+  void k_cuda_add_layernorm_fwd##SFX(T *s, T *y, const T *a, const T *b, const T *w,            \
+                                     const T *bias, int64_t rows, int64_t h, float eps) {       \
+    norm_fwd(1, S(y), S(s), CS(a), CS(b), CS(w), CS(bias), rows, h, eps);                        \
+  }                                                                                             \
+  void k_cuda_add_rmsnorm_fwd##SFX(T *s, T *y, const T *a, const T *b, const T *w, int64_t rows, \
+                                   int64_t h, float eps) {                                      \
+    norm_fwd(0, S(y), S(s), CS(a), CS(b), CS(w), CS(NULL), rows, h, eps);                        \
+  }                                                                                             \
+  void k_cuda_layernorm_bwd##SFX(T *dx, float *dw, float *db, const T *dy, const T *x,          \
+                                 const T *w, int64_t rows, int64_t h, float eps, void *scratch) { \
+    norm_bwd(1, S(dx), dw, db, CS(dy), CS(x), CS(w), CS(NULL), rows, h, eps, scratch);           \
+  }                                                                                             \
+  void k_cuda_rmsnorm_bwd##SFX(T *dx, float *dw, const T *dy, const T *x, const T *w,           \
+                               int64_t rows, int64_t h, float eps, void *scratch) {             \
+    norm_bwd(0, S(dx), dw, NULL, CS(dy), CS(x), CS(w), CS(NULL), rows, h, eps, scratch);         \
+  }                                                                                             \
+  void k_cuda_layernorm_bwd_res##SFX(T *dx, float *dw, float *db, const T *dy, const T *x,      \
+                                     const T *w, const T *dres, int64_t rows, int64_t h,        \
+                                     float eps, void *scratch) {                                \
+    norm_bwd(1, S(dx), dw, db, CS(dy), CS(x), CS(w), CS(dres), rows, h, eps, scratch);           \
+  }                                                                                             \
+  void k_cuda_rmsnorm_bwd_res##SFX(T *dx, float *dw, const T *dy, const T *x, const T *w,       \
+                                   const T *dres, int64_t rows, int64_t h, float eps,           \
+                                   void *scratch) {                                             \
+    norm_bwd(0, S(dx), dw, NULL, CS(dy), CS(x), CS(w), CS(dres), rows, h, eps, scratch);         \
+  }
+
+/* The entry points of kernels_cuda.h, once in fp32 and once in bf16. */
+#define F32(p) ((float *)(p))
+#define CF32(p) ((const float *)(p))
+NORM_ENTRIES(, float, F32, CF32)
+NORM_ENTRIES(_bf16, kc_bf16, B16, CB16)
 }
