@@ -325,16 +325,20 @@ static void emit_loss(CgEmitter *e, int index) {
 }
 
 /* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are
- * this rank's (all of them, lo = 0, without a vocabulary split). */
+ * this rank's (all of them, lo = 0, without a vocabulary split). Up to
+ * CU_EMB_OWNERS blocks, each owning the rows of its residue; the cost is
+ * the ids, dy and the slot's rows the ids pick (read and written), as the
+ * ids each block reads again come from L2. */
 void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V) {
   const IrValue *y = n->out[0];
-  emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_embedding_add)(%s, %s, %s, "
-          "%lldLL, %lldLL, %s, %lldLL);",
-       (long long)cg_dim(y, -1), cuda_ref(e, y), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
-       (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo, (long long)V);
+  emit(e, "CU_LAUNCH(cu_grid((%lldLL < CU_EMB_OWNERS ? %lldLL : CU_EMB_OWNERS) * CU_THREADS), "
+          "cu_embedding_add)(%s, %s, %s, %lldLL, %lldLL, %s, %lldLL);",
+       (long long)V, (long long)V, cuda_ref(e, y), cuda_ref(e, n->in[0]),
+       cuda_ref(e, n->in[1]), (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo,
+       (long long)V);
   double rows = 4.0 * (double)cg_numel(n->in[1]); /* the gradient rows the ids pick, fp32 */
   cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, n->in[0]) +
-            cg_listing_bytes(e, n->in[1]) + rows, rows), cg_launch_serial(e, cg_dim(y, -1), cg_numel(n->in[0]));
+            cg_listing_bytes(e, n->in[1]) + rows, rows);
   emit(e, "CU_LAUNCHED();");
 }
 

@@ -1,34 +1,15 @@
-/* Layer normalisation and RMS normalisation over the last dimension: one
- * block per row, statistics in double, two passes for the variance (as on
- * the CPU: the one-pass formula loses digits when the mean is large). */
+/* Layer normalisation and RMS normalisation over the last dimension, and
+ * the residual add fused with them (add-norm): one block per row, the row
+ * read once into registers where it fits, 16 bytes at a time where the
+ * sizes and pointers allow; statistics in double, the variance about the
+ * mean in a second pass over the registers (as on the CPU: the one-pass
+ * formula loses digits when the mean is large). */
 #include "common.cuh"
 
 /* Rows per partial sum of the weight gradients (see norm_bwd). */
 #define NORM_CHUNK 128
 
-/* mean and rstd of row x (rstd = 1 / sqrt(var + eps), or of the mean
- * square for RMS norm, where mean is 0), to every thread of the block. */
-template <typename T>
-__device__ void row_stats(int layer, const T *x, int64_t h, float eps, double *buf, float *mean,
-                          float *rstd) {
-  double m = 0;
-  if (layer) {
-    double s = 0;
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
-      s += kc_f(x[j]);
-    m = kc_block_sum(s, buf) / (double)h;
-  }
-  double v = 0;
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    double c = (double)kc_f(x[j]) - m;
-    v += c * c;
-  }
-  v = kc_block_sum(v, buf);
-  *mean = (float)m;
-  *rstd = (float)(1.0 / sqrt(v / (double)h + (double)eps));
-}
-
-/* Chunks of V values a thread of the forward keeps in registers: rows of
+/* Chunks of V values a thread keeps in registers: rows of
  * up to NORM_REGS * V * KC_ROW_THREADS elements (8192 in fp32, 16384 in
  * bf16) are read from memory once; the chunks beyond are read again for
  * each of the three passes over the row. */
@@ -60,7 +41,8 @@ template <typename T, int V> struct NormRow {
 /* Thread t owns chunks t, t + blockDim, ... of the row's n chunks, the
  * first NORM_REGS of them in registers; the code after `is_first` sees every
  * chunk's values (o_) in that order, so each thread's sums run in an order
- * fixed by the sizes. `is_first`: the pass that reads (and sums) the row. */
+ * fixed by the sizes. `is_first`: the pass that reads (and sums) the row.
+ * k_ is the chunk's register slot, NORM_REGS for one beyond them. */
 #define NORM_EACH_CHUNK(row, v, n, is_first, ...)                                   \
   do {                                                                           \
     _Pragma("unroll") for (int k_ = 0; k_ < NORM_REGS; k_++) {                   \
@@ -73,6 +55,8 @@ template <typename T, int V> struct NormRow {
     }                                                                            \
     for (int64_t c_ = threadIdx.x + (int64_t)NORM_REGS * blockDim.x; c_ < (n);  \
          c_ += blockDim.x) {                                                     \
+      const int k_ = NORM_REGS; /* no register holds this chunk */               \
+      (void)k_;                                                                  \
       float t_[V], *o_ = t_;                                                     \
       if (is_first) row.first(c_, o_);                                          \
       else row.again(c_, o_);                                                    \
@@ -80,15 +64,13 @@ template <typename T, int V> struct NormRow {
     }                                                                            \
   } while (0)
 
-/* One block per row: the row (or a + b) read once, its mean and its
- * variance (about the mean) summed in double from the registers, then y. */
+/* The row's mean (0 for RMS norm) and 1 / sqrt(var + eps) (of the mean
+ * square for RMS norm), summed in double, the row read (and, fused, a + b
+ * written) into v once; to every thread of the block. */
 template <typename T, int V>
-__global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, const T *w,
-                                const T *bias, int64_t h, float eps) {
-  __shared__ double buf[32];
-  int64_t off = blockIdx.x * h, n = h / V;
-  NormRow<T, V> row = {x + off, b ? b + off : NULL, s ? s + off : NULL};
-  float v[NORM_REGS][V];
+__device__ void row_moments(int layer, const NormRow<T, V> &row, float (&v)[NORM_REGS][V],
+                            int64_t n, int64_t h, float eps, double *buf, float *mean,
+                            float *rstd) {
   double m = 0, q = 0;
   NORM_EACH_CHUNK(row, v, n, true, {
     for (int i = 0; i < V; i++) m += o_[i];
@@ -101,7 +83,20 @@ __global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, c
     }
   });
   q = kc_block_sum(q, buf);
-  float mean = (float)m, rstd = (float)(1.0 / sqrt(q / (double)h + (double)eps));
+  *mean = (float)m;
+  *rstd = (float)(1.0 / sqrt(q / (double)h + (double)eps));
+}
+
+/* One block per row: the row (or a + b) read once, its moments from the
+ * registers, then y. */
+template <typename T, int V>
+__global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, const T *w,
+                                const T *bias, int64_t h, float eps) {
+  __shared__ double buf[32];
+  int64_t off = blockIdx.x * h, n = h / V;
+  NormRow<T, V> row = {x + off, b ? b + off : NULL, s ? s + off : NULL};
+  float v[NORM_REGS][V], mean, rstd;
+  row_moments(layer, row, v, n, h, eps, buf, &mean, &rstd);
   NORM_EACH_CHUNK(row, v, n, false, {
     float wv[V], bv[V], out[V];
     kc_ldv<T, V>(w, c_, wv);
@@ -119,29 +114,42 @@ __global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, c
  *   rmsnorm:   dx = rstd (g - xhat mean(g xhat))
  * plus dres (NULL: none) where add-norm fused a residual's gradient, and
  * the row's statistics into stat[2 row], stat[2 row + 1]. */
-template <typename T>
+template <typename T, int V>
 __global__ void norm_bwd_dx_kernel(int layer, T *dx, const T *dy, const T *x, const T *w,
                                    const T *dres, int64_t h, float eps, float *stat) {
   __shared__ double buf[32];
-  int64_t r = blockIdx.x;
-  const T *xr = x + r * h, *dyr = dy + r * h;
-  float m, rs;
-  row_stats(layer, xr, h, eps, buf, &m, &rs);
+  int64_t r = blockIdx.x, off = r * h, n = h / V;
+  NormRow<T, V> row = {x + off, NULL, NULL};
+  /* x and dy of the row, each read once where the registers hold it. */
+  float v[NORM_REGS][V], g[NORM_REGS][V], m, rs;
+  row_moments(layer, row, v, n, h, eps, buf, &m, &rs);
   double sg = 0, sgx = 0;
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    float g = kc_f(dyr[j]) * kc_f(w[j]);
-    sg += g;
-    sgx += (double)g * ((kc_f(xr[j]) - m) * rs);
-  }
+  NORM_EACH_CHUNK(row, v, n, false, {
+    float t[V], wv[V], *d = k_ < NORM_REGS ? g[k_ < NORM_REGS ? k_ : 0] : t;
+    kc_ldv<T, V>(dy + off, c_, d);
+    kc_ldv<T, V>(w, c_, wv);
+    for (int i = 0; i < V; i++) {
+      float gw = d[i] * wv[i];
+      sg += gw;
+      sgx += (double)gw * ((o_[i] - m) * rs);
+    }
+  });
   sg = kc_block_sum(sg, buf);
   sgx = kc_block_sum(sgx, buf);
   float a = layer ? (float)(sg / (double)h) : 0.0f, c = (float)(sgx / (double)h);
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-    T d = kc_to<T>(rs * (kc_f(dyr[j]) * kc_f(w[j]) - a - (kc_f(xr[j]) - m) * rs * c));
-    /* A residual's gradient is added to the stored dx, unfused with the
-     * product (__fadd_rn): the bits of the add kernel after this one. */
-    dx[r * h + j] = dres ? kc_to<T>(__fadd_rn(kc_f(dres[r * h + j]), kc_f(d))) : d;
-  }
+  NORM_EACH_CHUNK(row, v, n, false, {
+    float t[V], wv[V], rv[V], out[V], *d = k_ < NORM_REGS ? g[k_ < NORM_REGS ? k_ : 0] : t;
+    if (k_ >= NORM_REGS) kc_ldv<T, V>(dy + off, c_, d);
+    kc_ldv<T, V>(w, c_, wv);
+    if (dres) kc_ldv<T, V>(dres + off, c_, rv);
+    for (int i = 0; i < V; i++) {
+      float o = kc_f(kc_to<T>(rs * (d[i] * wv[i] - a - (o_[i] - m) * rs * c)));
+      /* A residual's gradient is added to the stored dx, unfused with the
+       * product (__fadd_rn): the bits of the add kernel after this one. */
+      out[i] = dres ? __fadd_rn(rv[i], o) : o;
+    }
+    kc_stv<T, V>(dx + off, c_, out);
+  });
   if (threadIdx.x == 0) {
     stat[2 * r] = m;
     stat[2 * r + 1] = rs;
@@ -216,8 +224,14 @@ static void norm_bwd(int layer, T *dx, float *dw, float *db, const T *dy, const 
   KC_REQUIRE(rows <= INT32_MAX && chunks <= 65535, "normalisation of %lld rows", (long long)rows);
   unsigned cols = (unsigned)((h + KC_ELT_THREADS - 1) / KC_ELT_THREADS);
   if (rows > 0) {
-    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel)(layer, dx, dy, x, w,
-                                                                           dres, h, eps, stat);
+    const int V = 16 / sizeof(T);
+    if (h % V == 0 && kc_aligned16(dx) && kc_aligned16(dy) && kc_aligned16(x) &&
+        kc_aligned16(w) && kc_aligned16(dres))
+      KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel<T, V>)(
+          layer, dx, dy, x, w, dres, h, eps, stat);
+    else
+      KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), norm_bwd_dx_kernel<T, 1>)(
+          layer, dx, dy, x, w, dres, h, eps, stat);
     KC_LAUNCHED();
     KC_LAUNCH(dim3(cols, (unsigned)chunks), KC_ELT_THREADS, 0, kc_stream(), norm_bwd_partial_kernel)(
         pw, db ? pb : NULL, dy, x, stat, rows, h);
