@@ -171,4 +171,69 @@ __device__ __forceinline__ void kc_stv(T *p, int64_t c, const float *v) {
   *(uint4 *)q = u;
 }
 
+
+/* --- rows held in registers (the norms, softmax) ---------------------- */
+
+/* Chunks of V values a thread keeps in registers: rows of up to
+ * KC_ROW_REGS * V * KC_ROW_THREADS elements (8192 in fp32, 16384 in
+ * bf16) are read from memory once; the chunks beyond are read again for
+ * each pass over the row. */
+#define KC_ROW_REGS 8
+/* The register slots must be unrolled for the array to stay in registers;
+ * the emulator's host compiler takes no such pragma. */
+#ifdef SHARD_CUDA_EMU
+#define KC_UNROLL
+#else
+#define KC_UNROLL _Pragma("unroll")
+#endif
+
+/* A row kernel's row: x, or (the norms fused with the residual add) the
+ * sum s = a + b that it writes, rounded to the stored type, which the
+ * kernel then reads, as when the add runs alone. V values per 16-byte
+ * access, or 1. */
+template <typename T, int V> struct KcRow {
+  const T *x, *b; /* b: the other term of the sum, or NULL */
+  T *s;           /* where the sum goes (with b) */
+
+  /* Chunk c: loaded (and summed and stored) the first time... */
+  __device__ __forceinline__ void first(int64_t c, float *o) const {
+    kc_ldv<T, V>(x, c, o);
+    if (!b) return;
+    float q[V];
+    kc_ldv<T, V>(b, c, q);
+    for (int i = 0; i < V; i++) o[i] = kc_f(kc_to<T>(__fadd_rn(o[i], q[i])));
+    kc_stv<T, V>(s, c, o);
+  }
+  /* ...and read back from memory where no register holds it. */
+  __device__ __forceinline__ void again(int64_t c, float *o) const {
+    kc_ldv<T, V>(b ? s : x, c, o);
+  }
+};
+
+/* Thread t owns chunks t, t + blockDim, ... of the row's n chunks, the
+ * first KC_ROW_REGS of them in registers; the code after `is_first` sees every
+ * chunk's values (o_) in that order, so each thread's sums run in an order
+ * fixed by the sizes. `is_first`: the pass that reads (and sums) the row.
+ * k_ is the chunk's register slot, KC_ROW_REGS for one beyond them. */
+#define KC_EACH_ROW_CHUNK(row, v, n, is_first, ...)                                   \
+  do {                                                                                \
+    KC_UNROLL for (int k_ = 0; k_ < KC_ROW_REGS; k_++) {                              \
+      int64_t c_ = threadIdx.x + (int64_t)k_ * blockDim.x;                            \
+      if (c_ < (n)) {                                                                 \
+        float *o_ = v[k_];                                                            \
+        if (is_first) row.first(c_, o_);                                              \
+        __VA_ARGS__;                                                                  \
+      }                                                                               \
+    }                                                                                 \
+    for (int64_t c_ = threadIdx.x + (int64_t)KC_ROW_REGS * blockDim.x; c_ < (n);      \
+         c_ += blockDim.x) {                                                          \
+      const int k_ = KC_ROW_REGS; /* no register holds this chunk */                  \
+      (void)k_;                                                                       \
+      float t_[V], *o_ = t_;                                                          \
+      if (is_first) row.first(c_, o_);                                                \
+      else row.again(c_, o_);                                                         \
+      __VA_ARGS__;                                                                    \
+    }                                                                                 \
+  } while (0)
+
 #endif

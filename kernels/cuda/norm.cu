@@ -9,74 +9,19 @@
 /* Rows per partial sum of the weight gradients (see norm_bwd). */
 #define NORM_CHUNK 128
 
-/* Chunks of V values a thread keeps in registers: rows of
- * up to NORM_REGS * V * KC_ROW_THREADS elements (8192 in fp32, 16384 in
- * bf16) are read from memory once; the chunks beyond are read again for
- * each of the three passes over the row. */
-#define NORM_REGS 8
-
-/* The forward's row: x, or the sum s = a + b that it writes (rounded to
- * the stored type, which the norm then reads, as when the add runs
- * alone). V values per 16-byte access, or 1. */
-template <typename T, int V> struct NormRow {
-  const T *x, *b; /* b: the residual's other term, or NULL */
-  T *s;           /* where the sum goes (with b) */
-
-  /* Chunk c: loaded (and summed and stored) the first time... */
-  __device__ __forceinline__ void first(int64_t c, float *o) const {
-    kc_ldv<T, V>(x, c, o);
-    if (!b) return;
-    float q[V];
-    kc_ldv<T, V>(b, c, q);
-#pragma unroll
-    for (int i = 0; i < V; i++) o[i] = kc_f(kc_to<T>(__fadd_rn(o[i], q[i])));
-    kc_stv<T, V>(s, c, o);
-  }
-  /* ...and read back from memory where no register holds it. */
-  __device__ __forceinline__ void again(int64_t c, float *o) const {
-    kc_ldv<T, V>(b ? s : x, c, o);
-  }
-};
-
-/* Thread t owns chunks t, t + blockDim, ... of the row's n chunks, the
- * first NORM_REGS of them in registers; the code after `is_first` sees every
- * chunk's values (o_) in that order, so each thread's sums run in an order
- * fixed by the sizes. `is_first`: the pass that reads (and sums) the row.
- * k_ is the chunk's register slot, NORM_REGS for one beyond them. */
-#define NORM_EACH_CHUNK(row, v, n, is_first, ...)                                   \
-  do {                                                                           \
-    _Pragma("unroll") for (int k_ = 0; k_ < NORM_REGS; k_++) {                   \
-      int64_t c_ = threadIdx.x + (int64_t)k_ * blockDim.x;                       \
-      if (c_ < (n)) {                                                            \
-        float *o_ = v[k_];                                                       \
-        if (is_first) row.first(c_, o_);                                        \
-        __VA_ARGS__;                                                             \
-      }                                                                          \
-    }                                                                            \
-    for (int64_t c_ = threadIdx.x + (int64_t)NORM_REGS * blockDim.x; c_ < (n);  \
-         c_ += blockDim.x) {                                                     \
-      const int k_ = NORM_REGS; /* no register holds this chunk */               \
-      (void)k_;                                                                  \
-      float t_[V], *o_ = t_;                                                     \
-      if (is_first) row.first(c_, o_);                                          \
-      else row.again(c_, o_);                                                    \
-      __VA_ARGS__;                                                               \
-    }                                                                            \
-  } while (0)
-
 /* The row's mean (0 for RMS norm) and 1 / sqrt(var + eps) (of the mean
  * square for RMS norm), summed in double, the row read (and, fused, a + b
  * written) into v once; to every thread of the block. */
 template <typename T, int V>
-__device__ void row_moments(int layer, const NormRow<T, V> &row, float (&v)[NORM_REGS][V],
+__device__ void row_moments(int layer, const KcRow<T, V> &row, float (&v)[KC_ROW_REGS][V],
                             int64_t n, int64_t h, float eps, double *buf, float *mean,
                             float *rstd) {
   double m = 0, q = 0;
-  NORM_EACH_CHUNK(row, v, n, true, {
+  KC_EACH_ROW_CHUNK(row, v, n, true, {
     for (int i = 0; i < V; i++) m += o_[i];
   });
   m = layer ? kc_block_sum(m, buf) / (double)h : 0.0;
-  NORM_EACH_CHUNK(row, v, n, false, {
+  KC_EACH_ROW_CHUNK(row, v, n, false, {
     for (int i = 0; i < V; i++) {
       double c = (double)o_[i] - m;
       q += c * c;
@@ -94,10 +39,10 @@ __global__ void norm_fwd_kernel(int layer, T *y, T *s, const T *x, const T *b, c
                                 const T *bias, int64_t h, float eps) {
   __shared__ double buf[32];
   int64_t off = blockIdx.x * h, n = h / V;
-  NormRow<T, V> row = {x + off, b ? b + off : NULL, s ? s + off : NULL};
-  float v[NORM_REGS][V], mean, rstd;
+  KcRow<T, V> row = {x + off, b ? b + off : NULL, s ? s + off : NULL};
+  float v[KC_ROW_REGS][V], mean, rstd;
   row_moments(layer, row, v, n, h, eps, buf, &mean, &rstd);
-  NORM_EACH_CHUNK(row, v, n, false, {
+  KC_EACH_ROW_CHUNK(row, v, n, false, {
     float wv[V], bv[V], out[V];
     kc_ldv<T, V>(w, c_, wv);
     if (bias) kc_ldv<T, V>(bias, c_, bv);
@@ -119,13 +64,13 @@ __global__ void norm_bwd_dx_kernel(int layer, T *dx, const T *dy, const T *x, co
                                    const T *dres, int64_t h, float eps, float *stat) {
   __shared__ double buf[32];
   int64_t r = blockIdx.x, off = r * h, n = h / V;
-  NormRow<T, V> row = {x + off, NULL, NULL};
+  KcRow<T, V> row = {x + off, NULL, NULL};
   /* x and dy of the row, each read once where the registers hold it. */
-  float v[NORM_REGS][V], g[NORM_REGS][V], m, rs;
+  float v[KC_ROW_REGS][V], g[KC_ROW_REGS][V], m, rs;
   row_moments(layer, row, v, n, h, eps, buf, &m, &rs);
   double sg = 0, sgx = 0;
-  NORM_EACH_CHUNK(row, v, n, false, {
-    float t[V], wv[V], *d = k_ < NORM_REGS ? g[k_ < NORM_REGS ? k_ : 0] : t;
+  KC_EACH_ROW_CHUNK(row, v, n, false, {
+    float t[V], wv[V], *d = k_ < KC_ROW_REGS ? g[k_ < KC_ROW_REGS ? k_ : 0] : t;
     kc_ldv<T, V>(dy + off, c_, d);
     kc_ldv<T, V>(w, c_, wv);
     for (int i = 0; i < V; i++) {
@@ -137,9 +82,9 @@ __global__ void norm_bwd_dx_kernel(int layer, T *dx, const T *dy, const T *x, co
   sg = kc_block_sum(sg, buf);
   sgx = kc_block_sum(sgx, buf);
   float a = layer ? (float)(sg / (double)h) : 0.0f, c = (float)(sgx / (double)h);
-  NORM_EACH_CHUNK(row, v, n, false, {
-    float t[V], wv[V], rv[V], out[V], *d = k_ < NORM_REGS ? g[k_ < NORM_REGS ? k_ : 0] : t;
-    if (k_ >= NORM_REGS) kc_ldv<T, V>(dy + off, c_, d);
+  KC_EACH_ROW_CHUNK(row, v, n, false, {
+    float t[V], wv[V], rv[V], out[V], *d = k_ < KC_ROW_REGS ? g[k_ < KC_ROW_REGS ? k_ : 0] : t;
+    if (k_ >= KC_ROW_REGS) kc_ldv<T, V>(dy + off, c_, d);
     kc_ldv<T, V>(w, c_, wv);
     if (dres) kc_ldv<T, V>(dres + off, c_, rv);
     for (int i = 0; i < V; i++) {
