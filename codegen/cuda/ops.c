@@ -322,6 +322,9 @@ static void emit_loss(CgEmitter *e, int index) {
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  /* The backward reads the logits twice: its row statistics, then the
+   * gradient it writes. */
+  if (n->op != IR_OP_CROSS_ENTROPY) cg_launch_add_bytes(e, cg_listing_bytes(e, logits), 0);
 }
 
 /* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are

@@ -108,19 +108,28 @@ __device__ __forceinline__ float kc_block_max(float v, float *buf) {
 }
 
 /* Max and sum(exp(x - max)) over the first n values of a row, to every
- * thread of the block (softmax, cross-entropy). */
+ * thread of the block (cross-entropy), in one pass over the row: each
+ * thread keeps the largest value it has seen and its sum relative to it
+ * (in double, rescaled when a larger value comes), then the block takes
+ * the largest of the maxima and adds the threads' sums rescaled to it,
+ * in an order fixed by blockDim. */
 template <typename T>
 __device__ void kc_row_max_sumexp(const T *x, int64_t n, float *fbuf, double *dbuf, float *m,
                                double *sum) {
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    mx = fmaxf(mx, kc_f(x[j]));
-  mx = kc_block_max(mx, fbuf);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    s += expf(kc_f(x[j]) - mx);
+  float mt = -INFINITY;
+  double st = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float v = kc_f(x[j]);
+    if (v > mt) {
+      st = st * exp((double)mt - (double)v) + 1.0;
+      mt = v;
+    } else if (v > -INFINITY) {
+      st += expf(v - mt);
+    }
+  }
+  float mx = kc_block_max(mt, fbuf);
   *m = mx;
-  *sum = kc_block_sum(s, dbuf);
+  *sum = kc_block_sum(mt > -INFINITY ? st * exp((double)mt - (double)mx) : 0.0, dbuf);
 }
 
 /* The sum over a warp, returned to every lane. */
