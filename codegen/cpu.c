@@ -447,22 +447,44 @@ static void emit_attention(CgEmitter *e, int index) {
   cg_launch_attention(e, NULL, n);
 }
 
+/* layernorm(x, w[, bias]) and add_layernorm(a, b, w[, bias]), whose x is
+ * the sum s = a + b it writes as its first result. */
 static void emit_layernorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-       ref(e, n->in[1]), n->nin == 3 ? ref(e, n->in[2]) : "NULL", (long long)rrows(e, x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  int p = n->op == IR_OP_ADD_LAYERNORM ? 2 : 1; /* the weight's input */
+  const char *bias = n->nin == p + 2 ? ref(e, n->in[p + 1]) : "NULL";
+  if (p == 2)
+    emit(e, "k_add_layernorm_fwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]),
+         rref(e, n->out[1]), rref(e, x), rref(e, n->in[1]), ref(e, n->in[2]), bias,
+         (long long)rrows(e, x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  else
+    emit(e, "k_layernorm_fwd(%s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+         ref(e, n->in[1]), bias, (long long)rrows(e, x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
-       ref(e, n->in[1]), (long long)rrows(e, x), (long long)cg_dim(x, -1),
-       cg_real(ir_attr_float(n, "eps")));
+  if (n->op == IR_OP_ADD_RMSNORM)
+    emit(e, "k_add_rmsnorm_fwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]),
+         rref(e, n->out[1]), rref(e, x), rref(e, n->in[1]), ref(e, n->in[2]),
+         (long long)rrows(e, x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  else
+    emit(e, "k_rmsnorm_fwd(%s, %s, %s, %lld, %lld, %s);", rref(e, n->out[0]), rref(e, x),
+         ref(e, n->in[1]), (long long)rrows(e, x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
   cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* The norm gradients; with a fourth input (add-norm's residual gradient)
+ * the _res kernels add it to dx. */
+static const char *res_sfx(const IrNode *n) { return n->nin > 3 ? "_res" : ""; }
+
+static const char *res_arg(CgEmitter *e, const IrNode *n) {
+  return n->nin > 3 ? ir_fmt("%s, ", ref(e, n->in[3])) : "";
 }
 
 static void emit_layernorm_grad(CgEmitter *e, int index) {
@@ -471,19 +493,19 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
   /* A layernorm without a bias has no use for db. */
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
-  emit(e, "k_layernorm_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-       ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL", ref(e, n->in[2]), ref(e, x),
-       ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
-       cg_real(ir_attr_float(n, "eps")));
+  emit(e, "k_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %s%lld, %lld, %s);", res_sfx(n),
+       ref(e, n->out[0]), ref(e, n->out[1]), want_db ? ref(e, n->out[2]) : "NULL",
+       ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), res_arg(e, n), (long long)cg_rows(x),
+       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_rmsnorm_bwd(%s, %s, %s, %s, %s, %lld, %lld, %s);", ref(e, n->out[0]),
-       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  emit(e, "k_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %s%lld, %lld, %s);", res_sfx(n), ref(e, n->out[0]),
+       ref(e, n->out[1]), ref(e, n->in[2]), ref(e, x), ref(e, n->in[1]), res_arg(e, n),
+       (long long)cg_rows(x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
@@ -660,6 +682,8 @@ static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_LAYERNORM] = emit_layernorm,
     [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_ADD_LAYERNORM] = emit_layernorm,
+    [IR_OP_ADD_RMSNORM] = emit_rmsnorm,
     [IR_OP_SOFTMAX] = emit_softmax,
     [IR_OP_CAUSAL_MASK] = emit_causal_mask,
     [IR_OP_ROPE] = emit_rope,

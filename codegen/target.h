@@ -17,9 +17,9 @@ typedef struct CgTarget CgTarget;
  * one-line change, and a target that adds passes of its own appends them
  * to these (the CUDA target's gemm-epilogue). */
 #define CG_PIPELINE \
-  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,recompute,verify,schedule,memplan"
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,recompute,add-norm,verify,schedule,memplan"
 #define CG_PIPELINE_PP \
-  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,tp-fuse,recompute,verify,pp-split,schedule,bw-split,memplan"
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,tp-fuse,recompute,add-norm,verify,pp-split,schedule,bw-split,memplan"
 
 /* Where a target's programs keep the model (CgTarget.memory). */
 typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;

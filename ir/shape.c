@@ -890,6 +890,7 @@ bool ir_shape_norm_grad(IrNode *n) {
     ok = false;
   }
   if (!ok || !want_same(n, 0, "x", 2, "dy")) return false;
+  if (n->nin > 3 && !(want_float(n, 3, "dres") && want_same(n, 0, "x", 3, "dres"))) return false;
   int64_t h = x->shape[x->rank - 1];
   if (w->rank != 1 || w->shape[0] != h) {
     ir_error(n->loc, "%s: weight%s does not match x%s: expected [%lld]", op_name(n), S(w), S(x),
@@ -898,6 +899,35 @@ bool ir_shape_norm_grad(IrNode *n) {
   }
   set_out(n, 0, x->dtype, x->rank, x->shape);
   for (int i = 1; i < n->nout; i++) set_out(n, i, w->dtype, 1, &h);
+  return true;
+}
+
+/* add_layernorm(a, b, weight[, bias]), add_rmsnorm(a, b, weight) -> (s, y):
+ * a and b of one shape (the residual add has no broadcast), the norm's
+ * parameters as in ir_shape_norm. */
+bool ir_shape_add_norm(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  double eps;
+  bool ok = get_num_in(n, "eps", 0, false, HUGE_VAL, &eps, "a non-negative number");
+  ok = ((int)want_float(n, 0, "a") & (int)want_float(n, 1, "b")) && ok;
+  for (int i = 2; i < n->nin; i++) ok = want_float(n, i, i == 2 ? "weight" : "bias") && ok;
+  if (!ok || !want_same(n, 0, "a", 1, "b")) return false;
+  const IrType *x = in_type(n, 0);
+  if (x->rank < 1) {
+    ir_error(n->loc, "%s: a%s must have at least 1 dim", op_name(n), S(x));
+    return false;
+  }
+  int64_t h = x->shape[x->rank - 1];
+  for (int i = 2; i < n->nin; i++) {
+    const IrType *w = in_type(n, i);
+    if (w->rank != 1 || w->shape[0] != h) {
+      ir_error(n->loc, "%s: %s%s does not match a%s: expected [%lld]", op_name(n),
+               i == 2 ? "weight" : "bias", S(w), S(x), (long long)h);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  for (int i = 0; i < 2; i++) set_out(n, i, x->dtype, x->rank, x->shape);
   return true;
 }
 

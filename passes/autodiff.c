@@ -400,6 +400,31 @@ static bool ad_rmsnorm(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+/* add_layernorm and add_rmsnorm: (s, y) = (a + b, norm(s)). The gradient
+ * of s is the norm's dx plus what reached s itself (the next residual's),
+ * which the norm gradient adds as its fourth input; a and b each get it
+ * whole, as from add. */
+static bool ad_add_norm(Ad *ad, IrNode *n, IrValue **dy, IrOp grad_op, int nparams) {
+  IrValue *ds = dy[0];
+  if (dy[1]) {
+    IrValue *in[4] = {n->out[0], n->in[2], dy[1], dy[0]};
+    IrNode *g = emit(ad, grad_op, in, dy[0] ? 4 : 3, ATTRS({"eps", fwd_attr(n, "eps")}),
+                     grad_op == IR_OP_LAYERNORM_GRAD ? 3 : 2);
+    for (int i = 0; i < nparams; i++) give(ad, n->in[2 + i], g->out[1 + i]);
+    ds = g->out[0];
+  }
+  for (int i = 0; i < 2; i++) give(ad, n->in[i], ds);
+  return true;
+}
+
+static bool ad_add_layernorm(Ad *ad, IrNode *n, IrValue **dy) {
+  return ad_add_norm(ad, n, dy, IR_OP_LAYERNORM_GRAD, n->nin - 2);
+}
+
+static bool ad_add_rmsnorm(Ad *ad, IrNode *n, IrValue **dy) {
+  return ad_add_norm(ad, n, dy, IR_OP_RMSNORM_GRAD, 1);
+}
+
 static bool ad_softmax(Ad *ad, IrNode *n, IrValue **dy) {
   give(ad, n->in[0], emit1(ad, IR_OP_SOFTMAX_GRAD, INS(n->out[0], dy[0]), NO_ATTRS));
   return true;

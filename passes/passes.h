@@ -176,6 +176,7 @@ bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
 bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_recompute(IrGraph **g, const PassOptions *opt);
+bool pass_add_norm(IrGraph **g, const PassOptions *opt);
 /* The names of PassRecompute's values, "none", "selective", "full". */
 extern const char *const pass_recompute_names[];
 /* The program passes, the last stages before codegen, in their order. */

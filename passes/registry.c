@@ -25,6 +25,8 @@ const Pass pass_registry[] = {
      .run = pass_autodiff},
     {"recompute", "--recompute selective|full: copy forward nodes of each layer (group) into its "
      "backward and read the copies there, so their results are not kept", .run = pass_recompute},
+    {"add-norm", "a residual add and the layernorm or rmsnorm of its sum as one op, and the norm "
+     "gradient with the add of the residual's gradient", .run = pass_add_norm},
     /* The program passes: the last stages before codegen, whose results
      * hang on the program (PassProgram). */
     {"pp-split", "cut the graph into one chunk per virtual stage; pipeline messages become the "

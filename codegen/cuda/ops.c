@@ -152,23 +152,68 @@ static void emit_attention(CgEmitter *e, int index) {
   cg_launch_attention(e, NULL, n);
 }
 
+/* Whether a and b are read at the same precision: the fused kernels take
+ * every row operand at one. */
+static void same_precision(CgEmitter *e, const IrNode *n, const IrValue *a, const IrValue *b) {
+  if (cuda_low(e, a) != cuda_low(e, b))
+    die("%s with operands at two precisions", ir_op_info(n->op)->name);
+}
+
+/* The row operands of add_layernorm and add_rmsnorm: a, b, s and y. */
+static void add_norm_precision(CgEmitter *e, const IrNode *n) {
+  same_precision(e, n, n->in[0], n->in[1]);
+  for (int i = 0; i < 2; i++) same_precision(e, n, n->in[0], n->out[i]);
+}
+
+/* layernorm(x, w[, bias]) and add_layernorm(a, b, w[, bias]), whose x is
+ * the sum s = a + b it writes as its first result. */
 static void emit_layernorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
-       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
-       n->nin == 3 ? cuda_ref(e, n->in[2]) : "NULL", (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  int p = n->op == IR_OP_ADD_LAYERNORM ? 2 : 1; /* the weight's input */
+  const char *bias = n->nin == p + 2 ? cuda_ref(e, n->in[p + 1]) : "NULL";
+  if (p == 2) {
+    add_norm_precision(e, n);
+    emit(e, "k_cuda_add_layernorm_fwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), bias, (long long)cg_rows(x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
+  } else {
+    emit(e, "k_cuda_layernorm_fwd%s(%s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), bias,
+         (long long)cg_rows(x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  }
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
-       cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  if (n->op == IR_OP_ADD_RMSNORM) {
+    add_norm_precision(e, n);
+    emit(e, "k_cuda_add_rmsnorm_fwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, x), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
+         cg_real(ir_attr_float(n, "eps")));
+  } else {
+    emit(e, "k_cuda_rmsnorm_fwd%s(%s, %s, %s, %lld, %lld, %s);", cuda_sfx(e, x),
+         cuda_ref(e, n->out[0]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
+         (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")));
+  }
   cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* With a fourth input (add-norm's residual gradient) the norm gradients
+ * are the _res kernels, which add it to dx. */
+static const char *res_sfx(CgEmitter *e, const IrNode *n) {
+  if (n->nin < 4) return cuda_sfx(e, n->in[0]);
+  same_precision(e, n, n->in[2], n->in[3]);
+  same_precision(e, n, n->in[2], n->out[0]);
+  return ir_fmt("_res%s", cuda_sfx(e, n->in[0]));
+}
+
+static const char *res_arg(CgEmitter *e, const IrNode *n) {
+  return n->nin > 3 ? ir_fmt("%s, ", cuda_ref(e, n->in[3])) : "";
 }
 
 /* The norms' weight gradients are set, not added (as on the CPU): the
@@ -178,19 +223,20 @@ static void emit_layernorm_grad(CgEmitter *e, int index) {
   const IrValue *x = n->in[0];
   const PassBuf *db = n->nout == 3 ? cg_buf(e, n->out[2]) : NULL;
   bool want_db = db && (db->uses > 0 || db->grad_of);
-  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+  emit(e, "k_cuda_layernorm_bwd%s(%s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %s);", res_sfx(e, n),
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), want_db ? cuda_ref(e, n->out[2]) : "NULL",
-       cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), (long long)cg_rows(x),
-       (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
+       cuda_ref(e, n->in[2]), cuda_ref(e, x), cuda_ref(e, n->in[1]), res_arg(e, n),
+       (long long)cg_rows(x), (long long)cg_dim(x, -1), cg_real(ir_attr_float(n, "eps")),
+       cg_scratch(e, index));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
 static void emit_rmsnorm_grad(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0];
-  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %lld, %lld, %s, %s);", cuda_sfx(e, x),
+  emit(e, "k_cuda_rmsnorm_bwd%s(%s, %s, %s, %s, %s, %s%lld, %lld, %s, %s);", res_sfx(e, n),
        cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->in[2]), cuda_ref(e, x),
-       cuda_ref(e, n->in[1]), (long long)cg_rows(x), (long long)cg_dim(x, -1),
+       cuda_ref(e, n->in[1]), res_arg(e, n), (long long)cg_rows(x), (long long)cg_dim(x, -1),
        cg_real(ir_attr_float(n, "eps")), cg_scratch(e, index));
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
@@ -276,19 +322,26 @@ static void emit_loss(CgEmitter *e, int index) {
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  /* The backward reads the logits twice: its row statistics, then the
+   * gradient it writes. */
+  if (n->op != IR_OP_CROSS_ENTROPY) cg_launch_add_bytes(e, cg_listing_bytes(e, logits), 0);
 }
 
 /* The prologue's cu_embedding_add: rows [lo, lo + V) of the table are
- * this rank's (all of them, lo = 0, without a vocabulary split). */
+ * this rank's (all of them, lo = 0, without a vocabulary split). Up to
+ * CU_EMB_OWNERS blocks, each owning the rows of its residue; the cost is
+ * the ids, dy and the slot's rows the ids pick (read and written), as the
+ * ids each block reads again come from L2. */
 void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V) {
   const IrValue *y = n->out[0];
-  emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_embedding_add)(%s, %s, %s, "
-          "%lldLL, %lldLL, %s, %lldLL);",
-       (long long)cg_dim(y, -1), cuda_ref(e, y), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
-       (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo, (long long)V);
+  emit(e, "CU_LAUNCH(cu_grid((%lldLL < CU_EMB_OWNERS ? %lldLL : CU_EMB_OWNERS) * CU_THREADS), "
+          "cu_embedding_add)(%s, %s, %s, %lldLL, %lldLL, %s, %lldLL);",
+       (long long)V, (long long)V, cuda_ref(e, y), cuda_ref(e, n->in[0]),
+       cuda_ref(e, n->in[1]), (long long)cg_numel(n->in[0]), (long long)cg_dim(y, -1), lo,
+       (long long)V);
   double rows = 4.0 * (double)cg_numel(n->in[1]); /* the gradient rows the ids pick, fp32 */
   cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, n->in[0]) +
-            cg_listing_bytes(e, n->in[1]) + rows, rows), cg_launch_serial(e, cg_dim(y, -1), cg_numel(n->in[0]));
+            cg_listing_bytes(e, n->in[1]) + rows, rows);
   emit(e, "CU_LAUNCHED();");
 }
 
@@ -356,6 +409,8 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_LAYERNORM] = emit_layernorm,
     [IR_OP_RMSNORM] = emit_rmsnorm,
+    [IR_OP_ADD_LAYERNORM] = emit_layernorm,
+    [IR_OP_ADD_RMSNORM] = emit_rmsnorm,
     [IR_OP_SOFTMAX] = emit_softmax,
     [IR_OP_CAUSAL_MASK] = emit_causal_mask,
     [IR_OP_ROPE] = emit_rope,

@@ -93,6 +93,18 @@ void k_layernorm_bwd(real *dx, real *dw, real *db, const real *dy, const real *x
 void k_rmsnorm_fwd(real *y, const real *x, const real *w, int64_t rows, int64_t h, real eps);
 void k_rmsnorm_bwd(real *dx, real *dw, const real *dy, const real *x, const real *w, int64_t rows,
                    int64_t h, real eps);
+/* The residual add fused with the norm after it: s = a + b and y = the
+ * norm of s, each element's arithmetic that of an add and the norm apart. */
+void k_add_layernorm_fwd(real *s, real *y, const real *a, const real *b, const real *w,
+                         const real *bias, int64_t rows, int64_t h, real eps); /* bias may be NULL */
+void k_add_rmsnorm_fwd(real *s, real *y, const real *a, const real *b, const real *w, int64_t rows,
+                       int64_t h, real eps);
+/* The backwards with dx = (the norm's dx) + dres, dres a residual's
+ * gradient: the same bits as the norm's backward and an add after it. */
+void k_layernorm_bwd_res(real *dx, real *dw, real *db, const real *dy, const real *x,
+                         const real *w, const real *dres, int64_t rows, int64_t h, real eps);
+void k_rmsnorm_bwd_res(real *dx, real *dw, const real *dy, const real *x, const real *w,
+                       const real *dres, int64_t rows, int64_t h, real eps);
 
 /* --- softmax and masks (softmax.c) ------------------------------------------ */
 void k_softmax_fwd(real *y, const real *x, int64_t rows, int64_t n);

@@ -32,35 +32,64 @@ static real rms_rstd(const real *x, int64_t h, real eps) {
   return (real)(1.0 / sqrt(s / (acc_t)h + (acc_t)eps));
 }
 
+/* One row of each forward; the row's input x may be the row of s that the
+ * fused add just wrote. */
+static void ln_row(real *yr, const real *xr, const real *w, const real *b, int64_t h, real eps) {
+  real mean, rstd;
+  ln_stats(xr, h, eps, &mean, &rstd);
+  if (b) {
+#pragma omp simd
+    for (int64_t j = 0; j < h; j++)
+      yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < h; j++)
+      yr[j] = (xr[j] - mean) * rstd * w[j];
+  }
+}
+
+static void rms_row(real *yr, const real *xr, const real *w, int64_t h, real eps) {
+  real rstd = rms_rstd(xr, h, eps);
+#pragma omp simd
+  for (int64_t j = 0; j < h; j++)
+    yr[j] = xr[j] * rstd * w[j];
+}
+
+/* s = a + b, one row, while it is in cache for the norm that follows. */
+static void add_row(real *sr, const real *ar, const real *br, int64_t h) {
+#pragma omp simd
+  for (int64_t j = 0; j < h; j++)
+    sr[j] = ar[j] + br[j];
+}
+
 void k_layernorm_fwd(real *y, const real *x, const real *w, const real *b, int64_t rows, int64_t h,
                      real eps) {
 #pragma omp parallel for schedule(static) if (kcpu_par(rows * h))
-  for (int64_t r = 0; r < rows; r++) {
-    const real *xr = x + r * h;
-    real *yr = y + r * h;
-    real mean, rstd;
-    ln_stats(xr, h, eps, &mean, &rstd);
-    if (b) {
-#pragma omp simd
-      for (int64_t j = 0; j < h; j++)
-        yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < h; j++)
-        yr[j] = (xr[j] - mean) * rstd * w[j];
-    }
-  }
+  for (int64_t r = 0; r < rows; r++)
+    ln_row(y + r * h, x + r * h, w, b, h, eps);
 }
 
 void k_rmsnorm_fwd(real *y, const real *x, const real *w, int64_t rows, int64_t h, real eps) {
 #pragma omp parallel for schedule(static) if (kcpu_par(rows * h))
+  for (int64_t r = 0; r < rows; r++)
+    rms_row(y + r * h, x + r * h, w, h, eps);
+}
+
+void k_add_layernorm_fwd(real *s, real *y, const real *a, const real *b, const real *w,
+                         const real *bias, int64_t rows, int64_t h, real eps) {
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * h))
   for (int64_t r = 0; r < rows; r++) {
-    const real *xr = x + r * h;
-    real *yr = y + r * h;
-    real rstd = rms_rstd(xr, h, eps);
-#pragma omp simd
-    for (int64_t j = 0; j < h; j++)
-      yr[j] = xr[j] * rstd * w[j];
+    add_row(s + r * h, a + r * h, b + r * h, h);
+    ln_row(y + r * h, s + r * h, w, bias, h, eps);
+  }
+}
+
+void k_add_rmsnorm_fwd(real *s, real *y, const real *a, const real *b, const real *w, int64_t rows,
+                       int64_t h, real eps) {
+#pragma omp parallel for schedule(static) if (kcpu_par(rows * h))
+  for (int64_t r = 0; r < rows; r++) {
+    add_row(s + r * h, a + r * h, b + r * h, h);
+    rms_row(y + r * h, s + r * h, w, h, eps);
   }
 }
 
@@ -68,9 +97,12 @@ void k_rmsnorm_fwd(real *y, const real *x, const real *w, int64_t rows, int64_t 
  * g = dy w:
  *   layernorm: dx = rstd (g - mean(g) - xhat mean(g xhat))
  *   rmsnorm:   dx = rstd (g - xhat mean(g xhat))
- * The row's statistics go to *mean and *rstd for the weight gradients. */
+ * The row's statistics go to *mean and *rstd for the weight gradients.
+ * dres (NULL: none), a residual's gradient, is added to dx once dx is
+ * rounded to a real, in a loop of its own so that no multiply-add
+ * contracts across the two: the same bits as a separate add. */
 static void norm_row_dx(int layer, real *dx, const real *dy, const real *x, const real *w,
-                        int64_t h, real eps, real *mean, real *rstd) {
+                        const real *dres, int64_t h, real eps, real *mean, real *rstd) {
   *mean = 0;
   if (layer)
     ln_stats(x, h, eps, mean, rstd);
@@ -88,6 +120,11 @@ static void norm_row_dx(int layer, real *dx, const real *dy, const real *x, cons
 #pragma omp simd
   for (int64_t j = 0; j < h; j++)
     dx[j] = rs * (dy[j] * w[j] - a - (x[j] - m) * rs * c);
+  if (dres) {
+#pragma omp simd
+    for (int64_t j = 0; j < h; j++)
+      dx[j] += dres[j];
+  }
 }
 
 /* Columns [c0, c1) of dw (and db) get the rows r0 .. r1 - 1 added, in row
@@ -113,7 +150,7 @@ static void norm_cols_dw(acc_t *tw, acc_t *tb, const real *dy, const real *x, co
  * owned by one thread and summed in row order. The split of columns among
  * threads changes no sum, so the results are the same bits for any team. */
 static void norm_bwd(int layer, real *dx, real *dw, real *db, const real *dy, const real *x,
-                     const real *w, int64_t rows, int64_t h, real eps) {
+                     const real *w, const real *dres, int64_t rows, int64_t h, real eps) {
   /* The sums live on the caller's stack (a kernel never allocates). */
   if (h > NORM_MAX_H)
     kcpu_die("normalised dimension %lld above %d", (long long)h, NORM_MAX_H);
@@ -133,7 +170,8 @@ static void norm_bwd(int layer, real *dx, real *dw, real *db, const real *dy, co
       int64_t r1 = r0 + NORM_BLOCK < rows ? r0 + NORM_BLOCK : rows;
 #pragma omp for schedule(static)
       for (int64_t r = r0; r < r1; r++)
-        norm_row_dx(layer, dx + r * h, dy + r * h, x + r * h, w, h, eps, &stat[2 * (r - r0)],
+        norm_row_dx(layer, dx + r * h, dy + r * h, x + r * h, w, dres ? dres + r * h : NULL, h,
+                    eps, &stat[2 * (r - r0)],
                     &stat[2 * (r - r0) + 1]);
       norm_cols_dw(tw, db ? tb : NULL, dy, x, stat, r0, r1, c0, c1, h);
 #pragma omp barrier
@@ -148,10 +186,20 @@ static void norm_bwd(int layer, real *dx, real *dw, real *db, const real *dy, co
 
 void k_layernorm_bwd(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w,
                      int64_t rows, int64_t h, real eps) {
-  norm_bwd(1, dx, dw, db, dy, x, w, rows, h, eps);
+  norm_bwd(1, dx, dw, db, dy, x, w, NULL, rows, h, eps);
 }
 
 void k_rmsnorm_bwd(real *dx, real *dw, const real *dy, const real *x, const real *w, int64_t rows,
                    int64_t h, real eps) {
-  norm_bwd(0, dx, dw, NULL, dy, x, w, rows, h, eps);
+  norm_bwd(0, dx, dw, NULL, dy, x, w, NULL, rows, h, eps);
+}
+
+void k_layernorm_bwd_res(real *dx, real *dw, real *db, const real *dy, const real *x,
+                         const real *w, const real *dres, int64_t rows, int64_t h, real eps) {
+  norm_bwd(1, dx, dw, db, dy, x, w, dres, rows, h, eps);
+}
+
+void k_rmsnorm_bwd_res(real *dx, real *dw, const real *dy, const real *x, const real *w,
+                       const real *dres, int64_t rows, int64_t h, real eps) {
+  norm_bwd(0, dx, dw, NULL, dy, x, w, dres, rows, h, eps);
 }

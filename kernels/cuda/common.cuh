@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels_cuda.h"
 #include "launch.h"
@@ -107,19 +108,28 @@ __device__ __forceinline__ float kc_block_max(float v, float *buf) {
 }
 
 /* Max and sum(exp(x - max)) over the first n values of a row, to every
- * thread of the block (softmax, cross-entropy). */
+ * thread of the block (cross-entropy), in one pass over the row: each
+ * thread keeps the largest value it has seen and its sum relative to it
+ * (in double, rescaled when a larger value comes), then the block takes
+ * the largest of the maxima and adds the threads' sums rescaled to it,
+ * in an order fixed by blockDim. */
 template <typename T>
 __device__ void kc_row_max_sumexp(const T *x, int64_t n, float *fbuf, double *dbuf, float *m,
                                double *sum) {
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    mx = fmaxf(mx, kc_f(x[j]));
-  mx = kc_block_max(mx, fbuf);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    s += expf(kc_f(x[j]) - mx);
+  float mt = -INFINITY;
+  double st = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float v = kc_f(x[j]);
+    if (v > mt) {
+      st = st * exp((double)mt - (double)v) + 1.0;
+      mt = v;
+    } else if (v > -INFINITY) {
+      st += expf(v - mt);
+    }
+  }
+  float mx = kc_block_max(mt, fbuf);
   *m = mx;
-  *sum = kc_block_sum(s, dbuf);
+  *sum = kc_block_sum(mt > -INFINITY ? st * exp((double)mt - (double)mx) : 0.0, dbuf);
 }
 
 /* The sum over a warp, returned to every lane. */
@@ -128,5 +138,111 @@ template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
     v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+
+
+/* Vector access: V values of T at p + c*V, in one 16-byte load or store
+ * when V > 1 (V = 16 / sizeof(T); V = 1 is a plain access). The hardware
+ * faults on a 16-byte access that is not 16-byte aligned, so a launcher
+ * picks V > 1 only where kc_aligned16 holds for every pointer and the row
+ * length is a multiple of V; the emulator checks each access. */
+#ifdef SHARD_CUDA_EMU
+#define KC_VECTOR_ACCESS(p) kc_emu_vector_access(p, __FILE__, __LINE__)
+#else
+#define KC_VECTOR_ACCESS(p) ((void)0)
+#endif
+static inline bool kc_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+template <typename T, int V>
+__device__ __forceinline__ void kc_ldv(const T *p, int64_t c, float *o) {
+  if (V == 1) {
+    o[0] = kc_f(p[c]);
+    return;
+  }
+  const T *q = p + c * V;
+  KC_VECTOR_ACCESS(q);
+  uint4 u = *(const uint4 *)q;
+  T e[V];
+  memcpy(e, &u, sizeof u);
+  for (int i = 0; i < V; i++) o[i] = kc_f(e[i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void kc_stv(T *p, int64_t c, const float *v) {
+  if (V == 1) {
+    p[c] = kc_to<T>(v[0]);
+    return;
+  }
+  T *q = p + c * V, e[V];
+  for (int i = 0; i < V; i++) e[i] = kc_to<T>(v[i]);
+  uint4 u;
+  memcpy(&u, e, sizeof u);
+  KC_VECTOR_ACCESS(q);
+  *(uint4 *)q = u;
+}
+
+
+/* --- rows held in registers (the norms, softmax) ---------------------- */
+
+/* Chunks of V values a thread keeps in registers: rows of up to
+ * KC_ROW_REGS * V * KC_ROW_THREADS elements (8192 in fp32, 16384 in
+ * bf16) are read from memory once; the chunks beyond are read again for
+ * each pass over the row. */
+#define KC_ROW_REGS 8
+/* The register slots must be unrolled for the array to stay in registers;
+ * the emulator's host compiler takes no such pragma. */
+#ifdef SHARD_CUDA_EMU
+#define KC_UNROLL
+#else
+#define KC_UNROLL _Pragma("unroll")
+#endif
+
+/* A row kernel's row: x, or (the norms fused with the residual add) the
+ * sum s = a + b that it writes, rounded to the stored type, which the
+ * kernel then reads, as when the add runs alone. V values per 16-byte
+ * access, or 1. */
+template <typename T, int V> struct KcRow {
+  const T *x, *b; /* b: the other term of the sum, or NULL */
+  T *s;           /* where the sum goes (with b) */
+
+  /* Chunk c: loaded (and summed and stored) the first time... */
+  __device__ __forceinline__ void first(int64_t c, float *o) const {
+    kc_ldv<T, V>(x, c, o);
+    if (!b) return;
+    float q[V];
+    kc_ldv<T, V>(b, c, q);
+    for (int i = 0; i < V; i++) o[i] = kc_f(kc_to<T>(__fadd_rn(o[i], q[i])));
+    kc_stv<T, V>(s, c, o);
+  }
+  /* ...and read back from memory where no register holds it. */
+  __device__ __forceinline__ void again(int64_t c, float *o) const {
+    kc_ldv<T, V>(b ? s : x, c, o);
+  }
+};
+
+/* Thread t owns chunks t, t + blockDim, ... of the row's n chunks, the
+ * first KC_ROW_REGS of them in registers; the code after `is_first` sees every
+ * chunk's values (o_) in that order, so each thread's sums run in an order
+ * fixed by the sizes. `is_first`: the pass that reads (and sums) the row.
+ * k_ is the chunk's register slot, KC_ROW_REGS for one beyond them. */
+#define KC_EACH_ROW_CHUNK(row, v, n, is_first, ...)                                   \
+  do {                                                                                \
+    KC_UNROLL for (int k_ = 0; k_ < KC_ROW_REGS; k_++) {                              \
+      int64_t c_ = threadIdx.x + (int64_t)k_ * blockDim.x;                            \
+      if (c_ < (n)) {                                                                 \
+        float *o_ = v[k_];                                                            \
+        if (is_first) row.first(c_, o_);                                              \
+        __VA_ARGS__;                                                                  \
+      }                                                                               \
+    }                                                                                 \
+    for (int64_t c_ = threadIdx.x + (int64_t)KC_ROW_REGS * blockDim.x; c_ < (n);      \
+         c_ += blockDim.x) {                                                          \
+      const int k_ = KC_ROW_REGS; /* no register holds this chunk */                  \
+      (void)k_;                                                                       \
+      float t_[V], *o_ = t_;                                                          \
+      if (is_first) row.first(c_, o_);                                                \
+      else row.again(c_, o_);                                                         \
+      __VA_ARGS__;                                                                    \
+    }                                                                                 \
+  } while (0)
 
 #endif

@@ -200,6 +200,30 @@ void k_cuda_rmsnorm_fwd_bf16(kc_bf16 *y, const kc_bf16 *x, const kc_bf16 *w, int
                              int64_t h, float eps);
 void k_cuda_rmsnorm_bwd_bf16(kc_bf16 *dx, float *dw, const kc_bf16 *dy, const kc_bf16 *x,
                              const kc_bf16 *w, int64_t rows, int64_t h, float eps, void *scratch);
+/* The residual add fused with the norm (the pass add-norm): s = a + b,
+ * rounded to the stored type, and y the norm of s, the row read once; and
+ * the backwards with dx = (the norm's dx) + dres, a residual's gradient,
+ * with the bits of the unfused kernels. bias may be NULL. */
+void k_cuda_add_layernorm_fwd(float *s, float *y, const float *a, const float *b, const float *w,
+                              const float *bias, int64_t rows, int64_t h, float eps);
+void k_cuda_add_rmsnorm_fwd(float *s, float *y, const float *a, const float *b, const float *w,
+                            int64_t rows, int64_t h, float eps);
+void k_cuda_layernorm_bwd_res(float *dx, float *dw, float *db, const float *dy, const float *x,
+                              const float *w, const float *dres, int64_t rows, int64_t h,
+                              float eps, void *scratch);
+void k_cuda_rmsnorm_bwd_res(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                            const float *dres, int64_t rows, int64_t h, float eps, void *scratch);
+void k_cuda_add_layernorm_fwd_bf16(kc_bf16 *s, kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b,
+                                   const kc_bf16 *w, const kc_bf16 *bias, int64_t rows, int64_t h,
+                                   float eps);
+void k_cuda_add_rmsnorm_fwd_bf16(kc_bf16 *s, kc_bf16 *y, const kc_bf16 *a, const kc_bf16 *b,
+                                 const kc_bf16 *w, int64_t rows, int64_t h, float eps);
+void k_cuda_layernorm_bwd_res_bf16(kc_bf16 *dx, float *dw, float *db, const kc_bf16 *dy,
+                                   const kc_bf16 *x, const kc_bf16 *w, const kc_bf16 *dres,
+                                   int64_t rows, int64_t h, float eps, void *scratch);
+void k_cuda_rmsnorm_bwd_res_bf16(kc_bf16 *dx, float *dw, const kc_bf16 *dy, const kc_bf16 *x,
+                                 const kc_bf16 *w, const kc_bf16 *dres, int64_t rows, int64_t h,
+                                 float eps, void *scratch);
 int64_t k_cuda_norm_bwd_scratch(int64_t rows, int64_t h);
 
 /* --- softmax and masks (softmax.cu) ------------------------------------------- */

@@ -1,8 +1,9 @@
 /* Cross entropy of logits against integer targets, averaged over rows,
  * with the softmax of the logits fused in: one block per row computes the
- * row's max and sum(exp(x - max)) (in double) and, in the same kernel,
- * either the row's loss or its gradient; the probabilities are never
- * stored. The forward's per-row losses are then added in row order by one
+ * row's max and sum(exp(x - max)) (in double) in one pass over the row
+ * (kc_row_max_sumexp) and, in the same kernel, either the row's loss (the
+ * forward: one pass over the logits) or its gradient (the backward: a
+ * second pass, which writes it); the probabilities are never stored. The forward's per-row losses are then added in row order by one
  * block, so the loss has the same bits on every run. */
 #include "common.cuh"
 

@@ -102,20 +102,46 @@ __device__ __forceinline__ void cu_st(kc_bf16 *y, real x) { *y = cu_b(x); }
   return on;
 }
 
-/* embedding_grad added into its slot: thread j owns column j and adds the
- * rows in token order, so equal ids never race and the sums are the CPU's.
- * The slot holds rows [lo, lo + V) of the table; other ids are another
- * rank's. dy is real or, in a bf16 program, kc_bf16. */
+/* embedding_grad added into its slot, on the whole GPU and with the CPU's
+ * bits: block b owns the table rows r with r % gridDim.x == b. It walks
+ * the tokens in order, CU_THREADS at a time: each thread flags whether
+ * its token's row is the block's, a ballot and the warps' counts put the
+ * block's tokens of the tile into a list in token order, and then the
+ * block adds each listed token's dy row into its table row, thread t
+ * taking columns t, t + CU_THREADS, ... Every element of the slot is thus
+ * added to by one thread, in token order (equal ids never race, and the
+ * sums are the CPU's), and every block's share of the work is the tokens
+ * whose rows it owns. The slot holds rows [lo, lo + V) of the table;
+ * other ids are another rank's. dy is real or, in a bf16 program,
+ * kc_bf16. CU_EMB_OWNERS blocks: one wave of an H200's 132
+ * multiprocessors, each block reading the ids once (from L2). */
+#define CU_EMB_OWNERS 1024
 template <typename T>
 __global__ void cu_embedding_add(real *__restrict__ g, const int32_t *__restrict__ ids,
                                  const T *__restrict__ dy, int64_t rows, int64_t h, int64_t lo,
                                  int64_t V) {
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < h;
-       j += (int64_t)gridDim.x * blockDim.x)
-    for (int64_t r = 0; r < rows; r++) {
-      const int64_t row = (int64_t)ids[r] - lo;
-      if (row >= 0 && row < V) g[row * h + j] += cu_f(dy[r * h + j]);
+  __shared__ int list[CU_THREADS];
+  __shared__ int warp_count[CU_THREADS / 32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t t0 = 0; t0 < rows; t0 += CU_THREADS) {
+    int64_t r = t0 + threadIdx.x, row = r < rows ? (int64_t)ids[r] - lo : -1;
+    bool mine = row >= 0 && row < V && row % gridDim.x == blockIdx.x;
+    unsigned b = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_count[warp] = __popc(b);
+    __syncthreads();
+    int base = 0, total = 0;
+    for (int w = 0; w < CU_THREADS / 32; w++) {
+      base += w < warp ? warp_count[w] : 0;
+      total += warp_count[w];
     }
+    if (mine) list[base + __popc(b & ((1u << lane) - 1u))] = threadIdx.x;
+    __syncthreads();
+    for (int k = 0; k < total; k++) {
+      int64_t tok = t0 + list[k], trow = (int64_t)ids[tok] - lo;
+      for (int64_t j = threadIdx.x; j < h; j += CU_THREADS) g[trow * h + j] += cu_f(dy[tok * h + j]);
+    }
+    __syncthreads(); /* list and warp_count are the next tile's */
+  }
 }
 
 /* y[r] = the sum of row r of x [M, n], in order, in double: the CPU's order. */

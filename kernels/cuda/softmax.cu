@@ -1,18 +1,31 @@
-/* Softmax over the last dimension (one block per row, the denominator in
- * double) and the causal mask of score matrices. */
+/* Softmax over the last dimension (one block per row, the forward's row
+ * read once where it fits, the denominator in double) and the causal mask
+ * of score matrices. */
 #include "common.cuh"
 
-template <typename T> __global__ void softmax_fwd_kernel(T *y, const T *x, int64_t n) {
+/* The row read once into registers where it fits (KcRow), 16 bytes at a
+ * time where the sizes and pointers allow: its max, the sum of exp(x -
+ * max) in double, then y, each from the registers. */
+template <typename T, int V> __global__ void softmax_fwd_kernel(T *y, const T *x, int64_t n) {
   __shared__ float fbuf[32];
   __shared__ double dbuf[32];
-  const T *xr = x + blockIdx.x * n;
-  T *yr = y + blockIdx.x * n;
-  float m;
-  double sum;
-  kc_row_max_sumexp(xr, n, fbuf, dbuf, &m, &sum);
-  float inv = (float)(1.0 / sum);
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    yr[j] = kc_to<T>(expf(kc_f(xr[j]) - m) * inv);
+  int64_t off = blockIdx.x * n, nc = n / V;
+  KcRow<T, V> row = {x + off, NULL, NULL};
+  float v[KC_ROW_REGS][V], m = -INFINITY;
+  KC_EACH_ROW_CHUNK(row, v, nc, true, {
+    for (int i = 0; i < V; i++) m = fmaxf(m, o_[i]);
+  });
+  m = kc_block_max(m, fbuf);
+  double sum = 0;
+  KC_EACH_ROW_CHUNK(row, v, nc, false, {
+    for (int i = 0; i < V; i++) sum += expf(o_[i] - m);
+  });
+  float inv = (float)(1.0 / kc_block_sum(sum, dbuf));
+  KC_EACH_ROW_CHUNK(row, v, nc, false, {
+    float out[V];
+    for (int i = 0; i < V; i++) out[i] = expf(o_[i] - m) * inv;
+    kc_stv<T, V>(y + off, c_, out);
+  });
 }
 
 /* dx = y (dy - sum(y dy)). */
@@ -44,7 +57,11 @@ template <typename T> static void causal_mask(T *y, const T *x, int64_t batch, i
 template <typename T> static void softmax_fwd(T *y, const T *x, int64_t rows, int64_t n) {
   if (rows == 0 || n == 0) return;
   KC_REQUIRE(rows <= INT32_MAX, "softmax of %lld rows", (long long)rows);
-  KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), softmax_fwd_kernel)(y, x, n);
+  const int V = 16 / sizeof(T);
+  if (n % V == 0 && kc_aligned16(y) && kc_aligned16(x))
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), softmax_fwd_kernel<T, V>)(y, x, n);
+  else
+    KC_LAUNCH((unsigned)rows, KC_ROW_THREADS, 0, kc_stream(), softmax_fwd_kernel<T, 1>)(y, x, n);
   KC_LAUNCHED();
 }
 template <typename T> static void softmax_bwd(T *dx, const T *y, const T *dy, int64_t rows, int64_t n) {

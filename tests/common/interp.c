@@ -229,12 +229,21 @@ static void norm(IrNode *n) {
                     eps);
     break;
   case IR_OP_RMSNORM: k_rmsnorm_fwd(R(n->out[0]), R(x), R(n->in[1]), rows, h, eps); break;
+  case IR_OP_ADD_LAYERNORM:
+    k_add_layernorm_fwd(R(n->out[0]), R(n->out[1]), R(x), R(n->in[1]), R(n->in[2]),
+                        n->nin > 3 ? R(n->in[3]) : NULL, rows, h, eps);
+    break;
+  case IR_OP_ADD_RMSNORM:
+    k_add_rmsnorm_fwd(R(n->out[0]), R(n->out[1]), R(x), R(n->in[1]), R(n->in[2]), rows, h, eps);
+    break;
+  /* A fourth input is add-norm's residual gradient, added to dx. */
   case IR_OP_LAYERNORM_GRAD:
-    k_layernorm_bwd(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[2]), R(x), R(n->in[1]),
-                    rows, h, eps);
+    k_layernorm_bwd_res(R(n->out[0]), R(n->out[1]), R(n->out[2]), R(n->in[2]), R(x), R(n->in[1]),
+                        n->nin > 3 ? R(n->in[3]) : NULL, rows, h, eps);
     break;
   case IR_OP_RMSNORM_GRAD:
-    k_rmsnorm_bwd(R(n->out[0]), R(n->out[1]), R(n->in[2]), R(x), R(n->in[1]), rows, h, eps);
+    k_rmsnorm_bwd_res(R(n->out[0]), R(n->out[1]), R(n->in[2]), R(x), R(n->in[1]),
+                      n->nin > 3 ? R(n->in[3]) : NULL, rows, h, eps);
     break;
   default: die("not a norm");
   }
@@ -292,6 +301,8 @@ bool ti_exec(IrNode *n) {
     break;
   case IR_OP_LAYERNORM:
   case IR_OP_RMSNORM:
+  case IR_OP_ADD_LAYERNORM:
+  case IR_OP_ADD_RMSNORM:
   case IR_OP_LAYERNORM_GRAD:
   case IR_OP_RMSNORM_GRAD: norm(n); break;
   case IR_OP_SOFTMAX: k_softmax_fwd(R(y), R(x), numel(x) / last(x), last(x)); break;

@@ -169,18 +169,20 @@ print(f"{name} on {r['hw']}: step {1e3 * r['step_time_s']:.1f} ms, {r['tokens_pe
       f"({1e3 * r['sinks'][0]['seconds']:.1f} ms)")
 PY
   done
-  # The residual add of medium: two bf16 [16, 1024, 1024] read, one written.
+  # The residual add of medium, fused with the norm after it (add-norm):
+  # two bf16 [16, 1024, 1024] and the norm's weight and bias read, the sum
+  # and the norm written.
   python3 - <<'PY' || bad=1
 import json, sys
 r = json.load(open("medium.json"))
-adds = [l for l in r["launches"] if l["label"] == "F add [16, 1024, 1024]" and
-        l["kernel"] == "fused_c0_n*"]
-want = (2 * 16 * 1024 * 1024 * 2, 16 * 1024 * 1024 * 2)
+adds = [l for l in r["launches"] if l["label"] == "F add_layernorm [16, 1024, 1024]" and
+        l["kernel"] == "k_cuda_add_layernorm_fwd_bf16"]
+want = (2 * 16 * 1024 * 1024 * 2 + 2 * 1024 * 2, 2 * 16 * 1024 * 1024 * 2)
 big = max(adds, key=lambda l: l["calls_per_step"]) if adds else None
 if not big or (big["bytes_read"], big["bytes_written"]) != want:
     sys.exit(f"FAIL medium: the residual add moves {big and (big['bytes_read'], big['bytes_written'])}"
              f" bytes, not {want}")
-print(f"ok medium: the residual add reads {want[0]} and writes {want[1]} bytes")
+print(f"ok medium: the residual add and its norm read {want[0]} and write {want[1]} bytes")
 PY
 elif grep -q "built without the CUDA libraries" cuda_gpt2.log; then
   echo "SKIP the CUDA programs: this shardc was built without the CUDA libraries"

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../../kernels/cuda/common.cuh"
 #include "../../../kernels/cuda/launch.h"
 
 static int failures;
@@ -100,6 +101,20 @@ __global__ void add_one(float *y, int n) {
     y[i] += 1.0f;
 }
 
+/* 16-byte vector loads through kernels/cuda/common.cuh's kc_ldv, from
+ * element `at` of x: 4 floats each. */
+__global__ void vector_load(float *y, const float *x, int at) {
+  float v[4];
+  kc_ldv<float, 4>(x + at, threadIdx.x, v);
+  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = v[i];
+}
+
+static void run_misaligned_vector() {
+  float *d;
+  cudaMalloc((void **)&d, 256);
+  KC_LAUNCH(1, 4, 0, 0, vector_load)(d, (const float *)d, 1);
+}
+
 static void run_divergent() {
   int *d;
   cudaMalloc((void **)&d, 4);
@@ -149,6 +164,15 @@ static void test_kernels() {
 
   expect_abort(run_divergent, "has exited (a barrier in divergent code)", "a barrier some threads skip aborts");
   expect_abort(run_two_barriers, "threads wait at different __syncthreads", "two different barriers abort");
+  float v16[16], w16[16], *dv;
+  for (int i = 0; i < 16; i++) v16[i] = (float)i;
+  cudaMalloc((void **)&dv, 2 * sizeof v16);
+  cudaMemcpy(dv, v16, sizeof v16, cudaMemcpyHostToDevice);
+  KC_LAUNCH(1, 4, 0, 0, vector_load)(dv + 16, (const float *)dv, 0);
+  cudaMemcpy(w16, dv + 16, sizeof w16, cudaMemcpyDeviceToHost);
+  expect(memcmp(v16, w16, sizeof v16) == 0, "aligned 16-byte vector loads (kc_ldv)");
+  cudaFree(dv);
+  expect_abort(run_misaligned_vector, "misaligned 16-byte access", "a misaligned 16-byte vector load aborts");
   expect_abort(run_bad_mask, "is in the mask 0xffffffff of the warp collective", "a shuffle whose mask names absent lanes aborts");
 
   cudaGetLastError();

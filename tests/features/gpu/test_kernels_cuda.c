@@ -536,6 +536,59 @@ static void test_embedding(int64_t n, int64_t V, int64_t h) {
 
 /* --- normalisation ------------------------------------------------------------- */
 
+/* The fused residual add and norm (add-norm): x = a + b with a random a,
+ * the sum s and the norm against the CPU's fused kernels on the same
+ * inputs (in bf16 the sum is rounded before the norm, on both sides), and
+ * the backward with a residual gradient dres added to dx. */
+static void test_add_norm(int layer, int bf, int64_t rows, int64_t h, const float *x,
+                          const float *w, const float *b, const float *dy) {
+  const char *sh = SHAPE("%lldx%lld", (long long)rows, (long long)h);
+  const float eps = 1e-5f;
+  int64_t n = rows * h;
+  float *a = hrand(n, 1), *bb = halloc(n * 4), *dres = hrand(n, 1);
+  if (bf) { round_bf16(a, n); round_bf16(dres, n); }
+  for (int64_t i = 0; i < n; i++) bb[i] = x[i] - a[i];
+  if (bf) round_bf16(bb, n);
+  void *da = dput(a, n, bf), *dbb = dput(bb, n, bf), *dw_ = dput(w, h, bf), *db_ = dput(b, h, bf),
+       *ddy = dput(dy, n, bf), *ddres = dput(dres, n, bf), *ds = dnew(n, bf), *dyo = dnew(n, bf),
+       *dgx = dnew(n, bf);
+  float *dgw = dnew(h, 0), *dgb = dnew(h, 0);
+  void *scratch = dalloc((size_t)k_cuda_norm_bwd_scratch(rows, h));
+  float *s = halloc(n * 4), *y = halloc(n * 4), *gx = halloc(n * 4), *gw = halloc(h * 4),
+        *gb = halloc(h * 4);
+  if (layer && bf) k_cuda_add_layernorm_fwd_bf16(ds, dyo, da, dbb, dw_, db_, rows, h, eps);
+  else if (layer) k_cuda_add_layernorm_fwd(ds, dyo, da, dbb, dw_, db_, rows, h, eps);
+  else if (bf) k_cuda_add_rmsnorm_fwd_bf16(ds, dyo, da, dbb, dw_, rows, h, eps);
+  else k_cuda_add_rmsnorm_fwd(ds, dyo, da, dbb, dw_, rows, h, eps);
+  /* The CPU side from the sum the device stored (its bf16 rounding). */
+  float *got_s = dget(ds, n, bf), *sum = halloc(n * 4);
+  for (int64_t i = 0; i < n; i++) sum[i] = a[i] + bb[i];
+  if (bf) round_bf16(sum, n);
+  if (layer) k_add_layernorm_fwd(s, y, a, bb, w, b, rows, h, eps);
+  else k_add_rmsnorm_fwd(s, y, a, bb, w, rows, h, eps);
+  if (bf) {
+    if (layer) k_layernorm_fwd(y, sum, w, b, rows, h, eps);
+    else k_rmsnorm_fwd(y, sum, w, rows, h, eps);
+  }
+  const char *k = layer ? "add_layernorm" : "add_rmsnorm";
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s_fwd_sum", k);
+  check(name(buf, bf), sh, got_s, sum, n, 0);
+  snprintf(buf, sizeof buf, "%s_fwd", k);
+  check(name(buf, bf), sh, dget(dyo, n, bf), y, n, tol(bf));
+  if (layer && bf) k_cuda_layernorm_bwd_res_bf16(dgx, dgw, dgb, ddy, ds, dw_, ddres, rows, h, eps, scratch);
+  else if (layer) k_cuda_layernorm_bwd_res(dgx, dgw, dgb, ddy, ds, dw_, ddres, rows, h, eps, scratch);
+  else if (bf) k_cuda_rmsnorm_bwd_res_bf16(dgx, dgw, ddy, ds, dw_, ddres, rows, h, eps, scratch);
+  else k_cuda_rmsnorm_bwd_res(dgx, dgw, ddy, ds, dw_, ddres, rows, h, eps, scratch);
+  if (layer) k_layernorm_bwd_res(gx, gw, gb, dy, got_s, w, dres, rows, h, eps);
+  else k_rmsnorm_bwd_res(gx, gw, dy, got_s, w, dres, rows, h, eps);
+  snprintf(buf, sizeof buf, "%s_bwd_dx_res", k);
+  check_floor(name(buf, bf), sh, dget(dgx, n, bf), gx, n, tol(bf), h == 1);
+  snprintf(buf, sizeof buf, "%s_bwd_dw", k);
+  check(name(buf, bf), sh, dget(dgw, h, 0), gw, h, tol(bf));
+  end_test();
+}
+
 static void test_norm(int layer, int64_t rows, int64_t h) {
   const char *sh = SHAPE("%lldx%lld", (long long)rows, (long long)h);
   const float eps = 1e-5f;
@@ -581,7 +634,7 @@ static void test_norm(int layer, int64_t rows, int64_t h) {
       snprintf(buf, sizeof buf, "%s_bwd_db", k);
       check(name(buf, bf), sh, dget(dgb, h, 0), gb, h, tol(bf));
     }
-    end_test();
+    test_add_norm(layer, bf, rows, h, x, w, b, dy);
   }
 }
 
@@ -1120,6 +1173,10 @@ int main(int argc, char **argv) {
     test_norm(0, mat[i][0], mat[i][1]);
     test_softmax(mat[i][0], mat[i][1] > 600 ? mat[i][1] / 8 : mat[i][1]);
   }
+  /* Rows longer than the norms' registers hold (8192 fp32 values): 16-byte
+   * loads, the tail read again. */
+  test_norm(1, 2, 20000);
+  test_norm(0, 2, 20000);
   static const int64_t elt[] = {1, 31, 4096, 100003};
   EACH(i, elt) {
     test_activations(elt[i]);
@@ -1149,7 +1206,7 @@ int main(int argc, char **argv) {
   EACH(i, flash)
     test_attention(flash[i][0], flash[i][1], flash[i][2], flash[i][3], flash[i][4],
                    (int)flash[i][5]);
-  static const int64_t ce[][3] = {{1, 2, 1}, {7, 33, 30}, {64, 256, 256}, {33, 50304, 50257}};
+  static const int64_t ce[][3] = {{1, 2, 1}, {7, 33, 30}, {64, 1024, 1024}, {33, 50304, 50257}};
   EACH(i, ce) test_loss(ce[i][0], ce[i][1], ce[i][2]);
 
   /* An epilogue cuBLASLt has no algorithm for runs unfused, reported once. */

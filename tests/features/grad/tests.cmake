@@ -8,13 +8,18 @@ add_executable(gradcheck ${GRAD_DIR}/gradcheck.c)
 target_link_libraries(gradcheck PRIVATE shard_test_interp)
 
 # grad_test(NAME INPUT ARGS...): compile INPUT with ARGS through autodiff,
-# then check the gradients of what it printed.
-function(grad_test name input)
+# then check the gradients of what it printed. grad_test_passes takes the
+# pipeline first (one that ends in passes after autodiff, which must keep
+# the gradients).
+function(grad_test_passes name passes input)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/grad-${name}.ir)
   string(REPLACE ";" " " args "${ARGN}")
   add_test(NAME grad/${name}
-           COMMAND sh -c "\"$1\" compile \"$2\" $3 --passes=fold,shape,unroll,autodiff,verify --emit-ir > \"$4\" && \"$5\" \"$4\""
-                   sh ${SHARDC} ${input} "${args}" ${out} $<TARGET_FILE:gradcheck>)
+           COMMAND sh -c "\"$1\" compile \"$2\" $3 --passes=$6 --emit-ir > \"$4\" && \"$5\" \"$4\""
+                   sh ${SHARDC} ${input} "${args}" ${out} $<TARGET_FILE:gradcheck> ${passes})
+endfunction()
+function(grad_test name input)
+  grad_test_passes(${name} fold,shape,unroll,autodiff,verify ${input} ${ARGN})
 endfunction()
 
 grad_test(gpt2 ${MODELS_DIR}/gpt2.shard -D vocab=19 -D seq=5 -D hidden=8 -D heads=2 -D layers=2
@@ -36,3 +41,12 @@ grad_test(bert_ops ${GRAD_DIR}/bert_ops.ir)
 # BERT: post-LN layers, the padding mask, exact GELU, the tied MLM decoder.
 grad_test(bert ${MODELS_DIR}/bert.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=2 -D layers=2
           -D batch=2 -D init_std=0.3)
+# The fused residual adds and norms (add_layernorm, add_rmsnorm): their
+# adjoints, and the pass add-norm after autodiff on GPT-2 (layernorm) and
+# LLaMA (rmsnorm), forward and backward rewritten.
+grad_test(add_norm ${GRAD_DIR}/add_norm.ir)
+grad_test_passes(gpt2_add_norm fold,shape,unroll,autodiff,add-norm,verify ${MODELS_DIR}/gpt2.shard
+                 -D vocab=19 -D seq=5 -D hidden=8 -D heads=2 -D layers=2 -D batch=2)
+grad_test_passes(llama_add_norm fold,shape,unroll,autodiff,add-norm,verify
+                 ${MODELS_DIR}/llama.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=4
+                 -D kv_heads=2 -D ffn=12 -D layers=2 -D batch=2)

@@ -28,6 +28,8 @@
 #ifdef __cplusplus
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -137,6 +139,15 @@ template <typename T> static inline T atomicCAS(T *p, T cmp, T v) {
   return o;
 }
 template <typename T> static inline T __ldg(const T *p) { return *p; }
+
+/* A 16-byte vector load or store of a kernel (kernels/cuda/common.cuh,
+ * kc_ldv and kc_stv): the hardware faults with "misaligned address" unless
+ * p is 16-byte aligned, and so does the emulator, naming the kernel's line. */
+static inline void kc_emu_vector_access(const void *p, const char *file, int line) {
+  if ((uintptr_t)p % 16 == 0) return;
+  fprintf(stderr, "shard cuda emulator: %s:%d: misaligned 16-byte access at %p\n", file, line, p);
+  abort();
+}
 
 /* Math: the host's <cmath>; the intrinsics with a rounding suffix are the
  * plain IEEE operations (the emulator builds with -ffp-contract=off, so
