@@ -16,6 +16,10 @@
  *   send            S
  *   recv            S received (counted apart: none of what a rank sends)
  *   barrier         0
+ *   alltoall        (n - 1) * S              (S = one peer's part)
+ *   alltoallv       the bytes of the send counts to the other ranks
+ *                   (a rank's part for itself moves nothing); the
+ *                   compiler predicts it from the planned worst case
  * Divisions are integer divisions of the product, per call. A
  * communicator of one rank sends nothing. */
 #ifndef SHARD_ABI_COMM_H
@@ -31,6 +35,7 @@ typedef enum RtCommKind {
   RT_COMM_SEND,
   RT_COMM_RECV,
   RT_COMM_BARRIER,
+  RT_COMM_ALLTOALL, /* rt_comm_alltoall and rt_comm_alltoallv */
   RT_COMM_NKINDS
 } RtCommKind;
 
@@ -40,7 +45,8 @@ static inline int64_t rt_comm_ring_num(RtCommKind kind, int n) {
   case RT_COMM_ALLREDUCE: return 2 * (int64_t)(n - 1);
   case RT_COMM_ALLGATHER:
   case RT_COMM_REDUCE_SCATTER:
-  case RT_COMM_BROADCAST: return n - 1;
+  case RT_COMM_BROADCAST:
+  case RT_COMM_ALLTOALL: return n - 1;
   case RT_COMM_SEND:
   case RT_COMM_RECV: return 1;
   default: return 0;

@@ -978,6 +978,15 @@ bool ir_shape_cross_entropy_grad(IrNode *n) {
 
 /* ------------------------------------------------------ tensor parallelism */
 
+/* A collective's `axis` names a mesh axis. */
+static bool mesh_axis(IrNode *n, int64_t axis) {
+  if (axis >= 0 && axis <= IR_AXIS_EMBED) return true;
+  ir_error(attr_loc(n, attr_expr(n, "axis")),
+           "%s: axis = %lld is not a mesh axis (0 tensor, 1 pipeline, 2 data, 3 embed)", op_name(n),
+           (long long)axis);
+  return false;
+}
+
 /* The collectives and their local halves. Types are what ONE rank holds:
  * all_gather's result is size times longer along dim than its input,
  * tp_slice's and reduce_scatter's size times shorter (which must divide);
@@ -992,13 +1001,7 @@ bool ir_shape_collective(IrNode *n) {
   bool ok = (int)get_int(n, "axis", &axis) & (int)get_pos_int(n, "size", &size);
   if (has_dim) ok = get_int(n, "dim", &dim) && norm_axis(n, "dim", &dim, x, "x") && ok;
   if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) ok = want_float(n, 0, "x") && ok;
-  if (ok && (axis < 0 || axis > IR_AXIS_EMBED)) {
-    ir_error(attr_loc(n, attr_expr(n, "axis")),
-             "%s: axis = %lld is not a mesh axis (0 tensor, 1 pipeline, 2 data, 3 embed)", op_name(n),
-             (long long)axis);
-    ok = false;
-  }
-  if (!ok) return false;
+  if (!ok || !mesh_axis(n, axis)) return false;
   int64_t shape[IR_MAX_RANK];
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
   if (n->op == IR_OP_ALL_GATHER && __builtin_mul_overflow(shape[dim], size, &shape[dim])) {
@@ -1016,6 +1019,49 @@ bool ir_shape_collective(IrNode *n) {
     shape[dim] /= size;
   }
   set_out(n, 0, x->dtype, x->rank, shape);
+  return true;
+}
+
+/* all_to_all(x[rows, ...], counts: i32[size]) -> y[out, ...], received:
+ * i32[size]. x holds the rows for each rank of the axis packed in rank
+ * order (counts[r] of them for rank r); y the rows from each, packed in
+ * rank order, and the tail past them zero. out is the attribute rows, or
+ * by default the worst case size * rows (every rank sends all its rows
+ * here), so that the plan is static whatever the counts. */
+bool ir_shape_all_to_all(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *k = in_type(n, 1);
+  int64_t axis = 0, size, rows = 0;
+  bool ok = (int)get_int(n, "axis", &axis) & (int)get_pos_int(n, "size", &size) &
+            (int)get_nonneg_int(n, "rows", &rows);
+  if (!ok || !mesh_axis(n, axis)) return false;
+  /* Every rank of a tensor or data group runs the same action table, so
+   * each meets the k-th all_to_all of a chunk at the same point; the
+   * stages of a pipeline run different tables, where it would hang. */
+  if (axis != IR_AXIS_TENSOR && axis != IR_AXIS_DATA) {
+    ir_error(attr_loc(n, attr_expr(n, "axis")),
+             "all_to_all: axis = %lld: only the tensor (0) and data (2) axes, whose ranks run "
+             "the same schedule, can exchange rows", (long long)axis);
+    return false;
+  }
+  if (x->rank < 1) {
+    ir_error(n->loc, "all_to_all: x%s must have a dim of rows", S(x));
+    return false;
+  }
+  if (k->dtype != IR_I32 || k->rank != 1 || k->shape[0] != size) {
+    ir_error(n->loc, "all_to_all: counts must be i32[%lld] (one count per rank), got %s",
+             (long long)size, ir_type_str(k));
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  if (rows) shape[0] = rows;
+  else if (__builtin_mul_overflow(x->shape[0], size, &shape[0])) {
+    ir_error(n->loc, "all_to_all: x%s times %lld ranks overflows", S(x), (long long)size);
+    return false;
+  }
+  set_out(n, 0, x->dtype, x->rank, shape);
+  set_out(n, 1, IR_I32, 1, &size);
   return true;
 }
 

@@ -512,6 +512,21 @@ static bool ad_reduce_scatter(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+/* The rows went out by counts and came in as received: their gradients go
+ * back the same way, the reverse all_to_all of dy by received, whose
+ * result has x's rows (each rank gets back exactly the rows it sent, and
+ * rows of dy past the received ones are never read). The counts are
+ * integers and have no gradient. */
+static bool ad_all_to_all(Ad *ad, IrNode *n, IrValue **dy) {
+  if (!dy[0]) return true;
+  IrNode *back = emit(ad, IR_OP_ALL_TO_ALL, INS(dy[0], n->out[1]),
+                      ATTRS({"axis", fwd_attr(n, "axis")}, {"size", fwd_attr(n, "size")},
+                            {"rows", lit_int(ad, n->in[0]->type.shape[0])}),
+                      2);
+  give(ad, n->in[0], back->out[0]);
+  return true;
+}
+
 /* ---------------------------------------------------- pipeline adjoints */
 
 /* The gradient goes back the way the value came: from stage dst to src,

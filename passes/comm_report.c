@@ -38,6 +38,7 @@ static const char *kind_name(RtCommKind k) {
   case RT_COMM_ALLREDUCE: return "all_reduce";
   case RT_COMM_ALLGATHER: return "all_gather";
   case RT_COMM_REDUCE_SCATTER: return "reduce_scatter";
+  case RT_COMM_ALLTOALL: return "all_to_all";
   default: return "send";
   }
 }
@@ -157,15 +158,21 @@ static void collect(Report *r, IrGraph *g) {
     IrMeshAxis axis = (IrMeshAxis)ir_attr_int(n, "axis");
     int size = (int)ir_attr_int(n, "size");
     if ((unsigned)axis < IR_MESH_AXES && r->sizes[axis] < size) r->sizes[axis] = size;
-    RtCommKind kind = n->op == IR_OP_ALL_REDUCE ? RT_COMM_ALLREDUCE
-                      : n->op == IR_OP_ALL_GATHER ? RT_COMM_ALLGATHER : RT_COMM_REDUCE_SCATTER;
+    RtCommKind kind = n->op == IR_OP_ALL_REDUCE    ? RT_COMM_ALLREDUCE
+                      : n->op == IR_OP_ALL_GATHER  ? RT_COMM_ALLGATHER
+                      : n->op == IR_OP_ALL_TO_ALL ? RT_COMM_ALLTOALL
+                                                   : RT_COMM_REDUCE_SCATTER;
     /* rt_comm_* counts what each rank contributes: the input of an
      * all-reduce or all-gather, the (received) result of a reduce-scatter. */
     const IrValue *v = kind == RT_COMM_REDUCE_SCATTER ? n->out[0] : n->in[0];
+    int64_t count = ir_type_numel(&v->type);
+    /* An all-to-all's counts are known only when it runs: the report
+     * prices the balanced case, x split evenly over the ranks, one part
+     * per peer as abi/comm.h's alltoall counts it. */
+    if (kind == RT_COMM_ALLTOALL) count /= size;
     /* In and out travel in one precision (collectives.c refuses two). */
     int a = elem_of(r, n->in[0], false), b = elem_of(r, n->out[0], false), elem = a > b ? a : b;
-    add(r, n->phase, kind, axis, type_str(&v->type, elem), n->loc, ir_type_numel(&v->type), mult,
-        size, elem);
+    add(r, n->phase, kind, axis, type_str(&v->type, elem), n->loc, count, mult, size, elem);
   }
 }
 

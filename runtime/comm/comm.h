@@ -162,6 +162,23 @@ void rt_comm_allgather(RtComm *c, const void *send, void *recv, int64_t count, R
 void rt_comm_reduce_scatter(RtComm *c, const void *send, void *recv, int64_t count,
                             RtCommType type, RtCommOp op);
 void rt_comm_broadcast(RtComm *c, void *buf, int64_t count, RtCommType type, int root);
+/* All-to-all, blocking (what moves tokens to the ranks of their experts):
+ * - alltoall: equal parts. send and recv hold count * size; the part at
+ *   r * count of send goes to rank r, and rank r's part for this rank
+ *   lands at r * count of recv. Its usual use is the exchange of the
+ *   counts an alltoallv then moves (count 1, RT_COMM_I32).
+ * - alltoallv: parts of any size, zero included, packed in rank order.
+ *   send_counts[r] elements go to rank r, from send + the sum of
+ *   send_counts[0..r-1]; recv_counts[r] elements come from rank r, to recv
+ *   + the sum of recv_counts[0..r-1]. The count arrays hold size entries
+ *   each and are host memory, whatever memory the data is in.
+ *   recv_counts[r] on this rank must equal send_counts[me] on rank r: the
+ *   MPI backend reports a mismatch as fatal, naming both ranks; NCCL
+ *   cannot see it (see comm_nccl.c).
+ * send and recv must not overlap (no in-place form). */
+void rt_comm_alltoall(RtComm *c, const void *send, void *recv, int64_t count, RtCommType type);
+void rt_comm_alltoallv(RtComm *c, const void *send, const int64_t *send_counts, void *recv,
+                       const int64_t *recv_counts, RtCommType type);
 /* Peers are ranks in `c`. */
 void rt_comm_send(RtComm *c, const void *buf, int64_t count, RtCommType type, int peer);
 void rt_comm_recv(RtComm *c, void *buf, int64_t count, RtCommType type, int peer);
@@ -202,6 +219,15 @@ typedef struct RtCommStats {
   int64_t sent;
 } RtCommStats;
 
+/* What one alltoallv adds to the counters of rank `me` of n: the bytes
+ * of its parts for the other ranks. */
+static inline int64_t rt_comm_alltoallv_bytes(int n, int me, const int64_t *send_counts,
+                                              RtCommType type) {
+  int64_t b = 0;
+  for (int r = 0; r < n; r++)
+    if (r != me) b += send_counts[r] * rt_comm_type_size(type);
+  return b;
+}
 /* The bytes one call of `kind` on n ranks adds to the counters. */
 static inline int64_t rt_comm_bytes(RtCommKind kind, int n, int64_t count, RtCommType type) {
   return rt_comm_ring_bytes(kind, n, count * rt_comm_type_size(type));

@@ -35,6 +35,13 @@ void rt_comm_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
   rt_mpi_recv(c, b, n, t, peer);
 }
 void rt_comm_barrier(RtComm *c) { rt_mpi_barrier(c); }
+void rt_comm_alltoall(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  rt_mpi_alltoall(c, s, r, n, t);
+}
+void rt_comm_alltoallv(RtComm *c, const void *s, const int64_t *sc, void *r, const int64_t *rc,
+                       RtCommType t) {
+  rt_mpi_alltoallv(c, s, sc, r, rc, t);
+}
 
 RtCommReq *rt_comm_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
                               RtCommOp op) {

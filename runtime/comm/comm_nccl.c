@@ -596,6 +596,54 @@ static RtCommReq *nc_barrier(RtComm *c, int nb) {
   return NULL;
 }
 
+/* NCCL has no all-to-all of its own: it is one group of a send and a
+ * receive per peer with a part (the rank's own part included, which NCCL
+ * copies), as NCCL's documentation writes it. The counts are host memory
+ * and checked against the peers' over MPI first (rt_mpi_check_alltoallv),
+ * since NCCL would hang on a mismatch rather than report it. */
+static void nc_alltoallv(RtComm *c, const void *send, const int64_t *sc, void *recv,
+                         const int64_t *rc, RtCommType type) {
+  const char *fn = "rt_comm_alltoallv";
+  flush();
+  Nccl *n = nccl_for(c, send, recv);
+  if (!n) {
+    /* The sizes to stage; rt_mpi_alltoallv checks the counts themselves. */
+    int64_t ns = 0, nr = 0;
+    for (int p = 0; sc && rc && p < c->size; p++)
+      ns += sc[p] > 0 ? sc[p] : 0, nr += rc[p] > 0 ? rc[p] : 0;
+    Staged s = stage(send, nbytes(ns, type), NULL), r = stage(recv, nbytes(nr, type), NULL);
+    rt_mpi_alltoallv(c, s.host, sc, r.host, rc, type);
+    unstage(&s, 0), unstage(&r, 1);
+    return;
+  }
+  int64_t nr;
+  rt_mpi_check_alltoallv(c, fn, send, sc, recv, rc, type, &nr);
+  size_t esz = (size_t)rt_comm_type_size(type);
+  after_compute(n);
+  RtCommReq *q = req_of("ncclGroupEnd", c);
+  NCCL_CHECK(n, ncclGroupStart());
+  for (int p = 0, so = 0, ro = 0; p < c->size; so += (int)sc[p], ro += (int)rc[p], p++) {
+    if (sc[p])
+      NCCL_CHECK(n, ncclSend((const char *)send + (size_t)so * esz, (size_t)sc[p], nccl_type(type),
+                             p, n->nc, n->stream));
+    if (rc[p])
+      NCCL_CHECK(n, ncclRecv((char *)recv + (size_t)ro * esz, (size_t)rc[p], nccl_type(type), p,
+                             n->nc, n->stream));
+  }
+  NCCL_WAITING(n, "ncclGroupEnd", ncclGroupEnd());
+  issued(q, n, 0);
+}
+
+/* Equal parts: the alltoallv whose counts are all `count` (the bytes are
+ * the same by abi/comm.h's rules, (n - 1) * S). */
+static void nc_alltoall(RtComm *c, const void *send, void *recv, int64_t count,
+                        RtCommType type) {
+  int64_t *k = rt_xmalloc(sizeof(int64_t) * (size_t)c->size);
+  for (int r = 0; r < c->size; r++) k[r] = count;
+  nc_alltoallv(c, send, k, recv, k, type);
+  free(k);
+}
+
 void rt_comm_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op) {
   nc_allreduce(c, s, r, n, t, op, 0);
 }
@@ -616,6 +664,13 @@ void rt_comm_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
   nc_p2p(c, b, n, t, peer, 0, 0);
 }
 void rt_comm_barrier(RtComm *c) { nc_barrier(c, 0); }
+void rt_comm_alltoall(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  nc_alltoall(c, s, r, n, t);
+}
+void rt_comm_alltoallv(RtComm *c, const void *s, const int64_t *sc, void *r, const int64_t *rc,
+                       RtCommType t) {
+  nc_alltoallv(c, s, sc, r, rc, t);
+}
 
 RtCommReq *rt_comm_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
                               RtCommOp op) {

@@ -119,6 +119,20 @@ void rt_comm_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer) {
   rt_comm_fatal("rt_comm_recv on the %s communicator: no peer in a world of one", c->name);
 }
 void rt_comm_barrier(RtComm *c) { count(c, RT_COMM_BARRIER); }
+void rt_comm_alltoall(RtComm *c, const void *s, void *r, int64_t n, RtCommType t) {
+  count(c, RT_COMM_ALLTOALL);
+  copy(s, r, n, t);
+}
+/* The one part is this rank's own: what it sends is what it receives. */
+void rt_comm_alltoallv(RtComm *c, const void *s, const int64_t *sc, void *r, const int64_t *rc,
+                       RtCommType t) {
+  if (!sc || !rc || sc[0] < 0 || sc[0] != rc[0])
+    rt_comm_fatal("rt_comm_alltoallv on the %s communicator: rank 0 sends %lld elements here, "
+                  "%lld were expected",
+                  c->name, sc ? (long long)sc[0] : -1LL, rc ? (long long)rc[0] : -1LL);
+  count(c, RT_COMM_ALLTOALL);
+  copy(s, r, sc[0], t);
+}
 
 static RtCommReq *done(void) {
   RtCommReq *r = rt_xcalloc(1, sizeof *r);

@@ -514,6 +514,84 @@ static MpiReq *barrier(RtComm *c, int nb) {
   return r;
 }
 
+/* ---- All-to-all ---------------------------------------------------------- */
+
+void rt_mpi_alltoall(RtComm *c, const void *send, void *recv, int64_t count, RtCommType type) {
+  const char *fn = "rt_comm_alltoall";
+  int n = rt_mpi_check_count(c, fn, count);
+  if ((int64_t)n * c->size > INT_MAX)
+    rt_mpi_fatal("%s on the %s communicator: %lld elements in all are more than %d", fn, c->name,
+                 (long long)n * c->size, INT_MAX);
+  MPI_Datatype t = mpi_type(c, fn, type);
+  size_t all = (size_t)n * (size_t)c->size * (size_t)rt_comm_type_size(type);
+  rt_mpi_check_disjoint(c, fn, send, all, recv, all);
+  rt_mpi_count_bytes(c, RT_COMM_ALLTOALL, count, type);
+  MPI_WAITING(c, "MPI_Alltoall", MPI_Alltoall(send, n, t, recv, n, t, c->comm));
+}
+
+/* The sum of one side's counts, each checked; MPI's displacements are
+ * ints, so the sum must be one too. */
+static int64_t check_counts(RtComm *c, const char *fn, const char *side, const int64_t *k) {
+  if (!k) rt_mpi_fatal("%s on the %s communicator: no %s counts (NULL)", fn, c->name, side);
+  int64_t sum = 0;
+  for (int r = 0; r < c->size; r++) {
+    if (k[r] < 0 || k[r] > INT_MAX)
+      rt_mpi_fatal("%s on the %s communicator: %s count %lld for rank %d is out of range (0 to %d)",
+                   fn, c->name, side, (long long)k[r], r, INT_MAX);
+    sum += k[r];
+  }
+  if (sum > INT_MAX)
+    rt_mpi_fatal("%s on the %s communicator: %lld elements to %s in all are more than %d", fn,
+                 c->name, (long long)sum, side, INT_MAX);
+  return sum;
+}
+
+int64_t rt_mpi_check_alltoallv(RtComm *c, const char *fn, const void *send, const int64_t *sc,
+                               void *recv, const int64_t *rc, RtCommType type, int64_t *nrecv) {
+  rt_mpi_check_count(c, fn, 0);
+  mpi_type(c, fn, type);
+  int64_t ns = check_counts(c, fn, "send", sc), nr = check_counts(c, fn, "receive", rc);
+  size_t esz = (size_t)rt_comm_type_size(type);
+  rt_mpi_check_disjoint(c, fn, send, (size_t)ns * esz, recv, (size_t)nr * esz);
+  /* What each peer says it sends here, against what this rank expects: a
+   * mismatch would otherwise be a truncation error, silent short data, or
+   * (on NCCL) a hang. n ints each way: little beside the data. */
+  int32_t *out = rt_xmalloc(sizeof(int32_t) * 2 * (size_t)c->size), *in = out + c->size;
+  for (int r = 0; r < c->size; r++) out[r] = (int32_t)sc[r];
+  MPI_WAITING(c, "MPI_Alltoall", MPI_Alltoall(out, 1, MPI_INT32_T, in, 1, MPI_INT32_T, c->comm));
+  for (int r = 0; r < c->size; r++)
+    if (in[r] != rc[r]) {
+      int32_t got = in[r];
+      free(out);
+      rt_mpi_fatal("%s on the %s communicator: rank %d sends %d elements here, %lld were expected",
+                   fn, c->name, r, got, (long long)rc[r]);
+    }
+  free(out);
+  c->stats.calls[RT_COMM_ALLTOALL]++;
+  int64_t b = rt_comm_alltoallv_bytes(c->size, c->rank, sc, type);
+  c->stats.bytes[RT_COMM_ALLTOALL] += b;
+  c->stats.sent += b;
+  *nrecv = nr;
+  return ns;
+}
+
+void rt_mpi_alltoallv(RtComm *c, const void *send, const int64_t *sc, void *recv,
+                      const int64_t *rc, RtCommType type) {
+  const char *fn = "rt_comm_alltoallv";
+  int64_t nr;
+  rt_mpi_check_alltoallv(c, fn, send, sc, recv, rc, type, &nr);
+  int *k = rt_xmalloc(sizeof(int) * 4 * (size_t)c->size);
+  int *scount = k, *sdispl = k + c->size, *rcount = k + 2 * c->size, *rdispl = k + 3 * c->size;
+  for (int r = 0, so = 0, ro = 0; r < c->size; r++) {
+    scount[r] = (int)sc[r], sdispl[r] = so, so += scount[r];
+    rcount[r] = (int)rc[r], rdispl[r] = ro, ro += rcount[r];
+  }
+  MPI_Datatype t = mpi_type(c, fn, type);
+  MPI_WAITING(c, "MPI_Alltoallv",
+              MPI_Alltoallv(send, scount, sdispl, t, recv, rcount, rdispl, t, c->comm));
+  free(k);
+}
+
 void rt_mpi_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op) {
   allreduce(c, s, r, n, t, op, 0);
 }

@@ -73,6 +73,14 @@ void rt_mpi_broadcast(RtComm *c, void *b, int64_t n, RtCommType t, int root);
 void rt_mpi_send(RtComm *c, const void *b, int64_t n, RtCommType t, int peer);
 void rt_mpi_recv(RtComm *c, void *b, int64_t n, RtCommType t, int peer);
 void rt_mpi_barrier(RtComm *c);
+void rt_mpi_alltoall(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
+void rt_mpi_alltoallv(RtComm *c, const void *s, const int64_t *sc, void *r, const int64_t *rc,
+                      RtCommType t);
+/* alltoallv's checks and counting, for both backends: the counts (host
+ * memory), the buffers' overlap, and each peer's count against recv_counts
+ * (exchanged over MPI). Returns the elements sent; *nrecv the received. */
+int64_t rt_mpi_check_alltoallv(RtComm *c, const char *fn, const void *send, const int64_t *sc,
+                               void *recv, const int64_t *rc, RtCommType type, int64_t *nrecv);
 MpiReq *rt_mpi_iallreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,
                           RtCommOp op);
 MpiReq *rt_mpi_iallgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);

@@ -13,6 +13,7 @@
  *   comm_test short      rank 1 receives fewer elements than it expects
  *   comm_test mesh       a mesh that does not fit the world
  *   comm_test misuse     a send to a peer that does not exist
+ *   comm_test a2a R      rank R expects more of rank 0 in an alltoallv than it sends
  * The failure modes must bring every rank down; tests/runtime/comm/fail.sh checks
  * that mpirun exits non-zero, promptly, with the failing rank's message.
  *
@@ -409,6 +410,60 @@ static void check_bf16(RtComm *c) {
   free(all);
 }
 
+/* ---- All-to-all ------------------------------------------------------- */
+
+/* Elements rank q sends rank p in the alltoallv check: uneven, and zero
+ * for about a quarter of the pairs (the rank's own part among them on
+ * some ranks), as a router's choices give. */
+static int64_t a2a_count(int q, int p, int64_t scale) {
+  int k = (q * 3 + p * 5 + 1) % 4;
+  return k ? k * scale + (q + p) % 3 : 0;
+}
+
+/* Fills, or checks, one part of an all-to-all: element i of the part
+ * world rank q sends rank p of c is value(q, p * 100000 + i), so that
+ * every received element names its sender and its place. */
+static void a2a_fill(void *buf, RtCommType t, int64_t at, int64_t len, int p, int salt) {
+  fill((char *)buf + at * rt_comm_type_size(t), t, len, rt_comm_world_rank(), p * 100000, salt);
+}
+static void a2a_expect(RtComm *c, const void *buf, RtCommType t, int64_t at, int64_t len, int q,
+                       int salt, const char *what) {
+  int w = rt_comm_world_rank_of(c, q);
+  for (int64_t i = 0; i < len; i++)
+    CHECK(C_COLL, get(buf, t, at + i) == stored(t, value(w, rt_comm_rank(c) * 100000 + i, salt)),
+          "%s %s on %s: element %lld of the %lld from %d", what, type_name[t],
+          rt_comm_name(c), (long long)i, (long long)len, q);
+}
+
+/* alltoall of equal parts, then alltoallv with a2a_count's parts. The
+ * count arrays are host memory (static), the data the allocator's. */
+static void check_alltoall(RtComm *c) {
+  int n = rt_comm_size(c), me_c = rt_comm_rank(c);
+  static int64_t sc[64], rc[64];
+  for (int ti = 0; ti < 3; ti++)
+    for (int64_t len = 1; len <= 1000; len *= 31) {
+      RtCommType t = types[ti];
+      int salt = 300 + ti;
+      void *s = alloc(len * n), *d = alloc(len * n);
+      for (int p = 0; p < n; p++) a2a_fill(s, t, p * len, len, p, salt);
+      rt_comm_alltoall(c, s, d, len, t);
+      for (int q = 0; q < n; q++) a2a_expect(c, d, t, q * len, len, q, salt, "alltoall");
+      free(s), free(d);
+
+      int64_t ns = 0, nr = 0;
+      for (int p = 0; p < n; p++) {
+        ns += sc[p] = a2a_count(me_c, p, len);
+        nr += rc[p] = a2a_count(p, me_c, len);
+      }
+      s = alloc(ns), d = alloc(nr);
+      for (int p = 0, at = 0; p < n; at += (int)sc[p], p++) a2a_fill(s, t, at, sc[p], p, salt + 10);
+      rt_comm_alltoallv(c, s, sc, d, rc, t);
+      for (int q = 0, at = 0; q < n; at += (int)rc[q], q++)
+        a2a_expect(c, d, t, at, rc[q], q, salt + 10, "alltoallv");
+      free(s), free(d);
+    }
+}
+
 /* ---- Point to point ---------------------------------------------------- */
 
 static void check_message(RtComm *c, const void *b, RtCommType t, int64_t n, int from, int salt,
@@ -507,6 +562,13 @@ static void check_counters(RtComm *c) {
                        rt_comm_isend(c, g + 13, 13, RT_COMM_F64, (r + 1) % n)};
     rt_comm_waitall(q, 2);
   }
+  rt_comm_alltoall(c, g, g + 104, 7, RT_COMM_F64); /* part 56 */
+  int64_t sc[64], rc[64], a2av = 0;
+  for (int p = 0; p < n; p++) {
+    sc[p] = a2a_count(r, p, 1), rc[p] = a2a_count(p, r, 1);
+    if (p != r) a2av += 4 * sc[p];
+  }
+  rt_comm_alltoallv(c, k, sc, k + 56, rc, RT_COMM_I32);
   RtCommStats st = rt_comm_stats(c);
   int64_t want[RT_COMM_NKINDS] = {
       [RT_COMM_ALLREDUCE] = 2 * (n - 1) * 4000 / n + 2 * (n - 1) * 104 / n,
@@ -515,8 +577,9 @@ static void check_counters(RtComm *c) {
       [RT_COMM_BROADCAST] = (n - 1) * 4004 / n,
       [RT_COMM_SEND] = n > 1 ? 104 : 0,
       [RT_COMM_RECV] = n > 1 ? 104 : 0,
+      [RT_COMM_ALLTOALL] = (n - 1) * 56 + a2av,
   };
-  int64_t calls[RT_COMM_NKINDS] = {2, 1, 1, 1, n > 1, n > 1, 1};
+  int64_t calls[RT_COMM_NKINDS] = {2, 1, 1, 1, n > 1, n > 1, 1, 2};
   int64_t sent = 0;
   for (int i = 0; i < RT_COMM_NKINDS; i++) {
     CHECK(C_BYTES, st.bytes[i] == want[i], "%s: kind %d counted %lld bytes, not %lld",
@@ -551,6 +614,8 @@ static void check_bytes_table(void) {
       {RT_COMM_BROADCAST, 8, 1001, RT_COMM_F32, 3503}, /* 7 * 4004 / 8 = 3503.5 */
       {RT_COMM_SEND, 2, 5, RT_COMM_F64, 40},
       {RT_COMM_BARRIER, 8, 0, RT_COMM_I32, 0},
+      {RT_COMM_ALLTOALL, 4, 7, RT_COMM_F64, 168},
+      {RT_COMM_ALLTOALL, 1, 7, RT_COMM_F64, 0},
   };
   for (size_t i = 0; i < sizeof tab / sizeof *tab; i++)
     CHECK(C_BYTES, rt_comm_bytes(tab[i].k, tab[i].n, tab[i].count, tab[i].t) == tab[i].want,
@@ -597,6 +662,7 @@ static void check_meshes(int *nmeshes, int *same_forms, int *ndet) {
       check_collectives(c);
       check_bf16(c);
       check_p2p(c);
+      check_alltoall(c);
       check_counters(c);
       if (rt_comm_size(c) > 1) *same_forms &= check_determinism(c, RT_COMM_F32, 4099), ++*ndet;
     }
@@ -614,6 +680,7 @@ static int run_checks(void) {
   check_collectives(w);
   check_bf16(w);
   check_p2p(w);
+  check_alltoall(w);
   check_counters(w);
   int same_forms = 1, ndet = 0, nmeshes = 0;
   if (nworld > 1) {
@@ -635,6 +702,8 @@ static int run_checks(void) {
         printf(" (t%d,p%d,d%d)", meshes[i].tp, meshes[i].pp, meshes[i].dp);
     printf("\n  all collectives blocking and non-blocking (wait and test), f32/f64/i32, "
            "sizes 1/7/1000 (+0 and 65537 on the world), in place and not\n");
+    printf("  all-to-all: equal parts (1/31/961 elements) and uneven ones, zero to about a "
+           "quarter of the peers, every element checked\n");
     printf("  bf16: all-reduce and reduce-scatter (sum, max) equal to the rank-order fp32 "
            "result rounded once, on %.0f elements where rounding after each addition "
            "differs; all-gather, broadcast and send/recv move the bits\n",
@@ -655,7 +724,7 @@ static int run_checks(void) {
  * while the others block in operations that can never complete without it. */
 static int run_failure(const char *mode, int who) {
   RtComm *w = rt_comm_world();
-  int32_t x[10] = {0};
+  int32_t x[40] = {0};
   rt_comm_barrier(w);
   if (!strcmp(mode, "mesh")) {
     rt_comms_new((RtMesh){2, 3, 5});
@@ -665,6 +734,11 @@ static int run_failure(const char *mode, int who) {
     int big = !strcmp(mode, "short");
     if (me == 0) rt_comm_send(w, x, big ? 5 : 10, RT_COMM_I32, 1);
     if (me == 1) rt_comm_recv(w, x, big ? 10 : 5, RT_COMM_I32, 0);
+  } else if (!strcmp(mode, "a2a")) {
+    int64_t sc[64] = {0}, rc[64] = {0};
+    for (int p = 0; p < nworld; p++) sc[p] = rc[p] = 2;
+    if (me == who) rc[0] = 3; /* rank 0 sends 2 */
+    rt_comm_alltoallv(w, x, sc, x + 20, rc, RT_COMM_I32);
   } else if (me == who) {
     usleep(200 * 1000); /* let the others block first */
     if (!strcmp(mode, "exit")) exit(1);
@@ -697,7 +771,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "check")) {
     rc = run_checks();
   } else if (!strcmp(mode, "fail") || !strcmp(mode, "exit") || !strcmp(mode, "truncate") ||
-             !strcmp(mode, "short") || !strcmp(mode, "mesh") || !strcmp(mode, "misuse")) {
+             !strcmp(mode, "short") || !strcmp(mode, "mesh") || !strcmp(mode, "misuse") ||
+             !strcmp(mode, "a2a")) {
     if (nworld < 2) rt_comm_fatal("comm_test %s needs at least 2 ranks", mode);
     rc = run_failure(mode, argc > 2 ? atoi(argv[2]) % nworld : 1);
   } else {

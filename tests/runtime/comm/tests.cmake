@@ -38,8 +38,11 @@ if(TARGET shard_comm_mpi)
   add_test(NAME comm/fail_misuse COMMAND ${COMM_FAIL} 4
            "shardc: error: rank 3: rt_comm_send on the world communicator: peer 99 is out of range"
            ${COMM_PROG} misuse 3)
+  add_test(NAME comm/fail_alltoallv_counts COMMAND ${COMM_FAIL} 4
+           "shardc: error: rank 2: rt_comm_alltoallv on the world communicator: rank 0 sends 2 elements here, 3 were expected"
+           ${COMM_PROG} a2a 2)
   list(APPEND comm_tests comm/fail_fatal comm/fail_fatal_np8 comm/fail_exit comm/fail_mpi_error
-       comm/fail_short_message comm/fail_mesh comm/fail_misuse)
+       comm/fail_short_message comm/fail_mesh comm/fail_misuse comm/fail_alltoallv_counts)
   set_tests_properties(${comm_tests} PROPERTIES TIMEOUT 30 RESOURCE_LOCK mpirun)
   # Open MPI does not free all it allocates, from components it has already
   # unloaded at exit, so no suppression file can name the leaks: leak
