@@ -143,10 +143,10 @@ static const KernelFacts kernel_facts[] = {
     {"k_cuda_attention_fwd_fa2", 1, AK_FA2},
     {"k_cuda_attention_bwd_fa2", 2, AK_FA2},
     /* The forward keeps each row's log-sum-exp; the backward forms
-     * sum(dy y), zeroes dq's partial sums, runs its one pass over the
-     * tiles, then adds the partial sums into dq. */
+     * sum(dy y), runs its one pass over the tiles, then adds dq's partial
+     * sums into dq. */
     {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH},
-    {"k_cuda_attention_bwd_bf16", 4, AK_OURS_FLASH},
+    {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH},
     {"k_cuda_attention_fwd", 1, AK_SIMPLE},
     {"k_cuda_attention_bwd", 3, AK_SIMPLE},
     {"k_attention_fwd", 1, AK_CPU},
@@ -173,8 +173,8 @@ static const KernelFacts *kernel_of(const char *name) {
  * these are, so half its rates. The backward runs FlashAttention-2's 5
  * tile products, and moves what FlashAttention-2's atomics do not: dq's
  * OURS_FLASH_SPLITS fp32 partial sums (kernels/cuda/attention.cu's
- * FB_SPLITS), zeroed, read and written once per pair of 32-row tiles, and
- * summed into dq. The simple fp32 kernels: 15% of the fp32 peak, dot
+ * FB_SPLITS), read and written once per pair of 32-row tiles and summed
+ * into dq. The simple fp32 kernels: 15% of the fp32 peak, dot
  * products over a warp's lanes (an estimate, no published figure). */
 #define OURS_FLASH_SCALE 0.5
 #define OURS_FLASH_SPLITS 4
@@ -288,12 +288,12 @@ static double attention_s(const Pricing *p, const Launch *l, AttKind kind) {
   if (!l->backward) return compute;
   /* The backward's partial sums of dq: the pass reads and writes a tile's
    * fp32 rows per visited pair of tiles, beside its products (the longer
-   * of the two); the zeroing, the final sum (read every split, write dq)
-   * and sum(dy y) (read y and dy) run before and after it. */
+   * of the two); the final sum (read every split, write dq) and sum(dy y)
+   * (read y and dy) run before and after it. */
   double n = l->ab_b * l->heads * l->s * l->d, tiles = ceil(l->s / OURS_FLASH_TILE);
   double pairs = l->causal ? tiles * (tiles + 1) / 2 : tiles * tiles;
   double pass = l->ab_b * l->heads * pairs * OURS_FLASH_TILE * l->d * 4 * 2;
-  double around = OURS_FLASH_SPLITS * n * 4 * 2 + n * 2 + 2 * n * 2;
+  double around = OURS_FLASH_SPLITS * n * 4 + n * 2 + 2 * n * 2;
   double bw = p->hw.mem_bw * p->hw.mem_eff;
   return fmax(compute, pass / bw) + around / bw;
 }

@@ -525,10 +525,15 @@ __device__ void fa_grad_tile(FaWarp &w, const Att &a, int64_t j0, int64_t i0, co
  * - dq's sum runs over the key tiles, which other blocks own. Without
  *   atomics and in a fixed order: block x of the grid takes the key tiles
  *   x, x + FB_SPLITS, ... in turn and adds its terms into its own fp32
- *   partial sum of dq (split x of the scratch, zeroed first), so that no
- *   two blocks ever write one element; fa_dq_sum_kernel then adds the
- *   FB_SPLITS partial sums in order and rounds to bf16. The splits give
- *   the grid FB_SPLITS blocks per (kv head, batch row).
+ *   partial sum of dq (split x of the scratch), so that no two blocks
+ *   ever write one element; fb_dq_sum_kernel then adds the partial sums
+ *   in order and rounds to bf16. The splits give the grid FB_SPLITS
+ *   blocks per (kv head, batch row).
+ * - Nothing zeroes the partial sums: a block's first key tile x visits
+ *   every query tile its split will ever touch (all of them, or under the
+ *   causal mask those from tile x on, as its later tiles visit fewer), so
+ *   it stores where the later ones add, and the final sum leaves out the
+ *   splits that never reached a row (fb_split_reaches).
  * - The dq product needs the whole tile's dS: the warps hold dS^T (keys
  *   as rows) in their scratch, a __syncthreads makes both visible, and
  *   each warp then owns half of the 2 x d/16 output fragments of the
@@ -560,16 +565,18 @@ __host__ __device__ __forceinline__ int64_t fb_rows(int64_t s) {
   return (s + FA_COLS - 1) / FA_COLS * FA_COLS;
 }
 
-/* dq of the query tile at dst (FA_COLS rows of d fp32, ld d) += dS k, dS
- * being the transpose of the warps' dS^T tiles: warp kk's w.ds[c][r] is
- * dS[query r][key 16 kk + c], a col-major operand. */
-template <int D> __device__ void fb_dq_add(float *dst, int nd, const FbShared<D> &sh, int64_t d) {
+/* dq of the query tile at dst (FA_COLS rows of d fp32, ld d) += dS k (=
+ * when `first`), dS being the transpose of the warps' dS^T tiles: warp
+ * kk's w.ds[c][r] is dS[query r][key 16 kk + c], a col-major operand. */
+template <int D>
+__device__ void fb_dq_add(float *dst, int nd, const FbShared<D> &sh, int64_t d, bool first) {
   typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAt;
   for (int f = threadIdx.x / 32; f < 2 * nd; f += FB_WARPS) {
     int rb = f / nd, c = f % nd;
     float *at = dst + 16 * rb * d + 16 * c;
     FragC acc;
-    wmma::load_matrix_sync(acc, at, (unsigned)d, wmma::mem_row_major);
+    if (first) wmma::fill_fragment(acc, 0.0f);
+    else wmma::load_matrix_sync(acc, at, (unsigned)d, wmma::mem_row_major);
 #pragma unroll
     for (int kk = 0; kk < FB_WARPS; kk++) {
       FragAt ds;
@@ -626,12 +633,18 @@ __global__ void __launch_bounds__(FB_THREADS)
         fa_accumulate<D>(dkacc, nd, w.ds, sh.rows);
         __syncthreads(); /* every warp's dS^T is written */
         KC_ASSERT((part - dqp) + (i0 + FA_COLS) * a.d <= FB_SPLITS * a.b * a.H * rows * a.d);
-        fb_dq_add<D>(part + i0 * a.d, nd, sh, a.d);
+        fb_dq_add<D>(part + i0 * a.d, nd, sh, a.d, kt == (int64_t)blockIdx.x);
       }
     }
     fa_store<D>(dk, dkacc, nd, w, a, bi, a.K, g, jw);
     fa_store<D>(dv, dvacc, nd, w, a, bi, a.K, g, jw);
   }
+}
+
+/* Whether split x wrote the partial sums of query row t: it has a key
+ * tile, and under the causal mask its first one (tile x) is not past t's. */
+__device__ __forceinline__ bool fb_split_reaches(const Att &a, int x, int64_t t) {
+  return x < (a.s + FB_KEYS - 1) / FB_KEYS && (!a.causal || x <= t / FA_COLS);
 }
 
 /* dq = the sum of the splits' partial sums, in order, rounded to bf16. */
@@ -641,7 +654,7 @@ __global__ void fb_dq_sum_kernel(bf16 *dq, const float *dqp, Att a) {
     int64_t c = e % a.d, h = e / a.d % a.H, t = e / a.d / a.H % a.s, bi = e / a.d / a.H / a.s;
     int64_t at = ((bi * a.H + h) * rows + t) * a.d + c;
     float sum = 0;
-    for (int x = 0; x < FB_SPLITS; x++)
+    for (int x = 0; x < FB_SPLITS && fb_split_reaches(a, x, t); x++)
       sum += dqp[x * split + at];
     dq[e] = __float2bfloat16(sum);
   }
@@ -693,7 +706,6 @@ static int64_t fb_partials_bytes(int64_t b, int64_t s, int64_t H, int64_t d) {
 template <int D>
 static void fa_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q, const bf16 *k,
                    const bf16 *v, const Att &a, const float *lse, const float *dsum, float *dqp) {
-  KC_CHECK(cudaMemsetAsync(dqp, 0, (size_t)fb_partials_bytes(a.b, a.s, a.H, a.d), kc_stream()));
   dim3 grid(FB_SPLITS, (unsigned)a.K, (unsigned)a.b);
   KC_LAUNCH(grid, FB_THREADS, 0, kc_stream(), fa_bwd_kernel<D>)(dk, dv, dqp, q, k, v, dy, a, lse,
                                                                  dsum);
