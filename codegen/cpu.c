@@ -419,7 +419,7 @@ static void emit_attention(CgEmitter *e, int index) {
   int64_t b = cg_cpu_chunk_rows(e) ? cg_cpu_chunk_rows(e) / cg_dim(q, 1) : cg_dim(q, 0);
   /* The key-padding mask [b, s] has one element per position (row): in a
    * chunk it starts at r0 itself, not at r0 rows of its last dim. */
-  int mi = n->op == IR_OP_ATTENTION ? 3 : 5;
+  int mi = n->op == IR_OP_ATTENTION ? 3 : 6;
   const char *mask = "NULL";
   if (n->nin > mi) {
     if (!cg_need_i32(e, n, n->in[mi])) return;

@@ -717,8 +717,8 @@ static bool attention_inputs(IrNode *n) {
     ir_error(n->loc, "%s: k%s and v%s have different sequence lengths", op_name(n), S(k), S(v));
     return false;
   }
-  /* The key-padding mask: attention's fourth input, attention_grad's sixth. */
-  int mi = n->op == IR_OP_ATTENTION ? 3 : 5;
+  /* The key-padding mask: attention's fourth input, attention_grad's seventh. */
+  int mi = n->op == IR_OP_ATTENTION ? 3 : 6;
   if (n->nin > mi) {
     const IrType *m = in_type(n, mi);
     if (!((int)want_int(n, mi, "mask") & (int)want_rank(n, mi, "mask", 2, "[b, s]"))) return false;
@@ -730,10 +730,19 @@ static bool attention_inputs(IrNode *n) {
   return true;
 }
 
+/* The log-sum-exp of attention's rows: [b, heads, s] of q[b, s, heads * d]. */
+static void attention_lse_shape(IrNode *n, int64_t *shape) {
+  const IrType *q = in_type(n, 0);
+  shape[0] = q->shape[0], shape[1] = ir_attr_int(n, "heads"), shape[2] = q->shape[1];
+}
+
 bool ir_shape_attention(IrNode *n) {
   if (!inputs_ready(n) || !attention_inputs(n)) return false;
   const IrType *q = in_type(n, 0);
+  int64_t lse[3];
+  attention_lse_shape(n, lse);
   set_out(n, 0, q->dtype, 3, q->shape);
+  set_out(n, 1, q->dtype, 3, lse);
   return true;
 }
 
@@ -935,6 +944,17 @@ bool ir_shape_add_norm(IrNode *n) {
 bool ir_shape_attention_grad(IrNode *n) {
   if (!inputs_ready(n) || !attention_inputs(n)) return false;
   if (!(want_same(n, 0, "q", 3, "y") && want_same(n, 0, "q", 4, "dy"))) return false;
+  const IrType *lse = in_type(n, 5);
+  int64_t want[3];
+  attention_lse_shape(n, want);
+  if (!want_float(n, 5, "lse")) return false;
+  if (lse->rank != 3 || lse->shape[0] != want[0] || lse->shape[1] != want[1] ||
+      lse->shape[2] != want[2]) {
+    ir_error(n->loc, "%s: lse%s must be [b, heads, s] = [%lld, %lld, %lld], attention's second "
+             "result", op_name(n), S(lse), (long long)want[0], (long long)want[1],
+             (long long)want[2]);
+    return false;
+  }
   for (int i = 0; i < 3; i++) {
     const IrType *t = in_type(n, i);
     set_out(n, i, t->dtype, t->rank, t->shape);

@@ -448,10 +448,13 @@ static bool ad_rope(Ad *ad, IrNode *n, IrValue **dy) {
 }
 
 static bool ad_attention(Ad *ad, IrNode *n, IrValue **dy) {
-  /* The key-padding mask (an integer input, without a gradient) rides along
-   * as the sixth input, so that the backward drops the same keys. */
-  IrValue *in[6] = {n->in[0], n->in[1], n->in[2], n->out[0], dy[0], n->nin > 3 ? n->in[3] : NULL};
-  IrNode *g = emit(ad, IR_OP_ATTENTION_GRAD, in, n->nin > 3 ? 6 : 5,
+  /* The forward's log-sum-exp spares the backward a product (q k^T for the
+   * row statistics). The key-padding mask (an integer input, without a
+   * gradient) rides along as the seventh input, so that the backward drops
+   * the same keys. */
+  IrValue *in[7] = {n->in[0], n->in[1], n->in[2], n->out[0], dy[0], n->out[1],
+                    n->nin > 3 ? n->in[3] : NULL};
+  IrNode *g = emit(ad, IR_OP_ATTENTION_GRAD, in, n->nin > 3 ? 7 : 6,
                    ATTRS({"heads", fwd_attr(n, "heads")}, {"kv_heads", fwd_attr(n, "kv_heads")},
                          {"causal", fwd_attr(n, "causal")}),
                    3);

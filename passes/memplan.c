@@ -388,6 +388,13 @@ static void plan_liveness(Planner *pl) {
 
 /* ------------------------------------------------------------- placement */
 
+/* Attention's log-sum-exp: the kernels keep it in full precision, as the
+ * backward's softmax needs it to the last bit of its exponent. */
+static bool is_row_statistic(const IrValue *v) {
+  return v->kind == IR_VAL_NODE && v->def->op == IR_OP_ATTENTION && v->def->nout > 1 &&
+         v->def->out[1] == v;
+}
+
 /* Whether buffer k holds its reals in the policy's low precision: a value
  * of the step itself (PassMemPolicy.low_bytes), or one the policy names
  * (its low_values: pipeline messages). */
@@ -395,7 +402,7 @@ static bool is_low(Planner *pl, int k) {
   const PassBuf *b = &pl->p->bufs[k];
   const PassMemPolicy *po = &pl->p->policy;
   if (po->low_bytes <= 0 || !is_real(b->value->type.dtype) || b->grad_of || pl->direct[k] ||
-      pl->wide[k])
+      pl->wide[k] || is_row_statistic(b->value))
     return false;
   if (po->low_values && ir_ptrmap_get(po->low_values, b->value)) return true;
   return b->value->kind == IR_VAL_NODE && !pl->output[k];

@@ -483,6 +483,9 @@ static void local_heads(Part *P, IrNode *n) {
 }
 
 static void local_attention(Part *P, IrNode *n) {
+  /* The log-sum-exp [b, H, s] keeps a batch split on dim 0 and takes a
+   * head split on its dim 1. */
+  if (is_s_dim(spec_of(n->out[1]), 2)) n->out[1]->shard.dim = 1;
   if (!is_s_dim(spec_of(n->in[0]), 2)) return;
   if (heads_ok(P, n, "heads", "attention is split by heads"))
     set_attr(n, "heads", ir_attr_int(n, "heads") / P->t);

@@ -142,8 +142,9 @@ static const KernelFacts kernel_facts[] = {
     {"k_cuda_attention_bwd_fa3", 1, AK_FA3},
     {"k_cuda_attention_fwd_fa2", 1, AK_FA2},
     {"k_cuda_attention_bwd_fa2", 2, AK_FA2},
-    /* The forward keeps no statistics: the backward's first kernel runs
-     * the forward's products again for them, then dK/dV, then dQ. */
+    /* The forward keeps each row's log-sum-exp; the backward forms
+     * sum(dy y), runs its one pass over the tiles, then adds dq's partial
+     * sums into dq. */
     {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH},
     {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH},
     {"k_cuda_attention_fwd", 1, AK_SIMPLE},
@@ -165,15 +166,19 @@ static const KernelFacts *kernel_of(const char *name) {
   return k;
 }
 
-/* Our flash kernels in the style of the first FlashAttention (4 warps, 64
- * query rows, 32-key tiles loaded without cp.async or double buffering):
- * FlashAttention-2 is about twice as fast as the first (Dao 2023,
- * abstract), so half its rates; the backward also runs 8 tile products
- * where FlashAttention-2 runs 5 (the forward's again for the statistics),
- * so 5/8 of that. The simple fp32 kernels: 15% of the fp32 peak, dot
+/* Our flash kernels, small tiles on wmma (the forward: 4 warps, 64 query
+ * rows, 32-key tiles; the backward: 2 warps, 32 x 32 tiles), loaded
+ * without cp.async or double buffering: FlashAttention-2 is about twice
+ * as fast as the first FlashAttention (Dao 2023, abstract), whose tiles
+ * these are, so half its rates. The backward runs FlashAttention-2's 5
+ * tile products, and moves what FlashAttention-2's atomics do not: dq's
+ * OURS_FLASH_SPLITS fp32 partial sums (kernels/cuda/attention.cu's
+ * FB_SPLITS), read and written once per pair of 32-row tiles and summed
+ * into dq. The simple fp32 kernels: 15% of the fp32 peak, dot
  * products over a warp's lanes (an estimate, no published figure). */
 #define OURS_FLASH_SCALE 0.5
-#define OURS_FLASH_BWD_PRODUCTS (5.0 / 8.0)
+#define OURS_FLASH_SPLITS 4
+#define OURS_FLASH_TILE 32
 #define SIMPLE_FP32_EFF 0.15
 
 /* --------------------------------------------------------- the program */
@@ -278,8 +283,19 @@ static double attention_s(const Pricing *p, const Launch *l, AttKind kind) {
      * of peak (attention_efficiency). */
     rate = p->hw.attn_eff * p->hw.peak_flops[PL_BF16];
   }
-  if (kind == AK_OURS_FLASH) rate *= OURS_FLASH_SCALE * (l->backward ? OURS_FLASH_BWD_PRODUCTS : 1);
-  return counted / rate;
+  if (kind != AK_OURS_FLASH) return counted / rate;
+  double compute = counted / (rate * OURS_FLASH_SCALE);
+  if (!l->backward) return compute;
+  /* The backward's partial sums of dq: the pass reads and writes a tile's
+   * fp32 rows per visited pair of tiles, beside its products (the longer
+   * of the two); the final sum (read every split, write dq) and sum(dy y)
+   * (read y and dy) run before and after it. */
+  double n = l->ab_b * l->heads * l->s * l->d, tiles = ceil(l->s / OURS_FLASH_TILE);
+  double pairs = l->causal ? tiles * (tiles + 1) / 2 : tiles * tiles;
+  double pass = l->ab_b * l->heads * pairs * OURS_FLASH_TILE * l->d * 4 * 2;
+  double around = OURS_FLASH_SPLITS * n * 4 + n * 2 + 2 * n * 2;
+  double bw = p->hw.mem_bw * p->hw.mem_eff;
+  return fmax(compute, pass / bw) + around / bw;
 }
 
 static bool aligned16(double ld, double bytes) { return fmod(ld * bytes, 16) == 0; }

@@ -75,6 +75,12 @@
  * kernels' own k_cuda_*_scratch before it runs. */
 #define CUDA_NORM_CHUNK 128
 
+/* The flash attention backward's fp32 partial sums of dq and the rows of
+ * its tiles they are padded to (FB_SPLITS and FA_COLS of
+ * kernels/cuda/attention.cu). */
+#define CUDA_ATT_SPLITS 4
+#define CUDA_ATT_TILE 32
+
 /* What the target keeps while it writes one program. */
 typedef struct CudaState {
   /* The program was refused as a whole (cg_cuda_check_supported): no

@@ -120,15 +120,15 @@ static void emit_sum_to(CgEmitter *e, int index) {
 
 /* ------------------------------------------------------- the other kernels */
 
-/* The forward keeps no statistics (NULL scratch): the backward recomputes
- * them into its own. */
+/* The forward writes each row's log-sum-exp into its second result, which
+ * the backward reads (its sixth input) instead of recomputing q k^T. */
 static void emit_attention(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *q = n->in[0];
   int64_t H, K, d;
   cg_attention_dims(n, &H, &K, &d);
   int causal = (int)ir_attr_int(n, "causal");
-  if (n->nin > (n->op == IR_OP_ATTENTION ? 3 : 5)) {
+  if (n->nin > (n->op == IR_OP_ATTENTION ? 3 : 6)) {
     /* The CUDA kernels know no key-padding mask yet. The backward node
      * carries the forward's location: one error is enough. */
     if (n->op == IR_OP_ATTENTION)
@@ -137,17 +137,17 @@ static void emit_attention(CgEmitter *e, int index) {
     return;
   }
   if (n->op == IR_OP_ATTENTION)
-    emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, NULL);",
+    emit(e, "k_cuda_attention_fwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %d, %s);",
          cuda_sfx(e, q), cuda_ref(e, n->out[0]), cuda_ref(e, q), cuda_ref(e, n->in[1]),
          cuda_ref(e, n->in[2]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
-         (long long)K, (long long)d, causal);
+         (long long)K, (long long)d, causal, cuda_ref(e, n->out[1]));
   else
     emit(e,
-         "k_cuda_attention_bwd%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
+         "k_cuda_attention_bwd%s(%s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, "
          "%lld, %d, %s);",
          cuda_sfx(e, q), cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, n->out[2]),
          cuda_ref(e, n->in[4]), cuda_ref(e, q), cuda_ref(e, n->in[1]), cuda_ref(e, n->in[2]),
-         cuda_ref(e, n->in[3]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
+         cuda_ref(e, n->in[3]), cuda_ref(e, n->in[5]), (long long)cg_dim(q, 0), (long long)cg_dim(q, 1), (long long)H,
          (long long)K, (long long)d, causal, cg_scratch(e, index));
   cg_launch_attention(e, NULL, n);
 }

@@ -54,8 +54,8 @@ static const char *scratch_call(const IrNode *n) {
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
-    return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld)", (long long)cg_dim(n->in[0], 0),
-                  (long long)cg_dim(n->in[0], 1), (long long)H);
+    return ir_fmt("k_cuda_attention_scratch(%lld, %lld, %lld, %lld)", (long long)cg_dim(n->in[0], 0),
+                  (long long)cg_dim(n->in[0], 1), (long long)H, (long long)d);
   }
   case IR_OP_LAYERNORM_GRAD:
   case IR_OP_RMSNORM_GRAD:

@@ -18,8 +18,8 @@ static void cuda_accumulate(CgEmitter *e, const IrValue *param, const IrValue *g
 /* ---------------------------------------------------------------- policy */
 
 /* Reals of scratch a node needs: the GEMMs' cuBLASLt workspace, the
- * attention backward's row statistics (a float pair per query row and
- * head), the norms' row statistics and partial weight gradients, and the
+ * attention backward's row statistics (sum(dy y), a float per query row
+ * and head), the norms' row statistics and partial weight gradients, and the
  * loss's per-row doubles. Sizes as kernels_cuda.h's k_cuda_*_scratch. */
 static int64_t cuda_scratch_bytes(const IrNode *n) {
   switch (n->op) {
@@ -31,7 +31,11 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
   case IR_OP_ATTENTION_GRAD: {
     int64_t H, K, d;
     cg_attention_dims(n, &H, &K, &d);
-    return 2 * cg_dim(n->in[0], 0) * H * cg_dim(n->in[0], 1) * 4;
+    /* The flash backward's fp32 partial sums of dq, their rows padded to
+     * a tile's, then sum(dy y) per row. */
+    int64_t b = cg_dim(n->in[0], 0), s = cg_dim(n->in[0], 1);
+    int64_t rows = (s + CUDA_ATT_TILE - 1) / CUDA_ATT_TILE * CUDA_ATT_TILE;
+    return CUDA_ATT_SPLITS * b * H * rows * d * 4 + b * H * s * 4;
   }
   case IR_OP_LAYERNORM_GRAD:
   case IR_OP_RMSNORM_GRAD: {

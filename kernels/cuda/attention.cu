@@ -8,10 +8,11 @@
  * a few of them each (value c on lane c % 32), and the warp streams
  * the other side's rows one at a time, a dot product being a sum over the
  * lanes. The forward keeps an online softmax (running max, running
- * denominator, output rescaled when the max grows). The backward first
- * stores each query row's log-sum-exp and sum(dy y) in the scratch, then
- * writes dq by query rows and dk, dv by key rows, each row owned by one
- * warp that adds its terms in a fixed order: no atomics. No tiles in
+ * denominator, output rescaled when the max grows) and writes each query
+ * row's log-sum-exp, attention's second result. The backward reads it,
+ * stores each row's sum(dy y) in the scratch, then writes dq by query rows
+ * and dk, dv by key rows, each row owned by one warp that adds its terms in
+ * a fixed order: no atomics. No tiles in
  * shared memory, no tensor cores: the readable form of the idea, and what
  * the flash kernels are checked against on the same GPU.
  *
@@ -158,31 +159,22 @@ __global__ void att_fwd_kernel(T *y, const T *q, const T *k, const T *v, Att a, 
 
 /* -------------------------------------------------------------- backward */
 
-/* Pass 1, one warp per query row: lse[row] as the forward's, and
- * D[row] = sum(dy y) (fp32: at most K_CUDA_ATT_MAX_D terms). */
+/* Pass 1, one warp per query row: D[row] = sum(dy y) (fp32: at most
+ * K_CUDA_ATT_MAX_D terms). The log-sum-exp comes from the forward, so no
+ * pass recomputes q k^T for the row statistics. The flash backward takes
+ * its D from here too: the pass moves 2 d values a row and multiplies no
+ * tiles. */
 template <int P, typename T>
-__global__ void att_stats_kernel(float *lse, float *D, const T *q, const T *k, const T *y,
-                                 const T *dy, Att a) {
+__global__ void att_dsum_kernel(float *D, const T *y, const T *dy, Att a) {
   int64_t row = blockIdx.x * (int64_t)ATT_WARPS + threadIdx.x / 32;
   if (row >= a.b * a.H * a.s) return;
-  int64_t i = row % a.s, h = row / a.s % a.H, bi = row / a.s / a.H, g = h / a.group;
-  Row<P> qr = load_row<P>(q + q_row(a, bi, i, h), a.d);
-  float m = -INFINITY, l = 0;
-  for (int64_t j = 0; j < key_end(a, i); j++) {
-    float sc = dot_row(qr, k + kv_row(a, bi, j, g), a.d) * a.scale;
-    float mn = fmaxf(m, sc);
-    l = l * expf(m - mn) + expf(sc - mn);
-    m = mn;
-  }
+  int64_t i = row % a.s, h = row / a.s % a.H, bi = row / a.s / a.H;
   Row<P> dyr = load_row<P>(dy + q_row(a, bi, i, h), a.d);
   float dot = dot_row(dyr, y + q_row(a, bi, i, h), a.d);
-  if (threadIdx.x % 32 == 0) {
-    lse[row] = m + logf(l);
-    D[row] = dot;
-  }
+  if (threadIdx.x % 32 == 0) D[row] = dot;
 }
 
-/* Pass 2, one warp per query row: dq_i = sum_j dS_ij k_j, with
+/* Pass 2 of the simple backward, one warp per query row: dq_i = sum_j dS_ij k_j, with
  * P_ij = exp(s_ij - lse_i), dS_ij = P_ij (dy_i . v_j - D_i) / sqrt(d). */
 template <int P, typename T>
 __global__ void att_dq_kernel(T *dq, const T *q, const T *k, const T *v, const T *dy,
@@ -202,7 +194,7 @@ __global__ void att_dq_kernel(T *dq, const T *q, const T *k, const T *v, const T
   store_row(dq + q_row(a, bi, i, h), acc, a.d);
 }
 
-/* Pass 3, one warp per key row j of kv head g: over the group's query
+/* Pass 3 of the simple backward, one warp per key row j of kv head g: over the group's query
  * heads in order and the query rows that see key j in order,
  * dv_j = sum P_ij dy_i and dk_j = sum dS_ij q_i. */
 template <int P, typename T>
@@ -239,14 +231,9 @@ __global__ void att_dkv_kernel(T *dk, T *dv, const T *q, const T *k, const T *v,
  *   by tensor core, takes them to its shared scratch for the online
  *   softmax (fp32 max and sum, two lanes a row), rescales its output rows
  *   and adds P v by tensor core with P rounded to bf16.
- * - Backward: pass 1 is the forward without v: each row's log-sum-exp,
- *   and D = sum(dy y). Pass 2 gives a block FA_ROWS keys of one kv head
- *   (16 a warp, k and v as fragments, dk and dv as accumulators) and
- *   streams the query rows of every head of its group FA_COLS at a time,
- *   recomputing P^T = exp(k q^T / sqrt(d) - lse) and
- *   dS^T = P^T (v dy^T - D) / sqrt(d): dv += P^T dy, dk += dS^T q. Pass 3
- *   gives a block FA_ROWS query rows and streams the keys: dq += dS k.
- *   Every sum has one owner and a fixed order: no atomics.
+ * - Backward: the forward kept each row's log-sum-exp; att_dsum_kernel
+ *   forms D = sum(dy y), and one pass over the tiles with 5 products
+ *   gives dk, dv and dq (its section below says how).
  * - Rows past s are loaded as zeros and masked, so any s works; under the
  *   causal mask a block visits only the tiles that hold a visible pair, and
  *   a warp skips the products of a tile its 16 rows cannot see.
@@ -257,7 +244,7 @@ __global__ void att_dkv_kernel(T *dk, T *dv, const T *q, const T *k, const T *v,
  *   that needs a whole row goes through shared memory. */
 #define FA_WARPS 4
 #define FA_THREADS (32 * FA_WARPS)
-#define FA_ROWS (16 * FA_WARPS) /* a block's own rows: queries (forward, dq), keys (dk, dv) */
+#define FA_ROWS (16 * FA_WARPS) /* a forward block's own query rows */
 #define FA_COLS 32              /* the streamed rows of one tile */
 #define FA_PAD 8                /* bf16 padding of a shared row: 16 bytes, off the same banks */
 #define FA_FPAD 4               /* the same for fp32 rows */
@@ -280,14 +267,13 @@ struct FaWarp {
   float pad[8];
 };
 
-/* A block's shared memory: 2 FA_COLS rows of a tile (k then v, or q then
- * dy), used first to stage the block's own rows into fragments; the
- * warps' scratch; the statistics of a tile's query rows (dk, dv). Every
- * fragment pointer in it is 32-byte aligned, as load_matrix_sync wants. */
+/* A forward block's shared memory: 2 FA_COLS rows of a tile (k then v),
+ * used first to stage the block's own query rows into fragments, and the
+ * warps' scratch. Every fragment pointer in it is 32-byte aligned, as
+ * load_matrix_sync wants. */
 template <int D> struct alignas(32) FaShared {
   bf16 rows[2 * FA_COLS][D + FA_PAD];
   FaWarp w[FA_WARPS];
-  float lse[FA_COLS], dsum[FA_COLS];
 };
 static_assert(FA_ROWS == 2 * FA_COLS, "the block's own rows are staged through a tile's rows");
 static_assert(sizeof(FaWarp) % 32 == 0 && sizeof(bf16[16][FA_LDP]) % 32 == 0 &&
@@ -320,6 +306,15 @@ __device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att
   }
 }
 
+/* The warp's 16 rows of staged rows (from row 16 * warp) as nd operand
+ * fragments along d. */
+template <int D> __device__ void fa_frags(FragA *f, int nd, const bf16 (*rows)[D + FA_PAD]) {
+  int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int c = 0; c < D / 16; c++)
+    if (c < nd) wmma::load_matrix_sync(f[c], &rows[16 * warp][16 * c], D + FA_PAD);
+}
+
 /* The block's own FA_ROWS rows of x from row r0 (head hd of `heads`) as
  * operand fragments, nd = d / 16 of them, each warp its 16 rows; staged
  * through the tile rows once every warp is done with them. */
@@ -329,10 +324,7 @@ __device__ void fa_own_rows(FragA *f, int nd, bf16 (*rows)[D + FA_PAD], const bf
   __syncthreads();
   fa_load<D>(rows, FA_ROWS, x, a, bi, heads, hd, r0);
   __syncthreads();
-  int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int c = 0; c < D / 16; c++)
-    if (c < nd) wmma::load_matrix_sync(f[c], &rows[16 * warp][16 * c], D + FA_PAD);
+  fa_frags<D>(f, nd, rows);
 }
 
 template <int D> __device__ void fa_zero(FragC *acc) {
@@ -461,14 +453,12 @@ __device__ __forceinline__ int64_t fa_key_tiles(const Att &a, int64_t i0) {
   return (end + FA_COLS - 1) / FA_COLS;
 }
 
-/* The forward (OUT: y, and lse when not NULL) or the backward's pass 1
- * (lse and D = sum(dy y), from y and dy). Block (query tile, head, batch
+/* The forward: y, and lse when not NULL. Block (query tile, head, batch
  * row), the last query tiles first: under the causal mask they are the
  * longest. */
-template <int D, bool OUT>
+template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_fwd_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dy, Att a,
-                  float *lse, float *dsum) {
+    fa_fwd_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, Att a, float *lse) {
   __shared__ FaShared<D> sh;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
   int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
@@ -479,140 +469,196 @@ __global__ void __launch_bounds__(FA_THREADS)
   fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
   FragC o[D / 16], ridx;
   fa_zero<D>(o);
-  if (OUT) fa_row_index(ridx, w);
+  fa_row_index(ridx, w);
   float m = -INFINITY, l = 0;
   for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
     int64_t j0 = kt * FA_COLS;
     __syncthreads(); /* every warp is done with the previous tile */
     fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
-    if (OUT) fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
+    fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
     __syncthreads();
     if (a.causal && j0 > iw + 15) continue; /* the warp's rows see none of these keys */
     fa_products<D>(w.s, qf, nd, sh.rows);
-    float alpha = fa_online(w, a, i, j0, m, l, OUT);
-    if (!OUT) continue;
+    float alpha = fa_online(w, a, i, j0, m, l, true);
     if (lane % 2 == 0) w.row[lane / 2] = alpha;
     __syncwarp();
     fa_scale_rows<D>(o, nd, ridx, w);
     fa_accumulate<D>(o, nd, w.p, sh.rows + FA_COLS);
   }
   __syncwarp(); /* every lane is done with the last tile's factors */
-  if (OUT) {
-    if (lane % 2 == 0) w.row[lane / 2] = l > 0 ? 1.0f / l : 0.0f;
-    __syncwarp();
-    fa_scale_rows<D>(o, nd, ridx, w);
-    fa_store<D>(y, o, nd, w, a, bi, a.H, h, iw);
-  } else { /* D: each lane of the pair half of the row, then their sum */
-    float dot = 0;
-    if (i < a.s)
-      for (int64_t c = lane % 2; c < a.d; c += 2)
-        dot += kc_f(y[q_row(a, bi, i, h) + c]) * kc_f(dy[q_row(a, bi, i, h) + c]);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-    if (lane % 2 == 0 && i < a.s) dsum[(bi * a.H + h) * a.s + i] = dot;
-  }
+  if (lane % 2 == 0) w.row[lane / 2] = l > 0 ? 1.0f / l : 0.0f;
+  __syncwarp();
+  fa_scale_rows<D>(o, nd, ridx, w);
+  fa_store<D>(y, o, nd, w, a, bi, a.H, h, iw);
   if (lse && lane % 2 == 0 && i < a.s) lse[(bi * a.H + h) * a.s + i] = m + logf(l);
 }
 
-/* dS (bf16, w.ds) = P (dP - D) / sqrt(d) and, when `probs`, P (bf16, w.p),
- * from the scores in w.s and dP in w.t, for the lane's 16 elements of the
- * warp's 16 x FA_COLS tile: P = exp(score / sqrt(d) - lse). The tile's
- * rows are queries i0 + r and its columns keys j0 + c (dq), or the other
- * way round (`keys_are_rows`: dk, dv); lse and D are those of the
- * element's query, from the lane's own row (rlse, rD) or from the
- * tile's column statistics in shared memory. */
-__device__ void fa_grad_tile(FaWarp &w, const Att &a, int64_t r0, int64_t c0, bool keys_are_rows,
-                             float rlse, float rD, const float *clse, const float *cD, bool probs) {
+/* dS^T (bf16, w.ds) = P^T (dP^T - D) / sqrt(d) and P^T (bf16, w.p) from
+ * the scores k q^T in w.s and dP^T in w.t, for the lane's 16 elements of
+ * the warp's 16 x FA_COLS tile, whose rows are keys j0 + r and columns
+ * queries i0 + c: P = exp(score / sqrt(d) - lse), lse and D those of the
+ * column's query, from the tile's statistics in shared memory. */
+__device__ void fa_grad_tile(FaWarp &w, const Att &a, int64_t j0, int64_t i0, const float *lse,
+                             const float *D) {
   int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
 #pragma unroll
   for (int e = 0; e < FA_COLS / 2; e++) {
     int c = 2 * e + half;
-    int64_t i = keys_are_rows ? c0 + c : r0 + r, j = keys_are_rows ? r0 + r : c0 + c;
-    float L = keys_are_rows ? clse[c] : rlse, Dv = keys_are_rows ? cD[c] : rD;
-    float p = fa_visible(a, i, j) ? expf(w.s[r][c] * a.scale - L) : 0.0f;
-    w.ds[r][c] = __float2bfloat16(p * (w.t[r][c] - Dv) * a.scale);
-    if (probs) w.p[r][c] = __float2bfloat16(p);
+    float p = fa_visible(a, i0 + c, j0 + r) ? expf(w.s[r][c] * a.scale - lse[c]) : 0.0f;
+    w.ds[r][c] = __float2bfloat16(p * (w.t[r][c] - D[c]) * a.scale);
+    w.p[r][c] = __float2bfloat16(p);
   }
   __syncwarp();
 }
 
-/* Pass 3: dq = sum_j dS_ij k_j. Block (query tile, head, batch row) as the
- * forward's; the keys stream FA_COLS at a time. */
-template <int D>
-__global__ void __launch_bounds__(FA_THREADS)
-    fa_dq_kernel(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dy, Att a,
-                 const float *lse, const float *dsum) {
-  __shared__ FaShared<D> sh;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
-  int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
-  int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS, iw = i0 + 16 * warp;
-  int64_t i = iw + lane / 2, stat = (bi * a.H + h) * a.s + i;
-  FaWarp &w = sh.w[warp];
-  FragA qf[D / 16], dyf[D / 16];
-  FragC acc[D / 16];
-  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
-  fa_own_rows<D>(dyf, nd, sh.rows, dy, a, bi, a.H, h, i0);
-  fa_zero<D>(acc);
-  KC_ASSERT(i >= a.s || stat < a.b * a.H * a.s);
-  float rlse = i < a.s ? lse[stat] : 0.0f, rD = i < a.s ? dsum[stat] : 0.0f;
-  for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
-    int64_t j0 = kt * FA_COLS;
-    __syncthreads();
-    fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
-    fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
-    __syncthreads();
-    if (a.causal && j0 > iw + 15) continue;
-    fa_products<D>(w.s, qf, nd, sh.rows);
-    fa_products<D>(w.t, dyf, nd, sh.rows + FA_COLS);
-    fa_grad_tile(w, a, iw, j0, false, rlse, rD, NULL, NULL, false);
-    fa_accumulate<D>(acc, nd, w.ds, sh.rows);
-  }
-  fa_store<D>(dq, acc, nd, w, a, bi, a.H, h, iw);
+/* ------------------------------------ flash backward, 5 tile products */
+
+/* The backward in one pass over the tiles, FlashAttention-2's: per pair of
+ * a key tile and a query tile, S^T = k q^T and dP^T = v dy^T (2
+ * products), then dv += P^T dy, dk += dS^T q and dq += dS k (3 more), with
+ * P^T = exp(S^T / sqrt(d) - lse) from the forward's log-sum-exp and
+ * dS^T = P^T (dP^T - D) / sqrt(d), D = sum(dy y) from att_dsum_kernel.
+ *
+ * - A block owns FB_KEYS keys of one kv head at a time, 16 a warp, k and v
+ *   as operand fragments and dk, dv as fp32 accumulators; it streams the
+ *   query rows of every head of the group FA_COLS at a time, in order.
+ * - dq's sum runs over the key tiles, which other blocks own. Without
+ *   atomics and in a fixed order: block x of the grid takes the key tiles
+ *   x, x + FB_SPLITS, ... in turn and adds its terms into its own fp32
+ *   partial sum of dq (split x of the scratch), so that no two blocks
+ *   ever write one element; fb_dq_sum_kernel then adds the partial sums
+ *   in order and rounds to bf16. The splits give the grid FB_SPLITS
+ *   blocks per (kv head, batch row).
+ * - Nothing zeroes the partial sums: a block's first key tile x visits
+ *   every query tile its split will ever touch (all of them, or under the
+ *   causal mask those from tile x on, as its later tiles visit fewer), so
+ *   it stores where the later ones add, and the final sum leaves out the
+ *   splits that never reached a row (fb_split_reaches).
+ * - The dq product needs the whole tile's dS: the warps hold dS^T (keys
+ *   as rows) in their scratch, a __syncthreads makes both visible, and
+ *   each warp then owns half of the 2 x d/16 output fragments of the
+ *   FA_COLS x d tile, read from and written back to the partial sum.
+ * - The partial sums' rows are padded to a multiple of FA_COLS, so a
+ *   fragment never reaches past them; padded and invisible entries of dS
+ *   are 0 (fa_grad_tile). */
+#define FB_WARPS 2
+#define FB_THREADS (32 * FB_WARPS)
+#define FB_KEYS (16 * FB_WARPS) /* the keys of a block's tile */
+#define FB_SPLITS 4             /* dq's partial sums: blocks per (kv head, batch row) */
+static_assert(FB_KEYS == FA_COLS, "under the causal mask every warp of a visited tile pair has "
+                                  "visible pairs: no warp skips the block's barriers");
+
+/* A block's shared memory: a query tile's q and dy (first v's rows, to
+ * stage them into fragments), the key tile (dq's B operand), the warps'
+ * scratch and the query tile's statistics. */
+template <int D> struct alignas(32) FbShared {
+  bf16 rows[2 * FA_COLS][D + FA_PAD];
+  bf16 keys[FB_KEYS][D + FA_PAD];
+  FaWarp w[FB_WARPS];
+  float lse[FA_COLS], dsum[FA_COLS];
+};
+static_assert(sizeof(FbShared<128>) <= 48 * 1024, "static shared memory of a block");
+static_assert(sizeof(bf16[FB_KEYS][128 + FA_PAD]) % 32 == 0, "fragment pointers stay 32-byte aligned");
+
+/* Rows of each (batch row, head) in dq's partial sums. */
+__host__ __device__ __forceinline__ int64_t fb_rows(int64_t s) {
+  return (s + FA_COLS - 1) / FA_COLS * FA_COLS;
 }
 
-/* Pass 2: dv = sum_i P_ij dy_i and dk = sum_i dS_ij q_i over the query
- * heads of kv head g in order and their query rows in order. Block (key
- * tile, kv head, batch row), FA_ROWS keys, 16 a warp; the query rows of
- * each head stream FA_COLS at a time with their statistics. */
+/* dq of the query tile at dst (FA_COLS rows of d fp32, ld d) += dS k (=
+ * when `first`), dS being the transpose of the warps' dS^T tiles: warp
+ * kk's w.ds[c][r] is dS[query r][key 16 kk + c], a col-major operand. */
 template <int D>
-__global__ void __launch_bounds__(FA_THREADS)
-    fa_dkv_kernel(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-                  const bf16 *dy, Att a, const float *lse, const float *dsum) {
-  __shared__ FaShared<D> sh;
-  int warp = threadIdx.x / 32, nd = (int)(a.d / 16);
-  int64_t g = blockIdx.y, bi = blockIdx.z;
-  int64_t j0 = (int64_t)blockIdx.x * FA_ROWS, jw = j0 + 16 * warp;
-  FaWarp &w = sh.w[warp];
-  FragA kf[D / 16], vf[D / 16];
-  FragC dkacc[D / 16], dvacc[D / 16];
-  fa_own_rows<D>(kf, nd, sh.rows, k, a, bi, a.K, g, j0);
-  fa_own_rows<D>(vf, nd, sh.rows, v, a, bi, a.K, g, j0);
-  fa_zero<D>(dkacc);
-  fa_zero<D>(dvacc);
-  int64_t first = a.causal ? j0 / FA_COLS : 0, tiles = (a.s + FA_COLS - 1) / FA_COLS;
-  for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
-    for (int64_t qt = first; qt < tiles; qt++) {
-      int64_t i0 = qt * FA_COLS;
-      __syncthreads();
-      fa_load<D>(sh.rows, FA_COLS, q, a, bi, a.H, h, i0);
-      fa_load<D>(sh.rows + FA_COLS, FA_COLS, dy, a, bi, a.H, h, i0);
-      for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
-        int64_t stat = (bi * a.H + h) * a.s + i0 + c;
-        KC_ASSERT(i0 + c >= a.s || stat < a.b * a.H * a.s);
-        sh.lse[c] = i0 + c < a.s ? lse[stat] : 0.0f;
-        sh.dsum[c] = i0 + c < a.s ? dsum[stat] : 0.0f;
-      }
-      __syncthreads();
-      if (a.causal && i0 + FA_COLS - 1 < jw) continue; /* no query here sees the warp's keys */
-      fa_products<D>(w.s, kf, nd, sh.rows);
-      fa_products<D>(w.t, vf, nd, sh.rows + FA_COLS);
-      fa_grad_tile(w, a, jw, i0, true, 0, 0, sh.lse, sh.dsum, true);
-      fa_accumulate<D>(dvacc, nd, w.p, sh.rows + FA_COLS);
-      fa_accumulate<D>(dkacc, nd, w.ds, sh.rows);
+__device__ void fb_dq_add(float *dst, int nd, const FbShared<D> &sh, int64_t d, bool first) {
+  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAt;
+  for (int f = threadIdx.x / 32; f < 2 * nd; f += FB_WARPS) {
+    int rb = f / nd, c = f % nd;
+    float *at = dst + 16 * rb * d + 16 * c;
+    FragC acc;
+    if (first) wmma::fill_fragment(acc, 0.0f);
+    else wmma::load_matrix_sync(acc, at, (unsigned)d, wmma::mem_row_major);
+#pragma unroll
+    for (int kk = 0; kk < FB_WARPS; kk++) {
+      FragAt ds;
+      FragB kb;
+      wmma::load_matrix_sync(ds, &sh.w[kk].ds[0][16 * rb], FA_LDP);
+      wmma::load_matrix_sync(kb, &sh.keys[16 * kk][16 * c], D + FA_PAD);
+      wmma::mma_sync(acc, ds, kb, acc);
     }
-  fa_store<D>(dk, dkacc, nd, w, a, bi, a.K, g, jw);
-  fa_store<D>(dv, dvacc, nd, w, a, bi, a.K, g, jw);
+    wmma::store_matrix_sync(at, acc, (unsigned)d, wmma::mem_row_major);
+  }
 }
 
+/* Block (split, kv head, batch row); dqp is the split's partial sums,
+ * [FB_SPLITS][b][H][fb_rows(s)][d]. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS)
+    fa_bwd_kernel(bf16 *dk, bf16 *dv, float *dqp, const bf16 *q, const bf16 *k, const bf16 *v,
+                  const bf16 *dy, Att a, const float *lse, const float *dsum) {
+  __shared__ FbShared<D> sh;
+  int warp = threadIdx.x / 32, nd = (int)(a.d / 16);
+  int64_t g = blockIdx.y, bi = blockIdx.z, rows = fb_rows(a.s);
+  int64_t qtiles = (a.s + FA_COLS - 1) / FA_COLS, ktiles = (a.s + FB_KEYS - 1) / FB_KEYS;
+  FaWarp &w = sh.w[warp];
+  for (int64_t kt = blockIdx.x; kt < ktiles; kt += gridDim.x) {
+    int64_t j0 = kt * FB_KEYS, jw = j0 + 16 * warp;
+    FragA kf[D / 16], vf[D / 16];
+    FragC dkacc[D / 16], dvacc[D / 16];
+    __syncthreads(); /* every warp is done with the previous key tile */
+    fa_load<D>(sh.keys, FB_KEYS, k, a, bi, a.K, g, j0);
+    fa_load<D>(sh.rows, FB_KEYS, v, a, bi, a.K, g, j0);
+    __syncthreads();
+    fa_frags<D>(kf, nd, sh.keys);
+    fa_frags<D>(vf, nd, sh.rows);
+    fa_zero<D>(dkacc);
+    fa_zero<D>(dvacc);
+    for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
+      float *part = dqp + ((blockIdx.x * a.b + bi) * a.H + h) * rows * a.d;
+      for (int64_t qt = a.causal ? j0 / FA_COLS : 0; qt < qtiles; qt++) {
+        int64_t i0 = qt * FA_COLS;
+        __syncthreads(); /* done with the last tile's rows and dS (and v's staging) */
+        fa_load<D>(sh.rows, FA_COLS, q, a, bi, a.H, h, i0);
+        fa_load<D>(sh.rows + FA_COLS, FA_COLS, dy, a, bi, a.H, h, i0);
+        for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
+          int64_t stat = (bi * a.H + h) * a.s + i0 + c;
+          KC_ASSERT(i0 + c >= a.s || stat < a.b * a.H * a.s);
+          sh.lse[c] = i0 + c < a.s ? lse[stat] : 0.0f;
+          sh.dsum[c] = i0 + c < a.s ? dsum[stat] : 0.0f;
+        }
+        __syncthreads();
+        fa_products<D>(w.s, kf, nd, sh.rows);
+        fa_products<D>(w.t, vf, nd, sh.rows + FA_COLS);
+        fa_grad_tile(w, a, jw, i0, sh.lse, sh.dsum);
+        fa_accumulate<D>(dvacc, nd, w.p, sh.rows + FA_COLS);
+        fa_accumulate<D>(dkacc, nd, w.ds, sh.rows);
+        __syncthreads(); /* every warp's dS^T is written */
+        KC_ASSERT((part - dqp) + (i0 + FA_COLS) * a.d <= FB_SPLITS * a.b * a.H * rows * a.d);
+        fb_dq_add<D>(part + i0 * a.d, nd, sh, a.d, kt == (int64_t)blockIdx.x);
+      }
+    }
+    fa_store<D>(dk, dkacc, nd, w, a, bi, a.K, g, jw);
+    fa_store<D>(dv, dvacc, nd, w, a, bi, a.K, g, jw);
+  }
+}
+
+/* Whether split x wrote the partial sums of query row t: it has a key
+ * tile, and under the causal mask its first one (tile x) is not past t's. */
+__device__ __forceinline__ bool fb_split_reaches(const Att &a, int x, int64_t t) {
+  return x < (a.s + FB_KEYS - 1) / FB_KEYS && (!a.causal || x <= t / FA_COLS);
+}
+
+/* dq = the sum of the splits' partial sums, in order, rounded to bf16. */
+__global__ void fb_dq_sum_kernel(bf16 *dq, const float *dqp, Att a) {
+  int64_t rows = fb_rows(a.s), split = a.b * a.H * rows * a.d;
+  KC_FOR_ELEMENTS(e, a.b * a.s * a.H * a.d) {
+    int64_t c = e % a.d, h = e / a.d % a.H, t = e / a.d / a.H % a.s, bi = e / a.d / a.H / a.s;
+    int64_t at = ((bi * a.H + h) * rows + t) * a.d + c;
+    float sum = 0;
+    for (int x = 0; x < FB_SPLITS && fb_split_reaches(a, x, t); x++)
+      sum += dqp[x * split + at];
+    dq[e] = __float2bfloat16(sum);
+  }
+}
 
 /* The path bf16 attention takes: KC_ATT_AUTO until k_cuda_attention_set_impl
  * or the first call, which reads SHARD_ATTENTION. */
@@ -646,24 +692,26 @@ static dim3 fa_grid(const Att &a, int64_t heads) {
 
 template <int D>
 static void fa_fwd(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const Att &a, float *lse) {
-  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D, true>)(
-      y, q, k, v, (const bf16 *)NULL, a, lse, (float *)NULL);
+  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D>)(y, q, k, v, a, lse);
   KC_LAUNCHED();
 }
 
-/* Pass 1 reads y (the kernel's output pointer, written only by the
- * forward), passes 2 and 3 take the statistics it leaves in the scratch. */
+/* Bytes of dq's partial sums in the scratch, ahead of D. */
+static int64_t fb_partials_bytes(int64_t b, int64_t s, int64_t H, int64_t d) {
+  return FB_SPLITS * b * H * fb_rows(s) * d * (int64_t)sizeof(float);
+}
+
+/* The backward after att_dsum_kernel left D in the scratch, behind the
+ * partial sums dqp. */
 template <int D>
 static void fa_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q, const bf16 *k,
-                   const bf16 *v, const bf16 *y, const Att &a, float *lse, float *dsum) {
-  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D, false>)(
-      const_cast<bf16 *>(y), q, k, v, dy, a, lse, dsum);
+                   const bf16 *v, const Att &a, const float *lse, const float *dsum, float *dqp) {
+  dim3 grid(FB_SPLITS, (unsigned)a.K, (unsigned)a.b);
+  KC_LAUNCH(grid, FB_THREADS, 0, kc_stream(), fa_bwd_kernel<D>)(dk, dv, dqp, q, k, v, dy, a, lse,
+                                                                 dsum);
   KC_LAUNCHED();
-  KC_LAUNCH(fa_grid(a, a.K), FA_THREADS, 0, kc_stream(), fa_dkv_kernel<D>)(
-      dk, dv, q, k, v, dy, a, (const float *)lse, (const float *)dsum);
-  KC_LAUNCHED();
-  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_dq_kernel<D>)(
-      dq, q, k, v, dy, a, (const float *)lse, (const float *)dsum);
+  int64_t n = a.b * a.s * a.H * a.d;
+  KC_LAUNCH(KC_GRID(n), fb_dq_sum_kernel)(dq, dqp, a);
   KC_LAUNCHED();
 }
 
@@ -696,21 +744,22 @@ static unsigned att_blocks(int64_t rows) {
   } while (0)
 
 template <typename T>
-static void att_fwd(T *y, const T *q, const T *k, const T *v, int64_t b, int64_t s, int64_t H,
-                    int64_t K, int64_t d, int causal, void *scratch) {
-  Att a = att_make(b, s, H, K, d, causal);
-  if (b * H * s == 0) return;
-  ATT_DISPATCH(d, att_fwd_kernel, att_blocks(b * H * s), y, q, k, v, a, (float *)scratch);
+static void att_fwd(T *y, const T *q, const T *k, const T *v, const Att &a, float *lse) {
+  ATT_DISPATCH(a.d, att_fwd_kernel, att_blocks(a.b * a.H * a.s), y, q, k, v, a, lse);
+}
+
+/* D = sum(dy y) of every query row into the scratch, behind the room of
+ * the flash backward's partial sums, the first pass of both backward forms. */
+template <typename T> static float *att_dsum(const T *y, const T *dy, const Att &a, void *scratch) {
+  float *D = (float *)((char *)scratch + fb_partials_bytes(a.b, a.s, a.H, a.d));
+  ATT_DISPATCH(a.d, att_dsum_kernel, att_blocks(a.b * a.H * a.s), D, y, dy, a);
+  return D;
 }
 
 template <typename T>
 static void att_bwd(T *dq, T *dk, T *dv, const T *dy, const T *q, const T *k, const T *v,
-                    const T *y, int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
-                    void *scratch) {
-  Att a = att_make(b, s, H, K, d, causal);
-  if (b * H * s == 0) return;
-  float *lse = (float *)scratch, *D = lse + b * H * s;
-  ATT_DISPATCH(d, att_stats_kernel, att_blocks(b * H * s), lse, D, q, k, y, dy, a);
+                    const Att &a, const float *lse, const float *D) {
+  int64_t b = a.b, s = a.s, H = a.H, K = a.K, d = a.d;
   ATT_DISPATCH(d, att_dq_kernel, att_blocks(b * H * s), dq, q, k, v, dy, lse, D, a);
   ATT_DISPATCH(d, att_dkv_kernel, att_blocks(b * K * s), dk, dv, q, k, v, dy, lse, D, a);
 }
@@ -803,46 +852,48 @@ void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_
                       float theta, int inverse) {
   rope(B16(y), CB16(x), b, s, H, d, theta, inverse);
 }
-int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H) {
-  return 2 * b * H * s * (int64_t)sizeof(float);
+int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H, int64_t d) {
+  return fb_partials_bytes(b, s, H, d) + b * H * s * (int64_t)sizeof(float);
 }
 void k_cuda_attention_fwd(float *y, const float *q, const float *k, const float *v, int64_t b,
-                          int64_t s, int64_t H, int64_t K, int64_t d, int causal, void *scratch) {
-  att_fwd(y, q, k, v, b, s, H, K, d, causal, scratch);
+                          int64_t s, int64_t H, int64_t K, int64_t d, int causal, float *lse) {
+  Att a = att_make(b, s, H, K, d, causal);
+  if (b * H * s > 0) att_fwd(y, q, k, v, a, lse);
 }
 void k_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dy, const float *q,
-                          const float *k, const float *v, const float *y, int64_t b, int64_t s,
-                          int64_t H, int64_t K, int64_t d, int causal, void *scratch) {
-  att_bwd(dq, dk, dv, dy, q, k, v, y, b, s, H, K, d, causal, scratch);
+                          const float *k, const float *v, const float *y, const float *lse,
+                          int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                          void *scratch) {
+  Att a = att_make(b, s, H, K, d, causal);
+  if (b * H * s > 0) att_bwd(dq, dk, dv, dy, q, k, v, a, lse, att_dsum(y, dy, a, scratch));
 }
 void k_cuda_attention_fwd_bf16(kc_bf16 *y, const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
-                               void *scratch) {
+                               float *lse) {
   Att a = att_make(b, s, H, K, d, causal);
   const void *p[] = {y, q, k, v};
-  if (b * H * s > 0 && fa_takes(a, p, 4)) {
-    if (d <= 64) fa_fwd<64>(B16(y), CB16(q), CB16(k), CB16(v), a, (float *)scratch);
-    else fa_fwd<128>(B16(y), CB16(q), CB16(k), CB16(v), a, (float *)scratch);
-    return;
-  }
-  att_fwd(B16(y), CB16(q), CB16(k), CB16(v), b, s, H, K, d, causal, scratch);
+  if (b * H * s == 0) return;
+  if (!fa_takes(a, p, 4)) att_fwd(B16(y), CB16(q), CB16(k), CB16(v), a, lse);
+  else if (d <= 64) fa_fwd<64>(B16(y), CB16(q), CB16(k), CB16(v), a, lse);
+  else fa_fwd<128>(B16(y), CB16(q), CB16(k), CB16(v), a, lse);
 }
 void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_bf16 *dy,
                                const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
-                               const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
-                               int64_t d, int causal, void *scratch) {
+                               const kc_bf16 *y, const float *lse, int64_t b, int64_t s, int64_t H,
+                               int64_t K, int64_t d, int causal, void *scratch) {
   Att a = att_make(b, s, H, K, d, causal);
   const void *p[] = {dq, dk, dv, dy, q, k, v, y};
-  if (b * H * s > 0 && fa_takes(a, p, 8)) {
-    float *lse = (float *)scratch, *D = lse + b * H * s;
-    if (d <= 64)
-      fa_bwd<64>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), a, lse, D);
-    else
-      fa_bwd<128>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), a, lse, D);
-    return;
-  }
-  att_bwd(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), CB16(y), b, s, H, K, d,
-          causal, scratch);
+  if (b * H * s == 0) return;
+  const float *D = att_dsum(CB16(y), CB16(dy), a, scratch);
+  /* dq's partial sums at the scratch's start are read as tensor-core
+   * accumulators, which want 32-byte aligned tiles. */
+  float *dqp = (float *)scratch;
+  if (!fa_takes(a, p, 8) || (uintptr_t)dqp % 32 != 0)
+    att_bwd(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), a, lse, D);
+  else if (d <= 64)
+    fa_bwd<64>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), a, lse, D, dqp);
+  else
+    fa_bwd<128>(B16(dq), B16(dk), B16(dv), CB16(dy), CB16(q), CB16(k), CB16(v), a, lse, D, dqp);
 }
 void k_cuda_attention_set_impl(KcAttImpl impl) { att_impl = impl; }
 KcAttImpl k_cuda_attention_impl(int64_t d) {

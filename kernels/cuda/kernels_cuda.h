@@ -248,26 +248,30 @@ void k_cuda_rope_bf16(kc_bf16 *y, const kc_bf16 *x, int64_t b, int64_t s, int64_
  * written: the keys stream past the query rows with an online softmax
  * (one warp a query row in the simple kernels, 16 rows a warp and tiles of
  * keys in shared memory in the flash ones, see k_cuda_attention_set_impl).
- * The backward recomputes the probabilities: a pass for each row's
- * log-sum-exp and sum(dy y) into the scratch, then dq by query rows and
- * dk, dv by key rows (each owned by one warp, summed over the query heads
- * of its group in order: no atomics). Scratch:
- * k_cuda_attention_scratch(b, s, H) bytes; the forward writes each query
- * row's log-sum-exp into its first half and takes NULL for none. */
+ * The forward writes each query row's log-sum-exp of its scaled scores
+ * into lse[b, H, s] (fp32; NULL: not kept). The backward takes it back to
+ * recompute the probabilities without a product for the statistics: a
+ * pass for each row's sum(dy y) into the scratch
+ * (k_cuda_attention_scratch(b, s, H, d) bytes), then, in the simple
+ * kernels, dq by query rows and dk, dv by key rows (each owned by one
+ * warp, summed over the query heads of its group in order), in the flash
+ * ones FlashAttention-2's one pass of 5 tile products whose dq goes
+ * through 4 fp32 partial sums in the scratch. No atomics: the bits repeat. */
 #define K_CUDA_ATT_MAX_D 256
-int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H);
+int64_t k_cuda_attention_scratch(int64_t b, int64_t s, int64_t H, int64_t d);
 void k_cuda_attention_fwd(float *y, const float *q, const float *k, const float *v, int64_t b,
-                          int64_t s, int64_t H, int64_t K, int64_t d, int causal, void *scratch);
+                          int64_t s, int64_t H, int64_t K, int64_t d, int causal, float *lse);
 void k_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dy, const float *q,
-                          const float *k, const float *v, const float *y, int64_t b, int64_t s,
-                          int64_t H, int64_t K, int64_t d, int causal, void *scratch);
+                          const float *k, const float *v, const float *y, const float *lse,
+                          int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
+                          void *scratch);
 void k_cuda_attention_fwd_bf16(kc_bf16 *y, const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
                                int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal,
-                               void *scratch);
+                               float *lse);
 void k_cuda_attention_bwd_bf16(kc_bf16 *dq, kc_bf16 *dk, kc_bf16 *dv, const kc_bf16 *dy,
                                const kc_bf16 *q, const kc_bf16 *k, const kc_bf16 *v,
-                               const kc_bf16 *y, int64_t b, int64_t s, int64_t H, int64_t K,
-                               int64_t d, int causal, void *scratch);
+                               const kc_bf16 *y, const float *lse, int64_t b, int64_t s, int64_t H,
+                               int64_t K, int64_t d, int causal, void *scratch);
 /* Which kernels the bf16 calls run. KC_ATT_FLASH (the default): tiles in
  * shared memory and tensor-core products (wmma, bf16 operands, fp32
  * accumulation, fp32 softmax statistics; sm_80 and later), for head sizes

@@ -207,8 +207,9 @@ static void attention(IrNode *n, bool grad) {
   int64_t K = kv ? kv : heads, d = last(q) / heads;
   int causal = (int)ir_attr_int(n, "causal");
   if (dim(k, 1) != dim(q, 1)) die("%s: attention with different q and k lengths", ti_prog);
-  /* The key-padding mask: attention's fourth input, attention_grad's sixth. */
-  int mi = grad ? 5 : 3;
+  /* The key-padding mask: attention's fourth input, attention_grad's
+   * seventh (after the log-sum-exp, which the CPU kernels do not keep). */
+  int mi = grad ? 6 : 3;
   const int32_t *keep = n->nin > mi ? T(n->in[mi])->i : NULL;
   if (!grad)
     k_attention_masked_fwd(R(n->out[0]), R(q), R(k), R(n->in[2]), keep, dim(q, 0), dim(q, 1),

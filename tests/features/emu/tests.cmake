@@ -65,6 +65,15 @@ foreach(order reverse shuffle:1 shuffle:20261201)
                        ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive;SHARD_EMU_ORDER=${order}")
 endforeach()
 
+# Every shape of the flash attention list (test_flash_shapes): head sizes
+# 16, 64 and 128, causal or not, kv groups of 1 to 3, and more key tiles
+# than the backward's dq splits; each against the CPU twin, printing the
+# largest error. In shuffled block and thread order, which the backward's
+# fixed order of sums must not notice.
+add_test(NAME emu/attention_flash COMMAND test_kernels_cuda_emu --attention)
+set_tests_properties(emu/attention_flash PROPERTIES LABELS emu
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive;SHARD_EMU_ORDER=shuffle:7")
+
 add_executable(test_device_cuda_emu ${CMAKE_SOURCE_DIR}/tests/features/gpu/test_device_cuda.c)
 target_link_libraries(test_device_cuda_emu PRIVATE shard_rt_cuda_emu shard_kernels_f32)
 set_target_properties(test_device_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)

@@ -717,10 +717,11 @@ static AttOut attention_bf16(KcAttImpl impl, const float *q, const float *k, con
   int64_t nq = b * s * H * d, nk = b * s * K * d;
   void *Q = dput(q, nq, 1), *Kd = dput(k, nk, 1), *Vd = dput(v, nk, 1), *DY = dput(dy, nq, 1);
   void *Y = dnew(nq, 1), *DQ = dnew(nq, 1), *DK = dnew(nk, 1), *DV = dnew(nk, 1);
-  void *scratch = dalloc((size_t)k_cuda_attention_scratch(b, s, H));
+  void *scratch = dalloc((size_t)k_cuda_attention_scratch(b, s, H, d));
+  float *lse = dalloc((size_t)(b * H * s) * sizeof(float));
   k_cuda_attention_set_impl(impl);
-  k_cuda_attention_fwd_bf16(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
-  k_cuda_attention_bwd_bf16(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+  k_cuda_attention_fwd_bf16(Y, Q, Kd, Vd, b, s, H, K, d, causal, lse);
+  k_cuda_attention_bwd_bf16(DQ, DK, DV, DY, Q, Kd, Vd, Y, lse, b, s, H, K, d, causal, scratch);
   k_cuda_attention_set_impl(KC_ATT_FLASH);
   AttOut o = {dget(Y, nq, 1), dget(DQ, nq, 1), dget(DK, nk, 1), dget(DV, nk, 1)};
   return o;
@@ -746,6 +747,10 @@ static void check_attention(const char *base, const char *shape, AttOut got, Att
  * bf16 calls take the flash kernels (k_cuda_attention_impl), the
  * warp-per-row kernels run on the same inputs too, and the flash results
  * are also checked against theirs. */
+/* --attention: the bf16 path alone (the flash kernels and the simple ones
+ * beside them). */
+static int flash_only;
+
 static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d, int causal) {
   const char *sh = SHAPE("b%lld s%lld H%lld K%lld d%lld%s", (long long)b, (long long)s,
                          (long long)H, (long long)K, (long long)d, causal ? " causal" : "");
@@ -754,6 +759,7 @@ static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d
   int64_t nq = b * s * H * d, nk = b * s * K * d;
   real *cpu_scratch = halloc((size_t)(k_attention_scratch(s) * omp_get_max_threads()) * sizeof(real));
   for (int path = 0; path < 3; path++) { /* fast fp32, fast bf16, plain fp32 */
+    if (flash_only && path != 1) continue;
     int bf = path == 1;
     float *q = hrand(nq, 1), *k = hrand(nk, 1), *v = hrand(nk, 1), *dy = hrand(nq, 1);
     if (bf) { round_bf16(q, nq); round_bf16(k, nk); round_bf16(v, nk); round_bf16(dy, nq); }
@@ -776,10 +782,11 @@ static void test_attention(int64_t b, int64_t s, int64_t H, int64_t K, int64_t d
       void *Q = dput(q, nq, 0), *Kd = dput(k, nk, 0), *Vd = dput(v, nk, 0), *DY = dput(dy, nq, 0);
       void *Y = dnew(nq, 0), *DQ = dnew(nq, 0), *DK = dnew(nk, 0), *DV = dnew(nk, 0);
       void *scratch = dalloc((size_t)(path == 2 ? k_cuda_attention_plain_scratch(b, s, H)
-                                                : k_cuda_attention_scratch(b, s, H)));
+                                                : k_cuda_attention_scratch(b, s, H, d)));
       if (path == 0) {
-        k_cuda_attention_fwd(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
-        k_cuda_attention_bwd(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
+        float *lse = dalloc((size_t)(b * H * s) * sizeof(float));
+        k_cuda_attention_fwd(Y, Q, Kd, Vd, b, s, H, K, d, causal, lse);
+        k_cuda_attention_bwd(DQ, DK, DV, DY, Q, Kd, Vd, Y, lse, b, s, H, K, d, causal, scratch);
       } else {
         k_cuda_attention_fwd_plain(Y, Q, Kd, Vd, b, s, H, K, d, causal, scratch);
         k_cuda_attention_bwd_plain(DQ, DK, DV, DY, Q, Kd, Vd, Y, b, s, H, K, d, causal, scratch);
@@ -809,9 +816,11 @@ static double time_attention(int path, void *const *t, int64_t b, int64_t s, int
     CK(cudaEventRecord(e0, k_cuda_stream()));
     if (path < 2) {
       k_cuda_attention_set_impl(path == 0 ? KC_ATT_FLASH : KC_ATT_SIMPLE);
-      k_cuda_attention_fwd_bf16(t[4], t[0], t[1], t[2], b, s, H, H, d, 1, NULL);
-      k_cuda_attention_bwd_bf16(t[5], t[6], t[7], t[3], t[0], t[1], t[2], t[4], b, s, H, H, d, 1,
-                                scratch);
+      /* The log-sum-exp behind the backward's own scratch. */
+      float *lse = (float *)((char *)scratch + k_cuda_attention_scratch(b, s, H, d));
+      k_cuda_attention_fwd_bf16(t[4], t[0], t[1], t[2], b, s, H, H, d, 1, lse);
+      k_cuda_attention_bwd_bf16(t[5], t[6], t[7], t[3], t[0], t[1], t[2], t[4], lse, b, s, H, H,
+                                d, 1, scratch);
     } else {
       k_cuda_attention_fwd_plain(t[4], t[0], t[1], t[2], b, s, H, H, d, 1, scratch);
       k_cuda_attention_bwd_plain(t[5], t[6], t[7], t[3], t[0], t[1], t[2], t[4], b, s, H, H, d, 1,
@@ -844,7 +853,7 @@ static void bench_attention(void) {
     float *x = hrand(n, 1);
     void *t[8];
     for (int i = 0; i < 8; i++) t[i] = i < 4 ? dput(x, n, bf) : dnew(n, bf);
-    void *scratch = dalloc((size_t)(bf ? k_cuda_attention_scratch(b, s, H)
+    void *scratch = dalloc((size_t)(bf ? k_cuda_attention_scratch(b, s, H, d) + b * H * s * 4
                                        : k_cuda_attention_plain_scratch(b, s, H)));
     ms[path] = time_attention(path, t, b, s, H, d, scratch);
     printf("attention_bench %-12s b%lld s%lld H%lld d%lld causal  fwd+bwd %8.3f ms\n", names[path],
@@ -1132,31 +1141,23 @@ static size_t small;
 static size_t shapes(size_t n) { return small && n > small ? small : n; }
 #define EACH(i, list) for (size_t i = 0; i < shapes(sizeof list / sizeof list[0]); i++)
 
-int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--small") == 0) small = 2;
-  if (argc > 2 && strcmp(argv[1], "--shapes") == 0) small = (size_t)atoi(argv[2]);
-  int bench = argc > 1 && strcmp(argv[1], "--bench-attention") == 0;
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    printf("SKIP: no CUDA device (cudaGetDeviceCount: %s)\n",
-           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    return SKIP;
-  }
-  struct cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  printf("device 0: %s, compute capability %d.%d, %d multiprocessors\n", prop.name, prop.major,
-         prop.minor, prop.multiProcessorCount);
-  void *ws = dalloc(K_CUDA_GEMM_WORKSPACE);
-  ndbufs = 0; /* the workspace lives to the end */
-  k_cuda_gemm_init(ws, K_CUDA_GEMM_WORKSPACE);
-  if (bench) {
-    bench_attention();
-    k_cuda_gemm_shutdown();
-    CK(cudaFree(ws));
-    return 0;
-  }
+/* Shapes for the flash kernels (d a multiple of 16): s off the tiles of
+ * 32 and 64, one head per kv head and groups of 2 and 3, both masks; the
+ * last two have more key tiles than the backward has dq splits, so a
+ * block takes several in turn. --attention runs all of them and nothing
+ * else. */
+static void test_flash_shapes(void) {
+  static const int64_t flash[][6] = {{1, 31, 2, 1, 16, 1},  {2, 33, 4, 2, 64, 0},
+                                     {1, 100, 3, 3, 128, 1}, {1, 100, 4, 2, 16, 0},
+                                     {2, 31, 2, 2, 128, 0},  {1, 97, 6, 2, 64, 1},
+                                     {1, 130, 2, 1, 128, 1}, {1, 150, 2, 1, 64, 0}};
+  EACH(i, flash)
+    test_attention(flash[i][0], flash[i][1], flash[i][2], flash[i][3], flash[i][4],
+                   (int)flash[i][5]);
+}
 
+/* Every kernel on the shapes of its lists. */
+static void test_every_kernel(void) {
   static const int64_t gemm[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {257, 129, 300}};
   EACH(i, gemm) test_gemm(gemm[i][0], gemm[i][1], gemm[i][2]);
   /* The timed search (SHARD_GEMM_SEARCH) on shapes not seen yet: whichever
@@ -1198,14 +1199,7 @@ int main(int argc, char **argv) {
                                    {1, 200, 2, 1, 128, 1}, {1, 33, 2, 2, 256, 1}};
   EACH(i, att)
     test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], (int)att[i][5]);
-  /* Shapes for the flash kernels (d a multiple of 16): s off the tiles of
-   * 32 and 64, one head per kv head and groups of 2 and 3, both masks. */
-  static const int64_t flash[][6] = {{1, 31, 2, 1, 16, 1},  {2, 33, 4, 2, 64, 0},
-                                     {1, 100, 3, 3, 128, 1}, {1, 100, 4, 2, 16, 0},
-                                     {2, 31, 2, 2, 128, 0},  {1, 97, 6, 2, 64, 1}};
-  EACH(i, flash)
-    test_attention(flash[i][0], flash[i][1], flash[i][2], flash[i][3], flash[i][4],
-                   (int)flash[i][5]);
+  test_flash_shapes();
   static const int64_t ce[][3] = {{1, 2, 1}, {7, 33, 30}, {64, 1024, 1024}, {33, 50304, 50257}};
   EACH(i, ce) test_loss(ce[i][0], ce[i][1], ce[i][2]);
 
@@ -1218,6 +1212,39 @@ int main(int argc, char **argv) {
   }
   static const int64_t bgrad[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {129, 37, 300}};
   EACH(i, bgrad) test_gemm_bgrad(bgrad[i][0], bgrad[i][1], bgrad[i][2]);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--small") == 0) small = 2;
+  if (argc > 2 && strcmp(argv[1], "--shapes") == 0) small = (size_t)atoi(argv[2]);
+  int bench = argc > 1 && strcmp(argv[1], "--bench-attention") == 0;
+  int attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    printf("SKIP: no CUDA device (cudaGetDeviceCount: %s)\n",
+           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return SKIP;
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device 0: %s, compute capability %d.%d, %d multiprocessors\n", prop.name, prop.major,
+         prop.minor, prop.multiProcessorCount);
+  void *ws = dalloc(K_CUDA_GEMM_WORKSPACE);
+  ndbufs = 0; /* the workspace lives to the end */
+  k_cuda_gemm_init(ws, K_CUDA_GEMM_WORKSPACE);
+  if (bench) {
+    bench_attention();
+    k_cuda_gemm_shutdown();
+    CK(cudaFree(ws));
+    return 0;
+  }
+  if (attention) {
+    small = 0, flash_only = 1; /* every flash shape, nothing else */
+    test_flash_shapes();
+  } else {
+    test_every_kernel();
+  }
   printf("GEMM algorithm cache: %d shapes\n", k_cuda_gemm_cached());
   k_cuda_gemm_shutdown();
   CK(cudaFree(ws));

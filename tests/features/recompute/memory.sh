@@ -18,7 +18,8 @@
 #    gathered norm outputs are whole. The formula's 34 (17 elements) is
 #    more: it counts the 1-byte dropout masks, which our counter-based
 #    dropout draws again; and it has no s^2 term here, because the fused
-#    attention op keeps no score matrix (its backward recomputes it);
+#    attention op keeps no score matrix (its backward recomputes it),
+#    only each query row's log-sum-exp, a s b / t more elements;
 #  - selective on GPT-2: the same as none (nothing left to recompute);
 #  - selective on a model with the attention written out
 #    (tests/features/recompute/unfused.shard): none minus selective is the softmax
@@ -55,12 +56,13 @@ formula() {
     printf "%d", 2 * f }'
 }
 
-# ours MODE s b h t sp: what our GPT-2 programs keep per layer (see above).
+# ours MODE s b h a t sp: what our GPT-2 programs keep per layer (see above).
 ours() {
-  awk -v m="$1" -v s="$2" -v b="$3" -v h="$4" -v t="$5" -v sp="$6" 'BEGIN {
+  awk -v m="$1" -v s="$2" -v b="$3" -v h="$4" -v a="$5" -v t="$6" -v sp="$7" 'BEGIN {
     e = s * b * h * 4
+    lse = s * b * a / t * 4
     if (m == "full") printf "%d", e / (sp ? t : 1)
-    else printf "%d", sp ? e * (2 + 14 / t) : e * (4 + 12 / t) }'
+    else printf "%d", (sp ? e * (2 + 14 / t) : e * (4 + 12 / t)) + lse }'
 }
 
 M="$ROOT/models/gpt2.shard"
@@ -78,7 +80,7 @@ for shape in "64 1 64 4" "128 2 64 4" "64 2 128 8"; do
       got=$(per_layer "$M" -D seq="$s" -D batch="$b" -D hidden="$h" -D heads="$a" -D vocab=128 \
         $flags --recompute $mode)
       f=$(formula $mode "$s" "$b" "$h" "$a" "$t" "$sp")
-      want=$(ours $mode "$s" "$b" "$h" "$t" "$sp")
+      want=$(ours $mode "$s" "$b" "$h" "$a" "$t" "$sp")
       [ $mode = none ] && none=$got
       [ $mode = selective ] && want=$none
       what="s=$s b=$b h=$h a=$a t=$t sp=$sp"

@@ -396,6 +396,15 @@ row_speed() { # NAME
   fi
   echo "all checks passed: $SPEED_NOTE"
 }
+# Every flash attention shape (head sizes 16, 64, 128, causal or not, kv
+# groups, more key tiles than the backward's dq splits) against the CPU
+# twin: the largest error of the backward's dq, dk and dv over them.
+row_attention_flash() {
+  need_gpu || return $?
+  "$W/bin/test_kernels_cuda" --attention >"$L/attention-flash.txt" 2>&1 || { grep -E "FAIL|failed" "$L/attention-flash.txt" | tail -n 3; return 1; }
+  echo "all checks passed: $(awk '/^attention_flash_bwd/ { for (i = 1; i < NF; i++) if ($i == "err" && $(i + 1) + 0 > m) m = $(i + 1) + 0 }
+    END { printf "largest flash backward error %.2e", m }' "$L/attention-flash.txt")"
+}
 row_attention() {
   need_gpu || return $?
   [ "$KIND" = emu ] && { echo "SKIP: emulator kit: attention at GPT-2 small's shape (b 8, s 1024) is hours on the CPU emulator"; return 77; }
@@ -466,6 +475,7 @@ ROWS_TABLE=(
   "2|nccl p2 bf16|row_nccl p2 bf16|30"
   "2|nccl d2 bf16|row_nccl d2 bf16|30"
   "2|nccl rank killed|row_nccl_kill|90"
+  "2|attention flash shapes|row_attention_flash|30"
   "2|attention bench|row_attention|30"
   "2|speed gpt2 small|row_speed small|45"
   "2|speed gpt2 1.3B|row_speed 1.3B|60"
