@@ -259,14 +259,9 @@ typedef struct Pricing {
 /* Seconds of attention launch l's FLOPs at its kind's rate. */
 static double attention_s(const Pricing *p, const Launch *l, AttKind kind) {
   double fwd = 4 * l->ab_b * l->s * l->s * l->heads * l->d; /* q k^T and p v, full */
-  if (kind == AK_CPU) {
-    /* Blocks of 32 query rows against every key up to the block's last:
-     * (n + 1) / 2n of the full square over n blocks; the backward's 5
-     * products against the forward's 2. */
-    double nb = ceil(l->s / 32), frac = l->causal ? (nb + 1) / (2 * nb) : 1;
-    double flops = fwd * frac * (l->backward ? 2.5 : 1);
-    return flops / (p->hw.attn_eff * p->hw.peak_flops[PL_BF16]);
-  }
+  if (kind == AK_CPU) /* the FLOPs the CPU kernels run, as hw --measure counts them */
+    return pl_cpu_attention_flops(fwd, l->s, l->causal, l->backward) /
+           (p->hw.attn_eff * p->hw.peak_flops[PL_BF16]);
   if (kind == AK_SIMPLE) {
     double flops = fwd * (l->causal ? 0.5 : 1) * (l->backward ? 2.5 : 1);
     double peak = p->hw.peak_flops[PL_FP32] ? p->hw.peak_flops[PL_FP32] : p->hw.peak_flops[PL_BF16];
