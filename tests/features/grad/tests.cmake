@@ -36,3 +36,5 @@ grad_test(bert_ops ${GRAD_DIR}/bert_ops.ir)
 # BERT: post-LN layers, the padding mask, exact GELU, the tied MLM decoder.
 grad_test(bert ${MODELS_DIR}/bert.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=2 -D layers=2
           -D batch=2 -D init_std=0.3)
+# The routed layer's ops (router, moe_dispatch, grouped_linear, moe_combine).
+grad_test(moe_ops ${GRAD_DIR}/moe_ops.ir)
