@@ -658,6 +658,19 @@ static void emit_router(CgEmitter *e, int index) {
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
+static void emit_router_load(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  int64_t E = cg_dim(l, -1);
+  if (n->op == IR_OP_ROUTER_LOAD)
+    emit(e, "k_router_load_fwd(%s, %s, %lld, %lld, %lld);", ref(e, n->out[0]), ref(e, l),
+         (long long)(cg_numel(l) / E), (long long)E, (long long)ir_attr_int(n, "k"));
+  else
+    emit(e, "k_router_load_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, l),
+         ref(e, n->in[1]), (long long)(cg_numel(l) / E), (long long)E);
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+}
+
 static void emit_moe_dispatch(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *ex = n->in[1];
@@ -739,6 +752,8 @@ static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
     [IR_OP_ROUTER] = emit_router,
     [IR_OP_ROUTER_GRAD] = emit_router,
+    [IR_OP_ROUTER_LOAD] = emit_router_load,
+    [IR_OP_ROUTER_LOAD_GRAD] = emit_router_load,
     [IR_OP_MOE_DISPATCH] = emit_moe_dispatch,
     [IR_OP_MOE_UNDISPATCH] = emit_moe_combine,
     [IR_OP_MOE_COMBINE] = emit_moe_combine,

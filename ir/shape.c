@@ -1337,3 +1337,32 @@ bool ir_shape_moe_combine_grad(IrNode *n) {
   return true;
 }
 
+
+/* router_load(logits[..., E]){k} -> [2, E]. */
+bool ir_shape_router_load(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0);
+  int64_t k;
+  if (!get_pos_int(n, "k", &k) || !want_float(n, 0, "logits")) return false;
+  if (l->rank < 1 || k > last_of(l) || last_of(l) > 256) {
+    ir_error(n->loc, "router_load: top k = %lld of logits%s: needs k <= experts <= 256",
+             (long long)k, S(l));
+    return false;
+  }
+  int64_t shape[2] = {2, last_of(l)};
+  set_out(n, 0, l->dtype, 2, shape);
+  return true;
+}
+
+/* router_load_grad(logits[..., E], dload[2, E]) -> dlogits. */
+bool ir_shape_router_load_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0), *d = in_type(n, 1);
+  if (!want_float(n, 0, "logits") || !want_float(n, 1, "dload")) return false;
+  if (d->rank != 2 || d->shape[0] != 2 || l->rank < 1 || d->shape[1] != last_of(l)) {
+    ir_error(n->loc, "router_load_grad: dload%s does not match logits%s", S(d), S(l));
+    return false;
+  }
+  set_out(n, 0, l->dtype, l->rank, l->shape);
+  return true;
+}

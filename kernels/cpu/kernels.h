@@ -269,6 +269,10 @@ void k_router_fwd(real *w, int32_t *ex, const real *logits, int64_t T, int64_t E
                   int score, int normalize);
 void k_router_bwd(real *dlogits, const real *logits, const int32_t *ex, const real *dw, int64_t T,
                   int64_t E, int64_t k, int score, int normalize);
+/* load[2, E] of logits[T, E]: row 0 each expert's share of the top-k
+ * choices (count / T), row 1 its mean softmax score; bwd: dlogits from row 1 of dload. */
+void k_router_load_fwd(real *load, const real *logits, int64_t T, int64_t E, int64_t k);
+void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int64_t T, int64_t E);
 /* Copy c = t * k + j of token t goes to row pos[c] of xs[T * k, h], rows
  * sorted by expert ex[c], stable; counts[E] the rows of each expert. */
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,

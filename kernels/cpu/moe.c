@@ -78,6 +78,32 @@ void k_router_bwd(real *dlogits, const real *logits, const int32_t *ex, const re
   }
 }
 
+void k_router_load_fwd(real *load, const real *logits, int64_t T, int64_t E, int64_t k) {
+  if (E > K_ROUTER_MAX || k > E) kcpu_die("router_load: %lld experts, top %lld", (long long)E, (long long)k);
+  acc_t count[K_ROUTER_MAX] = {0}, prob[K_ROUTER_MAX] = {0};
+  for (int64_t t = 0; t < T; t++) {
+    real p[K_ROUTER_MAX];
+    int32_t ex[K_ROUTER_MAX];
+    router_scores(p, logits + t * E, E, 0);
+    router_pick(ex, p, E, k);
+    for (int64_t j = 0; j < k; j++) count[ex[j]] += 1;
+    for (int64_t e = 0; e < E; e++) prob[e] += p[e];
+  }
+  for (int64_t e = 0; e < E; e++) load[e] = (real)(count[e] / (acc_t)T), load[E + e] = (real)(prob[e] / (acc_t)T);
+}
+
+void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int64_t T, int64_t E) {
+  const real *dp = dload + E;
+#pragma omp parallel for schedule(static) if (kcpu_par(T * E))
+  for (int64_t t = 0; t < T; t++) {
+    real p[K_ROUTER_MAX];
+    router_scores(p, logits + t * E, E, 0);
+    acc_t d = 0;
+    for (int64_t e = 0; e < E; e++) d += (acc_t)p[e] * dp[e];
+    for (int64_t e = 0; e < E; e++) dlogits[t * E + e] = p[e] * (real)((dp[e] - d) / (acc_t)T);
+  }
+}
+
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
                     int64_t T, int64_t k, int64_t h, int64_t E) {
   int64_t n = T * k;

@@ -354,6 +354,12 @@ bool ti_exec(IrNode *n) {
     break;
   case IR_OP_ROUTER:
   case IR_OP_ROUTER_GRAD: router(n); break;
+  case IR_OP_ROUTER_LOAD:
+    k_router_load_fwd(R(y), R(x), numel(x) / last(x), last(x), ir_attr_int(n, "k"));
+    break;
+  case IR_OP_ROUTER_LOAD_GRAD:
+    k_router_load_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
+    break;
   case IR_OP_MOE_DISPATCH:
     k_moe_dispatch(R(n->out[0]), T(n->out[1])->i, T(n->out[2])->i, R(x), T(n->in[1])->i,
                    numel(n->in[1]) / last(n->in[1]), last(n->in[1]), last(x), numel(n->out[2]));
