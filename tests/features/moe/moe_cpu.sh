@@ -3,7 +3,7 @@
 # losses on one rank, under --dp 2 and under --tp 2 (the routed layer
 # replicated), 3 steps within 1e-5; models/deepseek_moe.shard trains; the
 # CUDA target, which has no routed kernels yet, refuses the routed ops at
-# their lines and writes nothing.
+# their lines and writes nothing; `shardc info` counts the active parameters.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
 corpus_shards
@@ -23,6 +23,15 @@ done
 check "deepseek_moe trains" "$SHARDC" run "$ROOT/models/deepseek_moe.shard" -D seq=16 -D hidden=32 \
   "${RUN[@]}" --log-json ds.jsonl
 [[ -s ds.jsonl ]] && echo "  deepseek_moe losses: $(losses ds.jsonl | tr '\n' ' ')"
+# info: 8 experts, 2 active: 451,904 weights in all, of which 393,216 in
+# experts, so 451,904 - 393,216 * 6/8 = 156,992 per token.
+"$SHARDC" info "$ROOT/models/mixtral.shard" >info.txt
+sed 's/^/  /' info.txt | head -3
+if grep -q '^parameters  *451,904$' info.txt && grep -q '^active per token  *156,992 ' info.txt; then
+  ok "info counts total and active parameters"
+else
+  fail "info's counts"
+fi
 expect_error "cuda target refuses the routed ops" \
   "mixtral.shard:61:25: error: cuda target: router: the target has no code for this op" \
   "$SHARDC" compile "${M[@]}" --target cuda -o cuda_out
