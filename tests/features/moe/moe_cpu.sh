@@ -1,6 +1,6 @@
 #!/bin/bash
 # The routed models on the CPU target: models/mixtral.shard trains the same
-# losses on one rank, under --dp 2 and under --tp 2 (the routed layer
+# losses on one rank, under --dp 2, --tp 2 and --pp 2 (the routed layer
 # replicated), 3 steps within 1e-5; models/deepseek_moe.shard trains; the
 # CUDA target, which has no routed kernels yet, refuses the routed ops at
 # their lines and writes nothing; `shardc info` counts the active parameters.
@@ -10,7 +10,7 @@ corpus_shards
 M=("$ROOT/models/mixtral.shard" -D seq=16 -D hidden=32 -D ffn=48)
 RUN=(--data train.bin --no-shuffle --global-batch 2 --steps 3 --quiet)
 check "mixtral, one rank" "$SHARDC" run "${M[@]}" "${RUN[@]}" --log-json one.jsonl
-for par in dp tp; do
+for par in dp tp pp; do
   check "mixtral, --$par 2" "$SHARDC" run "${M[@]}" "--$par" 2 "${RUN[@]}" --log-json $par.jsonl
   if [[ -s one.jsonl && -s $par.jsonl ]] && paste <(losses one.jsonl) <(losses $par.jsonl) |
       awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; printf "  %s %s rel %.2e\n", $1, $2, r;
