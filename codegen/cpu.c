@@ -674,9 +674,11 @@ static void emit_router_load(CgEmitter *e, int index) {
 static void emit_moe_dispatch(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *x = n->in[0], *ex = n->in[1];
-  emit(e, "k_moe_dispatch(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld);", ref(e, n->out[0]),
+  int64_t E = cg_numel(n->out[2]);
+  emit(e, "k_moe_dispatch(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, n->out[0]),
        ref(e, n->out[1]), ref(e, n->out[2]), ref(e, x), ref(e, ex), (long long)moe_tokens(ex),
-       (long long)moe_k(ex), (long long)cg_dim(x, -1), (long long)cg_numel(n->out[2]));
+       (long long)moe_k(ex), (long long)cg_dim(x, -1), (long long)E,
+       (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), cg_numel(ex), E));
   cg_launch_node(e, CG_K_COPY, NULL, n);
 }
 
@@ -705,9 +707,9 @@ static void emit_grouped_linear(CgEmitter *e, int index) {
   const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
   int64_t in = cg_dim(w, tr ? 2 : 1), out = cg_dim(w, tr ? 1 : 2);
   const char *name = n->op == IR_OP_GROUPED_LINEAR ? "" : n->op == IR_OP_GROUPED_LINEAR_DX ? "_dx" : "_dw";
-  emit(e, "k_grouped_linear%s(%s, %s, %s, %s, %lld, %lld, %lld, %d);", name, ref(e, n->out[0]),
-       ref(e, n->in[0]), ref(e, n->in[1]), ref(e, c), (long long)cg_numel(c), (long long)in,
-       (long long)out, tr);
+  emit(e, "k_grouped_linear%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d);", name,
+       ref(e, n->out[0]), ref(e, n->in[0]), ref(e, n->in[1]), ref(e, c),
+       (long long)cg_dim(n->in[0], 0), (long long)cg_numel(c), (long long)in, (long long)out, tr);
   cg_launch_node(e, CG_K_GEMM, NULL, n);
 }
 

@@ -1200,14 +1200,20 @@ bool ir_shape_router_grad(IrNode *n) {
   return true;
 }
 
-/* moe_dispatch(x[..., h], experts i32[..., k]){experts = E}
+int64_t ir_moe_capacity(double f, int64_t copies, int64_t E) {
+  return f > 0 ? (int64_t)ceil(f * (double)copies / (double)E) : 0;
+}
+
+/* moe_dispatch(x[..., h], experts i32[..., k]){experts = E, capacity}
  *   -> (rows[T*k, h], pos i32[T*k], counts i32[E]). */
 bool ir_shape_moe_dispatch(IrNode *n) {
   if (!inputs_ready(n)) return false;
   const IrType *x = in_type(n, 0), *ex = in_type(n, 1);
   int64_t E;
+  double cap;
   bool ok = (int)get_pos_int(n, "experts", &E) & (int)want_float(n, 0, "x") &
-            (int)want_i32(n, 1, "experts");
+            (int)want_i32(n, 1, "experts") &
+            (int)get_num_in(n, "capacity", 0, false, HUGE_VAL, &cap, "a non-negative number");
   if (!ok) return false;
   if (x->rank < 1 || ex->rank != x->rank || rows_of(ex) != rows_of(x) || E > 256) {
     ir_error(n->loc, "moe_dispatch: x%s and experts%s must share their leading dims (at most 256 "

@@ -104,19 +104,25 @@ void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int
   }
 }
 
+/* With a capacity cap > 0 an expert keeps its first cap copies in copy
+ * order and drops the rest (pos -1); the rows after the kept ones are
+ * zeros. */
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
-                    int64_t T, int64_t k, int64_t h, int64_t E) {
+                    int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap) {
   int64_t n = T * k;
   for (int64_t e = 0; e < E; e++) counts[e] = 0;
   for (int64_t c = 0; c < n; c++) {
     if (ex[c] < 0 || ex[c] >= E) kcpu_die("moe_dispatch: expert %d out of [0, %lld)", ex[c], (long long)E);
-    counts[ex[c]]++;
+    if (!cap || counts[ex[c]] < cap) counts[ex[c]]++;
   }
-  int64_t next[K_ROUTER_MAX], at = 0;
-  for (int64_t e = 0; e < E; e++) next[e] = at, at += counts[e];
-  for (int64_t c = 0; c < n; c++) pos[c] = (int32_t)next[ex[c]]++;
+  int64_t next[K_ROUTER_MAX], end[K_ROUTER_MAX], at = 0;
+  for (int64_t e = 0; e < E; e++) next[e] = at, at += counts[e], end[e] = at;
+  for (int64_t c = 0; c < n; c++)
+    pos[c] = next[ex[c]] < end[ex[c]] ? (int32_t)next[ex[c]]++ : -1;
+  memset(xs + at * h, 0, sizeof(real) * (size_t)((n - at) * h));
 #pragma omp parallel for schedule(static) if (kcpu_par(n * h))
-  for (int64_t c = 0; c < n; c++) memcpy(xs + (int64_t)pos[c] * h, x + (c / k) * h, sizeof(real) * (size_t)h);
+  for (int64_t c = 0; c < n; c++)
+    if (pos[c] >= 0) memcpy(xs + (int64_t)pos[c] * h, x + (c / k) * h, sizeof(real) * (size_t)h);
 }
 
 void k_moe_combine(real *y, const real *ys, const int32_t *pos, const real *w, int64_t T, int64_t k,
@@ -126,6 +132,7 @@ void k_moe_combine(real *y, const real *ys, const int32_t *pos, const real *w, i
     real *yt = y + t * h;
     for (int64_t i = 0; i < h; i++) yt[i] = 0;
     for (int64_t j = 0; j < k; j++) {
+      if (pos[t * k + j] < 0) continue; /* dropped: adds nothing */
       const real *r = ys + (int64_t)pos[t * k + j] * h;
       real a = w ? w[t * k + j] : 1;
 #pragma omp simd
@@ -136,10 +143,16 @@ void k_moe_combine(real *y, const real *ys, const int32_t *pos, const real *w, i
 
 void k_moe_combine_bwd(real *dys, real *dw, const real *ys, const int32_t *pos, const real *w,
                        const real *dy, int64_t T, int64_t k, int64_t h) {
+  /* Rows no copy holds (past the kept ones) get zeros. */
+  memset(dys, 0, sizeof(real) * (size_t)(T * k * h));
 #pragma omp parallel for schedule(static) if (kcpu_par(T * k * h))
   for (int64_t t = 0; t < T; t++) {
     const real *dyt = dy + t * h;
     for (int64_t j = 0; j < k; j++) {
+      if (pos[t * k + j] < 0) {
+        dw[t * k + j] = 0;
+        continue;
+      }
       int64_t row = (int64_t)pos[t * k + j] * h;
       real a = w[t * k + j];
       acc_t d = 0;
@@ -154,28 +167,31 @@ void k_moe_combine_bwd(real *dys, real *dw, const real *ys, const int32_t *pos, 
 
 /* One GEMM per expert with rows: rows [off, off + counts[e]) times w[e]
  * ([out, in] when transposed, else [in, out]). */
-void k_grouped_linear(real *y, const real *x, const real *w, const int32_t *counts, int64_t E,
-                      int64_t in, int64_t out, int transposed) {
+void k_grouped_linear(real *y, const real *x, const real *w, const int32_t *counts, int64_t rows,
+                      int64_t E, int64_t in, int64_t out, int transposed) {
   int64_t off = 0;
   for (int64_t e = 0; e < E; off += counts[e], e++)
     if (counts[e] > 0)
       k_gemm(0, transposed, counts[e], out, in, 1, x + off * in, in, w + e * in * out,
              transposed ? in : out, 0, y + off * out, out);
+  memset(y + off * out, 0, sizeof(real) * (size_t)((rows - off) * out));
 }
 
-void k_grouped_linear_dx(real *dx, const real *dy, const real *w, const int32_t *counts, int64_t E,
-                         int64_t in, int64_t out, int transposed) {
+void k_grouped_linear_dx(real *dx, const real *dy, const real *w, const int32_t *counts,
+                         int64_t rows, int64_t E, int64_t in, int64_t out, int transposed) {
   int64_t off = 0;
   for (int64_t e = 0; e < E; off += counts[e], e++)
     if (counts[e] > 0)
       k_gemm(0, !transposed, counts[e], in, out, 1, dy + off * out, out, w + e * in * out,
              transposed ? in : out, 0, dx + off * in, in);
+  memset(dx + off * in, 0, sizeof(real) * (size_t)((rows - off) * in));
 }
 
 /* dw[e] = x_e^T dy_e ([in, out]) or dy_e^T x_e ([out, in]); an expert
  * without rows gets zeros. */
-void k_grouped_linear_dw(real *dw, const real *x, const real *dy, const int32_t *counts, int64_t E,
-                         int64_t in, int64_t out, int transposed) {
+void k_grouped_linear_dw(real *dw, const real *x, const real *dy, const int32_t *counts,
+                         int64_t rows, int64_t E, int64_t in, int64_t out, int transposed) {
+  (void)rows; /* the rows past the kept ones add nothing */
   int64_t off = 0;
   for (int64_t e = 0; e < E; off += counts[e], e++) {
     real *d = dw + e * in * out;

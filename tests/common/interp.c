@@ -119,18 +119,24 @@ static void router(IrNode *n) {
 static void grouped_linear(IrNode *n) {
   const IrValue *c = n->in[2];
   int tr = (int)ir_attr_int(n, "transposed");
-  int64_t E = numel(c), in, out;
+  int64_t E = numel(c), rows = dim(n->in[0], 0), in, out;
   if (n->op == IR_OP_GROUPED_LINEAR_DW) {
     in = last(n->in[0]), out = last(n->in[1]);
-    k_grouped_linear_dw(R(n->out[0]), R(n->in[0]), R(n->in[1]), T(c)->i, E, in, out, tr);
+    k_grouped_linear_dw(R(n->out[0]), R(n->in[0]), R(n->in[1]), T(c)->i, rows, E, in, out, tr);
     return;
   }
   const IrValue *w = n->in[1];
   in = tr ? dim(w, 2) : dim(w, 1), out = tr ? dim(w, 1) : dim(w, 2);
   if (n->op == IR_OP_GROUPED_LINEAR)
-    k_grouped_linear(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, E, in, out, tr);
+    k_grouped_linear(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, rows, E, in, out, tr);
   else
-    k_grouped_linear_dx(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, E, in, out, tr);
+    k_grouped_linear_dx(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, rows, E, in, out, tr);
+}
+
+/* moe_dispatch's rows per expert: capacity * T*k / E rounded up, 0 (no
+ * limit) without a capacity. */
+static int64_t capacity_of(const IrNode *n) {
+  return ir_moe_capacity(ir_attr_float(n, "capacity"), numel(n->in[1]), numel(n->out[2]));
 }
 
 /* ------------------------------------------------------------- layout */
@@ -362,7 +368,8 @@ bool ti_exec(IrNode *n) {
     break;
   case IR_OP_MOE_DISPATCH:
     k_moe_dispatch(R(n->out[0]), T(n->out[1])->i, T(n->out[2])->i, R(x), T(n->in[1])->i,
-                   numel(n->in[1]) / last(n->in[1]), last(n->in[1]), last(x), numel(n->out[2]));
+                   numel(n->in[1]) / last(n->in[1]), last(n->in[1]), last(x), numel(n->out[2]),
+                   capacity_of(n));
     break;
   case IR_OP_MOE_UNDISPATCH:
     k_moe_combine(R(y), R(x), T(n->in[1])->i, NULL, numel(y) / last(y), numel(n->in[1]) * last(y) / numel(y), last(y));

@@ -46,3 +46,5 @@ grad_test(mixtral ${MODELS_DIR}/mixtral.shard -D vocab=19 -D seq=5 -D hidden=16 
 grad_test(deepseek_moe ${MODELS_DIR}/deepseek_moe.shard -D vocab=19 -D seq=5 -D hidden=16
           -D heads=2 -D kv_heads=2 -D experts=6 -D top_k=3 -D expert_ffn=6 -D layers=2 -D batch=2
           -D init_std=0.3 -D aux_loss_alpha=0.5)
+# The same with capacity factors that drop copies.
+grad_test(moe_capacity ${GRAD_DIR}/moe_capacity.ir)

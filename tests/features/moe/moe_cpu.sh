@@ -1,7 +1,8 @@
 #!/bin/bash
 # The routed models on the CPU target: models/mixtral.shard trains the same
 # losses on one rank, under --dp 2, --tp 2 and --pp 2 (the routed layer
-# replicated), 3 steps within 1e-5; models/deepseek_moe.shard trains; the
+# replicated), 3 steps within 1e-5, and with a capacity factor that drops
+# copies; models/deepseek_moe.shard trains; the
 # CUDA target, which has no routed kernels yet, refuses the routed ops at
 # their lines and writes nothing; `shardc info` counts the active parameters.
 set -euo pipefail
@@ -20,6 +21,18 @@ for par in dp tp pp; do
     fail "--$par 2 losses differ from one rank's"
   fi
 done
+# A capacity factor of 0.5 drops copies: one rank and --dp 2 agree, and the
+# losses differ from the dropless ones.
+check "mixtral, capacity 0.5" "$SHARDC" run "${M[@]}" -D capacity=0.5 "${RUN[@]}" --log-json cap.jsonl
+check "mixtral, capacity 0.5, --dp 2" "$SHARDC" run "${M[@]}" -D capacity=0.5 --dp 2 "${RUN[@]}" \
+  --log-json capdp.jsonl
+echo "  capacity 0.5: $(losses cap.jsonl | tr '\n' ' ')"
+if [[ -s cap.jsonl ]] && cmp -s <(losses cap.jsonl) <(losses capdp.jsonl) &&
+    ! cmp -s <(losses cap.jsonl) <(losses one.jsonl); then
+  ok "capacity drops: the same losses on one rank and --dp 2, not the dropless ones"
+else
+  fail "capacity losses"
+fi
 check "deepseek_moe trains" "$SHARDC" run "$ROOT/models/deepseek_moe.shard" -D seq=16 -D hidden=32 \
   "${RUN[@]}" --log-json ds.jsonl
 [[ -s ds.jsonl ]] && echo "  deepseek_moe losses: $(losses ds.jsonl | tr '\n' ' ')"
@@ -32,8 +45,10 @@ if grep -q '^parameters  *451,904$' info.txt && grep -q '^active per token  *156
 else
   fail "info's counts"
 fi
+# At the router's own line of the model file.
+LINE=$(grep -n 'router(logits, top_k)' "$ROOT/models/mixtral.shard" | cut -d: -f1)
 expect_error "cuda target refuses the routed ops" \
-  "mixtral.shard:61:25: error: cuda target: router: the target has no code for this op" \
+  "mixtral.shard:$LINE:25: error: cuda target: router: the target has no code for this op" \
   "$SHARDC" compile "${M[@]}" --target cuda -o cuda_out
 if [[ -e cuda_out/rank0.cu ]]; then fail "cuda target wrote rank0.cu"; else ok "nothing written"; fi
 finish
