@@ -110,6 +110,7 @@ void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
                     int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap) {
   int64_t n = T * k;
+  if (E > K_ROUTER_MAX) kcpu_die("moe_dispatch: %lld experts", (long long)E);
   for (int64_t e = 0; e < E; e++) counts[e] = 0;
   for (int64_t c = 0; c < n; c++) {
     if (ex[c] < 0 || ex[c] >= E) kcpu_die("moe_dispatch: expert %d out of [0, %lld)", ex[c], (long long)E);
