@@ -658,11 +658,18 @@ static void emit_router(CgEmitter *e, int index) {
   cg_launch_node(e, CG_K_NORM, NULL, n);
 }
 
+/* router_load, router_z_loss and their gradients: per-token statistics of
+ * the logits summed over the tokens. */
 static void emit_router_load(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *l = n->in[0];
   int64_t E = cg_dim(l, -1);
-  if (n->op == IR_OP_ROUTER_LOAD)
+  if (n->op == IR_OP_ROUTER_Z_LOSS || n->op == IR_OP_ROUTER_Z_LOSS_GRAD)
+    emit(e, "k_router_z_loss_%s(%s, %s%s%s, %lld, %lld);",
+         n->op == IR_OP_ROUTER_Z_LOSS ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, l),
+         n->op == IR_OP_ROUTER_Z_LOSS ? "" : ", ", n->op == IR_OP_ROUTER_Z_LOSS ? "" : ref(e, n->in[1]),
+         (long long)(cg_numel(l) / E), (long long)E);
+  else if (n->op == IR_OP_ROUTER_LOAD)
     emit(e, "k_router_load_fwd(%s, %s, %lld, %lld, %lld);", ref(e, n->out[0]), ref(e, l),
          (long long)(cg_numel(l) / E), (long long)E, (long long)ir_attr_int(n, "k"));
   else
@@ -756,6 +763,8 @@ static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_ROUTER_GRAD] = emit_router,
     [IR_OP_ROUTER_LOAD] = emit_router_load,
     [IR_OP_ROUTER_LOAD_GRAD] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_router_load,
     [IR_OP_MOE_DISPATCH] = emit_moe_dispatch,
     [IR_OP_MOE_UNDISPATCH] = emit_moe_combine,
     [IR_OP_MOE_COMBINE] = emit_moe_combine,

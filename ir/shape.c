@@ -1360,6 +1360,24 @@ bool ir_shape_router_load(IrNode *n) {
   return true;
 }
 
+/* router_z_loss(logits[..., E]) -> a scalar. */
+bool ir_shape_router_z_loss(IrNode *n) {
+  if (!inputs_ready(n) || !want_float(n, 0, "logits")) return false;
+  set_out(n, 0, in_type(n, 0)->dtype, 0, NULL);
+  return true;
+}
+
+/* router_z_loss_grad(logits, dy[]) -> dlogits. */
+bool ir_shape_router_z_loss_grad(IrNode *n) {
+  if (!inputs_ready(n) || !want_float(n, 0, "logits") || !want_float(n, 1, "dy")) return false;
+  if (in_type(n, 1)->rank != 0) {
+    ir_error(n->loc, "router_z_loss_grad: dy%s must be a scalar", S(in_type(n, 1)));
+    return false;
+  }
+  set_out(n, 0, in_type(n, 0)->dtype, in_type(n, 0)->rank, in_type(n, 0)->shape);
+  return true;
+}
+
 /* router_load_grad(logits[..., E], dload[2, E]) -> dlogits. */
 bool ir_shape_router_load_grad(IrNode *n) {
   if (!inputs_ready(n)) return false;

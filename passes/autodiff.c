@@ -467,6 +467,11 @@ static bool ad_router_load(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+static bool ad_router_z_loss(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], emit1(ad, IR_OP_ROUTER_Z_LOSS_GRAD, INS(n->in[0], dy[0]), NO_ATTRS));
+  return true;
+}
+
 static bool ad_grouped_linear(Ad *ad, IrNode *n, IrValue **dy) {
   IrValue *x = n->in[0], *w = n->in[1], *counts = n->in[2];
   IrExpr *tr = fwd_attr(n, "transposed");

@@ -273,6 +273,10 @@ void k_router_bwd(real *dlogits, const real *logits, const int32_t *ex, const re
  * choices (count / T), row 1 its mean softmax score; bwd: dlogits from row 1 of dload. */
 void k_router_load_fwd(real *load, const real *logits, int64_t T, int64_t E, int64_t k);
 void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int64_t T, int64_t E);
+/* The mean over tokens of logsumexp(logits[t, :])^2 (the router z-loss);
+ * bwd: dlogits = dy * 2 lse softmax / T. */
+void k_router_z_loss_fwd(real *loss, const real *logits, int64_t T, int64_t E);
+void k_router_z_loss_bwd(real *dlogits, const real *logits, const real *dy, int64_t T, int64_t E);
 /* Copy c = t * k + j of token t goes to row pos[c] of xs[T * k, h], rows
  * sorted by expert ex[c], stable; counts[E] the rows of each expert. With
  * cap > 0 an expert keeps its first cap copies (in copy order) and drops

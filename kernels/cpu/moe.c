@@ -107,6 +107,32 @@ void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int
 /* With a capacity cap > 0 an expert keeps its first cap copies in copy
  * order and drops the rest (pos -1); the rows after the kept ones are
  * zeros. */
+/* The log of the sum of exponentials of one token's logits. */
+static acc_t logsumexp(const real *l, int64_t E) {
+  real m = kcpu_max(l, E);
+  acc_t s = 0;
+  for (int64_t e = 0; e < E; e++) s += exp((acc_t)l[e] - m);
+  return m + log(s);
+}
+
+void k_router_z_loss_fwd(real *loss, const real *logits, int64_t T, int64_t E) {
+  acc_t s = 0;
+  for (int64_t t = 0; t < T; t++) {
+    acc_t z = logsumexp(logits + t * E, E);
+    s += z * z;
+  }
+  *loss = (real)(s / (acc_t)T);
+}
+
+void k_router_z_loss_bwd(real *dlogits, const real *logits, const real *dy, int64_t T, int64_t E) {
+#pragma omp parallel for schedule(static) if (kcpu_par(T * E))
+  for (int64_t t = 0; t < T; t++) {
+    const real *l = logits + t * E;
+    acc_t z = logsumexp(l, E), a = 2 * z * (acc_t)dy[0] / (acc_t)T;
+    for (int64_t e = 0; e < E; e++) dlogits[t * E + e] = (real)(a * exp((acc_t)l[e] - z));
+  }
+}
+
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
                     int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap) {
   int64_t n = T * k;

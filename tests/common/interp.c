@@ -366,6 +366,10 @@ bool ti_exec(IrNode *n) {
   case IR_OP_ROUTER_LOAD_GRAD:
     k_router_load_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
     break;
+  case IR_OP_ROUTER_Z_LOSS: k_router_z_loss_fwd(R(y), R(x), numel(x) / last(x), last(x)); break;
+  case IR_OP_ROUTER_Z_LOSS_GRAD:
+    k_router_z_loss_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
+    break;
   case IR_OP_MOE_DISPATCH:
     k_moe_dispatch(R(n->out[0]), T(n->out[1])->i, T(n->out[2])->i, R(x), T(n->in[1])->i,
                    numel(n->in[1]) / last(n->in[1]), last(n->in[1]), last(x), numel(n->out[2]),
