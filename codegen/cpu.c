@@ -658,6 +658,90 @@ static void emit_reshape(CgEmitter *e, int index) {
   emit_copy(e, n->out[0], n->in[0]);
 }
 
+/* The routed layer's kernels (kernels/cpu/moe.c): tokens T and their k
+ * choices from the weights' shape [..., k], the one every op of the
+ * family carries or derives. */
+static int64_t moe_k(const IrValue *w) { return cg_dim(w, -1); }
+static int64_t moe_tokens(const IrValue *w) { return cg_numel(w) / cg_dim(w, -1); }
+
+static void emit_router(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  int64_t E = cg_dim(l, -1);
+  int score = (int)ir_attr_int(n, "score"), norm = (int)ir_attr_int(n, "normalize");
+  if (n->op == IR_OP_ROUTER)
+    emit(e, "k_router_fwd(%s, %s, %s, %lld, %lld, %lld, %d, %d);", ref(e, n->out[0]),
+         ref(e, n->out[1]), ref(e, l), (long long)(cg_numel(l) / E), (long long)E,
+         (long long)ir_attr_int(n, "k"), score, norm);
+  else
+    emit(e, "k_router_bwd(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d);", ref(e, n->out[0]),
+         ref(e, l), ref(e, n->in[1]), ref(e, n->in[2]), (long long)(cg_numel(l) / E),
+         (long long)E, (long long)ir_attr_int(n, "k"), score, norm);
+  cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* router_load, router_z_loss and their gradients: per-token statistics of
+ * the logits summed over the tokens. */
+static void emit_router_load(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  int64_t E = cg_dim(l, -1);
+  if (n->op == IR_OP_ROUTER_Z_LOSS || n->op == IR_OP_ROUTER_Z_LOSS_GRAD)
+    emit(e, "k_router_z_loss_%s(%s, %s%s%s, %lld, %lld);",
+         n->op == IR_OP_ROUTER_Z_LOSS ? "fwd" : "bwd", ref(e, n->out[0]), ref(e, l),
+         n->op == IR_OP_ROUTER_Z_LOSS ? "" : ", ", n->op == IR_OP_ROUTER_Z_LOSS ? "" : ref(e, n->in[1]),
+         (long long)(cg_numel(l) / E), (long long)E);
+  else if (n->op == IR_OP_ROUTER_LOAD)
+    emit(e, "k_router_load_fwd(%s, %s, %lld, %lld, %lld);", ref(e, n->out[0]), ref(e, l),
+         (long long)(cg_numel(l) / E), (long long)E, (long long)ir_attr_int(n, "k"));
+  else
+    emit(e, "k_router_load_bwd(%s, %s, %s, %lld, %lld);", ref(e, n->out[0]), ref(e, l),
+         ref(e, n->in[1]), (long long)(cg_numel(l) / E), (long long)E);
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+}
+
+static void emit_moe_dispatch(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0], *ex = n->in[1];
+  int64_t E = cg_numel(n->out[2]);
+  emit(e, "k_moe_dispatch(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld);", ref(e, n->out[0]),
+       ref(e, n->out[1]), ref(e, n->out[2]), ref(e, x), ref(e, ex), (long long)moe_tokens(ex),
+       (long long)moe_k(ex), (long long)cg_dim(x, -1), (long long)E,
+       (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), cg_numel(ex), E));
+  cg_launch_node(e, CG_K_COPY, NULL, n);
+}
+
+/* moe_combine(rows, pos, weights), moe_undispatch(drows, pos): the same
+ * kernel, the second with weights 1. */
+static void emit_moe_combine(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *rows = n->in[0], *y = n->out[0];
+  int64_t T = cg_numel(y) / cg_dim(y, -1);
+  if (n->op == IR_OP_MOE_COMBINE_GRAD)
+    emit(e, "k_moe_combine_bwd(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld);", ref(e, n->out[0]),
+         ref(e, n->out[1]), ref(e, rows), ref(e, n->in[1]), ref(e, n->in[2]), ref(e, n->in[3]),
+         (long long)moe_tokens(n->in[2]), (long long)moe_k(n->in[2]), (long long)cg_dim(rows, -1));
+  else
+    emit(e, "k_moe_combine(%s, %s, %s, %s, %lld, %lld, %lld);", ref(e, y), ref(e, rows),
+         ref(e, n->in[1]), n->op == IR_OP_MOE_COMBINE ? ref(e, n->in[2]) : "NULL", (long long)T,
+         (long long)(cg_dim(rows, 0) / T), (long long)cg_dim(rows, -1));
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+}
+
+/* grouped_linear(x, w, counts), _dx(dy, w, counts), _dw(x, dy, counts). */
+static void emit_grouped_linear(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *c = n->in[2];
+  int tr = (int)ir_attr_int(n, "transposed");
+  const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+  int64_t in = cg_dim(w, tr ? 2 : 1), out = cg_dim(w, tr ? 1 : 2);
+  const char *name = n->op == IR_OP_GROUPED_LINEAR ? "" : n->op == IR_OP_GROUPED_LINEAR_DX ? "_dx" : "_dw";
+  emit(e, "k_grouped_linear%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d);", name,
+       ref(e, n->out[0]), ref(e, n->in[0]), ref(e, n->in[1]), ref(e, c),
+       (long long)cg_dim(n->in[0], 0), (long long)cg_numel(c), (long long)in, (long long)out, tr);
+  cg_launch_node(e, CG_K_GEMM, NULL, n);
+}
+
 /* ------------------------------------------------------------ the op table */
 
 /* How the CPU target writes an op that runs on its own (or on one chunk
@@ -699,6 +783,19 @@ static void (*const cpu_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_ATTENTION_GRAD] = emit_attention,
     [IR_OP_EMBEDDING_GRAD] = emit_embedding,
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
+    [IR_OP_ROUTER] = emit_router,
+    [IR_OP_ROUTER_GRAD] = emit_router,
+    [IR_OP_ROUTER_LOAD] = emit_router_load,
+    [IR_OP_ROUTER_LOAD_GRAD] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_router_load,
+    [IR_OP_MOE_DISPATCH] = emit_moe_dispatch,
+    [IR_OP_MOE_UNDISPATCH] = emit_moe_combine,
+    [IR_OP_MOE_COMBINE] = emit_moe_combine,
+    [IR_OP_MOE_COMBINE_GRAD] = emit_moe_combine,
+    [IR_OP_GROUPED_LINEAR] = emit_grouped_linear,
+    [IR_OP_GROUPED_LINEAR_DX] = emit_grouped_linear,
+    [IR_OP_GROUPED_LINEAR_DW] = emit_grouped_linear,
 };
 
 static bool cpu_writes_op(IrOp op) {

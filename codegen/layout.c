@@ -18,6 +18,17 @@ static int64_t real_vocab(const IrGraph *g, const IrNode *loss, int64_t cols) {
   return vp ? cols * cg_mesh(g, IR_AXIS_TENSOR) : cols;
 }
 
+/* The cross_entropy of the loss: the loss itself, or a term of a sum (a
+ * routed model adds its load-balancing loss). NULL when there is none. */
+static const IrNode *loss_cross_entropy(const IrValue *v) {
+  if (v->kind != IR_VAL_NODE) return NULL;
+  const IrNode *n = v->def;
+  if (n->op == IR_OP_CROSS_ENTROPY) return n;
+  if (n->op != IR_OP_ADD) return NULL;
+  const IrNode *a = loss_cross_entropy(n->in[0]);
+  return a ? a : loss_cross_entropy(n->in[1]);
+}
+
 /* The loss, logits, targets and inputs the runtime drives, checked
  * against what the target can run. */
 static bool model_info(IrGraph *g, const CgOptions *o, const CgTarget *t, CgModelInfo *mi) {
@@ -26,18 +37,19 @@ static bool model_info(IrGraph *g, const CgOptions *o, const CgTarget *t, CgMode
   memset(mi, 0, sizeof *mi);
   for (int i = 0; i < g->outputs.len; i++)
     if (!mi->loss || strcmp(g->output_names.items[i], "loss") == 0) mi->loss = g->outputs.items[i];
-  if (!mi->loss || mi->loss->kind != IR_VAL_NODE || mi->loss->def->op != IR_OP_CROSS_ENTROPY) {
+  const IrNode *ce = mi->loss ? loss_cross_entropy(mi->loss) : NULL;
+  if (!ce || mi->loss->type.rank != 0) {
     IrLoc loc = mi->loss && mi->loss->kind == IR_VAL_NODE ? mi->loss->def->loc
                                                           : (IrLoc){o->model_path, 0, 0};
     ir_error(loc, "%s target: the model's output `loss` must be a cross_entropy", tn);
     ok = false;
   } else {
-    mi->logits = mi->loss->def->in[0];
-    mi->targets = mi->loss->def->in[1];
+    mi->logits = ce->in[0];
+    mi->targets = ce->in[1];
     mi->logits_cols = mi->logits->type.shape[mi->logits->type.rank - 1];
-    mi->vocab = real_vocab(g, mi->loss->def, mi->logits_cols);
+    mi->vocab = real_vocab(g, ce, mi->logits_cols);
     if (mi->targets->kind != IR_VAL_INPUT || mi->targets->type.rank != 2) {
-      ir_error(mi->loss->def->loc, "%s target: the targets of the loss must be an input [batch, seq]",
+      ir_error(ce->loc, "%s target: the targets of the loss must be an input [batch, seq]",
                tn);
       ok = false;
     } else {

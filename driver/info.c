@@ -19,13 +19,17 @@ const DrvCommand drv_info_command = {
     "parameter counts, parameters per kind and per layer, and model FLOPs per token",
     "FLOPs count every matrix multiply (2 per multiply-add) and the two\n"
     "attention products (4*b*s*s*h per layer, without the causal halving, as\n"
-    "Narayanan et al. count them); a training step is 3x the forward.",
+    "Narayanan et al. count them); a training step is 3x the forward. A routed\n"
+    "layer counts its experts' products over the rows it routes (k per token),\n"
+    "and `active per token` its k of E experts' weights.",
     info_options, drv_cmd_info};
 
 /* What a parameter is for, judged from the ops that read it. */
-typedef enum Kind { K_EMBEDDING, K_ATTENTION, K_MLP, K_NORM, K_OUTPUT, K_OTHER, K_COUNT } Kind;
-static const char *const kind_names[K_COUNT] = {"embedding", "attention", "mlp",
-                                                "norm",      "output",    "other"};
+typedef enum Kind {
+  K_EMBEDDING, K_ATTENTION, K_MLP, K_NORM, K_OUTPUT, K_ROUTER, K_EXPERTS, K_OTHER, K_COUNT
+} Kind;
+static const char *const kind_names[K_COUNT] = {"embedding", "attention", "mlp",     "norm",
+                                                "output",    "router",    "experts", "other"};
 
 /* Ops that move or rescale values without mixing positions: attention
  * projections reach the attention op through them. This and
@@ -86,6 +90,29 @@ static bool reaches_loss(const IrGraph *g, const IrValue *v) {
   return false;
 }
 
+static bool reaches_router(const IrGraph *g, const IrValue *v) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if ((n->op == IR_OP_ROUTER || n->op == IR_OP_ROUTER_LOAD) && n->in[0] == v) return true;
+  }
+  return false;
+}
+
+/* The share of a routed layer's expert weights p that each token uses:
+ * k / E, with k the choices per token (the dispatch's experts [..., k])
+ * and E the experts; 1 for any other parameter. */
+static double active_share(const IrGraph *g, const IrValue *p) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if (n->op != IR_OP_GROUPED_LINEAR || n->in[1] != p) continue;
+    const IrValue *counts = n->in[2];
+    if (counts->kind != IR_VAL_NODE || counts->def->op != IR_OP_MOE_DISPATCH) return 1;
+    const IrType *ex = &counts->def->in[1]->type;
+    return (double)ex->shape[ex->rank - 1] / (double)ir_type_numel(&counts->type);
+  }
+  return 1;
+}
+
 static Kind classify(const IrGraph *g, const IrValue *p) {
   Kind k = K_OTHER;
   for (int i = 0; i < g->nodes.len; i++) {
@@ -94,8 +121,11 @@ static Kind classify(const IrGraph *g, const IrValue *p) {
       if (n->in[j] != p) continue;
       if (n->op == IR_OP_EMBEDDING) return K_EMBEDDING; /* tied tables count here */
       if (n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM) return K_NORM;
+      if (n->op == IR_OP_GROUPED_LINEAR) return K_EXPERTS;
       if (n->op == IR_OP_LINEAR || n->op == IR_OP_MATMUL) {
-        if (reaches_attention(g, n->out[0], 0) || comes_from_attention(n->in[0], 0))
+        if (reaches_router(g, n->out[0]))
+          k = K_ROUTER;
+        else if (reaches_attention(g, n->out[0], 0) || comes_from_attention(n->in[0], 0))
           k = K_ATTENTION;
         else if (reaches_loss(g, n->out[0]))
           k = K_OUTPUT;
@@ -109,6 +139,7 @@ static Kind classify(const IrGraph *g, const IrValue *p) {
 
 typedef struct Counts {
   int64_t total;
+  double active;        /* the parameters one token uses: a routed layer's k of E experts */
   int64_t by_kind[K_COUNT];
   double forward_flops; /* per forward pass of one microbatch */
   int64_t tokens;       /* positions per forward pass */
@@ -120,6 +151,7 @@ static void count_graph(const IrGraph *g, int64_t mult, Counts *c, int64_t *own)
     const IrValue *p = g->params.items[i];
     int64_t n = ir_type_numel(&p->type);
     c->total += n * mult;
+    c->active += (double)(n * mult) * active_share(g, p);
     c->by_kind[classify(g, p)] += n * mult;
     if (own) *own += n;
   }
@@ -184,6 +216,9 @@ static const char *shape_summary(IrGraph *g) {
 static void print_text(IrGraph *g, const Counts *c) {
   printf("%s: %s\n", g->name, shape_summary(g));
   printf("parameters            %15s\n", commas(c->total));
+  if ((int64_t)c->active != c->total)
+    printf("active per token      %15s  (a routed layer's top-k of its experts)\n",
+           commas((int64_t)c->active));
   for (int k = 0; k < K_COUNT; k++)
     if (c->by_kind[k])
       printf("  %-19s %15s  %5.1f%%\n", kind_names[k], commas(c->by_kind[k]),
@@ -217,6 +252,7 @@ int drv_cmd_info(int nargs, DrvArg *args) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", g->name);
   cJSON_AddNumberToObject(o, "parameters", (double)c.total);
+  cJSON_AddNumberToObject(o, "active_parameters", (double)(int64_t)c.active);
   cJSON *kinds = cJSON_AddObjectToObject(o, "parameters_by_kind");
   for (int k = 0; k < K_COUNT; k++)
     if (c.by_kind[k]) cJSON_AddNumberToObject(kinds, kind_names[k], (double)c.by_kind[k]);

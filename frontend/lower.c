@@ -698,7 +698,8 @@ static Val lower_op_call(Ctx *c, Scope *s, AstExpr *e, IrOp op, int nout) {
       oa.bad = true;
     }
   }
-  bool multi = info->flags & IR_OPF_MULTI_OUT;
+  /* Several results: a count set by attribute n (split), or fixed (router). */
+  bool multi = (info->flags & IR_OPF_MULTI_OUT) || info->nout > 1;
   if (!oa.bad && nout == 0 && multi) {
     lerr(c, e->op_loc, "'%s' returns several tensors; bind them with 'let a, b = %s(...)'",
          e->name, e->name);
@@ -711,6 +712,12 @@ static Val lower_op_call(Ctx *c, Scope *s, AstExpr *e, IrOp op, int nout) {
   if (!oa.bad && nout >= 1 && n_attr && n_attr->kind == IR_EX_INT && n_attr->i != nout) {
     lerr(c, e->op_loc, "'%s' into %lld parts is bound to %d name%s", e->name,
          (long long)n_attr->i, nout, nout == 1 ? "" : "s");
+    oa.bad = true;
+  }
+  if (!oa.bad && nout >= 1 && !(info->flags & IR_OPF_MULTI_OUT) && info->nout > 1 &&
+      nout != info->nout) {
+    lerr(c, e->op_loc, "'%s' returns %d tensors; it is bound to %d name%s", e->name, info->nout,
+         nout, nout == 1 ? "" : "s");
     oa.bad = true;
   }
   if (!oa.bad && nout > 1 && !multi) {

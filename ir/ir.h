@@ -470,6 +470,9 @@ IrExpr *ir_attr_default(const IrAttrSpec *spec, IrLoc loc);
 /* Attribute values once folded; die() if missing or not a literal. */
 int64_t ir_attr_int(const IrNode *n, const char *name);
 double ir_attr_float(const IrNode *n, const char *name);
+/* moe_dispatch's rows per expert for capacity factor f over `copies`
+ * (tokens * k) and E experts: ceil(f * copies / E), 0 (no limit) for f 0. */
+int64_t ir_moe_capacity(double f, int64_t copies, int64_t E);
 bool ir_attr_has(const IrNode *n, const char *name);
 IrGraph *ir_top(IrGraph *g);
 /* Number of times a graph runs per forward pass (product of enclosing

@@ -1231,3 +1231,258 @@ bool ir_shape_graph(IrGraph *g) {
   }
   return ir_error_count() == before;
 }
+
+/* ---------------------------------------------------------- routed layers */
+
+/* Routed tensors are i32 indices (the kernels' type), not any integer. */
+static bool want_i32(IrNode *n, int i, const char *what) {
+  const IrType *t = in_type(n, i);
+  if (t->dtype == IR_I32) return true;
+  ir_error(n->loc, "%s: %s must be i32, got %s", op_name(n), what, ir_type_str(t));
+  return false;
+}
+
+static int64_t rows_of(const IrType *t) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < t->rank; d++) r *= t->shape[d];
+  return r;
+}
+
+static int64_t last_of(const IrType *t) { return t->shape[t->rank - 1]; }
+
+/* k, score and normalize of router and router_grad against logits[..., E]. */
+static bool router_attrs(IrNode *n, const IrType *l, int64_t *k) {
+  int64_t score;
+  bool norm;
+  bool ok = (int)get_pos_int(n, "k", k) & (int)get_nonneg_int(n, "score", &score) &
+            (int)get_flag(n, "normalize", &norm);
+  ok = want_float(n, 0, "logits") && ok;
+  if (!ok) return false;
+  if (score > 1) {
+    ir_error(n->loc, "%s: score must be 0 (softmax) or 1 (sigmoid), got %lld", op_name(n),
+             (long long)score);
+    return false;
+  }
+  if (l->rank < 1 || *k > last_of(l) || last_of(l) > 256) {
+    ir_error(n->loc, "%s: top k = %lld of logits%s: needs 1 <= k <= experts <= 256", op_name(n),
+             (long long)*k, S(l));
+    return false;
+  }
+  return true;
+}
+
+/* router(logits[..., E]){k} -> (weights[..., k], experts i32[..., k]). */
+bool ir_shape_router(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0);
+  int64_t k;
+  if (!router_attrs(n, l, &k)) return false;
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, l->shape, sizeof(int64_t) * (size_t)l->rank);
+  shape[l->rank - 1] = k;
+  set_out(n, 0, l->dtype, l->rank, shape);
+  set_out(n, 1, IR_I32, l->rank, shape);
+  return true;
+}
+
+/* router_grad(logits, experts, dweights) -> dlogits. */
+bool ir_shape_router_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0);
+  int64_t k;
+  if (!router_attrs(n, l, &k) || !want_i32(n, 1, "experts") || !want_float(n, 2, "dweights"))
+    return false;
+  set_out(n, 0, l->dtype, l->rank, l->shape);
+  return true;
+}
+
+int64_t ir_moe_capacity(double f, int64_t copies, int64_t E) {
+  return f > 0 ? (int64_t)ceil(f * (double)copies / (double)E) : 0;
+}
+
+/* moe_dispatch(x[..., h], experts i32[..., k]){experts = E, capacity}
+ *   -> (rows[T*k, h], pos i32[T*k], counts i32[E]). */
+bool ir_shape_moe_dispatch(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *ex = in_type(n, 1);
+  int64_t E;
+  double cap;
+  bool ok = (int)get_pos_int(n, "experts", &E) & (int)want_float(n, 0, "x") &
+            (int)want_i32(n, 1, "experts") &
+            (int)get_num_in(n, "capacity", 0, false, HUGE_VAL, &cap, "a non-negative number");
+  if (!ok) return false;
+  if (x->rank < 1 || ex->rank != x->rank || rows_of(ex) != rows_of(x) || E > 256) {
+    ir_error(n->loc, "moe_dispatch: x%s and experts%s must share their leading dims (at most 256 "
+             "experts, got %lld)", S(x), S(ex), (long long)E);
+    return false;
+  }
+  int64_t rows[2] = {rows_of(x) * last_of(ex), last_of(x)};
+  set_out(n, 0, x->dtype, 2, rows);
+  set_out(n, 1, IR_I32, 1, rows);
+  set_out(n, 2, IR_I32, 1, &E);
+  return true;
+}
+
+/* moe_undispatch(drows[T*k, h], pos i32[T*k]){shape = [..., h]} -> dx. */
+bool ir_shape_moe_undispatch(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *r = in_type(n, 0);
+  int64_t shape[IR_MAX_RANK];
+  int rank;
+  if (!shape_attr(n, shape, &rank) || !want_i32(n, 1, "pos")) return false;
+  IrType t = {.rank = rank};
+  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (r->rank != 2 || rank < 1 || last_of(&t) != r->shape[1] || r->shape[0] % rows_of(&t)) {
+    ir_error(n->loc, "moe_undispatch: rows%s do not give %s", S(r), S(&t));
+    return false;
+  }
+  set_out(n, 0, r->dtype, rank, shape);
+  return true;
+}
+
+/* The sizes of grouped_linear and its gradients: rows[N, in], w[E, out, in]
+ * (transposed) or [E, in, out], counts i32[E]; dy[N, out] for the gradients
+ * in place of their first or second operand. */
+static bool grouped_dims(IrNode *n, int wi, int ci, int64_t *in, int64_t *out) {
+  bool tr;
+  bool ok = get_flag(n, "transposed", &tr) & want_i32(n, ci, "counts");
+  if (!ok) return false;
+  const IrType *w = in_type(n, wi), *c = in_type(n, ci);
+  if (w->rank != 3 || c->rank != 1 || c->shape[0] != w->shape[0]) {
+    ir_error(n->loc, "%s: w%s must be [experts, out, in] and counts%s [experts]", op_name(n), S(w),
+             S(c));
+    return false;
+  }
+  *out = tr ? w->shape[1] : w->shape[2];
+  *in = tr ? w->shape[2] : w->shape[1];
+  return true;
+}
+
+static bool want_rows(IrNode *n, int i, const char *what, int64_t cols) {
+  const IrType *t = in_type(n, i);
+  if (!want_float(n, i, what)) return false;
+  if (t->rank == 2 && t->shape[1] == cols) return true;
+  ir_error(n->loc, "%s: %s%s must be [rows, %lld]", op_name(n), what, S(t), (long long)cols);
+  return false;
+}
+
+bool ir_shape_grouped_linear(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  int64_t in, out;
+  if (!want_float(n, 1, "w") || !grouped_dims(n, 1, 2, &in, &out) ||
+      !want_rows(n, 0, "rows", in))
+    return false;
+  int64_t shape[2] = {in_type(n, 0)->shape[0], out};
+  set_out(n, 0, in_type(n, 0)->dtype, 2, shape);
+  return true;
+}
+
+/* grouped_linear_dx(dy, w, counts). */
+bool ir_shape_grouped_linear_dx(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  int64_t in, out;
+  if (!want_float(n, 1, "w") || !grouped_dims(n, 1, 2, &in, &out) ||
+      !want_rows(n, 0, "dy", out))
+    return false;
+  int64_t shape[2] = {in_type(n, 0)->shape[0], in};
+  set_out(n, 0, in_type(n, 0)->dtype, 2, shape);
+  return true;
+}
+
+/* grouped_linear_dw(rows, dy, counts): w's shape from the two operands. */
+bool ir_shape_grouped_linear_dw(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *x = in_type(n, 0), *dy = in_type(n, 1), *c = in_type(n, 2);
+  bool tr;
+  bool ok = (int)get_flag(n, "transposed", &tr) & (int)want_i32(n, 2, "counts") &
+            (int)want_float(n, 0, "rows") & (int)want_float(n, 1, "dy");
+  if (!ok) return false;
+  if (x->rank != 2 || dy->rank != 2 || x->shape[0] != dy->shape[0] || c->rank != 1) {
+    ir_error(n->loc, "grouped_linear_dw: rows%s, dy%s and counts%s do not match", S(x), S(dy), S(c));
+    return false;
+  }
+  int64_t shape[3] = {c->shape[0], tr ? dy->shape[1] : x->shape[1], tr ? x->shape[1] : dy->shape[1]};
+  set_out(n, 0, x->dtype, 3, shape);
+  return true;
+}
+
+/* moe_combine(rows[T*k, h], pos i32[T*k], weights[..., k]) -> [..., h]. */
+bool ir_shape_moe_combine(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *r = in_type(n, 0), *p = in_type(n, 1), *w = in_type(n, 2);
+  bool ok = (int)want_float(n, 0, "rows") & (int)want_i32(n, 1, "pos") &
+            (int)want_float(n, 2, "weights");
+  if (!ok) return false;
+  if (r->rank != 2 || p->rank != 1 || w->rank < 1 || p->shape[0] != r->shape[0] ||
+      (int64_t)ir_type_numel(w) != r->shape[0]) {
+    ir_error(n->loc, "%s: rows%s, pos%s and weights%s do not match: T*k rows, one pos each",
+             op_name(n), S(r), S(p), S(w));
+    return false;
+  }
+  int64_t shape[IR_MAX_RANK];
+  memcpy(shape, w->shape, sizeof(int64_t) * (size_t)w->rank);
+  shape[w->rank - 1] = r->shape[1];
+  set_out(n, 0, r->dtype, w->rank, shape);
+  return true;
+}
+
+/* moe_combine_grad(rows, pos, weights, dy) -> (drows, dweights). */
+bool ir_shape_moe_combine_grad(IrNode *n) {
+  if (!ir_shape_moe_combine(n)) return false;
+  if (!want_float(n, 3, "dy")) return false;
+  if (!ir_type_same(&n->out[0]->type, in_type(n, 3))) {
+    ir_error(n->loc, "moe_combine_grad: dy%s does not match", S(in_type(n, 3)));
+    return false;
+  }
+  set_out(n, 0, in_type(n, 0)->dtype, 2, in_type(n, 0)->shape);
+  set_out(n, 1, in_type(n, 2)->dtype, in_type(n, 2)->rank, in_type(n, 2)->shape);
+  return true;
+}
+
+
+/* router_load(logits[..., E]){k} -> [2, E]. */
+bool ir_shape_router_load(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0);
+  int64_t k;
+  if (!get_pos_int(n, "k", &k) || !want_float(n, 0, "logits")) return false;
+  if (l->rank < 1 || k > last_of(l) || last_of(l) > 256) {
+    ir_error(n->loc, "router_load: top k = %lld of logits%s: needs k <= experts <= 256",
+             (long long)k, S(l));
+    return false;
+  }
+  int64_t shape[2] = {2, last_of(l)};
+  set_out(n, 0, l->dtype, 2, shape);
+  return true;
+}
+
+/* router_z_loss(logits[..., E]) -> a scalar. */
+bool ir_shape_router_z_loss(IrNode *n) {
+  if (!inputs_ready(n) || !want_float(n, 0, "logits")) return false;
+  set_out(n, 0, in_type(n, 0)->dtype, 0, NULL);
+  return true;
+}
+
+/* router_z_loss_grad(logits, dy[]) -> dlogits. */
+bool ir_shape_router_z_loss_grad(IrNode *n) {
+  if (!inputs_ready(n) || !want_float(n, 0, "logits") || !want_float(n, 1, "dy")) return false;
+  if (in_type(n, 1)->rank != 0) {
+    ir_error(n->loc, "router_z_loss_grad: dy%s must be a scalar", S(in_type(n, 1)));
+    return false;
+  }
+  set_out(n, 0, in_type(n, 0)->dtype, in_type(n, 0)->rank, in_type(n, 0)->shape);
+  return true;
+}
+
+/* router_load_grad(logits[..., E], dload[2, E]) -> dlogits. */
+bool ir_shape_router_load_grad(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  const IrType *l = in_type(n, 0), *d = in_type(n, 1);
+  if (!want_float(n, 0, "logits") || !want_float(n, 1, "dload")) return false;
+  if (d->rank != 2 || d->shape[0] != 2 || l->rank < 1 || d->shape[1] != last_of(l)) {
+    ir_error(n->loc, "router_load_grad: dload%s does not match logits%s", S(d), S(l));
+    return false;
+  }
+  set_out(n, 0, l->dtype, l->rank, l->shape);
+  return true;
+}

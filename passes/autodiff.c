@@ -470,6 +470,53 @@ static bool ad_cross_entropy(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+/* ------------------------------------------------------ routed layers */
+
+/* The experts are integers: only the weights carry a gradient back. */
+static bool ad_router(Ad *ad, IrNode *n, IrValue **dy) {
+  if (!dy[0]) return true;
+  give(ad, n->in[0],
+       emit1(ad, IR_OP_ROUTER_GRAD, INS(n->in[0], n->out[1], dy[0]),
+             ATTRS({"k", fwd_attr(n, "k")}, {"score", fwd_attr(n, "score")},
+                   {"normalize", fwd_attr(n, "normalize")})));
+  return true;
+}
+
+/* Each token's k rows carry their gradients back to the token. */
+static bool ad_moe_dispatch(Ad *ad, IrNode *n, IrValue **dy) {
+  if (!dy[0]) return true;
+  give(ad, n->in[0], emit1(ad, IR_OP_MOE_UNDISPATCH, INS(dy[0], n->out[1]),
+                           ATTRS({"shape", shape_list(ad, &n->in[0]->type)})));
+  return true;
+}
+
+static bool ad_router_load(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], emit1(ad, IR_OP_ROUTER_LOAD_GRAD, INS(n->in[0], dy[0]), NO_ATTRS));
+  return true;
+}
+
+static bool ad_router_z_loss(Ad *ad, IrNode *n, IrValue **dy) {
+  give(ad, n->in[0], emit1(ad, IR_OP_ROUTER_Z_LOSS_GRAD, INS(n->in[0], dy[0]), NO_ATTRS));
+  return true;
+}
+
+static bool ad_grouped_linear(Ad *ad, IrNode *n, IrValue **dy) {
+  IrValue *x = n->in[0], *w = n->in[1], *counts = n->in[2];
+  IrExpr *tr = fwd_attr(n, "transposed");
+  if (wants(ad, x))
+    give(ad, x, emit1(ad, IR_OP_GROUPED_LINEAR_DX, INS(dy[0], w, counts), ATTRS({"transposed", tr})));
+  if (wants(ad, w))
+    give(ad, w, emit1(ad, IR_OP_GROUPED_LINEAR_DW, INS(x, dy[0], counts), ATTRS({"transposed", tr})));
+  return true;
+}
+
+static bool ad_moe_combine(Ad *ad, IrNode *n, IrValue **dy) {
+  IrNode *g = emit(ad, IR_OP_MOE_COMBINE_GRAD, INS(n->in[0], n->in[1], n->in[2], dy[0]), NO_ATTRS, 2);
+  give(ad, n->in[0], g->out[0]);
+  give(ad, n->in[2], g->out[1]);
+  return true;
+}
+
 /* ---------------------------------------------- tensor-parallel adjoints */
 
 /* A collective or its local half on the forward node's mesh axis. */

@@ -388,6 +388,13 @@ static void emit_reshape(CgEmitter *e, int index) {
   cg_cuda_copy(e, n->out[0], n->in[0]);
 }
 
+/* The routed layer's ops have no CUDA kernels yet: each is refused at its
+ * source line, before anything is written. */
+static void emit_routed(CgEmitter *e, int index) {
+  cg_error(e, cg_node(e, index), "routed layers (mixtures of experts) have no kernels on this "
+           "target yet; --target cpu runs them");
+}
+
 /* ------------------------------------------------------------ the op table */
 
 /* How the CUDA target writes an op that runs on its own; an elementwise op
@@ -428,6 +435,19 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
     [IR_OP_TP_SLICE] = cg_cuda_tp_slice,
     [IR_OP_TP_COPY] = cg_cuda_tp_copy,
+    [IR_OP_ROUTER] = emit_routed,
+    [IR_OP_ROUTER_LOAD] = emit_routed,
+    [IR_OP_ROUTER_Z_LOSS] = emit_routed,
+    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_routed,
+    [IR_OP_MOE_DISPATCH] = emit_routed,
+    [IR_OP_GROUPED_LINEAR] = emit_routed,
+    [IR_OP_MOE_COMBINE] = emit_routed,
+    [IR_OP_ROUTER_GRAD] = emit_routed,
+    [IR_OP_ROUTER_LOAD_GRAD] = emit_routed,
+    [IR_OP_MOE_UNDISPATCH] = emit_routed,
+    [IR_OP_GROUPED_LINEAR_DX] = emit_routed,
+    [IR_OP_GROUPED_LINEAR_DW] = emit_routed,
+    [IR_OP_MOE_COMBINE_GRAD] = emit_routed,
 };
 
 bool cg_cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }

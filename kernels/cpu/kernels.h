@@ -271,4 +271,45 @@ static inline float k_tanh(float x) {
 /* The elementwise formulas over k_exp and k_tanh (kernels/formulas.h). */
 #include "../formulas.h"
 
+/* --- routed layers (moe.c) --------------------------------------------------- */
+/* The most experts a router chooses among. */
+#define K_ROUTER_MAX 256
+/* Per token t of logits[T, E]: scores (score 0 softmax, 1 sigmoid), the
+ * top k experts ex[T, k] (ties to the lower index) and their weights
+ * w[T, k], divided by their sum when normalize. bwd: dlogits from dw. */
+void k_router_fwd(real *w, int32_t *ex, const real *logits, int64_t T, int64_t E, int64_t k,
+                  int score, int normalize);
+void k_router_bwd(real *dlogits, const real *logits, const int32_t *ex, const real *dw, int64_t T,
+                  int64_t E, int64_t k, int score, int normalize);
+/* load[2, E] of logits[T, E]: row 0 each expert's share of the top-k
+ * choices (count / T), row 1 its mean softmax score; bwd: dlogits from row 1 of dload. */
+void k_router_load_fwd(real *load, const real *logits, int64_t T, int64_t E, int64_t k);
+void k_router_load_bwd(real *dlogits, const real *logits, const real *dload, int64_t T, int64_t E);
+/* The mean over tokens of logsumexp(logits[t, :])^2 (the router z-loss);
+ * bwd: dlogits = dy * 2 lse softmax / T. */
+void k_router_z_loss_fwd(real *loss, const real *logits, int64_t T, int64_t E);
+void k_router_z_loss_bwd(real *dlogits, const real *logits, const real *dy, int64_t T, int64_t E);
+/* Copy c = t * k + j of token t goes to row pos[c] of xs[T * k, h], rows
+ * sorted by expert ex[c], stable; counts[E] the rows of each expert. With
+ * cap > 0 an expert keeps its first cap copies (in copy order) and drops
+ * the others (pos -1, adding nothing); the rows after the kept ones are 0. */
+void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
+                    int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap);
+/* y[t] = sum_j w[t, j] ys[pos[t * k + j]] (w NULL: weights 1, the
+ * dispatch's adjoint); bwd: dys[pos[c]] = w[c] dy[t], dw[c] = dy[t] . ys[pos[c]]. */
+void k_moe_combine(real *y, const real *ys, const int32_t *pos, const real *w, int64_t T, int64_t k,
+                   int64_t h);
+void k_moe_combine_bwd(real *dys, real *dw, const real *ys, const int32_t *pos, const real *w,
+                       const real *dy, int64_t T, int64_t k, int64_t h);
+/* Expert e's rows (counts[e] of them, in order) of x[rows, in] times w[e]
+ * (w[E, out, in] when transposed, else [E, in, out]) -> y[rows, out], the
+ * rows past the experts' zeros; dx likewise, and dw (dw[e] zero for an
+ * expert without rows). */
+void k_grouped_linear(real *y, const real *x, const real *w, const int32_t *counts, int64_t rows,
+                      int64_t E, int64_t in, int64_t out, int transposed);
+void k_grouped_linear_dx(real *dx, const real *dy, const real *w, const int32_t *counts,
+                         int64_t rows, int64_t E, int64_t in, int64_t out, int transposed);
+void k_grouped_linear_dw(real *dw, const real *x, const real *dy, const int32_t *counts,
+                         int64_t rows, int64_t E, int64_t in, int64_t out, int transposed);
+
 #endif

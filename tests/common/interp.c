@@ -103,6 +103,42 @@ static void swiglu_grad(IrNode *n) {
   }
 }
 
+/* ------------------------------------------------------- routed layers */
+
+static void router(IrNode *n) {
+  const IrValue *l = n->in[0];
+  int64_t E = last(l), rows = numel(l) / E, k = ir_attr_int(n, "k");
+  int score = (int)ir_attr_int(n, "score"), norm = (int)ir_attr_int(n, "normalize");
+  if (n->op == IR_OP_ROUTER)
+    k_router_fwd(R(n->out[0]), T(n->out[1])->i, R(l), rows, E, k, score, norm);
+  else
+    k_router_bwd(R(n->out[0]), R(l), T(n->in[1])->i, R(n->in[2]), rows, E, k, score, norm);
+}
+
+/* grouped_linear(x, w, counts), _dx(dy, w, counts), _dw(x, dy, counts). */
+static void grouped_linear(IrNode *n) {
+  const IrValue *c = n->in[2];
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t E = numel(c), rows = dim(n->in[0], 0), in, out;
+  if (n->op == IR_OP_GROUPED_LINEAR_DW) {
+    in = last(n->in[0]), out = last(n->in[1]);
+    k_grouped_linear_dw(R(n->out[0]), R(n->in[0]), R(n->in[1]), T(c)->i, rows, E, in, out, tr);
+    return;
+  }
+  const IrValue *w = n->in[1];
+  in = tr ? dim(w, 2) : dim(w, 1), out = tr ? dim(w, 1) : dim(w, 2);
+  if (n->op == IR_OP_GROUPED_LINEAR)
+    k_grouped_linear(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, rows, E, in, out, tr);
+  else
+    k_grouped_linear_dx(R(n->out[0]), R(n->in[0]), R(w), T(c)->i, rows, E, in, out, tr);
+}
+
+/* moe_dispatch's rows per expert: capacity * T*k / E rounded up, 0 (no
+ * limit) without a capacity. */
+static int64_t capacity_of(const IrNode *n) {
+  return ir_moe_capacity(ir_attr_float(n, "capacity"), numel(n->in[1]), numel(n->out[2]));
+}
+
 /* ------------------------------------------------------------- layout */
 
 /* x viewed as [outer, len, inner] around `axis`. */
@@ -334,6 +370,36 @@ bool ti_exec(IrNode *n) {
     k_cross_entropy_ign_bwd(R(y), R(x), T(n->in[1])->i, R(n->in[2]), numel(x) / last(x), last(x),
                             valid_of(n, x), ignore_of(n));
     break;
+  case IR_OP_ROUTER:
+  case IR_OP_ROUTER_GRAD: router(n); break;
+  case IR_OP_ROUTER_LOAD:
+    k_router_load_fwd(R(y), R(x), numel(x) / last(x), last(x), ir_attr_int(n, "k"));
+    break;
+  case IR_OP_ROUTER_LOAD_GRAD:
+    k_router_load_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
+    break;
+  case IR_OP_ROUTER_Z_LOSS: k_router_z_loss_fwd(R(y), R(x), numel(x) / last(x), last(x)); break;
+  case IR_OP_ROUTER_Z_LOSS_GRAD:
+    k_router_z_loss_bwd(R(y), R(x), R(n->in[1]), numel(x) / last(x), last(x));
+    break;
+  case IR_OP_MOE_DISPATCH:
+    k_moe_dispatch(R(n->out[0]), T(n->out[1])->i, T(n->out[2])->i, R(x), T(n->in[1])->i,
+                   numel(n->in[1]) / last(n->in[1]), last(n->in[1]), last(x), numel(n->out[2]),
+                   capacity_of(n));
+    break;
+  case IR_OP_MOE_UNDISPATCH:
+    k_moe_combine(R(y), R(x), T(n->in[1])->i, NULL, numel(y) / last(y), numel(n->in[1]) * last(y) / numel(y), last(y));
+    break;
+  case IR_OP_MOE_COMBINE:
+    k_moe_combine(R(y), R(x), T(n->in[1])->i, R(n->in[2]), numel(n->in[2]) / last(n->in[2]), last(n->in[2]), last(x));
+    break;
+  case IR_OP_MOE_COMBINE_GRAD:
+    k_moe_combine_bwd(R(y), R(n->out[1]), R(x), T(n->in[1])->i, R(n->in[2]), R(n->in[3]),
+                      numel(n->in[2]) / last(n->in[2]), last(n->in[2]), last(x));
+    break;
+  case IR_OP_GROUPED_LINEAR:
+  case IR_OP_GROUPED_LINEAR_DX:
+  case IR_OP_GROUPED_LINEAR_DW: grouped_linear(n); break;
   default:
     die("%s: %s is not interpreted (tests/common/interp.c)", ti_prog, ir_op_info(n->op)->name);
   }

@@ -50,3 +50,16 @@ grad_test_passes(gpt2_add_norm fold,shape,unroll,autodiff,add-norm,verify ${MODE
 grad_test_passes(llama_add_norm fold,shape,unroll,autodiff,add-norm,verify
                  ${MODELS_DIR}/llama.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=4
                  -D kv_heads=2 -D ffn=12 -D layers=2 -D batch=2)
+# The routed layer's ops (router, moe_dispatch, grouped_linear, moe_combine).
+grad_test(moe_ops ${GRAD_DIR}/moe_ops.ir)
+# The routed models: router, dispatch, grouped experts, combine, the
+# load-balancing loss and DeepSeek-MoE's z-loss (the coefficients raised so
+# that their gradients show).
+grad_test(mixtral ${MODELS_DIR}/mixtral.shard -D vocab=19 -D seq=5 -D hidden=16 -D heads=4
+          -D kv_heads=2 -D ffn=12 -D experts=4 -D layers=2 -D batch=2 -D init_std=0.3
+          -D router_aux_loss_coef=0.5)
+grad_test(deepseek_moe ${MODELS_DIR}/deepseek_moe.shard -D vocab=19 -D seq=5 -D hidden=16
+          -D heads=2 -D kv_heads=2 -D experts=6 -D top_k=3 -D expert_ffn=6 -D layers=2 -D batch=2
+          -D init_std=0.3 -D aux_loss_alpha=0.5 -D z_loss_coef=0.5)
+# The same with capacity factors that drop copies.
+grad_test(moe_capacity ${GRAD_DIR}/moe_capacity.ir)

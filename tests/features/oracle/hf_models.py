@@ -7,7 +7,9 @@
                  [--tol 1e-5]
 
 The same initial weights (ours, renamed to HF's names) go into HF's model
-(GPTNeoXForCausalLM for models/neox.shard); it reads the same windows of
+(GPTNeoXForCausalLM for models/neox.shard, MixtralForCausalLM for
+models/mixtral.shard, whose stacked experts are split into HF's one tensor
+each, and whose loss adds HF's load-balancing loss); it reads the same windows of
 the same shard as our program did with --no-shuffle, takes the mean
 cross-entropy of its logits against the next tokens and steps
 torch.optim.AdamW (weight decay on tensors of 2 or more dims, as our
@@ -79,7 +81,39 @@ def neox(cfg):
     return model, name
 
 
-MODELS = {"neox": neox}
+def mixtral(cfg):
+    """MixtralForCausalLM of models/mixtral.shard's shape; our name -> HF's.
+    Its loss adds the router's load-balancing loss (output_router_logits)."""
+    hc = transformers.MixtralConfig(
+        vocab_size=cfg["vocab"], hidden_size=cfg["hidden"], intermediate_size=cfg["ffn"],
+        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["kv_heads"], max_position_embeddings=cfg["seq"],
+        rms_norm_eps=1e-5, rope_theta=10000.0, num_local_experts=cfg["experts"],
+        num_experts_per_tok=cfg["top_k"], router_aux_loss_coef=cfg["router_aux_loss_coef"],
+        output_router_logits=True, sliding_window=None, attention_dropout=0.0,
+        tie_word_embeddings=False, attn_implementation="eager")
+    model = transformers.MixtralForCausalLM(hc)
+
+    def name(ours):
+        return ours if ours.startswith("lm_head.") else "model." + ours
+    return model, name
+
+
+def split_experts(tensors):
+    """Our stacked experts (`...experts.w1.weight` [E, out, in]) as HF's one
+    tensor per expert (`...experts.N.w1.weight`); the rest as they are."""
+    out = {}
+    for n, t in tensors.items():
+        head, sep, tail = n.partition(".experts.")
+        if sep and t.ndim == 3:
+            for e in range(t.shape[0]):
+                out["%s.experts.%d.%s" % (head, e, tail)] = t[e]
+        else:
+            out[n] = t
+    return out
+
+
+MODELS = {"neox": neox, "mixtral": mixtral}
 
 
 def main():
@@ -118,15 +152,27 @@ def main():
                 m._set_cos_sin_cache(m.max_seq_len_cached, m.inv_freq.device, torch.float64)
     model.train()
 
-    params = hf_steps.load_ours(model, safetensors.read(args.weights), hf_name, npdtype, "hf_models")
+    routed = args.model == "mixtral"
+    ours_of = split_experts if routed else (lambda t: t)
+    params = hf_steps.load_ours(model, ours_of(safetensors.read(args.weights)), hf_name, npdtype,
+                                "hf_models")
     opt = hf_steps.adamw(params, args)
     data = shard_data.Windows(args.data, args.batch, args.seq, vocab=cfg["vocab"])
     hf_losses = []
-    for step in range(args.steps):
-        tokens, targets = data.step(step)
-        logits = model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits
+
+    def loss_of(tokens, targets):
+        """The mean cross-entropy against the next tokens, plus for a routed
+        model HF's own load-balancing loss times router_aux_loss_coef."""
+        out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
+        logits = out.logits
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), torch.from_numpy(targets.astype(np.int64)).reshape(-1))
+        if routed:
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+        return loss
+    for step in range(args.steps):
+        tokens, targets = data.step(step)
+        loss = loss_of(tokens, targets)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -142,11 +188,8 @@ def main():
 
     def eval_loss():
         with torch.no_grad():
-            logits = model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits
-            return float(torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]),
-                torch.from_numpy(targets.astype(np.int64)).reshape(-1)))
-    ok = hf_steps.compare_after(model, params, safetensors.read(args.ours_final), hf_name, npdtype,
+            return float(loss_of(tokens, targets))
+    ok = hf_steps.compare_after(model, params, ours_of(safetensors.read(args.ours_final)), hf_name, npdtype,
                                 eval_loss, args.steps, args.tol, "query_key_value.bias",
                                 "the qkv biases") and ok
     print("hf_models: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))

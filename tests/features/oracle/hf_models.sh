@@ -1,7 +1,7 @@
 #!/bin/bash
 # A shipped model against Hugging Face transformers' own class for it:
 #
-#   tests/features/oracle/hf_models.sh neox [WORKDIR]
+#   tests/features/oracle/hf_models.sh neox|mixtral [WORKDIR]
 #
 # Our program draws the initial weights (--steps 0 --save), trains 5 AdamW
 # steps from them on a shard of random tokens (--no-shuffle, fp32, one
@@ -32,7 +32,8 @@ if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
 fi
 case $MODEL in
 neox) CONFIG="vocab=97,hidden=64,heads=4,layers=2,init_std=0.1" ;;
-*) echo "hf_models: unknown model $MODEL (neox)" >&2; exit 1 ;;
+mixtral) CONFIG="vocab=97,hidden=32,heads=4,kv_heads=2,layers=2,ffn=48,experts=8,top_k=2,router_aux_loss_coef=0.02,init_std=0.1" ;;
+*) echo "hf_models: unknown model $MODEL (neox, mixtral)" >&2; exit 1 ;;
 esac
 DTYPE=${DTYPE:-f32}
 case $DTYPE in

@@ -71,6 +71,12 @@ foreach(model neox)
   endforeach()
 endforeach()
 
+# models/mixtral.shard against MixtralForCausalLM (the same script): the
+# stacked experts split into HF's per-expert tensors, the loss with HF's
+# load-balancing loss (router_aux_loss_coef), fp32 within 1e-5.
+add_test(NAME oracle.hf_mixtral COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh mixtral)
+set_tests_properties(oracle.hf_mixtral PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
+
 # The CUDA target: models/neox.shard's partial rotary is refused at compile
 # time, at the rope's line, before anything is written; the same model
 # with the rotary written as slices (whole-head rope, slice, unequal
