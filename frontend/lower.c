@@ -698,8 +698,10 @@ static Val lower_op_call(Ctx *c, Scope *s, AstExpr *e, IrOp op, int nout) {
       oa.bad = true;
     }
   }
-  /* Several results: a count set by attribute n (split), or fixed (router). */
-  bool multi = (info->flags & IR_OPF_MULTI_OUT) || info->nout > 1;
+  /* Several results: a count set by attribute n (split), or fixed (router),
+   * unless all but the first are the op's own (attention's log-sum-exp). */
+  bool multi = (info->flags & IR_OPF_MULTI_OUT) ||
+               (info->nout > 1 && !(info->flags & IR_OPF_AUX_OUT));
   if (!oa.bad && nout == 0 && multi) {
     lerr(c, e->op_loc, "'%s' returns several tensors; bind them with 'let a, b = %s(...)'",
          e->name, e->name);
@@ -714,8 +716,7 @@ static Val lower_op_call(Ctx *c, Scope *s, AstExpr *e, IrOp op, int nout) {
          (long long)n_attr->i, nout, nout == 1 ? "" : "s");
     oa.bad = true;
   }
-  if (!oa.bad && nout >= 1 && !(info->flags & IR_OPF_MULTI_OUT) && info->nout > 1 &&
-      nout != info->nout) {
+  if (!oa.bad && nout >= 1 && multi && !(info->flags & IR_OPF_MULTI_OUT) && nout != info->nout) {
     lerr(c, e->op_loc, "'%s' returns %d tensors; it is bound to %d name%s", e->name, info->nout,
          nout, nout == 1 ? "" : "s");
     oa.bad = true;

@@ -249,6 +249,8 @@ enum {
                                 * it (a GEMM with beta = 1, embedding_grad's scatter): the
                                 * memory plan lets it write a param's gradient straight into
                                 * the gradient slot */
+  IR_OPF_AUX_OUT = 1 << 10,    /* the results after the first are kept for the backward
+                                * (attention's log-sum-exp): a model uses the first alone */
 };
 
 /* How the memory plan may cut a node into chunks of rows (the `rows`
