@@ -60,7 +60,9 @@ expect_error() {
   st=0
   "$@" >out.txt 2>&1 || st=$?
   msg=$(grep 'error' out.txt | head -3 || true)
-  if [ $st -eq 1 ] && grep 'error' out.txt | grep -qF -- "$frag"; then
+  # (not grep -q at the end of a pipe: under pipefail, the first grep's
+  # SIGPIPE when -q stops reading early would fail a match)
+  if [ $st -eq 1 ] && grep 'error' out.txt | grep -F -- "$frag" >/dev/null; then
     ok "$what: exit 1: $msg"
   else
     fail "$what: exit $st, expected 1 and '$frag'; got:"
