@@ -1345,7 +1345,7 @@ bool ir_shape_moe_undispatch(IrNode *n) {
  * in place of their first or second operand. */
 static bool grouped_dims(IrNode *n, int wi, int ci, int64_t *in, int64_t *out) {
   bool tr;
-  bool ok = get_flag(n, "transposed", &tr) & want_i32(n, ci, "counts");
+  bool ok = (int)get_flag(n, "transposed", &tr) & (int)want_i32(n, ci, "counts");
   if (!ok) return false;
   const IrType *w = in_type(n, wi), *c = in_type(n, ci);
   if (w->rank != 3 || c->rank != 1 || c->shape[0] != w->shape[0]) {
