@@ -91,6 +91,7 @@ typedef struct CgEmitter {
 static inline const IrNode *cg_node(const CgEmitter *e, int i) { return e->g->nodes.items[i]; }
 static inline int64_t cg_numel(const IrValue *v) { return ir_type_numel(&v->type); }
 static inline int64_t cg_dim(const IrValue *v, int k) {
+  if (v->type.rank == 0) return 1; /* a scalar (a loss term) is one row of one */
   return v->type.shape[k < 0 ? k + v->type.rank : k];
 }
 static inline int64_t cg_rows(const IrValue *v) { return cg_numel(v) / cg_dim(v, -1); }
