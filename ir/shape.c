@@ -1366,28 +1366,21 @@ static bool want_rows(IrNode *n, int i, const char *what, int64_t cols) {
   return false;
 }
 
-bool ir_shape_grouped_linear(IrNode *n) {
+/* grouped_linear(rows, w, counts) -> [N, out], and its dx(dy, w, counts)
+ * -> [N, in]: the same product with w read the other way. */
+static bool grouped_product(IrNode *n, bool dx) {
   if (!inputs_ready(n)) return false;
   int64_t in, out;
   if (!want_float(n, 1, "w") || !grouped_dims(n, 1, 2, &in, &out) ||
-      !want_rows(n, 0, "rows", in))
+      !want_rows(n, 0, dx ? "dy" : "rows", dx ? out : in))
     return false;
-  int64_t shape[2] = {in_type(n, 0)->shape[0], out};
+  int64_t shape[2] = {in_type(n, 0)->shape[0], dx ? in : out};
   set_out(n, 0, in_type(n, 0)->dtype, 2, shape);
   return true;
 }
 
-/* grouped_linear_dx(dy, w, counts). */
-bool ir_shape_grouped_linear_dx(IrNode *n) {
-  if (!inputs_ready(n)) return false;
-  int64_t in, out;
-  if (!want_float(n, 1, "w") || !grouped_dims(n, 1, 2, &in, &out) ||
-      !want_rows(n, 0, "dy", out))
-    return false;
-  int64_t shape[2] = {in_type(n, 0)->shape[0], in};
-  set_out(n, 0, in_type(n, 0)->dtype, 2, shape);
-  return true;
-}
+bool ir_shape_grouped_linear(IrNode *n) { return grouped_product(n, false); }
+bool ir_shape_grouped_linear_dx(IrNode *n) { return grouped_product(n, true); }
 
 /* grouped_linear_dw(rows, dy, counts): w's shape from the two operands. */
 bool ir_shape_grouped_linear_dw(IrNode *n) {
