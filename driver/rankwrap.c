@@ -24,9 +24,15 @@
 #include "driver.h"
 
 static volatile pid_t child;
+static pid_t grand; /* our parent at the start: mpirun or Open MPI's daemon */
 
+/* A signal from mpirun is passed on as it is. The SIGTERM of our parent's
+ * death (PR_SET_PDEATHSIG) kills the rank outright: with mpirun gone the
+ * rank can do nothing useful, and a rank that is stopped (SIGSTOP, a
+ * debugger) would hold a SIGTERM pending for ever and outlive the job. */
 static void pass_on(int sig) {
-  if (child > 0) kill(child, sig);
+  if (child <= 0) return;
+  kill(child, getppid() != grand ? SIGKILL : sig);
 }
 
 /* JOB_DIR/rank-R.end: "signal N" or "status N". R is the world rank as
@@ -53,7 +59,7 @@ int drv_rank_parent(int argc, char **argv) {
   }
   /* This parent ends with its own parent (mpirun, or Open MPI's daemon on
    * another machine): SIGTERM, which it passes on, and the rank exits. */
-  pid_t grand = getppid();
+  grand = getppid();
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != grand) return 1;
   pid_t parent = getpid();

@@ -29,12 +29,21 @@ corpus_shards
 
 # The pids of the case's records, killed if any is left (a stopped rank
 # the launcher could not kill by its id: it is "elsewhere").
+# A rank killed as its parent dies (PR_SET_PDEATHSIG) goes a moment after
+# the launcher exits, so each is given 3 s; a zombie has gone.
+alive() {
+  local state
+  state=$(sed -n 's/^[0-9]* (.*) \([A-Z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null || true)
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
 leftovers() {
-  local left=0 rec pid
+  local left=0 rec pid tries
   for rec in "prog-$1"/job-*/rank-*; do
     case $rec in *.exit | *.end) continue ;; esac
     pid=$(sed -n 's/^pid //p' "$rec")
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    [ -n "$pid" ] || continue
+    for tries in $(seq 30); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
       left=$((left + 1))
       kill -KILL "$pid" 2>/dev/null || true
     fi
