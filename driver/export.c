@@ -41,6 +41,11 @@ typedef struct HfModel {
    * spelled words[i][1] (a word the language keeps for itself). */
   const char *groups[4][2];
   const char *words[2][2];
+  /* A word after which Hugging Face numbers its experts: a parameter of
+   * ours with that word and a leading expert dimension
+   * (`layers.0.block_sparse_moe.experts.w1.weight` [E, ffn, hidden])
+   * goes out as E tensors (`...experts.0.w1.weight`, ...). */
+  const char *stacked;
 } HfModel;
 
 /* GPT-2 (GPT2LMHeadModel): the output layer is the tied embedding, which
@@ -69,7 +74,8 @@ static const HfModel hf_models[] = {
       {"tie_word_embeddings", K_BOOL, "true"},
       {"torch_dtype", K_STR, "float32"}},
      {{NULL}},
-     {{NULL}}},
+     {{NULL}},
+     NULL},
     {"llama", "LlamaForCausalLM", "llama", "model.", {"lm_head.weight"},
      {{"vocab_size", K_INT, "vocab"},
       {"hidden_size", K_INT, "hidden"},
@@ -86,7 +92,8 @@ static const HfModel hf_models[] = {
       {"tie_word_embeddings", K_BOOL, "false"},
       {"torch_dtype", K_STR, "float32"}},
      {{NULL}},
-     {{NULL}}},
+     {{NULL}},
+     NULL},
     {"neox", "GPTNeoXForCausalLM", "gpt_neox", "gpt_neox.", {"embed_out.weight"},
      {{"vocab_size", K_INT, "vocab"},
       {"hidden_size", K_INT, "hidden"},
@@ -103,7 +110,8 @@ static const HfModel hf_models[] = {
       {"tie_word_embeddings", K_BOOL, "false"},
       {"torch_dtype", K_STR, "float32"}},
      {{NULL}},
-     {{NULL}}},
+     {{NULL}},
+     NULL},
     {"bert", "BertForMaskedLM", "bert", "bert.", {NULL},
      {{"vocab_size", K_INT, "vocab"},
       {"hidden_size", K_INT, "hidden"},
@@ -118,7 +126,32 @@ static const HfModel hf_models[] = {
       {"tie_word_embeddings", K_BOOL, "true"},
       {"torch_dtype", K_STR, "float32"}},
      {{"layer.", "bert.encoder."}, {"cls.", ""}},
-     {{"out", "output"}}},
+     {{"out", "output"}},
+     NULL},
+    /* Mixtral (MixtralForCausalLM): LLaMA's names and lm_head, each
+     * expert a tensor of its own; output_router_logits so that HF's loss
+     * adds the load-balancing loss as ours does. */
+    {"mixtral", "MixtralForCausalLM", "mixtral", "model.", {"lm_head.weight"},
+     {{"vocab_size", K_INT, "vocab"},
+      {"hidden_size", K_INT, "hidden"},
+      {"intermediate_size", K_INT, "ffn"},
+      {"num_hidden_layers", K_INT, "layers"},
+      {"num_attention_heads", K_INT, "heads"},
+      {"num_key_value_heads", K_INT, "kv_heads"},
+      {"max_position_embeddings", K_INT, "seq"},
+      {"num_local_experts", K_INT, "experts"},
+      {"num_experts_per_tok", K_INT, "top_k"},
+      {"router_aux_loss_coef", K_FLOAT, "router_aux_loss_coef"},
+      {"output_router_logits", K_BOOL, "true"},
+      {"rms_norm_eps", K_FLOAT, "eps"},
+      {"rope_theta", K_FLOAT, "theta"},
+      {"initializer_range", K_FLOAT, "init_std"},
+      {"hidden_act", K_STR, "silu"},
+      {"tie_word_embeddings", K_BOOL, "false"},
+      {"torch_dtype", K_STR, "float32"}},
+     {{NULL}},
+     {{NULL}},
+     "experts"},
 };
 enum { NMODELS = sizeof hf_models / sizeof hf_models[0] };
 
@@ -135,7 +168,8 @@ const DrvCommand drv_export_command = {
     "its `latest` names) and writes OUT/config.json and OUT/model.safetensors\n"
     "under Hugging Face's names, so that transformers' from_pretrained(OUT)\n"
     "loads them. The model's config values (with the checkpoint's -D values)\n"
-    "give config.json. Known models: gpt2, llama, neox, bert. With --shard-bytes N the\n"
+    "give config.json. Known models: gpt2, llama, neox, bert, mixtral (whose\n"
+    "stacked experts go out one tensor each, as Hugging Face keeps them). With --shard-bytes N the\n"
     "weights go into model-00001-of-0000K.safetensors, ... of about N bytes\n"
     "each and model.safetensors.index.json. Files are written to a temporary\n"
     "name and renamed. `--init-from OUT` reads such a folder back.",
@@ -205,6 +239,42 @@ static bool ckpt_open(Ckpt *c, const char *path) {
   }
   qsort(c->t, (size_t)c->n, sizeof *c->t, by_offset);
   return true;
+}
+
+/* The stacked experts of c as Hugging Face's one tensor per expert: a
+ * tensor whose name holds the row's word `stacked` between two others
+ * and whose shape has 2 dims or more becomes shape[0] tensors of
+ * shape[1:], its bytes cut in as many equal runs, the index after the
+ * word. Their order (by offset) is kept. */
+static void split_stacked(Ckpt *c, const HfModel *hm) {
+  if (!hm->stacked) return;
+  const char *word = ir_fmt(".%s.", hm->stacked);
+  int n = 0;
+  for (int i = 0; i < c->n; i++) {
+    cJSON *sh = c->t[i].shape;
+    n += strstr(c->t[i].name, word) && cJSON_GetArraySize(sh) >= 2 ? (int)sh->child->valuedouble : 1;
+  }
+  Tensor *out = ir_alloc(sizeof(Tensor) * (size_t)(n + 1));
+  int k = 0;
+  for (int i = 0; i < c->n; i++) {
+    const Tensor *t = &c->t[i];
+    const char *at = strstr(t->name, word);
+    if (!at || cJSON_GetArraySize(t->shape) < 2) {
+      out[k++] = *t;
+      continue;
+    }
+    int E = (int)t->shape->child->valuedouble;
+    cJSON *piece = cJSON_Duplicate(t->shape, 1);
+    cJSON_DeleteItemFromArray(piece, 0);
+    cJSON_AddItemToObject(c->header, ir_fmt("%s (a piece)", t->name), piece); /* freed with it */
+    int64_t bytes = E > 0 ? (t->end - t->begin) / E : 0;
+    size_t head = (size_t)(at - t->name) + strlen(word) - 1;
+    for (int e = 0; e < E; e++)
+      out[k++] = (Tensor){ir_fmt("%.*s.%d%s", (int)head, t->name, e, t->name + head), t->dtype, piece,
+                          t->begin + e * bytes, t->begin + (e + 1) * bytes};
+  }
+  c->t = out;
+  c->n = k;
 }
 
 static const char *meta_of(const Ckpt *c, const char *key) {
@@ -438,6 +508,7 @@ int drv_cmd_export(int nargs, DrvArg *args) {
       if (nm < 256) margs[nm++] = (DrvArg){&define, tok, -1};
     ok = (g = drv_load_and_check(source, nm, margs)) != NULL;
   }
+  if (ok) split_stacked(&c, hm);
   char *config = ok ? config_json(g, hm, source) : NULL;
   ok = ok && config;
   if (ok && mkdir(out, 0777) != 0 && errno != EEXIST) ok = fail(out, "%s", strerror(errno)) == 0;

@@ -224,8 +224,12 @@ void rt_st_close(RtStFile *f) {
   for (int i = 0; i < f->nparts; i++)
     rt_st_close(&f->parts[i]);
   free(f->parts);
-  for (int i = 0; i < f->n; i++)
+  for (int i = 0; i < f->n; i++) {
+    for (int k = 0; k < f->t[i].nstack; k++)
+      free(f->t[i].stack[k].name);
+    free(f->t[i].stack);
     free(f->t[i].name);
+  }
   for (int i = 0; i < f->nmeta; i++)
     free(f->meta_key[i]), free(f->meta_val[i]);
   free(f->t);
@@ -239,6 +243,26 @@ const RtStTensor *rt_st_find(const RtStFile *f, const char *name) {
   for (int i = 0; i < f->n; i++)
     if (!strcmp(f->t[i].name, name)) return &f->t[i];
   return NULL;
+}
+
+void rt_st_stack(RtStFile *f, const char *name, const RtStTensor *const *pieces, int n) {
+  RtStTensor s = {.name = rt_xstrdup(name), .dtype = pieces[0]->dtype, .dsize = pieces[0]->dsize,
+                  .rank = pieces[0]->rank + 1, .nstack = n};
+  if (s.rank > RT_MAX_RANK) rt_fatal(f->path, "stacked tensor %s: rank %d, more than %d", name, s.rank, RT_MAX_RANK);
+  s.shape[0] = n;
+  memcpy(s.shape + 1, pieces[0]->shape, sizeof(int64_t) * (size_t)pieces[0]->rank);
+  s.numel = n * pieces[0]->numel;
+  s.stack = rt_xcalloc((size_t)n, sizeof *s.stack);
+  for (int k = 0; k < n; k++) {
+    s.stack[k] = *pieces[k];
+    s.stack[k].name = rt_xstrdup(pieces[k]->name);
+  }
+  /* pieces point into f->t, which moves now. */
+  RtStTensor *grown = rt_xcalloc((size_t)f->n + 1, sizeof *grown);
+  memcpy(grown, f->t, sizeof *grown * (size_t)f->n);
+  free(f->t);
+  f->t = grown;
+  f->t[f->n++] = s;
 }
 
 const char *rt_st_meta(const RtStFile *f, const char *key) {
@@ -274,6 +298,9 @@ static double element(const unsigned char *p, const char *dtype) {
 }
 
 int rt_st_read_checked(const RtStFile *set, const RtStTensor *t, real *dst, RtErr *e) {
+  for (int k = 0; k < t->nstack; k++)
+    if (rt_st_read_checked(set, &t->stack[k], dst + k * t->stack[k].numel, e)) return -1;
+  if (t->nstack) return 0;
   const RtStFile *f = t->part > 0 ? &set->parts[t->part - 1] : set;
   int64_t at = f->data_start + t->begin;
   if (!strcmp(t->dtype, REAL_DTYPE)) /* no conversion: straight into place */

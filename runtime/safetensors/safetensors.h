@@ -18,6 +18,10 @@ typedef struct RtStTensor {
   int64_t shape[RT_MAX_RANK];
   int64_t numel, begin, end;
   int part; /* 0: in the file itself; k > 0: in parts[k - 1] of a sharded set */
+  /* A tensor made of others (rt_st_stack): its nstack pieces, each of
+   * shape[1:], read one after the other; begin, end and part unused. */
+  struct RtStTensor *stack;
+  int nstack;
 } RtStTensor;
 
 typedef struct RtStFile {
@@ -51,6 +55,11 @@ void rt_st_close(RtStFile *f);
  * error in *e otherwise. */
 int rt_st_open_set(RtStFile *f, const char *path, RtErr *e);
 const RtStTensor *rt_st_find(const RtStFile *f, const char *name);
+/* Adds to f a tensor NAME [n, piece shape...] whose k-th slice is
+ * pieces[k] (tensors of f, all of one shape, as a Hugging Face checkpoint
+ * keeps one tensor per expert); reading it reads the pieces in order,
+ * each converted from its own dtype. The pieces stay in f. */
+void rt_st_stack(RtStFile *f, const char *name, const RtStTensor *const *pieces, int n);
 /* A __metadata__ value, NULL when absent. */
 const char *rt_st_meta(const RtStFile *f, const char *key);
 /* Reads a tensor into reals, converting from F32, F64, F16 or BF16. */

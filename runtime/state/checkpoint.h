@@ -96,7 +96,12 @@ void rt_ckpt_init_from(Rt *rt, const char *path);
 void rt_ckpt_apply_map(RtStFile *f, const char *map);
 /* Finds the prefix that the most parameters of m the file lacks carry in
  * it (the base model's: `model.`, `transformer.`) and renames those
- * tensors to the model's names, with a note. */
+ * tensors to the model's names, with a note. A parameter with a leading
+ * expert dimension that the file keeps as one tensor per expert (the
+ * index after a word of its name: `...experts.3.w1.weight` for
+ * `...experts.w1.weight`) is stacked from them; an expert missing, of
+ * another shape, or another count of experts is a fatal error naming
+ * the tensor. */
 void rt_ckpt_strip_prefix(RtStFile *f, const RtModel *m);
 /* Up to three names of f nearest to `name` (the same name under a
  * prefix first, then by edit distance), ", "-separated in buf; NULL when

@@ -10,6 +10,7 @@
 
 #include "../../abi/suggest.h"
 #include "checkpoint.h"
+#include "tp.h"
 
 static void rename_tensor(RtStTensor *t, const char *name) {
   free(t->name);
@@ -92,8 +93,111 @@ static char *common_prefix(const RtStFile *f, const RtModel *m) {
   return won;
 }
 
+/* ------------------------------------------------------------ stacked experts */
+
+/* A routed layer's experts are one parameter with a leading expert
+ * dimension (`layers.0.block_sparse_moe.experts.w1.weight` [E, ffn,
+ * hidden]) where Hugging Face keeps one tensor per expert, the index
+ * after a word of the name (`...experts.3.w1.weight`). The piece names of
+ * a parameter: its name with ".N" inserted after its word `at` (a '.'
+ * of the name), under the file's prefix. */
+static char *piece_name(const char *prefix, const char *name, size_t at, long long k) {
+  size_t n = strlen(prefix) + strlen(name) + 32;
+  char *s = rt_xmalloc(n);
+  snprintf(s, n, "%s%.*s.%lld%s", prefix, (int)at, name, k, name + at);
+  return s;
+}
+
+/* How many tensors of f are pieces at `at` of name (any index), and the
+ * largest index among them. */
+static int count_pieces(const RtStFile *f, const char *prefix, const char *name, size_t at,
+                        long long *top) {
+  size_t pl = strlen(prefix);
+  int n = 0;
+  *top = -1;
+  for (int i = 0; i < f->n; i++) {
+    const char *t = f->t[i].name;
+    if (strncmp(t, prefix, pl) || strncmp(t + pl, name, at) || t[pl + at] != '.') continue;
+    char *end;
+    long long k = strtoll(t + pl + at + 1, &end, 10);
+    if (end == t + pl + at + 1 || strcmp(end, name + at)) continue;
+    n++;
+    if (k > *top) *top = k;
+  }
+  return n;
+}
+
+/* Stacks the pieces of parameter prm (found at `at`) into one tensor of
+ * its name; an expert missing, one of another shape or another count of
+ * experts than the model's is a fatal error naming the tensor. */
+static void stack_param(RtStFile *f, const RtParam *prm, const char *prefix, size_t at) {
+  int64_t shape[RT_MAX_RANK];
+  rt_tp_full_shape(prm, shape);
+  long long E = shape[0], top;
+  char want[200], got[200], whole[200];
+  rt_st_shape_str(want, sizeof want, prm->rank - 1, shape + 1);
+  rt_st_shape_str(whole, sizeof whole, prm->rank, shape);
+  int n = count_pieces(f, prefix, prm->name, at, &top);
+  char *first = piece_name(prefix, prm->name, at, 0), *last = piece_name(prefix, prm->name, at, top);
+  if (n == top + 1 && n != E)
+    rt_fatal(f->path, "%d experts in the file (%s to %s), the model has %lld (%s %s): set -D "
+             "experts=%d, or bring the checkpoint of this shape", n, first, last, E, prm->name,
+             whole, n);
+  const RtStTensor **pieces = rt_xcalloc((size_t)E, sizeof *pieces);
+  for (long long k = 0; k < E; k++) {
+    char *pn = piece_name(prefix, prm->name, at, k);
+    const RtStTensor *t = pieces[k] = rt_st_find(f, pn);
+    if (!t)
+      rt_fatal(f->path, "missing tensor %s: expert %lld of the %lld the model stacks into %s %s "
+               "(the file holds %d of them, up to %s)", pn, k, E, prm->name, whole, n, last);
+    int same = t->rank == prm->rank - 1;
+    for (int d = 0; same && d < t->rank; d++)
+      same = t->shape[d] == shape[d + 1];
+    if (!same)
+      rt_fatal(f->path, "tensor %s has shape %s, the model expects %s (expert %lld of %s %s)", pn,
+               rt_st_shape_str(got, sizeof got, t->rank, t->shape), want, k, prm->name, whole);
+    free(pn);
+  }
+  if (n != E)
+    rt_fatal(f->path, "%d experts in the file (up to %s), the model has %lld (%s %s)", n, last, E,
+             prm->name, whole);
+  rt_st_stack(f, prm->name, pieces, (int)E);
+  free(pieces);
+  free(first);
+  free(last);
+}
+
+/* Every parameter of at least 2 dims the file lacks whose name, with an
+ * index after one of its words, names a tensor of the file (under the
+ * prefix or none) is stacked from those; a note counts them. */
+static void stack_experts(RtStFile *f, const RtModel *m, const char *prefix) {
+  int stacked = 0, pieces = 0;
+  for (int p = 0; p < m->nparams; p++) {
+    const RtParam *prm = &m->params[p];
+    if (prm->rank < 2 || rt_st_find(f, prm->name)) continue;
+    for (const char *dot = strchr(prm->name, '.'); dot; dot = strchr(dot + 1, '.')) {
+      size_t at = (size_t)(dot - prm->name);
+      const char *pre = NULL;
+      for (int k = 0; k < 2 && !pre; k++) {
+        char *pn = piece_name(k ? "" : prefix, prm->name, at, 0);
+        if (rt_st_find(f, pn)) pre = k ? "" : prefix;
+        free(pn);
+      }
+      if (!pre) continue;
+      stack_param(f, prm, pre, at);
+      stacked++;
+      pieces += (int)f->t[f->n - 1].nstack;
+      break;
+    }
+  }
+  if (stacked)
+    rt_say("note: %s: %d tensors (one per expert) stacked into %d parameter%s\n", f->path, pieces,
+           stacked, stacked == 1 ? "" : "s");
+}
+
 void rt_ckpt_strip_prefix(RtStFile *f, const RtModel *m) {
   char *prefix = common_prefix(f, m);
+  stack_experts(f, m, prefix ? prefix : "");
   if (!prefix) return;
   size_t pl = strlen(prefix);
   int renamed = 0;

@@ -1,8 +1,9 @@
 """Hugging Face transformers' side of hf_transformers.sh.
 
   hf_transformers.py make MODEL DIR      a random GPT2LMHeadModel,
-                                         LlamaForCausalLM or
-                                         GPTNeoXForCausalLM saved with
+                                         LlamaForCausalLM,
+                                         GPTNeoXForCausalLM or
+                                         MixtralForCausalLM saved with
                                          save_pretrained (safetensors; LLaMA's
                                          as a sharded set with its index)
   hf_transformers.py loss DIR SHARD B S  from_pretrained(DIR)'s loss on the
@@ -18,7 +19,7 @@ import sys
 import torch
 import transformers
 
-SHAPE = dict(vocab=256, hidden=32, heads=4, kv_heads=2, layers=2, seq=16, ffn=48)
+SHAPE = dict(vocab=256, hidden=32, heads=4, kv_heads=2, layers=2, seq=16, ffn=48, experts=4, top_k=2)
 
 
 def config(model):
@@ -35,6 +36,16 @@ def config(model):
             rotary_emb_base=10000, max_position_embeddings=s["seq"], layer_norm_eps=1e-5,
             use_parallel_residual=True, hidden_act="gelu", attention_dropout=0.0,
             hidden_dropout=0.0, tie_word_embeddings=False)
+    if model == "mixtral":
+        # The load-balancing loss in the model's loss, with models/mixtral.shard's
+        # coefficient.
+        return transformers.MixtralConfig(
+            vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"],
+            num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+            num_key_value_heads=s["kv_heads"], max_position_embeddings=s["seq"], rms_norm_eps=1e-5,
+            rope_theta=10000.0, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"],
+            router_aux_loss_coef=0.02, output_router_logits=True, sliding_window=None,
+            tie_word_embeddings=False)
     return transformers.LlamaConfig(
         vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"],
         num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
@@ -75,10 +86,11 @@ def make(model, path):
                 std = 0.6
             p.normal_(0.0, std)
     after = attention_peak(m, ids)
-    # LLaMA's goes out in parts of 50 kB, so that the sharded set and its
-    # index are transformers' own.
+    # LLaMA's and Mixtral's go out in parts of 50 kB, so that the sharded
+    # set and its index are transformers' own (Mixtral's experts spread
+    # over several parts).
     m.save_pretrained(path, safe_serialization=True,
-                      max_shard_size="50KB" if model == "llama" else "10GB")
+                      max_shard_size="50KB" if model in ("llama", "mixtral") else "10GB")
     s = SHAPE["seq"]
     flat = sum(1.0 / (q + 1) for q in range(s // 2, s)) / (s - s // 2)
     print("attention peak (mean largest weight of the late queries): %.3f at HF's init, %.3f "
@@ -98,8 +110,12 @@ def loss(path, shard, b, s):
     m = load(path)
     x, y = window(shard, int(b), int(s))
     with torch.no_grad():
-        logits = m(x).logits.double()
+        out = m(x)
+    logits = out.logits.double()
     ce = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
+    # A routed model's loss adds its load-balancing loss, as shardc's does.
+    if getattr(out, "aux_loss", None) is not None:
+        ce = ce + m.config.router_aux_loss_coef * out.aux_loss.double()
     print("%.10f" % ce.item())
 
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # shellcheck disable=SC2086 # the -D lists are lists of words
 # Hugging Face checkpoints both ways, against transformers itself, for
-# GPT-2, LLaMA and GPT-NeoX, with no hand-written mapping:
+# GPT-2, LLaMA, GPT-NeoX and Mixtral (its experts one tensor each there,
+# stacked here), with no hand-written mapping:
 # - transformers makes a random model (its matrices scaled so that
 #   attention is far from uniform) and save_pretrained writes it;
 # - shardc reads that folder (--init-from DIR; LLaMA's a sharded set with
@@ -29,11 +30,12 @@ relerr() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b 
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 loss_of() { sed -n '1s/.*"loss":\([^,}]*\).*/\1/p' "$1"; }
 
-for model in gpt2 llama neox; do
+for model in gpt2 llama neox mixtral; do
   case $model in
   gpt2) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D layers=2 -D seq=16 -D batch=2" ;;
   llama) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D seq=16 -D batch=2" ;;
   neox) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D layers=2 -D seq=16 -D batch=2" ;;
+  mixtral) DEFS="-D vocab=256 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D experts=4 -D top_k=2 -D seq=16 -D batch=2" ;;
   esac
   run() { "$SHARDC" run "$ROOT/models/$model.shard" $DEFS --out "prog-$model" --data train.bin --no-shuffle "$@"; }
   echo "--- $model"

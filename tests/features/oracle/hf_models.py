@@ -6,7 +6,9 @@
                  --weight-decay WD --ours OURS.jsonl --ours-final FINAL.safetensors
                  [--tol 1e-5]
 
-The same initial weights (ours, renamed to HF's names) go into HF's model
+The same initial weights (ours, renamed to HF's names, or with --hf-init
+HF's own, drawn and saved by --make, that our program read through
+--init-from) go into HF's model
 (GPTNeoXForCausalLM for models/neox.shard, MixtralForCausalLM for
 models/mixtral.shard, whose stacked experts are split into HF's one tensor
 each, and whose loss adds HF's load-balancing loss); it reads the same windows of
@@ -85,6 +87,7 @@ def mixtral(cfg):
     """MixtralForCausalLM of models/mixtral.shard's shape; our name -> HF's.
     Its loss adds the router's load-balancing loss (output_router_logits)."""
     hc = transformers.MixtralConfig(
+        initializer_range=cfg.get("init_std", 0.02),
         vocab_size=cfg["vocab"], hidden_size=cfg["hidden"], intermediate_size=cfg["ffn"],
         num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
         num_key_value_heads=cfg["kv_heads"], max_position_embeddings=cfg["seq"],
@@ -120,24 +123,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--weights", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--weights", help="our initial weights (safetensors)")
+    ap.add_argument("--hf-init", metavar="DIR",
+                    help="HF's initial weights instead: the folder --make wrote")
+    ap.add_argument("--make", metavar="DIR",
+                    help="only draw HF's random weights (its own init, std init_std) and "
+                    "save_pretrained them into DIR, as a sharded set with its index")
+    ap.add_argument("--data")
+    ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--steps", type=int, required=True)
-    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=0.0)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.95)
     ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--weight-decay", type=float, required=True)
-    ap.add_argument("--ours", required=True, help="our --log-json")
-    ap.add_argument("--ours-final", required=True, help="our weights after the steps")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--ours", help="our --log-json")
+    ap.add_argument("--ours-final", help="our weights after the steps")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = parse_config(args.config)
     cfg["seq"] = args.seq
+    if args.make:
+        torch.manual_seed(1234)
+        model, _ = MODELS[args.model](cfg)
+        # Parts of about 40 kB, so that --init-from reads a sharded set
+        # through its index, with experts spread over several files.
+        model.save_pretrained(args.make, safe_serialization=True, max_shard_size="40KB")
+        print("hf_models: %s's random weights saved in %s: %s" % (
+            type(model).__name__, args.make, " ".join(sorted(os.listdir(args.make)))))
+        return
     model, hf_name = MODELS[args.model](cfg)
     dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
     npdtype = {"f32": np.float32, "f64": np.float64}[args.dtype]
@@ -154,8 +171,15 @@ def main():
 
     routed = args.model == "mixtral"
     ours_of = split_experts if routed else (lambda t: t)
-    params = hf_steps.load_ours(model, ours_of(safetensors.read(args.weights)), hf_name, npdtype,
-                                "hf_models")
+    if args.hf_init:
+        # HF's own weights, as from_pretrained reads them; ours came from
+        # the same folder through --init-from.
+        model.load_state_dict(type(model).from_pretrained(args.hf_init).state_dict())
+        model.to(dtype)
+        params = dict(model.named_parameters())
+    else:
+        params = hf_steps.load_ours(model, ours_of(safetensors.read(args.weights)), hf_name,
+                                    npdtype, "hf_models")
     opt = hf_steps.adamw(params, args)
     data = shard_data.Windows(args.data, args.batch, args.seq, vocab=cfg["vocab"])
     hf_losses = []

@@ -3,7 +3,9 @@
 #
 #   tests/features/oracle/hf_models.sh neox|mixtral [WORKDIR]
 #
-# Our program draws the initial weights (--steps 0 --save), trains 5 AdamW
+# Our program draws the initial weights (--steps 0 --save; for Mixtral,
+# HF draws them and save_pretrained writes a sharded set that our
+# --init-from reads, its per-expert tensors stacked), trains 5 AdamW
 # steps from them on a shard of random tokens (--no-shuffle, fp32, one
 # thread, constant learning rate, no clipping) and saves the result;
 # hf_models.py loads the same initial weights into GPTNeoXForCausalLM, takes
@@ -51,10 +53,19 @@ if [[ -n $W ]]; then mkdir -p "$W" && cd "$W"; fi
 export OMP_NUM_THREADS=1
 run() { echo "+ $*" >&2; "$@"; }
 run "$PY" "$HERE/shard_data.py" random --vocab 97 --tokens 20000 --seed 1 -o data.bin
-run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --quiet --steps 0 --save init >/dev/null
-run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --init-from init/model.safetensors \
+# Mixtral starts from HF's weights (save_pretrained's sharded set, one
+# tensor per expert), which --init-from stacks; NeoX from ours.
+if [[ $MODEL == mixtral ]]; then
+  run "$PY" "$HERE/hf_models.py" --model "$MODEL" --config "$CONFIG" --seq $SEQ --make init
+  INIT=init WEIGHTS=(--hf-init init)
+else
+  run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --quiet --steps 0 --save init >/dev/null
+  INIT=init/model.safetensors WEIGHTS=(--weights init/model.safetensors)
+fi
+run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --init-from "$INIT" \
   --data data.bin --no-shuffle --global-batch $BATCH --steps $STEPS "${OPT[@]}" \
   --log-json ours.jsonl --save final --quiet >ours.txt || { cat ours.txt; exit 1; }
-run "$PY" "$HERE/hf_models.py" --model "$MODEL" --config "$CONFIG" --weights init/model.safetensors \
+sed 's/^/  /' ours.txt
+run "$PY" "$HERE/hf_models.py" --model "$MODEL" --config "$CONFIG" "${WEIGHTS[@]}" \
   --data data.bin --batch $BATCH --seq $SEQ --steps $STEPS --lr $LR --weight-decay $WD \
   --ours ours.jsonl --ours-final final/model.safetensors --tol $TOL --dtype "$DTYPE"

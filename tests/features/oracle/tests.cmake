@@ -71,9 +71,10 @@ foreach(model neox)
   endforeach()
 endforeach()
 
-# models/mixtral.shard against MixtralForCausalLM (the same script): the
-# stacked experts split into HF's per-expert tensors, the loss with HF's
-# load-balancing loss (router_aux_loss_coef), fp32 within 1e-5.
+# models/mixtral.shard against MixtralForCausalLM (the same script): HF
+# draws the weights and save_pretrained writes them (a sharded set, one
+# tensor per expert), --init-from stacks them; the loss with HF's
+# load-balancing loss (router_aux_loss_coef), 5 steps, fp32 within 1e-5.
 add_test(NAME oracle.hf_mixtral COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh mixtral)
 set_tests_properties(oracle.hf_mixtral PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
 
