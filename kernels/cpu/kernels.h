@@ -295,6 +295,20 @@ void k_router_z_loss_bwd(real *dlogits, const real *logits, const real *dy, int6
  * the others (pos -1, adding nothing); the rows after the kept ones are 0. */
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
                     int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap);
+/* What the dispatches did, for the run's report of drops and load: while
+ * k_moe_count(vstage) is on (vstage >= 0, the forward of that virtual
+ * stage; -1 off: backward recomputes, evaluation), the n-th dispatch of
+ * the stage's forward adds to slot (vstage, n) its copies (tokens x k),
+ * the copies it dropped, and each expert's demand (its copies before the
+ * capacity). k_moe_take copies out the slots (at most max, by vstage
+ * then n) and clears them. */
+typedef struct KMoeStat {
+  int vstage, layer;
+  int64_t experts, copies, dropped;
+  int64_t demand[K_ROUTER_MAX];
+} KMoeStat;
+void k_moe_count(int vstage);
+int k_moe_take(KMoeStat *out, int max);
 /* y[t] = sum_j w[t, j] ys[pos[t * k + j]] (w NULL: weights 1, the
  * dispatch's adjoint); bwd: dys[pos[c]] = w[c] dy[t], dw[c] = dy[t] . ys[pos[c]]. */
 void k_moe_combine(real *y, const real *ys, const int32_t *pos, const real *w, int64_t T, int64_t k,

@@ -133,6 +133,41 @@ void k_router_z_loss_bwd(real *dlogits, const real *logits, const real *dy, int6
   }
 }
 
+/* The counted slots (k_moe_count): a run has few routed layers per
+ * stage, so a short list searched in order. */
+enum { MOE_SLOTS = 256 };
+static struct {
+  int vstage, next, n;
+  KMoeStat s[MOE_SLOTS];
+} moe_stats = {.vstage = -1};
+
+void k_moe_count(int vstage) {
+  moe_stats.vstage = vstage;
+  moe_stats.next = 0;
+}
+
+int k_moe_take(KMoeStat *out, int max) {
+  int n = moe_stats.n < max ? moe_stats.n : max;
+  memcpy(out, moe_stats.s, sizeof *out * (size_t)n);
+  moe_stats.n = 0;
+  return n;
+}
+
+static void moe_record(const int32_t *ex, int64_t n, int64_t E, int64_t kept) {
+  int layer = moe_stats.next++, i = 0;
+  while (i < moe_stats.n && (moe_stats.s[i].vstage != moe_stats.vstage || moe_stats.s[i].layer != layer)) i++;
+  if (i == MOE_SLOTS) return;
+  KMoeStat *st = &moe_stats.s[i];
+  if (i == moe_stats.n) {
+    memset(st, 0, sizeof *st);
+    st->vstage = moe_stats.vstage, st->layer = layer, st->experts = E;
+    moe_stats.n++;
+  }
+  st->copies += n;
+  st->dropped += n - kept;
+  for (int64_t c = 0; c < n; c++) st->demand[ex[c]]++;
+}
+
 void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, const int32_t *ex,
                     int64_t T, int64_t k, int64_t h, int64_t E, int64_t cap) {
   int64_t n = T * k;
@@ -144,6 +179,7 @@ void k_moe_dispatch(real *xs, int32_t *pos, int32_t *counts, const real *x, cons
   }
   int64_t next[K_ROUTER_MAX], end[K_ROUTER_MAX], at = 0;
   for (int64_t e = 0; e < E; e++) next[e] = at, at += counts[e], end[e] = at;
+  if (moe_stats.vstage >= 0) moe_record(ex, n, E, at);
   for (int64_t c = 0; c < n; c++)
     pos[c] = next[ex[c]] < end[ex[c]] ? (int32_t)next[ex[c]]++ : -1;
   memset(xs + at * h, 0, sizeof(real) * (size_t)((n - at) * h));

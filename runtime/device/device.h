@@ -83,6 +83,16 @@ void rt_dev_fill(real *dev, real v, int64_t n);
  * starts the next at 0. */
 void rt_dev_loss_add(const real *dev);
 double rt_dev_loss_take(void);
+/* The routed layers' dispatch counts (kernels' k_moe_count, k_moe_take):
+ * on for the forward of virtual stage vstage, -1 off; the take gives the
+ * slots counted since the last one (0 where the target counts none). */
+typedef struct RtDevMoeStat {
+  int vstage, layer;
+  int64_t experts, copies, dropped;
+  int64_t demand[256];
+} RtDevMoeStat;
+void rt_dev_moe_count(int vstage);
+int rt_dev_moe_take(RtDevMoeStat *out, int max);
 
 /* ---------------------------------------------------------- host views */
 

@@ -74,6 +74,11 @@ double rt_dev_loss_take(void) {
   return s;
 }
 
+void rt_dev_moe_count(int vstage) { k_moe_count(vstage); }
+
+_Static_assert(sizeof(RtDevMoeStat) == sizeof(KMoeStat), "RtDevMoeStat mirrors KMoeStat");
+int rt_dev_moe_take(RtDevMoeStat *out, int max) { return k_moe_take((KMoeStat *)(void *)out, max); }
+
 /* ---------------------------------------------------------- host views */
 
 /* Model memory is host memory: the view is the memory itself. */

@@ -219,6 +219,13 @@ double rt_dev_loss_take(void) {
   return s;
 }
 
+/* The CUDA kernels count no dispatches (yet): no drops are reported. */
+void rt_dev_moe_count(int vstage) { (void)vstage; }
+int rt_dev_moe_take(RtDevMoeStat *out, int max) {
+  (void)out, (void)max;
+  return 0;
+}
+
 /* ------------------------------------------------------ staged windows */
 
 /* Pinned host buffers, their copies in GPU memory, and the events that

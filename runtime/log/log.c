@@ -74,6 +74,25 @@ void rt_log_time(RtLog *l, double seconds) {
   l->since_steps++;
 }
 
+/* The routed layers' line of a step (log.h). */
+static void log_moe(const RtStepInfo *s) {
+  char drops[1024], loads[1024];
+  int64_t d = 0, c = 0;
+  double worst = 0;
+  int a = 0, b = 0;
+  for (int i = 0; i < s->moe_layers; i++) {
+    d += s->moe_dropped[i], c += s->moe_copies[i];
+    if (s->moe_load[i] > worst) worst = s->moe_load[i];
+    if (a < (int)sizeof drops)
+      a += snprintf(drops + a, sizeof drops - (size_t)a, "%s%d: %lld", i ? ", " : "", i,
+                    (long long)s->moe_dropped[i]);
+    if (b < (int)sizeof loads)
+      b += snprintf(loads + b, sizeof loads - (size_t)b, "%s%d: %.2f", i ? ", " : "", i, s->moe_load[i]);
+  }
+  rt_say("  moe: dropped %lld of %lld token-slots (%s) | load max/mean %.2f (%s)\n", (long long)d,
+         (long long)c, drops, worst, loads);
+}
+
 void rt_log_progress(RtLog *l, const RtStepInfo *s) {
   char tps[32], eta[32];
   double rate =
@@ -84,6 +103,7 @@ void rt_log_progress(RtLog *l, const RtStepInfo *s) {
          (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
          rt_fmt_thousands(tps, sizeof tps, (int64_t)(rate + 0.5)),
          rt_fmt_duration(eta, sizeof eta, left));
+  if (s->moe_layers) log_moe(s);
   fflush(stdout);
   l->since_time = 0;
   l->since_steps = 0;
@@ -98,6 +118,15 @@ void rt_log_json(RtLog *l, const RtStepInfo *s) {
   cJSON_AddNumberToObject(j, "grad_norm", s->grad_norm);
   cJSON_AddNumberToObject(j, "tokens_per_s", s->tokens_per_s);
   if (s->has_val) cJSON_AddNumberToObject(j, "val_loss", s->val_loss);
+  if (s->moe_layers) {
+    cJSON *dropped = cJSON_AddArrayToObject(j, "moe_dropped"), *slots = cJSON_AddArrayToObject(j, "moe_slots");
+    cJSON *load = cJSON_AddArrayToObject(j, "moe_load");
+    for (int i = 0; i < s->moe_layers; i++) {
+      cJSON_AddItemToArray(dropped, cJSON_CreateNumber((double)s->moe_dropped[i]));
+      cJSON_AddItemToArray(slots, cJSON_CreateNumber((double)s->moe_copies[i]));
+      cJSON_AddItemToArray(load, cJSON_CreateNumber(s->moe_load[i]));
+    }
+  }
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
   if (!text) rt_fatal("--log-json", "out of memory");

@@ -13,6 +13,12 @@ typedef struct RtStepInfo {
   double elapsed;      /* seconds the step took */
   int has_val;
   double val_loss;
+  /* A model with routed layers (moe_report.h): per layer, the step's
+   * token-slots, those dropped past capacity, and the load balance (the
+   * busiest expert's copies over the mean). moe_layers 0: none. */
+  int moe_layers;
+  const int64_t *moe_copies, *moe_dropped;
+  const double *moe_load;
 } RtStepInfo;
 
 typedef struct RtLog {
@@ -31,7 +37,11 @@ void rt_log_open(RtLog *l, const char *path, int64_t keep_upto);
 void rt_log_close(RtLog *l);
 /* Counts a finished step's time (for tok/s and the time left). */
 void rt_log_time(RtLog *l, double seconds);
-/* `step 12/300 | loss 2.3456 | lr 6.00e-04 | grad norm 1.234 | 45,678 tok/s | eta 1m23s` */
+/* `step 12/300 | loss 2.3456 | lr 6.00e-04 | grad norm 1.234 | 45,678 tok/s | eta 1m23s`,
+ * and for a routed model a second line
+ * `  moe: dropped 12 of 2048 token-slots (0: 5, 1: 7) | load max/mean 1.31 (0: 1.25, 1: 1.31)`.
+ * The JSON object of a routed model adds "moe_dropped", "moe_slots" and
+ * "moe_load", arrays by layer. */
 void rt_log_progress(RtLog *l, const RtStepInfo *s);
 void rt_log_json(RtLog *l, const RtStepInfo *s);
 /* "1m23s" */

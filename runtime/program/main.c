@@ -24,6 +24,7 @@
 #include "graphs.h"
 #include "init.h"
 #include "log.h"
+#include "moe_report.h"
 #include "optim.h"
 #include "rt.h"
 #include "sample.h"
@@ -699,6 +700,7 @@ static void train(Rt *rt) {
   for (int64_t s = first; s < f->steps; s++) {
     info = (RtStepInfo){0};
     train_step(rt, s, f->dump_grads && s == first, &info);
+    rt_moe_step(&info);
     rt_log_time(&log, info.elapsed);
     /* A non-finite loss with finite gradients (the update ran). */
     if (!isfinite(info.loss) && isfinite(info.grad_norm)) {
@@ -742,6 +744,7 @@ static void train(Rt *rt) {
            (long long)rt->nan_steps, rt->nan_steps == 1 ? "" : "s");
   rt_prof_report(rt->step - first);
   rt_dp_report(rt);
+  rt_moe_report();
   int trained = rt->step > first;
   /* A stop right after a periodic save has nothing new to write. */
   if (f->save && (trained || !f->resume) && rt->step != saved_at) save(rt);

@@ -42,7 +42,13 @@ void rt_chunk_call(Rt *rt, int c, RtChunkFn f) {
   const RtModel *m = rt->model;
   void (*fn)(RtCtx *) = chunk_fn(m, c, f);
   if (!m->graphs) {
+    /* A training forward's routed layers count their drops and load
+     * (moe_report.c); a backward's recompute, validation and sampling
+     * do not. */
+    int count = f == RT_FN_FORWARD && rt->ctx.training;
+    if (count) rt_dev_moe_count(m->chunks[c].vstage);
     fn(&rt->ctx);
+    if (count) rt_dev_moe_count(-1);
     return;
   }
   if (m->graphs->step_values) m->graphs->step_values(&rt->ctx);
