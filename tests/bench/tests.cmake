@@ -8,3 +8,8 @@ set_tests_properties(bench/cpu_train_quick PROPERTIES TIMEOUT 300 LABELS bench
 if(SHARDC_SANITIZE)
   set_tests_properties(bench/cpu_train_quick PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")
 endif()
+# bench/moe_cpu.sh's quick mode: the tiny Mixtral against transformers'
+# MixtralForCausalLM, a few steps each (about 5 s of CPU, most of it
+# importing transformers). Skipped (77) without transformers.
+add_test(NAME bench/moe_cpu_quick COMMAND bash ${TESTS_DIR}/bench/moe_cpu_quick.sh)
+set_tests_properties(bench/moe_cpu_quick PROPERTIES TIMEOUT 300 LABELS bench SKIP_RETURN_CODE 77)
