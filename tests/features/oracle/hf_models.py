@@ -41,6 +41,7 @@ import torch  # noqa: E402
 try:
     import transformers
     from transformers.models.gpt_neox import modeling_gpt_neox  # noqa: F401
+    from transformers.models.mixtral import modeling_mixtral  # noqa: F401
 except ImportError as e:
     print("hf_models: SKIP: transformers is not importable (%s); scripts/install-deps.sh "
           "installs it into build/pyenv" % e)
@@ -159,12 +160,28 @@ def main():
     dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
     npdtype = {"f32": np.float32, "f64": np.float64}[args.dtype]
     model.to(dtype)
+    if dtype == torch.float64 and args.model == "mixtral":
+        # Mixtral's causal mask is a torch.full of float64's least value
+        # in the default dtype, which float32 cannot hold.
+        torch.set_default_dtype(torch.float64)
+        # Its norms, its router's softmax and its eager attention's ask for
+        # float32 whatever the model's dtype (`torch.float32`,
+        # `torch.float`), which alone moves an f64 loss by about 1e-7: in
+        # double, the module's `torch` names float64 for both, as our
+        # kernels compute.
+        class TorchInDouble:
+            float32 = float = torch.float64
+
+            def __getattr__(self, name):
+                return getattr(torch, name)
+        modeling_mixtral.torch = TorchInDouble()
     if dtype == torch.float64:
         # HF computes the rotary frequencies in float32 whatever the model's
         # dtype (`.float()`), which alone moves an f64 loss by about 1e-11:
         # in double they are recomputed in double, as our kernel has them.
+        rotaries = (modeling_gpt_neox.GPTNeoXRotaryEmbedding, modeling_mixtral.MixtralRotaryEmbedding)
         for m in model.modules():
-            if isinstance(m, modeling_gpt_neox.GPTNeoXRotaryEmbedding):
+            if isinstance(m, rotaries):
                 m.inv_freq = 1.0 / (m.base ** (torch.arange(0, m.dim, 2, dtype=torch.float64) / m.dim))
                 m._set_cos_sin_cache(m.max_seq_len_cached, m.inv_freq.device, torch.float64)
     model.train()
@@ -184,11 +201,17 @@ def main():
     data = shard_data.Windows(args.data, args.batch, args.seq, vocab=cfg["vocab"])
     hf_losses = []
 
+    # MixtralForCausalLM returns its logits cast to float32 (`.float()`):
+    # the output layer's own, in the model's dtype, are taken instead.
+    head = {}
+    if routed:
+        model.lm_head.register_forward_hook(lambda m, x, y: head.__setitem__("logits", y))
+
     def loss_of(tokens, targets):
         """The mean cross-entropy against the next tokens, plus for a routed
         model HF's own load-balancing loss times router_aux_loss_coef."""
         out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
-        logits = out.logits
+        logits = head["logits"] if routed else out.logits
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), torch.from_numpy(targets.astype(np.int64)).reshape(-1))
         if routed:

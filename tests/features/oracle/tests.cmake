@@ -75,8 +75,18 @@ endforeach()
 # draws the weights and save_pretrained writes them (a sharded set, one
 # tensor per expert), --init-from stacks them; the loss with HF's
 # load-balancing loss (router_aux_loss_coef), 5 steps, fp32 within 1e-5.
-add_test(NAME oracle.hf_mixtral COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh mixtral)
-set_tests_properties(oracle.hf_mixtral PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS oracle)
+# oracle.hf_mixtral_f64: both sides in double, within 1e-10 (HF's casts
+# to float32 kept in double: hf_models.py).
+foreach(dtype f32 f64)
+  if(dtype STREQUAL f32)
+    set(name oracle.hf_mixtral)
+  else()
+    set(name oracle.hf_mixtral_f64)
+  endif()
+  add_test(NAME ${name} COMMAND bash ${TESTS_DIR}/features/oracle/hf_models.sh mixtral)
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT DTYPE=${dtype} SKIP_RETURN_CODE 77
+                       TIMEOUT 300 LABELS oracle)
+endforeach()
 
 # The CUDA target: models/neox.shard's partial rotary is refused at compile
 # time, at the rope's line, before anything is written; the same model
