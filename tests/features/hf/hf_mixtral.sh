@@ -5,8 +5,8 @@
 # - `shardc export --hf` writes each layer's stacked experts as Hugging
 #   Face's one tensor per expert (`model.layers.N.block_sparse_moe.
 #   experts.E.w1.weight`), and config.json with MixtralConfig's keys;
-# - --init-from of that folder, and of a sharded set of it, stacks them
-#   back: the same step-1 loss as the checkpoint it came from;
+# - --init-from of that folder, of a sharded set of it, and under --tp 2,
+#   stacks them back: the same step-1 loss as the checkpoint it came from;
 # - an expert missing, a shape the model does not expect and another
 #   count of experts are each one error line naming the tensor.
 set -euo pipefail
@@ -45,6 +45,12 @@ mix --steps 1 --init-from parts >parts.txt 2>&1 || true
 c=$(loss1 parts.txt)
 echo "      step-1 loss from the sharded set $c"
 if [ -n "$c" ] && [ "$c" = "$a" ]; then ok "the sharded set stacks, same loss"; else fail "sharded set: loss $c"; tail -3 parts.txt; fi
+
+# Under --tp 2 each rank takes its part of the stacked tensors.
+mix --steps 1 --init-from hf --tp 2 --out prog-t2 >t2.txt 2>&1 || true
+t=$(loss1 t2.txt)
+echo "      step-1 loss under --tp 2 $t"
+if [ -n "$t" ] && [ "$t" = "$a" ]; then ok "--tp 2 loads the per-expert tensors, same loss"; else fail "--tp 2: loss $t"; tail -3 t2.txt; fi
 
 expect_error "an expert missing (renamed away by a map)" \
   "missing tensor model.layers.1.block_sparse_moe.experts.2.w3.weight: expert 2 of the 4 the model stacks into layers.1.block_sparse_moe.experts.w3.weight [4, 48, 32]" \

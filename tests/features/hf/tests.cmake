@@ -14,6 +14,7 @@ set_tests_properties(hf/transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 add_test(NAME hf/export_bert COMMAND bash ${HF_TESTS_DIR}/export_bert.sh)
 set_tests_properties(hf/export_bert PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 # Mixtral's per-expert tensors both ways, its config.json and the errors
-# of a checkpoint of another shape (default set, about 2 s of CPU).
+# of a checkpoint of another shape, one run under --tp 2 (default set,
+# about 2 s of CPU).
 add_test(NAME hf/mixtral COMMAND bash ${HF_TESTS_DIR}/hf_mixtral.sh)
-set_tests_properties(hf/mixtral PROPERTIES TIMEOUT 120)
+set_tests_properties(hf/mixtral PROPERTIES TIMEOUT 120 RESOURCE_LOCK mpirun)
