@@ -5,9 +5,9 @@
 # over the mean), and the run ends with the totals. Checked: the slots
 # are tokens x top_k per layer; dropless (capacity 0) and a capacity no
 # expert reaches drop none; capacity 0.5 drops, the same counts on one
-# rank and under --dp 2, --tp 2 and --pp 2; the end's total is the sum of
-# the steps', and at least what the rows cannot hold; a dense model's
-# lines stay as they were.
+# rank, under --dp 2, --tp 2 and --pp 2 and with --recompute full; the
+# end's total is the sum of the steps', and at least what the rows cannot
+# hold; a dense model's lines stay as they were.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
 corpus_shards
@@ -54,13 +54,14 @@ if field moe_load one.jsonl | tr ', ' '\n\n' | awk 'NF && $1 < 1 { bad = 1 } END
 else
   fail "a load under 1"
 fi
-for par in dp tp pp; do
-  run_cap $par 0.5 --$par 2
+# The backward's recomputed forward counts nothing a second time.
+for par in dp tp pp recompute; do
+  if [ $par = recompute ]; then run_cap $par 0.5 --recompute full; else run_cap $par 0.5 --$par 2; fi
   if [ -n "$(field moe_dropped one.jsonl)" ] && [ "$(field moe_dropped $par.jsonl)" = "$(field moe_dropped one.jsonl)" ] &&
     [ "$(field moe_load $par.jsonl)" = "$(field moe_load one.jsonl)" ]; then
-    ok "--$par 2: the same drops and loads as one rank"
+    ok "$par: the same drops and loads as one rank"
   else
-    fail "--$par 2: dropped $(field moe_dropped $par.jsonl), load $(field moe_load $par.jsonl)"
+    fail "$par: dropped $(field moe_dropped $par.jsonl), load $(field moe_load $par.jsonl)"
   fi
 done
 check "a dense model" "$SHARDC" run "$ROOT/models/llama.shard" -D seq=16 -D hidden=32 -D heads=4 -D kv_heads=2 \
