@@ -117,6 +117,31 @@ def split_experts(tensors):
     return out
 
 
+def check_drops(model, cfg, tokens, args):
+    """The slots each layer drops at a capacity factor, from HF's own router
+    choices on the step's tokens (one microbatch): an expert keeps
+    ceil(f * T * k / E) of its copies (ir_moe_capacity), so a layer drops
+    the sum over experts of what they were given past that. Against our
+    first step's moe_dropped from the same weights; whether they agree."""
+    import json
+    import math
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)), output_router_logits=True)
+    E, k = cfg["experts"], cfg["top_k"]
+    T = tokens.size
+    cap = math.ceil(args.capacity * T * k / E)
+    hf = []
+    for logits in out.router_logits:
+        chosen = torch.topk(torch.softmax(logits.double(), dim=-1), k, dim=-1).indices
+        demand = torch.bincount(chosen.reshape(-1), minlength=E)
+        hf.append(int(torch.clamp(demand - cap, min=0).sum()))
+    ours = json.loads(open(args.ours_drops).readline())["moe_dropped"]
+    print("capacity %g (%d rows an expert of %d copies): slots dropped by layer, ours %s, "
+          "from HF's router choices %s%s" % (args.capacity, cap, T * k, ours, hf,
+                                             "" if ours == hf else "  FAIL"))
+    return ours == hf
+
+
 MODELS = {"neox": neox, "mixtral": mixtral}
 
 
@@ -143,6 +168,11 @@ def main():
     ap.add_argument("--ours-final", help="our weights after the steps")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
+    ap.add_argument("--capacity", type=float, default=0.0,
+                    help="with --ours-drops: the capacity factor of that run")
+    ap.add_argument("--ours-drops", metavar="JSONL",
+                    help="our --log-json of one step from the same weights with --capacity: "
+                    "its moe_dropped against what HF's router choices drop at that capacity")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = parse_config(args.config)
@@ -217,6 +247,8 @@ def main():
         if routed:
             loss = loss + model.config.router_aux_loss_coef * out.aux_loss
         return loss
+    if args.ours_drops:
+        ok_drops = check_drops(model, cfg, data.step(0)[0], args)
     for step in range(args.steps):
         tokens, targets = data.step(step)
         loss = loss_of(tokens, targets)
@@ -239,6 +271,7 @@ def main():
     ok = hf_steps.compare_after(model, params, ours_of(safetensors.read(args.ours_final)), hf_name, npdtype,
                                 eval_loss, args.steps, args.tol, "query_key_value.bias",
                                 "the qkv biases") and ok
+    ok = ok and (ok_drops if args.ours_drops else True)
     print("hf_models: %s (tolerance %g)" % ("PASS" if ok else "FAIL", args.tol))
     sys.exit(0 if ok else 1)
 

@@ -58,6 +58,11 @@ run "$PY" "$HERE/shard_data.py" random --vocab 97 --tokens 20000 --seed 1 -o dat
 if [[ $MODEL == mixtral ]]; then
   run "$PY" "$HERE/hf_models.py" --model "$MODEL" --config "$CONFIG" --seq $SEQ --make init
   INIT=init WEIGHTS=(--hf-init init)
+  # One step at capacity 0.5: the slots it reports dropped against what
+  # HF's router choices drop at that capacity.
+  run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" -D capacity=0.5 --init-from init \
+    --data data.bin --no-shuffle --global-batch $BATCH --steps 1 --log-json drops.jsonl --quiet >/dev/null
+  WEIGHTS+=(--capacity 0.5 --ours-drops drops.jsonl)
 else
   run "$SHARDC" run "$ROOT/models/$MODEL.shard" "${DEFS[@]}" --quiet --steps 0 --save init >/dev/null
   INIT=init/model.safetensors WEIGHTS=(--weights init/model.safetensors)

@@ -74,7 +74,9 @@ endforeach()
 # models/mixtral.shard against MixtralForCausalLM (the same script): HF
 # draws the weights and save_pretrained writes them (a sharded set, one
 # tensor per expert), --init-from stacks them; the loss with HF's
-# load-balancing loss (router_aux_loss_coef), 5 steps, fp32 within 1e-5.
+# load-balancing loss (router_aux_loss_coef), 5 steps, fp32 within 1e-5;
+# and one step at capacity 0.5 drops, layer by layer, the slots HF's
+# router choices give past that capacity.
 # oracle.hf_mixtral_f64: both sides in double, within 1e-10 (HF's casts
 # to float32 kept in double: hf_models.py).
 foreach(dtype f32 f64)
