@@ -15,7 +15,7 @@ set -euo pipefail
 MIX="-D vocab=256 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=48 -D layers=2 -D experts=4 -D seq=16 --microbatch 2"
 mix() { "$SHARDC" run "$ROOT/models/mixtral.shard" $MIX --out prog --data train.bin "$@"; }
 loss1() { sed -n 's/^step 1\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1"; }
-header() { dd if="$1" bs=1 skip=8 count=$(od -An -t u8 -N 8 "$1" | tr -d ' ') 2>/dev/null; }
+header() { dd if="$1" bs=1 skip=8 count="$(od -An -t u8 -N 8 "$1" | tr -d ' ')" 2>/dev/null; }
 has() { grep -qF -- "$2" "$1"; }
 
 corpus_shards

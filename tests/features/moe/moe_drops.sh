@@ -14,6 +14,8 @@ corpus_shards
 M=("$ROOT/models/mixtral.shard" -D seq=16 -D hidden=32 -D ffn=48)
 RUN=(--data train.bin --no-shuffle --global-batch 2 --steps 3)
 field() { sed -n "s/.*\"$1\":\[\([^]]*\)\].*/\1/p" "$2" | tr '\n' ' '; }
+# values FIELD FILE: the field's numbers of every step, one a line.
+values() { field "$1" "$2" | tr -s ', ' '\n'; }
 run_cap() { # NAME CAPACITY FLAGS...
   local name=$1 cap=$2; shift 2
   check "capacity $cap $*" "$SHARDC" run "${M[@]}" -D capacity="$cap" "${RUN[@]}" "$@" --log-json "$name.jsonl" \
@@ -36,7 +38,7 @@ if [ "$(field moe_dropped free.jsonl)" = "0,0 0,0 0,0 " ] && [ "$(field moe_drop
 else
   fail "drops without a binding capacity"
 fi
-total=$(field moe_dropped one.jsonl | tr ', ' '\n\n' | awk 'NF { s += $1 } END { print s + 0 }')
+total=$(values moe_dropped one.jsonl | awk 'NF { s += $1 } END { print s + 0 }')
 if [ "$total" -gt 0 ] && grep -q "^moe: $total of 384 token-slots dropped over 3 steps" one.txt; then
   ok "capacity 0.5 drops $total slots, the end's total"
 else
@@ -44,12 +46,12 @@ else
 fi
 # 16 tokens x 2 a microbatch, 8 experts of ceil(0.5 x 32 / 8) = 2 rows:
 # at most 16 kept, so at least 2 x 16 of a step's 64 dropped.
-if field moe_dropped one.jsonl | tr ', ' '\n\n' | awk 'NF && $1 < 32 { bad = 1 } END { exit bad }'; then
+if values moe_dropped one.jsonl | awk 'NF && $1 < 32 { bad = 1 } END { exit bad }'; then
   ok "at least the 32 slots a layer that 8 experts of 2 rows cannot hold"
 else
   fail "fewer drops than the capacity forces"
 fi
-if field moe_load one.jsonl | tr ', ' '\n\n' | awk 'NF && $1 < 1 { bad = 1 } END { exit bad }'; then
+if values moe_load one.jsonl | awk 'NF && $1 < 1 { bad = 1 } END { exit bad }'; then
   ok "load max/mean >= 1"
 else
   fail "a load under 1"
