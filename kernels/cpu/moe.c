@@ -155,7 +155,9 @@ int k_moe_take(KMoeStat *out, int max) {
 
 static void moe_record(const int32_t *ex, int64_t n, int64_t E, int64_t kept) {
   int layer = moe_stats.next++, i = 0;
-  while (i < moe_stats.n && (moe_stats.s[i].vstage != moe_stats.vstage || moe_stats.s[i].layer != layer)) i++;
+  while (i < moe_stats.n &&
+         (moe_stats.s[i].vstage != moe_stats.vstage || moe_stats.s[i].layer != layer))
+    i++;
   if (i == MOE_SLOTS) return;
   KMoeStat *st = &moe_stats.s[i];
   if (i == moe_stats.n) {

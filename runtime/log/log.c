@@ -87,7 +87,8 @@ static void log_moe(const RtStepInfo *s) {
       a += snprintf(drops + a, sizeof drops - (size_t)a, "%s%d: %lld", i ? ", " : "", i,
                     (long long)s->moe_dropped[i]);
     if (b < (int)sizeof loads)
-      b += snprintf(loads + b, sizeof loads - (size_t)b, "%s%d: %.2f", i ? ", " : "", i, s->moe_load[i]);
+      b += snprintf(loads + b, sizeof loads - (size_t)b, "%s%d: %.2f", i ? ", " : "", i,
+                    s->moe_load[i]);
   }
   rt_say("  moe: dropped %lld of %lld token-slots (%s) | load max/mean %.2f (%s)\n", (long long)d,
          (long long)c, drops, worst, loads);
@@ -119,7 +120,8 @@ void rt_log_json(RtLog *l, const RtStepInfo *s) {
   cJSON_AddNumberToObject(j, "tokens_per_s", s->tokens_per_s);
   if (s->has_val) cJSON_AddNumberToObject(j, "val_loss", s->val_loss);
   if (s->moe_layers) {
-    cJSON *dropped = cJSON_AddArrayToObject(j, "moe_dropped"), *slots = cJSON_AddArrayToObject(j, "moe_slots");
+    cJSON *dropped = cJSON_AddArrayToObject(j, "moe_dropped");
+    cJSON *slots = cJSON_AddArrayToObject(j, "moe_slots");
     cJSON *load = cJSON_AddArrayToObject(j, "moe_load");
     for (int i = 0; i < s->moe_layers; i++) {
       cJSON_AddItemToArray(dropped, cJSON_CreateNumber((double)s->moe_dropped[i]));

@@ -248,7 +248,8 @@ const RtStTensor *rt_st_find(const RtStFile *f, const char *name) {
 void rt_st_stack(RtStFile *f, const char *name, const RtStTensor *const *pieces, int n) {
   RtStTensor s = {.name = rt_xstrdup(name), .dtype = pieces[0]->dtype, .dsize = pieces[0]->dsize,
                   .rank = pieces[0]->rank + 1, .nstack = n};
-  if (s.rank > RT_MAX_RANK) rt_fatal(f->path, "stacked tensor %s: rank %d, more than %d", name, s.rank, RT_MAX_RANK);
+  if (s.rank > RT_MAX_RANK)
+    rt_fatal(f->path, "stacked tensor %s: rank %d, more than %d", name, s.rank, RT_MAX_RANK);
   s.shape[0] = n;
   memcpy(s.shape + 1, pieces[0]->shape, sizeof(int64_t) * (size_t)pieces[0]->rank);
   s.numel = n * pieces[0]->numel;

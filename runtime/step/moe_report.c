@@ -50,7 +50,9 @@ static void layout(int got) {
   R.total_copies = rt_xcalloc((size_t)R.n, sizeof *R.total_copies);
   R.load = rt_xcalloc((size_t)R.n, sizeof *R.load);
   R.experts = rt_xcalloc((size_t)R.n, sizeof *R.experts);
-  for (int i = 0; i < got; i++) R.experts[R.first[slots[i].vstage] + slots[i].layer] = (int32_t)slots[i].experts;
+  for (int i = 0; i < got; i++)
+    if (slots[i].vstage < MAX_VSTAGES)
+      R.experts[R.first[slots[i].vstage] + slots[i].layer] = (int32_t)slots[i].experts;
   world_sum(R.experts, R.n, RT_COMM_I32, RT_COMM_MAX);
 }
 
@@ -65,7 +67,9 @@ void rt_moe_step(RtStepInfo *s) {
   double *t = rt_xcalloc((size_t)R.n * COLS, sizeof *t);
   for (int i = 0; i < got; i++) {
     const RtDevMoeStat *st = &slots[i];
-    double *row = t + (int64_t)(R.first[st->vstage] + st->layer) * COLS;
+    int at = st->vstage < MAX_VSTAGES ? R.first[st->vstage] + st->layer : R.n;
+    if (at >= R.n || (st->vstage + 1 < MAX_VSTAGES && at >= R.first[st->vstage + 1])) continue;
+    double *row = t + (int64_t)at * COLS;
     row[0] = (double)st->copies, row[1] = (double)st->dropped;
     for (int64_t e = 0; e < st->experts && e < COLS - 2; e++) row[2 + e] = (double)st->demand[e];
   }
