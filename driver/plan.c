@@ -26,11 +26,12 @@ static const DrvOption plan_options[] = {
 
 const DrvCommand drv_plan_command = {
     "plan", "MODEL --gpus N --global-batch B --hw NAME|FILE [options]",
-    "search t, p, d, v, microbatch, recomputation, SP and ZeRO-1; rank what fits by speed",
+    "search t, p, d, v, microbatch, recomputation, SP, ZeRO-1 and ep; rank what fits by speed",
     "Tries every tensor-parallel size within a node, every pipeline depth and\n"
     "chunk count, microbatches of 1, 2, 4 and 8, sequence parallelism on and\n"
     "off, and for each the least recomputation that fits in the device's\n"
-    "memory, without ZeRO-1 and with it. Every candidate is simulated as\n"
+    "memory, without ZeRO-1 and with it; for a model with routed layers, every\n"
+    "power of two of expert ranks that divides its experts and d. Every candidate is simulated as\n"
     "`shardc simulate` does; the list is ranked by step time. The families\n"
     "dropped are counted by reason, with an example of each.",
     plan_options, drv_cmd_plan};
@@ -60,11 +61,14 @@ static int positive(const char *s) {
 static void print_text(const PlSearch *s, int top, double limit) {
   printf("%d configurations fit in %.1f GiB per GPU (%d simulated); the fastest:\n", s->n,
          limit / 1073741824.0, s->simulated);
-  printf("rank   t   p    d   v  b  recompute  SP  zero  step s    TFLOP/s  MFU    GiB\n");
+  /* A routed model's expert ranks get a column of their own. */
+  printf("rank   t   p    d   v%s  b  recompute  SP  zero  step s    TFLOP/s  MFU    GiB\n",
+         s->routed ? "  ep" : "");
   for (int i = 0; i < s->n && i < top; i++) {
     const PlCandidate *c = &s->configs[i];
-    printf("%4d  %2d  %2d  %3d  %2d  %d  %-9s  %-3s %4d  %8.4f  %7.1f  %4.1f%%  %5.1f\n", i + 1,
-           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, c->c.microbatch,
+    printf("%4d  %2d  %2d  %3d  %2d%s  %d  %-9s  %-3s %4d  %8.4f  %7.1f  %4.1f%%  %5.1f\n", i + 1,
+           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, s->routed ? ir_fmt("  %2d", pl_ep(&c->c)) : "",
+           c->c.microbatch,
            pl_recompute_names[c->c.recompute], c->c.sequence_parallel ? "yes" : "no", c->c.zero,
            c->step_time, c->tflops_per_gpu, 100 * c->mfu, c->memory / 1073741824.0);
   }
@@ -83,6 +87,7 @@ static void print_json(const PlSearch *s, int top) {
     cJSON_AddNumberToObject(e, "pp", c->c.pp);
     cJSON_AddNumberToObject(e, "dp", c->c.dp);
     cJSON_AddNumberToObject(e, "vpp", c->c.vpp);
+    if (s->routed) cJSON_AddNumberToObject(e, "ep", pl_ep(&c->c));
     cJSON_AddNumberToObject(e, "microbatch", c->c.microbatch);
     cJSON_AddStringToObject(e, "recompute", pl_recompute_names[c->c.recompute]);
     cJSON_AddBoolToObject(e, "sequence_parallel", c->c.sequence_parallel);
