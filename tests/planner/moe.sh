@@ -3,8 +3,8 @@
 # small models/mixtral.shard (2 layers, hidden 64, top-2 of 8 experts of
 # ffn 128, 64 tokens a microbatch) and models/deepseek_moe.shard:
 # - the all-to-all bytes one rank sends, (ep - 1) / ep of the T k h
-#   dispatched elements at 2 bytes, as `--report comm` counts an
-#   all_to_all (abi/comm.h), for ep = 2 and 4;
+#   dispatched elements at 2 bytes, and the same elements as `--report
+#   comm` prints for an all_to_all of those rows, for ep = 2 and 4;
 # - the expert parameters a rank holds divided by ep, the rest whole;
 # - the busiest rank's load: --moe-imbalance, capped by the capacity
 #   factor, and a longer step under a larger imbalance;
@@ -36,6 +36,23 @@ for ep in 2 4; do
   want=$(( (ep - 1) * 64 * 2 * 64 / ep * 2 ))
   echo "ep=$ep: all-to-all $bytes bytes sent per rank, (ep-1)/ep x 64 tokens x 2 x 64 x 2 B = $want"
   check "ep=$ep: all-to-all bytes as rt_comm counts them" test "$bytes" = "$want"
+  # --report comm on an all_to_all of the same rows [T*k, h] = [128, 64]
+  # over ep data ranks: its sent elements at the planner's 2 bytes.
+  cat >a2a.ir <<IR
+model a2a {
+  mesh data = $ep
+  input %counts: i32[$ep]
+  input %targets: i32[128]
+  param @x: f32[128, 64] = normal(0, 1)
+  %0, %1 = all_to_all(@x, %counts) {axis = 2, size = $ep, rows = 128}
+  %2 = cross_entropy(%0, %targets)
+  output loss = %2
+}
+IR
+  "$SHARDC" compile a2a.ir --passes=fold,shape,verify --report comm >report.txt
+  sent=$(awk '$1 == "forward" && $2 == "all_to_all" { print $(NF - 2) }' report.txt)
+  echo "ep=$ep: --report comm sends $sent elements of [128, 64]; the planner $((bytes / 2))"
+  check "ep=$ep: the planner's all-to-all is --report comm's" test "$sent" = $((bytes / 2))
   p1=$(field ep1.json stages 0 params_per_rank) pe=$(field ep$ep.json stages 0 params_per_rank)
   # 2 layers x 3 stacked [8, 128, 64] expert weights; a rank keeps 1/ep.
   experts=$((2 * 3 * 8 * 128 * 64))
