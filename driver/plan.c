@@ -19,6 +19,8 @@ static const DrvOption plan_options[] = {
     {"--memory-fraction", "F", "the share of device memory a rank may plan for (default 1: the "
      "memory model counts workspaces, communication buffers and fragmentation)"},
     {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start (as simulate)"},
+    {"--ep", "E", "a routed model: keep the expert ranks at E (default: search every power of two "
+     "that divides the experts and d)"},
     {"--json", NULL, "print one JSON object"},
     {"--svg", "FILE", "draw every configuration tried: throughput against memory per GPU"},
     {NULL, NULL, NULL},
@@ -238,11 +240,17 @@ int drv_cmd_plan(int nargs, DrvArg *args) {
   PlDpOverlap overlap;
   if (!pl_dp_overlap_parse(overlap_s, &overlap))
     return drv_usage_error(cmd, "--dp-overlap: expected bucket, chunk or none, got '%s'", overlap_s);
+  const char *ep_s = drv_value(nargs, args, "--ep");
+  int ep = ep_s ? positive(ep_s) : 0;
+  if (ep_s && !ep) return drv_usage_error(cmd, "--ep: expected a positive integer, got '%s'", ep_s);
+  if (ep > 1 && gpus % ep)
+    return drv_usage_error(cmd, "--ep %d must divide --gpus %d: the expert ranks are taken out "
+                           "of the data-parallel ones", ep, gpus);
   PlHw hw;
   if (!pl_hw_load(hw_name, &hw)) return 1;
   Loader L = {model, nargs, args};
   PlSearch s;
-  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, overlap, &s)) return 1;
+  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, overlap, ep, &s)) return 1;
   const char *svg = drv_value(nargs, args, "--svg");
   bool ok = !svg || save_svg(svg, &s, &hw, frac * hw.mem_bytes);
   if (!ok) {

@@ -316,10 +316,12 @@ typedef struct PlSearch {
  * sequence parallelism, ZeRO-1 and, for a routed model, the expert ranks
  * (powers of two dividing the experts and d) for `gpus` GPUs and a global batch,
  * keeping what needs at most mem_limit bytes per GPU (every term of
- * pl_stage_memory counted), each with the data-parallel overlap given.
+ * pl_stage_memory counted), each with the data-parallel overlap given;
+ * ep > 0 keeps the expert ranks at ep (refused, with errors reported,
+ * where the model has no routed layer or ep does not divide its experts).
  * False after a load error. */
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlDpOverlap overlap, PlSearch *out);
+               double mem_limit, PlDpOverlap overlap, int ep, PlSearch *out);
 void pl_search_free(PlSearch *s);
 extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
 extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */

@@ -29,6 +29,7 @@ typedef struct Search {
   int gpus, batch;
   double limit; /* bytes per GPU */
   PlDpOverlap overlap;
+  int ep;       /* the expert ranks asked for (0: every ep the model allows) */
   PlSearch *out;
   int cap, tried_cap;
 } Search;
@@ -151,7 +152,7 @@ static int faster(const void *a, const void *b) {
  * its products and all-to-alls differ. 1: a load error, 2: t does not
  * divide the model, 0 otherwise. */
 static int try_costed(Search *S, int t, bool sp, int b) {
-  for (int ep = 1, most = 1; ep <= most; ep *= 2) {
+  for (int ep = S->ep ? S->ep : 1, most = ep; ep <= most; ep *= 2) {
     IrGraph *g = S->load(S->ctx, b);
     if (!g) return 1;
     /* A head count or width that t does not divide is a user error of
@@ -164,16 +165,27 @@ static int try_costed(Search *S, int t, bool sp, int b) {
     PlConfig c = {.tp = t, .sequence_parallel = sp, .ep = ep};
     if (!pl_model_build(g, &c, S->hw, &m)) return 1;
     S->out->routed |= m.moe.experts > 0;
-    most = m.moe.experts < S->gpus / t ? m.moe.experts : S->gpus / t;
+    /* An ep asked for is the user's: refused where the model cannot
+     * take it, as simulate refuses it. */
+    if (S->ep > 1 && (!m.moe.experts || m.moe.experts % S->ep)) {
+      if (!m.moe.experts)
+        ir_error(ir_cmdline, "plan: --ep %d places experts, and the model has no routed layer "
+                 "(moe_dispatch)", S->ep);
+      else
+        ir_error(ir_cmdline, "plan: --ep %d must divide the %d experts of each routed layer",
+                 S->ep, m.moe.experts);
+      return 1;
+    }
+    if (!S->ep) most = m.moe.experts < S->gpus / t ? m.moe.experts : S->gpus / t;
     if (ep == 1 || m.moe.experts % ep == 0) try_pipelines(S, &m, t, sp, b, ep);
   }
   return 0;
 }
 
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlDpOverlap overlap, PlSearch *out) {
+               double mem_limit, PlDpOverlap overlap, int ep, PlSearch *out) {
   *out = (PlSearch){0};
-  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, overlap, out, 0, 0};
+  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, overlap, ep, out, 0, 0};
   for (int t = 1; t <= gpus; t++) {
     if (gpus % t) continue;
     if (t > hw->gpus_per_node) {

@@ -10,7 +10,7 @@
 #   factor, and a longer step under a larger imbalance;
 # - the refusals of --ep: not dividing d or the experts, on a dense
 #   model, and --moe-imbalance without it;
-# - `plan` searching ep for a routed model.
+# - `plan` searching ep for a routed model, and keeping --ep E.
 # Prints every number it checks.
 #   moe.sh MODELS_DIR
 set -euo pipefail
@@ -82,23 +82,28 @@ echo "deepseek_moe, ep=4: top-$(field ds.json routed top_k) of $(field ds.json r
      "$(field ds.json routed all_to_all_bytes) bytes per all-to-all"
 check "deepseek_moe: top-4 of 16" test "$(field ds.json routed top_k)/$(field ds.json routed experts)" = 4/16
 
-# refused WORDS MODEL FLAGS...: simulate exits 1 saying WORDS.
+# refused CMD WORDS MODEL FLAGS...: `shardc CMD` exits 1 saying WORDS.
 refused() {
-  words=$1 model=$2
-  shift 2
+  cmd=$1 words=$2 model=$3
+  shift 3
   status=0
-  "$SHARDC" simulate "$model" --hw h100 "$@" >out 2>&1 || status=$?
+  "$SHARDC" "$cmd" "$model" --hw h100 "$@" >out 2>&1 || status=$?
   if [ $status = 1 ] && grep -qF -- "$words" out; then
-    ok "simulate $*: exit 1: $(grep -F -- "$words" out)"
+    ok "$cmd $*: exit 1: $(grep -F -- "$words" out)"
   else
-    fail "simulate $*: exit $status, expected 1 and '$words': $(cat out)"
+    fail "$cmd $*: exit $status, expected 1 and '$words': $(cat out)"
   fi
 }
-refused "--ep 3 must divide --dp 4" "$mix" --dp 4 --ep 3
-refused "--ep 16 must divide the 8 experts" "$mix" --dp 16 --ep 16
-refused "the model has no routed layer" "$models/gpt2.shard" --dp 2 --ep 2
-refused "--moe-imbalance needs --ep > 1" "$mix" --dp 2 --moe-imbalance 1.5
-refused "--moe-imbalance: expected a factor of at least 1" "$mix" --dp 2 --ep 2 --moe-imbalance 0.5
+refused simulate "--ep 3 must divide --dp 4" "$mix" --dp 4 --ep 3
+refused simulate "--ep 16 must divide the 8 experts" "$mix" --dp 16 --ep 16
+refused simulate "the model has no routed layer" "$models/gpt2.shard" --dp 2 --ep 2
+refused simulate "--moe-imbalance needs --ep > 1" "$mix" --dp 2 --moe-imbalance 1.5
+refused simulate "--moe-imbalance: expected a factor of at least 1" "$mix" --dp 2 --ep 2 \
+  --moe-imbalance 0.5
+refused plan "--ep 3 must divide --gpus 8" "$mix" --gpus 8 --global-batch 32 --ep 3
+refused plan "--ep 16 must divide the 8 experts" "$mix" --gpus 16 --global-batch 32 --ep 16
+refused plan "the model has no routed layer" "$models/gpt2.shard" --gpus 8 --global-batch 32 \
+  --ep 2
 
 "$SHARDC" plan "$mix" --gpus 8 --global-batch 32 --hw h100 --top 40 >plan.txt
 head -n 6 plan.txt
@@ -106,4 +111,9 @@ check "plan has an ep column" grep -q ' ep  b ' plan.txt
 eps=$(awk '/^ +[0-9]+ / && NF > 10 { print $6 }' plan.txt | sort -u | tr '\n' ' ')
 echo "plan: ep values among the 40 fastest: $eps"
 check "plan tries ep > 1" awk -v e="$eps" 'BEGIN { n = split(e, a, " "); for (i = 1; i <= n; i++) if (a[i] > 1) exit 0; exit 1 }'
+# plan --ep E keeps E (its refusals are above).
+"$SHARDC" plan "$mix" --gpus 8 --global-batch 32 --hw h100 --ep 4 --top 40 >plan4.txt 2>/dev/null
+eps=$(awk '/^ +[0-9]+ / && NF > 10 { print $6 }' plan4.txt | sort -u | tr '\n' ' ')
+echo "plan --ep 4: ep values $eps"
+check "plan --ep 4 keeps ep 4" test "$eps" = "4 "
 finish
