@@ -115,15 +115,21 @@ double pl_gemm_s(const PlHw *hw, double flops) {
  * (the guide's A100 example), and the GPU runs one tile per SM at a
  * time, so a product of T tiles takes ceil(T / sms) waves of the time of
  * one. Of the two ways round of the tile, the better. 1 without SMs. */
-double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
+/* The same over `count` products of one shape run as one grouped kernel,
+ * whose tiles share the waves. */
+static double group_wave_efficiency(const PlHw *hw, double count, double m, double n) {
   if (hw->sms <= 0 || m <= 0 || n <= 0) return 1;
   double best = 0;
   for (int way = 0; way < 2; way++) {
-    double tiles = ceil(m / (way ? 128 : 256)) * ceil(n / (way ? 256 : 128));
+    double tiles = count * ceil(m / (way ? 128 : 256)) * ceil(n / (way ? 256 : 128));
     double eff = tiles / (ceil(tiles / hw->sms) * hw->sms);
     if (eff > best) best = eff;
   }
   return best;
+}
+
+double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
+  return group_wave_efficiency(hw, 1, m, n);
 }
 
 double pl_gemm_shape_s(const PlHw *hw, double m, double n, double k) {
@@ -243,32 +249,37 @@ static bool grouped(const IrNode *n) {
 }
 
 /* A grouped product on one of `ep` expert ranks, whose busiest rank has
- * `load` times the mean rows: E/ep products, one per expert it holds,
- * each over load * N * ep / E of the N rows a rank dispatches (every
- * rank of the group sends each expert its share). The weight-shaped
- * tensors [E, ...] are the rank's E/ep experts; the rows scale by load. */
+ * `load` times the mean rows: one grouped kernel (cuBLASLt's grouped
+ * GEMM, Megatron-LM's --moe-grouped-gemm) of E/ep products, one per
+ * expert the rank holds, each over load * N * ep / E of the N rows a rank
+ * dispatches (every rank of the group sends each expert its share): the
+ * products' tiles share the waves, and the curve's fixed cost is paid
+ * once. The weight-shaped tensors [E, ...] are the rank's E/ep experts;
+ * the rows scale by load. */
 static double grouped_time(const IrNode *n, const PlHw *hw, double flops, double elem, int ep,
                            double load) {
   const IrType *rows = &n->in[0]->type;
   const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
   double E = (double)w->type.shape[0], local = E / ep, N = (double)rows->shape[0];
-  double per = load * N * ep / E, g;
+  double per = load * N * ep / E, m, cols;
   if (n->op == IR_OP_GROUPED_LINEAR_DW) {
-    const IrType *dw = &n->out[0]->type;
-    g = pl_gemm_shape_s(hw, (double)dw->shape[1], (double)dw->shape[2], per);
+    m = (double)n->out[0]->type.shape[1], cols = (double)n->out[0]->type.shape[2];
   } else {
     const IrType *y = &n->out[0]->type;
-    double cols = (double)y->shape[y->rank - 1];
-    g = N > 0 && cols > 0 ? pl_gemm_shape_s(hw, per, cols, flops / (2 * N * cols)) : 0;
+    m = per, cols = (double)y->shape[y->rank - 1];
   }
+  /* This rank's FLOPs: its experts' share of the rows, at the load. */
+  double mine = flops * load, g = 0;
+  if (m > 0 && cols > 0)
+    g = pl_gemm_s(hw, mine) / group_wave_efficiency(hw, local, m, cols);
   double bytes = 0;
   for (int i = 0; i < n->nin + n->nout; i++) {
     const IrValue *v = i < n->nin ? n->in[i] : n->out[i - n->nin];
     if (v->type.dtype == IR_I32) continue; /* counts */
     bytes += v->type.rank == 3 ? numel(v) / ep : load * numel(v);
   }
-  double t = local * g, m = pl_memory_s(hw, bytes * elem);
-  return t > m ? t : m;
+  double t = g > hw->kernel_s ? g : hw->kernel_s, mem = pl_memory_s(hw, bytes * elem);
+  return t > mem ? t : mem;
 }
 
 /* The routed layers of g (its moe_dispatch nodes, forward): what they
