@@ -2,6 +2,7 @@
 # The planner's routed layers (docs/planner.md, Mixtures of experts) on the
 # small models/mixtral.shard (2 layers, hidden 64, top-2 of 8 experts of
 # ffn 128, 64 tokens a microbatch) and models/deepseek_moe.shard:
+# - one all-to-all priced by hand inside a node, and dearer across two;
 # - the all-to-all bytes one rank sends, (ep - 1) / ep of the T k h
 #   dispatched elements at 2 bytes, and the same elements as `--report
 #   comm` prints for an all_to_all of those rows, for ep = 2 and 4;
@@ -59,9 +60,23 @@ IR
   echo "ep=$ep: $pe parameters per rank, $p1 at ep=1, experts $experts"
   check "ep=$ep: the experts divided by ep" test $((p1 - pe)) = $((experts - experts / ep))
 done
+# Inside one h100 node: a launch (4 us), NVLink's latency (3 us) and 3/4
+# of the busiest rank's 1.25 x 8192 elements at 2 bytes over 450 GB/s at
+# the collectives' 0.8.
 a2a=$(field ep4.json routed all_to_all_s)
-echo "ep=4: one all-to-all $a2a s"
-check "ep=4: the all-to-all takes time" awk -v a="$a2a" 'BEGIN { exit !(a > 0) }'
+want=$(awk 'BEGIN { printf "%.6g", 4e-6 + 3e-6 + 0.75 * 1.25 * 8192 * 2 / (450e9 * 0.8) }')
+echo "ep=4: one all-to-all $a2a s, by hand $want s"
+check "ep=4: the all-to-all priced over NVLink" \
+  awk -v a="$a2a" -v b="$want" 'BEGIN { exit !(a > 0 && (a - b) / b < 1e-4 && (b - a) / b < 1e-4) }'
+# Across two nodes (16 expert ranks, 8 per node; hidden 1024, 2048 tokens,
+# so that the bytes outweigh the latencies) half the parts leave
+# through each GPU's 50 GB/s adapter: far slower per byte than in a node.
+ds=$models/deepseek_moe.shard
+"$SHARDC" simulate "$ds" -D hidden=1024 -D seq=2048 --hw h100 --dp 16 --ep 8 --json >ds8.json
+"$SHARDC" simulate "$ds" -D hidden=1024 -D seq=2048 --hw h100 --dp 16 --ep 16 --json >ds16.json
+t8=$(field ds8.json routed all_to_all_s) t16=$(field ds16.json routed all_to_all_s)
+echo "deepseek_moe: all-to-all $t8 s over one node (ep=8), $t16 s over two (ep=16)"
+check "an all-to-all across nodes costs more" awk -v a="$t8" -v b="$t16" 'BEGIN { exit !(b > 2 * a) }'
 check "ep=1: no all-to-all" test "$(field ep1.json routed all_to_all_bytes)" = 0
 
 load=$(field ep4.json routed load)
