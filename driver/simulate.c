@@ -227,10 +227,13 @@ static void print_text(const PlResult *r, const PlModel *m, const PlConfig *c, c
   printf("per step         gradient reduction %.3f ms per chunk, optimizer %.3f ms\n",
          1e3 * r->dp_s, 1e3 * r->opt_s);
   if (m->moe.experts)
-    printf("routed layers    %d per layer, top-%d of %d experts, ep %d (each expert on %d ranks), "
-           "load %.2f of the mean; all-to-all %.3f ms, %lld bytes sent per rank, 4 per routed "
-           "layer and microbatch\n", m->moe.routed, m->moe.top_k, m->moe.experts, pl_ep(c),
-           pl_edp(c), m->moe.load, 1e3 * m->moe.a2a_s, (long long)m->moe.a2a_bytes);
+    printf("routed layers    %d per layer, top-%d of %d experts of ffn %lld%s, ep %d (each "
+           "expert on %d ranks), load %.2f of the mean; all-to-all %.3f ms, %lld bytes sent per "
+           "rank, 4 per routed layer and microbatch\n", m->moe.routed, m->moe.top_k,
+           m->moe.experts, (long long)m->moe.expert_ffn,
+           m->moe.shared_ffn ? ir_fmt(" and shared experts of ffn %lld",
+                                      (long long)m->moe.shared_ffn) : "",
+           pl_ep(c), pl_edp(c), m->moe.load, 1e3 * m->moe.a2a_s, (long long)m->moe.a2a_bytes);
   printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",
          r->memory_max / 1073741824.0, hw->mem_bytes / 1073741824.0);
   if (r->memory_over > 0)
@@ -278,6 +281,8 @@ static void print_json(const PlResult *r, const PlModel *m, const PlConfig *c, c
     cJSON_AddNumberToObject(e, "per_layer", m->moe.routed);
     cJSON_AddNumberToObject(e, "experts", m->moe.experts);
     cJSON_AddNumberToObject(e, "top_k", m->moe.top_k);
+    cJSON_AddNumberToObject(e, "expert_ffn", (double)m->moe.expert_ffn);
+    cJSON_AddNumberToObject(e, "shared_ffn", (double)m->moe.shared_ffn);
     cJSON_AddNumberToObject(e, "capacity", m->moe.capacity);
     cJSON_AddNumberToObject(e, "ep", pl_ep(c));
     cJSON_AddNumberToObject(e, "load", m->moe.load);

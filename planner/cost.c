@@ -282,6 +282,23 @@ static double grouped_time(const IrNode *n, const PlHw *hw, double flops, double
   return t > mem ? t : mem;
 }
 
+/* v, or what it is a copy or view of (tensor parallelism's entry copy). */
+static const IrValue *through_views(const IrValue *v) {
+  while (v->def && (v->def->op == IR_OP_TP_COPY || v->def->op == IR_OP_RESHAPE)) v = v->def->in[0];
+  return v;
+}
+
+/* Whether v feeds a router (the router's own logits, not an expert). */
+static bool routes(const IrGraph *g, const IrValue *v) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if ((n->op == IR_OP_ROUTER || n->op == IR_OP_ROUTER_LOAD || n->op == IR_OP_ROUTER_Z_LOSS) &&
+        through_views(n->in[0]) == v)
+      return true;
+  }
+  return false;
+}
+
 /* The routed layers of g (its moe_dispatch nodes, forward): what they
  * are, the rows they dispatch, and the load the busiest expert rank
  * carries under c: with one expert rank every rank runs every expert and
@@ -290,6 +307,7 @@ static double grouped_time(const IrNode *n, const PlHw *hw, double flops, double
  * drops rows even when balanced. */
 static void find_routed(IrGraph *g, const PlConfig *c, PlMoe *moe) {
   int64_t n_rows = 0;
+  const IrValue *x = NULL; /* what the first routed layer dispatches */
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     if (n->op != IR_OP_MOE_DISPATCH || n->phase != IR_PHASE_FORWARD) continue;
@@ -301,6 +319,7 @@ static void find_routed(IrGraph *g, const PlConfig *c, PlMoe *moe) {
     moe->capacity = ir_attr_float(n, "capacity");
     moe->rows = ir_type_numel(&n->out[0]->type);
     n_rows = n->out[0]->type.shape[0];
+    x = through_views(n->in[0]);
   }
   if (!moe->experts) return;
   double cap = moe->capacity > 0 ? moe->capacity : HUGE_VAL;
@@ -310,6 +329,12 @@ static void find_routed(IrGraph *g, const PlConfig *c, PlMoe *moe) {
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     const IrType *y = n->nout ? &n->out[0]->type : NULL;
+    if (n->op == IR_OP_GROUPED_LINEAR && !moe->expert_ffn) moe->expert_ffn = y->shape[y->rank - 1];
+    /* Shared experts: a product of the dispatched tokens themselves,
+     * other than the router's logits. */
+    if (n->op == IR_OP_LINEAR && n->phase == IR_PHASE_FORWARD && !moe->shared_ffn &&
+        through_views(n->in[0]) == x && !routes(g, n->out[0]))
+      moe->shared_ffn = y->shape[y->rank - 1];
     if (n->phase == IR_PHASE_FORWARD && n->stage == R_LAYER && y && y->rank == 2 &&
         y->shape[0] == n_rows && y->dtype != IR_I32)
       moe->row_elems += ir_type_numel(y);

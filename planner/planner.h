@@ -181,6 +181,9 @@ typedef struct PlCost {
 typedef struct PlMoe {
   int routed;              /* routed layers per layer of the stack (0: a dense model) */
   int experts, top_k;      /* of the first */
+  int64_t expert_ffn;      /* the output width of its first grouped product (an expert's ffn) */
+  int64_t shared_ffn;      /* the first width the shared experts' products give its tokens
+                            * (0: none), on this tensor rank */
   double capacity;         /* its capacity factor (0: dropless) */
   int64_t rows;            /* elements of one routed layer's dispatched rows [T*k, h] on a rank */
   int64_t row_elems;       /* elements the forward of one layer keeps on dispatched rows */

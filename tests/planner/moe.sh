@@ -95,7 +95,9 @@ check "the capacity factor caps the load" test "$cap" = 1.1
 "$SHARDC" simulate "$models/deepseek_moe.shard" --hw h100 --dp 4 --ep 4 --json >ds.json
 echo "deepseek_moe, ep=4: top-$(field ds.json routed top_k) of $(field ds.json routed experts)," \
      "$(field ds.json routed all_to_all_bytes) bytes per all-to-all"
-check "deepseek_moe: top-4 of 16" test "$(field ds.json routed top_k)/$(field ds.json routed experts)" = 4/16
+check "deepseek_moe: top-4 of 16 experts of ffn 32, shared experts of ffn 2 x 32" \
+  test "$(field ds.json routed top_k)/$(field ds.json routed experts)/$(field ds.json routed expert_ffn)/$(field ds.json routed shared_ffn)" = 4/16/32/64
+check "mixtral: no shared experts" test "$(field ep4.json routed shared_ffn)" = 0
 
 # refused CMD WORDS MODEL FLAGS...: `shardc CMD` exits 1 saying WORDS.
 refused() {
