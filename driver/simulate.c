@@ -196,6 +196,17 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     drv_usage_error(&drv_simulate_command, "--megatron: expected 2021 or 2022, got '%s'", meg);
     return false;
   }
+  /* Flags of the driver alone that a configuration would ignore. */
+  if (overlap && c->dp <= 1) {
+    drv_usage_error(&drv_simulate_command, "--dp-overlap needs --dp > 1: it says when the "
+                    "data-parallel reductions start, and with one replica there are none");
+    return false;
+  }
+  if (drv_flag(nargs, args, "--no-memory-plan") && !c->fp32 && !c->bf16) {
+    drv_usage_error(&drv_simulate_command, "--no-memory-plan goes with --precision fp32 or bf16: "
+                    "mixed precision's activations are the formula's already");
+    return false;
+  }
   char *refusal = pl_config_refusal(c);
   if (refusal) {
     drv_usage_error(&drv_simulate_command, "%s", refusal);

@@ -322,6 +322,9 @@ char *pl_config_refusal(const PlConfig *c) {
   if (c->tp_overlap && c->tp <= 1)
     return fmt_error("--tp-overlap needs --tp > 1: without tensor parallelism there is no "
                      "collective to overlap");
+  if (c->bucket_mb > 0 && c->dp <= 1)
+    return fmt_error("--bucket-mb needs --dp > 1: it sizes the buckets of the data-parallel "
+                     "reduction, and with one replica nothing is reduced");
   if (c->ep > 1 && (c->dp > 1 ? c->dp : 1) % c->ep)
     return fmt_error("--ep %d must divide --dp %d: the expert ranks are taken out of the "
                      "data-parallel ones, each expert replicated over d/ep of them", c->ep,
