@@ -105,8 +105,9 @@ const DrvCommand drv_simulate_command = {
     "memory plan where the model compiles), plus the device context,\n"
     "workspaces, communicator and message buffers, the largest op's\n"
     "temporaries and the allocator's fragmentation; a configuration that\n"
-    "does not fit is said so, with by how much. docs/planner.md describes\n"
-    "the model.",
+    "does not fit is said so, with by how much. A model with routed layers\n"
+    "prices its experts by their active rows, and with --ep the all-to-alls\n"
+    "and the busiest expert rank's load. docs/planner.md describes the model.",
     simulate_options, drv_cmd_simulate};
 
 /* A positive integer flag. */

@@ -114,9 +114,9 @@ double pl_gemm_s(const PlHw *hw, double flops) {
  * tiles, 256 x 128 for the large half-precision products of these models
  * (the guide's A100 example), and the GPU runs one tile per SM at a
  * time, so a product of T tiles takes ceil(T / sms) waves of the time of
- * one. Of the two ways round of the tile, the better. 1 without SMs. */
-/* The same over `count` products of one shape run as one grouped kernel,
- * whose tiles share the waves. */
+ * one. Of the two ways round of the tile, the better. 1 without SMs.
+ * `count` products of one shape run as one grouped kernel (a rank's
+ * experts) share the waves: their tiles are counted together. */
 static double group_wave_efficiency(const PlHw *hw, double count, double m, double n) {
   if (hw->sms <= 0 || m <= 0 || n <= 0) return 1;
   double best = 0;
