@@ -19,6 +19,8 @@ static const DrvOption plan_options[] = {
     {"--memory-fraction", "F", "the share of device memory a rank may plan for (default 1: the "
      "memory model counts workspaces, communication buffers and fragmentation)"},
     {"--dp-overlap", "bucket|chunk|none", "when data-parallel reductions start (as simulate)"},
+    {"--ep", "E", "a routed model: keep the expert ranks at E (default: search every power of two "
+     "that divides the experts and d)"},
     {"--json", NULL, "print one JSON object"},
     {"--svg", "FILE", "draw every configuration tried: throughput against memory per GPU"},
     {NULL, NULL, NULL},
@@ -26,11 +28,12 @@ static const DrvOption plan_options[] = {
 
 const DrvCommand drv_plan_command = {
     "plan", "MODEL --gpus N --global-batch B --hw NAME|FILE [options]",
-    "search t, p, d, v, microbatch, recomputation, SP and ZeRO-1; rank what fits by speed",
+    "search t, p, d, v, microbatch, recomputation, SP, ZeRO-1 and ep; rank what fits by speed",
     "Tries every tensor-parallel size within a node, every pipeline depth and\n"
     "chunk count, microbatches of 1, 2, 4 and 8, sequence parallelism on and\n"
     "off, and for each the least recomputation that fits in the device's\n"
-    "memory, without ZeRO-1 and with it. Every candidate is simulated as\n"
+    "memory, without ZeRO-1 and with it; for a model with routed layers, every\n"
+    "power of two of expert ranks that divides its experts and d. Every candidate is simulated as\n"
     "`shardc simulate` does; the list is ranked by step time. The families\n"
     "dropped are counted by reason, with an example of each.",
     plan_options, drv_cmd_plan};
@@ -60,11 +63,14 @@ static int positive(const char *s) {
 static void print_text(const PlSearch *s, int top, double limit) {
   printf("%d configurations fit in %.1f GiB per GPU (%d simulated); the fastest:\n", s->n,
          limit / 1073741824.0, s->simulated);
-  printf("rank   t   p    d   v  b  recompute  SP  zero  step s    TFLOP/s  MFU    GiB\n");
+  /* A routed model's expert ranks get a column of their own. */
+  printf("rank   t   p    d   v%s  b  recompute  SP  zero  step s    TFLOP/s  MFU    GiB\n",
+         s->routed ? "  ep" : "");
   for (int i = 0; i < s->n && i < top; i++) {
     const PlCandidate *c = &s->configs[i];
-    printf("%4d  %2d  %2d  %3d  %2d  %d  %-9s  %-3s %4d  %8.4f  %7.1f  %4.1f%%  %5.1f\n", i + 1,
-           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, c->c.microbatch,
+    printf("%4d  %2d  %2d  %3d  %2d%s  %d  %-9s  %-3s %4d  %8.4f  %7.1f  %4.1f%%  %5.1f\n", i + 1,
+           c->c.tp, c->c.pp, c->c.dp, c->c.vpp, s->routed ? ir_fmt("  %2d", pl_ep(&c->c)) : "",
+           c->c.microbatch,
            pl_recompute_names[c->c.recompute], c->c.sequence_parallel ? "yes" : "no", c->c.zero,
            c->step_time, c->tflops_per_gpu, 100 * c->mfu, c->memory / 1073741824.0);
   }
@@ -83,6 +89,7 @@ static void print_json(const PlSearch *s, int top) {
     cJSON_AddNumberToObject(e, "pp", c->c.pp);
     cJSON_AddNumberToObject(e, "dp", c->c.dp);
     cJSON_AddNumberToObject(e, "vpp", c->c.vpp);
+    if (s->routed) cJSON_AddNumberToObject(e, "ep", pl_ep(&c->c));
     cJSON_AddNumberToObject(e, "microbatch", c->c.microbatch);
     cJSON_AddStringToObject(e, "recompute", pl_recompute_names[c->c.recompute]);
     cJSON_AddBoolToObject(e, "sequence_parallel", c->c.sequence_parallel);
@@ -233,11 +240,17 @@ int drv_cmd_plan(int nargs, DrvArg *args) {
   PlDpOverlap overlap;
   if (!pl_dp_overlap_parse(overlap_s, &overlap))
     return drv_usage_error(cmd, "--dp-overlap: expected bucket, chunk or none, got '%s'", overlap_s);
+  const char *ep_s = drv_value(nargs, args, "--ep");
+  int ep = ep_s ? positive(ep_s) : 0;
+  if (ep_s && !ep) return drv_usage_error(cmd, "--ep: expected a positive integer, got '%s'", ep_s);
+  if (ep > 1 && gpus % ep)
+    return drv_usage_error(cmd, "--ep %d must divide --gpus %d: the expert ranks are taken out "
+                           "of the data-parallel ones", ep, gpus);
   PlHw hw;
   if (!pl_hw_load(hw_name, &hw)) return 1;
   Loader L = {model, nargs, args};
   PlSearch s;
-  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, overlap, &s)) return 1;
+  if (!pl_search(load, &L, gpus, batch, &hw, frac * hw.mem_bytes, overlap, ep, &s)) return 1;
   const char *svg = drv_value(nargs, args, "--svg");
   bool ok = !svg || save_svg(svg, &s, &hw, frac * hw.mem_bytes);
   if (!ok) {

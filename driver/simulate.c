@@ -55,6 +55,10 @@ static const DrvOption simulate_options[] = {
     {"--pp", "P", "pipeline stages (default 1)"},
     {"--dp", "D", "data-parallel replicas (default 1)"},
     {"--vpp", "V", "model chunks per stage (default 1)"},
+    {"--ep", "E", "a routed model's experts placed on E of the data-parallel ranks, each expert "
+     "replicated over d/E of them (default 1: every rank holds every expert)"},
+    {"--moe-imbalance", "F", "with --ep: the busiest expert rank's tokens over the mean (default "
+     "1.25; a routed layer's capacity factor caps it)"},
     {"--microbatch", "B", "sequences per microbatch (sets the model's `batch`; default: the model's)"},
     {"--global-batch", "N", "sequences per step (default: 8 microbatches per pipeline)"},
     {"--schedule", "NAME", "pipeline schedule (default 1f1b, interleaved when V > 1)"},
@@ -101,8 +105,9 @@ const DrvCommand drv_simulate_command = {
     "memory plan where the model compiles), plus the device context,\n"
     "workspaces, communicator and message buffers, the largest op's\n"
     "temporaries and the allocator's fragmentation; a configuration that\n"
-    "does not fit is said so, with by how much. docs/planner.md describes\n"
-    "the model.",
+    "does not fit is said so, with by how much. A model with routed layers\n"
+    "prices its experts by their active rows, and with --ep the all-to-alls\n"
+    "and the busiest expert rank's load. docs/planner.md describes the model.",
     simulate_options, drv_cmd_simulate};
 
 /* A positive integer flag. */
@@ -126,6 +131,17 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
   ok = int_arg(nargs, args, "--pp", 1, &c->pp) && ok;
   ok = int_arg(nargs, args, "--dp", 1, &c->dp) && ok;
   ok = int_arg(nargs, args, "--vpp", 1, &c->vpp) && ok;
+  ok = int_arg(nargs, args, "--ep", 1, &c->ep) && ok;
+  const char *imb = drv_value(nargs, args, "--moe-imbalance");
+  if (imb) {
+    char *end;
+    c->moe_imbalance = strtod(imb, &end);
+    if (*end || end == imb || !(c->moe_imbalance >= 1) || c->moe_imbalance > 1e6) {
+      drv_usage_error(&drv_simulate_command, "--moe-imbalance: expected a factor of at least 1, "
+                      "got '%s'", imb);
+      return false;
+    }
+  }
   ok = int_arg(nargs, args, "--microbatch", 0, &c->microbatch) && ok;
   ok = int_arg(nargs, args, "--zero", 0, &c->zero) && ok;
   ok = int_arg(nargs, args, "--global-batch", 0, &c->global_batch) && ok;
@@ -181,6 +197,17 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
     drv_usage_error(&drv_simulate_command, "--megatron: expected 2021 or 2022, got '%s'", meg);
     return false;
   }
+  /* Flags of the driver alone that a configuration would ignore. */
+  if (overlap && c->dp <= 1) {
+    drv_usage_error(&drv_simulate_command, "--dp-overlap needs --dp > 1: it says when the "
+                    "data-parallel reductions start, and with one replica there are none");
+    return false;
+  }
+  if (drv_flag(nargs, args, "--no-memory-plan") && !c->fp32 && !c->bf16) {
+    drv_usage_error(&drv_simulate_command, "--no-memory-plan goes with --precision fp32 or bf16: "
+                    "mixed precision's activations are the formula's already");
+    return false;
+  }
   char *refusal = pl_config_refusal(c);
   if (refusal) {
     drv_usage_error(&drv_simulate_command, "%s", refusal);
@@ -192,9 +219,10 @@ static bool parse_config(int nargs, DrvArg *args, PlConfig *c) {
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
 
-static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
-  printf("%s, t=%d p=%d d=%d v=%d, b=%d, B=%d (m=%d), %d GPUs, recompute %s%s\n", hw->name, c->tp,
-         c->pp, c->dp, c->vpp, c->microbatch, c->global_batch, r->microbatches,
+static void print_text(const PlResult *r, const PlModel *m, const PlConfig *c, const PlHw *hw) {
+  printf("%s, t=%d p=%d d=%d v=%d%s, b=%d, B=%d (m=%d), %d GPUs, recompute %s%s\n", hw->name, c->tp,
+         c->pp, c->dp, c->vpp, pl_ep(c) > 1 ? ir_fmt(" ep=%d", pl_ep(c)) : "", c->microbatch,
+         c->global_batch, r->microbatches,
          c->tp * c->pp * c->dp, recompute_names[c->recompute],
          c->recompute_layers > 1 ? ir_fmt(" (%d layers per checkpoint)", c->recompute_layers) : "");
   printf("step time        %10.4f s\n", r->step_time);
@@ -210,6 +238,14 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
            "backward\n", 1e3 * (r->b_chunk - r->w_chunk), 1e3 * r->w_chunk);
   printf("per step         gradient reduction %.3f ms per chunk, optimizer %.3f ms\n",
          1e3 * r->dp_s, 1e3 * r->opt_s);
+  if (m->moe.experts)
+    printf("routed layers    %d per layer, top-%d of %d experts of ffn %lld%s, ep %d (each "
+           "expert on %d ranks), load %.2f of the mean; all-to-all %.3f ms, %lld bytes sent per "
+           "rank, 4 per routed layer and microbatch\n", m->moe.routed, m->moe.top_k,
+           m->moe.experts, (long long)m->moe.expert_ffn,
+           m->moe.shared_ffn ? ir_fmt(" and shared experts of ffn %lld",
+                                      (long long)m->moe.shared_ffn) : "",
+           pl_ep(c), pl_edp(c), m->moe.load, 1e3 * m->moe.a2a_s, (long long)m->moe.a2a_bytes);
   printf("memory per GPU   %10.2f GiB (max over stages; %.0f GiB on the device)\n",
          r->memory_max / 1073741824.0, hw->mem_bytes / 1073741824.0);
   if (r->memory_over > 0)
@@ -234,7 +270,7 @@ static void print_text(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   printf("fragmentation %.2f GiB (stage 0)\n", s0->fragmentation / G);
 }
 
-static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
+static void print_json(const PlResult *r, const PlModel *m, const PlConfig *c, const PlHw *hw) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "hw", hw->name);
   cJSON_AddNumberToObject(o, "gpus", (double)c->tp * c->pp * c->dp);
@@ -252,6 +288,19 @@ static void print_json(const PlResult *r, const PlConfig *c, const PlHw *hw) {
   if (c->recompute_layers > 1) cJSON_AddNumberToObject(o, "recompute_layers", c->recompute_layers);
   cJSON_AddNumberToObject(o, "model_flops_per_step", r->model_flops);
   cJSON_AddNumberToObject(o, "counted_flops_per_step", r->counted_flops);
+  if (m->moe.experts) {
+    cJSON *e = cJSON_AddObjectToObject(o, "routed");
+    cJSON_AddNumberToObject(e, "per_layer", m->moe.routed);
+    cJSON_AddNumberToObject(e, "experts", m->moe.experts);
+    cJSON_AddNumberToObject(e, "top_k", m->moe.top_k);
+    cJSON_AddNumberToObject(e, "expert_ffn", (double)m->moe.expert_ffn);
+    cJSON_AddNumberToObject(e, "shared_ffn", (double)m->moe.shared_ffn);
+    cJSON_AddNumberToObject(e, "capacity", m->moe.capacity);
+    cJSON_AddNumberToObject(e, "ep", pl_ep(c));
+    cJSON_AddNumberToObject(e, "load", m->moe.load);
+    cJSON_AddNumberToObject(e, "all_to_all_s", m->moe.a2a_s);
+    cJSON_AddNumberToObject(e, "all_to_all_bytes", (double)m->moe.a2a_bytes);
+  }
   cJSON *st = cJSON_AddArrayToObject(o, "stages");
   for (int i = 0; i < r->nstages; i++) {
     const PlStage *s = &r->stages[i];
@@ -427,9 +476,9 @@ int drv_cmd_simulate(int nargs, DrvArg *args) {
   if (!ok) {
     /* write_trace said why. */
   } else if (drv_flag(nargs, args, "--json")) {
-    print_json(&r, &c, &hw);
+    print_json(&r, &m, &c, &hw);
   } else {
-    print_text(&r, &c, &hw);
+    print_text(&r, &m, &c, &hw);
   }
   pl_result_free(&r);
   return ok ? 0 : 1;

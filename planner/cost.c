@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../abi/comm.h"
 #include "planner.h"
 
 double pl_elem_bytes(const PlConfig *c) { return c->fp32 ? 4 : 2; }
@@ -39,6 +40,29 @@ static PlLink group_link(const PlHw *hw, int64_t stride, int64_t n) {
 
 PlLink pl_tp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, 1, c->tp); }
 PlLink pl_dp_link(const PlHw *hw, const PlConfig *c) { return group_link(hw, c->tp, c->dp); }
+
+int pl_ep(const PlConfig *c) { return c->ep > 1 ? c->ep : 1; }
+int pl_edp(const PlConfig *c) {
+  int d = c->dp > 1 ? c->dp : 1;
+  return d / pl_ep(c) > 1 ? d / pl_ep(c) : 1;
+}
+PlLink pl_edp_link(const PlHw *hw, const PlConfig *c) {
+  return group_link(hw, (int64_t)(c->tp > 1 ? c->tp : 1) * pl_ep(c), pl_edp(c));
+}
+
+/* The n ranks of an expert group are t apart: those on one node reach
+ * each other over NVLink, and the parts for the other nodes leave through
+ * the rank's own adapter (a DGX GPU has one), both at once. */
+double pl_all_to_all_s(const PlHw *hw, int t, int n, double bytes) {
+  if (n <= 1) return 0;
+  int64_t g = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1, stride = t > 1 ? t : 1;
+  int64_t per_node = stride >= g ? 1 : g / stride;
+  if (per_node > n) per_node = n;
+  double part = bytes / n;
+  double intra = part * (double)(per_node - 1) / (hw->intra_bw * hw->comm_eff);
+  double inter = part * (double)(n - per_node) / (hw->inter_bw / (double)g * hw->comm_eff);
+  return hw->kernel_s + (per_node < n ? hw->inter_lat : hw->intra_lat) + (intra > inter ? intra : inter);
+}
 
 /* Neighbouring stages are t*d ranks apart; one GPU talks to its peer. */
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c) {
@@ -90,16 +114,22 @@ double pl_gemm_s(const PlHw *hw, double flops) {
  * tiles, 256 x 128 for the large half-precision products of these models
  * (the guide's A100 example), and the GPU runs one tile per SM at a
  * time, so a product of T tiles takes ceil(T / sms) waves of the time of
- * one. Of the two ways round of the tile, the better. 1 without SMs. */
-double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
+ * one. Of the two ways round of the tile, the better. 1 without SMs.
+ * `count` products of one shape run as one grouped kernel (a rank's
+ * experts) share the waves: their tiles are counted together. */
+static double group_wave_efficiency(const PlHw *hw, double count, double m, double n) {
   if (hw->sms <= 0 || m <= 0 || n <= 0) return 1;
   double best = 0;
   for (int way = 0; way < 2; way++) {
-    double tiles = ceil(m / (way ? 128 : 256)) * ceil(n / (way ? 256 : 128));
+    double tiles = count * ceil(m / (way ? 128 : 256)) * ceil(n / (way ? 256 : 128));
     double eff = tiles / (ceil(tiles / hw->sms) * hw->sms);
     if (eff > best) best = eff;
   }
   return best;
+}
+
+double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
+  return group_wave_efficiency(hw, 1, m, n);
 }
 
 double pl_gemm_shape_s(const PlHw *hw, double m, double n, double k) {
@@ -139,13 +169,19 @@ static double io_bytes(const IrNode *n, double elem) {
  * FLOPs), attention's backward twice its forward. */
 static double node_flops(const IrNode *n) {
   switch (n->op) {
-  case IR_OP_LINEAR_DX: {
+  case IR_OP_LINEAR_DX: case IR_OP_GROUPED_LINEAR_DX: {
     const IrType *dy = &n->in[0]->type;
     return 2.0 * numel(n->out[0]) * (double)dy->shape[dy->rank - 1];
   }
   case IR_OP_LINEAR_DW: {
     const IrType *x = &n->in[0]->type;
     return 2.0 * numel(n->out[0]) * numel(n->in[0]) / (double)x->shape[x->rank - 1];
+  }
+  case IR_OP_GROUPED_LINEAR_DW: {
+    /* dw[E, out, in]: each expert's x^T dy over its own rows only. */
+    const IrType *x = &n->in[0]->type, *w = &n->out[0]->type;
+    return 2.0 * numel(n->out[0]) / (double)w->shape[0] * numel(n->in[0]) /
+           (double)x->shape[x->rank - 1];
   }
   case IR_OP_ATTENTION_GRAD: {
     const IrType *q = &n->in[0]->type;
@@ -202,9 +238,110 @@ static double node_time(const IrNode *n, const PlHw *hw, PlLink tp, double flops
   return g > m ? g : m;
 }
 
-/* ------------------------------------------------------- the model's costs */
+/* ------------------------------------------------------- routed layers */
 
+/* The regions of a model, in IrNode.stage while it is costed. */
 enum { R_PRE, R_LAYER, R_POST, NREGIONS };
+
+static bool grouped(const IrNode *n) {
+  return n->op == IR_OP_GROUPED_LINEAR || n->op == IR_OP_GROUPED_LINEAR_DX ||
+         n->op == IR_OP_GROUPED_LINEAR_DW;
+}
+
+/* A grouped product on one of `ep` expert ranks, whose busiest rank has
+ * `load` times the mean rows: one grouped kernel (cuBLASLt's grouped
+ * GEMM, Megatron-LM's --moe-grouped-gemm) of E/ep products, one per
+ * expert the rank holds, each over load * N * ep / E of the N rows a rank
+ * dispatches (every rank of the group sends each expert its share): the
+ * products' tiles share the waves, and the curve's fixed cost is paid
+ * once. The weight-shaped tensors [E, ...] are the rank's E/ep experts;
+ * the rows scale by load. */
+static double grouped_time(const IrNode *n, const PlHw *hw, double flops, double elem, int ep,
+                           double load) {
+  const IrType *rows = &n->in[0]->type;
+  const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+  double E = (double)w->type.shape[0], local = E / ep, N = (double)rows->shape[0];
+  double per = load * N * ep / E, m, cols;
+  if (n->op == IR_OP_GROUPED_LINEAR_DW) {
+    m = (double)n->out[0]->type.shape[1], cols = (double)n->out[0]->type.shape[2];
+  } else {
+    const IrType *y = &n->out[0]->type;
+    m = per, cols = (double)y->shape[y->rank - 1];
+  }
+  /* This rank's FLOPs: its experts' share of the rows, at the load. */
+  double mine = flops * load, g = 0;
+  if (m > 0 && cols > 0)
+    g = pl_gemm_s(hw, mine) / group_wave_efficiency(hw, local, m, cols);
+  double bytes = 0;
+  for (int i = 0; i < n->nin + n->nout; i++) {
+    const IrValue *v = i < n->nin ? n->in[i] : n->out[i - n->nin];
+    if (v->type.dtype == IR_I32) continue; /* counts */
+    bytes += v->type.rank == 3 ? numel(v) / ep : load * numel(v);
+  }
+  double t = g > hw->kernel_s ? g : hw->kernel_s, mem = pl_memory_s(hw, bytes * elem);
+  return t > mem ? t : mem;
+}
+
+/* v, or what it is a copy or view of (tensor parallelism's entry copy). */
+static const IrValue *through_views(const IrValue *v) {
+  while (v->def && (v->def->op == IR_OP_TP_COPY || v->def->op == IR_OP_RESHAPE)) v = v->def->in[0];
+  return v;
+}
+
+/* Whether v feeds a router (the router's own logits, not an expert). */
+static bool routes(const IrGraph *g, const IrValue *v) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    if ((n->op == IR_OP_ROUTER || n->op == IR_OP_ROUTER_LOAD || n->op == IR_OP_ROUTER_Z_LOSS) &&
+        through_views(n->in[0]) == v)
+      return true;
+  }
+  return false;
+}
+
+/* The routed layers of g (its moe_dispatch nodes, forward): what they
+ * are, the rows they dispatch, and the load the busiest expert rank
+ * carries under c: with one expert rank every rank runs every expert and
+ * the total is the mean; across ranks the imbalance, capped by a capacity
+ * factor (which drops the rows past it); below 1 a capacity factor
+ * drops rows even when balanced. */
+static void find_routed(IrGraph *g, const PlConfig *c, PlMoe *moe) {
+  int64_t n_rows = 0;
+  const IrValue *x = NULL; /* what the first routed layer dispatches */
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    if (n->op != IR_OP_MOE_DISPATCH || n->phase != IR_PHASE_FORWARD) continue;
+    if (n->stage == R_LAYER) moe->routed++;
+    if (moe->experts) continue;
+    const IrType *k = &n->in[1]->type;
+    moe->experts = (int)ir_attr_int(n, "experts");
+    moe->top_k = k->rank > 0 ? (int)k->shape[k->rank - 1] : 1;
+    moe->capacity = ir_attr_float(n, "capacity");
+    moe->rows = ir_type_numel(&n->out[0]->type);
+    n_rows = n->out[0]->type.shape[0];
+    x = through_views(n->in[0]);
+  }
+  if (!moe->experts) return;
+  double cap = moe->capacity > 0 ? moe->capacity : HUGE_VAL;
+  double imbalance = c->moe_imbalance > 0 ? c->moe_imbalance : PL_MOE_IMBALANCE;
+  moe->load = pl_ep(c) > 1 ? fmin(imbalance, cap) : fmin(1, cap);
+  /* What a layer's forward keeps on the dispatched rows [T*k, ...]. */
+  for (int i = 0; i < g->nodes.len; i++) {
+    IrNode *n = g->nodes.items[i];
+    const IrType *y = n->nout ? &n->out[0]->type : NULL;
+    if (n->op == IR_OP_GROUPED_LINEAR && !moe->expert_ffn) moe->expert_ffn = y->shape[y->rank - 1];
+    /* Shared experts: a product of the dispatched tokens themselves,
+     * other than the router's logits. */
+    if (n->op == IR_OP_LINEAR && n->phase == IR_PHASE_FORWARD && !moe->shared_ffn &&
+        through_views(n->in[0]) == x && !routes(g, n->out[0]))
+      moe->shared_ffn = y->shape[y->rank - 1];
+    if (n->phase == IR_PHASE_FORWARD && n->stage == R_LAYER && y && y->rank == 2 &&
+        y->shape[0] == n_rows && y->dtype != IR_I32)
+      moe->row_elems += ir_type_numel(y);
+  }
+}
+
+/* ------------------------------------------------------- the model's costs */
 
 /* What the rank programs spend besides the ops' work (PlHw.op_s, the
  * start and end of one parallel region with the rank's threads): the CPU
@@ -284,20 +421,23 @@ static void mark_regions(IrGraph *g) {
   }
 }
 
-/* Which regions read each parameter, as bits. */
-static void count_params(IrGraph *g, PlCost *cost, int64_t *tied) {
+/* Which regions read each parameter, as bits. A routed layer's experts
+ * (the weights of its grouped products) are E/ep of them on a rank. */
+static void count_params(IrGraph *g, int ep, PlCost *cost, int64_t *tied) {
   *tied = 0;
   for (int i = 0; i < g->params.len; i++) {
     IrValue *p = g->params.items[i];
     unsigned mask = 0;
+    bool expert = false;
     for (int j = 0; j < g->nodes.len; j++) {
       IrNode *n = g->nodes.items[j];
       for (int k = 0; k < n->nin && n->phase == IR_PHASE_FORWARD; k++)
-        if (n->in[k] == p) mask |= 1u << n->stage;
+        if (n->in[k] == p) mask |= 1u << n->stage, expert |= n->op == IR_OP_GROUPED_LINEAR;
     }
     if (!mask) mask = 1u << R_PRE;
+    int64_t held = ir_type_numel(&p->type) / (expert ? ep : 1);
     for (int r = 0; r < NREGIONS; r++)
-      if (mask & (1u << r)) cost[r].params += ir_type_numel(&p->type);
+      if (mask & (1u << r)) cost[r].params += held, cost[r].expert_params += expert ? held : 0;
     if ((mask & (1u << R_PRE)) && (mask & (1u << R_POST))) *tied += ir_type_numel(&p->type);
   }
 }
@@ -368,15 +508,31 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
   if (!pass_run_pipeline(&g, "autodiff,tp-fuse", &opt, &flags)) return false;
   PlCost cost[NREGIONS] = {{0}};
   PlLink tp = pl_tp_link(hw, c);
+  find_routed(g, c, &out->moe);
+  PlMoe *moe = &out->moe;
+  double elem = pl_elem_bytes(c);
+  /* Each routed layer's tokens go to their experts' ranks and back, an
+   * all-to-all each way in the forward and the two reverse ones in the
+   * backward; the busiest rank receives and returns load times the mean. */
+  if (moe->experts && pl_ep(c) > 1) {
+    moe->a2a_s = pl_all_to_all_s(hw, c->tp, pl_ep(c), moe->load * (double)moe->rows * elem);
+    moe->a2a_bytes = rt_comm_ring_bytes(RT_COMM_ALLTOALL, pl_ep(c),
+                                        (int64_t)((double)moe->rows / pl_ep(c) * elem));
+  }
   double *times = calloc((size_t)g->nodes.len + 1, sizeof(double));
   bool *comms = calloc((size_t)g->nodes.len + 1, sizeof(bool));
   for (int i = 0; i < g->nodes.len; i++) {
     IrNode *n = g->nodes.items[i];
     double flops = node_flops(n);
     bool comm;
-    double t = times[i] = node_time(n, hw, tp, flops, pl_elem_bytes(c), c->fp32, &comm);
+    double t = times[i] = grouped(n) ? (comm = false, grouped_time(n, hw, flops, elem, pl_ep(c),
+                                                                     moe->load))
+                                      : node_time(n, hw, tp, flops, elem, c->fp32, &comm);
     comms[i] = comm;
     PlCost *r = &cost[n->stage < NREGIONS ? n->stage : R_POST];
+    if (n->op == IR_OP_MOE_DISPATCH && n->phase == IR_PHASE_FORWARD)
+      r->fwd += 2 * moe->a2a_s, r->fwd_comm += 2 * moe->a2a_s, r->bwd += 2 * moe->a2a_s,
+      r->bwd_comm += 2 * moe->a2a_s;
     int64_t outs = 0;
     for (int k = 0; k < n->nout; k++) outs += ir_type_numel(&n->out[k]->type);
     if (!comm && t > 0 && outs > r->temp) r->temp = outs;
@@ -393,7 +549,7 @@ bool pl_model_build(IrGraph *g, const PlConfig *c, const PlHw *node, PlModel *ou
   hide_behind_wgrad(g, times, cost);
   add_wakeups(g, times, comms, hw, cost);
   free(times), free(comms);
-  count_params(g, cost, &out->tied);
+  count_params(g, pl_ep(c), cost, &out->tied);
   out->pre = cost[R_PRE], out->layer = cost[R_LAYER], out->post = cost[R_POST];
   int t = c->tp > 1 ? c->tp : 1;
   out->msg_elems = out->b * out->s * out->h / (c->sequence_parallel ? t : 1);
@@ -413,6 +569,11 @@ double pl_layer_activation_bytes(const PlModel *m, int tp, bool sequence_paralle
   double as_h = m->h ? 5.0 * (double)m->heads * (double)m->s / (double)m->h : 0;
   if (recompute == PL_RECOMPUTE_SELECTIVE) as_h = 0;
   if (recompute == PL_RECOMPUTE_FULL) return 2 * sbh / (sequence_parallel ? t : 1);
-  if (sequence_parallel) return sbh * (34 + as_h) / t;
-  return sbh * (10 + 24 / t + as_h / t);
+  /* A routed layer keeps its dispatched rows and its experts' outputs
+   * instead of the dense MLP's two 4h intermediates (16 sbh / t), the
+   * busiest expert rank load times the mean (PlMoe.row_elems, 16-bit). */
+  double routed = 0;
+  if (m->moe.routed) routed = 2 * m->moe.load * (double)m->moe.row_elems - 16 * sbh / t;
+  if (sequence_parallel) return sbh * (34 + as_h) / t + routed;
+  return sbh * (10 + 24 / t + as_h / t) + routed;
 }

@@ -81,7 +81,20 @@ typedef struct PlConfig {
    * (cg_kept_activations). NULL: the activations from Korthikanti et
    * al.'s formula. */
   const int64_t *plan_activations;
+  /* --ep E: the experts of every routed layer placed on E ranks taken out
+   * of the d data-parallel ones (Megatron's layout: consecutive data
+   * ranks, so each expert is replicated over d/E of them); 0 or 1: every
+   * rank holds every expert. */
+  int ep;
+  /* --moe-imbalance F: the most loaded expert rank's tokens over the mean
+   * (0: PL_MOE_IMBALANCE); a routed layer's capacity factor caps it. */
+  double moe_imbalance;
 } PlConfig;
+
+/* The default of PlConfig.moe_imbalance (docs/planner.md, Mixtures of
+ * experts: the capacity factor Switch Transformer trains with, the load
+ * its routers are held to). */
+#define PL_MOE_IMBALANCE 1.25
 
 /* Why the training program would reject c, or would ignore one of its
  * flags (which the planner then refuses, so that no prediction is made
@@ -106,6 +119,19 @@ double pl_elem_bytes(const PlConfig *c);
 int pl_ranks(const PlConfig *c);
 PlLink pl_dp_link(const PlHw *hw, const PlConfig *c);
 PlLink pl_pp_link(const PlHw *hw, const PlConfig *c);
+/* The expert-data-parallel group: the d/E ranks that hold copies of the
+ * same experts, t*E ranks apart. */
+PlLink pl_edp_link(const PlHw *hw, const PlConfig *c);
+/* The expert ranks of c (PlConfig.ep, at least 1) and the d/E replicas of
+ * each expert. */
+int pl_ep(const PlConfig *c);
+int pl_edp(const PlConfig *c);
+/* One all-to-all of an expert group of n ranks t apart, each sending
+ * `bytes` split evenly over the n (its own part stays): the parts to
+ * ranks of its node over NVLink and the rest through its share of the
+ * node's adapters, at once; one launch and one latency, since the sends
+ * are posted together (cost.c). */
+double pl_all_to_all_s(const PlHw *hw, int t, int n, double bytes);
 
 /* Alpha-beta ring collectives over n members, `bytes` the whole tensor
  * (the all-gather's result, the reduce-scatter's input), each one kernel
@@ -147,7 +173,24 @@ typedef struct PlCost {
                                 * weight-gradient GEMMs can hide (PlConfig.tp_overlap) */
   int64_t temp;                /* elements of the largest op's outputs (forward or backward):
                                 * the temporaries live beside the stash while it runs */
+  int64_t expert_params;       /* of params, those of routed experts (reduced over d/E) */
 } PlCost;
+
+/* The routed layers of a model (mixtures of experts), as its graph has
+ * them: each layer of the stack runs `routed` of them. */
+typedef struct PlMoe {
+  int routed;              /* routed layers per layer of the stack (0: a dense model) */
+  int experts, top_k;      /* of the first */
+  int64_t expert_ffn;      /* the output width of its first grouped product (an expert's ffn) */
+  int64_t shared_ffn;      /* the first width the shared experts' products give its tokens
+                            * (0: none), on this tensor rank */
+  double capacity;         /* its capacity factor (0: dropless) */
+  int64_t rows;            /* elements of one routed layer's dispatched rows [T*k, h] on a rank */
+  int64_t row_elems;       /* elements the forward of one layer keeps on dispatched rows */
+  double load;             /* the most loaded expert rank's rows over the mean, as priced */
+  double a2a_s;            /* one all-to-all of the rows over the expert group */
+  int64_t a2a_bytes;       /* what one rank sends in it, as rt_comm counts (the balanced case) */
+} PlMoe;
 
 /* A model as the planner sees it: its layer stack costed from ONE layer of
  * the partitioned, differentiated rank program, which every layer repeats,
@@ -159,6 +202,7 @@ typedef struct PlModel {
   int64_t b, s, h, heads;  /* the layer stack's activation [b, s, h] and attention heads */
   int64_t msg_elems;       /* the activation one rank holds between layers */
   double flops_per_mb;     /* forward matrix FLOPs of one microbatch, all tensor ranks */
+  PlMoe moe;
 } PlModel;
 
 /* Whether t divides what tensor parallelism splits in the layer stack of
@@ -180,6 +224,7 @@ typedef struct PlStage {
   double compute;       /* seconds of F, B and W in a step */
   double finish;        /* when its step ends */
   int64_t params;       /* parameter elements per rank */
+  int64_t expert_params;/* of them, routed experts' (ZeRO-1 shards them over d/E) */
   bool holds_pre, holds_post; /* the embedding side, the head and loss (virtual stage 0, last) */
   double weights, grads, optimizer, activations; /* bytes per rank */
   /* What a rank holds besides its model state and stash (docs/planner.md,
@@ -267,15 +312,19 @@ typedef struct PlSearch {
   int rejected[PL_NREJECTS];         /* configurations dropped, by reason */
   char example[PL_NREJECTS][160];    /* one of each, described */
   int simulated;                     /* replays run */
+  bool routed;                       /* the model has routed layers: ep was searched too */
 } PlSearch;
 
 /* Searches t (within a node), p, v, the microbatch, recomputation,
- * sequence parallelism and ZeRO-1 for `gpus` GPUs and a global batch,
+ * sequence parallelism, ZeRO-1 and, for a routed model, the expert ranks
+ * (powers of two dividing the experts and d) for `gpus` GPUs and a global batch,
  * keeping what needs at most mem_limit bytes per GPU (every term of
- * pl_stage_memory counted), each with the data-parallel overlap given.
+ * pl_stage_memory counted), each with the data-parallel overlap given;
+ * ep > 0 keeps the expert ranks at ep (refused, with errors reported,
+ * where the model has no routed layer or ep does not divide its experts).
  * False after a load error. */
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlDpOverlap overlap, PlSearch *out);
+               double mem_limit, PlDpOverlap overlap, int ep, PlSearch *out);
 void pl_search_free(PlSearch *s);
 extern const char *const pl_recompute_names[]; /* "none", "selective", "full" */
 extern const char *const pl_reject_names[];    /* "node", "divisibility", ... */

@@ -1,5 +1,5 @@
 /* Configuration search: every (t, p, v, b, recomputation, sequence
- * parallelism, ZeRO-1) for a GPU count and a global batch, simulated and
+ * parallelism, ZeRO-1, and a routed model's ep) for a GPU count and a global batch, simulated and
  * ranked by step time, keeping what fits in the device's memory.
  *
  * The cost model depends on (t, sequence parallelism, b) only, so each of
@@ -29,6 +29,7 @@ typedef struct Search {
   int gpus, batch;
   double limit; /* bytes per GPU */
   PlDpOverlap overlap;
+  int ep;       /* the expert ranks asked for (0: every ep the model allows) */
   PlSearch *out;
   int cap, tried_cap;
 } Search;
@@ -106,20 +107,22 @@ static void try_layout(Search *S, const PlModel *m, PlConfig c) {
       break;
     }
   if (!fits)
-    reject(S, PL_REJ_MEMORY, "t=%d p=%d d=%d v=%d b=%d: %.1f GiB with full recomputation and "
-           "ZeRO-1, limit %.1f GiB", c.tp, c.pp, c.dp, c.vpp, c.microbatch,
-           memory_with(m, &(PlConfig){.tp = c.tp, .pp = c.pp, .dp = c.dp, .vpp = c.vpp,
+    reject(S, PL_REJ_MEMORY, "t=%d p=%d d=%d v=%d%s b=%d: %.1f GiB with full recomputation and "
+           "ZeRO-1, limit %.1f GiB", c.tp, c.pp, c.dp, c.vpp,
+           c.ep > 1 ? ir_fmt(" ep=%d", c.ep) : "", c.microbatch,
+           memory_with(m, &(PlConfig){.tp = c.tp, .pp = c.pp, .dp = c.dp, .vpp = c.vpp, .ep = c.ep,
                                       .sequence_parallel = c.sequence_parallel, .zero = 1,
                                       .recompute = PL_RECOMPUTE_FULL}, S->hw, &first) / 1073741824.0,
            S->limit / 1073741824.0);
   pl_result_free(&first);
 }
 
-/* Every p and v for one costed (t, SP, b). */
-static void try_pipelines(Search *S, const PlModel *m, int t, bool sp, int b) {
+/* Every p and v for one costed (t, SP, b, ep): the d that ep divides. */
+static void try_pipelines(Search *S, const PlModel *m, int t, bool sp, int b, int ep) {
   for (int p = 1; p <= S->gpus / t; p++) {
     if ((S->gpus / t) % p) continue;
     int d = S->gpus / (t * p);
+    if (d % ep) continue;
     if (S->batch % (b * d)) {
       reject(S, PL_REJ_DIVISIBLE, "B=%d is not a multiple of b x d = %d x %d", S->batch, b, d);
       continue;
@@ -132,7 +135,7 @@ static void try_pipelines(Search *S, const PlModel *m, int t, bool sp, int b) {
         break;
       }
       PlConfig c = {.tp = t, .pp = p, .dp = d, .vpp = v, .microbatch = b, .global_batch = S->batch,
-                    .sequence_parallel = sp, .dp_overlap = S->overlap};
+                    .sequence_parallel = sp, .dp_overlap = S->overlap, .ep = ep};
       try_layout(S, m, c);
     }
   }
@@ -143,10 +146,46 @@ static int faster(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Costs one (t, SP, b) and replays its pipelines; for a routed model
+ * also every ep that divides its experts and the GPUs (powers of two;
+ * try_pipelines keeps the d that ep divides), each costed apart since
+ * its products and all-to-alls differ. 1: a load error, 2: t does not
+ * divide the model, 0 otherwise. */
+static int try_costed(Search *S, int t, bool sp, int b) {
+  for (int ep = S->ep ? S->ep : 1, most = ep; ep <= most; ep *= 2) {
+    IrGraph *g = S->load(S->ctx, b);
+    if (!g) return 1;
+    /* A head count or width that t does not divide is a user error of
+     * tp-partition; the search checks first and skips it quietly. */
+    if (!pl_tp_divides(g, t)) {
+      reject(S, PL_REJ_DIVISIBLE, "t=%d does not divide the heads or the hidden size", t);
+      return 2;
+    }
+    PlModel m;
+    PlConfig c = {.tp = t, .sequence_parallel = sp, .ep = ep};
+    if (!pl_model_build(g, &c, S->hw, &m)) return 1;
+    S->out->routed |= m.moe.experts > 0;
+    /* An ep asked for is the user's: refused where the model cannot
+     * take it, as simulate refuses it. */
+    if (S->ep > 1 && (!m.moe.experts || m.moe.experts % S->ep)) {
+      if (!m.moe.experts)
+        ir_error(ir_cmdline, "plan: --ep %d places experts, and the model has no routed layer "
+                 "(moe_dispatch)", S->ep);
+      else
+        ir_error(ir_cmdline, "plan: --ep %d must divide the %d experts of each routed layer",
+                 S->ep, m.moe.experts);
+      return 1;
+    }
+    if (!S->ep) most = m.moe.experts < S->gpus / t ? m.moe.experts : S->gpus / t;
+    if (ep == 1 || m.moe.experts % ep == 0) try_pipelines(S, &m, t, sp, b, ep);
+  }
+  return 0;
+}
+
 bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw *hw,
-               double mem_limit, PlDpOverlap overlap, PlSearch *out) {
+               double mem_limit, PlDpOverlap overlap, int ep, PlSearch *out) {
   *out = (PlSearch){0};
-  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, overlap, out, 0, 0};
+  Search S = {load, ctx, hw, gpus, global_batch, mem_limit, overlap, ep, out, 0, 0};
   for (int t = 1; t <= gpus; t++) {
     if (gpus % t) continue;
     if (t > hw->gpus_per_node) {
@@ -157,18 +196,9 @@ bool pl_search(PlLoadFn load, void *ctx, int gpus, int global_batch, const PlHw 
       for (size_t bi = 0; bi < sizeof microbatch_sizes / sizeof microbatch_sizes[0]; bi++) {
         int b = microbatch_sizes[bi];
         if (global_batch % b) continue;
-        IrGraph *g = load(ctx, b);
-        if (!g) return false;
-        PlModel m;
-        PlConfig c = {.tp = t, .sequence_parallel = sp};
-        /* A head count or width that t does not divide is a user error of
-         * tp-partition; the search checks first and skips it quietly. */
-        if (!pl_tp_divides(g, t)) {
-          reject(&S, PL_REJ_DIVISIBLE, "t=%d does not divide the heads or the hidden size", t);
-          break;
-        }
-        if (!pl_model_build(g, &c, hw, &m)) return false;
-        try_pipelines(&S, &m, t, sp, b);
+        int r = try_costed(&S, t, sp, b);
+        if (r == 1) return false;
+        if (r == 2) break;
       }
   }
   if (out->n) qsort(out->configs, (size_t)out->n, sizeof(PlCandidate), faster);

@@ -322,6 +322,16 @@ char *pl_config_refusal(const PlConfig *c) {
   if (c->tp_overlap && c->tp <= 1)
     return fmt_error("--tp-overlap needs --tp > 1: without tensor parallelism there is no "
                      "collective to overlap");
+  if (c->bucket_mb > 0 && c->dp <= 1)
+    return fmt_error("--bucket-mb needs --dp > 1: it sizes the buckets of the data-parallel "
+                     "reduction, and with one replica nothing is reduced");
+  if (c->ep > 1 && (c->dp > 1 ? c->dp : 1) % c->ep)
+    return fmt_error("--ep %d must divide --dp %d: the expert ranks are taken out of the "
+                     "data-parallel ones, each expert replicated over d/ep of them", c->ep,
+                     c->dp > 1 ? c->dp : 1);
+  if (c->moe_imbalance && c->ep <= 1)
+    return fmt_error("--moe-imbalance needs --ep > 1: with every expert on every rank the "
+                     "total of the experts' rows is priced, whatever their spread");
   if (c->vpp > 1 && c->pp <= 1)
     return fmt_error("--vpp %d needs pipeline stages (--pp > 1): chunks of one stage would run "
                      "one after the other", c->vpp);
@@ -335,6 +345,16 @@ static bool check_config(const PlModel *m, const PlConfig *c, char **error) {
   if (c->global_batch % bd != 0) {
     *error = fmt_error("--global-batch %d is not a multiple of microbatch %d x dp %d",
                        c->global_batch, c->microbatch, c->dp);
+    return false;
+  }
+  if (c->ep > 1 && !m->moe.experts) {
+    *error = fmt_error("--ep %d places experts, and the model has no routed layer "
+                       "(moe_dispatch)", c->ep);
+    return false;
+  }
+  if (c->ep > 1 && m->moe.experts % c->ep) {
+    *error = fmt_error("--ep %d must divide the %d experts of each routed layer", c->ep,
+                       m->moe.experts);
     return false;
   }
   if (m->layers < c->pp * c->vpp) {
@@ -355,7 +375,7 @@ static double recomputed(const PlModel *m, PlRecompute r, bool flops) {
 
 /* Per virtual stage: its layers, one microbatch's F and B, its parameters. */
 static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *count, Sim *S,
-                        int64_t *params) {
+                        int64_t *params, int64_t *eparams) {
   /* The overlap of B with W needs both in one action. */
   bool hide = c->tp_overlap && !S->has_w;
   double bwd = m->layer.bwd - (hide ? m->layer.bwd_hidden : 0) + recomputed(m, c->recompute, false);
@@ -365,6 +385,10 @@ static void chunk_costs(const PlModel *m, const PlConfig *c, int nv, const int *
     if (k == 0) S->w[k] += m->pre.bwd_w;
     if (k == nv - 1) S->w[k] += m->post.bwd_w;
     params[k] = count[k] * m->layer.params;
+    /* With every expert on every rank, one group (d) reduces them all. */
+    eparams[k] = pl_ep(c) == 1 ? 0
+                 : count[k] * m->layer.expert_params + (k == 0 ? m->pre.expert_params : 0) +
+                       (k == nv - 1 ? m->post.expert_params : 0);
     if (k == 0)
       S->f[k] += m->pre.fwd, S->b[k] += m->pre.bwd - (hide ? m->pre.bwd_hidden : 0),
       params[k] += m->pre.params;
@@ -389,17 +413,25 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
    * master copy, the two moments; activations twice the 16-bit figure. */
   st->weights = (c->fp32 ? 4 : 2) * P;
   st->grads = 4 * P;
-  st->optimizer = (c->fp32 ? 8 : 12) * P / (c->zero && c->dp > 1 ? c->dp : 1);
+  /* ZeRO-1 shards each reduction group's state over that group: the
+   * experts' over their d/ep copies, the rest over d. */
+  double Pe = (double)st->expert_params;
+  st->optimizer = (c->fp32 ? 8 : 12) * ((P - Pe) / (c->zero && c->dp > 1 ? c->dp : 1) +
+                                        Pe / (c->zero ? pl_edp(c) : 1));
   double kept = st->chunk_layers, live = 1;
   if (c->recompute == PL_RECOMPUTE_FULL && c->recompute_layers > 1) {
     live = c->recompute_layers < st->chunk_layers ? c->recompute_layers : st->chunk_layers;
     kept = (double)((st->chunk_layers + c->recompute_layers - 1) / c->recompute_layers);
   }
-  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, c->recompute) *
-                    kept * st->peak_stash;
+  /* The CUDA target's attention is fused (FlashAttention-2, kernels/cuda):
+   * in bf16 no layer keeps the s x s scores the formula's 5as/h counts,
+   * as selective recomputation drops them. */
+  PlRecompute fused = c->bf16 ? PL_RECOMPUTE_SELECTIVE : PL_RECOMPUTE_NONE;
+  PlRecompute held = c->recompute == PL_RECOMPUTE_NONE ? fused : c->recompute;
+  st->activations = pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, held) * kept *
+                    st->peak_stash;
   if (c->recompute == PL_RECOMPUTE_FULL)
-    st->activations +=
-        live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, PL_RECOMPUTE_NONE);
+    st->activations += live * pl_layer_activation_bytes(m, c->tp, c->sequence_parallel, fused);
   if (c->fp32) st->activations *= 2;
   /* The compiled program keeps one slot of its plan's region (one
    * microbatch of every chunk) per v microbatch-chunks in flight. */
@@ -410,7 +442,8 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
    * tensor and data groups, its pipeline neighbours, and the embedding
    * group that sums a tied parameter between the first and last stage. */
   int groups = (c->tp > 1) + (c->dp > 1) + (c->pp > 1) +
-               (c->pp > 1 && m->tied && (st->holds_pre || st->holds_post));
+               (c->pp > 1 && m->tied && (st->holds_pre || st->holds_post)) +
+               (pl_ep(c) > 1) + (pl_ep(c) > 1 && pl_edp(c) > 1); /* the expert groups */
   st->workspace = hw->workspace_bytes;
   st->comm_buffers = groups * hw->comm_buffer_bytes;
   /* In flight on a stage: the activation it receives and the gradient it
@@ -453,14 +486,17 @@ void pl_stage_memory(const PlModel *m, const PlConfig *c, const PlHw *hw, PlStag
  * updates, and what follows it (ZeRO-1 gathers the updated weights; the
  * tied embedding's gradient is summed between the first and last stage). */
 static void step_costs(const PlModel *m, const PlConfig *c, const PlHw *hw, int64_t max_params,
-                       Sim *S) {
-  int zd = c->zero && c->dp > 1 ? c->dp : 1;
-  S->opt = pl_update_s(hw, (double)max_params / zd * opt_bytes_per_param(c));
+                       int64_t max_eparams, Sim *S) {
+  int zd = c->zero && c->dp > 1 ? c->dp : 1, zde = c->zero ? pl_edp(c) : 1;
+  double dense = (double)(max_params - max_eparams), experts = (double)max_eparams;
+  S->opt = pl_update_s(hw, (dense / zd + experts / zde) * opt_bytes_per_param(c));
   S->tail = 0;
   /* The updated weights: 16-bit in the paper's mixed precision, the fp32
-   * masters (then cast on every rank) in the CUDA target's bf16. */
+   * masters (then cast on every rank) in the CUDA target's bf16; each
+   * group gathers its own. */
   double wbytes = c->bf16 ? 4 : pl_elem_bytes(c);
-  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, wbytes * (double)max_params);
+  if (zd > 1) S->tail += pl_all_gather_s(pl_dp_link(hw, c), c->dp, wbytes * dense);
+  if (zde > 1 && experts > 0) S->tail += pl_all_gather_s(pl_edp_link(hw, c), zde, wbytes * experts);
   if (c->pp * c->vpp > 1 && m->tied)
     S->tail += pl_all_reduce_s(pl_pp_link(hw, c), 2, grad_comm_bytes(c) * (double)m->tied);
 }
@@ -482,7 +518,8 @@ static void message_time(const PlModel *m, const PlConfig *c, const PlHw *hw, Si
 
 /* Fills the per-stage figures and the totals after the replay. */
 static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const Sim *S,
-                      const int *count, const int64_t *params, const int *stash,
+                      const int *count, const int64_t *params, const int64_t *eparams,
+                      const int *stash,
                       const double *pipe_end, PlResult *out) {
   int p = S->p;
   double ideal = 0, end = 0;
@@ -491,7 +528,7 @@ static void summarise(const PlModel *m, const PlConfig *c, const PlHw *hw, const
     int most = 0;
     for (int ch = 0; ch < S->v; ch++) {
       int k = rt_sched_vstage(S->s, r, ch);
-      st->layers += count[k], st->params += params[k];
+      st->layers += count[k], st->params += params[k], st->expert_params += eparams[k];
       most = count[k] > most ? count[k] : most;
     }
     st->peak_stash = stash[r];
@@ -541,13 +578,20 @@ static RtSchedule *build_tables(const PlConfig *c, char **error) {
   return sched_build_unverified(def, &so, error);
 }
 
+/* One group's gradient reduction: a reduce-scatter under ZeRO-1, else an
+ * all-reduce; none where the group has no gradients. */
+static double grad_reduction_s(const PlConfig *c, PlLink l, int n, double bytes) {
+  if (bytes <= 0) return 0;
+  return c->zero ? pl_reduce_scatter_s(l, n, bytes) : pl_all_reduce_s(l, n, bytes);
+}
+
 /* Every duration the replay needs: per virtual stage its F, B and
  * reduction, the message, the optimizer and what follows it. */
 static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
-                    const int *count, int64_t *params) {
+                    const int *count, int64_t *params, int64_t *eparams) {
   int p = S->p, nv = S->nv;
   S->has_w = sched_has_w(S->s);
-  chunk_costs(m, c, nv, count, S, params);
+  chunk_costs(m, c, nv, count, S, params, eparams);
   /* The paper's Megatron-LM adds each microbatch's weight gradients into
    * its gradient buffer after that microbatch's backward (W where the
    * tables split it off). */
@@ -561,18 +605,22 @@ static void prepare(const PlModel *m, const PlConfig *c, const PlHw *hw, Sim *S,
   for (int k = 0; k < nv; k++) {
     double n = ceil(4 * (double)params[k] / bucket);
     S->buckets[k] = n < 1 ? 1 : n > 1e9 ? 1000000000 : (int)n;
-    double grad_bytes = grad_comm_bytes(c) * (double)params[k];
-    S->reduce[k] = c->zero ? pl_reduce_scatter_s(pl_dp_link(hw, c), c->dp, grad_bytes)
-                           : pl_all_reduce_s(pl_dp_link(hw, c), c->dp, grad_bytes);
+    /* The experts' gradients are summed over their d/ep copies, the
+     * rest over d, one after the other on the stream. */
+    double unit = grad_comm_bytes(c), dense = unit * (double)(params[k] - eparams[k]);
+    double experts = unit * (double)eparams[k];
+    S->reduce[k] = grad_reduction_s(c, pl_dp_link(hw, c), c->dp, dense) +
+                   grad_reduction_s(c, pl_edp_link(hw, c), pl_edp(c), experts);
   }
-  int64_t max_params = 0;
+  int64_t max_params = 0, max_eparams = 0;
   for (int r = 0; r < p; r++) {
-    int64_t sum = 0;
-    for (int ch = 0; ch < c->vpp; ch++) sum += params[rt_sched_vstage(S->s, r, ch)];
-    max_params = sum > max_params ? sum : max_params;
+    int64_t sum = 0, esum = 0;
+    for (int ch = 0; ch < c->vpp; ch++)
+      sum += params[rt_sched_vstage(S->s, r, ch)], esum += eparams[rt_sched_vstage(S->s, r, ch)];
+    if (sum > max_params) max_params = sum, max_eparams = esum;
   }
   message_time(m, c, hw, S);
-  step_costs(m, c, hw, max_params, S);
+  step_costs(m, c, hw, max_params, max_eparams, S);
 }
 
 /* pl_simulate, and with `timeline` the tables and when each action ran. */
@@ -591,9 +639,10 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   S.w = calloc((size_t)nv, sizeof(double));
   S.reduce = calloc((size_t)nv, sizeof(double));
   int64_t *params = calloc((size_t)nv, sizeof(int64_t));
+  int64_t *eparams = calloc((size_t)nv, sizeof(int64_t));
   int *count = layout(m->layers, nv);
   S.buckets = calloc((size_t)nv, sizeof(int));
-  prepare(m, c, hw, &S, count, params);
+  prepare(m, c, hw, &S, count, params, eparams);
   out->nstages = p, out->microbatches = s->microbatches;
   out->stages = calloc((size_t)p, sizeof(PlStage));
   Replay R = {.finish = calloc((size_t)p, sizeof(double)),
@@ -607,11 +656,11 @@ static bool simulate(const PlModel *m, const PlConfig *c, const PlHw *node, bool
   }
   bool ok = replay(&S, &R);
   for (int r = 0; r < p; r++) out->stages[r].finish = R.finish[r], out->stages[r].compute = R.compute[r];
-  if (ok) summarise(m, c, hw, &S, count, params, R.stash, R.pipe_end, out);
+  if (ok) summarise(m, c, hw, &S, count, params, eparams, R.stash, R.pipe_end, out);
   else *error = strdup("the replay of the tables stalled (a schedule bug: the verifier passed them)");
   out->tables = timeline ? s : NULL, out->start = R.start, out->end = R.end;
   free(R.finish), free(R.pipe_end), free(R.compute), free(R.stash);
-  free(S.f), free(S.b), free(S.w), free(S.reduce), free(S.buckets), free(params), free(count);
+  free(S.f), free(S.b), free(S.w), free(S.reduce), free(S.buckets), free(params), free(eparams), free(count);
   if (!timeline) sched_free(s);
   return ok;
 }

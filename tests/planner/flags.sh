@@ -37,6 +37,9 @@ refused "--dp-overlap: expected bucket, chunk or none" --dp-overlap some
 refused "--bucket-mb: expected a positive number of MiB, got '0'" --dp 2 --bucket-mb 0
 refused "--megatron describes mixed precision's PyTorch runs" --precision fp32 --megatron 2022
 refused "--megatron: expected 2021 or 2022" --megatron 2020
+refused "--bucket-mb needs --dp > 1" --bucket-mb 50
+refused "--dp-overlap needs --dp > 1" --dp-overlap none
+refused "--no-memory-plan goes with --precision fp32 or bf16" --no-memory-plan
 # The compiler's words for the two it rejects itself.
 for flags in "--zero 1" "--vpp 2"; do
   # shellcheck disable=SC2086

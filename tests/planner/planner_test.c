@@ -463,7 +463,7 @@ static void test_search(void) {
   PlHw hw = *pl_hw_find("a100");
   PlSearch s;
   double t0 = now();
-  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, hw.mem_bytes, PL_DP_BUCKET, &s);
+  bool ok = pl_search(load_1t, NULL, 3072, 3072, &hw, hw.mem_bytes, PL_DP_BUCKET, 0, &s);
   double dt = now() - t0;
   check(ok && dt < 10 * time_scale, "plan 1T on 3072 GPUs, B=3072: %d simulated, %d fit, in "
         "%.2f s (limit %g s%s)", ok ? s.simulated : 0, ok ? s.n : 0, dt, 10 * time_scale, time_note);

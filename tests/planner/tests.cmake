@@ -58,6 +58,14 @@ add_test(NAME planner/scatter_gather
 # refused by simulate, in the compiler's words where it rejects them.
 add_test(NAME planner/flags
          COMMAND bash ${PLANNER_DIR}/flags.sh ${MODELS_DIR}/gpt2.shard)
+# Routed layers (models/mixtral.shard, deepseek_moe.shard): the all-to-all
+# bytes as rt_comm counts them, the experts divided by --ep, the load
+# under --moe-imbalance and a capacity factor, --ep's refusals, and `plan`
+# searching ep (moe.sh).
+add_test(NAME planner/moe COMMAND bash ${PLANNER_DIR}/moe.sh ${MODELS_DIR})
+# Megatron-Core's published Mixtral 8x7B throughput against ours, with the
+# ratio held within 25% (moe_paper.sh cites the source).
+add_test(NAME planner/moe_paper COMMAND bash ${PLANNER_DIR}/moe_paper.sh ${MODELS_DIR})
 # simulate says when a configuration does not fit, and by how much.
 add_test(NAME planner/fit
          COMMAND bash ${PLANNER_DIR}/fit.sh ${MODELS_DIR}/gpt3.shard)
