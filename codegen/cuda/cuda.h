@@ -135,6 +135,8 @@ void cg_cuda_matmul(CgEmitter *e, int index);
 void cg_cuda_linear(CgEmitter *e, int index);
 void cg_cuda_linear_dx(CgEmitter *e, int index);
 void cg_cuda_linear_dw(CgEmitter *e, int index);
+/* The cuBLASLt workspace of GEMM node `index` (its scratch's start). */
+void cg_cuda_gemm_workspace(CgEmitter *e, int index);
 
 /* The GEMM epilogues of the chunk being written, as the gemm-epilogue
  * pass chose them on its plan (gemm_epilogue.h): the gelu linear i
@@ -163,6 +165,11 @@ void cg_cuda_copy(CgEmitter *e, const IrValue *y, const IrValue *x);
 void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V);
 void cg_cuda_node(CgEmitter *e, int index);
 bool cg_cuda_writes_op(IrOp op);
+/* The most rows one expert holds in grouped product n (grouped_linear and
+ * its gradients): the capacity of the dispatch that counted them, or the
+ * tokens where a router chose the experts (k distinct ones a token), else
+ * all the rows. The padded operands of moe.cu are that many rows an expert. */
+int64_t cg_cuda_moe_per(const IrNode *n);
 
 /* tp.c: tp_slice, tp_copy, the forms that need the rank at run time
  * (vocabulary-parallel embedding and loss, per-rank dropout), and the

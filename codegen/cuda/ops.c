@@ -313,15 +313,23 @@ static void emit_loss(CgEmitter *e, int index) {
   }
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0 || valid > V) valid = V;
+  /* A loss the plan keeps in bf16 (a term of a sum, as the routed models'
+   * aux loss makes it): the kernel's fp32 loss goes to the scratch's last
+   * 8 bytes, then is rounded into its value. */
+  bool low = n->op == IR_OP_CROSS_ENTROPY && cuda_low(e, n->out[0]);
+  const char *loss = low ? ir_fmt("(float *)((char *)%s + %lld)", cg_scratch(e, index),
+                                  (long long)(rows * 8))
+                         : cuda_ref(e, n->out[0]);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
-         cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
+         loss, cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
          (long long)V, (long long)valid, cg_scratch(e, index));
   else
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  if (low) emit(e, "k_cuda_cast_f32_bf16(%s, %s, 1);", cuda_ref(e, n->out[0]), loss);
   /* The backward reads the logits twice: its row statistics, then the
    * gradient it writes. */
   if (n->op != IR_OP_CROSS_ENTROPY) cg_launch_add_bytes(e, cg_listing_bytes(e, logits), 0);
@@ -388,11 +396,178 @@ static void emit_reshape(CgEmitter *e, int index) {
   cg_cuda_copy(e, n->out[0], n->in[0]);
 }
 
-/* The routed layer's ops have no CUDA kernels yet: each is refused at its
- * source line, before anything is written. */
-static void emit_routed(CgEmitter *e, int index) {
-  cg_error(e, cg_node(e, index), "routed layers (mixtures of experts) have no kernels on this "
-           "target yet; --target cpu runs them");
+/* ---------------------------------------------------------- routed layers */
+
+/* The routed layer's kernels (kernels/cuda/moe.cu) take every float
+ * operand of a node at one precision (grouped_linear_dw's weight gradient
+ * is fp32 either way): the suffix of that precision, or NULL after an
+ * error for operands at two. */
+static const char *moe_sfx(CgEmitter *e, const IrNode *n) {
+  const IrValue *first = NULL;
+  for (int i = 0; i < n->nin + n->nout; i++) {
+    const IrValue *v = i < n->nin ? n->in[i] : n->out[i - n->nin];
+    if (v->type.dtype == IR_I32 || (n->op == IR_OP_GROUPED_LINEAR_DW && i == n->nin)) continue;
+    if (!first) first = v;
+    else if (cuda_low(e, first) != cuda_low(e, v)) {
+      cg_error(e, n, "bf16: a routed op with operands at two precisions");
+      return NULL;
+    }
+  }
+  return first ? cuda_sfx(e, first) : "";
+}
+
+/* Tokens T and their k choices from a [..., k] operand (the router's
+ * weights or experts), as codegen/cpu.c reads them. */
+static int64_t moe_k(const IrValue *w) { return cg_dim(w, -1); }
+static int64_t moe_tokens(const IrValue *w) { return cg_numel(w) / cg_dim(w, -1); }
+
+int64_t cg_cuda_moe_per(const IrNode *n) {
+  int64_t rows = cg_dim(n->in[0], 0);
+  const IrValue *c = n->in[2];
+  const IrNode *d = c->kind == IR_VAL_NODE ? c->def : NULL;
+  if (!d || d->op != IR_OP_MOE_DISPATCH) return rows;
+  const IrValue *ex = d->in[1];
+  int64_t per = rows;
+  /* The router picks k distinct experts a token: one row each at most. */
+  if (ex->kind == IR_VAL_NODE && ex->def && ex->def->op == IR_OP_ROUTER) per = moe_tokens(ex);
+  int64_t cap = ir_moe_capacity(ir_attr_float(d, "capacity"), cg_numel(ex), cg_numel(c));
+  return cap > 0 && cap < per ? cap : per;
+}
+
+static void emit_router(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_dim(l, -1), T = cg_numel(l) / E, k = ir_attr_int(n, "k");
+  int score = (int)ir_attr_int(n, "score"), norm = (int)ir_attr_int(n, "normalize");
+  if (n->op == IR_OP_ROUTER)
+    emit(e, "k_cuda_router_fwd%s(%s, %s, %s, %lld, %lld, %lld, %d, %d);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, l), (long long)T,
+         (long long)E, (long long)k, score, norm);
+  else
+    emit(e, "k_cuda_router_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, l), cuda_ref(e, n->in[1]), cuda_ref(e, n->in[2]),
+         (long long)T, (long long)E, (long long)k, score, norm);
+  cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* router_load, router_z_loss and their gradients: per-token statistics of
+ * the logits summed over the tokens (router_load_fwd: a block per expert,
+ * which reads every token's logits). */
+static void emit_router_load(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_dim(l, -1), T = cg_numel(l) / E;
+  const char *y = cuda_ref(e, n->out[0]), *L = cuda_ref(e, l);
+  switch (n->op) {
+  case IR_OP_ROUTER_LOAD:
+    emit(e, "k_cuda_router_load_fwd%s(%s, %s, %lld, %lld, %lld);", sfx, y, L, (long long)T,
+         (long long)E, (long long)ir_attr_int(n, "k"));
+    break;
+  case IR_OP_ROUTER_LOAD_GRAD:
+    emit(e, "k_cuda_router_load_bwd%s(%s, %s, %s, %lld, %lld);", sfx, y, L, cuda_ref(e, n->in[1]),
+         (long long)T, (long long)E);
+    break;
+  case IR_OP_ROUTER_Z_LOSS:
+    emit(e, "k_cuda_router_z_loss_fwd%s(%s, %s, %lld, %lld);", sfx, y, L, (long long)T,
+         (long long)E);
+    break;
+  default:
+    emit(e, "k_cuda_router_z_loss_bwd%s(%s, %s, %s, %lld, %lld);", sfx, y, L,
+         cuda_ref(e, n->in[1]), (long long)T, (long long)E);
+    break;
+  }
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  if (n->op == IR_OP_ROUTER_LOAD) cg_launch_add_bytes(e, (double)(E - 1) * cg_listing_bytes(e, l), 0);
+}
+
+/* The counting sort (one block, a thread per expert walking the n copies
+ * twice: a serial launch), the zeroed rows and the scatter of the kept
+ * copies. */
+static void emit_moe_dispatch(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0], *ex = n->in[1], *rows = n->out[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_numel(n->out[2]), c = cg_numel(ex);
+  emit(e, "k_cuda_moe_dispatch%s(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld);", sfx,
+       cuda_ref(e, rows), cuda_ref(e, n->out[1]), cuda_ref(e, n->out[2]), cuda_ref(e, x),
+       cuda_ref(e, ex), (long long)moe_tokens(ex), (long long)moe_k(ex), (long long)cg_dim(x, -1),
+       (long long)E, (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), c, E));
+  cg_launch(e, CG_K_COPY, "k_cuda_moe_dispatch:sort", 0, 2 * cg_listing_bytes(e, ex),
+            cg_listing_bytes(e, n->out[1]) + cg_listing_bytes(e, n->out[2]));
+  cg_launch_serial(e, E, 2 * c);
+  cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, n->out[1]) + cg_listing_bytes(e, rows),
+            2 * cg_listing_bytes(e, rows));
+}
+
+/* moe_combine(rows, pos, weights), moe_undispatch(drows, pos) (weights 1)
+ * and moe_combine_grad. */
+static void emit_moe_combine(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *rows = n->in[0], *y = n->out[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  if (n->op == IR_OP_MOE_COMBINE_GRAD) {
+    emit(e, "k_cuda_moe_combine_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, rows), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), cuda_ref(e, n->in[3]), (long long)moe_tokens(n->in[2]),
+         (long long)moe_k(n->in[2]), (long long)cg_dim(rows, -1));
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+    /* The rows are zeroed before the kept copies' are written; dy is read
+     * twice (for the rows, and for the weights' dot products). */
+    cg_launch_add_bytes(e, cg_listing_bytes(e, n->in[3]), cg_listing_bytes(e, n->out[0]));
+    return;
+  }
+  int64_t T = cg_numel(y) / cg_dim(y, -1);
+  emit(e, "k_cuda_moe_combine%s(%s, %s, %s, %s, %lld, %lld, %lld);", sfx, cuda_ref(e, y),
+       cuda_ref(e, rows), cuda_ref(e, n->in[1]),
+       n->op == IR_OP_MOE_COMBINE ? cuda_ref(e, n->in[2]) : "NULL", (long long)T,
+       (long long)(cg_dim(rows, 0) / T), (long long)cg_dim(rows, -1));
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+}
+
+/* grouped_linear(x, w, counts), _dx(dy, w, counts), _dw(x, dy, counts):
+ * the node's cuBLASLt workspace, then the padded operands in the rest of
+ * its scratch (moe.cu): the records are the packing, one batched GEMM
+ * over E experts of `per` rows (the FLOPs it runs, padding included) and
+ * the unpacking. */
+static void emit_grouped_linear(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *c = n->in[2], *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  if (n->op == IR_OP_GROUPED_LINEAR_DW && (cuda_low(e, w) || cuda_into_grads(e, w)))
+    die("grouped_linear_dw into a bf16 value or a gradient slot");
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t E = cg_numel(c), in = cg_dim(w, tr ? 2 : 1), out = cg_dim(w, tr ? 1 : 2);
+  int64_t N = cg_dim(n->in[0], 0), per = cg_cuda_moe_per(n);
+  const char *name = n->op == IR_OP_GROUPED_LINEAR ? "" : n->op == IR_OP_GROUPED_LINEAR_DX ? "_dx" : "_dw";
+  cg_cuda_gemm_workspace(e, index);
+  emit(e, "k_cuda_grouped_linear%s%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %lld, "
+          "(char *)CU_ALIGN256(TMP(%lld)) + %lld);",
+       name, sfx, cuda_ref(e, n->out[0]), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
+       cuda_ref(e, c), (long long)N, (long long)E, (long long)in, (long long)out, tr,
+       (long long)per, (long long)e->plan->scratch_offset[index],
+       (long long)(CUDA_GEMM_WORKSPACE - 256));
+  int ab = cuda_low(e, n->in[0]) ? 2 : 4;
+  double a = cg_listing_bytes(e, n->in[0]), padded = (double)(E * per) * ab;
+  const char *pack = ir_fmt("k_cuda_grouped_linear%s:pack", name);
+  if (n->op == IR_OP_GROUPED_LINEAR_DW) {
+    double b = cg_listing_bytes(e, n->in[1]);
+    cg_launch(e, CG_K_COPY, pack, 0, a + b, padded * (double)(in + out));
+    if (tr) cg_launch_gemm(e, NULL, E, out, in, per, out, in, in, ab, 4, false);
+    else cg_launch_gemm(e, NULL, E, in, out, per, in, out, out, ab, 4, false);
+    return;
+  }
+  int64_t ca = n->op == IR_OP_GROUPED_LINEAR ? in : out, cb = n->op == IR_OP_GROUPED_LINEAR ? out : in;
+  cg_launch(e, CG_K_COPY, pack, 0, a, padded * (double)ca);
+  cg_launch_gemm(e, NULL, E, per, cb, ca, ca, tr ? in : out, cb, ab, ab, false);
+  cg_launch(e, CG_K_COPY, ir_fmt("k_cuda_grouped_linear%s:unpack", name), 0,
+            padded * (double)cb, cg_listing_bytes(e, n->out[0]));
 }
 
 /* ------------------------------------------------------------ the op table */
@@ -435,19 +610,19 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
     [IR_OP_TP_SLICE] = cg_cuda_tp_slice,
     [IR_OP_TP_COPY] = cg_cuda_tp_copy,
-    [IR_OP_ROUTER] = emit_routed,
-    [IR_OP_ROUTER_LOAD] = emit_routed,
-    [IR_OP_ROUTER_Z_LOSS] = emit_routed,
-    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_routed,
-    [IR_OP_MOE_DISPATCH] = emit_routed,
-    [IR_OP_GROUPED_LINEAR] = emit_routed,
-    [IR_OP_MOE_COMBINE] = emit_routed,
-    [IR_OP_ROUTER_GRAD] = emit_routed,
-    [IR_OP_ROUTER_LOAD_GRAD] = emit_routed,
-    [IR_OP_MOE_UNDISPATCH] = emit_routed,
-    [IR_OP_GROUPED_LINEAR_DX] = emit_routed,
-    [IR_OP_GROUPED_LINEAR_DW] = emit_routed,
-    [IR_OP_MOE_COMBINE_GRAD] = emit_routed,
+    [IR_OP_ROUTER] = emit_router,
+    [IR_OP_ROUTER_LOAD] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_router_load,
+    [IR_OP_MOE_DISPATCH] = emit_moe_dispatch,
+    [IR_OP_GROUPED_LINEAR] = emit_grouped_linear,
+    [IR_OP_MOE_COMBINE] = emit_moe_combine,
+    [IR_OP_ROUTER_GRAD] = emit_router,
+    [IR_OP_ROUTER_LOAD_GRAD] = emit_router_load,
+    [IR_OP_MOE_UNDISPATCH] = emit_moe_combine,
+    [IR_OP_GROUPED_LINEAR_DX] = emit_grouped_linear,
+    [IR_OP_GROUPED_LINEAR_DW] = emit_grouped_linear,
+    [IR_OP_MOE_COMBINE_GRAD] = emit_moe_combine,
 };
 
 bool cg_cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }
