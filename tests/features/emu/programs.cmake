@@ -46,7 +46,8 @@ LDLIBS = ${OpenMP_C_FLAGS} ${emu_cjson_flags} ${SHARD_COMM_LINK} -lm -lpthread
 # detection off.
 set(emu_model_checks fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues graphs grads ckpt
                      recompute recompute-bf16 dropout accum
-                     fp32-mixtral bf16-mixtral fp32-deepseek_moe bf16-deepseek_moe ${emu_checks})
+                     fp32-mixtral fp32-mixtral-cap bf16-mixtral fp32-deepseek_moe bf16-deepseek_moe
+                     ${emu_checks})
 if(SHARDC_SANITIZE)
   set(emu_model_checks fp32-gpt2 bf16-llama ckpt)
   if(emu_checks)

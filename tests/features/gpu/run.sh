@@ -133,8 +133,8 @@ TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
 # The routed models (mixtures of experts): Mixtral's top 2 of 8 SwiGLU
 # experts, and DeepSeek-MoE's top 4 of 16 fine-grained ones beside 2 shared
-# ones, with its router z-loss; a capacity factor that drops copies
-# (TINY_mixtral_cap) for the drops' path.
+# ones, with its router z-loss; fp32-mixtral-cap adds a capacity factor
+# that drops copies.
 TINY_mixtral="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
 TINY_deepseek_moe="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 # tests/features/gpu/vector.shard: the vector check's own shapes (no -D needed).
@@ -177,16 +177,16 @@ prog() {
 # shellcheck source=tests/features/gpu/compare.sh
 . "$ROOT/tests/features/gpu/compare.sh"
 
-check_fp32() { # MODEL
-  local cpu gpu
-  cpu=$(prog "$1" cpu) && gpu=$(prog "$1" cuda) || return 1
-  rm -f "$MW/$1-cpu.json" "$MW/$1-cuda.json"
+check_fp32() { # MODEL [TAG OPTIONS...]: with a TAG, MODEL compiled with more OPTIONS
+  local cpu gpu m=$1${2:+-$2}
+  cpu=$(prog "$1" cpu fp32 "${@:2}") && gpu=$(prog "$1" cuda fp32 "${@:2}") || return 1
+  rm -f "$MW/$m-cpu.json" "$MW/$m-cuda.json"
   # shellcheck disable=SC2086
-  "$cpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
+  "$cpu" $TRAIN --steps $STEPS --log-json "$MW/$m-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
   # shellcheck disable=SC2086
-  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cuda.json" || { echo "FAIL: the GPU run"; return 1; }
-  cmp_losses "$1 fp32, GPU against CPU" "$MW/$1-cpu.json" "$MW/$1-cuda.json" 1e-4 || return 1
-  echo "all checks passed: $1 fp32 losses as the CPU target's over $STEPS steps"
+  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$m-cuda.json" || { echo "FAIL: the GPU run"; return 1; }
+  cmp_losses "$m fp32, GPU against CPU" "$MW/$m-cpu.json" "$MW/$m-cuda.json" 1e-4 || return 1
+  echo "all checks passed: $m fp32 losses as the CPU target's over $STEPS steps"
 }
 
 # bf16 on the GPU against the CPU target's fp32 run: the same data, seed
@@ -684,6 +684,7 @@ if [ -n "$MODEL_CHECK" ]; then
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
     fp32-mixtral) check_fp32 mixtral ;;
+    fp32-mixtral-cap) check_fp32 mixtral cap -D capacity=0.5 ;;
     fp32-deepseek_moe) check_fp32 deepseek_moe ;;
     bf16-mixtral) check_bf16 mixtral ;;
     bf16-deepseek_moe) check_bf16 deepseek_moe ;;
