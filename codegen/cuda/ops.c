@@ -484,23 +484,27 @@ static void emit_router_load(CgEmitter *e, int index) {
   if (n->op == IR_OP_ROUTER_LOAD) cg_launch_add_bytes(e, (double)(E - 1) * cg_listing_bytes(e, l), 0);
 }
 
-/* The counting sort (one block, a thread per expert walking the n copies
- * twice: a serial launch), the zeroed rows and the scatter of the kept
- * copies. */
+/* The counting sort (one block of CUDA_MOE_SORT_THREADS threads, each
+ * reading its run of the copies twice an expert: a serial launch), then
+ * the zeroed rows and the scatter of the kept copies. */
+#define CUDA_MOE_SORT_THREADS 256 /* MOE_SORT_THREADS of kernels/cuda/moe.cu */
 static void emit_moe_dispatch(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
-  const IrValue *x = n->in[0], *ex = n->in[1], *rows = n->out[0];
+  const IrValue *x = n->in[0], *ex = n->in[1], *rows = n->out[0], *pos = n->out[1];
   const char *sfx = moe_sfx(e, n);
   if (!sfx) return;
   int64_t E = cg_numel(n->out[2]), c = cg_numel(ex);
-  emit(e, "k_cuda_moe_dispatch%s(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %lld);", sfx,
-       cuda_ref(e, rows), cuda_ref(e, n->out[1]), cuda_ref(e, n->out[2]), cuda_ref(e, x),
-       cuda_ref(e, ex), (long long)moe_tokens(ex), (long long)moe_k(ex), (long long)cg_dim(x, -1),
-       (long long)E, (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), c, E));
-  cg_launch(e, CG_K_COPY, "k_cuda_moe_dispatch:sort", 0, 2 * cg_listing_bytes(e, ex),
-            cg_listing_bytes(e, n->out[1]) + cg_listing_bytes(e, n->out[2]));
-  cg_launch_serial(e, E, 2 * c);
-  cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, n->out[1]) + cg_listing_bytes(e, rows),
+  emit(e, "k_cuda_moe_sort(%s, %s, %s, %lld, %lld, %lld);", cuda_ref(e, pos),
+       cuda_ref(e, n->out[2]), cuda_ref(e, ex), (long long)c, (long long)E,
+       (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), c, E));
+  cg_launch(e, CG_K_COPY, NULL, 0, 2 * cg_listing_bytes(e, ex),
+            cg_listing_bytes(e, pos) + cg_listing_bytes(e, n->out[2]));
+  cg_launch_serial(e, CUDA_MOE_SORT_THREADS,
+                   2 * E * ((c + CUDA_MOE_SORT_THREADS - 1) / CUDA_MOE_SORT_THREADS));
+  emit(e, "k_cuda_moe_scatter%s(%s, %s, %s, %lld, %lld, %lld);", sfx, cuda_ref(e, rows),
+       cuda_ref(e, x), cuda_ref(e, pos), (long long)c, (long long)moe_k(ex),
+       (long long)cg_dim(x, -1));
+  cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, pos) + cg_listing_bytes(e, rows),
             2 * cg_listing_bytes(e, rows));
 }
 
@@ -532,42 +536,53 @@ static void emit_moe_combine(CgEmitter *e, int index) {
 
 /* grouped_linear(x, w, counts), _dx(dy, w, counts), _dw(x, dy, counts):
  * the node's cuBLASLt workspace, then the padded operands in the rest of
- * its scratch (moe.cu): the records are the packing, one batched GEMM
- * over E experts of `per` rows (the FLOPs it runs, padding included) and
- * the unpacking. */
+ * its scratch (moe.cu's pieces, one call each): pack the rows (and for dw
+ * dy too), one batched GEMM over E experts of `per` rows (the FLOPs it
+ * runs, the padding's included), and unpack y or dx. */
 static void emit_grouped_linear(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *c = n->in[2], *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+  const IrValue *y = n->out[0];
   const char *sfx = moe_sfx(e, n);
   if (!sfx) return;
-  if (n->op == IR_OP_GROUPED_LINEAR_DW && (cuda_low(e, w) || cuda_into_grads(e, w)))
+  bool dw = n->op == IR_OP_GROUPED_LINEAR_DW, dx = n->op == IR_OP_GROUPED_LINEAR_DX;
+  if (dw && (cuda_low(e, w) || cuda_into_grads(e, w)))
     die("grouped_linear_dw into a bf16 value or a gradient slot");
   int tr = (int)ir_attr_int(n, "transposed");
   int64_t E = cg_numel(c), in = cg_dim(w, tr ? 2 : 1), out = cg_dim(w, tr ? 1 : 2);
   int64_t N = cg_dim(n->in[0], 0), per = cg_cuda_moe_per(n);
-  const char *name = n->op == IR_OP_GROUPED_LINEAR ? "" : n->op == IR_OP_GROUPED_LINEAR_DX ? "_dx" : "_dw";
-  cg_cuda_gemm_workspace(e, index);
-  emit(e, "k_cuda_grouped_linear%s%s(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %lld, "
-          "(char *)CU_ALIGN256(TMP(%lld)) + %lld);",
-       name, sfx, cuda_ref(e, n->out[0]), cuda_ref(e, n->in[0]), cuda_ref(e, n->in[1]),
-       cuda_ref(e, c), (long long)N, (long long)E, (long long)in, (long long)out, tr,
-       (long long)per, (long long)e->plan->scratch_offset[index],
-       (long long)(CUDA_GEMM_WORKSPACE - 256));
+  int64_t ca = dx ? out : in, cb = dx ? in : out; /* the packed operand's columns, the result's */
   int ab = cuda_low(e, n->in[0]) ? 2 : 4;
-  double a = cg_listing_bytes(e, n->in[0]), padded = (double)(E * per) * ab;
-  const char *pack = ir_fmt("k_cuda_grouped_linear%s:pack", name);
-  if (n->op == IR_OP_GROUPED_LINEAR_DW) {
-    double b = cg_listing_bytes(e, n->in[1]);
-    cg_launch(e, CG_K_COPY, pack, 0, a + b, padded * (double)(in + out));
-    if (tr) cg_launch_gemm(e, NULL, E, out, in, per, out, in, in, ab, 4, false);
-    else cg_launch_gemm(e, NULL, E, in, out, per, in, out, out, ab, 4, false);
-    return;
+  const char *ct = ab == 2 ? "kc_bf16 *" : "real *";
+  cg_cuda_gemm_workspace(e, index);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "KcGrouped g = k_cuda_grouped_parts((char *)CU_ALIGN256(TMP(%lld)) + %lld, %lld, %lld, "
+          "%lld, %d);",
+       (long long)e->plan->scratch_offset[index], (long long)(CUDA_GEMM_WORKSPACE - 256),
+       (long long)E, (long long)per, (long long)ca, ab == 2);
+  double padded = (double)(E * per) * ab;
+  for (int i = 0; i < (dw ? 2 : 1); i++) {
+    int64_t cols = i ? out : ca;
+    emit(e, "k_cuda_grouped_pack%s((%s)g.%s, %s, %s, g.offs, %lld, %lld, %lld);", sfx, ct,
+         i ? "b" : "a", cuda_ref(e, n->in[i]), cuda_ref(e, c), (long long)E, (long long)per,
+         (long long)cols);
+    cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, n->in[i]), padded * (double)cols);
   }
-  int64_t ca = n->op == IR_OP_GROUPED_LINEAR ? in : out, cb = n->op == IR_OP_GROUPED_LINEAR ? out : in;
-  cg_launch(e, CG_K_COPY, pack, 0, a, padded * (double)ca);
-  cg_launch_gemm(e, NULL, E, per, cb, ca, ca, tr ? in : out, cb, ab, ab, false);
-  cg_launch(e, CG_K_COPY, ir_fmt("k_cuda_grouped_linear%s:unpack", name), 0,
-            padded * (double)cb, cg_listing_bytes(e, n->out[0]));
+  const char *op = dw ? "KC_GROUPED_DW" : dx ? "KC_GROUPED_DX" : "KC_GROUPED_Y";
+  emit(e, "k_cuda_grouped_gemm%s(%s, %s, (%s)g.a, %s, %lld, %lld, %lld, %lld, %d);", sfx, op,
+       dw ? cuda_ref(e, y) : "g.b", ct, dw ? ir_fmt("(%s)g.b", ct) : cuda_ref(e, w),
+       (long long)E, (long long)per, (long long)in, (long long)out, tr);
+  if (dw && tr) cg_launch_gemm(e, NULL, E, out, in, per, out, in, in, ab, 4, false);
+  else if (dw) cg_launch_gemm(e, NULL, E, in, out, per, in, out, out, ab, 4, false);
+  else cg_launch_gemm(e, NULL, E, per, cb, ca, ca, tr ? in : out, cb, ab, ab, false);
+  if (!dw) {
+    emit(e, "k_cuda_grouped_unpack%s(%s, (%s)g.b, g.offs, %lld, %lld, %lld, %lld);", sfx,
+         cuda_ref(e, y), ct, (long long)N, (long long)E, (long long)per, (long long)cb);
+    cg_launch(e, CG_K_COPY, NULL, 0, padded * (double)cb, cg_listing_bytes(e, y));
+  }
+  e->depth--;
+  emit(e, "}");
 }
 
 /* ------------------------------------------------------------ the op table */

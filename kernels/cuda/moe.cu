@@ -161,32 +161,45 @@ __global__ void router_z_loss_bwd_kernel(T *dlogits, const T *logits, const T *d
 
 /* --------------------------------------------------- dispatch and combine */
 
-/* The counting sort, in one block of E threads (E <= K_CUDA_ROUTER_MAX):
- * thread e walks the copies in order and counts those of expert e that it
- * keeps (all, or the first cap); the offsets are the counts of the lower
- * experts; then thread e walks the copies again and gives each of its
- * kept ones the next row, the others -1. Integers only: the rows are the
- * CPU's exactly. One thread's loop over the n copies is the latency; a
- * chunked scan would spread it when n grows large. */
+/* The counting sort, in one block of MOE_SORT_THREADS threads, each
+ * owning a run of consecutive copies: for each expert in turn, every
+ * thread counts the expert's copies in its run, a scan over the threads
+ * (in shared memory, integers) gives the rank of each run's first one
+ * within the expert, and the thread gives its copies their rows: the
+ * offset of the expert (the rows kept by the lower experts), plus the
+ * rank, while the rank is below the capacity (cap 0: always), else -1.
+ * The ranks are in copy order, so the kept copies and their rows are the
+ * CPU's exactly. Each thread reads its run twice an expert: E * 2 * n /
+ * MOE_SORT_THREADS steps, the latency of the launch. */
+#define MOE_SORT_THREADS 256
 __global__ void moe_sort_kernel(int32_t *pos, int32_t *counts, const int32_t *ex, int64_t n,
                                 int64_t E, int64_t cap) {
-  __shared__ int64_t kept[K_CUDA_ROUTER_MAX];
-  int64_t e = threadIdx.x, c0 = 0;
-  if (e < E) {
-    for (int64_t c = 0; c < n; c++) {
-      KC_ASSERT(ex[c] >= 0 && ex[c] < E);
-      c0 += ex[c] == e && (!cap || c0 < cap);
+  __shared__ int64_t scan[MOE_SORT_THREADS];
+  int64_t t = threadIdx.x, run = (n + blockDim.x - 1) / blockDim.x;
+  int64_t c0 = t * run < n ? t * run : n, c1 = c0 + run < n ? c0 + run : n, off = 0;
+  for (int64_t c = c0; c < c1; c++) KC_ASSERT(ex[c] >= 0 && ex[c] < E);
+  for (int64_t e = 0; e < E; e++) {
+    int64_t mine = 0;
+    for (int64_t c = c0; c < c1; c++) mine += ex[c] == e;
+    scan[t] = mine; /* an inclusive scan, Hillis and Steele */
+    __syncthreads();
+    for (unsigned d = 1; d < blockDim.x; d <<= 1) {
+      int64_t v = t >= d ? scan[t - d] : 0;
+      __syncthreads();
+      scan[t] += v;
+      __syncthreads();
     }
-    kept[e] = c0;
-    counts[e] = (int32_t)c0;
+    int64_t rank = scan[t] - mine, total = scan[blockDim.x - 1];
+    int64_t kept = cap && total > cap ? cap : total;
+    for (int64_t c = c0; c < c1; c++)
+      if (ex[c] == e) {
+        pos[c] = !cap || rank < cap ? (int32_t)(off + rank) : -1;
+        rank++;
+      }
+    if (t == 0) counts[e] = (int32_t)kept;
+    off += kept;
+    __syncthreads(); /* scan is the next expert's */
   }
-  __syncthreads();
-  if (e >= E) return;
-  int64_t next = 0;
-  for (int64_t f = 0; f < e; f++) next += kept[f];
-  int64_t end = next + kept[e];
-  for (int64_t c = 0; c < n; c++)
-    if (ex[c] == e) pos[c] = next < end ? (int32_t)next++ : -1;
 }
 
 /* xs[pos[c]] = x[c / k] for the kept copies, one element a thread (the
@@ -304,18 +317,13 @@ __global__ void moe_unpack_kernel(T *y, const T *yp, const int32_t *offs, int64_
 }
 
 /* The scratch's parts: the offsets (E + 1 ints), then the padded operands
- * a [E, per, ca] and b [E, per, cb] of `elt` bytes an element, each
- * 256-byte aligned for cuBLASLt. */
+ * a [E, per, ca] and b of `elt` bytes an element, each 256-byte aligned
+ * for cuBLASLt. */
 static int64_t moe_round256(int64_t b) { return (b + 255) / 256 * 256; }
 
-typedef struct MoeScratch {
-  int32_t *offs;
-  void *a, *b;
-} MoeScratch;
-
-static MoeScratch moe_scratch(void *scratch, int64_t E, int64_t per, int64_t ca, int64_t elt) {
+static KcGrouped moe_parts(void *scratch, int64_t E, int64_t per, int64_t ca, int64_t elt) {
   char *p = (char *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
-  MoeScratch s;
+  KcGrouped s;
   s.offs = (int32_t *)p;
   p += moe_round256((E + 1) * 4);
   s.a = p;
@@ -327,17 +335,15 @@ template <typename T> static KcType moe_kc(void);
 template <> KcType moe_kc<float>(void) { return KC_F32; }
 template <> KcType moe_kc<bf16>(void) { return KC_BF16; }
 
+/* The experts' offsets from the counts, then xp = x padded. */
 template <typename T>
-static MoeScratch moe_pack(void *scratch, const int32_t *counts, const T *x, int64_t E,
-                           int64_t per, int64_t ca) {
-  MoeScratch s = moe_scratch(scratch, E, per, ca, sizeof(T));
-  KC_LAUNCH(1, 1, 0, kc_stream(), moe_offsets_kernel)(s.offs, counts, E, per);
+static void moe_pack(T *xp, const T *x, const int32_t *counts, int32_t *offs, int64_t E,
+                     int64_t per, int64_t cols) {
+  KC_LAUNCH(1, 1, 0, kc_stream(), moe_offsets_kernel)(offs, counts, E, per);
   KC_LAUNCHED();
-  if (E * per * ca > 0) {
-    KC_LAUNCH(KC_GRID(E * per * ca), moe_pack_kernel)((T *)s.a, x, s.offs, E, per, ca);
-    KC_LAUNCHED();
-  }
-  return s;
+  if (E * per * cols == 0) return;
+  KC_LAUNCH(KC_GRID(E * per * cols), moe_pack_kernel)(xp, x, offs, E, per, cols);
+  KC_LAUNCHED();
 }
 
 template <typename T>
@@ -348,45 +354,54 @@ static void moe_unpack(T *y, const T *yp, const int32_t *offs, int64_t rows, int
   KC_LAUNCHED();
 }
 
-/* y = x w_e (forward, a = rows [in], b = y's [out]) or dx = dy w_e^T
- * (a = dy [out], b = dx [in]): pack a, one batched GEMM into b, unpack. */
+/* The batched GEMM on padded operands, w_e being [out, in] when
+ * transposed, else [in, out]: y_e = a_e op(w_e) (KC_GROUPED_Y, a [per, in]),
+ * dx_e = a_e op'(w_e) (KC_GROUPED_DX, a = dy [per, out]), and the fp32
+ * weight gradient dw_e = dy_e^T x_e or x_e^T dy_e (KC_GROUPED_DW, a = x,
+ * b = dy), where an expert without rows multiplies zeros into zeros. */
 template <typename T>
-static void grouped_product(T *y, const T *x, const T *w, const int32_t *counts, int64_t rows,
-                            int64_t E, int64_t in, int64_t out, int transposed, int64_t per,
-                            void *scratch, int dx) {
-  int64_t ca = dx ? out : in, cb = dx ? in : out;
-  MoeScratch s = moe_pack(scratch, counts, x, E, per, ca);
-  if (E * per > 0) {
-    /* w_e is [out, in] when transposed, else [in, out]: the forward takes
-     * it transposed in the first case, dx in the second. */
-    int tb = dx ? !transposed : transposed;
-    k_cuda_gemm_ex(moe_kc<T>(), moe_kc<T>(), 0, tb, E, per, cb, ca, 1.0f, s.a, ca, per * ca, w,
-                   transposed ? in : out, in * out, 0.0f, s.b, cb, per * cb);
+static void moe_gemm(KcGroupedOp op, void *c, const T *a, const T *b, int64_t E, int64_t per,
+                     int64_t in, int64_t out, int transposed) {
+  if (op == KC_GROUPED_DW) {
+    if (E * in * out == 0) return;
+    if (per == 0) {
+      KC_CHECK(cudaMemsetAsync(c, 0, sizeof(float) * (size_t)(E * in * out), kc_stream()));
+    } else if (transposed) {
+      k_cuda_gemm_ex(moe_kc<T>(), KC_F32, 1, 0, E, out, in, per, 1.0f, b, out, per * out, a, in,
+                     per * in, 0.0f, c, in, in * out);
+    } else {
+      k_cuda_gemm_ex(moe_kc<T>(), KC_F32, 1, 0, E, in, out, per, 1.0f, a, in, per * in, b, out,
+                     per * out, 0.0f, c, out, in * out);
+    }
+    return;
   }
-  moe_unpack(y, (const T *)s.b, s.offs, rows, E, per, cb);
+  int dx = op == KC_GROUPED_DX;
+  int64_t ca = dx ? out : in, cb = dx ? in : out;
+  if (E * per * cb == 0) return;
+  /* The forward takes w_e transposed when it is [out, in], dx when not. */
+  k_cuda_gemm_ex(moe_kc<T>(), moe_kc<T>(), 0, dx ? !transposed : transposed, E, per, cb, ca, 1.0f,
+                 a, ca, per * ca, b, transposed ? in : out, in * out, 0.0f, c, cb, per * cb);
 }
 
-/* dw_e = dy_e^T x_e ([out, in]) or x_e^T dy_e ([in, out]), fp32, straight
- * into dw; an expert without rows multiplies zeros and gets zeros. */
+/* y = x w_e or dx = dy w_e^T: pack, one batched GEMM, unpack. */
+template <typename T>
+static void grouped_product(KcGroupedOp op, T *y, const T *x, const T *w, const int32_t *counts,
+                            int64_t rows, int64_t E, int64_t in, int64_t out, int transposed,
+                            int64_t per, void *scratch) {
+  int64_t ca = op == KC_GROUPED_DX ? out : in;
+  KcGrouped g = moe_parts(scratch, E, per, ca, sizeof(T));
+  moe_pack((T *)g.a, x, counts, g.offs, E, per, ca);
+  moe_gemm(op, g.b, (const T *)g.a, w, E, per, in, out, transposed);
+  moe_unpack(y, (const T *)g.b, g.offs, rows, E, per, op == KC_GROUPED_DX ? in : out);
+}
+
 template <typename T>
 static void grouped_dw(float *dw, const T *x, const T *dy, const int32_t *counts, int64_t E,
                        int64_t in, int64_t out, int transposed, int64_t per, void *scratch) {
-  MoeScratch s = moe_pack(scratch, counts, x, E, per, in);
-  if (E * per * out > 0) {
-    KC_LAUNCH(KC_GRID(E * per * out), moe_pack_kernel)((T *)s.b, dy, s.offs, E, per, out);
-    KC_LAUNCHED();
-  }
-  if (E * in * out == 0) return;
-  if (per == 0) {
-    KC_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)(E * in * out), kc_stream()));
-    return;
-  }
-  if (transposed)
-    k_cuda_gemm_ex(moe_kc<T>(), KC_F32, 1, 0, E, out, in, per, 1.0f, s.b, out, per * out, s.a, in,
-                   per * in, 0.0f, dw, in, in * out);
-  else
-    k_cuda_gemm_ex(moe_kc<T>(), KC_F32, 1, 0, E, in, out, per, 1.0f, s.a, in, per * in, s.b, out,
-                   per * out, 0.0f, dw, out, in * out);
+  KcGrouped g = moe_parts(scratch, E, per, in, sizeof(T));
+  moe_pack((T *)g.a, x, counts, g.offs, E, per, in);
+  moe_pack((T *)g.b, dy, counts, g.offs, E, per, out);
+  moe_gemm(KC_GROUPED_DW, dw, (const T *)g.a, (const T *)g.b, E, per, in, out, transposed);
 }
 
 /* ------------------------------------------------------------ launchers */
@@ -445,15 +460,16 @@ static void router_z_loss_bwd(T *dlogits, const T *logits, const T *dy, int64_t 
   KC_LAUNCHED();
 }
 
-template <typename T>
-static void moe_dispatch(T *xs, int32_t *pos, int32_t *counts, const T *x, const int32_t *ex,
-                         int64_t tokens, int64_t k, int64_t h, int64_t E, int64_t cap) {
+static void moe_sort(int32_t *pos, int32_t *counts, const int32_t *ex, int64_t n, int64_t E,
+                     int64_t cap) {
   moe_require(E, 0, "moe_dispatch");
-  int64_t n = tokens * k;
   if (E == 0) return;
-  KC_LAUNCH(1, (unsigned)((E + 31) / 32 * 32), 0, kc_stream(), moe_sort_kernel)(pos, counts, ex, n,
-                                                                                E, cap);
+  KC_LAUNCH(1, MOE_SORT_THREADS, 0, kc_stream(), moe_sort_kernel)(pos, counts, ex, n, E, cap);
   KC_LAUNCHED();
+}
+
+template <typename T>
+static void moe_scatter(T *xs, const T *x, const int32_t *pos, int64_t n, int64_t k, int64_t h) {
   if (n * h == 0) return;
   KC_CHECK(cudaMemsetAsync(xs, 0, sizeof(T) * (size_t)(n * h), kc_stream()));
   KC_LAUNCH(KC_GRID(n * h), moe_scatter_kernel)(xs, x, pos, n, k, h);
@@ -489,6 +505,13 @@ int64_t k_cuda_grouped_scratch(int64_t E, int64_t per, int64_t in, int64_t out, 
   return 256 + moe_round256((E + 1) * 4) + moe_round256(E * per * in * elt) +
          moe_round256(E * per * out * elt);
 }
+KcGrouped k_cuda_grouped_parts(void *scratch, int64_t E, int64_t per, int64_t ca, int bf16) {
+  return moe_parts(scratch, E, per, ca, bf16 ? 2 : 4);
+}
+void k_cuda_moe_sort(int32_t *pos, int32_t *counts, const int32_t *ex, int64_t n, int64_t E,
+                     int64_t cap) {
+  moe_sort(pos, counts, ex, n, E, cap);
+}
 
 /* The fp32 and bf16 forms of every launcher: the same template. */
 #define MOE_FORMS(T, S, CT)                                                                    \
@@ -516,10 +539,27 @@ int64_t k_cuda_grouped_scratch(int64_t E, int64_t per, int64_t in, int64_t out, 
                                    int64_t E) {                                                 \
     router_z_loss_bwd((T *)dlogits, (const T *)logits, (const T *)dy, tokens, E);               \
   }                                                                                             \
+  void k_cuda_moe_scatter##S(CT *xs, const CT *x, const int32_t *pos, int64_t n, int64_t k,     \
+                             int64_t h) {                                                       \
+    moe_scatter((T *)xs, (const T *)x, pos, n, k, h);                                           \
+  }                                                                                             \
   void k_cuda_moe_dispatch##S(CT *xs, int32_t *pos, int32_t *counts, const CT *x,               \
                               const int32_t *ex, int64_t tokens, int64_t k, int64_t h,          \
                               int64_t E, int64_t cap) {                                         \
-    moe_dispatch((T *)xs, pos, counts, (const T *)x, ex, tokens, k, h, E, cap);                 \
+    moe_sort(pos, counts, ex, tokens * k, E, cap);                                              \
+    moe_scatter((T *)xs, (const T *)x, pos, tokens * k, k, h);                                  \
+  }                                                                                             \
+  void k_cuda_grouped_pack##S(CT *xp, const CT *x, const int32_t *counts, int32_t *offs,        \
+                              int64_t E, int64_t per, int64_t cols) {                           \
+    moe_pack((T *)xp, (const T *)x, counts, offs, E, per, cols);                                \
+  }                                                                                             \
+  void k_cuda_grouped_unpack##S(CT *y, const CT *yp, const int32_t *offs, int64_t rows,         \
+                                int64_t E, int64_t per, int64_t cols) {                         \
+    moe_unpack((T *)y, (const T *)yp, offs, rows, E, per, cols);                                \
+  }                                                                                             \
+  void k_cuda_grouped_gemm##S(KcGroupedOp op, void *c, const CT *a, const CT *b, int64_t E,     \
+                              int64_t per, int64_t in, int64_t out, int transposed) {           \
+    moe_gemm(op, c, (const T *)a, (const T *)b, E, per, in, out, transposed);                   \
   }                                                                                             \
   void k_cuda_moe_combine##S(CT *y, const CT *ys, const int32_t *pos, const CT *w,              \
                              int64_t tokens, int64_t k, int64_t h) {                            \
@@ -534,14 +574,14 @@ int64_t k_cuda_grouped_scratch(int64_t E, int64_t per, int64_t in, int64_t out, 
   void k_cuda_grouped_linear##S(CT *y, const CT *x, const CT *w, const int32_t *counts,         \
                                 int64_t rows, int64_t E, int64_t in, int64_t out,               \
                                 int transposed, int64_t per, void *scratch) {                   \
-    grouped_product((T *)y, (const T *)x, (const T *)w, counts, rows, E, in, out, transposed,   \
-                    per, scratch, 0);                                                           \
+    grouped_product(KC_GROUPED_Y, (T *)y, (const T *)x, (const T *)w, counts, rows, E, in, out, \
+                    transposed, per, scratch);                                                  \
   }                                                                                             \
   void k_cuda_grouped_linear_dx##S(CT *dx, const CT *dy, const CT *w, const int32_t *counts,    \
                                    int64_t rows, int64_t E, int64_t in, int64_t out,            \
                                    int transposed, int64_t per, void *scratch) {                \
-    grouped_product((T *)dx, (const T *)dy, (const T *)w, counts, rows, E, in, out, transposed, \
-                    per, scratch, 1);                                                           \
+    grouped_product(KC_GROUPED_DX, (T *)dx, (const T *)dy, (const T *)w, counts, rows, E, in,   \
+                    out, transposed, per, scratch);                                             \
   }                                                                                             \
   void k_cuda_grouped_linear_dw##S(float *dw, const CT *x, const CT *dy, const int32_t *counts, \
                                    int64_t rows, int64_t E, int64_t in, int64_t out,            \

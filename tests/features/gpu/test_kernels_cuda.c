@@ -1293,7 +1293,8 @@ static void test_moe(int64_t T, int64_t E, int64_t k, int64_t h, int64_t f, int 
 /* The routed shapes: one token, odd sizes, softmax and sigmoid scores with
  * and without renormalising, capacity factors that drop copies (0.5) and
  * that keep every one (2), fine-grained experts (64 of them, top 6), a
- * row longer than a block. --moe runs all of them and nothing else. */
+ * row longer than a block, more copies than the dispatch's sort has
+ * threads (256), with and without drops. --moe runs all of them and nothing else. */
 static void test_moe_shapes(void) {
   static const int64_t moe[][7] = {{1, 4, 2, 8, 12, 0, 1},   {37, 8, 2, 33, 20, 0, 1},
                                    {50, 8, 2, 16, 24, 1, 0}, {64, 64, 6, 32, 16, 0, 0},
@@ -1301,6 +1302,7 @@ static void test_moe_shapes(void) {
   EACH(i, moe) test_moe(moe[i][0], moe[i][1], moe[i][2], moe[i][3], moe[i][4], (int)moe[i][5],
                         (int)moe[i][6], 0);
   test_moe(40, 8, 2, 16, 24, 0, 1, 0.5);
+  test_moe(300, 8, 2, 8, 8, 0, 1, 0.5); /* more copies than the sort's threads */
   test_moe(33, 4, 2, 16, 8, 1, 1, 2.0);
 }
 
