@@ -347,7 +347,7 @@ check_graphs_p2() {
 check_grads() {
   local tool=$BUILD/tests/tptool m out=""
   [ -x "$tool" ] || { echo "SKIP: no tptool (it is built with MPI) to compare safetensors"; return 77; }
-  for m in gpt2 llama; do
+  for m in gpt2 llama mixtral; do
     local cpu gpu
     cpu=$(prog $m cpu) && gpu=$(prog $m cuda) || return 1
     # shellcheck disable=SC2086
