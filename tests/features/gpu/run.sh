@@ -31,6 +31,11 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   mixtral fp32,      the tiny Mixtral (top 2 of 8 SwiGLU experts) and DeepSeek-MoE (top 4
+#     capacity, bf16,  of 16 fine-grained experts, 2 shared, the z-loss): the routed kernels
+#     deepseek_moe     of kernels/cuda/moe.cu, every step's loss within 1e-4 of the CPU
+#     fp32, bf16       target's (bf16: 2e-2 relative); capacity: -D capacity=0.5, copies
+#                      dropped
 #   vector loops       the tiny GPT-2 and LLaMA (and tests/features/gpu/vector.shard: a mixed
 #                      bf16/fp32 run, a scalar tail) in bf16, the fused kernels' 16-byte
 #                      loops on (the default) and off (SHARD_CUDA_VECTOR=0): every
@@ -77,6 +82,8 @@
 #     p2 bf16, d2 bf16 activations, collectives and pipeline messages; fp32 weight
 #                      gradients and their reductions): every step's loss within 2e-2
 #                      (relative) of the CPU target's fp32 run of the same layout
+#   nccl d2 mixtral,   the tiny Mixtral at d=2 and p=2 over NCCL against the CPU target's
+#     p2 mixtral       same layout, within 1e-4 over 10 steps (fp32)
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -812,6 +819,11 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "mixtral fp32" 60 fp32-mixtral
+  model_check "mixtral capacity" 60 fp32-mixtral-cap
+  model_check "mixtral bf16" 60 bf16-mixtral
+  model_check "deepseek_moe fp32" 60 fp32-deepseek_moe
+  model_check "deepseek_moe bf16" 60 bf16-deepseek_moe
   model_check "vector loops" 120 vector
   model_check "gpt2 epilogues" 60 epilogues
   model_check "cuda graphs" 120 graphs
@@ -831,10 +843,12 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl t2 bf16" 90 nccl-t2-bf16
     model_check "nccl p2 bf16" 90 nccl-p2-bf16
     model_check "nccl d2 bf16" 90 nccl-d2-bf16
+    model_check "nccl d2 mixtral" 90 nccl-d2-mixtral
+    model_check "nccl p2 mixtral" 90 nccl-p2-mixtral
     model_check "nccl rank killed" 120 nccl-kill
   else
     for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
-             "nccl rank killed"; do
+             "nccl d2 mixtral" "nccl p2 mixtral" "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
   fi
