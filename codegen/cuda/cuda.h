@@ -163,6 +163,10 @@ static inline bool cg_cuda_in_epilogue(CgEmitter *e, int j) {
  * (CgTarget.node) and whether the target writes op (CgTarget.writes_op). */
 void cg_cuda_copy(CgEmitter *e, const IrValue *y, const IrValue *x);
 void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V);
+/* Where loss node `index`'s kernel writes its fp32 loss, and the rounding
+ * into the value where the plan keeps it in bf16 (nothing otherwise). */
+const char *cg_cuda_loss_out(CgEmitter *e, int index);
+void cg_cuda_loss_round(CgEmitter *e, int index);
 void cg_cuda_node(CgEmitter *e, int index);
 bool cg_cuda_writes_op(IrOp op);
 /* The most rows one expert holds in grouped product n (grouped_linear and

@@ -298,6 +298,24 @@ static void emit_dropout(CgEmitter *e, int index) {
   cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
+/* A loss the plan keeps in bf16 (a term of a sum, as the routed models'
+ * aux losses make it): the loss kernels write fp32, so theirs goes to the
+ * last 8 bytes of the node's scratch (target.c) and is rounded into the
+ * value after; an fp32 loss is written where it is. */
+const char *cg_cuda_loss_out(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  if (!cuda_low(e, n->out[0])) return cuda_ref(e, n->out[0]);
+  return ir_fmt("(float *)((char *)%s + %lld)", cg_scratch(e, index),
+                (long long)(cg_numel(n->in[1]) * 8));
+}
+
+void cg_cuda_loss_round(CgEmitter *e, int index) {
+  const IrValue *y = cg_node(e, index)->out[0];
+  if (!cuda_low(e, y)) return;
+  emit(e, "k_cuda_cast_f32_bf16(%s, %s, 1);", cuda_ref(e, y), cg_cuda_loss_out(e, index));
+  cg_launch(e, CG_K_ELEMENTWISE, NULL, 0, 4, 2);
+}
+
 static void emit_loss(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
@@ -313,23 +331,16 @@ static void emit_loss(CgEmitter *e, int index) {
   }
   int64_t valid = ir_attr_has(n, "valid") ? ir_attr_int(n, "valid") : 0;
   if (valid <= 0 || valid > V) valid = V;
-  /* A loss the plan keeps in bf16 (a term of a sum, as the routed models'
-   * aux loss makes it): the kernel's fp32 loss goes to the scratch's last
-   * 8 bytes, then is rounded into its value. */
-  bool low = n->op == IR_OP_CROSS_ENTROPY && cuda_low(e, n->out[0]);
-  const char *loss = low ? ir_fmt("(float *)((char *)%s + %lld)", cg_scratch(e, index),
-                                  (long long)(rows * 8))
-                         : cuda_ref(e, n->out[0]);
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
-         loss, cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
+         cg_cuda_loss_out(e, index), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
          (long long)V, (long long)valid, cg_scratch(e, index));
   else
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
-  if (low) emit(e, "k_cuda_cast_f32_bf16(%s, %s, 1);", cuda_ref(e, n->out[0]), loss);
+  if (n->op == IR_OP_CROSS_ENTROPY) cg_cuda_loss_round(e, index);
   /* The backward reads the logits twice: its row statistics, then the
    * gradient it writes. */
   if (n->op != IR_OP_CROSS_ENTROPY) cg_launch_add_bytes(e, cg_listing_bytes(e, logits), 0);

@@ -84,7 +84,7 @@
 #                      (relative) of the CPU target's fp32 run of the same layout
 #   nccl t2 mixtral,   the tiny Mixtral at t=2, d=2 and p=2 over NCCL (the routed layer
 #     d2, p2 mixtral   replicated) against the CPU target's same layout, within 1e-4 over
-#                      10 steps (fp32)
+#                      10 steps (fp32); t2 bf16 within 2e-2 (relative) of its fp32 run
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -715,6 +715,7 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-d2-mixtral) check_nccl d2 fp32 mixtral ;;
     nccl-p2-mixtral) check_nccl p2 fp32 mixtral ;;
     nccl-t2-mixtral) check_nccl t2 fp32 mixtral ;;
+    nccl-t2-bf16-mixtral) check_nccl t2 bf16 mixtral ;;
     nccl-kill) check_nccl_kill ;;
     *) echo "unknown model check $MODEL_CHECK"; exit 2 ;;
   esac
@@ -846,12 +847,14 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl p2 bf16" 90 nccl-p2-bf16
     model_check "nccl d2 bf16" 90 nccl-d2-bf16
     model_check "nccl t2 mixtral" 90 nccl-t2-mixtral
+    model_check "nccl t2 bf16 mixtral" 90 nccl-t2-bf16-mixtral
     model_check "nccl d2 mixtral" 90 nccl-d2-mixtral
     model_check "nccl p2 mixtral" 90 nccl-p2-mixtral
     model_check "nccl rank killed" 120 nccl-kill
   else
     for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
-             "nccl t2 mixtral" "nccl d2 mixtral" "nccl p2 mixtral" "nccl rank killed"; do
+             "nccl t2 mixtral" "nccl t2 bf16 mixtral" "nccl d2 mixtral" "nccl p2 mixtral" \
+             "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
   fi
