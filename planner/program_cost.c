@@ -156,6 +156,13 @@ static const KernelFacts kernel_facts[] = {
     {"k_cuda_rmsnorm_bwd", 3, AK_NONE},
     /* Per-row sums, then their mean. */
     {"k_cuda_cross_entropy_fwd", 2, AK_NONE},
+    /* The routed layer (kernels/cuda/moe.cu): the dispatch's rows are
+     * zeroed, then the kept copies scattered; the combine's backward
+     * zeroes, writes the rows and the weights' dot products; a grouped
+     * product's packing finds the experts' offsets first. */
+    {"k_cuda_moe_scatter", 2, AK_NONE},
+    {"k_cuda_moe_combine_bwd", 3, AK_NONE},
+    {"k_cuda_grouped_pack", 2, AK_NONE},
     {NULL, 1, AK_NONE},
 };
 

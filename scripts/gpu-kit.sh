@@ -77,6 +77,8 @@ mkdir -p "$OUT/payload/bin" "$OUT/payload/p" "$OUT/payload/lib" "$OUT/ref"
 STEPS=$([ $QUICK = 1 ] && echo 3 || echo 10)
 TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
+TINY_mixtral="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
+TINY_deepseek_moe="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 TINY_vector=""
 TINY_unfused=$TINY_gpt2
 TRAIN="--data $DATA --seed 1 --quiet"
@@ -149,6 +151,14 @@ program llama-bf16 cuda llama bf16
 program nccl-t2 cuda gpt2 fp32 --tp 2 --global-batch 4
 program nccl-t2-cpu cpu gpt2 fp32 --tp 2 --global-batch 4
 program nccl-one-cpu cpu gpt2 fp32 --global-batch 4
+# The routed models (mixtures of experts, kernels/cuda/moe.cu): Mixtral in
+# fp32 and bf16 (tier 1), DeepSeek-MoE (tier 2); not in the quick kit.
+MOE_MODELS=$([ $QUICK = 1 ] || echo "mixtral deepseek_moe")
+for m in $MOE_MODELS; do
+  program $m-cpu cpu $m fp32
+  program $m cuda $m fp32
+  program $m-bf16 cuda $m bf16
+done
 # The speed rows: GPT-2 at bench/gpu.sh's shapes in bf16, and its graphs
 # shape and many-rank layouts (the emulator kit: the tiny GPT-2, for the
 # rows' mechanics only: the emulator is far too slow for these shapes).
@@ -253,6 +263,10 @@ echo "== references (the CPU target, $STEPS steps)"
 ref gpt2-cpu gpt2-cpu $TRAIN --steps $STEPS
 # shellcheck disable=SC2086
 ref llama-cpu llama-cpu $TRAIN --steps $STEPS
+for m in $MOE_MODELS; do
+  # shellcheck disable=SC2086
+  ref $m-cpu $m-cpu $TRAIN --steps $STEPS
+done
 # shellcheck disable=SC2086
 ref nccl-t2-cpu nccl-t2-cpu $MTRAIN --steps $STEPS
 # shellcheck disable=SC2086

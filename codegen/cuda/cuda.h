@@ -135,6 +135,8 @@ void cg_cuda_matmul(CgEmitter *e, int index);
 void cg_cuda_linear(CgEmitter *e, int index);
 void cg_cuda_linear_dx(CgEmitter *e, int index);
 void cg_cuda_linear_dw(CgEmitter *e, int index);
+/* The cuBLASLt workspace of GEMM node `index` (its scratch's start). */
+void cg_cuda_gemm_workspace(CgEmitter *e, int index);
 
 /* The GEMM epilogues of the chunk being written, as the gemm-epilogue
  * pass chose them on its plan (gemm_epilogue.h): the gelu linear i
@@ -161,8 +163,17 @@ static inline bool cg_cuda_in_epilogue(CgEmitter *e, int j) {
  * (CgTarget.node) and whether the target writes op (CgTarget.writes_op). */
 void cg_cuda_copy(CgEmitter *e, const IrValue *y, const IrValue *x);
 void cg_cuda_embedding_add(CgEmitter *e, const IrNode *n, const char *lo, int64_t V);
+/* Where loss node `index`'s kernel writes its fp32 loss, and the rounding
+ * into the value where the plan keeps it in bf16 (nothing otherwise). */
+const char *cg_cuda_loss_out(CgEmitter *e, int index);
+void cg_cuda_loss_round(CgEmitter *e, int index);
 void cg_cuda_node(CgEmitter *e, int index);
 bool cg_cuda_writes_op(IrOp op);
+/* The most rows one expert holds in grouped product n (grouped_linear and
+ * its gradients): the capacity of the dispatch that counted them, or the
+ * tokens where a router chose the experts (k distinct ones a token), else
+ * all the rows. The padded operands of moe.cu are that many rows an expert. */
+int64_t cg_cuda_moe_per(const IrNode *n);
 
 /* tp.c: tp_slice, tp_copy, the forms that need the rank at run time
  * (vocabulary-parallel embedding and loss, per-rank dropout), and the

@@ -13,6 +13,8 @@ static void gemm_workspace(CgEmitter *e, int index) {
        (long long)e->plan->scratch_offset[index], (long long)(CUDA_GEMM_WORKSPACE - 256));
 }
 
+void cg_cuda_gemm_workspace(CgEmitter *e, int index) { gemm_workspace(e, index); }
+
 /* The cuBLASLt types of a product's inputs (both bf16 or both fp32) and
  * output; false, with an error, for inputs of two precisions. */
 typedef struct GemmTypes {

@@ -298,6 +298,24 @@ static void emit_dropout(CgEmitter *e, int index) {
   cg_launch_node(e, CG_K_ELEMENTWISE, NULL, n);
 }
 
+/* A loss the plan keeps in bf16 (a term of a sum, as the routed models'
+ * aux losses make it): the loss kernels write fp32, so theirs goes to the
+ * last 8 bytes of the node's scratch (target.c) and is rounded into the
+ * value after; an fp32 loss is written where it is. */
+const char *cg_cuda_loss_out(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  if (!cuda_low(e, n->out[0])) return cuda_ref(e, n->out[0]);
+  return ir_fmt("(float *)((char *)%s + %lld)", cg_scratch(e, index),
+                (long long)(cg_numel(n->in[1]) * 8));
+}
+
+void cg_cuda_loss_round(CgEmitter *e, int index) {
+  const IrValue *y = cg_node(e, index)->out[0];
+  if (!cuda_low(e, y)) return;
+  emit(e, "k_cuda_cast_f32_bf16(%s, %s, 1);", cuda_ref(e, y), cg_cuda_loss_out(e, index));
+  cg_launch(e, CG_K_ELEMENTWISE, NULL, 0, 4, 2);
+}
+
 static void emit_loss(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
@@ -315,13 +333,14 @@ static void emit_loss(CgEmitter *e, int index) {
   if (valid <= 0 || valid > V) valid = V;
   if (n->op == IR_OP_CROSS_ENTROPY)
     emit(e, "k_cuda_cross_entropy_fwd%s(%s, %s, %s, %lld, %lld, %lld, %s);", cuda_sfx(e, logits),
-         cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
+         cg_cuda_loss_out(e, index), cuda_ref(e, logits), cuda_ref(e, targets), (long long)rows,
          (long long)V, (long long)valid, cg_scratch(e, index));
   else
     emit(e, "k_cuda_cross_entropy_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld);", cuda_sfx(e, logits),
          cuda_ref(e, n->out[0]), cuda_ref(e, logits), cuda_ref(e, targets), cuda_ref(e, n->in[2]),
          (long long)rows, (long long)V, (long long)valid);
   cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  if (n->op == IR_OP_CROSS_ENTROPY) cg_cuda_loss_round(e, index);
   /* The backward reads the logits twice: its row statistics, then the
    * gradient it writes. */
   if (n->op != IR_OP_CROSS_ENTROPY) cg_launch_add_bytes(e, cg_listing_bytes(e, logits), 0);
@@ -388,11 +407,193 @@ static void emit_reshape(CgEmitter *e, int index) {
   cg_cuda_copy(e, n->out[0], n->in[0]);
 }
 
-/* The routed layer's ops have no CUDA kernels yet: each is refused at its
- * source line, before anything is written. */
-static void emit_routed(CgEmitter *e, int index) {
-  cg_error(e, cg_node(e, index), "routed layers (mixtures of experts) have no kernels on this "
-           "target yet; --target cpu runs them");
+/* ---------------------------------------------------------- routed layers */
+
+/* The routed layer's kernels (kernels/cuda/moe.cu) take every float
+ * operand of a node at one precision (grouped_linear_dw's weight gradient
+ * is fp32 either way): the suffix of that precision, or NULL after an
+ * error for operands at two. */
+static const char *moe_sfx(CgEmitter *e, const IrNode *n) {
+  const IrValue *first = NULL;
+  for (int i = 0; i < n->nin + n->nout; i++) {
+    const IrValue *v = i < n->nin ? n->in[i] : n->out[i - n->nin];
+    if (v->type.dtype == IR_I32 || (n->op == IR_OP_GROUPED_LINEAR_DW && i == n->nin)) continue;
+    if (!first) first = v;
+    else if (cuda_low(e, first) != cuda_low(e, v)) {
+      cg_error(e, n, "bf16: a routed op with operands at two precisions");
+      return NULL;
+    }
+  }
+  return first ? cuda_sfx(e, first) : "";
+}
+
+/* Tokens T and their k choices from a [..., k] operand (the router's
+ * weights or experts), as codegen/cpu.c reads them. */
+static int64_t moe_k(const IrValue *w) { return cg_dim(w, -1); }
+static int64_t moe_tokens(const IrValue *w) { return cg_numel(w) / cg_dim(w, -1); }
+
+int64_t cg_cuda_moe_per(const IrNode *n) {
+  int64_t rows = cg_dim(n->in[0], 0);
+  const IrValue *c = n->in[2];
+  const IrNode *d = c->kind == IR_VAL_NODE ? c->def : NULL;
+  if (!d || d->op != IR_OP_MOE_DISPATCH) return rows;
+  const IrValue *ex = d->in[1];
+  int64_t per = rows;
+  /* The router picks k distinct experts a token: one row each at most. */
+  if (ex->kind == IR_VAL_NODE && ex->def && ex->def->op == IR_OP_ROUTER) per = moe_tokens(ex);
+  int64_t cap = ir_moe_capacity(ir_attr_float(d, "capacity"), cg_numel(ex), cg_numel(c));
+  return cap > 0 && cap < per ? cap : per;
+}
+
+static void emit_router(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_dim(l, -1), T = cg_numel(l) / E, k = ir_attr_int(n, "k");
+  int score = (int)ir_attr_int(n, "score"), norm = (int)ir_attr_int(n, "normalize");
+  if (n->op == IR_OP_ROUTER)
+    emit(e, "k_cuda_router_fwd%s(%s, %s, %s, %lld, %lld, %lld, %d, %d);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, l), (long long)T,
+         (long long)E, (long long)k, score, norm);
+  else
+    emit(e, "k_cuda_router_bwd%s(%s, %s, %s, %s, %lld, %lld, %lld, %d, %d);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, l), cuda_ref(e, n->in[1]), cuda_ref(e, n->in[2]),
+         (long long)T, (long long)E, (long long)k, score, norm);
+  cg_launch_node(e, CG_K_NORM, NULL, n);
+}
+
+/* router_load, router_z_loss and their gradients: per-token statistics of
+ * the logits summed over the tokens (router_load_fwd: a block per expert,
+ * which reads every token's logits). */
+static void emit_router_load(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *l = n->in[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_dim(l, -1), T = cg_numel(l) / E;
+  const char *y = cuda_ref(e, n->out[0]), *L = cuda_ref(e, l);
+  switch (n->op) {
+  case IR_OP_ROUTER_LOAD:
+    emit(e, "k_cuda_router_load_fwd%s(%s, %s, %lld, %lld, %lld);", sfx, y, L, (long long)T,
+         (long long)E, (long long)ir_attr_int(n, "k"));
+    break;
+  case IR_OP_ROUTER_LOAD_GRAD:
+    emit(e, "k_cuda_router_load_bwd%s(%s, %s, %s, %lld, %lld);", sfx, y, L, cuda_ref(e, n->in[1]),
+         (long long)T, (long long)E);
+    break;
+  case IR_OP_ROUTER_Z_LOSS:
+    emit(e, "k_cuda_router_z_loss_fwd%s(%s, %s, %lld, %lld);", sfx, y, L, (long long)T,
+         (long long)E);
+    break;
+  default:
+    emit(e, "k_cuda_router_z_loss_bwd%s(%s, %s, %s, %lld, %lld);", sfx, y, L,
+         cuda_ref(e, n->in[1]), (long long)T, (long long)E);
+    break;
+  }
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+  if (n->op == IR_OP_ROUTER_LOAD) cg_launch_add_bytes(e, (double)(E - 1) * cg_listing_bytes(e, l), 0);
+}
+
+/* The counting sort (one block of CUDA_MOE_SORT_THREADS threads, each
+ * reading its run of the copies twice an expert: a serial launch), then
+ * the zeroed rows and the scatter of the kept copies. */
+#define CUDA_MOE_SORT_THREADS 256 /* MOE_SORT_THREADS of kernels/cuda/moe.cu */
+static void emit_moe_dispatch(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *x = n->in[0], *ex = n->in[1], *rows = n->out[0], *pos = n->out[1];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  int64_t E = cg_numel(n->out[2]), c = cg_numel(ex);
+  emit(e, "k_cuda_moe_sort(%s, %s, %s, %lld, %lld, %lld);", cuda_ref(e, pos),
+       cuda_ref(e, n->out[2]), cuda_ref(e, ex), (long long)c, (long long)E,
+       (long long)ir_moe_capacity(ir_attr_float(n, "capacity"), c, E));
+  cg_launch(e, CG_K_COPY, NULL, 0, 2 * cg_listing_bytes(e, ex),
+            cg_listing_bytes(e, pos) + cg_listing_bytes(e, n->out[2]));
+  cg_launch_serial(e, CUDA_MOE_SORT_THREADS,
+                   2 * E * ((c + CUDA_MOE_SORT_THREADS - 1) / CUDA_MOE_SORT_THREADS));
+  emit(e, "k_cuda_moe_scatter%s(%s, %s, %s, %lld, %lld, %lld);", sfx, cuda_ref(e, rows),
+       cuda_ref(e, x), cuda_ref(e, pos), (long long)c, (long long)moe_k(ex),
+       (long long)cg_dim(x, -1));
+  cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, pos) + cg_listing_bytes(e, rows),
+            2 * cg_listing_bytes(e, rows));
+}
+
+/* moe_combine(rows, pos, weights), moe_undispatch(drows, pos) (weights 1)
+ * and moe_combine_grad. */
+static void emit_moe_combine(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *rows = n->in[0], *y = n->out[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  if (n->op == IR_OP_MOE_COMBINE_GRAD) {
+    emit(e, "k_cuda_moe_combine_bwd%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld);", sfx,
+         cuda_ref(e, n->out[0]), cuda_ref(e, n->out[1]), cuda_ref(e, rows), cuda_ref(e, n->in[1]),
+         cuda_ref(e, n->in[2]), cuda_ref(e, n->in[3]), (long long)moe_tokens(n->in[2]),
+         (long long)moe_k(n->in[2]), (long long)cg_dim(rows, -1));
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+    /* The rows are zeroed before the kept copies' are written; dy is read
+     * twice (for the rows, and for the weights' dot products). */
+    cg_launch_add_bytes(e, cg_listing_bytes(e, n->in[3]), cg_listing_bytes(e, n->out[0]));
+    return;
+  }
+  int64_t T = cg_numel(y) / cg_dim(y, -1);
+  emit(e, "k_cuda_moe_combine%s(%s, %s, %s, %s, %lld, %lld, %lld);", sfx, cuda_ref(e, y),
+       cuda_ref(e, rows), cuda_ref(e, n->in[1]),
+       n->op == IR_OP_MOE_COMBINE ? cuda_ref(e, n->in[2]) : "NULL", (long long)T,
+       (long long)(cg_dim(rows, 0) / T), (long long)cg_dim(rows, -1));
+  cg_launch_node(e, CG_K_REDUCTION, NULL, n);
+}
+
+/* grouped_linear(x, w, counts), _dx(dy, w, counts), _dw(x, dy, counts):
+ * the node's cuBLASLt workspace, then the padded operands in the rest of
+ * its scratch (moe.cu's pieces, one call each): pack the rows (and for dw
+ * dy too), one batched GEMM over E experts of `per` rows (the FLOPs it
+ * runs, the padding's included), and unpack y or dx. */
+static void emit_grouped_linear(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
+  const IrValue *c = n->in[2], *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+  const IrValue *y = n->out[0];
+  const char *sfx = moe_sfx(e, n);
+  if (!sfx) return;
+  bool dw = n->op == IR_OP_GROUPED_LINEAR_DW, dx = n->op == IR_OP_GROUPED_LINEAR_DX;
+  if (dw && (cuda_low(e, w) || cuda_into_grads(e, w)))
+    die("grouped_linear_dw into a bf16 value or a gradient slot");
+  int tr = (int)ir_attr_int(n, "transposed");
+  int64_t E = cg_numel(c), in = cg_dim(w, tr ? 2 : 1), out = cg_dim(w, tr ? 1 : 2);
+  int64_t N = cg_dim(n->in[0], 0), per = cg_cuda_moe_per(n);
+  int64_t ca = dx ? out : in, cb = dx ? in : out; /* the packed operand's columns, the result's */
+  int ab = cuda_low(e, n->in[0]) ? 2 : 4;
+  const char *ct = ab == 2 ? "kc_bf16 *" : "real *";
+  cg_cuda_gemm_workspace(e, index);
+  emit(e, "{");
+  e->depth++;
+  emit(e, "KcGrouped g = k_cuda_grouped_parts((char *)CU_ALIGN256(TMP(%lld)) + %lld, %lld, %lld, "
+          "%lld, %d);",
+       (long long)e->plan->scratch_offset[index], (long long)(CUDA_GEMM_WORKSPACE - 256),
+       (long long)E, (long long)per, (long long)ca, ab == 2);
+  double padded = (double)(E * per) * ab;
+  for (int i = 0; i < (dw ? 2 : 1); i++) {
+    int64_t cols = i ? out : ca;
+    emit(e, "k_cuda_grouped_pack%s((%s)g.%s, %s, %s, g.offs, %lld, %lld, %lld);", sfx, ct,
+         i ? "b" : "a", cuda_ref(e, n->in[i]), cuda_ref(e, c), (long long)E, (long long)per,
+         (long long)cols);
+    cg_launch(e, CG_K_COPY, NULL, 0, cg_listing_bytes(e, n->in[i]), padded * (double)cols);
+  }
+  const char *op = dw ? "KC_GROUPED_DW" : dx ? "KC_GROUPED_DX" : "KC_GROUPED_Y";
+  emit(e, "k_cuda_grouped_gemm%s(%s, %s, (%s)g.a, %s, %lld, %lld, %lld, %lld, %d);", sfx, op,
+       dw ? cuda_ref(e, y) : "g.b", ct, dw ? ir_fmt("(%s)g.b", ct) : cuda_ref(e, w),
+       (long long)E, (long long)per, (long long)in, (long long)out, tr);
+  if (dw && tr) cg_launch_gemm(e, NULL, E, out, in, per, out, in, in, ab, 4, false);
+  else if (dw) cg_launch_gemm(e, NULL, E, in, out, per, in, out, out, ab, 4, false);
+  else cg_launch_gemm(e, NULL, E, per, cb, ca, ca, tr ? in : out, cb, ab, ab, false);
+  if (!dw) {
+    emit(e, "k_cuda_grouped_unpack%s(%s, (%s)g.b, g.offs, %lld, %lld, %lld, %lld);", sfx,
+         cuda_ref(e, y), ct, (long long)N, (long long)E, (long long)per, (long long)cb);
+    cg_launch(e, CG_K_COPY, NULL, 0, padded * (double)cb, cg_listing_bytes(e, y));
+  }
+  e->depth--;
+  emit(e, "}");
 }
 
 /* ------------------------------------------------------------ the op table */
@@ -435,19 +636,19 @@ static void (*const cuda_kernels[IR_OP_COUNT])(CgEmitter *e, int index) = {
     [IR_OP_CROSS_ENTROPY_GRAD] = emit_loss,
     [IR_OP_TP_SLICE] = cg_cuda_tp_slice,
     [IR_OP_TP_COPY] = cg_cuda_tp_copy,
-    [IR_OP_ROUTER] = emit_routed,
-    [IR_OP_ROUTER_LOAD] = emit_routed,
-    [IR_OP_ROUTER_Z_LOSS] = emit_routed,
-    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_routed,
-    [IR_OP_MOE_DISPATCH] = emit_routed,
-    [IR_OP_GROUPED_LINEAR] = emit_routed,
-    [IR_OP_MOE_COMBINE] = emit_routed,
-    [IR_OP_ROUTER_GRAD] = emit_routed,
-    [IR_OP_ROUTER_LOAD_GRAD] = emit_routed,
-    [IR_OP_MOE_UNDISPATCH] = emit_routed,
-    [IR_OP_GROUPED_LINEAR_DX] = emit_routed,
-    [IR_OP_GROUPED_LINEAR_DW] = emit_routed,
-    [IR_OP_MOE_COMBINE_GRAD] = emit_routed,
+    [IR_OP_ROUTER] = emit_router,
+    [IR_OP_ROUTER_LOAD] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS] = emit_router_load,
+    [IR_OP_ROUTER_Z_LOSS_GRAD] = emit_router_load,
+    [IR_OP_MOE_DISPATCH] = emit_moe_dispatch,
+    [IR_OP_GROUPED_LINEAR] = emit_grouped_linear,
+    [IR_OP_MOE_COMBINE] = emit_moe_combine,
+    [IR_OP_ROUTER_GRAD] = emit_router,
+    [IR_OP_ROUTER_LOAD_GRAD] = emit_router_load,
+    [IR_OP_MOE_UNDISPATCH] = emit_moe_combine,
+    [IR_OP_GROUPED_LINEAR_DX] = emit_grouped_linear,
+    [IR_OP_GROUPED_LINEAR_DW] = emit_grouped_linear,
+    [IR_OP_MOE_COMBINE_GRAD] = emit_moe_combine,
 };
 
 bool cg_cuda_writes_op(IrOp op) { return cuda_kernels[op] || cg_formula_writes_op(op); }

@@ -62,6 +62,15 @@ static const char *scratch_call(const IrNode *n) {
     return ir_fmt("k_cuda_norm_bwd_scratch(%lld, %lld)", (long long)cg_rows(n->in[0]),
                   (long long)cg_dim(n->in[0], -1));
   case IR_OP_CROSS_ENTROPY: return ir_fmt("k_cuda_ce_scratch(%lld)", (long long)cg_numel(n->in[1]));
+  case IR_OP_GROUPED_LINEAR:
+  case IR_OP_GROUPED_LINEAR_DX:
+  case IR_OP_GROUPED_LINEAR_DW: {
+    /* After the cuBLASLt workspace; the check is of the fp32 size. */
+    const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+    return ir_fmt("%lldLL + k_cuda_grouped_scratch(%lld, %lld, %lld, %lld, 0)",
+                  (long long)CUDA_GEMM_WORKSPACE, (long long)cg_numel(n->in[2]),
+                  (long long)cg_cuda_moe_per(n), (long long)cg_dim(w, 1), (long long)cg_dim(w, 2));
+  }
   default: return NULL;
   }
 }

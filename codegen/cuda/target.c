@@ -42,7 +42,18 @@ static int64_t cuda_scratch_bytes(const IrNode *n) {
     int64_t rows = cg_rows(n->in[0]), chunks = (rows + CUDA_NORM_CHUNK - 1) / CUDA_NORM_CHUNK;
     return 2 * rows * 4 + 2 * chunks * cg_dim(n->in[0], -1) * 8;
   }
-  case IR_OP_CROSS_ENTROPY: return (cg_numel(n->in[1]) > 0 ? cg_numel(n->in[1]) : 1) * 8;
+  /* And 8 bytes for a loss kept in bf16 (ops.c's emit_loss). */
+  case IR_OP_CROSS_ENTROPY: return (cg_numel(n->in[1]) > 0 ? cg_numel(n->in[1]) : 1) * 8 + 8;
+  /* The padded operands of the grouped products after the workspace, at
+   * 4 bytes an element (k_cuda_grouped_scratch; bf16 needs half). */
+  case IR_OP_GROUPED_LINEAR:
+  case IR_OP_GROUPED_LINEAR_DX:
+  case IR_OP_GROUPED_LINEAR_DW: {
+    const IrValue *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n->out[0] : n->in[1];
+    int64_t E = cg_numel(n->in[2]), per = cg_cuda_moe_per(n);
+    int64_t cols = cg_dim(w, 1) + cg_dim(w, 2), r = (E + 1) * 4;
+    return CUDA_GEMM_WORKSPACE + 256 + (r + 255) / 256 * 256 + E * per * cols * 4 + 2 * 256;
+  }
   default: return 0;
   }
 }

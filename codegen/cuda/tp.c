@@ -58,7 +58,8 @@ static void emit_vocab_embedding(CgEmitter *e, const IrNode *n) {
  * vocabulary-parallel cross-entropy works on fp32 logits): a bf16 row
  * max and sum of exponentials would cost the loss 3 significant digits
  * for a few bytes per row. */
-static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
+static void emit_vocab_loss(CgEmitter *e, int index) {
+  const IrNode *n = cg_node(e, index);
   const IrValue *logits = n->in[0], *targets = n->in[1];
   if (!cg_need_i32(e, n, targets)) return;
   int64_t V = cg_dim(logits, -1), rows = cg_numel(targets), t = e->g->mesh[IR_AXIS_TENSOR];
@@ -84,8 +85,10 @@ static void emit_vocab_loss(CgEmitter *e, const IrNode *n) {
          (long long)rows, (long long)V, (long long)valid);
     cg_launch(e, CG_K_REDUCTION, NULL, 0, cg_listing_bytes(e, targets), 4.0 * (double)rows);
     cg_comm_allreduce(e, "tg", "tg", rows, "RT_COMM_SUM");
-    emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", cuda_ref(e, n->out[0]), (long long)rows);
+    emit(e, "k_cuda_ce_vp_loss(%s, mx, se, tg, %lld);", cg_cuda_loss_out(e, index),
+         (long long)rows);
     cg_launch(e, CG_K_REDUCTION, NULL, 0, 12.0 * (double)rows, 4);
+    cg_cuda_loss_round(e, index);
   } else {
     emit(e, "k_cuda_ce_vp_bwd%s(%s, %s, %s, %s, mx, se, %lld, %lld, lo, n);", s,
          cuda_ref(e, n->out[0]), L, T, cuda_ref(e, n->in[2]), (long long)rows, (long long)V);
@@ -113,7 +116,7 @@ void cg_cuda_tp_form(CgEmitter *e, int index) {
   case IR_OP_EMBEDDING:
   case IR_OP_EMBEDDING_GRAD: emit_vocab_embedding(e, n); return;
   case IR_OP_CROSS_ENTROPY:
-  case IR_OP_CROSS_ENTROPY_GRAD: emit_vocab_loss(e, n); return;
+  case IR_OP_CROSS_ENTROPY_GRAD: emit_vocab_loss(e, index); return;
   case IR_OP_DROPOUT:
   case IR_OP_DROPOUT_GRAD: emit_rank_dropout(e, n); return;
   default: cg_error(e, n, "no tensor-parallel form of this op on the CUDA target");

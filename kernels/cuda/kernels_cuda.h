@@ -427,6 +427,82 @@ void k_cuda_sum_squares_runs(double *out, const float *x, const KcRun *runs, int
  * its length (runtime/device_cuda.c). */
 void k_cuda_sum_groups(double *out, const double *x, const KcRun *groups, int64_t nr);
 
+/* --- routed layers (moe.cu) ---------------------------------------------------- */
+/* As k_router_*, k_moe_* and k_grouped_linear* of kernels/cpu/kernels.h
+ * (moe.c), the same arguments; each also in a _bf16 form whose float
+ * tensors are all bf16 (the weight gradient of grouped_linear_dw stays
+ * fp32), arithmetic in fp32 and the sums in double as on the CPU. The
+ * counts never leave the device: a launch's shape depends on the sizes
+ * alone. The dispatch's rows are the CPU's exactly (an integer counting
+ * sort in copy order, drops past cap in copy order). The grouped products
+ * run as one strided batched GEMM over E experts of `per` rows each (the
+ * most rows one expert can hold: min(rows, cap), or the tokens when each
+ * token's experts are distinct), on padded copies in the scratch of
+ * k_cuda_grouped_scratch(E, per, in, out, bf16) bytes; they need
+ * k_cuda_gemm_init. E at most K_CUDA_ROUTER_MAX.
+ *
+ * The pieces, which a generated program calls one by one (one launch
+ * record each): k_cuda_moe_sort (pos and counts: the dispatch's counting
+ * sort) and k_cuda_moe_scatter (the rows); and for a grouped product, the
+ * scratch's parts (host arithmetic, no launch), k_cuda_grouped_pack (the
+ * experts' offsets from the counts, then cols columns padded to per rows
+ * an expert), k_cuda_grouped_gemm (the batched GEMM on padded operands)
+ * and k_cuda_grouped_unpack (back to the sorted rows, zeros past the kept
+ * ones). The whole calls above are exactly these in that order. */
+#define K_CUDA_ROUTER_MAX 256
+typedef struct KcGrouped {
+  int32_t *offs; /* [E + 1] */
+  void *a, *b;   /* a [E, per, ca], then b */
+} KcGrouped;
+/* Which product k_cuda_grouped_gemm runs: y = a op(w) (a the rows, b w),
+ * dx = a op'(w) (a dy, b w), both into c (of a's type), or the fp32 weight
+ * gradient into c (a x, b dy). */
+typedef enum KcGroupedOp { KC_GROUPED_Y = 0, KC_GROUPED_DX = 1, KC_GROUPED_DW = 2 } KcGroupedOp;
+KcGrouped k_cuda_grouped_parts(void *scratch, int64_t E, int64_t per, int64_t ca, int bf16);
+void k_cuda_moe_sort(int32_t *pos, int32_t *counts, const int32_t *ex, int64_t n, int64_t E,
+                     int64_t cap);
+#define MOE_DECLS(S, CT)                                                                        \
+  void k_cuda_router_fwd##S(CT *w, int32_t *ex, const CT *logits, int64_t tokens, int64_t E,   \
+                            int64_t k, int score, int normalize);                              \
+  void k_cuda_router_bwd##S(CT *dlogits, const CT *logits, const int32_t *ex, const CT *dw,    \
+                            int64_t tokens, int64_t E, int64_t k, int score, int normalize);   \
+  void k_cuda_router_load_fwd##S(CT *load, const CT *logits, int64_t tokens, int64_t E,        \
+                                 int64_t k);                                                   \
+  void k_cuda_router_load_bwd##S(CT *dlogits, const CT *logits, const CT *dload,               \
+                                 int64_t tokens, int64_t E);                                   \
+  void k_cuda_router_z_loss_fwd##S(CT *loss, const CT *logits, int64_t tokens, int64_t E);     \
+  void k_cuda_router_z_loss_bwd##S(CT *dlogits, const CT *logits, const CT *dy,                \
+                                   int64_t tokens, int64_t E);                                 \
+  void k_cuda_moe_dispatch##S(CT *xs, int32_t *pos, int32_t *counts, const CT *x,              \
+                              const int32_t *ex, int64_t tokens, int64_t k, int64_t h,         \
+                              int64_t E, int64_t cap);                                         \
+  void k_cuda_moe_scatter##S(CT *xs, const CT *x, const int32_t *pos, int64_t n, int64_t k,    \
+                             int64_t h);                                                       \
+  void k_cuda_grouped_pack##S(CT *xp, const CT *x, const int32_t *counts, int32_t *offs,       \
+                              int64_t E, int64_t per, int64_t cols);                           \
+  void k_cuda_grouped_unpack##S(CT *y, const CT *yp, const int32_t *offs, int64_t rows,        \
+                                int64_t E, int64_t per, int64_t cols);                         \
+  void k_cuda_grouped_gemm##S(KcGroupedOp op, void *c, const CT *a, const CT *b, int64_t E,    \
+                              int64_t per, int64_t in, int64_t out, int transposed);           \
+  void k_cuda_moe_combine##S(CT *y, const CT *ys, const int32_t *pos, const CT *w,             \
+                             int64_t tokens, int64_t k, int64_t h);                            \
+  void k_cuda_moe_combine_bwd##S(CT *dys, CT *dw, const CT *ys, const int32_t *pos,            \
+                                 const CT *w, const CT *dy, int64_t tokens, int64_t k,         \
+                                 int64_t h);                                                   \
+  void k_cuda_grouped_linear##S(CT *y, const CT *x, const CT *w, const int32_t *counts,        \
+                                int64_t rows, int64_t E, int64_t in, int64_t out,              \
+                                int transposed, int64_t per, void *scratch);                   \
+  void k_cuda_grouped_linear_dx##S(CT *dx, const CT *dy, const CT *w, const int32_t *counts,   \
+                                   int64_t rows, int64_t E, int64_t in, int64_t out,           \
+                                   int transposed, int64_t per, void *scratch);                \
+  void k_cuda_grouped_linear_dw##S(float *dw, const CT *x, const CT *dy, const int32_t *counts, \
+                                   int64_t rows, int64_t E, int64_t in, int64_t out,           \
+                                   int transposed, int64_t per, void *scratch);
+MOE_DECLS(, float)
+MOE_DECLS(_bf16, kc_bf16)
+#undef MOE_DECLS
+int64_t k_cuda_grouped_scratch(int64_t E, int64_t per, int64_t in, int64_t out, int bf16);
+
 #ifdef __cplusplus
 }
 #endif

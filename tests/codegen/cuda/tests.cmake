@@ -30,6 +30,10 @@ if(TARGET shard_rt_cuda)
   add_test(NAME cuda_target/llama_build
            COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/llama ${MODELS_DIR}/llama.shard
                    ${CT_LLAMA})
+  # A routed model (kernels/cuda/moe.cu's calls) builds warning-free too.
+  add_test(NAME cuda_target/mixtral_build
+           COMMAND bash ${CT_DIR}/run.sh ${CT_WORK}/mixtral ${MODELS_DIR}/mixtral.shard ${CT_LLAMA})
+  set_tests_properties(cuda_target/mixtral_build PROPERTIES LABELS cuda)
   # --cuda-arch reaches the build file (nothing is built).
   add_test(NAME cuda_target/arch
            COMMAND sh -c "\"$0\" compile \"$1\" --target cuda --cuda-arch sm_80 -o \"$2\" >/dev/null && grep '^ARCH = sm_80$' \"$2/Makefile\""

@@ -18,7 +18,8 @@ list(JOIN CJSON_LDFLAGS " " emu_cjson_flags)
 # without, the CPU's comm backend (one rank only).
 if(TARGET shard_rt_cuda_nccl_emu)
   set(emu_rt_libs "$<TARGET_FILE:shard_rt_cuda_nccl_emu> $<TARGET_FILE:shard_comm_nccl_emu> $<TARGET_FILE:shard_nccl_emu>")
-  set(emu_checks nccl-t2 nccl-p2 nccl-d2 nccl-p2-bf16 nccl-kill)
+  set(emu_checks nccl-t2 nccl-p2 nccl-d2 nccl-p2-bf16 nccl-kill nccl-t2-mixtral nccl-t2-bf16-mixtral
+                 nccl-d2-mixtral nccl-p2-mixtral)
 else()
   set(emu_rt_libs "$<TARGET_FILE:shard_rt_cuda_emu> $<TARGET_FILE:${SHARD_COMM_LIB}>")
   set(emu_checks)
@@ -45,7 +46,9 @@ LDLIBS = ${OpenMP_C_FLAGS} ${emu_cjson_flags} ${SHARD_COMM_LINK} -lm -lpthread
 # as in tests/runtime/comm, so the checks that start ranks with mpirun leave leak
 # detection off.
 set(emu_model_checks fp32-gpt2 fp32-llama bf16-gpt2 bf16-llama vector epilogues graphs grads ckpt
-                     recompute recompute-bf16 dropout accum ${emu_checks})
+                     recompute recompute-bf16 dropout accum
+                     fp32-mixtral fp32-mixtral-cap bf16-mixtral fp32-deepseek_moe bf16-deepseek_moe
+                     ${emu_checks})
 if(SHARDC_SANITIZE)
   set(emu_model_checks fp32-gpt2 bf16-llama ckpt)
   if(emu_checks)

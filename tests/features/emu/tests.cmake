@@ -74,6 +74,18 @@ add_test(NAME emu/attention_flash COMMAND test_kernels_cuda_emu --attention)
 set_tests_properties(emu/attention_flash PROPERTIES LABELS emu
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive;SHARD_EMU_ORDER=shuffle:7")
 
+# The routed layer's kernels (kernels/cuda/moe.cu, test_moe_shapes): every
+# shape against moe.c, the experts, positions, counts and dispatched rows
+# exact; in shuffled block and thread order (about 2 s).
+add_test(NAME emu/kernels_moe COMMAND test_kernels_cuda_emu --moe)
+set_tests_properties(emu/kernels_moe PROPERTIES LABELS emu
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive;SHARD_EMU_ORDER=shuffle:5")
+
+# The cost report's rows of a routed model's CUDA program (moe_cost.sh:
+# every routed call listed, the grouped GEMMs' FLOPs; about 1 s).
+add_test(NAME emu/moe_cost COMMAND bash ${EMU_DIR}/moe_cost.sh)
+set_tests_properties(emu/moe_cost PROPERTIES LABELS emu SKIP_RETURN_CODE 77)
+
 add_executable(test_device_cuda_emu ${CMAKE_SOURCE_DIR}/tests/features/gpu/test_device_cuda.c)
 target_link_libraries(test_device_cuda_emu PRIVATE shard_rt_cuda_emu shard_kernels_f32)
 set_target_properties(test_device_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)

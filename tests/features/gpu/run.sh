@@ -31,6 +31,11 @@
 #                      step's loss within 1e-4 of the CPU target's
 #   gpt2 bf16, llama   the same two compiled with --precision bf16 for the GPU: every
 #     bf16             step's loss within 2e-2 (relative) of the CPU target's fp32 run
+#   mixtral fp32,      the tiny Mixtral (top 2 of 8 SwiGLU experts) and DeepSeek-MoE (top 4
+#     capacity, bf16,  of 16 fine-grained experts, 2 shared, the z-loss): the routed kernels
+#     deepseek_moe     of kernels/cuda/moe.cu, every step's loss within 1e-4 of the CPU
+#     fp32, bf16       target's (bf16: 2e-2 relative); capacity: -D capacity=0.5, copies
+#                      dropped
 #   vector loops       the tiny GPT-2 and LLaMA (and tests/features/gpu/vector.shard: a mixed
 #                      bf16/fp32 run, a scalar tail) in bf16, the fused kernels' 16-byte
 #                      loops on (the default) and off (SHARD_CUDA_VECTOR=0): every
@@ -77,6 +82,9 @@
 #     p2 bf16, d2 bf16 activations, collectives and pipeline messages; fp32 weight
 #                      gradients and their reductions): every step's loss within 2e-2
 #                      (relative) of the CPU target's fp32 run of the same layout
+#   nccl t2 mixtral,   the tiny Mixtral at t=2, d=2 and p=2 over NCCL (the routed layer
+#     d2, p2 mixtral   replicated) against the CPU target's same layout, within 1e-4 over
+#                      10 steps (fp32); t2 bf16 within 2e-2 (relative) of its fp32 run
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -131,6 +139,12 @@ MW=$BUILD/gpu-models
 STEPS=10
 TINY_gpt2="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 TINY_llama="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
+# The routed models (mixtures of experts): Mixtral's top 2 of 8 SwiGLU
+# experts, and DeepSeek-MoE's top 4 of 16 fine-grained ones beside 2 shared
+# ones, with its router z-loss; fp32-mixtral-cap adds a capacity factor
+# that drops copies.
+TINY_mixtral="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D kv_heads=2 -D layers=2 -D batch=2 -D ffn=96"
+TINY_deepseek_moe="-D vocab=257 -D seq=31 -D hidden=64 -D heads=4 -D layers=2 -D batch=2"
 # tests/features/gpu/vector.shard: the vector check's own shapes (no -D needed).
 TINY_vector=""
 TRAIN="--data $DATA --seed 1 --quiet"
@@ -171,16 +185,16 @@ prog() {
 # shellcheck source=tests/features/gpu/compare.sh
 . "$ROOT/tests/features/gpu/compare.sh"
 
-check_fp32() { # MODEL
-  local cpu gpu
-  cpu=$(prog "$1" cpu) && gpu=$(prog "$1" cuda) || return 1
-  rm -f "$MW/$1-cpu.json" "$MW/$1-cuda.json"
+check_fp32() { # MODEL [TAG OPTIONS...]: with a TAG, MODEL compiled with more OPTIONS
+  local cpu gpu m=$1${2:+-$2}
+  cpu=$(prog "$1" cpu fp32 "${@:2}") && gpu=$(prog "$1" cuda fp32 "${@:2}") || return 1
+  rm -f "$MW/$m-cpu.json" "$MW/$m-cuda.json"
   # shellcheck disable=SC2086
-  "$cpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
+  "$cpu" $TRAIN --steps $STEPS --log-json "$MW/$m-cpu.json" || { echo "FAIL: the CPU run"; return 1; }
   # shellcheck disable=SC2086
-  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$1-cuda.json" || { echo "FAIL: the GPU run"; return 1; }
-  cmp_losses "$1 fp32, GPU against CPU" "$MW/$1-cpu.json" "$MW/$1-cuda.json" 1e-4 || return 1
-  echo "all checks passed: $1 fp32 losses as the CPU target's over $STEPS steps"
+  "$gpu" $TRAIN --steps $STEPS --log-json "$MW/$m-cuda.json" || { echo "FAIL: the GPU run"; return 1; }
+  cmp_losses "$m fp32, GPU against CPU" "$MW/$m-cpu.json" "$MW/$m-cuda.json" 1e-4 || return 1
+  echo "all checks passed: $m fp32 losses as the CPU target's over $STEPS steps"
 }
 
 # bf16 on the GPU against the CPU target's fp32 run: the same data, seed
@@ -341,7 +355,7 @@ check_graphs_p2() {
 check_grads() {
   local tool=$BUILD/tests/tptool m out=""
   [ -x "$tool" ] || { echo "SKIP: no tptool (it is built with MPI) to compare safetensors"; return 77; }
-  for m in gpt2 llama; do
+  for m in gpt2 llama mixtral; do
     local cpu gpu
     cpu=$(prog $m cpu) && gpu=$(prog $m cuda) || return 1
     # shellcheck disable=SC2086
@@ -535,53 +549,57 @@ MTRAIN="$TRAIN --global-batch 4 --no-shuffle"
 # shellcheck source=tests/features/gpu/ranks.sh
 . "$ROOT/tests/features/gpu/ranks.sh"
 
-# multi_prog LAYOUT TARGET [PRECISION]: compiles and builds the tiny GPT-2
-# for the layout (fp32 unless PRECISION says bf16); prints its folder.
+# multi_prog LAYOUT TARGET [PRECISION [MODEL]]: compiles and builds the tiny
+# MODEL (default GPT-2) for the layout (fp32 unless PRECISION says bf16);
+# prints its folder.
 multi_prog() {
-  local prec=${3:-fp32} dir=$MW/nccl-$1-$2 opts
+  local prec=${3:-fp32} model=${4:-gpt2} dir=$MW/nccl-$1-$2 opts defs
   [ "$prec" = fp32 ] || dir=$dir-$prec
-  eval "opts=\$MULTI_$1"
+  [ "$model" = gpt2 ] || dir=$dir-$model
+  eval "opts=\$MULTI_$1 defs=\$TINY_$model"
   # shellcheck disable=SC2086
-  "$SHARDC_BIN" compile "$ROOT/models/gpt2.shard" $TINY_gpt2 $opts --target "$2" \
+  "$SHARDC_BIN" compile "$ROOT/models/$model.shard" $defs $opts --target "$2" \
     --precision "$prec" --cuda-arch "sm_$ARCH" -o "$dir" >"$dir.compile.log" 2>&1 &&
     build_prog "$dir" "$2" >>"$dir.compile.log" 2>&1 ||
-    { echo "FAIL: gpt2 $1 for --target $2 does not compile and build:" >&2
+    { echo "FAIL: $model $1 for --target $2 does not compile and build:" >&2
       cat "$dir.compile.log" >&2; return 1; }
   echo "$dir"
 }
 
 
-# check_nccl LAYOUT [bf16]: fp32 against the CPU target's same layout
+# check_nccl LAYOUT [bf16 [MODEL]]: MODEL (default gpt2) in fp32 against the CPU target's same layout
 # within 1e-4 (and that against one rank); bf16 within 2e-2 relative. The
 # d2 layouts run with --deterministic (NCCL pinned to Ring and Simple),
 # the others with NCCL's own choice: on the emulator the NCCL stand-in
 # says what it was told, and both are checked.
-check_nccl() { # LAYOUT [PRECISION]
-  local cpu gpu one n share how prec=${2:-fp32} tag=cuda det="" algo="NCCL_ALGO=(unset) NCCL_PROTO=(unset)"
+check_nccl() { # LAYOUT [PRECISION [MODEL]]
+  local cpu gpu one n share how prec=${2:-fp32} model=${3:-gpt2} stem=nccl-$1 tag=cuda det="" algo="NCCL_ALGO=(unset) NCCL_PROTO=(unset)"
   if [ "$1" = d2 ]; then det=--deterministic algo="NCCL_ALGO=Ring NCCL_PROTO=Simple"; fi
   [ "$prec" = fp32 ] || tag=cuda-$prec
+  [ "$model" = gpt2 ] || stem=$stem-$model
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
-  cpu=$(multi_prog "$1" cpu) && gpu=$(multi_prog "$1" cuda "$prec") && one=$(multi_prog one cpu) ||
+  cpu=$(multi_prog "$1" cpu fp32 "$model") && gpu=$(multi_prog "$1" cuda "$prec" "$model") &&
+    one=$(multi_prog one cpu fp32 "$model") ||
     return 1
-  echo "built gpt2 $1 for both targets ($prec on the GPU)"
+  echo "built $model $1 for both targets ($prec on the GPU)"
   [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
     { echo "SKIP: no GPU (nvidia-smi sees none); the programs built"; return 77; }
   n=$(ranks_of "$gpu")
   share=$(share_of "$n")
   how=$([ "$share" = 1 ] && echo "$n ranks sharing $NGPUS GPU(s) over sockets" || echo "$n ranks, one GPU each")
   [ -n "${GPU_EMU:-}" ] && how="$n ranks on the CPU emulator, NCCL over MPI"
-  rm -f "$MW/nccl-$1"-one.json "$MW/nccl-$1"-cpu.json "$MW/nccl-$1-$tag.json"
+  rm -f "$MW/$stem"-one.json "$MW/$stem"-cpu.json "$MW/$stem-$tag.json"
   # shellcheck disable=SC2086
-  "$one/rank0" $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-one.json" || { echo "FAIL: one rank"; return 1; }
+  "$one/rank0" $MTRAIN --steps $STEPS --log-json "$MW/$stem-one.json" || { echo "FAIL: one rank"; return 1; }
   # shellcheck disable=SC2086
-  mpirun_job "$cpu" 0 - $MTRAIN --steps $STEPS --log-json "$MW/nccl-$1-cpu.json" ||
+  mpirun_job "$cpu" 0 - $MTRAIN --steps $STEPS --log-json "$MW/$stem-cpu.json" ||
     { echo "FAIL: the CPU target's $1 run"; return 1; }
   # shellcheck disable=SC2086
   SHARD_NCCL_EMU_STATS=1 mpirun_job "$gpu" "$share" - $MTRAIN --steps $STEPS $det \
-    --log-json "$MW/nccl-$1-$tag.json" \
-    >"$MW/nccl-$1-$tag.log" 2>&1 || {
-    tail -n 20 "$MW/nccl-$1-$tag.log"
-    if grep -q -i 'duplicate GPU' "$MW/nccl-$1-$tag.log"; then
+    --log-json "$MW/$stem-$tag.json" \
+    >"$MW/$stem-$tag.log" 2>&1 || {
+    tail -n 20 "$MW/$stem-$tag.log"
+    if grep -q -i 'duplicate GPU' "$MW/$stem-$tag.log"; then
       echo "SKIP: $1 could not run: NCCL refused $how"; return 77
     fi
     echo "FAIL: the CUDA target's $1 run ($how)"; return 1; }
@@ -589,28 +607,28 @@ check_nccl() { # LAYOUT [PRECISION]
     # Every rank's NCCL stand-in says how many operations it ran: none
     # would mean the layout never reached comm_nccl.c's NCCL path.
     local used
-    used=$(grep -c 'nccl emulation: world rank [0-9]*: [1-9][0-9]* operations' "$MW/nccl-$1-$tag.log")
+    used=$(grep -c 'nccl emulation: world rank [0-9]*: [1-9][0-9]* operations' "$MW/$stem-$tag.log")
     [ "$used" = "$n" ] || { echo "FAIL: $1: $used of $n ranks ran operations on (emulated) NCCL"; return 1; }
     echo "$1: every rank ran operations on (emulated) NCCL"
     # What NCCL was told to choose: nothing by default, Ring and Simple
     # under --deterministic (unless this environment sets them itself).
     if [ -z "${NCCL_ALGO:-}${NCCL_PROTO:-}" ]; then
-      used=$(grep -c "nccl emulation: world rank .*$algo\$" "$MW/nccl-$1-$tag.log")
+      used=$(grep -c "nccl emulation: world rank .*$algo\$" "$MW/$stem-$tag.log")
       [ "$used" = "$n" ] ||
-        { echo "FAIL: $1${det:+ $det}: $used of $n ranks saw $algo"; grep 'nccl emulation' "$MW/nccl-$1-$tag.log"; return 1; }
+        { echo "FAIL: $1${det:+ $det}: $used of $n ranks saw $algo"; grep 'nccl emulation' "$MW/$stem-$tag.log"; return 1; }
       echo "$1${det:+ $det}: every rank's NCCL saw $algo"
     fi
   fi
-  cmp_losses "$1 CPU target against one rank" "$MW/nccl-$1-one.json" "$MW/nccl-$1-cpu.json" 1e-4 || return 1
+  cmp_losses "$1 CPU target against one rank" "$MW/$stem-one.json" "$MW/$stem-cpu.json" 1e-4 || return 1
   if [ "$prec" = bf16 ]; then
-    cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$MW/nccl-$1-cpu.json" \
-      "$MW/nccl-$1-$tag.json" 2e-2 rel || return 1
-    echo "all checks passed: gpt2 $1 bf16 on NCCL ($how) within 2e-2 of the CPU target's fp32 losses"
+    cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$MW/$stem-cpu.json" \
+      "$MW/$stem-$tag.json" 2e-2 rel || return 1
+    echo "all checks passed: $model $1 bf16 on NCCL ($how) within 2e-2 of the CPU target's fp32 losses"
     return 0
   fi
-  cmp_losses "$1 on NCCL against the CPU target" "$MW/nccl-$1-cpu.json" "$MW/nccl-$1-cuda.json" 1e-4 ||
+  cmp_losses "$1 on NCCL against the CPU target" "$MW/$stem-cpu.json" "$MW/$stem-cuda.json" 1e-4 ||
     return 1
-  echo "all checks passed: gpt2 $1 on NCCL ($how) has the CPU target's losses"
+  echo "all checks passed: $model $1 on NCCL ($how) has the CPU target's losses"
 }
 
 check_nccl_kill() {
@@ -673,6 +691,11 @@ if [ -n "$MODEL_CHECK" ]; then
     fp32-llama) check_fp32 llama ;;
     bf16-gpt2) check_bf16 gpt2 ;;
     bf16-llama) check_bf16 llama ;;
+    fp32-mixtral) check_fp32 mixtral ;;
+    fp32-mixtral-cap) check_fp32 mixtral cap -D capacity=0.5 ;;
+    fp32-deepseek_moe) check_fp32 deepseek_moe ;;
+    bf16-mixtral) check_bf16 mixtral ;;
+    bf16-deepseek_moe) check_bf16 deepseek_moe ;;
     epilogues) check_epilogues ;;
     vector) check_vector ;;
     graphs) check_graphs ;;
@@ -689,6 +712,10 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-t2-bf16) check_nccl t2 bf16 ;;
     nccl-p2-bf16) check_nccl p2 bf16 ;;
     nccl-d2-bf16) check_nccl d2 bf16 ;;
+    nccl-d2-mixtral) check_nccl d2 fp32 mixtral ;;
+    nccl-p2-mixtral) check_nccl p2 fp32 mixtral ;;
+    nccl-t2-mixtral) check_nccl t2 fp32 mixtral ;;
+    nccl-t2-bf16-mixtral) check_nccl t2 bf16 mixtral ;;
     nccl-kill) check_nccl_kill ;;
     *) echo "unknown model check $MODEL_CHECK"; exit 2 ;;
   esac
@@ -795,6 +822,11 @@ if [ "$BUILD_KIND" = cmake ]; then
   model_check "llama fp32" 90 fp32-llama
   model_check "gpt2 bf16" 90 bf16-gpt2
   model_check "llama bf16" 90 bf16-llama
+  model_check "mixtral fp32" 60 fp32-mixtral
+  model_check "mixtral capacity" 60 fp32-mixtral-cap
+  model_check "mixtral bf16" 60 bf16-mixtral
+  model_check "deepseek_moe fp32" 60 fp32-deepseek_moe
+  model_check "deepseek_moe bf16" 60 bf16-deepseek_moe
   model_check "vector loops" 120 vector
   model_check "gpt2 epilogues" 60 epilogues
   model_check "cuda graphs" 120 graphs
@@ -814,9 +846,14 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl t2 bf16" 90 nccl-t2-bf16
     model_check "nccl p2 bf16" 90 nccl-p2-bf16
     model_check "nccl d2 bf16" 90 nccl-d2-bf16
+    model_check "nccl t2 mixtral" 90 nccl-t2-mixtral
+    model_check "nccl t2 bf16 mixtral" 90 nccl-t2-bf16-mixtral
+    model_check "nccl d2 mixtral" 90 nccl-d2-mixtral
+    model_check "nccl p2 mixtral" 90 nccl-p2-mixtral
     model_check "nccl rank killed" 120 nccl-kill
   else
     for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
+             "nccl t2 mixtral" "nccl t2 bf16 mixtral" "nccl d2 mixtral" "nccl p2 mixtral" \
              "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done

@@ -14,7 +14,8 @@
  *
  * With --small only the first two shapes of each list run (for the runs
  * under compute-sanitizer, which are slow), with --shapes N the first N
- * (the CPU emulator of tests/features/emu runs 3); --bench-attention times the
+ * (the CPU emulator of tests/features/emu runs 3); --moe runs the routed
+ * layer's shapes alone; --bench-attention times the
  * attention paths instead (bench/gpu.sh). Without a CUDA device
  * (cudaGetDeviceCount fails or finds none) the program prints why and
  * exits 77, which ctest reports as skipped. */
@@ -1156,6 +1157,155 @@ static void test_flash_shapes(void) {
                    (int)flash[i][5]);
 }
 
+/* --- routed layers ------------------------------------------------------------- */
+
+/* Integers as floats, for check() at tolerance 0. */
+static float *ints_f(const int32_t *x, int64_t n) {
+  float *y = halloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) y[i] = (float)x[i];
+  return y;
+}
+static float *dget_ints(const int32_t *d, int64_t n) {
+  int32_t *x = halloc((size_t)n * 4);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(x, d, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  return ints_f(x, n);
+}
+
+/* The router's top k of E for T tokens (scores softmax or sigmoid, the
+ * weights renormalised or not), its load and z-loss, the dispatch (with a
+ * capacity factor capf > 0, drops), combine and their backwards, and the
+ * grouped products [h -> f] both ways round, each against moe.c on the
+ * same inputs. Experts, positions and counts must be the CPU's exactly,
+ * and so must the dispatched rows (copies). */
+static void test_moe(int64_t T, int64_t E, int64_t k, int64_t h, int64_t f, int score,
+                     int normalize, double capf) {
+  const char *sh = SHAPE("T%lld E%lld k%lld h%lld f%lld s%d n%d c%.2g", (long long)T, (long long)E,
+                         (long long)k, (long long)h, (long long)f, score, normalize, capf);
+  int64_t n = T * k, cap = capf > 0 ? (int64_t)ceil(capf * (double)n / (double)E) : 0;
+  int64_t per = cap > 0 && cap < T ? cap : T; /* a token's k experts are distinct */
+  for (int bf = 0; bf < 2; bf++) {
+    double tl = tol(bf);
+    float *logits = hrand(T * E, 2), *x = hrand(T * h, 1), *dwt = hrand(n, 1);
+    float *dy = hrand(T * h, 1), *dload = hrand(2 * E, 1), *dz = hrand(1, 1);
+    float *w1 = hrand(E * f * h, 0.5), *w2 = hrand(E * h * f, 0.5), *dyf = hrand(n * f, 1);
+    float *ys = hrand(n * h, 1);
+    float *all[] = {logits, x, dwt, dy, dload, dz, w1, w2, dyf, ys};
+    int64_t sizes[] = {T * E, T * h, n, T * h, 2 * E, 1, E * f * h, E * h * f, n * f, n * h};
+    if (bf)
+      for (int i = 0; i < 10; i++) round_bf16(all[i], sizes[i]);
+    /* The CPU's router, dispatch and combine. */
+    float *w = halloc(n * 4), *dl = halloc(T * E * 4), *load = halloc(2 * E * 4), z;
+    float *dll = halloc(T * E * 4), *dlz = halloc(T * E * 4), *xs = halloc(n * h * 4);
+    float *yc = halloc(T * h * 4), *dys = halloc(n * h * 4), *dw = halloc(n * 4);
+    float *xu = halloc(T * h * 4);
+    int32_t *ex = halloc(n * 4), *pos = halloc(n * 4), *counts = halloc(E * 4);
+    k_router_fwd(w, ex, logits, T, E, k, score, normalize);
+    k_router_bwd(dl, logits, ex, dwt, T, E, k, score, normalize);
+    k_router_load_fwd(load, logits, T, E, k);
+    k_router_load_bwd(dll, logits, dload, T, E);
+    k_router_z_loss_fwd(&z, logits, T, E);
+    k_router_z_loss_bwd(dlz, logits, dz, T, E);
+    k_moe_dispatch(xs, pos, counts, x, ex, T, k, h, E, cap);
+    /* The GPU's combine reads the CPU's weights, rounded as it stores them. */
+    if (bf) round_bf16(w, n);
+    k_moe_combine(yc, ys, pos, w, T, k, h);
+    k_moe_combine_bwd(dys, dw, ys, pos, w, dy, T, k, h);
+    k_moe_combine(xu, ys, pos, NULL, T, k, h);
+    /* The GPU's. */
+    void *dlog = dput(logits, T * E, bf), *ddwt = dput(dwt, n, bf), *dx = dput(x, T * h, bf);
+    void *ddload = dput(dload, 2 * E, bf), *ddz = dput(dz, 1, bf), *dys_in = dput(ys, n * h, bf);
+    void *dw_in = dput(w, n, bf), *ddy = dput(dy, T * h, bf);
+    void *gw = dnew(n, bf), *gdl = dnew(T * E, bf), *gload = dnew(2 * E, bf), *gz = dnew(1, bf);
+    void *gdll = dnew(T * E, bf), *gdlz = dnew(T * E, bf), *gxs = dnew(n * h, bf);
+    void *gyc = dnew(T * h, bf), *gdys = dnew(n * h, bf), *gdw = dnew(n, bf), *gxu = dnew(T * h, bf);
+    int32_t *gex = dalloc(n * 4), *gpos = dalloc(n * 4), *gcounts = dalloc(E * 4);
+    int32_t *dex = dput_raw(ex, n * 4), *dpos = dput_raw(pos, n * 4);
+    if (bf) {
+      k_cuda_router_fwd_bf16(gw, gex, dlog, T, E, k, score, normalize);
+      k_cuda_router_bwd_bf16(gdl, dlog, dex, ddwt, T, E, k, score, normalize);
+      k_cuda_router_load_fwd_bf16(gload, dlog, T, E, k);
+      k_cuda_router_load_bwd_bf16(gdll, dlog, ddload, T, E);
+      k_cuda_router_z_loss_fwd_bf16(gz, dlog, T, E);
+      k_cuda_router_z_loss_bwd_bf16(gdlz, dlog, ddz, T, E);
+      k_cuda_moe_dispatch_bf16(gxs, gpos, gcounts, dx, dex, T, k, h, E, cap);
+      k_cuda_moe_combine_bwd_bf16(gdys, gdw, dys_in, dpos, dw_in, ddy, T, k, h);
+      k_cuda_moe_combine_bf16(gyc, dys_in, dpos, dw_in, T, k, h);
+      k_cuda_moe_combine_bf16(gxu, dys_in, dpos, NULL, T, k, h);
+    } else {
+      k_cuda_router_fwd(gw, gex, dlog, T, E, k, score, normalize);
+      k_cuda_router_bwd(gdl, dlog, dex, ddwt, T, E, k, score, normalize);
+      k_cuda_router_load_fwd(gload, dlog, T, E, k);
+      k_cuda_router_load_bwd(gdll, dlog, ddload, T, E);
+      k_cuda_router_z_loss_fwd(gz, dlog, T, E);
+      k_cuda_router_z_loss_bwd(gdlz, dlog, ddz, T, E);
+      k_cuda_moe_dispatch(gxs, gpos, gcounts, dx, dex, T, k, h, E, cap);
+      k_cuda_moe_combine_bwd(gdys, gdw, dys_in, dpos, dw_in, ddy, T, k, h);
+      k_cuda_moe_combine(gyc, dys_in, dpos, dw_in, T, k, h);
+      k_cuda_moe_combine(gxu, dys_in, dpos, NULL, T, k, h);
+    }
+    check(name("router_experts", bf), sh, dget_ints(gex, n), ints_f(ex, n), n, 0);
+    check(name("router_fwd", bf), sh, dget(gw, n, bf), w, n, tl);
+    check(name("router_bwd", bf), sh, dget(gdl, T * E, bf), dl, T * E, tl);
+    check(name("router_load_fwd", bf), sh, dget(gload, 2 * E, bf), load, 2 * E, tl);
+    check(name("router_load_bwd", bf), sh, dget(gdll, T * E, bf), dll, T * E, tl);
+    check(name("router_z_loss_fwd", bf), sh, dget(gz, 1, bf), &z, 1, tl);
+    check(name("router_z_loss_bwd", bf), sh, dget(gdlz, T * E, bf), dlz, T * E, tl);
+    check(name("moe_dispatch_pos", bf), sh, dget_ints(gpos, n), ints_f(pos, n), n, 0);
+    check(name("moe_dispatch_counts", bf), sh, dget_ints(gcounts, E), ints_f(counts, E), E, 0);
+    check(name("moe_dispatch_rows", bf), sh, dget(gxs, n * h, bf), xs, n * h, 0);
+    check(name("moe_combine", bf), sh, dget(gyc, T * h, bf), yc, T * h, tl);
+    check(name("moe_undispatch", bf), sh, dget(gxu, T * h, bf), xu, T * h, tl);
+    check(name("moe_combine_bwd_rows", bf), sh, dget(gdys, n * h, bf), dys, n * h, tl);
+    check(name("moe_combine_bwd_w", bf), sh, dget(gdw, n, bf), dw, n, tl);
+    /* The grouped products on the dispatched rows, w[E, f, h] read
+     * transposed and w[E, h, f] not. */
+    void *scratch = dalloc((size_t)k_cuda_grouped_scratch(E, per, h, f, bf));
+    void *dxs = dput(xs, n * h, bf), *ddyf = dput(dyf, n * f, bf);
+    int32_t *dcounts = dput_raw(counts, E * 4);
+    for (int tr = 1; tr >= 0; tr--) {
+      float *wt = tr ? w1 : w2;
+      float *y = halloc(n * f * 4), *dxr = halloc(n * h * 4), *dwe = halloc(E * h * f * 4);
+      k_grouped_linear(y, xs, wt, counts, n, E, h, f, tr);
+      k_grouped_linear_dx(dxr, dyf, wt, counts, n, E, h, f, tr);
+      k_grouped_linear_dw(dwe, xs, dyf, counts, n, E, h, f, tr);
+      void *dwt_d = dput(wt, E * h * f, bf), *gy = dnew(n * f, bf), *gdx = dnew(n * h, bf);
+      float *gdwe = dnew(E * h * f, 0);
+      if (bf) {
+        k_cuda_grouped_linear_bf16(gy, dxs, dwt_d, dcounts, n, E, h, f, tr, per, scratch);
+        k_cuda_grouped_linear_dx_bf16(gdx, ddyf, dwt_d, dcounts, n, E, h, f, tr, per, scratch);
+        k_cuda_grouped_linear_dw_bf16(gdwe, dxs, ddyf, dcounts, n, E, h, f, tr, per, scratch);
+      } else {
+        k_cuda_grouped_linear(gy, dxs, dwt_d, dcounts, n, E, h, f, tr, per, scratch);
+        k_cuda_grouped_linear_dx(gdx, ddyf, dwt_d, dcounts, n, E, h, f, tr, per, scratch);
+        k_cuda_grouped_linear_dw(gdwe, dxs, ddyf, dcounts, n, E, h, f, tr, per, scratch);
+      }
+      check(name(tr ? "grouped_linear_t" : "grouped_linear", bf), sh, dget(gy, n * f, bf), y, n * f, tl);
+      check(name(tr ? "grouped_linear_dx_t" : "grouped_linear_dx", bf), sh, dget(gdx, n * h, bf),
+            dxr, n * h, tl);
+      check(name(tr ? "grouped_linear_dw_t" : "grouped_linear_dw", bf), sh,
+            dget(gdwe, E * h * f, 0), dwe, E * h * f, tl);
+    }
+    end_test();
+  }
+}
+
+/* The routed shapes: one token, odd sizes, softmax and sigmoid scores with
+ * and without renormalising, capacity factors that drop copies (0.5) and
+ * that keep every one (2), fine-grained experts (64 of them, top 6), a
+ * row longer than a block, more copies than the dispatch's sort has
+ * threads (256), with and without drops. --moe runs all of them and nothing else. */
+static void test_moe_shapes(void) {
+  static const int64_t moe[][7] = {{1, 4, 2, 8, 12, 0, 1},   {37, 8, 2, 33, 20, 0, 1},
+                                   {50, 8, 2, 16, 24, 1, 0}, {64, 64, 6, 32, 16, 0, 0},
+                                   {129, 16, 4, 300, 40, 1, 1}};
+  EACH(i, moe) test_moe(moe[i][0], moe[i][1], moe[i][2], moe[i][3], moe[i][4], (int)moe[i][5],
+                        (int)moe[i][6], 0);
+  test_moe(40, 8, 2, 16, 24, 0, 1, 0.5);
+  test_moe(300, 8, 2, 8, 8, 0, 1, 0.5); /* more copies than the sort's threads */
+  test_moe(33, 4, 2, 16, 8, 1, 1, 2.0);
+}
+
 /* Every kernel on the shapes of its lists. */
 static void test_every_kernel(void) {
   static const int64_t gemm[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {257, 129, 300}};
@@ -1212,6 +1362,7 @@ static void test_every_kernel(void) {
   }
   static const int64_t bgrad[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 128}, {129, 37, 300}};
   EACH(i, bgrad) test_gemm_bgrad(bgrad[i][0], bgrad[i][1], bgrad[i][2]);
+  test_moe_shapes();
 }
 
 int main(int argc, char **argv) {
@@ -1219,6 +1370,7 @@ int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "--shapes") == 0) small = (size_t)atoi(argv[2]);
   int bench = argc > 1 && strcmp(argv[1], "--bench-attention") == 0;
   int attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
+  int moe = argc > 1 && strcmp(argv[1], "--moe") == 0;
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -1242,6 +1394,8 @@ int main(int argc, char **argv) {
   if (attention) {
     small = 0, flash_only = 1; /* every flash shape, nothing else */
     test_flash_shapes();
+  } else if (moe) {
+    test_moe_shapes();
   } else {
     test_every_kernel();
   }

@@ -3,8 +3,8 @@
 # losses on one rank, under --dp 2, --tp 2 and --pp 2 (the routed layer
 # replicated), 3 steps within 1e-5, and with a capacity factor that drops
 # copies; models/deepseek_moe.shard trains; the
-# CUDA target, which has no routed kernels yet, refuses the routed ops at
-# their lines and writes nothing; `shardc info` counts the active parameters.
+# CUDA target writes the routed kernels; `shardc info` counts the active
+# parameters.
 set -euo pipefail
 . "$SHARDC_SRC/tests/common/checks.sh"
 corpus_shards
@@ -45,10 +45,16 @@ if grep -q '^parameters  *451,904$' info.txt && grep -q '^active per token  *156
 else
   fail "info's counts"
 fi
-# At the router's own line of the model file.
-LINE=$(grep -n 'router(logits, top_k)' "$ROOT/models/mixtral.shard" | cut -d: -f1)
-expect_error "cuda target refuses the routed ops" \
-  "mixtral.shard:$LINE:25: error: cuda target: router: routed layers (mixtures of experts) have no kernels" \
-  "$SHARDC" compile "${M[@]}" --target cuda -o cuda_out
-if [[ -e cuda_out/rank0.cu ]]; then fail "cuda target wrote rank0.cu"; else ok "nothing written"; fi
+# The CUDA target writes the routed ops' kernels (kernels/cuda/moe.cu; the
+# emu/model/*-mixtral checks train the program on the emulator), where this
+# shardc has the CUDA libraries.
+if "$SHARDC" compile "${M[@]}" --target cuda -o cuda_out >cuda.log 2>&1; then
+  n=$(grep -c 'k_cuda_router_fwd\|k_cuda_moe_dispatch\|k_cuda_grouped_linear' cuda_out/rank0.cu || true)
+  echo "  cuda rank0.cu: $n calls of the routed kernels"
+  if [[ $n -gt 0 ]]; then ok "cuda target writes the routed kernels"; else fail "no routed kernels in rank0.cu"; fi
+elif grep -q 'built without the CUDA libraries' cuda.log; then
+  echo "  (cuda target not built here: $(grep -m1 error cuda.log))"
+else
+  fail "cuda target: $(grep -m1 error cuda.log)"
+fi
 finish
