@@ -158,6 +158,11 @@ bool pass_ep_partition(IrGraph **gp, const PassOptions *opt) {
     layers[nlayers++] = (Layer){.dispatch = d, .combine = c};
   }
   if (!ok) return false;
+  if (nlayers == 0) {
+    ir_error(ir_cmdline, "--ep %d: the model has no routed layer (moe_dispatch) whose experts "
+             "could be placed", opt->ep);
+    return false;
+  }
   /* g's nodes again in order, the new ones after each dispatch and before
    * each combine. */
   g->nodes.len = 0;

@@ -117,6 +117,8 @@ for cfg in "" "--dp 4 --ep 4"; do
   fi
 done
 
+expect_error "--ep needs a routed layer" "--ep 2: the model has no routed layer" \
+  "$SHARDC" compile "$ROOT/models/gpt2.shard" -D layers=1 --dp 2 --ep 2 --target cpu -o bad
 expect_error "--ep must divide --dp" "--ep 3 must divide --dp 2" \
   "$SHARDC" compile "${M[@]}" --dp 2 --ep 3
 LINE=$(grep -n 'moe_dispatch(x, chosen' "$ROOT/models/mixtral.shard" | cut -d: -f1)
