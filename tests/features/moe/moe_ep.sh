@@ -12,8 +12,8 @@
 #   moe_ep.sh TPTOOL grid    the layouts of up to 8 ranks where ep composes
 #                            with d, t, sequence parallelism, p, v, the
 #                            schedules and ZeRO-1, 4 layers, the same two
-#                            checks; and
-#                            DeepSeek-MoE at ep 4
+#                            checks; DeepSeek-MoE at ep 4; validation
+#                            losses at ep 2
 #
 # TPTOOL is tests/features/tp_run's tool (`cmp A B TOL`: the worst
 # difference of two gradient dumps relative to each tensor's largest entry).
@@ -77,6 +77,18 @@ if [[ $MODE == grid ]]; then
     ok "deepseek_moe at ep 4: one rank's losses"
   else
     fail "deepseek_moe at ep 4: losses differ"
+  fi
+  # Evaluation runs the all_to_alls too, on every rank of the group.
+  EV=(--steps 4 --val-data train.bin --eval-every 2 --eval-batches 2)
+  check "eval, one rank" "$SHARDC" run "${M[@]}" "${RUN[@]}" "${EV[@]}" --log-json ev1.jsonl
+  check "eval, --dp 4 --ep 2" "$SHARDC" run "${M[@]}" --dp 4 --ep 2 "${RUN[@]}" "${EV[@]}" \
+    --log-json ev2.jsonl
+  val() { grep -o '"val_loss":[0-9.e-]*' "$1" | cut -d: -f2; }
+  echo "  val losses: $(val ev1.jsonl | tr '\n' ' ')| ep 2: $(val ev2.jsonl | tr '\n' ' ')"
+  if [[ -n $(val ev1.jsonl) ]] && cmp -s <(val ev1.jsonl) <(val ev2.jsonl); then
+    ok "validation losses at ep 2 are one rank's"
+  else
+    fail "validation losses differ"
   fi
   finish
 fi
