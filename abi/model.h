@@ -64,6 +64,12 @@ typedef struct RtParam {
    * placement; the original there is 1): that stage sums the two itself,
    * and only the original is counted in norms and checkpoints. */
   int tied;
+  /* Expert parallelism (--ep E): 1 when dim 0 is this expert rank's E-th
+   * part of the experts (expert rank r holds global_shape[0] / E experts
+   * from r * shape[0]); such a parameter is not split over the tensor
+   * axis, and its gradient is summed over the ranks that hold the same
+   * experts (RtBucket.expert). */
+  int expert;
 } RtParam;
 
 /* A model input (token ids, targets): int32 at location `offset_bytes` of
@@ -172,6 +178,12 @@ typedef struct RtBucket {
   int chunk;
   int tied;
   int64_t offset, numel;
+  /* E > 1 (the expert ranks of --ep): the bucket holds expert parameters
+   * (RtParam.expert) only, and is reduced over the d / E data-parallel
+   * ranks that hold the same experts instead of the whole data-parallel
+   * group; with ZeRO-1 numel is a multiple of d and the bucket is split
+   * over those d / E ranks (runtime/mesh/zero.h). 0: an ordinary bucket. */
+  int expert;
 } RtBucket;
 
 typedef struct RtModel {
@@ -227,6 +239,9 @@ typedef struct RtModel {
    * chunk functions may be captured once and replayed, and how the values
    * of a step reach the captured kernels. */
   const struct RtGraphs *graphs;
+  /* Expert parallelism: the expert ranks E of each group of E consecutive
+   * data-parallel ranks (0 or 1: none). */
+  int mesh_ep;
 } RtModel;
 
 /* A CUDA program's chunk functions as graphs (runtime/step/graphs.c). The
@@ -280,6 +295,12 @@ typedef struct RtCtx {
   void (*bucket_ready)(struct RtCtx *ctx, int bucket);
   void (*poll)(struct RtCtx *ctx);
   void *runtime; /* the runtime's state, for the hooks */
+  /* Expert parallelism (--ep E): this rank's index among the E expert
+   * ranks of its group (E consecutive data-parallel ranks), E, and the
+   * group's communicator, on which the generated all_to_all moves tokens
+   * (NULL when E = 1). */
+  int ep, ep_size;
+  struct RtComm *ep_comm;
 } RtCtx;
 
 /* The runtime's entry point: flags, training loop, checkpoints, sampling. */

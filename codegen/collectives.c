@@ -21,7 +21,28 @@ int64_t cg_comm_outer(const IrNode *n, const IrValue *v) {
   return p;
 }
 
-bool cg_comm_used(const CgEmitter *e) { return e->g->mesh[IR_AXIS_TENSOR] > 1; }
+/* The size of the first all_to_all on `axis` of any chunk, 0 for none. */
+static int all_to_all_size(const CgChunk *ch, int nch, IrMeshAxis axis) {
+  for (int c = 0; c < nch; c++)
+    for (int i = 0; i < ch[c].g->nodes.len; i++) {
+      const IrNode *n = ch[c].g->nodes.items[i];
+      if (n->op == IR_OP_ALL_TO_ALL && ir_attr_int(n, "axis") == axis)
+        return (int)ir_attr_int(n, "size");
+    }
+  return 0;
+}
+
+int cg_chunks_expert_ranks(const CgChunk *ch, int nch) {
+  int E = all_to_all_size(ch, nch, IR_AXIS_DATA);
+  return E > 1 ? E : 1;
+}
+
+int cg_expert_ranks(const CgEmitter *e) { return cg_chunks_expert_ranks(e->chunks, e->nchunks); }
+
+bool cg_comm_used(const CgEmitter *e) {
+  return e->g->mesh[IR_AXIS_TENSOR] > 1 || all_to_all_size(e->chunks, e->nchunks, IR_AXIS_DATA) ||
+         all_to_all_size(e->chunks, e->nchunks, IR_AXIS_TENSOR);
+}
 
 void cg_comm_includes(CgEmitter *e) {
   emit(e, "/* Tensor parallelism: the collectives run on ctx->tp_comm (runtime/comm/comm.h). */");
@@ -103,6 +124,70 @@ static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
   cg_launch_comm(e, "reduce_scatter", t, cg_listing_bytes(e, x));
 }
 
+/* y, received = all_to_all(x, counts): the counts are exchanged first (one
+ * int a rank, so that each rank knows what comes from each), then the
+ * rows move by rt_comm_alltoallv, and y's rows past the received ones are
+ * zeroed (y is planned for the worst case). On the data axis the group is
+ * the expert ranks (ctx->ep_comm, E consecutive data-parallel ranks), on
+ * the tensor axis ctx->tp_comm. The counts are read on the host: model
+ * memory is host memory on the CPU target, and a GPU target would copy
+ * them out first, which none does yet. */
+static bool host_memory(CgEmitter *e, const IrNode *n) {
+  if (e->target->memory == CG_MEMORY_HOST) return true;
+  cg_error(e, n, "expert parallelism (--ep): this target does not emit %s yet; --target cpu does",
+           ir_op_info(n->op)->name);
+  return false;
+}
+
+static void emit_all_to_all(CgEmitter *e, const IrNode *n) {
+  const IrValue *x = n->in[0], *k = n->in[1], *y = n->out[0], *got = n->out[1];
+  if (!host_memory(e, n)) return;
+  const char *type = "RT_COMM_I32";
+  if (x->type.dtype != IR_I32 && !comm_type(e, n, x, y, &type)) return;
+  int64_t size = ir_attr_int(n, "size"), row = cg_numel(x) / cg_dim(x, 0);
+  const char *comm = ir_attr_int(n, "axis") == IR_AXIS_DATA ? "ctx->ep_comm" : "ctx->tp_comm";
+  const char *elem = x->type.dtype == IR_I32 ? "int32_t" : low(e, x) ? "uint16_t" : "real";
+  emit(e, "{");
+  e->depth++;
+  emit(e, "int64_t sc[%lld], rc[%lld], got = 0;", (long long)size, (long long)size);
+  emit(e, "rt_comm_alltoall(%s, %s, %s, 1, RT_COMM_I32);", comm, cg_ref(e, k), cg_ref(e, got));
+  emit(e, "for (int r = 0; r < %lld; r++) {", (long long)size);
+  emit(e, "  sc[r] = (int64_t)%s[r] * %lld;", cg_ref(e, k), (long long)row);
+  emit(e, "  rc[r] = (int64_t)%s[r] * %lld;", cg_ref(e, got), (long long)row);
+  emit(e, "  got += rc[r];");
+  emit(e, "}");
+  emit(e, "if (got > %lld) rt_comm_fatal(\"all_to_all: %%lld elements for a buffer of %lld\", "
+       "(long long)got);", (long long)cg_numel(y), (long long)cg_numel(y));
+  emit(e, "rt_comm_alltoallv(%s, %s, sc, %s, rc, %s);", comm, cg_ref(e, x), cg_ref(e, y), type);
+  emit(e, "memset((%s *)%s + got, 0, sizeof(%s) * (size_t)(%lld - got));", elem, cg_ref(e, y), elem,
+       (long long)cg_numel(y));
+  e->depth--;
+  emit(e, "}");
+  cg_launch_comm(e, "alltoall", size, cg_listing_bytes(e, x));
+}
+
+/* The expert-parallel routed layer's bookkeeping around the all_to_all
+ * (kernels/cpu/moe_ep.c, host code over the counts): the rows for each
+ * expert rank, and the received rows by local expert and back. */
+static void emit_ep(CgEmitter *e, const IrNode *n) {
+  if (!host_memory(e, n)) return;
+  int64_t size = ir_attr_int(n, "size"), E = cg_numel(n->in[n->op == IR_OP_EP_PLAN ? 0 : 1]);
+  if (n->op == IR_OP_EP_PLAN) {
+    emit(e, "k_ep_plan(%s, %s, %s, %lld, %lld);", cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
+         cg_ref(e, n->in[0]), (long long)E, (long long)size);
+    return;
+  }
+  const char *rows = ir_fmt("%lld, %lld, %lld, %lld", (long long)cg_dim(n->in[0], 0),
+                            (long long)cg_dim(n->in[0], -1), (long long)size, (long long)(E / size));
+  if (n->op == IR_OP_EP_SORT)
+    emit(e, "k_ep_sort(%s, %s, %s, %s, %s);", cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
+         cg_ref(e, n->in[0]), cg_ref(e, n->in[1]), rows);
+  else
+    emit(e, "k_ep_unsort(%s, %s, %s, %s);", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
+         cg_ref(e, n->in[1]), rows);
+  cg_launch_copy(e, cg_listing_bytes(e, n->out[0]));
+}
+
 bool cg_comm_tensor_axis(CgEmitter *e, const IrNode *n) {
   if (ir_attr_int(n, "axis") == IR_AXIS_TENSOR) return true;
   cg_error(e, n, "only the tensor axis is supported, not axis %lld",
@@ -126,10 +211,12 @@ bool cg_comm_node(CgEmitter *e, const IrNode *n) {
     if (cg_comm_tensor_axis(e, n)) emit_reduce_scatter(e, n);
     return true;
   case IR_OP_ALL_TO_ALL:
-    /* runtime/comm has rt_comm_alltoallv; the emission (the counts from
-     * the model's memory to the host, the tail of y zeroed) comes with
-     * the routed ops that give a graph its counts. */
-    cg_error(e, n, "all_to_all: no target emits it yet");
+    emit_all_to_all(e, n);
+    return true;
+  case IR_OP_EP_PLAN:
+  case IR_OP_EP_SORT:
+  case IR_OP_EP_UNSORT:
+    emit_ep(e, n);
     return true;
   default: return false;
   }

@@ -146,7 +146,8 @@ static void emit_ir_comment(CgEmitter *e, int index, const char *note) {
 bool cg_core_writes_op(IrOp op) {
   unsigned f = ir_op_info(op)->flags;
   return (f & (IR_OPF_COLLECTIVE | IR_OPF_REGION)) || op == IR_OP_PP_BOUNDARY ||
-         op == IR_OP_RESHAPE || op == IR_OP_TP_COPY;
+         op == IR_OP_RESHAPE || op == IR_OP_TP_COPY || op == IR_OP_EP_PLAN || op == IR_OP_EP_SORT ||
+         op == IR_OP_EP_UNSORT;
 }
 
 /* Whether the target writes nodes first..last; reports each it does not,
@@ -455,7 +456,8 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
                                [IR_INIT_ZEROS] = "RT_INIT_ZEROS", [IR_INIT_ONES] = "RT_INIT_ONES"};
   emit(e, "/* name, rank, shape, numel, offset (elements), init, mean, std, weight decay;");
   emit(e, " * split over the tensor axis, its dim and blocks, the whole (padded) shape;");
-  emit(e, " * the padded dim and its real size (0: not padded); tied across stages */");
+  emit(e, " * the padded dim and its real size (0: not padded); tied across stages;");
+  emit(e, " * dim 0 one expert rank's part (--ep) */");
   emit(e, "static const RtParam params[] = {");
   e->depth++;
   int total = 0;
@@ -467,10 +469,11 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
       if (v->type.rank > 8) die("param of rank %d", v->type.rank);
       const PassBuf *b = cg_buf(e, v);
       bool normal = v->init.kind == IR_INIT_NORMAL;
-      bool split = v->shard.kind == IR_SPLIT;
+      bool expert = cg_expert_param(v), split = v->shard.kind == IR_SPLIT && !expert;
       IrType whole = v->type;
       if (split) whole.shape[v->shard.dim] *= cg_mesh(e->g, IR_AXIS_TENSOR);
-      emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld, %d},",
+      if (expert) whole.shape[0] *= cg_expert_ranks(e);
+      emit(e, "{%s, %d, %s, %lld, %lld, %s, %.17g, %.17g, %d, %d, %d, %d, %s, %d, %lld, %d, %d},",
            cstr(param_name(v)), v->type.rank, shape_init(&v->type),
            (long long)ir_type_numel(&v->type),
            (long long)(ch->weight_base + b->offset / e->plan->real_bytes), init[v->init.kind],
@@ -478,7 +481,7 @@ static void emit_params(CgEmitter *e, const CgProgram *pr) {
            v->type.rank >= 2, split, split ? v->shard.dim : 0,
            split ? ir_shard_blocks(&v->shard) : 1, shape_init(&whole),
            v->unpadded > 0 ? v->pad_dim : 0, (long long)(v->unpadded > 0 ? v->unpadded : 0),
-           tied_kind(pr, v));
+           tied_kind(pr, v), expert);
     }
   }
   if (total == 0) emit(e, "{0},");
@@ -596,12 +599,13 @@ static const char *emit_chunk_tables(CgEmitter *e, const CgModelInfo *mi) {
 
 static void emit_buckets(CgEmitter *e, const CgProgram *pr) {
   if (!pr->nbuckets) return;
-  emit(e, "/* Data-parallel gradient buckets: chunk, tied, offset and numel (elements). */");
+  emit(e, "/* Data-parallel gradient buckets: chunk, tied, offset and numel (elements), expert. */");
   emit(e, "static const RtBucket buckets[] = {");
   e->depth++;
   for (int b = 0; b < pr->nbuckets; b++)
-    emit(e, "{%d, %d, %lldLL, %lldLL},", pr->buckets[b].chunk, pr->buckets[b].tied,
-         (long long)pr->buckets[b].offset, (long long)pr->buckets[b].numel);
+    emit(e, "{%d, %d, %lldLL, %lldLL, %d},", pr->buckets[b].chunk, pr->buckets[b].tied,
+         (long long)pr->buckets[b].offset, (long long)pr->buckets[b].numel,
+         pr->buckets[b].expert ? cg_expert_ranks(e) : 0);
   e->depth--;
   emit(e, "};");
   emit_blank(e);
@@ -674,6 +678,7 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   emit(e, ".mesh_tp = %d,", cg_mesh(e->g, IR_AXIS_TENSOR));
   emit(e, ".mesh_pp = %d,", cg_mesh(e->g, IR_AXIS_PIPELINE));
   emit(e, ".mesh_dp = %d,", cg_mesh(e->g, IR_AXIS_DATA));
+  if (cg_expert_ranks(e) > 1) emit(e, ".mesh_ep = %d,", cg_expert_ranks(e));
   emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
   /* A plan that keeps the logits in 2-byte reals (PassMemPolicy.low_bytes)

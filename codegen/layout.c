@@ -92,16 +92,31 @@ static int make_buckets(CgChunk *c, int64_t quantum, int64_t bucket_elems, IrPtr
   for (int i = 0; i < g->nodes.len; i++) ir_ptrmap_put(&index, g->nodes.items[i], (void *)(intptr_t)(i + 1));
   int n = 0;
   int64_t hi = c->nweights, acc = 0;
+  /* Expert parameters (--ep) are reduced over another group than the
+   * rest: a bucket holds either kind alone, cut where the kind changes
+   * (at the start of the later parameter, which the memory plan aligns
+   * to d lines, so that with ZeRO-1 both split evenly). */
+  bool expert = np > 0 && cg_expert_param(g->params.items[np - 1]);
   for (int i = np - 1; i >= 0; i--) {
     const IrValue *v = g->params.items[i];
+    if (cg_expert_param(v) != expert) {
+      const IrValue *next = g->params.items[i + 1];
+      int64_t at = pass_memplan_find(c->plan, next)->offset / rb;
+      if (at % quantum) die("expert parameter %s at %lld, not a multiple of %lld", next->name,
+                            (long long)at, (long long)quantum);
+      if (at < hi) out[n++] = (CgBucket){.chunk = c->index, .offset = at, .numel = hi - at,
+                                         .expert = expert};
+      hi = at, acc = 0, expert = !expert;
+    }
     acc += ir_type_numel(&v->type);
     int64_t cut = pass_memplan_find(c->plan, v)->offset / rb / quantum * quantum;
-    if (acc >= bucket_elems && i > 0 && cut > 0 && cut < hi) {
-      out[n++] = (CgBucket){.chunk = c->index, .offset = cut, .numel = hi - cut};
+    if (acc >= bucket_elems && i > 0 && cut > 0 && cut < hi &&
+        cg_expert_param(g->params.items[i - 1]) == expert) {
+      out[n++] = (CgBucket){.chunk = c->index, .offset = cut, .numel = hi - cut, .expert = expert};
       hi = cut, acc = 0;
     }
   }
-  out[n++] = (CgBucket){.chunk = c->index, .offset = 0, .numel = hi};
+  out[n++] = (CgBucket){.chunk = c->index, .offset = 0, .numel = hi, .expert = expert};
   for (int i = 0; i < n / 2; i++) {
     CgBucket t = out[i];
     out[i] = out[n - 1 - i], out[n - 1 - i] = t;
@@ -154,8 +169,11 @@ static void lay_out(CgProgram *pr, CgChunk *ch, int nch, const CgOptions *o, int
   }
   int64_t state = base;
   if (o->zero && d > 1) {
+    /* An expert bucket splits over the d / E ranks holding the same experts. */
+    int E = cg_chunks_expert_ranks(ch, nch);
     state = 0;
-    for (int b = 0; b < pr->nbuckets; b++) state += pr->buckets[b].numel / d;
+    for (int b = 0; b < pr->nbuckets; b++)
+      state += pr->buckets[b].numel / (pr->buckets[b].expert ? d / E : d);
   }
   pr->nweights = base;
   pr->regions[0] = pr->regions[1] = base * rb;

@@ -17,9 +17,9 @@ typedef struct CgTarget CgTarget;
  * one-line change, and a target that adds passes of its own appends them
  * to these (the CUDA target's gemm-epilogue). */
 #define CG_PIPELINE \
-  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,autodiff,tp-fuse,recompute,add-norm,verify,schedule,memplan"
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,ep-partition,autodiff,tp-fuse,recompute,add-norm,verify,schedule,memplan"
 #define CG_PIPELINE_PP \
-  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,pp-partition,autodiff,tp-fuse,recompute,add-norm,verify,pp-split,schedule,bw-split,memplan"
+  "fold,shape,tp-annotate,vocab-pad,tp-partition,tp-fuse,unroll,ep-partition,pp-partition,autodiff,tp-fuse,recompute,add-norm,verify,pp-split,schedule,bw-split,memplan"
 
 /* Where a target's programs keep the model (CgTarget.memory). */
 typedef enum CgMemory { CG_MEMORY_HOST, CG_MEMORY_GPU } CgMemory;
@@ -43,6 +43,7 @@ typedef struct CgBucket {
   bool tied;
   int64_t offset, numel;
   int ready; /* the chunk's node after which its last gradient is final; -1: at backward's start */
+  bool expert; /* expert parameters only (--ep): reduced over the ranks holding the same experts */
 } CgBucket;
 
 /* One model chunk of a rank program: a graph of its own (the whole model
@@ -315,6 +316,14 @@ void cg_buildfile_rules(CgEmitter *e, const char *const *programs, int nprograms
  * with the RT_COMM_REAL of the program's real (written by a target's
  * prologue where it wants it). */
 bool cg_comm_used(const CgEmitter *e);
+/* The expert ranks E of the program's all_to_all (--ep), 1 without; of
+ * its chunks before there is an emitter (the layout's). */
+int cg_expert_ranks(const CgEmitter *e);
+int cg_chunks_expert_ranks(const CgChunk *ch, int nch);
+/* Whether v is an expert parameter: split over the expert ranks (ep-partition). */
+static inline bool cg_expert_param(const IrValue *v) {
+  return v->shard.kind == IR_SPLIT && v->shard.axis == IR_AXIS_DATA;
+}
 void cg_comm_includes(CgEmitter *e);
 /* The code of a collective node (all_reduce, all_gather, reduce_scatter);
  * false for any other node. */

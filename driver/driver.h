@@ -104,6 +104,8 @@ extern const char DRV_SCHEDULE_HELP[];
       {"--global-batch", "N", "sequences per step; the schedule runs m = N / (microbatch x dp) " \
        "microbatches (default m = 8)"},                                                        \
       {"--dp", "D", "data-parallel replicas (default 1)"},                                     \
+      {"--ep", "E", "expert ranks out of the data-parallel ones: each holds 1/E of every routed " \
+       "layer's experts (E divides --dp and the experts; default 1)"},                        \
       {"--zero", "0|1", "1: shard the optimizer state over the data-parallel replicas (ZeRO-1)"}, \
       {"--bucket-mb", "MB", "size of a data-parallel gradient bucket in MiB (default 25)"}
 

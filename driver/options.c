@@ -243,6 +243,14 @@ bool drv_pass_options(const DrvCommand *cmd, int nargs, DrvArg *args, PassOption
   ok = int_flag(cmd, nargs, args, "--pp", 1, false, 1 << 15, &out->pp) && ok;
   ok = int_flag(cmd, nargs, args, "--vpp", 1, false, 1 << 15, &out->vpp) && ok;
   ok = int_flag(cmd, nargs, args, "--dp", 1, false, 1 << 20, &out->dp) && ok;
+  ok = int_flag(cmd, nargs, args, "--ep", 1, false, 1 << 20, &out->ep) && ok;
+  /* Megatron's layout: the expert ranks come out of the data-parallel
+   * ones (the experts' count is checked by ep-partition, at the layer). */
+  if (ok && out->dp % out->ep) {
+    drv_usage_error(cmd, "--ep %d must divide --dp %d: the expert ranks are data-parallel ranks",
+                    out->ep, out->dp);
+    ok = false;
+  }
   out->pp_layout = drv_value(nargs, args, "--pp-layout");
   /* The schedule decides where the chunks are (zb-v's V). */
   const SchedDef *sched = sched_find(drv_value(nargs, args, "--schedule") ? drv_value(nargs, args, "--schedule") : "");

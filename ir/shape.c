@@ -1085,6 +1085,58 @@ bool ir_shape_all_to_all(IrNode *n) {
   return true;
 }
 
+/* The expert-parallel routed layer (passes/ep_partition.c): size expert
+ * ranks of E/size experts each. */
+static bool ep_counts(IrNode *n, int i, int64_t *size, int64_t *E) {
+  const IrType *c = in_type(n, i);
+  if (!get_pos_int(n, "size", size)) return false;
+  if (c->dtype != IR_I32 || c->rank != 1 || c->shape[0] % *size) {
+    ir_error(n->loc, "%s: counts must be i32[E] with E a multiple of size = %lld, got %s",
+             op_name(n), (long long)*size, ir_type_str(c));
+    return false;
+  }
+  *E = c->shape[0];
+  return true;
+}
+
+/* ep_plan(counts i32[E]){size} -> (send i32[size], each i32[size]). */
+bool ir_shape_ep_plan(IrNode *n) {
+  if (!inputs_ready(n)) return false;
+  int64_t size, E;
+  if (!ep_counts(n, 0, &size, &E)) return false;
+  set_out(n, 0, IR_I32, 1, &size);
+  set_out(n, 1, IR_I32, 1, &size);
+  return true;
+}
+
+/* ep_sort(y[M, h], rcounts i32[E]){size} -> (rows[M, h], counts i32[E/size])
+ * and ep_unsort(rows[M, h], rcounts){size} -> y[M, h]. */
+static bool ep_permute(IrNode *n, int64_t *local) {
+  if (!inputs_ready(n)) return false;
+  const IrType *y = in_type(n, 0);
+  int64_t size, E;
+  if (!ep_counts(n, 1, &size, &E) || !want_float(n, 0, "rows")) return false;
+  if (y->rank != 2) {
+    ir_error(n->loc, "%s: rows%s must be [rows, h]", op_name(n), S(y));
+    return false;
+  }
+  set_out(n, 0, y->dtype, 2, y->shape);
+  *local = E / size;
+  return true;
+}
+
+bool ir_shape_ep_sort(IrNode *n) {
+  int64_t local;
+  if (!ep_permute(n, &local)) return false;
+  set_out(n, 1, IR_I32, 1, &local);
+  return true;
+}
+
+bool ir_shape_ep_unsort(IrNode *n) {
+  int64_t local;
+  return ep_permute(n, &local);
+}
+
 /* ------------------------------------------------------------------ pipeline */
 
 /* A message between neighbouring virtual stages: any tensor, unchanged. */

@@ -577,6 +577,22 @@ static bool ad_all_to_all(Ad *ad, IrNode *n, IrValue **dy) {
   return true;
 }
 
+/* ep_sort and ep_unsort are one permutation of rows and its inverse, so
+ * each one's adjoint is the other (the rows past the counted ones are
+ * zeros both ways). */
+static bool ad_ep_sort(Ad *ad, IrNode *n, IrValue **dy) {
+  if (!dy[0]) return true;
+  give(ad, n->in[0], emit1(ad, IR_OP_EP_UNSORT, INS(dy[0], n->in[1]),
+                           ATTRS({"size", fwd_attr(n, "size")})));
+  return true;
+}
+
+static bool ad_ep_unsort(Ad *ad, IrNode *n, IrValue **dy) {
+  IrNode *back = emit(ad, IR_OP_EP_SORT, INS(dy[0], n->in[1]), ATTRS({"size", fwd_attr(n, "size")}), 2);
+  give(ad, n->in[0], back->out[0]);
+  return true;
+}
+
 /* ---------------------------------------------------- pipeline adjoints */
 
 /* The gradient goes back the way the value came: from stage dst to src,

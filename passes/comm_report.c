@@ -168,8 +168,14 @@ static void collect(Report *r, IrGraph *g) {
     int64_t count = ir_type_numel(&v->type);
     /* An all-to-all's counts are known only when it runs: the report
      * prices the balanced case, x split evenly over the ranks, one part
-     * per peer as abi/comm.h's alltoall counts it. */
-    if (kind == RT_COMM_ALLTOALL) count /= size;
+     * per peer as abi/comm.h's alltoall counts it. Of a buffer planned
+     * for the worst case (the expert outputs on their way home, x holds
+     * every rank's rows), only as many rows as y holds travel. */
+    if (kind == RT_COMM_ALLTOALL) {
+      int64_t rows = v->type.shape[0], out = n->out[0]->type.shape[0];
+      if (out < rows) count = count / rows * out;
+      count /= size;
+    }
     /* In and out travel in one precision (collectives.c refuses two). */
     int a = elem_of(r, n->in[0], false), b = elem_of(r, n->out[0], false), elem = a > b ? a : b;
     add(r, n->phase, kind, axis, type_str(&v->type, elem), n->loc, count, mult, size, elem);

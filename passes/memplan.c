@@ -408,14 +408,25 @@ static bool is_low(Planner *pl, int k) {
   return b->value->kind == IR_VAL_NODE && !pl->output[k];
 }
 
-/* Params in declaration order, each at a 64-byte boundary. */
+/* Whether v holds one expert rank's experts (ep-partition's split(data, 0)). */
+static bool is_expert(const IrValue *v) {
+  return v->shard.kind == IR_SPLIT && v->shard.axis == IR_AXIS_DATA;
+}
+
+/* Params in declaration order, each at a 64-byte boundary. Where expert
+ * params (--ep) begin or end, at a multiple of d lines: their gradient
+ * buckets are reduced over another group than the rest's, and with ZeRO-1
+ * each bucket must split evenly over its group (codegen/layout.c). */
 static void place_weights(Planner *pl) {
   PassMemPlan *p = pl->p;
   int64_t at = 0, elems_per_line = ALIGN / p->real_bytes;
+  int64_t group = elems_per_line * (pl->g->mesh[IR_AXIS_DATA] > 1 ? pl->g->mesh[IR_AXIS_DATA] : 1);
   for (int i = 0; i < pl->g->params.len; i++) {
     PassBuf *b = buf_of(pl, pl->g->params.items[i]);
     if (!is_real(b->value->type.dtype))
       die("param %s is not a floating-point tensor", b->value->name);
+    if (i > 0 && is_expert(b->value) != is_expert(pl->g->params.items[i - 1]))
+      at = (at + group - 1) / group * group;
     b->region = PASS_REGION_WEIGHTS;
     b->offset = at * p->real_bytes;
     at += ir_type_numel(&b->value->type);

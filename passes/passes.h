@@ -32,6 +32,7 @@ typedef enum PassRecompute {
 typedef struct PassOptions {
   int tp;                 /* tensor-parallel size t (--tp) */
   int pp, dp;             /* pipeline stages and data-parallel replicas (1 until they exist) */
+  int ep;                 /* --ep: expert ranks E out of the data-parallel ones (0 or 1: none) */
   int world;              /* ranks the job has (--world-size); 0: t * p * d, not checked */
   bool sequence_parallel; /* --sequence-parallel: norms, dropout, residuals on sequence slices */
   PassTpStrategy tp_strategy;
@@ -174,6 +175,7 @@ bool pass_tp_annotate(IrGraph **g, const PassOptions *opt);
 bool pass_vocab_pad(IrGraph **g, const PassOptions *opt);
 bool pass_tp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_tp_fuse(IrGraph **g, const PassOptions *opt);
+bool pass_ep_partition(IrGraph **g, const PassOptions *opt);
 bool pass_pp_partition(IrGraph **g, const PassOptions *opt);
 bool pass_recompute(IrGraph **g, const PassOptions *opt);
 bool pass_add_norm(IrGraph **g, const PassOptions *opt);

@@ -19,6 +19,8 @@ const Pass pass_registry[] = {
     {"tp-fuse", "turn tp_slice(all_reduce(x)) into reduce_scatter(x)", .run = pass_tp_fuse},
     {"unroll", "replace every repeat by count copies of its body (params named LABEL.i.NAME)",
      .run = pass_unroll},
+    {"ep-partition", "--ep E: keep each expert rank's E/ep experts of every routed layer; send the "
+     "tokens to them and back by all_to_all", .run = pass_ep_partition},
     {"pp-partition", "place layers on --pp stages x --vpp chunks (even, by cost, or --pp-layout); "
      "insert pp_boundary messages; copy tied params", .run = pass_pp_partition},
     {"autodiff", "append the backward nodes: the gradient of the scalar loss for every param",

@@ -326,4 +326,15 @@ void k_grouped_linear_dx(real *dx, const real *dy, const real *w, const int32_t 
 void k_grouped_linear_dw(real *dw, const real *x, const real *dy, const int32_t *counts,
                          int64_t rows, int64_t E, int64_t in, int64_t out, int transposed);
 
+/* --- expert parallelism (moe_ep.c) -------------------------------------------- */
+/* send[r]: the rows of counts[E] for expert rank r's E/size experts; each[r] = E/size. */
+void k_ep_plan(int32_t *send, int32_t *each, const int32_t *counts, int64_t E, int64_t size);
+/* rc[size][local]: the rows of each source rank for each local expert. sort:
+ * y[M, h] by source then expert -> rows by expert then source, counts[local];
+ * unsort the inverse. Rows past the counted ones are zeros. */
+void k_ep_sort(real *rows, int32_t *counts, const real *y, const int32_t *rc, int64_t M, int64_t h,
+               int64_t size, int64_t local);
+void k_ep_unsort(real *y, const real *rows, const int32_t *rc, int64_t M, int64_t h, int64_t size,
+                 int64_t local);
+
 #endif

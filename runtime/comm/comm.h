@@ -140,6 +140,13 @@ typedef struct RtComms {
 RtComms *rt_comms_new(RtMesh mesh);
 void rt_comms_free(RtComms *c);
 
+/* The ranks of c with the same color, ordered by key, as a communicator
+ * named `name` (the expert groups of --ep, cut out of the data axis);
+ * collective over c. Freed by rt_comm_free, before rt_comms_free. The NCCL
+ * backend has none (its programs do not take --ep). */
+RtComm *rt_comm_split(RtComm *c, int color, int key, const char *name);
+void rt_comm_free(RtComm *c);
+
 int rt_comm_rank(const RtComm *c);
 int rt_comm_size(const RtComm *c);
 /* "world", "tensor", "pipeline", "data", "embed": for messages. */

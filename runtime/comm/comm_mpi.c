@@ -14,6 +14,10 @@ void rt_comm_init(int *argc, char ***argv) { rt_mpi_init(argc, argv); }
 void rt_comm_finalize(void) { rt_mpi_finalize(); }
 RtComms *rt_comms_new(RtMesh mesh) { return rt_mpi_comms_new(mesh); }
 void rt_comms_free(RtComms *cs) { rt_mpi_comms_free(cs); }
+RtComm *rt_comm_split(RtComm *c, int color, int key, const char *name) {
+  return rt_mpi_comm_split(c, color, key, name);
+}
+void rt_comm_free(RtComm *c) { rt_mpi_comm_free(c); }
 
 void rt_comm_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op) {
   rt_mpi_allreduce(c, s, r, n, t, op);

@@ -283,6 +283,13 @@ RtComms *rt_comms_new(RtMesh mesh) {
 
 static void flush(void);
 
+RtComm *rt_comm_split(RtComm *c, int color, int key, const char *name) {
+  (void)c, (void)color, (void)key;
+  rt_comm_fatal("the NCCL backend has no %s communicator: expert parallelism (--ep) runs on the "
+                "cpu target", name);
+}
+void rt_comm_free(RtComm *c) { (void)c; }
+
 void rt_comms_free(RtComms *cs) {
   if (!cs) return;
   flush();

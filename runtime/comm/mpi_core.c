@@ -230,6 +230,27 @@ void rt_mpi_comms_free(RtComms *cs) {
   free(cs);
 }
 
+RtComm *rt_mpi_comm_split(RtComm *parent, int color, int key, const char *name) {
+  MPI_Comm comm;
+  MPI_CHECK(parent, MPI_Comm_split(parent->comm, color, key, &comm));
+  RtComm *c = rt_xcalloc(1, sizeof *c);
+  c->comm = comm;
+  c->name = name;
+  MPI_CHECK(c, MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  MPI_CHECK(c, MPI_Comm_rank(comm, &c->rank));
+  MPI_CHECK(c, MPI_Comm_size(comm, &c->size));
+  c->members = rt_xmalloc(sizeof(int) * (size_t)c->size);
+  MPI_CHECK(c, MPI_Allgather(&g.rank, 1, MPI_INT, c->members, 1, MPI_INT, comm));
+  return c;
+}
+
+void rt_mpi_comm_free(RtComm *c) {
+  if (!c) return;
+  MPI_CHECK(c, MPI_Comm_free(&c->comm));
+  free(c->members);
+  free(c);
+}
+
 /* ---- Argument checks and counters -------------------------------------- */
 
 static MPI_Datatype mpi_type(RtComm *c, const char *fn, RtCommType t) {

@@ -65,6 +65,8 @@ void rt_mpi_init(int *argc, char ***argv);
 void rt_mpi_finalize(void);
 RtComms *rt_mpi_comms_new(RtMesh mesh);
 void rt_mpi_comms_free(RtComms *cs);
+RtComm *rt_mpi_comm_split(RtComm *c, int color, int key, const char *name);
+void rt_mpi_comm_free(RtComm *c);
 void rt_mpi_allreduce(RtComm *c, const void *s, void *r, int64_t n, RtCommType t, RtCommOp op);
 void rt_mpi_allgather(RtComm *c, const void *s, void *r, int64_t n, RtCommType t);
 void rt_mpi_reduce_scatter(RtComm *c, const void *s, void *r, int64_t n, RtCommType t,

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "comm.h"
+#include "ep.h"
 #include "optim.h"
 #include "util.h"
 
@@ -24,7 +25,7 @@ static struct {
   RtComm *tensor; /* NULL when t = 1 */
   int tp, t;
   int comm_stats;
-  Count begin[RT_AXIS_COUNT], mark[RT_AXIS_COUNT];
+  Count begin[RT_AXIS_COUNT + 2], mark[RT_AXIS_COUNT + 2]; /* axes, expert groups (axis_counts) */
   Count excluded, excluded_at_mark; /* checkpoint gathers inside a step */
 } tp = {.t = 1, .mesh = {1, 1, 1}};
 
@@ -142,6 +143,7 @@ void rt_tp_init(Rt *rt, int *argc, char ***argv) {
     rt_quiet = 1;
     rt->f.log_json = NULL;
   }
+  rt_ep_init(rt, tp.comms->axis[RT_AXIS_DATA]);
   if (tp.world_size > 1)
     rt_say("mesh t=%d x p=%d x d=%d: %d ranks under MPI (rank 0 reports; parameter counts "
            "below are one rank's)\n",
@@ -152,6 +154,7 @@ void rt_tp_finalize(Rt *rt) {
   (void)rt;
   if (!tp.active) return;
   fflush(stdout);
+  rt_ep_finalize();
   rt_comms_free(tp.comms);
   tp.comms = NULL;
   tp.tensor = NULL;
@@ -162,7 +165,7 @@ void rt_tp_finalize(Rt *rt) {
 
 /* ------------------------------------------------------ whole tensors */
 
-static int has_global(const RtParam *p) { return p->split || p->unpadded > 0; }
+static int has_global(const RtParam *p) { return p->split || p->unpadded > 0 || p->expert; }
 
 void rt_tp_full_shape(const RtParam *p, int64_t *shape) {
   for (int d = 0; d < p->rank; d++)
@@ -177,7 +180,8 @@ int64_t rt_tp_full_numel(const RtParam *p) {
   return n;
 }
 
-int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i) {
+/* rt_tp_full_index for tensor rank r and expert rank x. */
+static int64_t full_index(const RtParam *p, int r, int x, int64_t i) {
   if (!has_global(p)) return i;
   int64_t idx[RT_MAX_RANK] = {0}, full[RT_MAX_RANK], rem = i;
   for (int d = p->rank - 1; d >= 0; d--) {
@@ -190,11 +194,17 @@ int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i) {
     int64_t pn = p->shape[sd] / k, b = idx[sd] / pn, w = idx[sd] % pn;
     idx[sd] = b * (p->global_shape[sd] / k) + (int64_t)r * pn + w;
   }
+  /* An expert parameter holds expert rank x's experts. */
+  if (p->expert) idx[0] += (int64_t)x * p->shape[0];
   rt_tp_full_shape(p, full);
   if (p->unpadded > 0 && idx[p->pad_dim] >= p->unpadded) return -1;
   int64_t flat = 0;
   for (int d = 0; d < p->rank; d++) flat = flat * full[d] + idx[d];
   return flat;
+}
+
+int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i) {
+  return full_index(p, r, rt_ep_rank(), i);
 }
 
 /* Counts what a checkpoint gather sends, to leave it out of --comm-stats. */
@@ -207,23 +217,35 @@ static Count tensor_count(void) {
   return (Count){s.sent, calls};
 }
 
-/* full[index of element i of rank r's part] = part[i] for r's part. */
-static void place(const RtParam *p, int r, const real *part, real *full) {
+/* full[index of element i of rank r's part] = part[i] for r's part, of
+ * expert rank x. */
+static void place(const RtParam *p, int r, int x, const real *part, real *full) {
   if (!has_global(p)) {
     memcpy(full, part, (size_t)p->numel * sizeof *full);
     return;
   }
 #pragma omp parallel for schedule(static) if (p->numel >= 65536)
   for (int64_t i = 0; i < p->numel; i++) {
-    int64_t g = rt_tp_full_index(p, r, i);
+    int64_t g = full_index(p, r, x, i);
     if (g >= 0) full[g] = part[i];
   }
 }
 
 void rt_tp_gather(const RtParam *p, const real *part, real *full) {
+  if (p->expert && rt_ep_comm()) {
+    /* The experts of a layer are E parts over the expert group (not
+     * split over the tensor axis): gathered on expert rank 0. */
+    int E = rt_ep_size();
+    real *all = rt_xmalloc((size_t)(p->numel * E) * sizeof *all);
+    rt_comm_allgather(rt_ep_comm(), part, all, p->numel, RT_COMM_REAL);
+    if (tp.tp == 0 && rt_ep_rank() == 0)
+      for (int x = 0; x < E; x++) place(p, 0, x, all + (int64_t)x * p->numel, full);
+    free(all);
+    return;
+  }
   if (!tp.tensor || !p->split) {
     /* Replicated: tensor-parallel rank 0 holds the whole already. */
-    if (tp.tp == 0) place(p, 0, part, full);
+    if (tp.tp == 0) place(p, 0, 0, part, full);
     return;
   }
   real *all = rt_xmalloc((size_t)(p->numel * tp.t) * sizeof *all);
@@ -233,7 +255,7 @@ void rt_tp_gather(const RtParam *p, const real *part, real *full) {
   tp.excluded.sent += after.sent - before.sent;
   tp.excluded.calls += after.calls - before.calls;
   if (tp.tp == 0)
-    for (int q = 0; q < tp.t; q++) place(p, q, all + (int64_t)q * p->numel, full);
+    for (int q = 0; q < tp.t; q++) place(p, q, 0, all + (int64_t)q * p->numel, full);
   free(all);
 }
 
@@ -266,16 +288,22 @@ double rt_tp_grad_norm(Rt *rt) {
   return sqrt(split + replicated);
 }
 
+/* What c sent so far (nothing for NULL). */
+static Count comm_count(RtComm *c) {
+  Count n = {0, 0};
+  if (!c) return n;
+  RtCommStats s = rt_comm_stats(c);
+  n.sent = s.sent;
+  for (int k = 0; k < RT_COMM_NKINDS; k++)
+    if (k != RT_COMM_RECV) n.calls += s.calls[k];
+  return n;
+}
+
+/* The mesh's axes, then (--ep) the expert group and the same-expert ranks. */
 static void axis_counts(Count *out) {
-  for (int a = 0; a < RT_AXIS_COUNT; a++) {
-    out[a] = (Count){0, 0};
-    RtComm *c = tp.comms ? tp.comms->axis[a] : NULL;
-    if (!c) continue;
-    RtCommStats s = rt_comm_stats(c);
-    out[a].sent = s.sent;
-    for (int k = 0; k < RT_COMM_NKINDS; k++)
-      if (k != RT_COMM_RECV) out[a].calls += s.calls[k];
-  }
+  for (int a = 0; a < RT_AXIS_COUNT; a++) out[a] = comm_count(tp.comms ? tp.comms->axis[a] : NULL);
+  out[RT_AXIS_COUNT] = comm_count(rt_ep_comm());
+  out[RT_AXIS_COUNT + 1] = comm_count(rt_ep_replicas());
 }
 
 void rt_tp_step_begin(Rt *rt) {
@@ -297,7 +325,7 @@ void rt_tp_step_mark(Rt *rt) {
 void rt_tp_step_end(Rt *rt, int64_t step) {
   (void)rt;
   if (!tp.comm_stats) return;
-  Count end[RT_AXIS_COUNT];
+  Count end[RT_AXIS_COUNT + 2];
   axis_counts(end);
   Count *b = tp.begin, *m = tp.mark;
   int64_t prog = m[RT_AXIS_TENSOR].sent - b[RT_AXIS_TENSOR].sent - tp.excluded_at_mark.sent;
@@ -312,6 +340,14 @@ void rt_tp_step_end(Rt *rt, int64_t step) {
          tp.world_rank, (long long)step, (long long)prog, (long long)prog_calls, (long long)run,
          (long long)run_calls, (long long)(end[RT_AXIS_PIPELINE].sent - b[RT_AXIS_PIPELINE].sent),
          (long long)(end[RT_AXIS_DATA].sent - b[RT_AXIS_DATA].sent));
+  /* --ep: the tokens' all_to_alls (as many as the router sends, which the
+   * comm report's balanced figure only estimates) and the experts' sums. */
+  if (rt_ep_comm())
+    printf("comm: rank %d step %lld | expert: %lld bytes (%lld calls) | same experts: %lld bytes\n",
+           tp.world_rank, (long long)step,
+           (long long)(end[RT_AXIS_COUNT].sent - b[RT_AXIS_COUNT].sent),
+           (long long)(end[RT_AXIS_COUNT].calls - b[RT_AXIS_COUNT].calls),
+           (long long)(end[RT_AXIS_COUNT + 1].sent - b[RT_AXIS_COUNT + 1].sent));
   fflush(stdout);
 }
 

@@ -65,7 +65,8 @@ int64_t rt_tp_full_index(const RtParam *p, int r, int64_t i);
 /* Gathers the whole unpadded tensor of p from the ranks' parts (`part` is
  * this rank's: p->numel reals). Collective over the tensor axis; `full`
  * (rt_tp_full_numel reals) is written on tensor-parallel rank 0 only and
- * may be NULL elsewhere. Both are host memory (checkpoints stage their
+ * may be NULL elsewhere. An expert parameter (--ep) is collective over
+ * the expert group instead, and written on its expert rank 0. Both are host memory (checkpoints stage their
  * tensors out of the device first), and so is the pair of rt_tp_take. */
 void rt_tp_gather(const RtParam *p, const real *part, real *full);
 /* This rank's part of p from the whole unpadded tensor; padding gets 0. */

@@ -5,7 +5,8 @@
  *
  * With RtModel.zero, every gradient bucket (RtBucket, numel a multiple of
  * d) is reduce-scattered over the d data-parallel ranks: rank i owns the
- * i-th of its d equal parts. The AdamW state (RtModel.plan.optimizer) then
+ * i-th of its d equal parts; an expert bucket (RtBucket.expert = E) over
+ * the d / E ranks that hold the same experts. The AdamW state (RtModel.plan.optimizer) then
  * holds, for m and for v, the owned parts of all buckets back to back in
  * bucket order: sum(numel / d) reals each. Without ZeRO the state mirrors
  * the weights (nweights reals each, the element at the weight's index). */
@@ -17,8 +18,11 @@
 /* The part of bucket b that data-parallel rank i of d owns: elements
  * [*begin, *end) of the weights. */
 static inline void rt_zero_part(const RtBucket *b, int i, int d, int64_t *begin, int64_t *end) {
-  int64_t q = b->numel / d;
-  *begin = b->offset + (int64_t)i * q;
+  /* An expert bucket (--ep E) splits over the d / E ranks holding the
+   * same experts, data-parallel rank i being the (i / E)-th of them. */
+  int E = b->expert > 1 ? b->expert : 1;
+  int64_t q = b->numel / (d / E);
+  *begin = b->offset + (int64_t)(i / E) * q;
   *end = *begin + q;
 }
 
@@ -26,7 +30,11 @@ static inline void rt_zero_part(const RtBucket *b, int i, int d, int64_t *begin,
 static inline int64_t rt_zero_state_numel(const RtModel *m, int d) {
   if (!m->zero || d <= 1) return m->nweights;
   int64_t n = 0;
-  for (int j = 0; j < m->nbuckets; j++) n += m->buckets[j].numel / d;
+  for (int j = 0; j < m->nbuckets; j++) {
+    int64_t b, e;
+    rt_zero_part(&m->buckets[j], 0, d, &b, &e);
+    n += e - b;
+  }
   return n;
 }
 

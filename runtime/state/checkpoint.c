@@ -39,6 +39,7 @@
 #include "../../abi/formats.h"
 #include "comm.h"
 #include "device.h"
+#include "ep.h"
 #include "tp.h"
 #include "util.h"
 #include "zero.h"
@@ -119,37 +120,69 @@ static int64_t span_of(const RtModel *m) {
 /* Between a weights-shaped array and data-parallel rank i's packed parts
  * (runtime/zero.h: the owned part of every bucket, in bucket order), one
  * way (to_packed: src is weights-shaped) or the other. */
-static void move_parts(const RtModel *m, int i, int d, const real *src, real *dst, int to_packed) {
+/* only: -1 every bucket, 0 the ordinary ones, 1 the expert ones (--ep). */
+static void move_some(const RtModel *m, int i, int d, const real *src, real *dst, int to_packed,
+                      int only) {
   int64_t base = 0;
   for (int j = 0; j < m->nbuckets; j++) {
     int64_t b, e;
     rt_zero_part(&m->buckets[j], i, d, &b, &e);
-    memcpy(dst + (to_packed ? base : b), src + (to_packed ? b : base), (size_t)(e - b) * sizeof *dst);
+    if (only < 0 || only == (m->buckets[j].expert > 1))
+      memcpy(dst + (to_packed ? base : b), src + (to_packed ? b : base),
+             (size_t)(e - b) * sizeof *dst);
     base += e - b;
   }
+}
+
+static void move_parts(const RtModel *m, int i, int d, const real *src, real *dst, int to_packed) {
+  move_some(m, i, d, src, dst, to_packed, -1);
 }
 
 /* The whole of a sharded array, as a weights-shaped array, on the
  * data-parallel rank 0 of this (stage, tp); the other data-parallel ranks
  * send their parts and get NULL. `packed` is this rank's packed parts;
- * elements in no bucket come out 0. */
+ * elements in no bucket come out 0. With --ep E the expert buckets of
+ * data-parallel rank i belong to expert rank i % E: data-parallel rank
+ * r < E collects those of its own experts (and rank 0 the rest too), so
+ * that the expert group then gathers whole experts (stage_tensors). */
 static real *collect_shards(const RtModel *m, const Place *L, const real *packed) {
-  int d = L->mesh.dp;
+  int d = L->mesh.dp, E = rt_ep_size(), me = L->at.dp;
   int64_t n = rt_zero_state_numel(m, d);
-  RtCoord root = L->at;
-  root.dp = 0;
-  if (L->at.dp != 0) {
-    send_reals(L, packed, n, rt_mesh_rank(L->mesh, root));
+  RtCoord peer = L->at;
+  if (me != 0) {
+    peer.dp = 0;
+    send_reals(L, packed, n, rt_mesh_rank(L->mesh, peer));
+    if (me < E || me % E == 0) return NULL;
+    peer.dp = me % E;
+    send_reals(L, packed, n, rt_mesh_rank(L->mesh, peer));
     return NULL;
   }
   real *full = rt_xcalloc((size_t)span_of(m), sizeof *full);
   move_parts(m, 0, d, packed, full, 0);
   real *part = rt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *part);
   for (int i = 1; i < d; i++) {
-    RtCoord from = L->at;
-    from.dp = i;
-    recv_reals(L, part, n, rt_mesh_rank(L->mesh, from));
-    move_parts(m, i, d, part, full, 0);
+    peer.dp = i;
+    recv_reals(L, part, n, rt_mesh_rank(L->mesh, peer));
+    move_some(m, i, d, part, full, 0, i % E == 0 ? -1 : 0);
+  }
+  free(part);
+  return full;
+}
+
+/* collect_shards on expert rank r = dp > 0 of the first expert group:
+ * its experts' parts from itself and the ranks r + E, r + 2E, ...; the
+ * ordinary buckets are rank 0's. Called right after collect_shards. */
+static real *collect_expert_shards(const RtModel *m, const Place *L, const real *packed) {
+  int d = L->mesh.dp, E = rt_ep_size(), me = L->at.dp;
+  int64_t n = rt_zero_state_numel(m, d);
+  real *full = rt_xcalloc((size_t)span_of(m), sizeof *full);
+  move_some(m, me, d, packed, full, 0, 1);
+  real *part = rt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *part);
+  RtCoord peer = L->at;
+  for (int i = me + E; i < d; i += E) {
+    peer.dp = i;
+    recv_reals(L, part, n, rt_mesh_rank(L->mesh, peer));
+    move_some(m, i, d, part, full, 0, 1);
   }
   free(part);
   return full;
@@ -213,8 +246,9 @@ static void list_free(List *l) {
 static const char *const suffixes[3] = {"", ".exp_avg", ".exp_avg_sq"};
 
 /* Whether p is stored as a whole tensor this rank does not hold as it is:
- * split over the tensor-parallel ranks, or padded (runtime/tp.h). */
-static int gathered(const RtParam *p) { return p->split || p->unpadded > 0; }
+ * split over the tensor-parallel ranks, padded, or one expert rank's
+ * experts (runtime/tp.h). */
+static int gathered(const RtParam *p) { return p->split || p->unpadded > 0 || p->expert; }
 
 /* Whether this stage writes p: the copy of a tied parameter that the last
  * pipeline stage (or virtual stage, tied 2) holds is the first stage's
@@ -224,14 +258,16 @@ static int writes(const RtParam *p, const Place *L) {
 }
 
 /* The whole tensors of this stage's parameters in `base` (a weights-shaped
- * array of this rank's parts) onto tensor-parallel rank 0, appended to l
- * there. Collective over the tensor axis. */
+ * array of this rank's parts) onto tensor-parallel rank 0 of data-parallel
+ * rank 0, appended to l there. Collective over the tensor axis, and for
+ * expert parameters over the expert group (the first E data-parallel
+ * ranks, which hold every expert between them). */
 static void stage_tensors(const Rt *rt, const Place *L, List *l, const real *base, int group) {
   const RtModel *m = rt->model;
-  int leader = L->at.tp == 0;
+  int leader = L->at.tp == 0 && L->at.dp == 0;
   for (int p = 0; p < m->nparams; p++) {
     const RtParam *prm = &m->params[p];
-    if (!writes(prm, L)) continue;
+    if (!writes(prm, L) || (L->at.dp != 0 && !prm->expert)) continue;
     const real *data = base + prm->offset;
     real *full = NULL;
     int64_t numel = prm->numel;
@@ -382,16 +418,18 @@ static void collect(const Rt *rt, const Source *src, int nsrc, List *out) {
       packed = tmp;
     }
     whole[s] = collect_shards(m, &L, packed);
+    if (L.at.dp > 0 && L.at.dp < rt_ep_size()) whole[s] = collect_expert_shards(m, &L, packed);
     base[s] = whole[s];
     free(tmp);
   }
   /* Without ZeRO the data-parallel replicas hold the same values; with it
-   * dp 0 now holds the whole. */
-  if (L.at.dp == 0) {
+   * dp 0 now holds the whole. With --ep the first expert group's ranks
+   * hold the experts between them, and gather them onto dp 0. */
+  if (L.at.dp < rt_ep_size()) {
     List mine = {0};
     for (int s = 0; s < nsrc; s++)
       stage_tensors(rt, &L, &mine, base[s], s);
-    if (L.at.tp == 0 && L.rank != 0) send_stage(&L, &mine);
+    if (L.at.tp == 0 && L.at.dp == 0 && L.rank != 0) send_stage(&L, &mine);
     if (L.rank == 0) {
       *out = mine;
       memset(&mine, 0, sizeof mine);

@@ -33,7 +33,7 @@ void rt_init_params(const RtModel *m, real *weights, uint64_t seed) {
     const RtParam *prm = &m->params[p];
     real *w = weights + prm->offset;
     uint64_t key = rt_key2(seed, rt_hash_str(prm->name));
-    if (prm->split || prm->unpadded > 0) {
+    if (prm->split || prm->unpadded > 0 || prm->expert) {
       init_part(prm, w, key);
       continue;
     }

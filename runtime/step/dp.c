@@ -12,6 +12,7 @@
 #include "tp.h"
 #include "util.h"
 #include "zero.h"
+#include "ep.h"
 
 /* The longest piece of a shard one thread updates or sums at a time. */
 #define PIECE 32768
@@ -163,6 +164,18 @@ void rt_dp_step_begin(Rt *rt) {
   dp->first_start = dp->backward_end = dp->wait = 0;
 }
 
+/* The group that sums bucket b, this rank's index in it and its size:
+ * the data-parallel group, or for an expert bucket (--ep) the ranks that
+ * hold the same experts. */
+static RtComm *group_of(const RtDp *dp, const RtBucket *b, int *rank, int *n) {
+  if (!b->expert) {
+    *rank = dp->rank, *n = dp->d;
+    return dp->comm;
+  }
+  *rank = dp->rank / b->expert, *n = dp->d / b->expert;
+  return rt_ep_replicas();
+}
+
 /* In place. With ZeRO-1 this replica's part of the bucket receives the
  * sum and the rest of it keeps what the backward left there. */
 static void start(RtDp *dp, Rt *rt, int j) {
@@ -173,12 +186,16 @@ static void start(RtDp *dp, Rt *rt, int j) {
   if (!dp->any_started) dp->any_started = 1, dp->first_start = rt_now();
   const RtBucket *b = &dp->b[j];
   real *g = rt->ctx.grads + b->offset;
-  if (dp->zero) {
-    int64_t q = b->numel / dp->d;
-    dp->req[j] =
-        rt_comm_ireduce_scatter(dp->comm, g, g + (int64_t)dp->rank * q, q, RT_COMM_REAL, RT_COMM_SUM);
+  int rank, n;
+  RtComm *c = group_of(dp, b, &rank, &n);
+  /* An expert bucket with d = E has one holder, whose sum is final. */
+  if (n == 1) {
+    dp->req[j] = NULL;
+  } else if (dp->zero) {
+    int64_t q = b->numel / n;
+    dp->req[j] = rt_comm_ireduce_scatter(c, g, g + (int64_t)rank * q, q, RT_COMM_REAL, RT_COMM_SUM);
   } else {
-    dp->req[j] = rt_comm_iallreduce(dp->comm, g, g, b->numel, RT_COMM_REAL, RT_COMM_SUM);
+    dp->req[j] = rt_comm_iallreduce(c, g, g, b->numel, RT_COMM_REAL, RT_COMM_SUM);
   }
   dp->order[dp->norder++] = j;
 }
@@ -275,7 +292,9 @@ double rt_mesh_grad_norm(Rt *rt) {
   /* A tied parameter's two copies hold the same summed gradient: the
    * first stage counts it, its original only where it holds both. */
   int count_tied = rt->coord.pp == 0;
-  double v[2] = {0, 0}; /* split over the tensor axis, replicated */
+  /* split over the tensor axis, replicated, and (--ep) this expert rank's
+   * experts, which the other expert ranks of the group do not hold */
+  double v[3] = {0, 0, 0};
   if (dp && dp->zero) {
     double *sq = rt_xmalloc((size_t)(dp->nranges > 0 ? dp->nranges : 1) * sizeof *sq);
     rt_dev_sum_squares(rt->ctx.grads, dp->ranges, dp->nranges, sq);
@@ -292,13 +311,14 @@ double rt_mesh_grad_norm(Rt *rt) {
     rt_param_sum_squares(m, rt->ctx.grads, sq);
     for (int p = 0; p < m->nparams; p++) {
       if ((m->params[p].tied && !count_tied) || m->params[p].tied == 2) continue;
-      v[m->params[p].split ? 0 : 1] += sq[p];
+      v[m->params[p].expert ? 2 : m->params[p].split ? 0 : 1] += sq[p];
     }
     free(sq);
   }
+  if (rt_ep_comm()) rt_comm_allreduce(rt_ep_comm(), &v[2], &v[2], 1, RT_COMM_F64, RT_COMM_SUM);
   if (rt->mesh.tp > 1)
     rt_comm_allreduce(cs->axis[RT_AXIS_TENSOR], v, v, 1, RT_COMM_F64, RT_COMM_SUM);
-  double total = v[0] + v[1];
+  double total = v[0] + v[1] + v[2];
   if (rt->mesh.pp > 1)
     rt_comm_allreduce(cs->axis[RT_AXIS_PIPELINE], &total, &total, 1, RT_COMM_F64, RT_COMM_SUM);
   return sqrt(total);
@@ -311,9 +331,11 @@ double rt_mesh_grad_norm(Rt *rt) {
 static void all_gather_weights(Rt *rt) {
   RtDp *dp = rt->dp;
   for (int j = 0; j < dp->nb; j++) {
-    int64_t q = dp->b[j].numel / dp->d;
+    int rank, n;
+    RtComm *c = group_of(dp, &dp->b[j], &rank, &n);
+    int64_t q = dp->b[j].numel / n;
     real *w = rt->ctx.weights + dp->b[j].offset;
-    dp->req[j] = rt_comm_iallgather(dp->comm, w + (int64_t)dp->rank * q, w, q, RT_COMM_REAL);
+    dp->req[j] = n > 1 ? rt_comm_iallgather(c, w + (int64_t)rank * q, w, q, RT_COMM_REAL) : NULL;
   }
   rt_comm_waitall(dp->req, dp->nb);
   /* The fp32 masters are gathered (not a bf16 copy), so every replica's

@@ -1308,6 +1308,45 @@ static void test_sum_squares(void) {
   check("sum_squares: n=0 not 0, same input different bits", bad, 0);
 }
 
+/* --- expert parallelism (moe_ep.c) ------------------------------------------------ */
+
+/* 3 source ranks of 4 local experts each, some of them without rows: the
+ * sort puts row j of source s's block for expert e where a naive walk by
+ * (expert, source) says, zeros the tail and counts each expert's rows; the
+ * unsort gives back y's counted rows exactly; the plan sums the counts of
+ * each expert rank. Copies only, so every difference must be 0. */
+static void test_ep_permute(void) {
+  enum { S = 3, L = 4, H = 5, M = 40 };
+  const int32_t rc[S * L] = {2, 0, 3, 1, 0, 4, 1, 0, 5, 2, 0, 1}; /* [source][expert] */
+  real *y = rrandom(M * H, 1), *rows = rrandom(M * H, 1), *back = rrandom(M * H, 1);
+  int32_t counts[L], send[S], each[S];
+  k_ep_sort(rows, counts, y, rc, M, H, S, L);
+  k_ep_unsort(back, rows, rc, M, H, S, L);
+  double err = 0;
+  int64_t at = 0, total = 0;
+  for (int e = 0; e < L; e++)
+    for (int s = 0; s < S; s++)
+      for (int j = 0; j < rc[s * L + e]; j++, at++) {
+        int64_t from = j;
+        for (int i = 0; i < s * L + e; i++) from += rc[i];
+        for (int h = 0; h < H; h++) err = fmax(err, fabs((double)(rows[at * H + h] - y[from * H + h])));
+      }
+  for (int i = 0; i < S * L; i++) total += rc[i];
+  for (int64_t i = total * H; i < M * H; i++) err = fmax(err, fabs((double)rows[i]) + fabs((double)back[i]));
+  for (int64_t i = 0; i < total * H; i++) err = fmax(err, fabs((double)(back[i] - y[i])));
+  for (int e = 0; e < L; e++) err += abs(counts[e] - (rc[e] + rc[L + e] + rc[2 * L + e]));
+  int32_t experts[S * L];
+  for (int i = 0; i < S * L; i++) experts[i] = rc[i];
+  k_ep_plan(send, each, experts, S * L, S);
+  for (int s = 0; s < S; s++) {
+    int32_t want = 0;
+    for (int e = 0; e < L; e++) want += rc[s * L + e];
+    err += abs(send[s] - want) + abs(each[s] - L);
+  }
+  check("ep_sort/unsort/plan: 3 sources x 4 experts, exact", err, 0);
+  free(y), free(rows), free(back);
+}
+
 /* --- vocabulary-parallel pieces -------------------------------------------------- */
 
 /* The ranks' forward results, added, are the whole lookup, and their
@@ -1439,6 +1478,7 @@ int main(void) {
   test_adamw_split();
   test_adamw();
   test_sum_squares();
+  test_ep_permute();
   test_embedding_vp_split();
   test_ce_vp_partials();
 

@@ -77,9 +77,9 @@ static void backward(RtCtx *ctx) {
 }
 
 static const RtParam params[] = {
-    {"wte.weight", 2, {V, H}, V *H, W_WTE, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
-    {"head.weight", 2, {V, H}, V *H, W_HEAD, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
-    {"head.bias", 1, {V}, V, W_BIAS, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
+    {"wte.weight", 2, {V, H}, V *H, W_WTE, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0, 0},
+    {"head.weight", 2, {V, H}, V *H, W_HEAD, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0, 0},
+    {"head.bias", 1, {V}, V, W_BIAS, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0, 0},
 };
 
 static const RtInput inputs[] = {

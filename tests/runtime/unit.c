@@ -71,8 +71,8 @@ static void test_lr(void) {
 
 /* Two parameters, the first decayed, the second not. */
 static const RtParam two_params[] = {
-    {"w", 1, {3}, 3, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0},
-    {"b", 1, {2}, 2, 3, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
+    {"w", 1, {3}, 3, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0, 0},
+    {"b", 1, {2}, 2, 3, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0, 0},
 };
 static const RtModel two_model = {.name = "two", .params = two_params, .nparams = 2, .nweights = 5};
 
@@ -236,11 +236,11 @@ static void test_shift(void) {
 static void test_init(void) {
   /* The same names at other offsets and in another order. */
   static const RtParam p1[] = {
-      {"x", 1, {4000}, 4000, 0, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0},
-      {"y", 1, {10}, 10, 4000, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0}};
+      {"x", 1, {4000}, 4000, 0, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0, 0},
+      {"y", 1, {10}, 10, 4000, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0, 0}};
   static const RtParam p2[] = {
-      {"y", 1, {10}, 10, 0, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
-      {"x", 1, {4000}, 4000, 64, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0}};
+      {"y", 1, {10}, 10, 0, RT_INIT_ONES, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0, 0},
+      {"x", 1, {4000}, 4000, 64, RT_INIT_NORMAL, 0, 0.02, 1, 0, 0, 1, {0}, 0, 0, 0, 0}};
   RtModel m1 = {.params = p1, .nparams = 2, .nweights = 4010};
   RtModel m2 = {.params = p2, .nparams = 2, .nweights = 4064};
   static real w1[4010], w2[4064];
@@ -278,8 +278,8 @@ static void test_sample(void) {
  * of squares give the bits of the whole-model ones, whatever the cuts. */
 enum { DEV_A = 1000, DEV_B = 300, DEV_N = DEV_A + DEV_B };
 static const RtParam dev_params[] = {
-    {"a", 1, {DEV_A}, DEV_A, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0},
-    {"b", 1, {DEV_B}, DEV_B, DEV_A, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0},
+    {"a", 1, {DEV_A}, DEV_A, 0, RT_INIT_NORMAL, 0, 1, 1, 0, 0, 1, {0}, 0, 0, 0, 0},
+    {"b", 1, {DEV_B}, DEV_B, DEV_A, RT_INIT_ZEROS, 0, 0, 0, 0, 0, 1, {0}, 0, 0, 0, 0},
 };
 static const RtModel dev_model = {.name = "dev", .params = dev_params, .nparams = 2,
                                   .nweights = DEV_N};
