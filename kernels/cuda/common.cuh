@@ -152,6 +152,17 @@ template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
 #endif
 static inline bool kc_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* A kernel's dynamic shared memory (the launch's third argument), as
+ * bytes aligned for 16-byte accesses. Above 48 KB the kernel must be
+ * allowed it first (cudaFuncSetAttribute, MaxDynamicSharedMemorySize)
+ * and launched with KC_LAUNCH_FN; the emulator refuses otherwise, as the
+ * hardware does. */
+#ifdef SHARD_CUDA_EMU
+#define KC_DYNAMIC_SHARED(name) unsigned char *name = kc_emu::dynamic_shared()
+#else
+#define KC_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 template <typename T, int V>
 __device__ __forceinline__ void kc_ldv(const T *p, int64_t c, float *o) {
   if (V == 1) {

@@ -303,11 +303,26 @@ void start(Fiber *f, int i) {
 #endif
 }
 
+/* Dynamic shared memory: a launch may ask for DYN_DEFAULT bytes, or for
+ * what cudaFuncSetAttribute allowed its kernel, at most DYN_OPTIN (the
+ * opt-in limit of cudaGetDeviceProperties' sharedMemPerBlockOptin:
+ * 227 KB a block on Hopper). */
+#define DYN_DEFAULT ((size_t)48 * 1024)
+#define DYN_OPTIN ((size_t)227 * 1024)
+std::vector<std::pair<const void *, size_t>> dyn_limits; /* (kernel, bytes) */
+std::vector<unsigned char> dyn_shared;                  /* the running block's */
+
+size_t dyn_limit(const void *fn) {
+  for (auto &l : dyn_limits)
+    if (fn && l.first == fn) return l.second;
+  return DYN_DEFAULT;
+}
+
 bool config_ok(const Config &c) {
   uint64_t threads = (uint64_t)c.block.x * c.block.y * c.block.z;
   return threads >= 1 && threads <= 1024 && c.block.x <= 1024 && c.block.y <= 1024 &&
          c.block.z <= 64 && c.grid.x >= 1 && c.grid.x <= 0x7fffffffu && c.grid.y >= 1 &&
-         c.grid.y <= 65535 && c.grid.z >= 1 && c.grid.z <= 65535 && c.shared <= 48 * 1024;
+         c.grid.y <= 65535 && c.grid.z >= 1 && c.grid.z <= 65535 && c.shared <= dyn_limit(c.fn);
 }
 
 /* The result of collective op for lane `lane` of warp w's fibers. */
@@ -393,6 +408,7 @@ void release_block() {
 void run_block() {
   uintptr_t lo = (uintptr_t)__start_kc_emu_shared, hi = (uintptr_t)__stop_kc_emu_shared;
   if (hi > lo) memset((void *)lo, 0xff, hi - lo);
+  if (!dyn_shared.empty()) memset(dyn_shared.data(), 0xff, dyn_shared.size());
   const dim3 &bd = B.c->block;
   for (int i = 0; i < B.n; i++) {
     Fiber &f = B.f[i];
@@ -426,6 +442,7 @@ void run_block() {
 
 void run_grid(const Config &c, const std::function<void()> &body) {
   B.c = &c;
+  dyn_shared.assign(c.shared, 0xff); /* std::vector's storage: aligned for any type */
   B.body = &body;
   B.n = (int)(c.block.x * c.block.y * c.block.z);
   B.f.resize((size_t)B.n);
@@ -499,12 +516,18 @@ unsigned active_mask() {
 
 cudaError_t set_last_error(cudaError_t e);
 
+unsigned char *dynamic_shared() {
+  if (!in_kernel()) die("dynamic shared memory asked for outside a kernel");
+  return dyn_shared.data();
+}
+
 void launch(const Config &c, std::function<void()> body) {
   if (in_kernel()) die("kernel %s launched from inside a kernel (dynamic parallelism)", c.kernel);
   if (!config_ok(c)) {
-    note("launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of shared memory: "
-         "invalid configuration", c.kernel, c.file, c.line, c.grid.x, c.grid.y, c.grid.z,
-         c.block.x, c.block.y, c.block.z, c.shared);
+    note("launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of shared memory "
+         "(at most %zu for this kernel): invalid configuration", c.kernel, c.file, c.line,
+         c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared,
+         dyn_limit(c.fn));
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
@@ -514,3 +537,22 @@ void launch(const Config &c, std::function<void()> body) {
 }
 
 } // namespace kc_emu
+
+/* The hardware refuses a limit above the opt-in one (cudaErrorInvalidValue)
+ * and leaves the kernel's as it was. */
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                            int value) {
+  using namespace kc_emu;
+  if (!func) return set_last_error(cudaErrorInvalidValue);
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
+    return value >= -1 && value <= 100 ? cudaSuccess : set_last_error(cudaErrorInvalidValue);
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > DYN_OPTIN) {
+    note("cudaFuncSetAttribute: %d bytes of dynamic shared memory, above the device's %zu: "
+         "invalid value", value, DYN_OPTIN);
+    return set_last_error(cudaErrorInvalidValue);
+  }
+  for (auto &l : dyn_limits)
+    if (l.first == func) return l.second = (size_t)value, cudaSuccess;
+  dyn_limits.push_back({func, (size_t)value});
+  return cudaSuccess;
+}

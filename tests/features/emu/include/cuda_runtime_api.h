@@ -124,6 +124,13 @@ typedef enum cudaDeviceAttr {
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 } cudaDeviceAttr;
 
+/* A kernel's attributes that cudaFuncSetAttribute sets (the one the
+ * kernels use: more dynamic shared memory than the default 48 KB). */
+typedef enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9
+} cudaFuncAttribute;
+
 typedef enum cudaMemPoolAttr {
   cudaMemPoolReuseFollowEventDependencies = 1,
   cudaMemPoolReuseAllowOpportunistic = 2,
@@ -168,6 +175,7 @@ cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaDriverGetVersion(int *version);
 cudaError_t cudaRuntimeGetVersion(int *version);
