@@ -87,11 +87,18 @@ void launch(const Config &c, std::function<void()> body);
 /* The running block's dynamic shared memory (the launch's size of it). */
 unsigned char *dynamic_shared();
 
+/* A kernel's pointer argument, for the order between streams: memory
+ * another stream's NCCL operation writes must have been waited for. */
+template <typename A> void use_argument(const Config &c, const A &a) {
+  if constexpr (std::is_pointer<A>::value) shard_emu_stream_use(c.stream, (const void *)a, 1, c.kernel);
+}
+
 template <typename K> struct Bound {
   Config c;
   K kernel;
   template <typename... A> void operator()(A... args) {
     K k = kernel;
+    (use_argument(c, args), ...);
     launch(c, [k, args...]() { k(args...); });
   }
 };

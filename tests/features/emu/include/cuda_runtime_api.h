@@ -243,6 +243,12 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 /* The emulator's own: whether a stream handle is one it knows (for other
  * stand-ins, such as the NCCL one). */
 int shard_emu_stream_valid(cudaStream_t stream);
+/* The order between streams (runtime.cc): bytes at p that work queued on
+ * `stream` now reads or writes (aborts if another stream's NCCL operation
+ * writes them and this stream has not seen it), and what an NCCL
+ * operation queued on `stream` now writes. */
+void shard_emu_stream_use(cudaStream_t stream, const void *p, size_t bytes, const char *what);
+void shard_emu_nccl_wrote(cudaStream_t stream, const void *p, size_t bytes, const char *what);
 
 #ifdef __cplusplus
 }
