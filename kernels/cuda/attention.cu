@@ -227,7 +227,10 @@ __global__ void att_dkv_kernel(T *dk, T *dv, const T *q, const T *k, const T *v,
  * - Forward: a block owns FA_ROWS query rows of one (batch row, head),
  *   each of its FA_WARPS warps 16 of them, q held as operand fragments and
  *   the output as fp32 accumulators. The block streams the keys FA_COLS at
- *   a time through shared memory; each warp forms its 16 x FA_COLS scores
+ *   a time through shared memory, two tiles' buffers: the copies of the
+ *   next tile (cp.async) fly while the warps use the current one, which
+ *   takes 64 KB at d = 128, above the 48 KB a launch gets without asking
+ *   (fa_fwd asks, cudaFuncSetAttribute); each warp forms its 16 x FA_COLS scores
  *   by tensor core, takes them to its shared scratch for the online
  *   softmax (fp32 max and sum, two lanes a row), rescales its output rows
  *   and adds P v by tensor core with P rounded to bf16.
@@ -267,19 +270,19 @@ struct FaWarp {
   float pad[8];
 };
 
-/* A forward block's shared memory: 2 FA_COLS rows of a tile (k then v),
- * used first to stage the block's own query rows into fragments, and the
- * warps' scratch. Every fragment pointer in it is 32-byte aligned, as
- * load_matrix_sync wants. */
+/* A forward block's shared memory (dynamic): two buffers of a tile's
+ * 2 FA_COLS rows (k then v), the first used before them to stage the
+ * block's own query rows into fragments, and the warps' scratch. Every
+ * fragment pointer in it is 32-byte aligned, as load_matrix_sync wants. */
 template <int D> struct alignas(32) FaShared {
-  bf16 rows[2 * FA_COLS][D + FA_PAD];
+  bf16 rows[2][2 * FA_COLS][D + FA_PAD];
   FaWarp w[FA_WARPS];
 };
 static_assert(FA_ROWS == 2 * FA_COLS, "the block's own rows are staged through a tile's rows");
 static_assert(sizeof(FaWarp) % 32 == 0 && sizeof(bf16[16][FA_LDP]) % 32 == 0 &&
                   sizeof(float[16][FA_LDS]) % 32 == 0,
               "fragment pointers stay 32-byte aligned");
-static_assert(sizeof(FaShared<128>) <= 48 * 1024, "static shared memory of a block");
+static_assert(sizeof(FaShared<128>) <= 227 * 1024, "dynamic shared memory of a block on sm_90");
 
 /* Whether query i may see key j. */
 __device__ __forceinline__ bool fa_visible(const Att &a, int64_t i, int64_t j) {
@@ -304,6 +307,34 @@ __device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att
     }
     memcpy(&dst[r][c], &piece, sizeof piece); /* 16 bytes into a bf16 row, without type punning */
   }
+}
+
+/* fa_load's rows through cp.async, as this thread's part of one group:
+ * they land at kc_cp_async_wait, and the rows past s are zeros at once. */
+template <int D>
+__device__ void fa_load_async(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att &a,
+                              int64_t bi, int64_t heads, int64_t hd, int64_t r0) {
+  int per = (int)(a.d / 8);
+  for (int e = threadIdx.x; e < n * per; e += blockDim.x) {
+    int r = e / per, c = e % per * 8;
+    int64_t t = r0 + r;
+    if (t < a.s) {
+      KC_ASSERT(bi < a.b && hd < heads && c + 8 <= a.d);
+      kc_cp_async16(&dst[r][c], x + ((bi * a.s + t) * heads + hd) * a.d + c);
+    } else {
+      uint4 zero = make_uint4(0, 0, 0, 0);
+      memcpy(&dst[r][c], &zero, sizeof zero);
+    }
+  }
+}
+
+/* The k and v rows of the key tile at j0 into a buffer, one group. */
+template <int D>
+__device__ void fa_tile_async(bf16 (*rows)[D + FA_PAD], const bf16 *k, const bf16 *v, const Att &a,
+                              int64_t bi, int64_t g, int64_t j0) {
+  fa_load_async<D>(rows, FA_COLS, k, a, bi, a.K, g, j0);
+  fa_load_async<D>(rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
+  kc_cp_async_commit();
 }
 
 /* The warp's 16 rows of staged rows (from row 16 * warp) as nd operand
@@ -459,32 +490,42 @@ __device__ __forceinline__ int64_t fa_key_tiles(const Att &a, int64_t i0) {
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_fwd_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, Att a, float *lse) {
-  __shared__ FaShared<D> sh;
+  KC_DYNAMIC_SHARED(raw);
+  FaShared<D> &sh = *(FaShared<D> *)raw;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
   int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
   int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS, iw = i0 + 16 * warp;
   int64_t i = iw + lane / 2; /* the row of this lane's statistics */
   FaWarp &w = sh.w[warp];
   FragA qf[D / 16];
-  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
+  fa_own_rows<D>(qf, nd, sh.rows[0], q, a, bi, a.H, h, i0);
   FragC o[D / 16], ridx;
   fa_zero<D>(o);
   fa_row_index(ridx, w);
   float m = -INFINITY, l = 0;
-  for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
+  int64_t nt = fa_key_tiles(a, i0);
+  __syncthreads(); /* every warp holds its q fragments: buffer 0 is free */
+  fa_tile_async<D>(sh.rows[0], k, v, a, bi, g, 0);
+  for (int64_t kt = 0; kt < nt; kt++) {
     int64_t j0 = kt * FA_COLS;
-    __syncthreads(); /* every warp is done with the previous tile */
-    fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
-    fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
-    __syncthreads();
-    if (a.causal && j0 > iw + 15) continue; /* the warp's rows see none of these keys */
-    fa_products<D>(w.s, qf, nd, sh.rows);
-    float alpha = fa_online(w, a, i, j0, m, l, true);
-    if (lane % 2 == 0) w.row[lane / 2] = alpha;
-    __syncwarp();
-    fa_scale_rows<D>(o, nd, ridx, w);
-    fa_accumulate<D>(o, nd, w.p, sh.rows + FA_COLS);
+    bf16(*rows)[D + FA_PAD] = sh.rows[kt % 2];
+    /* The next tile's copies go out before this one is used; the last
+     * round commits an empty group, so that one wait fits every round. */
+    if (kt + 1 < nt) fa_tile_async<D>(sh.rows[(kt + 1) % 2], k, v, a, bi, g, j0 + FA_COLS);
+    else kc_cp_async_commit();
+    kc_cp_async_wait<1>(); /* this thread's copies of tile kt have landed, */
+    __syncthreads();       /* and every thread's */
+    if (!a.causal || j0 <= iw + 15) { /* else the warp's rows see none of these keys */
+      fa_products<D>(w.s, qf, nd, rows);
+      float alpha = fa_online(w, a, i, j0, m, l, true);
+      if (lane % 2 == 0) w.row[lane / 2] = alpha;
+      __syncwarp();
+      fa_scale_rows<D>(o, nd, ridx, w);
+      fa_accumulate<D>(o, nd, w.p, rows + FA_COLS);
+    }
+    __syncthreads(); /* every warp is done with tile kt before its buffer is refilled */
   }
+  kc_cp_async_wait<0>();
   __syncwarp(); /* every lane is done with the last tile's factors */
   if (lane % 2 == 0) w.row[lane / 2] = l > 0 ? 1.0f / l : 0.0f;
   __syncwarp();
@@ -692,7 +733,14 @@ static dim3 fa_grid(const Att &a, int64_t heads) {
 
 template <int D>
 static void fa_fwd(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const Att &a, float *lse) {
-  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D>)(y, q, k, v, a, lse);
+  const int bytes = (int)sizeof(FaShared<D>);
+  static bool allowed; /* the attribute, once per instance */
+  if (!allowed)
+    KC_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  bytes));
+  allowed = true;
+  KC_LAUNCH_FN(fa_grid(a, a.H), FA_THREADS, bytes, kc_stream(), fa_fwd_kernel<D>)(y, q, k, v, a,
+                                                                                lse);
   KC_LAUNCHED();
 }
 

@@ -82,6 +82,10 @@ struct Fiber {
   uint64_t value, result;
   int arg, width;
   char *stack;
+  /* cp.async: copies issued and not yet landed, and the sizes of the
+   * committed groups among them, oldest first (cp_async_*). */
+  std::vector<std::pair<void *, uint4>> copies;
+  std::vector<size_t> groups;
 #ifdef KC_EMU_USE_UCONTEXT
   ucontext_t ctx;
 #else
@@ -234,6 +238,10 @@ void fiber_main() {
   __sanitizer_finish_switch_fiber(nullptr, &B.main_bottom, &B.main_size);
 #endif
   (*B.body)();
+  if (!B.cur->copies.empty())
+    die("%s: thread (%u,%u,%u) exits with %zu cp.async copies it never waited for "
+        "(cp.async.wait_group)", where(), B.cur->t.idx.x, B.cur->t.idx.y, B.cur->t.idx.z,
+        B.cur->copies.size());
   B.cur->state = DONE;
   to_scheduler(true);
   die("a finished fiber was resumed");
@@ -310,7 +318,9 @@ void start(Fiber *f, int i) {
 #define DYN_DEFAULT ((size_t)48 * 1024)
 #define DYN_OPTIN ((size_t)227 * 1024)
 std::vector<std::pair<const void *, size_t>> dyn_limits; /* (kernel, bytes) */
-std::vector<unsigned char> dyn_shared;                  /* the running block's */
+std::vector<unsigned char> dyn_store;                   /* the running block's, */
+unsigned char *dyn_shared;                              /* from a 128-byte boundary */
+size_t dyn_bytes;
 
 size_t dyn_limit(const void *fn) {
   for (auto &l : dyn_limits)
@@ -408,7 +418,7 @@ void release_block() {
 void run_block() {
   uintptr_t lo = (uintptr_t)__start_kc_emu_shared, hi = (uintptr_t)__stop_kc_emu_shared;
   if (hi > lo) memset((void *)lo, 0xff, hi - lo);
-  if (!dyn_shared.empty()) memset(dyn_shared.data(), 0xff, dyn_shared.size());
+  if (dyn_bytes) memset(dyn_shared, 0xff, dyn_bytes);
   const dim3 &bd = B.c->block;
   for (int i = 0; i < B.n; i++) {
     Fiber &f = B.f[i];
@@ -418,6 +428,8 @@ void run_block() {
     f.state = RUN;
     f.file = "";
     f.line = 0;
+    f.copies.clear();
+    f.groups.clear();
     start(&f, i);
   }
   int live = B.n;
@@ -442,7 +454,10 @@ void run_block() {
 
 void run_grid(const Config &c, const std::function<void()> &body) {
   B.c = &c;
-  dyn_shared.assign(c.shared, 0xff); /* std::vector's storage: aligned for any type */
+  /* Aligned as the hardware's window is, for the 32-byte fragment loads. */
+  dyn_store.assign(c.shared + 128, 0xff);
+  dyn_shared = dyn_store.data() + (128 - (uintptr_t)dyn_store.data() % 128) % 128;
+  dyn_bytes = c.shared;
   B.body = &body;
   B.n = (int)(c.block.x * c.block.y * c.block.z);
   B.f.resize((size_t)B.n);
@@ -518,7 +533,39 @@ cudaError_t set_last_error(cudaError_t e);
 
 unsigned char *dynamic_shared() {
   if (!in_kernel()) die("dynamic shared memory asked for outside a kernel");
-  return dyn_shared.data();
+  return dyn_shared;
+}
+
+/* cp.async: the 16 bytes are read now and land in shared memory only when
+ * the thread waits for their group, the latest the hardware may land
+ * them, so that a read before the wait (or before the barrier that
+ * publishes other threads' copies) sees the NaN bytes of unwritten
+ * shared memory. Both addresses must be 16-byte aligned, as on the
+ * hardware. */
+void cp_async16(void *dst, const void *src, const char *file, int line) {
+  if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+    die("%s:%d: cp.async of 16 bytes from %p to %p: misaligned address", file, line, src, dst);
+  uint4 v;
+  memcpy(&v, src, sizeof v);
+  B.cur->copies.push_back({dst, v});
+}
+
+void cp_async_commit() {
+  size_t before = 0;
+  for (size_t g : B.cur->groups) before += g;
+  B.cur->groups.push_back(B.cur->copies.size() - before);
+}
+
+/* All but the newest n committed groups land (cp.async.wait_group n). */
+void cp_async_wait(int n) {
+  Fiber *f = B.cur;
+  size_t land = 0;
+  while (f->groups.size() > (size_t)n) {
+    land += f->groups.front();
+    f->groups.erase(f->groups.begin());
+  }
+  for (size_t i = 0; i < land; i++) memcpy(f->copies[i].first, &f->copies[i].second, sizeof(uint4));
+  f->copies.erase(f->copies.begin(), f->copies.begin() + (long)land);
 }
 
 void launch(const Config &c, std::function<void()> body) {

@@ -112,6 +112,31 @@ __global__ void dynamic_reverse(int *y, int bytes) {
   y[threadIdx.x] = buf[n - 1 - (blockDim.x - 1 - threadIdx.x)] + buf[blockDim.x - 1 - threadIdx.x];
 }
 
+/* cp.async: each thread copies 4 floats into shared memory, reads them
+ * before the wait (y[0..]) and after it (y[4 * blockDim.x ..]). */
+__global__ void async_copy(float *y, const float *x) {
+  alignas(16) __shared__ float buf[4 * 64];
+  int t = (int)threadIdx.x;
+  kc_cp_async16(&buf[4 * t], &x[4 * t]);
+  kc_cp_async_commit();
+  y[t] = buf[4 * t];
+  kc_cp_async_wait<0>();
+  y[64 + t] = buf[4 * t + 3];
+}
+
+__global__ void async_unwaited(float *y, const float *x) {
+  alignas(16) __shared__ float buf[4 * 32];
+  kc_cp_async16(&buf[4 * threadIdx.x], &x[4 * threadIdx.x]);
+  kc_cp_async_commit();
+  y[threadIdx.x] = 0;
+}
+
+static void run_async_unwaited() {
+  float *d;
+  cudaMalloc((void **)&d, 1024);
+  KC_LAUNCH(1, 32, 0, 0, async_unwaited)(d, (const float *)d);
+}
+
 /* 16-byte vector loads through kernels/cuda/common.cuh's kc_ldv, from
  * element `at` of x: 4 floats each. */
 __global__ void vector_load(float *y, const float *x, int at) {
@@ -176,6 +201,26 @@ static void test_dynamic_shared() {
   cudaFree(d);
 }
 
+/* A copy lands at its wait, not before: a read before the wait sees the
+ * NaN bytes of unwritten shared memory, as a kernel that forgets the wait
+ * might on the hardware; a thread that never waits aborts. */
+static void test_async_copies() {
+  float x[256], y[128], *dx, *dy;
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  cudaMalloc((void **)&dx, sizeof x);
+  cudaMalloc((void **)&dy, sizeof y);
+  cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice);
+  KC_LAUNCH(1, 64, 0, 0, async_copy)(dy, (const float *)dx);
+  cudaMemcpy(y, dy, sizeof y, cudaMemcpyDeviceToHost);
+  bool before = true, after = true;
+  for (int t = 0; t < 64; t++) before &= isnan(y[t]), after &= y[64 + t] == (float)(4 * t + 3);
+  expect(before && after, "cp.async lands at its wait (NaN before, the data after)");
+  expect_abort(run_async_unwaited, "cp.async copies it never waited for",
+               "a thread that exits with copies not waited for aborts");
+  cudaFree(dx);
+  cudaFree(dy);
+}
+
 static void test_kernels() {
   int *d, h[64 * 5];
   cudaMalloc((void **)&d, sizeof h);
@@ -231,6 +276,7 @@ static void test_kernels() {
   cudaFree(dx);
   cudaFree(dy);
   test_dynamic_shared();
+  test_async_copies();
 }
 
 /* ----------------------------------------------------- memory, graphs */

@@ -86,6 +86,10 @@ struct Config {
 void launch(const Config &c, std::function<void()> body);
 /* The running block's dynamic shared memory (the launch's size of it). */
 unsigned char *dynamic_shared();
+/* cp.async of 16 bytes, its commit_group and wait_group (launch.cc). */
+void cp_async16(void *dst, const void *src, const char *file, int line);
+void cp_async_commit();
+void cp_async_wait(int n);
 
 /* A kernel's pointer argument, for the order between streams: memory
  * another stream's NCCL operation writes must have been waited for. */
