@@ -168,9 +168,9 @@ static const KernelFacts *kernel_of(const char *name) {
 
 /* Our flash kernels, small tiles on wmma (the forward: 4 warps, 64 query
  * rows, 32-key tiles, double-buffered through cp.async; the backward: 2
- * warps, 32 x 32 tiles, loaded without cp.async): FlashAttention-2 is
+ * warps, 32 x 32 tiles, double-buffered too): FlashAttention-2 is
  * about twice as fast as the first FlashAttention (Dao 2023, abstract),
- * whose tile sizes these are, so half its rates. The forward's double
+ * whose tile sizes these are, so half its rates. The double
  * buffering is not priced: what it gains on a GPU is for the kit's
  * attention bench to measure, not for the report to assume. The backward runs FlashAttention-2's 5
  * tile products, and moves what FlashAttention-2's atomics do not: dq's

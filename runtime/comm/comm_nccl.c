@@ -78,9 +78,11 @@
  * the MPI core does (rt_mpi_fatal: the launcher ends the job under `shardc
  * run`, MPI_Abort otherwise). A rank that stops answering without an error
  * is the watchdog's (watchdog.c): every NCCL call that may wait for peers
- * (an operation, a group's end: connections are made at first use) and
- * every wait report what they wait for, and the launcher or --timeout ends
- * the job. NCCL cannot check a received message's
+ * (an operation, a group's end: connections are made at first use)
+ * reports what it waits for, and the launcher or --timeout ends the job.
+ * A wait no longer stops the host, so an operation that never completes
+ * on the device holds up the step's next host wait (the loss read back)
+ * instead, which --timeout ends the same way. NCCL cannot check a received message's
  * length: a mismatch between two ranks' programs shows as wrong data or a
  * hang (the MPI backend reports it). */
 #include "comm.h"
