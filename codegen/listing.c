@@ -240,7 +240,8 @@ void cg_launch_values(CgEmitter *e, CgKClass cls, const char *kernel, const void
 void cg_launch_comm(CgEmitter *e, const char *op, int64_t members, double bytes) {
   cg_launch(e, CG_K_COLLECTIVE, NULL, 0, bytes, bytes);
   Rec *r = last_rec();
-  r->axis = "tp", r->op = op, r->members = (int)members, r->sync = true;
+  /* Ordered on the device by events (comm_nccl.c): no host wait. */
+  r->axis = "tp", r->op = op, r->members = (int)members, r->sync = false;
 }
 
 void cg_launch_add_bytes(CgEmitter *e, double read, double written) {
@@ -373,9 +374,10 @@ static Rec *runtime_rec(CgEmitter *e, const char *kernel, CgKClass cls, bool ste
  * to the step's sum on the device and its seed filled in; per step, the
  * sum read back (a host wait on a GPU), the
  * gradients zeroed, the gradient norm (partial sums read back), AdamW over
- * every parameter (its table of runs uploaded first) and the finiteness
- * check of the weights and both moments (rt_update's check_update), each
- * sum of squares uploading its runs and reading its sums back; the data
+ * every parameter and the finiteness check of the weights and both
+ * moments (rt_update's check_update), each sum of squares reading its
+ * sums back; the tables of runs they use are uploaded in the first step
+ * and kept (device_cuda.c), so a step uploads none; the data
  * window's copy runs on a stream of its own. Pipeline messages and the
  * data-parallel reductions are the schedule's (shardc simulate MODEL
  * prices them with the tables). */
@@ -409,21 +411,18 @@ static void runtime_work(CgEmitter *e, const CgProgram *pr) {
   e->chunk = &pr->chunks[0], e->g = pr->chunks[0].g, e->plan = pr->chunks[0].plan;
   runtime_rec(e, "rt_dev_zero", CG_K_COPY, true, "S zero_grads", 0, n * rb, false);
   /* The gradient norm: one sum of squares per chunk of 65536 (main.c
-   * NORM_CHUNK), its runs uploaded and its sums read back. */
+   * NORM_CHUNK), its sums read back. */
   runtime_rec(e, "rt_grad_norm", CG_K_REDUCTION, true, "S grad_norm", n * rb,
               8.0 * (n / 65536 + 1), false)->sync = gpu;
-  if (gpu) runtime_rec(e, "rt_dev_from_host (runs)", CG_K_HOST, true, "S grad_norm", 0, 0, true);
   /* AdamW reads w, g, m, v and writes w, m, v (and the bf16 working copy
    * of a bf16 program as it goes). */
   bool low = e->plan->policy.low_bytes == 2;
   runtime_rec(e, gpu ? "k_cuda_adamw_runs" : "rt_adamw_step", CG_K_OPTIMIZER, true,
               "S optimizer", 4 * n * rb, 3 * n * rb + (low ? 2 * n : 0), false);
-  if (gpu) runtime_rec(e, "rt_dev_from_host (runs)", CG_K_HOST, true, "S optimizer", 0, 0, true);
   static const char *const checked[] = {"weights", "adam_m", "adam_v"};
   for (int k = 0; k < 3; k++) {
     runtime_rec(e, ir_fmt("check_update (%s)", checked[k]), CG_K_REDUCTION, true, "S optimizer",
                 n * rb, 8.0 * (n / 65536 + 1), gpu);
-    if (gpu) runtime_rec(e, "rt_dev_from_host (runs)", CG_K_HOST, true, "S optimizer", 0, 0, true);
   }
   /* The next window, staged (runtime/data.c): B s + 1 tokens, its copy
    * overlapping the step. */

@@ -13,8 +13,8 @@
  *   the memory bandwidth (cost.c pl_memory_s), or, for a kernel of too few
  *   threads that loop over their elements in turn, one memory latency per
  *   step of that loop;
- * - collectives by the planner's alpha-beta rings (cost.c), each a host
- *   wait;
+ * - collectives by the planner's alpha-beta rings (cost.c), ordered on
+ *   the device by events (runtime/comm/comm_nccl.c): no host wait;
  * - every call at least the description's kernel_s, the cost of a launch;
  *   every host wait SYNC_LAUNCHES launches more, the time the device idles
  *   while the host sees the result and queues the next work.
@@ -174,10 +174,12 @@ static const KernelFacts *kernel_of(const char *name) {
 }
 
 /* Our flash kernels, small tiles on wmma (the forward: 4 warps, 64 query
- * rows, 32-key tiles; the backward: 2 warps, 32 x 32 tiles), loaded
- * without cp.async or double buffering: FlashAttention-2 is about twice
- * as fast as the first FlashAttention (Dao 2023, abstract), whose tiles
- * these are, so half its rates. The backward runs FlashAttention-2's 5
+ * rows, 32-key tiles, double-buffered through cp.async; the backward: 2
+ * warps, 32 x 32 tiles, double-buffered too): FlashAttention-2 is
+ * about twice as fast as the first FlashAttention (Dao 2023, abstract),
+ * whose tile sizes these are, so half its rates. The double
+ * buffering is not priced: what it gains on a GPU is for the kit's
+ * attention bench to measure, not for the report to assume. The backward runs FlashAttention-2's 5
  * tile products, and moves what FlashAttention-2's atomics do not: dq's
  * OURS_FLASH_SPLITS fp32 partial sums (kernels/cuda/attention.cu's
  * FB_SPLITS), read and written once per pair of 32-row tiles and summed

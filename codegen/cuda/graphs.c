@@ -14,8 +14,9 @@
  * calls and device-to-device copies on the compute stream at addresses
  * that depend only on ctx's pointers (the runtime keys its graphs by
  * them) and on ctx->tp (fixed for a rank's run). Not one that calls the
- * host in the middle: a collective over rt_comm (NCCL with host waits),
- * the data-parallel BUCKET_READY and POLL hooks. Per-step scalars passed
+ * host in the middle: a collective over rt_comm (NCCL calls, which no
+ * graph here captures), the data-parallel BUCKET_READY and POLL hooks.
+ * Per-step scalars passed
  * by value would be replayed with the values of the capture: the one the
  * chunk functions have is dropout's seed and training switch, which a
  * capturable function reads from device memory instead (the step form of

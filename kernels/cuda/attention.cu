@@ -227,7 +227,10 @@ __global__ void att_dkv_kernel(T *dk, T *dv, const T *q, const T *k, const T *v,
  * - Forward: a block owns FA_ROWS query rows of one (batch row, head),
  *   each of its FA_WARPS warps 16 of them, q held as operand fragments and
  *   the output as fp32 accumulators. The block streams the keys FA_COLS at
- *   a time through shared memory; each warp forms its 16 x FA_COLS scores
+ *   a time through shared memory, two tiles' buffers: the copies of the
+ *   next tile (cp.async) fly while the warps use the current one, which
+ *   takes 62.4 KB at d = 128, above the 48 KB a launch gets without asking
+ *   (fa_fwd asks, cudaFuncSetAttribute); each warp forms its 16 x FA_COLS scores
  *   by tensor core, takes them to its shared scratch for the online
  *   softmax (fp32 max and sum, two lanes a row), rescales its output rows
  *   and adds P v by tensor core with P rounded to bf16.
@@ -267,19 +270,19 @@ struct FaWarp {
   float pad[8];
 };
 
-/* A forward block's shared memory: 2 FA_COLS rows of a tile (k then v),
- * used first to stage the block's own query rows into fragments, and the
- * warps' scratch. Every fragment pointer in it is 32-byte aligned, as
- * load_matrix_sync wants. */
+/* A forward block's shared memory (dynamic): two buffers of a tile's
+ * 2 FA_COLS rows (k then v), the first used before them to stage the
+ * block's own query rows into fragments, and the warps' scratch. Every
+ * fragment pointer in it is 32-byte aligned, as load_matrix_sync wants. */
 template <int D> struct alignas(32) FaShared {
-  bf16 rows[2 * FA_COLS][D + FA_PAD];
+  bf16 rows[2][2 * FA_COLS][D + FA_PAD];
   FaWarp w[FA_WARPS];
 };
 static_assert(FA_ROWS == 2 * FA_COLS, "the block's own rows are staged through a tile's rows");
 static_assert(sizeof(FaWarp) % 32 == 0 && sizeof(bf16[16][FA_LDP]) % 32 == 0 &&
                   sizeof(float[16][FA_LDS]) % 32 == 0,
               "fragment pointers stay 32-byte aligned");
-static_assert(sizeof(FaShared<128>) <= 48 * 1024, "static shared memory of a block");
+static_assert(sizeof(FaShared<128>) <= 227 * 1024, "dynamic shared memory of a block on sm_90");
 
 /* Whether query i may see key j. */
 __device__ __forceinline__ bool fa_visible(const Att &a, int64_t i, int64_t j) {
@@ -304,6 +307,34 @@ __device__ void fa_load(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att
     }
     memcpy(&dst[r][c], &piece, sizeof piece); /* 16 bytes into a bf16 row, without type punning */
   }
+}
+
+/* fa_load's rows through cp.async, as this thread's part of one group:
+ * they land at kc_cp_async_wait, and the rows past s are zeros at once. */
+template <int D>
+__device__ void fa_load_async(bf16 (*dst)[D + FA_PAD], int n, const bf16 *x, const Att &a,
+                              int64_t bi, int64_t heads, int64_t hd, int64_t r0) {
+  int per = (int)(a.d / 8);
+  for (int e = threadIdx.x; e < n * per; e += blockDim.x) {
+    int r = e / per, c = e % per * 8;
+    int64_t t = r0 + r;
+    if (t < a.s) {
+      KC_ASSERT(bi < a.b && hd < heads && c + 8 <= a.d);
+      kc_cp_async16(&dst[r][c], x + ((bi * a.s + t) * heads + hd) * a.d + c);
+    } else {
+      uint4 zero = make_uint4(0, 0, 0, 0);
+      memcpy(&dst[r][c], &zero, sizeof zero);
+    }
+  }
+}
+
+/* The k and v rows of the key tile at j0 into a buffer, one group. */
+template <int D>
+__device__ void fa_tile_async(bf16 (*rows)[D + FA_PAD], const bf16 *k, const bf16 *v, const Att &a,
+                              int64_t bi, int64_t g, int64_t j0) {
+  fa_load_async<D>(rows, FA_COLS, k, a, bi, a.K, g, j0);
+  fa_load_async<D>(rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
+  kc_cp_async_commit();
 }
 
 /* The warp's 16 rows of staged rows (from row 16 * warp) as nd operand
@@ -459,32 +490,42 @@ __device__ __forceinline__ int64_t fa_key_tiles(const Att &a, int64_t i0) {
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_fwd_kernel(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, Att a, float *lse) {
-  __shared__ FaShared<D> sh;
+  KC_DYNAMIC_SHARED(raw);
+  FaShared<D> &sh = *(FaShared<D> *)raw;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nd = (int)(a.d / 16);
   int64_t h = blockIdx.y, bi = blockIdx.z, g = h / a.group;
   int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS, iw = i0 + 16 * warp;
   int64_t i = iw + lane / 2; /* the row of this lane's statistics */
   FaWarp &w = sh.w[warp];
   FragA qf[D / 16];
-  fa_own_rows<D>(qf, nd, sh.rows, q, a, bi, a.H, h, i0);
+  fa_own_rows<D>(qf, nd, sh.rows[0], q, a, bi, a.H, h, i0);
   FragC o[D / 16], ridx;
   fa_zero<D>(o);
   fa_row_index(ridx, w);
   float m = -INFINITY, l = 0;
-  for (int64_t kt = 0; kt < fa_key_tiles(a, i0); kt++) {
+  int64_t nt = fa_key_tiles(a, i0);
+  __syncthreads(); /* every warp holds its q fragments: buffer 0 is free */
+  fa_tile_async<D>(sh.rows[0], k, v, a, bi, g, 0);
+  for (int64_t kt = 0; kt < nt; kt++) {
     int64_t j0 = kt * FA_COLS;
-    __syncthreads(); /* every warp is done with the previous tile */
-    fa_load<D>(sh.rows, FA_COLS, k, a, bi, a.K, g, j0);
-    fa_load<D>(sh.rows + FA_COLS, FA_COLS, v, a, bi, a.K, g, j0);
-    __syncthreads();
-    if (a.causal && j0 > iw + 15) continue; /* the warp's rows see none of these keys */
-    fa_products<D>(w.s, qf, nd, sh.rows);
-    float alpha = fa_online(w, a, i, j0, m, l, true);
-    if (lane % 2 == 0) w.row[lane / 2] = alpha;
-    __syncwarp();
-    fa_scale_rows<D>(o, nd, ridx, w);
-    fa_accumulate<D>(o, nd, w.p, sh.rows + FA_COLS);
+    bf16(*rows)[D + FA_PAD] = sh.rows[kt % 2];
+    /* The next tile's copies go out before this one is used; the last
+     * round commits an empty group, so that one wait fits every round. */
+    if (kt + 1 < nt) fa_tile_async<D>(sh.rows[(kt + 1) % 2], k, v, a, bi, g, j0 + FA_COLS);
+    else kc_cp_async_commit();
+    kc_cp_async_wait<1>(); /* this thread's copies of tile kt have landed, */
+    __syncthreads();       /* and every thread's */
+    if (!a.causal || j0 <= iw + 15) { /* else the warp's rows see none of these keys */
+      fa_products<D>(w.s, qf, nd, rows);
+      float alpha = fa_online(w, a, i, j0, m, l, true);
+      if (lane % 2 == 0) w.row[lane / 2] = alpha;
+      __syncwarp();
+      fa_scale_rows<D>(o, nd, ridx, w);
+      fa_accumulate<D>(o, nd, w.p, rows + FA_COLS);
+    }
+    __syncthreads(); /* every warp is done with tile kt before its buffer is refilled */
   }
+  kc_cp_async_wait<0>();
   __syncwarp(); /* every lane is done with the last tile's factors */
   if (lane % 2 == 0) w.row[lane / 2] = l > 0 ? 1.0f / l : 0.0f;
   __syncwarp();
@@ -548,16 +589,18 @@ __device__ void fa_grad_tile(FaWarp &w, const Att &a, int64_t j0, int64_t i0, co
 static_assert(FB_KEYS == FA_COLS, "under the causal mask every warp of a visited tile pair has "
                                   "visible pairs: no warp skips the block's barriers");
 
-/* A block's shared memory: a query tile's q and dy (first v's rows, to
- * stage them into fragments), the key tile (dq's B operand), the warps'
- * scratch and the query tile's statistics. */
+/* A block's shared memory (dynamic): two buffers of a query tile's q and
+ * dy and its statistics, the next tile's copies (cp.async) in flight
+ * while the current one is used (the first buffer stages v's rows into
+ * fragments before), the key tile (dq's B operand) and the warps'
+ * scratch: 58.5 KB at d = 128, allowed by cudaFuncSetAttribute (fa_bwd). */
 template <int D> struct alignas(32) FbShared {
-  bf16 rows[2 * FA_COLS][D + FA_PAD];
+  bf16 rows[2][2 * FA_COLS][D + FA_PAD];
   bf16 keys[FB_KEYS][D + FA_PAD];
   FaWarp w[FB_WARPS];
-  float lse[FA_COLS], dsum[FA_COLS];
+  float lse[2][FA_COLS], dsum[2][FA_COLS];
 };
-static_assert(sizeof(FbShared<128>) <= 48 * 1024, "static shared memory of a block");
+static_assert(sizeof(FbShared<128>) <= 227 * 1024, "dynamic shared memory of a block on sm_90");
 static_assert(sizeof(bf16[FB_KEYS][128 + FA_PAD]) % 32 == 0, "fragment pointers stay 32-byte aligned");
 
 /* Rows of each (batch row, head) in dq's partial sums. */
@@ -589,13 +632,32 @@ __device__ void fb_dq_add(float *dst, int nd, const FbShared<D> &sh, int64_t d, 
   }
 }
 
+/* Query tile i0 of head h into buffer buf: q and dy through cp.async (one
+ * group), the statistics lse and sum(dy y) by plain stores, published by
+ * the same barrier after the wait. */
+template <int D>
+__device__ void fb_tile_async(FbShared<D> &sh, int buf, const bf16 *q, const bf16 *dy,
+                              const float *lse, const float *dsum, const Att &a, int64_t bi,
+                              int64_t h, int64_t i0) {
+  fa_load_async<D>(sh.rows[buf], FA_COLS, q, a, bi, a.H, h, i0);
+  fa_load_async<D>(sh.rows[buf] + FA_COLS, FA_COLS, dy, a, bi, a.H, h, i0);
+  kc_cp_async_commit();
+  for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
+    int64_t stat = (bi * a.H + h) * a.s + i0 + c;
+    KC_ASSERT(i0 + c >= a.s || stat < a.b * a.H * a.s);
+    sh.lse[buf][c] = i0 + c < a.s ? lse[stat] : 0.0f;
+    sh.dsum[buf][c] = i0 + c < a.s ? dsum[stat] : 0.0f;
+  }
+}
+
 /* Block (split, kv head, batch row); dqp is the split's partial sums,
  * [FB_SPLITS][b][H][fb_rows(s)][d]. */
 template <int D>
 __global__ void __launch_bounds__(FB_THREADS)
     fa_bwd_kernel(bf16 *dk, bf16 *dv, float *dqp, const bf16 *q, const bf16 *k, const bf16 *v,
                   const bf16 *dy, Att a, const float *lse, const float *dsum) {
-  __shared__ FbShared<D> sh;
+  KC_DYNAMIC_SHARED(raw);
+  FbShared<D> &sh = *(FbShared<D> *)raw;
   int warp = threadIdx.x / 32, nd = (int)(a.d / 16);
   int64_t g = blockIdx.y, bi = blockIdx.z, rows = fb_rows(a.s);
   int64_t qtiles = (a.s + FA_COLS - 1) / FA_COLS, ktiles = (a.s + FB_KEYS - 1) / FB_KEYS;
@@ -606,36 +668,38 @@ __global__ void __launch_bounds__(FB_THREADS)
     FragC dkacc[D / 16], dvacc[D / 16];
     __syncthreads(); /* every warp is done with the previous key tile */
     fa_load<D>(sh.keys, FB_KEYS, k, a, bi, a.K, g, j0);
-    fa_load<D>(sh.rows, FB_KEYS, v, a, bi, a.K, g, j0);
+    fa_load<D>(sh.rows[0], FB_KEYS, v, a, bi, a.K, g, j0);
     __syncthreads();
     fa_frags<D>(kf, nd, sh.keys);
-    fa_frags<D>(vf, nd, sh.rows);
+    fa_frags<D>(vf, nd, sh.rows[0]);
     fa_zero<D>(dkacc);
     fa_zero<D>(dvacc);
-    for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
+    /* The (head, query tile) pairs the key tile visits, heads outer, as
+     * one sequence: pair it + 1's copies fly while pair it is used. */
+    int64_t q0 = a.causal ? j0 / FA_COLS : 0, per = qtiles - q0, pairs = a.group * per;
+    __syncthreads(); /* every warp holds v's fragments: buffer 0 is free */
+    fb_tile_async<D>(sh, 0, q, dy, lse, dsum, a, bi, g * a.group, q0 * FA_COLS);
+    for (int64_t it = 0; it < pairs; it++) {
+      int buf = (int)(it % 2);
+      int64_t h = g * a.group + it / per, i0 = (q0 + it % per) * FA_COLS;
       float *part = dqp + ((blockIdx.x * a.b + bi) * a.H + h) * rows * a.d;
-      for (int64_t qt = a.causal ? j0 / FA_COLS : 0; qt < qtiles; qt++) {
-        int64_t i0 = qt * FA_COLS;
-        __syncthreads(); /* done with the last tile's rows and dS (and v's staging) */
-        fa_load<D>(sh.rows, FA_COLS, q, a, bi, a.H, h, i0);
-        fa_load<D>(sh.rows + FA_COLS, FA_COLS, dy, a, bi, a.H, h, i0);
-        for (int c = threadIdx.x; c < FA_COLS; c += blockDim.x) {
-          int64_t stat = (bi * a.H + h) * a.s + i0 + c;
-          KC_ASSERT(i0 + c >= a.s || stat < a.b * a.H * a.s);
-          sh.lse[c] = i0 + c < a.s ? lse[stat] : 0.0f;
-          sh.dsum[c] = i0 + c < a.s ? dsum[stat] : 0.0f;
-        }
-        __syncthreads();
-        fa_products<D>(w.s, kf, nd, sh.rows);
-        fa_products<D>(w.t, vf, nd, sh.rows + FA_COLS);
-        fa_grad_tile(w, a, jw, i0, sh.lse, sh.dsum);
-        fa_accumulate<D>(dvacc, nd, w.p, sh.rows + FA_COLS);
-        fa_accumulate<D>(dkacc, nd, w.ds, sh.rows);
-        __syncthreads(); /* every warp's dS^T is written */
-        KC_ASSERT((part - dqp) + (i0 + FA_COLS) * a.d <= FB_SPLITS * a.b * a.H * rows * a.d);
-        fb_dq_add<D>(part + i0 * a.d, nd, sh, a.d, kt == (int64_t)blockIdx.x);
-      }
+      /* The last round commits an empty group, so that one wait fits all. */
+      if (it + 1 < pairs)
+        fb_tile_async<D>(sh, 1 - buf, q, dy, lse, dsum, a, bi, g * a.group + (it + 1) / per,
+                         (q0 + (it + 1) % per) * FA_COLS);
+      else kc_cp_async_commit();
+      kc_cp_async_wait<1>(); /* this thread's copies of pair it have landed; */
+      __syncthreads(); /* every thread's, and every warp is done with the last dS */
+      fa_products<D>(w.s, kf, nd, sh.rows[buf]);
+      fa_products<D>(w.t, vf, nd, sh.rows[buf] + FA_COLS);
+      fa_grad_tile(w, a, jw, i0, sh.lse[buf], sh.dsum[buf]);
+      fa_accumulate<D>(dvacc, nd, w.p, sh.rows[buf] + FA_COLS);
+      fa_accumulate<D>(dkacc, nd, w.ds, sh.rows[buf]);
+      __syncthreads(); /* every warp's dS^T is written, and buffer buf is read */
+      KC_ASSERT((part - dqp) + (i0 + FA_COLS) * a.d <= FB_SPLITS * a.b * a.H * rows * a.d);
+      fb_dq_add<D>(part + i0 * a.d, nd, sh, a.d, kt == (int64_t)blockIdx.x);
     }
+    kc_cp_async_wait<0>();
     fa_store<D>(dk, dkacc, nd, w, a, bi, a.K, g, jw);
     fa_store<D>(dv, dvacc, nd, w, a, bi, a.K, g, jw);
   }
@@ -690,9 +754,20 @@ static dim3 fa_grid(const Att &a, int64_t heads) {
   return dim3((unsigned)((a.s + FA_ROWS - 1) / FA_ROWS), (unsigned)heads, (unsigned)a.b);
 }
 
+/* A kernel instance's dynamic shared memory above 48 KB, allowed once
+ * (the attribute stays with the function). */
+template <typename K> static void fa_allow_shared(K *kernel, int bytes, bool &allowed) {
+  if (!allowed) KC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  allowed = true;
+}
+
 template <int D>
 static void fa_fwd(bf16 *y, const bf16 *q, const bf16 *k, const bf16 *v, const Att &a, float *lse) {
-  KC_LAUNCH(fa_grid(a, a.H), FA_THREADS, 0, kc_stream(), fa_fwd_kernel<D>)(y, q, k, v, a, lse);
+  const int bytes = (int)sizeof(FaShared<D>);
+  static bool allowed;
+  fa_allow_shared(fa_fwd_kernel<D>, bytes, allowed);
+  KC_LAUNCH_FN(fa_grid(a, a.H), FA_THREADS, bytes, kc_stream(), fa_fwd_kernel<D>)(y, q, k, v, a,
+                                                                                lse);
   KC_LAUNCHED();
 }
 
@@ -707,8 +782,11 @@ template <int D>
 static void fa_bwd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dy, const bf16 *q, const bf16 *k,
                    const bf16 *v, const Att &a, const float *lse, const float *dsum, float *dqp) {
   dim3 grid(FB_SPLITS, (unsigned)a.K, (unsigned)a.b);
-  KC_LAUNCH(grid, FB_THREADS, 0, kc_stream(), fa_bwd_kernel<D>)(dk, dv, dqp, q, k, v, dy, a, lse,
-                                                                 dsum);
+  const int bytes = (int)sizeof(FbShared<D>);
+  static bool allowed;
+  fa_allow_shared(fa_bwd_kernel<D>, bytes, allowed);
+  KC_LAUNCH_FN(grid, FB_THREADS, bytes, kc_stream(), fa_bwd_kernel<D>)(dk, dv, dqp, q, k, v, dy, a,
+                                                                      lse, dsum);
   KC_LAUNCHED();
   int64_t n = a.b * a.s * a.H * a.d;
   KC_LAUNCH(KC_GRID(n), fb_dq_sum_kernel)(dq, dqp, a);

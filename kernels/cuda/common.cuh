@@ -152,6 +152,37 @@ template <typename A> __device__ __forceinline__ A kc_warp_sum(A v) {
 #endif
 static inline bool kc_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* A kernel's dynamic shared memory (the launch's third argument), as
+ * bytes aligned for 16-byte accesses. Above 48 KB the kernel must be
+ * allowed it first (cudaFuncSetAttribute, MaxDynamicSharedMemorySize)
+ * and launched with KC_LAUNCH_FN; the emulator refuses otherwise, as the
+ * hardware does. */
+#ifdef SHARD_CUDA_EMU
+#define KC_DYNAMIC_SHARED(name) unsigned char *name = kc_emu::dynamic_shared()
+#else
+#define KC_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
+/* Asynchronous copies of 16 bytes from global into shared memory
+ * (cp.async, sm_80 on): issued, committed as a group, and waited for
+ * until at most N groups are still in flight; a barrier after the wait
+ * publishes them to the block. Both addresses 16-byte aligned. The
+ * emulator lands a copy only at its wait. */
+#ifdef SHARD_CUDA_EMU
+#define kc_cp_async16(dst, src) kc_emu::cp_async16((dst), (src), __FILE__, __LINE__)
+__device__ __forceinline__ void kc_cp_async_commit() { kc_emu::cp_async_commit(); }
+template <int N> __device__ __forceinline__ void kc_cp_async_wait() { kc_emu::cp_async_wait(N); }
+#else
+__device__ __forceinline__ void kc_cp_async16(void *dst, const void *src) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+}
+__device__ __forceinline__ void kc_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void kc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#endif
+
 template <typename T, int V>
 __device__ __forceinline__ void kc_ldv(const T *p, int64_t c, float *o) {
   if (V == 1) {

@@ -19,8 +19,15 @@
 #define KC_LAUNCH_(grid, block, shared, stream, ...)                                   \
   (kc_emu::Launch((grid), (block), (shared), (stream), #__VA_ARGS__, __FILE__, __LINE__) % \
    [](auto... kc_emu_args_) { __VA_ARGS__(kc_emu_args_...); })
+/* The launch of one function (a template's instance named in full) whose
+ * attributes the launch obeys: more than 48 KB of dynamic shared memory
+ * needs cudaFuncSetAttribute on that function first. */
+#define KC_LAUNCH_FN(grid, block, shared, stream, fn)                                           \
+  (kc_emu::Launch((grid), (block), (shared), (stream), #fn, __FILE__, __LINE__, (const void *)&(fn)) % \
+   [](auto... kc_emu_args_) { fn(kc_emu_args_...); })
 #else
 #define KC_LAUNCH_(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
+#define KC_LAUNCH_FN(grid, block, shared, stream, fn) fn<<<grid, block, shared, stream>>>
 #endif
 
 #endif

@@ -33,12 +33,18 @@
  * streams keep a receive that waits for a later stage from holding up
  * the tensor-parallel all-reduces behind it, which on one stream could
  * close a cycle between stages that MPI's independent requests never
- * form. A wait (and every blocking call) waits on the host for the
- * operation's event, polling ncclCommGetAsyncError on every communicator
- * meanwhile: once it returns, the result is in device memory and whatever
- * the compute stream runs next sees it. (The device layer allocates and
- * frees stream-ordered, cudaMallocAsync: a cudaFree would wait for every
- * stream of the device, an NCCL receive in flight included.)
+ * form. A wait, and every blocking call, is ordered on the device, not
+ * on the host: the compute stream waits (cudaStreamWaitEvent) for the
+ * operation's event, so whatever the compute stream runs next sees the
+ * result, and the host goes on queueing the step. The host waits only
+ * where a value must reach it (the step's loss, the norms' sums, a
+ * staged copy), and those reads are on the compute stream, after the
+ * collectives they depend on. rt_comm_test still asks on the host
+ * whether the event has passed, polling ncclCommGetAsyncError on every
+ * communicator meanwhile. (The device layer allocates and frees
+ * stream-ordered, cudaMallocAsync: a cudaFree would wait for every stream
+ * of the device, an NCCL receive in flight included; a buffer freed after
+ * a wait is freed after the operation on the compute stream's order.)
  *
  * Point to point. comm.h has no tags and matches messages in posting
  * order, which is NCCL's rule. Sends and receives posted one after the
@@ -72,9 +78,11 @@
  * the MPI core does (rt_mpi_fatal: the launcher ends the job under `shardc
  * run`, MPI_Abort otherwise). A rank that stops answering without an error
  * is the watchdog's (watchdog.c): every NCCL call that may wait for peers
- * (an operation, a group's end: connections are made at first use) and
- * every wait report what they wait for, and the launcher or --timeout ends
- * the job. NCCL cannot check a received message's
+ * (an operation, a group's end: connections are made at first use)
+ * reports what it waits for, and the launcher or --timeout ends the job.
+ * A wait no longer stops the host, so an operation that never completes
+ * on the device holds up the step's next host wait (the loss read back)
+ * instead, which --timeout ends the same way. NCCL cannot check a received message's
  * length: a mismatch between two ranks' programs shows as wrong data or a
  * hang (the MPI backend reports it). */
 #include "comm.h"
@@ -396,11 +404,14 @@ static int passed(RtCommReq *r) {
   return 0;
 }
 
+/* The compute stream waits for r's operation; the host does not. The
+ * event may be destroyed once the wait is queued (CUDA keeps what a
+ * queued wait needs). Asynchronous errors are still polled, as any
+ * other call of this backend does, without waiting. */
 static void wait_nccl(RtCommReq *r) {
-  rt_wd_comm(r->what, r->comm);
-  const struct timespec pause = {0, 20000}; /* 20 us between looks */
-  while (!passed(r)) nanosleep(&pause, NULL);
-  rt_wd_comm_done();
+  if (r->pending) flush();
+  CUDA_CHECK(cudaStreamWaitEvent(k_cuda_stream(), r->done, 0));
+  poll_async();
   req_free(r);
 }
 

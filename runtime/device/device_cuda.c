@@ -14,9 +14,10 @@
  * checkpoint loaded, the initial weights, SGD, and with ZeRO-1 the
  * all-gather of the other replicas' updated fp32 shards, rt_dev_written)
  * marks it stale, so it is cast afresh, whole, before its next use.
- * The optimizer's and the norms' small tables of runs live in device
- * buffers that grow to the largest call seen and are then reused, so after
- * the first step nothing is allocated. */
+ * The optimizer's and the norms' small tables of runs are uploaded once
+ * and kept (RUNS_KEPT of them): a step asks for the same few tables every
+ * time, so after the first step neither an allocation nor a host wait is
+ * needed for them. */
 #include "device.h"
 
 #include <cuda_runtime_api.h>
@@ -40,9 +41,7 @@ static void check(cudaError_t err, const char *call, const char *file, int line)
 static struct {
   int ready;
   cudaStream_t stream;
-  /* Device copies of the run tables and of the sums of squares. */
-  KcRun *runs;
-  int64_t runs_cap;
+  /* The run tables on the device (runs_kept), and the sums of squares. */
   double *sums;
   int64_t sums_cap;
   /* Host staging of the run tables. */
@@ -403,22 +402,43 @@ static KcRun *host_runs(int64_t n) {
   return dev.host_runs;
 }
 
-/* The n runs of host_runs() on the device, their `at` filled in; returns
- * the total number of elements. The device buffer grows only when a call
- * needs more runs than any before it. */
-static int64_t upload_runs(int64_t n) {
-  int64_t total = 0;
+/* Tables of runs kept on the device, each with its host copy. A step
+ * uses one for the optimizer, one for the gradient norm and one for the
+ * finiteness checks (more with ZeRO-1's ranges); 8 leave room. */
+#define RUNS_KEPT 8
+static struct KeptRuns {
+  KcRun *host, *dev;
+  int64_t n;
+} runs_kept[RUNS_KEPT];
+static int runs_next; /* the entry a new table replaces, in turn */
+
+/* The n runs of host_runs() on the device, their `at` filled in, and the
+ * total number of elements in *total. A table seen before is the device
+ * copy kept of it: no copy and no host wait. A new one replaces the
+ * oldest kept table; its upload waits for the stream, so that no kernel
+ * queued earlier still reads the table it overwrites. */
+static const KcRun *upload_runs(int64_t n, int64_t *total) {
+  *total = 0;
   for (int64_t i = 0; i < n; i++) {
-    dev.host_runs[i].at = total;
-    total += dev.host_runs[i].n;
+    dev.host_runs[i].at = *total;
+    *total += dev.host_runs[i].n;
   }
-  if (n > dev.runs_cap) {
-    rt_dev_free(dev.runs);
-    dev.runs = rt_dev_alloc(n * (int64_t)sizeof(KcRun), "the optimizer's table of runs");
-    dev.runs_cap = n;
+  size_t bytes = (size_t)n * sizeof(KcRun);
+  for (int k = 0; k < RUNS_KEPT; k++)
+    if (runs_kept[k].dev && runs_kept[k].n == n && memcmp(runs_kept[k].host, dev.host_runs, bytes) == 0)
+      return runs_kept[k].dev;
+  struct KeptRuns *e = &runs_kept[runs_next];
+  runs_next = (runs_next + 1) % RUNS_KEPT;
+  if (n > e->n || !e->dev) {
+    rt_dev_free(e->dev);
+    free(e->host);
+    e->dev = rt_dev_alloc((int64_t)(bytes ? bytes : 1), "a table of runs of the optimizer or norms");
+    e->host = rt_xmalloc(bytes ? bytes : 1);
   }
-  rt_dev_from_host(dev.runs, dev.host_runs, n * (int64_t)sizeof(KcRun));
-  return total;
+  e->n = n;
+  memcpy(e->host, dev.host_runs, bytes);
+  rt_dev_from_host(e->dev, e->host, (int64_t)bytes);
+  return e->dev;
 }
 
 static KcRun run_of(int64_t w, int64_t s, int64_t n, int decay) {
@@ -432,14 +452,15 @@ static KcRun run_of(int64_t w, int64_t s, int64_t n, int decay) {
  * updated weights' bf16 copy as it goes (when the masters have one that is
  * not stale); SGD leaves it to be cast before its next use. */
 static void update(int64_t n, real *w, const real *g, real *mom, real *vel, const RtDevOpt *o) {
-  int64_t total = upload_runs(n);
+  int64_t total;
+  const KcRun *runs = upload_runs(n, &total);
   if (o->adamw) {
     KcAdamW h = {o->grad_scale, o->decay, o->beta1, o->beta2, o->eps, o->step_size, o->bc2_sqrt};
     kc_bf16 *copy = dev.copy && !dev.stale && w == dev.master ? dev.copy : NULL;
-    k_cuda_adamw_runs(w, g, mom, vel, copy, dev.runs, n, total, &h);
+    k_cuda_adamw_runs(w, g, mom, vel, copy, runs, n, total, &h);
     if (!copy) wrote(w, dev.master_n * (int64_t)sizeof(real));
   } else {
-    k_cuda_sgd_runs(w, g, dev.runs, n, total, o->decay, o->lr, o->grad_scale);
+    k_cuda_sgd_runs(w, g, runs, n, total, o->decay, o->lr, o->grad_scale);
     wrote(w, dev.master_n * (int64_t)sizeof(real));
   }
 }
@@ -494,14 +515,15 @@ static void sum_squares(const real *x, int64_t n, double *out) {
     t[np + i] = run_of(first, first, p - first, 0);
   }
   free(runs);
-  upload_runs(np + n);
+  int64_t total;
+  const KcRun *table = upload_runs(np + n, &total);
   if (np + n > dev.sums_cap) {
     rt_dev_free(dev.sums);
     dev.sums = rt_dev_alloc((np + n) * (int64_t)sizeof(double), "the sums of squares");
     dev.sums_cap = np + n;
   }
-  k_cuda_sum_squares_runs(dev.sums, x, dev.runs, np);
-  k_cuda_sum_groups(dev.sums + np, dev.sums, dev.runs + np, n);
+  k_cuda_sum_squares_runs(dev.sums, x, table, np);
+  k_cuda_sum_groups(dev.sums + np, dev.sums, table + np, n);
   rt_dev_to_host(out, dev.sums + np, n * (int64_t)sizeof(double));
 }
 

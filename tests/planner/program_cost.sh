@@ -9,6 +9,8 @@
 #   no hook of the code generators recorded), for GPT-2, LLaMA (rmsnorm,
 #   rope, SwiGLU), t = 2 (collectives, vocabulary-parallel loss) and p = 2
 #   (a program per stage);
+# - the collectives are no host waits: t = 2 in bf16 counts as many host
+#   synchronisations a step as one rank;
 # - an elementwise run's bytes are those its generated kernel moves: the
 #   residual add of GPT-2 medium in bf16 reads two [16, 1024, 1024] bf16
 #   tensors and writes one, 2 bytes each;
@@ -145,6 +147,12 @@ if compile cuda_gpt2 cuda gpt2.shard $DEMO; then
     -D kv_heads=2 -D ffn=128 -D vocab=128 --precision bf16 && check cuda_llama h100
   if compile cuda_tp2 cuda gpt2.shard $DEMO --tp 2 --precision bf16; then
     check cuda_tp2 h200
+    # The collectives are ordered on the device (runtime/comm/comm_nccl.c):
+    # two ranks wait on the host as often a step as one does.
+    syncs() { python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["host_syncs_per_step"]))' "$1"; }
+    s1=$(syncs cuda_bf16.json) s2=$(syncs cuda_tp2.json)
+    echo "host synchronisations a step: $s1 at t = 1, $s2 at t = 2"
+    [ "$s1" = "$s2" ] || fail "t = 2 waits on the host $s2 times a step, one rank $s1"
   elif grep -q "NCCL" cuda_tp2.log; then
     echo "cuda_tp2: this shardc has no NCCL backend: the program of two ranks is not checked"
   else

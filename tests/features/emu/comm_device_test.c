@@ -14,7 +14,14 @@
  *   comm_device_test nccl_fail R   rank R fails (rt_comm_fatal)
  *   comm_device_test nccl_exit R   rank R exits(1) without a word
  *   comm_device_test nccl_hang R   rank R stops answering; the others'
- *                                  watchdog (--timeout 2) ends them */
+ *                                  watchdog (--timeout 2) ends them
+ * and the order between streams (the blocking calls and waits order the
+ * compute stream after NCCL's, the host does not wait):
+ *   comm_device_test nccl_order    a copy on the compute stream after a
+ *                                  blocking all-reduce and after a wait
+ *                                  reads the sum; one after a non-blocking
+ *                                  all-reduce not waited for is refused
+ *                                  by the emulator, as it races on a GPU */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -46,6 +53,7 @@ static void dev_free(void *p) {
 #undef free
 #undef main
 
+#include "kernels_cuda.h"
 #include "watchdog.h"
 
 /* The test has not checked the NCCL path unless its operations took it. */
@@ -76,6 +84,36 @@ static int nccl_failure(const char *mode, int who) {
   return 0;
 }
 
+/* Each rank adds (rank + 1): the sum is n (n + 1) / 2 everywhere. */
+static int nccl_order(void) {
+  RtComms *cs = rt_comms_new((RtMesh){nworld, 1, 1});
+  RtComm *t = cs->axis[RT_AXIS_TENSOR];
+  float *x = dev_calloc(1000, sizeof *x), h[1000], want = (float)(nworld * (nworld + 1) / 2);
+  cudaStream_t compute = k_cuda_stream();
+  for (int way = 0; way < 3; way++) {
+    for (int i = 0; i < 1000; i++) h[i] = (float)(me + 1);
+    cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, compute);
+    RtCommReq *r = NULL;
+    if (way == 0) rt_comm_allreduce(t, x, x, 1000, RT_COMM_F32, RT_COMM_SUM);
+    else r = rt_comm_iallreduce(t, x, x, 1000, RT_COMM_F32, RT_COMM_SUM);
+    if (way == 1) rt_comm_wait(r);
+    if (way == 2 && me == 0)
+      fprintf(stderr, "rank 0: reading a non-blocking all-reduce's sum before its wait\n");
+    cudaMemcpyAsync(h, x, sizeof h, cudaMemcpyDeviceToHost, compute);
+    cudaStreamSynchronize(compute);
+    if (me == 0)
+      printf("  %s: sum %g (want %g)\n", way == 0 ? "blocking all-reduce, then a copy" :
+             way == 1 ? "non-blocking all-reduce, wait, then a copy" : "no wait", h[0], want);
+    if (h[0] != want || h[999] != want) {
+      fprintf(stderr, "rank %d: the sum is %g, not %g\n", me, h[0], want);
+      return 1;
+    }
+    if (way == 2) rt_comm_wait(r);
+  }
+  fprintf(stderr, "rank %d: the copy before the wait was not refused\n", me);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "check";
   if (!strcmp(mode, "check")) atexit(report_nccl);
@@ -84,7 +122,8 @@ int main(int argc, char **argv) {
   me = rt_comm_world_rank();
   nworld = rt_comm_world_size();
   if (nworld < 2) rt_comm_fatal("comm_device_test %s needs at least 2 ranks", mode);
-  int rc = nccl_failure(mode, argc > 2 ? atoi(argv[2]) % nworld : 1);
+  int rc = !strcmp(mode, "nccl_order") ? nccl_order()
+                                        : nccl_failure(mode, argc > 2 ? atoi(argv[2]) % nworld : 1);
   rt_comm_finalize();
   return rc;
 }

@@ -82,6 +82,10 @@ struct Fiber {
   uint64_t value, result;
   int arg, width;
   char *stack;
+  /* cp.async: copies issued and not yet landed, and the sizes of the
+   * committed groups among them, oldest first (cp_async_*). */
+  std::vector<std::pair<void *, uint4>> copies;
+  std::vector<size_t> groups;
 #ifdef KC_EMU_USE_UCONTEXT
   ucontext_t ctx;
 #else
@@ -234,6 +238,10 @@ void fiber_main() {
   __sanitizer_finish_switch_fiber(nullptr, &B.main_bottom, &B.main_size);
 #endif
   (*B.body)();
+  if (!B.cur->copies.empty())
+    die("%s: thread (%u,%u,%u) exits with %zu cp.async copies it never waited for "
+        "(cp.async.wait_group)", where(), B.cur->t.idx.x, B.cur->t.idx.y, B.cur->t.idx.z,
+        B.cur->copies.size());
   B.cur->state = DONE;
   to_scheduler(true);
   die("a finished fiber was resumed");
@@ -303,11 +311,28 @@ void start(Fiber *f, int i) {
 #endif
 }
 
+/* Dynamic shared memory: a launch may ask for DYN_DEFAULT bytes, or for
+ * what cudaFuncSetAttribute allowed its kernel, at most DYN_OPTIN (the
+ * opt-in limit of cudaGetDeviceProperties' sharedMemPerBlockOptin:
+ * 227 KB a block on Hopper). */
+#define DYN_DEFAULT ((size_t)48 * 1024)
+#define DYN_OPTIN ((size_t)227 * 1024)
+std::vector<std::pair<const void *, size_t>> dyn_limits; /* (kernel, bytes) */
+std::vector<unsigned char> dyn_store;                   /* the running block's, */
+unsigned char *dyn_shared;                              /* from a 128-byte boundary */
+size_t dyn_bytes;
+
+size_t dyn_limit(const void *fn) {
+  for (auto &l : dyn_limits)
+    if (fn && l.first == fn) return l.second;
+  return DYN_DEFAULT;
+}
+
 bool config_ok(const Config &c) {
   uint64_t threads = (uint64_t)c.block.x * c.block.y * c.block.z;
   return threads >= 1 && threads <= 1024 && c.block.x <= 1024 && c.block.y <= 1024 &&
          c.block.z <= 64 && c.grid.x >= 1 && c.grid.x <= 0x7fffffffu && c.grid.y >= 1 &&
-         c.grid.y <= 65535 && c.grid.z >= 1 && c.grid.z <= 65535 && c.shared <= 48 * 1024;
+         c.grid.y <= 65535 && c.grid.z >= 1 && c.grid.z <= 65535 && c.shared <= dyn_limit(c.fn);
 }
 
 /* The result of collective op for lane `lane` of warp w's fibers. */
@@ -393,6 +418,7 @@ void release_block() {
 void run_block() {
   uintptr_t lo = (uintptr_t)__start_kc_emu_shared, hi = (uintptr_t)__stop_kc_emu_shared;
   if (hi > lo) memset((void *)lo, 0xff, hi - lo);
+  if (dyn_bytes) memset(dyn_shared, 0xff, dyn_bytes);
   const dim3 &bd = B.c->block;
   for (int i = 0; i < B.n; i++) {
     Fiber &f = B.f[i];
@@ -402,6 +428,8 @@ void run_block() {
     f.state = RUN;
     f.file = "";
     f.line = 0;
+    f.copies.clear();
+    f.groups.clear();
     start(&f, i);
   }
   int live = B.n;
@@ -426,6 +454,10 @@ void run_block() {
 
 void run_grid(const Config &c, const std::function<void()> &body) {
   B.c = &c;
+  /* Aligned as the hardware's window is, for the 32-byte fragment loads. */
+  dyn_store.assign(c.shared + 128, 0xff);
+  dyn_shared = dyn_store.data() + (128 - (uintptr_t)dyn_store.data() % 128) % 128;
+  dyn_bytes = c.shared;
   B.body = &body;
   B.n = (int)(c.block.x * c.block.y * c.block.z);
   B.f.resize((size_t)B.n);
@@ -499,12 +531,50 @@ unsigned active_mask() {
 
 cudaError_t set_last_error(cudaError_t e);
 
+unsigned char *dynamic_shared() {
+  if (!in_kernel()) die("dynamic shared memory asked for outside a kernel");
+  return dyn_shared;
+}
+
+/* cp.async: the 16 bytes are read now and land in shared memory only when
+ * the thread waits for their group, the latest the hardware may land
+ * them, so that a read before the wait (or before the barrier that
+ * publishes other threads' copies) sees the NaN bytes of unwritten
+ * shared memory. Both addresses must be 16-byte aligned, as on the
+ * hardware. */
+void cp_async16(void *dst, const void *src, const char *file, int line) {
+  if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+    die("%s:%d: cp.async of 16 bytes from %p to %p: misaligned address", file, line, src, dst);
+  uint4 v;
+  memcpy(&v, src, sizeof v);
+  B.cur->copies.push_back({dst, v});
+}
+
+void cp_async_commit() {
+  size_t before = 0;
+  for (size_t g : B.cur->groups) before += g;
+  B.cur->groups.push_back(B.cur->copies.size() - before);
+}
+
+/* All but the newest n committed groups land (cp.async.wait_group n). */
+void cp_async_wait(int n) {
+  Fiber *f = B.cur;
+  size_t land = 0;
+  while (f->groups.size() > (size_t)n) {
+    land += f->groups.front();
+    f->groups.erase(f->groups.begin());
+  }
+  for (size_t i = 0; i < land; i++) memcpy(f->copies[i].first, &f->copies[i].second, sizeof(uint4));
+  f->copies.erase(f->copies.begin(), f->copies.begin() + (long)land);
+}
+
 void launch(const Config &c, std::function<void()> body) {
   if (in_kernel()) die("kernel %s launched from inside a kernel (dynamic parallelism)", c.kernel);
   if (!config_ok(c)) {
-    note("launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of shared memory: "
-         "invalid configuration", c.kernel, c.file, c.line, c.grid.x, c.grid.y, c.grid.z,
-         c.block.x, c.block.y, c.block.z, c.shared);
+    note("launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of shared memory "
+         "(at most %zu for this kernel): invalid configuration", c.kernel, c.file, c.line,
+         c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared,
+         dyn_limit(c.fn));
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
@@ -514,3 +584,22 @@ void launch(const Config &c, std::function<void()> body) {
 }
 
 } // namespace kc_emu
+
+/* The hardware refuses a limit above the opt-in one (cudaErrorInvalidValue)
+ * and leaves the kernel's as it was. */
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                            int value) {
+  using namespace kc_emu;
+  if (!func) return set_last_error(cudaErrorInvalidValue);
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
+    return value >= -1 && value <= 100 ? cudaSuccess : set_last_error(cudaErrorInvalidValue);
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > DYN_OPTIN) {
+    note("cudaFuncSetAttribute: %d bytes of dynamic shared memory, above the device's %zu: "
+         "invalid value", value, DYN_OPTIN);
+    return set_last_error(cudaErrorInvalidValue);
+  }
+  for (auto &l : dyn_limits)
+    if (l.first == func) return l.second = (size_t)value, cudaSuccess;
+  dyn_limits.push_back({func, (size_t)value});
+  return cudaSuccess;
+}

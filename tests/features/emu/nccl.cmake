@@ -62,8 +62,14 @@ if(TARGET shard_nccl_emu AND TARGET shard_kernels_cuda_emu)
            ${EMU_PROG} nccl_hang 3)
   add_test(NAME emu/comm_nccl_fail_world COMMAND ${EMU_FAIL} 4
            "shardc: error: rank 2: injected failure, on purpose" ${EMU_PROG} fail 2)
+  # The compute stream reads an NCCL result only after waiting for it: a
+  # blocking call or a wait orders it (the host does not wait), and a read
+  # before the wait is refused as the race it is on a GPU.
+  add_test(NAME emu/comm_nccl_order COMMAND ${EMU_FAIL} 2
+           "cudaMemcpyAsync on the legacy stream uses 0x[0-9a-f]+, which ncclAllReduce on stream 0x[0-9a-f]+ writes, before the stream waited"
+           ${EMU_PROG} nccl_order)
   list(APPEND emu_comm_tests emu/comm_nccl_fail emu/comm_nccl_exit emu/comm_nccl_hang
-       emu/comm_nccl_fail_world)
+       emu/comm_nccl_fail_world emu/comm_nccl_order)
   set_tests_properties(${emu_comm_tests} PROPERTIES LABELS emu TIMEOUT 60 RESOURCE_LOCK mpirun)
   if(SHARDC_SANITIZE)
     set_tests_properties(${emu_comm_tests} PROPERTIES ENVIRONMENT "LSAN_OPTIONS=detect_leaks=0")

@@ -649,6 +649,22 @@ static ncclResult_t run(Op *ops, int n) {
  * since the operation runs now and would be missing from the graph. */
 #pragma weak shard_emu_stream_valid
 #pragma weak cudaStreamIsCapturing
+#pragma weak shard_emu_stream_use
+#pragma weak shard_emu_nccl_wrote
+
+/* The order between streams (runtime.cc), where the program links the
+ * emulated runtime: what the operation reads must not be another stream's
+ * NCCL result this stream has not waited for, and what it writes is kept
+ * for the streams that read it next. The sizes are NCCL's. */
+static void order(const Op *o, const char *fn) {
+  if (!shard_emu_stream_use || !shard_emu_nccl_wrote) return;
+  size_t e = type_size(o->type), n = o->count * e, all = n * (size_t)o->c->nranks;
+  size_t in = o->kind == K_REDUCE_SCATTER ? all : n, out = o->kind == K_ALLGATHER ? all : n;
+  int reads = o->kind != K_RECV && (o->kind != K_BROADCAST || o->c->rank == o->root);
+  int writes = o->kind != K_SEND && (o->kind != K_REDUCE || o->c->rank == o->root);
+  if (reads) shard_emu_stream_use(o->stream, o->send, in, fn);
+  if (writes) shard_emu_nccl_wrote(o->stream, o->recv, out, fn);
+}
 
 static ncclResult_t check_stream(ncclComm_t c, const char *fn, cudaStream_t s) {
   if (shard_emu_stream_valid && !shard_emu_stream_valid(s))
@@ -683,6 +699,7 @@ static ncclResult_t enqueue(Op o) {
     return fail(c, ncclInvalidArgument, "%s: count %zu is too large", fn, o.count);
   ncclResult_t bad = check_stream(c, fn, o.stream);
   if (bad != ncclSuccess) return bad;
+  if (o.count) order(&o, fn);
   st.nops_run++;
   if (o.kind != K_SEND && o.kind != K_RECV) o.tag = TAG_COLL + (int)(c->seq++ % (unsigned long)st.tag_span);
   if (o.count == 0) return ncclSuccess; /* NCCL moves nothing either */

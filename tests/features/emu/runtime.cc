@@ -43,6 +43,8 @@ struct CUevent_st {
   CUgraph_st *graph; /* recorded during a capture */
   CUstream_st *stream;
   uint64_t ops;
+  CUstream_st *at_stream; /* recorded outside a capture: on this stream, */
+  uint64_t at;            /* after this much of its work (the order's count) */
 };
 struct CUmemPoolHandle_st {
   uint64_t release_threshold;
@@ -184,6 +186,10 @@ cudaError_t alloc(void **ptr, size_t size, Kind kind) {
   return cudaSuccess;
 }
 
+/* The order between streams (below). */
+void forget_written(uintptr_t lo, uintptr_t hi);
+void use(cudaStream_t stream, const void *p, size_t bytes, const char *what);
+
 cudaError_t release(void *p, Kind kind) {
   if (!p) return cudaSuccess;
   auto it = R.allocs.find((uintptr_t)p);
@@ -193,6 +199,7 @@ cudaError_t release(void *p, Kind kind) {
     return fail(cudaErrorInvalidValue);
   }
   if (kind == DEVICE) R.used -= it->second.bytes;
+  forget_written(it->first, it->first + it->second.bytes);
   R.allocs.erase(it);
   free(p);
   return cudaSuccess;
@@ -205,6 +212,7 @@ cudaError_t set_memory(void *p, int value, size_t n, cudaStream_t stream, bool a
     note("memset of %zu bytes at %p: not inside one device allocation", n, p);
     return fail(cudaErrorInvalidValue);
   }
+  use(async ? stream : nullptr, p, n, async ? "cudaMemsetAsync" : "cudaMemset");
   if (!async) {
     if (capture_forbids("cudaMemset")) return fail(cudaErrorStreamCaptureUnsupported);
     memset(p, value, n);
@@ -257,6 +265,77 @@ bool device_range(const void *p, size_t bytes) {
          (uintptr_t)p + bytes <= a->first + a->second.bytes;
 }
 
+/* ---- the order between streams ----------------------------------------
+ * The emulator runs a stream's work when it is queued, so a kernel that
+ * uses an NCCL result on another stream without waiting for it passes
+ * here and races on the hardware. The order catches that. Each stream
+ * counts the work queued on it; an event carries its stream's count when
+ * recorded; a stream that waits on it has seen that much of the event's
+ * stream, and the host has seen all it synchronised with. What an NCCL
+ * operation writes (shard_emu_nccl_wrote) is kept with its stream and
+ * count; a kernel whose pointer argument lies in it, a copy or an NCCL
+ * operation that touches it, from a stream that has not seen it, aborts
+ * with both named. The legacy stream and a blocking stream see each
+ * other, as CUDA's legacy semantics have it. */
+namespace {
+
+struct Written {
+  uintptr_t lo, hi;
+  CUstream_st *s;
+  uint64_t at;
+  const char *what;
+};
+struct {
+  std::map<CUstream_st *, uint64_t> count;
+  std::map<std::pair<CUstream_st *, CUstream_st *>, uint64_t> seen; /* (waiter, stream) */
+  std::vector<Written> written;
+} Ord;
+
+bool blocking(CUstream_st *s) { return !s || !(s->flags & cudaStreamNonBlocking); }
+
+bool ordered(CUstream_st *s, const Written &w) {
+  if (s == w.s || ((!s || !w.s) && blocking(s) && blocking(w.s))) return true;
+  auto it = Ord.seen.find({s, w.s});
+  return it != Ord.seen.end() && it->second >= w.at;
+}
+
+/* The host has seen stream s up to `at` (everything, by default). */
+void host_saw(CUstream_st *s, uint64_t at = UINT64_MAX) {
+  auto &w = Ord.written;
+  for (size_t i = 0; i < w.size();)
+    if ((w[i].s == s || (!s && blocking(w[i].s))) && w[i].at <= at) w[i] = w.back(), w.pop_back();
+    else i++;
+}
+
+/* Freed memory: what was written there is nobody's any more. */
+void forget_written(uintptr_t lo, uintptr_t hi) {
+  auto &w = Ord.written;
+  for (size_t i = 0; i < w.size();)
+    if (w[i].lo < hi && lo < w[i].hi) w[i] = w.back(), w.pop_back();
+    else i++;
+}
+
+void use(cudaStream_t stream, const void *p, size_t bytes, const char *what) {
+  bool ok;
+  CUstream_st *s = stream_of(stream, &ok);
+  if (!ok || (s && s->graph) || !p) return;
+  uintptr_t lo = (uintptr_t)p, hi = lo + (bytes ? bytes : 1);
+  char name[2][32];
+  for (const Written &w : Ord.written)
+    if (lo < w.hi && w.lo < hi && !ordered(s, w)) {
+      for (int k = 0; k < 2; k++) {
+        CUstream_st *t = k ? w.s : s;
+        if (t) snprintf(name[k], sizeof name[k], "stream %p", (void *)t);
+        else snprintf(name[k], sizeof name[k], "the legacy stream");
+      }
+      die("%s on %s uses %p, which %s on %s writes, before the stream waited for an event "
+          "recorded after it (cudaStreamWaitEvent) or the host synchronised: on a GPU the two "
+          "race", what, name[0], p, w.what, name[1]);
+    }
+}
+
+} // namespace
+
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, const char *what) {
   cudaError_t e = need_device();
   if (e != cudaSuccess) return e;
@@ -273,6 +352,7 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, const char 
     return cudaSuccess;
   }
   if (!s && capture_forbids(what, true)) return fail(cudaErrorStreamCaptureImplicit);
+  Ord.count[s]++;
   work();
   return cudaSuccess;
 }
@@ -374,8 +454,9 @@ cudaError_t cudaDeviceSynchronize(void) {
   cudaError_t e = need_device();
   if (e != cudaSuccess) return e;
   count_wait();
-  return capture_forbids("cudaDeviceSynchronize") ? fail(cudaErrorStreamCaptureUnsupported)
-                                                  : cudaSuccess;
+  if (capture_forbids("cudaDeviceSynchronize")) return fail(cudaErrorStreamCaptureUnsupported);
+  Ord.written.clear();
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
@@ -495,6 +576,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   if (e == cudaSuccess) e = check_copy(dst, src, n, kind);
   if (e != cudaSuccess) return e;
   if (capture_forbids("cudaMemcpy")) return fail(cudaErrorStreamCaptureUnsupported);
+  use(nullptr, dst, n, "cudaMemcpy"), use(nullptr, src, n, "cudaMemcpy");
   count_wait();
   if (n) memmove(dst, src, n);
   return cudaSuccess;
@@ -505,6 +587,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
   cudaError_t e = need_device();
   if (e == cudaSuccess) e = check_copy(dst, src, n, kind);
   if (e != cudaSuccess) return e;
+  use(stream, dst, n, "cudaMemcpyAsync"), use(stream, src, n, "cudaMemcpyAsync");
   return enqueue(stream, [dst, src, n]() { if (n) memmove(dst, src, n); }, "cudaMemcpyAsync");
 }
 
@@ -560,6 +643,28 @@ int shard_emu_stream_valid(cudaStream_t stream) {
   return ok;
 }
 
+void shard_emu_stream_use(cudaStream_t stream, const void *p, size_t bytes, const char *what) {
+  use(stream, p, bytes, what);
+}
+
+/* Kept until every stream has seen it (or the host has); a range written
+ * again on the same stream replaces its older entry. */
+void shard_emu_nccl_wrote(cudaStream_t stream, const void *p, size_t bytes, const char *what) {
+  use(stream, p, bytes, what);
+  bool ok;
+  CUstream_st *s = stream_of(stream, &ok);
+  if (!ok || (s && s->graph) || !p || !bytes) return;
+  auto &ws = Ord.written;
+  for (size_t i = 0; i < ws.size();) {
+    bool all = ordered(nullptr, ws[i]);
+    for (CUstream_st *t : R.streams) all = all && ordered(t, ws[i]);
+    if (all || (ws[i].s == s && ws[i].lo == (uintptr_t)p && ws[i].hi == (uintptr_t)p + bytes))
+      ws[i] = ws.back(), ws.pop_back();
+    else i++;
+  }
+  ws.push_back(Written{(uintptr_t)p, (uintptr_t)p + bytes, s, ++Ord.count[s], what});
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
   return create(R.streams, stream, flags, cudaStreamNonBlocking);
 }
@@ -577,6 +682,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return fail(cudaErrorStreamCaptureUnsupported);
   }
   count_wait();
+  host_saw(s);
   return cudaSuccess;
 }
 
@@ -615,6 +721,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->graph = nullptr;
   event->recorded = true;
   event->time = now();
+  event->at_stream = s;
+  event->at = Ord.count[s];
   return cudaSuccess;
 }
 
@@ -626,7 +734,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   CUstream_st *s = stream_of(stream, &ok);
   if (!ok || !R.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
   if (flags != 0) return fail(cudaErrorInvalidValue);
-  if (!event->graph) return cudaSuccess;
+  if (!event->graph) {
+    if (event->recorded && !(s && s->graph)) {
+      uint64_t &seen = Ord.seen[{s, event->at_stream}];
+      if (event->at > seen) seen = event->at;
+    }
+    return cudaSuccess;
+  }
   if (!s) return fail(cudaErrorStreamCaptureImplicit);
   if (!s->graph) {
     s->graph = event->graph;
@@ -642,14 +756,17 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 
+/* An event that has passed tells the host its stream's work up to it. */
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!R.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->recorded && !event->graph) host_saw(event->at_stream, event->at);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!R.events.count(event)) return fail(cudaErrorInvalidResourceHandle);
   init();
   count_wait();
+  if (event->recorded && !event->graph) host_saw(event->at_stream, event->at);
   return cudaSuccess;
 }
 

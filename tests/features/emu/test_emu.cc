@@ -101,6 +101,42 @@ __global__ void add_one(float *y, int n) {
     y[i] += 1.0f;
 }
 
+/* Dynamic shared memory of the launch's size: each thread writes its
+ * index at both ends, then reads its neighbour's back. */
+__global__ void dynamic_reverse(int *y, int bytes) {
+  KC_DYNAMIC_SHARED(raw);
+  int *buf = (int *)raw, n = bytes / 4;
+  buf[threadIdx.x] = (int)threadIdx.x;
+  buf[n - 1 - threadIdx.x] = (int)threadIdx.x;
+  __syncthreads();
+  y[threadIdx.x] = buf[n - 1 - (blockDim.x - 1 - threadIdx.x)] + buf[blockDim.x - 1 - threadIdx.x];
+}
+
+/* cp.async: each thread copies 4 floats into shared memory, reads them
+ * before the wait (y[0..]) and after it (y[4 * blockDim.x ..]). */
+__global__ void async_copy(float *y, const float *x) {
+  alignas(16) __shared__ float buf[4 * 64];
+  int t = (int)threadIdx.x;
+  kc_cp_async16(&buf[4 * t], &x[4 * t]);
+  kc_cp_async_commit();
+  y[t] = buf[4 * t];
+  kc_cp_async_wait<0>();
+  y[64 + t] = buf[4 * t + 3];
+}
+
+__global__ void async_unwaited(float *y, const float *x) {
+  alignas(16) __shared__ float buf[4 * 32];
+  kc_cp_async16(&buf[4 * threadIdx.x], &x[4 * threadIdx.x]);
+  kc_cp_async_commit();
+  y[threadIdx.x] = 0;
+}
+
+static void run_async_unwaited() {
+  float *d;
+  cudaMalloc((void **)&d, 1024);
+  KC_LAUNCH(1, 32, 0, 0, async_unwaited)(d, (const float *)d);
+}
+
 /* 16-byte vector loads through kernels/cuda/common.cuh's kc_ldv, from
  * element `at` of x: 4 floats each. */
 __global__ void vector_load(float *y, const float *x, int at) {
@@ -129,6 +165,60 @@ static void run_bad_mask() {
   int *d;
   cudaMalloc((void **)&d, 4);
   KC_LAUNCH(1, 32, 0, 0, bad_mask)(d);
+}
+
+/* Hopper's limits: 48 KB of dynamic shared memory without the attribute,
+ * up to 227 KB with it, and an attribute above that refused. */
+static void test_dynamic_shared() {
+  int *d, h[64];
+  cudaMalloc((void **)&d, sizeof h);
+  const int big = 100 * 1024, optin = 227 * 1024;
+  cudaGetLastError();
+  KC_LAUNCH_FN(1, 64, 48 * 1024, 0, dynamic_reverse)(d, 48 * 1024);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  bool ok = cudaGetLastError() == cudaSuccess;
+  for (int t = 0; t < 64; t++) ok &= h[t] == 2 * (63 - t);
+  expect(ok, "48 KiB of dynamic shared memory without the attribute");
+  KC_LAUNCH_FN(1, 64, big, 0, dynamic_reverse)(d, big);
+  expect(cudaGetLastError() == cudaErrorInvalidConfiguration,
+         "100 KiB dynamic without the attribute: cudaErrorInvalidConfiguration");
+  expect(cudaFuncSetAttribute(dynamic_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              optin + 1) == cudaErrorInvalidValue,
+         "above 227 KiB: cudaErrorInvalidValue");
+  cudaGetLastError();
+  expect(cudaFuncSetAttribute(dynamic_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              optin) == cudaSuccess, "the attribute at 227 KiB");
+  memset(h, 0, sizeof h);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  KC_LAUNCH_FN(1, 64, big, 0, dynamic_reverse)(d, big);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  ok = cudaGetLastError() == cudaSuccess;
+  for (int t = 0; t < 64; t++) ok &= h[t] == 2 * (63 - t);
+  expect(ok, "100 KiB of dynamic shared memory with the attribute");
+  KC_LAUNCH_FN(1, 64, optin + 16, 0, dynamic_reverse)(d, optin + 16);
+  expect(cudaGetLastError() == cudaErrorInvalidConfiguration,
+         "227 KiB + 16 with the attribute: cudaErrorInvalidConfiguration");
+  cudaFree(d);
+}
+
+/* A copy lands at its wait, not before: a read before the wait sees the
+ * NaN bytes of unwritten shared memory, as a kernel that forgets the wait
+ * might on the hardware; a thread that never waits aborts. */
+static void test_async_copies() {
+  float x[256], y[128], *dx, *dy;
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  cudaMalloc((void **)&dx, sizeof x);
+  cudaMalloc((void **)&dy, sizeof y);
+  cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice);
+  KC_LAUNCH(1, 64, 0, 0, async_copy)(dy, (const float *)dx);
+  cudaMemcpy(y, dy, sizeof y, cudaMemcpyDeviceToHost);
+  bool before = true, after = true;
+  for (int t = 0; t < 64; t++) before &= isnan(y[t]), after &= y[64 + t] == (float)(4 * t + 3);
+  expect(before && after, "cp.async lands at its wait (NaN before, the data after)");
+  expect_abort(run_async_unwaited, "cp.async copies it never waited for",
+               "a thread that exits with copies not waited for aborts");
+  cudaFree(dx);
+  cudaFree(dy);
 }
 
 static void test_kernels() {
@@ -185,6 +275,8 @@ static void test_kernels() {
   expect(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
   cudaFree(dx);
   cudaFree(dy);
+  test_dynamic_shared();
+  test_async_copies();
 }
 
 /* ----------------------------------------------------- memory, graphs */

@@ -9,7 +9,14 @@
  * The threads of a block run as fibers on the calling OS thread, one block
  * after another (runtime.cc). __shared__ variables are static storage in
  * their own section, which the emulator fills with NaN bytes before each
- * block, so a read of shared memory nobody wrote shows. */
+ * block, so a read of shared memory nobody wrote shows. Dynamic shared
+ * memory (a launch's third argument) is one buffer of the launch's size,
+ * NaN bytes before each block too, that kc_emu::dynamic_shared() gives:
+ * KC_DYNAMIC_SHARED (kernels/cuda/prelude.cuh) stands for `extern
+ * __shared__` there. A launch may ask for at most 48 KB of it, or what
+ * cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)
+ * allowed the kernel, itself at most the device's opt-in limit (227 KB
+ * on Hopper), as the hardware checks. */
 #ifndef SHARD_EMU_CUDA_RUNTIME_H
 #define SHARD_EMU_CUDA_RUNTIME_H
 
@@ -74,14 +81,28 @@ struct Config {
   cudaStream_t stream;
   const char *kernel, *file;
   int line;
+  const void *fn; /* the kernel function, whose attributes the launch obeys */
 };
 void launch(const Config &c, std::function<void()> body);
+/* The running block's dynamic shared memory (the launch's size of it). */
+unsigned char *dynamic_shared();
+/* cp.async of 16 bytes, its commit_group and wait_group (launch.cc). */
+void cp_async16(void *dst, const void *src, const char *file, int line);
+void cp_async_commit();
+void cp_async_wait(int n);
+
+/* A kernel's pointer argument, for the order between streams: memory
+ * another stream's NCCL operation writes must have been waited for. */
+template <typename A> void use_argument(const Config &c, const A &a) {
+  if constexpr (std::is_pointer<A>::value) shard_emu_stream_use(c.stream, (const void *)a, 1, c.kernel);
+}
 
 template <typename K> struct Bound {
   Config c;
   K kernel;
   template <typename... A> void operator()(A... args) {
     K k = kernel;
+    (use_argument(c, args), ...);
     launch(c, [k, args...]() { k(args...); });
   }
 };
@@ -89,8 +110,8 @@ template <typename K> struct Bound {
 struct Launch {
   Config c;
   Launch(dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const char *kernel = "kernel",
-         const char *file = "?", int line = 0)
-      : c{grid, block, shared, stream, kernel, file, line} {}
+         const char *file = "?", int line = 0, const void *fn = nullptr)
+      : c{grid, block, shared, stream, kernel, file, line, fn} {}
   template <typename K> Bound<K> operator%(K kernel) const { return Bound<K>{c, kernel}; }
 };
 
@@ -99,6 +120,11 @@ struct Launch {
 cudaError_t symbol_address(void **ptr, const void *symbol, size_t bytes);
 
 } // namespace kc_emu
+
+/* CUDA's C++ form, which takes the kernel itself. */
+template <typename T> cudaError_t cudaFuncSetAttribute(T *func, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute((const void *)func, attr, value);
+}
 
 #define threadIdx (static_cast<const uint3 &>(kc_emu::g_thread->idx))
 #define blockIdx (static_cast<const uint3 &>(kc_emu::g_block))

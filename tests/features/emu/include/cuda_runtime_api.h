@@ -124,6 +124,13 @@ typedef enum cudaDeviceAttr {
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 } cudaDeviceAttr;
 
+/* A kernel's attributes that cudaFuncSetAttribute sets (the one the
+ * kernels use: more dynamic shared memory than the default 48 KB). */
+typedef enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9
+} cudaFuncAttribute;
+
 typedef enum cudaMemPoolAttr {
   cudaMemPoolReuseFollowEventDependencies = 1,
   cudaMemPoolReuseAllowOpportunistic = 2,
@@ -168,6 +175,7 @@ cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaDriverGetVersion(int *version);
 cudaError_t cudaRuntimeGetVersion(int *version);
@@ -235,6 +243,12 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 /* The emulator's own: whether a stream handle is one it knows (for other
  * stand-ins, such as the NCCL one). */
 int shard_emu_stream_valid(cudaStream_t stream);
+/* The order between streams (runtime.cc): bytes at p that work queued on
+ * `stream` now reads or writes (aborts if another stream's NCCL operation
+ * writes them and this stream has not seen it), and what an NCCL
+ * operation queued on `stream` now writes. */
+void shard_emu_stream_use(cudaStream_t stream, const void *p, size_t bytes, const char *what);
+void shard_emu_nccl_wrote(cudaStream_t stream, const void *p, size_t bytes, const char *what);
 
 #ifdef __cplusplus
 }
