@@ -484,7 +484,11 @@ int drv_hw_measure(const DrvCommand *cmd, int nargs, DrvArg *args) {
   if (cores < 1) cores = 1;
   Measured m = {0}, core = {0};
   bool ok = build_program(dir);
-  if (ok && (!read_lines(ir_fmt("cd %s && OMP_WAIT_POLICY=passive ./measure gemm %ld", dir, max), &m) ||
+  /* "All the cores" is said, not inherited: an OMP_NUM_THREADS=1 in the
+   * caller's environment (the test scripts export one) would measure one
+   * thread and describe it as the whole machine. */
+  if (ok && (!read_lines(ir_fmt("cd %s && OMP_NUM_THREADS=%ld OMP_WAIT_POLICY=passive ./measure gemm %ld",
+                                dir, cores, max), &m) ||
              m.ngemm == 0 || m.copy_s <= 0)) {
     fprintf(stderr, "shardc hw: error: the measuring program in %s failed\n", dir);
     ok = false;
