@@ -96,7 +96,7 @@ ORACLE=tests/features/oracle
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 [[ -n $WAIT_POLICY ]] && export OMP_WAIT_POLICY=$WAIT_POLICY
 
-die() { echo "bench: $*" >&2; exit 1; }
+. bench/common.sh
 
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ||
   die "PyTorch missing for $PY (apt-get install python3-torch)"
@@ -144,28 +144,6 @@ sys.exit("no rank program found in %s (candidates %s)" % (d, cands or exe))
 EOF
 }
 
-# rate LOG SKIP: tokens/s over the records after the first SKIP of a --log-json
-# file (one JSON object per step with tokens_per_s; every step has the same
-# tokens, so the overall rate is the harmonic mean of the step rates).
-rate() {
-  "$PY" - "$1" "$2" <<'EOF'
-import json, sys
-recs = []
-for line in open(sys.argv[1]):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    if isinstance(r, dict) and "step" in r and "tokens_per_s" in r and "loss" in r:
-        recs.append(r)
-recs.sort(key=lambda r: r["step"])
-kept = [r["tokens_per_s"] for r in recs[int(sys.argv[2]):] if r["tokens_per_s"] > 0]
-if not kept:
-    sys.exit("%s: no step records after the first %s" % (sys.argv[1], sys.argv[2]))
-print("%.1f" % (len(kept) / sum(1.0 / t for t in kept)))
-EOF
-}
-
 # plan_bytes FILE...: the total of the memory plan as printed (the last
 # line that says "total"; a byte count, or a number with a unit).
 plan_bytes() {
@@ -196,8 +174,6 @@ peak_kb() { awk -F': ' '/Maximum resident set size/ {print $2}' "$1"; }
 fail=0
 report=()
 
-# best A B: the larger of two rates (A may be empty).
-best() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b + 0 > a + 0) ? b : a}'; }
 
 # shape NAME: the model's -D flags (SHAPE_DEFS, the microbatch last), the
 # steps, skipped steps and trials of the speed runs, and the targets: the

@@ -44,7 +44,7 @@ PY=${PY:-${SHARDC_PYENV:-$BUILD/pyenv}/bin/python}
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 [[ -n $WAIT_POLICY ]] && export OMP_WAIT_POLICY=$WAIT_POLICY
-die() { echo "bench: $*" >&2; exit 1; }
+. bench/common.sh
 "$PY" -c 'import torch, transformers' 2>/dev/null ||
   die "$PY cannot import torch and transformers (scripts/install-deps.sh makes build/pyenv)"
 [[ -x $SHARDC ]] || die "no compiler at $SHARDC (build first, or set SHARDC)"
@@ -64,20 +64,13 @@ for kv in $SHAPE; do
 done
 SEQ=64
 
-# rate LOG: tokens/s over the records after the first SKIP (every step
-# has the same tokens: the harmonic mean of the step rates).
-rate() {
-  sed -n 's/.*"tokens_per_s":\([0-9.e+-]*\).*/\1/p' "$1" |
-    awk -v skip="$SKIP" 'NR > skip && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f\n", n / s }'
-}
-best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b + 0 > a + 0) ? b : a }'; }
 
 ours="" theirs=""
 for trial in $(seq "$TRIALS"); do
   "$SHARDC" run models/mixtral.shard "${DEFS[@]}" --out "$WORK/prog" --data "$WORK/train.bin" \
     --microbatch "$BATCH" --global-batch "$BATCH" --steps $((STEPS + SKIP)) --clip 1 --quiet \
     --log-json "$WORK/ours.jsonl" >"$WORK/ours.txt" 2>&1 || { cat "$WORK/ours.txt"; die "shardc failed"; }
-  r=$(rate "$WORK/ours.jsonl")
+  r=$(rate "$WORK/ours.jsonl" "$SKIP")
   [[ -n $r ]] || die "no tokens/s in shardc's log"
   "$PY" bench/hf_mixtral.py "${PEER[@]}" --batch "$BATCH" --threads "$THREADS" --warmup "$SKIP" \
     --steps "$STEPS" >"$WORK/hf.txt" 2>&1 || { cat "$WORK/hf.txt"; die "the PyTorch peer failed"; }
