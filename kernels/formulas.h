@@ -64,4 +64,20 @@ K_FORMULA real k_silu_grad(real x, real dy) {
   return dy * s * ((real)1 + x * ((real)1 - s));
 }
 
+/* The router's choice of kernels/cpu/moe.c and kernels/cuda/moe.cu: the k
+ * largest of E scores p, ties to the lower expert (the j-th pick is the
+ * first maximum among the experts not picked yet). k <= E <=
+ * K_ROUTER_PICK_MAX, which both targets check before they call it. */
+#define K_ROUTER_PICK_MAX 256
+K_FORMULA void k_router_pick(int32_t *ex, const real *p, int64_t E, int64_t k) {
+  unsigned char taken[K_ROUTER_PICK_MAX] = {0};
+  for (int64_t j = 0; j < k; j++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++)
+      if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+    taken[best] = 1;
+    ex[j] = (int32_t)best;
+  }
+}
+
 #endif

@@ -273,7 +273,7 @@ static inline float k_tanh(float x) {
 
 /* --- routed layers (moe.c) --------------------------------------------------- */
 /* The most experts a router chooses among. */
-#define K_ROUTER_MAX 256
+#define K_ROUTER_MAX K_ROUTER_PICK_MAX
 /* Per token t of logits[T, E]: scores (score 0 softmax, 1 sigmoid), the
  * top k experts ex[T, k] (ties to the lower index) and their weights
  * w[T, k], divided by their sum when normalize. bwd: dlogits from dw. */

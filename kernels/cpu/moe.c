@@ -24,19 +24,6 @@ static void router_scores(real *p, const real *l, int64_t E, int score) {
   for (int64_t e = 0; e < E; e++) p[e] *= inv;
 }
 
-/* The k largest scores, ties to the lower expert: the j-th pick is the
- * first maximum among the experts not picked yet. k <= E <= K_ROUTER_MAX. */
-static void router_pick(int32_t *ex, const real *p, int64_t E, int64_t k) {
-  unsigned char taken[K_ROUTER_MAX] = {0};
-  for (int64_t j = 0; j < k; j++) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; e++)
-      if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
-    taken[best] = 1;
-    ex[j] = (int32_t)best;
-  }
-}
-
 void k_router_fwd(real *w, int32_t *ex, const real *logits, int64_t T, int64_t E, int64_t k,
                   int score, int normalize) {
   if (E > K_ROUTER_MAX || k > E) kcpu_die("router: %lld experts, top %lld", (long long)E, (long long)k);
@@ -44,7 +31,7 @@ void k_router_fwd(real *w, int32_t *ex, const real *logits, int64_t T, int64_t E
   for (int64_t t = 0; t < T; t++) {
     real p[K_ROUTER_MAX];
     router_scores(p, logits + t * E, E, score);
-    router_pick(ex + t * k, p, E, k);
+    k_router_pick(ex + t * k, p, E, k);
     acc_t s = 0;
     for (int64_t j = 0; j < k; j++) s += p[ex[t * k + j]];
     for (int64_t j = 0; j < k; j++)
@@ -85,7 +72,7 @@ void k_router_load_fwd(real *load, const real *logits, int64_t T, int64_t E, int
     real p[K_ROUTER_MAX];
     int32_t ex[K_ROUTER_MAX];
     router_scores(p, logits + t * E, E, 0);
-    router_pick(ex, p, E, k);
+    k_router_pick(ex, p, E, k);
     for (int64_t j = 0; j < k; j++) count[ex[j]] += 1;
     for (int64_t e = 0; e < E; e++) prob[e] += p[e];
   }

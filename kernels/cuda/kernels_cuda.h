@@ -449,7 +449,7 @@ void k_cuda_sum_groups(double *out, const double *x, const KcRun *groups, int64_
  * an expert), k_cuda_grouped_gemm (the batched GEMM on padded operands)
  * and k_cuda_grouped_unpack (back to the sorted rows, zeros past the kept
  * ones). The whole calls above are exactly these in that order. */
-#define K_CUDA_ROUTER_MAX 256
+#define K_CUDA_ROUTER_MAX 256 /* = K_ROUTER_PICK_MAX of kernels/formulas.h */
 typedef struct KcGrouped {
   int32_t *offs; /* [E + 1] */
   void *a, *b;   /* a [E, per, ca], then b */

@@ -13,6 +13,7 @@
  * capture them). Every sum runs in an order fixed by the sizes: integer
  * counts and offsets, a block's reduction, or one thread's loop. */
 #include "common.cuh"
+#include "formulas.cuh"
 
 /* ------------------------------------------------------------ the router */
 
@@ -32,19 +33,6 @@ __device__ void moe_scores(float *p, const T *l, int64_t E, int score) {
   for (int64_t e = 0; e < E; e++) p[e] *= inv;
 }
 
-/* The k largest scores, ties to the lower expert: the j-th pick is the
- * first maximum among the experts not picked yet. */
-__device__ void moe_pick(int32_t *ex, const float *p, int64_t E, int64_t k) {
-  unsigned char taken[K_CUDA_ROUTER_MAX] = {0};
-  for (int64_t j = 0; j < k; j++) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; e++)
-      if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
-    taken[best] = 1;
-    ex[j] = (int32_t)best;
-  }
-}
-
 /* One thread per token. */
 template <typename T>
 __global__ void router_fwd_kernel(T *w, int32_t *ex, const T *logits, int64_t tokens, int64_t E,
@@ -53,7 +41,7 @@ __global__ void router_fwd_kernel(T *w, int32_t *ex, const T *logits, int64_t to
     float p[K_CUDA_ROUTER_MAX];
     int32_t *et = ex + t * k;
     moe_scores(p, logits + t * E, E, score);
-    moe_pick(et, p, E, k);
+    k_router_pick(et, p, E, k);
     double s = 0;
     for (int64_t j = 0; j < k; j++) s += p[et[j]];
     for (int64_t j = 0; j < k; j++)
@@ -100,7 +88,7 @@ __global__ void router_load_fwd_kernel(T *load, const T *logits, int64_t tokens,
     float p[K_CUDA_ROUTER_MAX];
     int32_t ex[K_CUDA_ROUTER_MAX];
     moe_scores(p, logits + t * E, E, 0);
-    moe_pick(ex, p, E, k);
+    k_router_pick(ex, p, E, k);
     for (int64_t j = 0; j < k; j++) count += ex[j] == e;
     prob += p[e];
   }
