@@ -25,14 +25,30 @@
 
 static volatile pid_t child;
 static pid_t grand; /* our parent at the start: mpirun or Open MPI's daemon */
+static char exit_note[4200]; /* JOB_DIR/rank-R.exit; empty without a job folder */
 
 /* A signal from mpirun is passed on as it is. The SIGTERM of our parent's
  * death (PR_SET_PDEATHSIG) kills the rank outright: with mpirun gone the
  * rank can do nothing useful, and a rank that is stopped (SIGSTOP, a
- * debugger) would hold a SIGTERM pending for ever and outlive the job. */
+ * debugger) would hold a SIGTERM pending for ever and outlive the job.
+ * Before that it leaves the note a rank leaves when mpirun ends it
+ * (runtime/base/watchdog.c), so that the launcher blames mpirun, not the
+ * rank. Only async-signal-safe calls here. */
 static void pass_on(int sig) {
   if (child <= 0) return;
-  kill(child, getppid() != grand ? SIGKILL : sig);
+  if (getppid() == grand) {
+    kill(child, sig);
+    return;
+  }
+  if (*exit_note) {
+    int fd = open(exit_note, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ssize_t w = write(fd, "1\n", 2);
+      (void)w;
+      close(fd);
+    }
+  }
+  kill(child, SIGKILL);
 }
 
 /* JOB_DIR/rank-R.end: "signal N" or "status N". R is the world rank as
@@ -59,6 +75,9 @@ int drv_rank_parent(int argc, char **argv) {
   }
   /* This parent ends with its own parent (mpirun, or Open MPI's daemon on
    * another machine): SIGTERM, which it passes on, and the rank exits. */
+  const char *dir = getenv(JOB_DIR_ENV), *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (dir && rank)
+    snprintf(exit_note, sizeof exit_note, "%s/" JOB_RECORD_FMT ".exit", dir, atoi(rank));
   grand = getppid();
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != grand) return 1;

@@ -428,9 +428,11 @@ static void read_end_note(Job *j, int i) {
 static void read_record(Job *j, int i, double now) {
   JobRank *r = &j->r[i];
   char path[4200], buf[8192];
+  /* The end note first: a rank's parent writes it after the exit note
+   * (rankwrap.c), so a rank seen ended is never missing the other. */
+  read_end_note(j, i);
   snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT ".exit", j->dir, i);
   if (access(path, F_OK) == 0) r->exit_note = 1;
-  read_end_note(j, i);
   snprintf(path, sizeof path, "%s/" JOB_RECORD_FMT, j->dir, i);
   FILE *f = fopen(path, "r");
   if (!f) return;
