@@ -12,7 +12,7 @@
  * - everything else by the bytes its generated code reads and writes over
  *   the memory bandwidth (cost.c pl_memory_s), or, for a kernel of too few
  *   threads that loop over their elements in turn, one memory latency per
- *   step of that loop;
+ *   SERIAL_LOADS_IN_FLIGHT steps of that loop;
  * - collectives by the planner's alpha-beta rings (cost.c), ordered on
  *   the device by events (runtime/comm/comm_nccl.c): no host wait;
  * - every call at least the description's kernel_s, the cost of a launch;
@@ -133,37 +133,45 @@ typedef struct KernelFacts {
   const char *prefix;
   int launches;
   AttKind att;
+  /* Threads the kernel runs for each thread the listing names (0: 1):
+   * the listing describes a serial loop as one thread per output; a
+   * kernel that splits the loop over lanes runs that many more threads,
+   * each a lanes-th of the steps. */
+  int lanes;
 } KernelFacts;
 static const KernelFacts kernel_facts[] = {
     /* A new kind of attention kernel says so in its name. */
-    {"k_cuda_attention_fwd_cudnn", 1, AK_CUDNN},
-    {"k_cuda_attention_bwd_cudnn", 1, AK_CUDNN},
-    {"k_cuda_attention_fwd_fa3", 1, AK_FA3},
-    {"k_cuda_attention_bwd_fa3", 1, AK_FA3},
-    {"k_cuda_attention_fwd_fa2", 1, AK_FA2},
-    {"k_cuda_attention_bwd_fa2", 2, AK_FA2},
+    {"k_cuda_attention_fwd_cudnn", 1, AK_CUDNN, 0},
+    {"k_cuda_attention_bwd_cudnn", 1, AK_CUDNN, 0},
+    {"k_cuda_attention_fwd_fa3", 1, AK_FA3, 0},
+    {"k_cuda_attention_bwd_fa3", 1, AK_FA3, 0},
+    {"k_cuda_attention_fwd_fa2", 1, AK_FA2, 0},
+    {"k_cuda_attention_bwd_fa2", 2, AK_FA2, 0},
     /* The forward keeps each row's log-sum-exp; the backward forms
      * sum(dy y), runs its one pass over the tiles, then adds dq's partial
      * sums into dq. */
-    {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH},
-    {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH},
-    {"k_cuda_attention_fwd", 1, AK_SIMPLE},
-    {"k_cuda_attention_bwd", 3, AK_SIMPLE},
-    {"k_attention_fwd", 1, AK_CPU},
-    {"k_attention_bwd", 1, AK_CPU},
+    {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH, 0},
+    {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH, 0},
+    {"k_cuda_attention_fwd", 1, AK_SIMPLE, 0},
+    {"k_cuda_attention_bwd", 3, AK_SIMPLE, 0},
+    {"k_attention_fwd", 1, AK_CPU, 0},
+    {"k_attention_bwd", 1, AK_CPU, 0},
     /* Rows, then partial sums of the weight gradients, then their total. */
-    {"k_cuda_layernorm_bwd", 3, AK_NONE},
-    {"k_cuda_rmsnorm_bwd", 3, AK_NONE},
+    {"k_cuda_layernorm_bwd", 3, AK_NONE, 0},
+    {"k_cuda_rmsnorm_bwd", 3, AK_NONE, 0},
     /* Per-row sums, then their mean. */
-    {"k_cuda_cross_entropy_fwd", 2, AK_NONE},
+    {"k_cuda_cross_entropy_fwd", 2, AK_NONE, 0},
     /* The routed layer (kernels/cuda/moe.cu): the dispatch's rows are
      * zeroed, then the kept copies scattered; the combine's backward
      * zeroes, writes the rows and the weights' dot products; a grouped
      * product's packing finds the experts' offsets first. */
-    {"k_cuda_moe_scatter", 2, AK_NONE},
-    {"k_cuda_moe_combine_bwd", 3, AK_NONE},
-    {"k_cuda_grouped_pack", 2, AK_NONE},
-    {NULL, 1, AK_NONE},
+    {"k_cuda_moe_scatter", 2, AK_NONE, 0},
+    {"k_cuda_moe_combine_bwd", 3, AK_NONE, 0},
+    {"k_cuda_grouped_pack", 2, AK_NONE, 0},
+    /* The column sums (kernels/cuda/elementwise.cu's sum_rows_kernel):
+     * SUMROWS_LANES = 8 threads a column, each adding every 8th row. */
+    {"k_cuda_sum_rows", 1, AK_NONE, 8},
+    {NULL, 1, AK_NONE, 0},
 };
 
 static const KernelFacts *kernel_of(const char *name) {
@@ -189,6 +197,14 @@ static const KernelFacts *kernel_of(const char *name) {
 #define OURS_FLASH_SPLITS 4
 #define OURS_FLASH_TILE 32
 #define SIMPLE_FP32_EFF 0.15
+
+/* The loads a thread of a serial loop has in flight at once. The loops of
+ * the column and row sums (kernels/cuda/prelude.cuh's cu_sum_rows,
+ * elementwise.cu's sum_rows_kernel) add x[r * n + j] over r into one
+ * register: the loads do not depend on the sums, and nvcc (-O3, sm_90)
+ * unrolls the loop by 4, four independent loads an iteration in its PTX,
+ * so one memory latency covers four steps. */
+#define SERIAL_LOADS_IN_FLIGHT 4
 
 /* --------------------------------------------------------- the program */
 
@@ -351,9 +367,11 @@ static double price(const Pricing *p, const Launch *l, const char **bound, int *
     bool update = l->per_step && (l->cls == PL_KOPTIMIZER || l->cls == PL_KREDUCTION);
     t = update ? pl_update_s(hw, bytes) : mem;
     /* Too few threads, each looping over its elements in turn: a memory
-     * latency per step of the loop. */
-    if (p->gpu && l->threads > 0 && l->threads < hw->sms * 2048.0 && l->steps > 0) {
-      double lat = l->steps * p->gpu->latency;
+     * latency per SERIAL_LOADS_IN_FLIGHT steps of the loop. */
+    double lanes = kf->lanes > 1 ? kf->lanes : 1;
+    double threads = l->threads * lanes, steps = l->steps / lanes;
+    if (p->gpu && threads > 0 && threads < hw->sms * 2048.0 && steps > 0) {
+      double lat = ceil(steps / SERIAL_LOADS_IN_FLIGHT) * p->gpu->latency;
       if (lat > t) t = lat, *bound = "latency";
     }
   }

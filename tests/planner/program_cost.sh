@@ -17,7 +17,8 @@
 # - the report's sums agree: the step is its launches and host waits, the
 #   tokens/s and MFU follow from it, the CSV has a line per launch group;
 # - GPT-2 medium and a 1.3B shape in bf16 on the H200 preset: printed, with
-#   an MFU between 10% and 90%;
+#   an MFU between 10% and 90%; medium at t = 2: its collectives within 25%
+#   of the paper-style count, its step between half of t = 1's and t = 1's;
 # - the usage errors.
 # The CUDA half needs a shardc built with the CUDA libraries; without them
 # it says so and checks the CPU programs only.
@@ -177,6 +178,35 @@ print(f"{name} on {r['hw']}: step {1e3 * r['step_time_s']:.1f} ms, {r['tokens_pe
       f"({1e3 * r['sinks'][0]['seconds']:.1f} ms)")
 PY
   done
+  # GPT-2 medium at t = 2 against the paper-style count (REFERENCE.md,
+  # "Communication per microbatch"): 8 b s h (t-1)/t elements a layer of
+  # tensor-parallel all-reduces, 2 bytes each, over the preset's NVLink at
+  # its comm_efficiency; the collectives within 25% of it, and the step
+  # between half of one rank's and one rank's (a step of 470 ms against
+  # 103 ms at t = 1 was the bias sums priced as one thread a column).
+  if compile medium_tp2 cuda gpt2.shard -D layers=24 -D hidden=1024 -D heads=16 -D batch=16 \
+    -D seq=1024 -D vocab=50257 --precision bf16 --tp 2; then
+    check medium_tp2 h200
+    "$shardc" hw h200 >h200.txt
+    python3 - <<'PY' || bad=1
+import json, re, sys
+hw = dict(re.findall(r"^(\w+) = (\S+)", open("h200.txt").read(), re.M))
+one, two = json.load(open("medium.json")), json.load(open("medium_tp2.json"))
+b, s, h, layers, t = 16, 1024, 1024, 24, 2
+formula = 8 * b * s * h * (t - 1) / t * layers * 2 / (float(hw["intra_bw_gbs"]) * 1e9 *
+                                                    float(hw["comm_efficiency"]))
+coll = two["classes"]["collective"]["time_s"]
+t1, t2 = one["step_time_s"], two["step_time_s"]
+print(f"medium t=2: collectives {1e3 * coll:.2f} ms, paper-style {1e3 * formula:.2f} ms "
+      f"(ratio {coll / formula:.3f}); step {1e3 * t2:.1f} ms, t=1 {1e3 * t1:.1f} ms")
+if not 0.75 < coll / formula < 1.25:
+    sys.exit(f"FAIL medium_tp2: collectives {coll / formula:.3f} x the paper-style count")
+if not t1 / 2 < t2 < t1:
+    sys.exit(f"FAIL medium_tp2: step {1e3 * t2:.1f} ms outside ({1e3 * t1 / 2:.1f}, {1e3 * t1:.1f})")
+PY
+  elif ! grep -q "NCCL" medium_tp2.log; then
+    fail "medium_tp2 does not compile: $(tail -n 1 medium_tp2.log)"
+  fi
   # The residual add of medium, fused with the norm after it (add-norm):
   # two bf16 [16, 1024, 1024] and the norm's weight and bias read, the sum
   # and the norm written.
