@@ -132,9 +132,13 @@ double pl_gemm_wave_efficiency(const PlHw *hw, double m, double n) {
   return group_wave_efficiency(hw, 1, m, n);
 }
 
+/* The waves' idle SMs add work at the plateau's rate (the FLOPs of whole
+ * waves), not to the curve's fixed cost: dividing the whole time by the
+ * efficiency counted a one-tile product's fixed cost once per SM (a
+ * 64 x 64 x 64 product at 2.5 ms on the h100 preset). The cost report
+ * prices its GEMMs the same way (program_cost.c). */
 double pl_gemm_shape_s(const PlHw *hw, double m, double n, double k) {
-  double t = pl_gemm_s(hw, 2 * m * n * k) / pl_gemm_wave_efficiency(hw, m, n);
-  return t > hw->kernel_s ? t : hw->kernel_s;
+  return pl_gemm_s(hw, 2 * m * n * k / pl_gemm_wave_efficiency(hw, m, n));
 }
 
 double pl_memory_s(const PlHw *hw, double bytes) {
@@ -271,7 +275,7 @@ static double grouped_time(const IrNode *n, const PlHw *hw, double flops, double
   /* This rank's FLOPs: its experts' share of the rows, at the load. */
   double mine = flops * load, g = 0;
   if (m > 0 && cols > 0)
-    g = pl_gemm_s(hw, mine) / group_wave_efficiency(hw, local, m, cols);
+    g = pl_gemm_s(hw, mine / group_wave_efficiency(hw, local, m, cols));
   double bytes = 0;
   for (int i = 0; i < n->nin + n->nout; i++) {
     const IrValue *v = i < n->nin ? n->in[i] : n->out[i - n->nin];
