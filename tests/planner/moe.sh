@@ -3,6 +3,7 @@
 # small models/mixtral.shard (2 layers, hidden 64, top-2 of 8 experts of
 # ffn 128, 64 tokens a microbatch) and models/deepseek_moe.shard:
 # - one all-to-all priced by hand inside a node, and dearer across two;
+# - the all-to-alls exposed whole (no overlap, Megatron-Core's default);
 # - the all-to-all bytes one rank sends, (ep - 1) / ep of the T k h
 #   dispatched elements at 2 bytes, and the same elements as `--report
 #   comm` prints for an all_to_all of those rows, for ep = 2 and 4;
@@ -77,6 +78,27 @@ ds=$models/deepseek_moe.shard
 t8=$(field ds8.json routed all_to_all_s) t16=$(field ds16.json routed all_to_all_s)
 echo "deepseek_moe: all-to-all $t8 s over one node (ep=8), $t16 s over two (ep=16)"
 check "an all-to-all across nodes costs more" awk -v a="$t8" -v b="$t16" 'BEGIN { exit !(b > 2 * a) }'
+# No overlap (Megatron-Core's default, docs/planner.md): the all-to-alls
+# are exposed whole. deepseek_moe's shared experts could hide them
+# (Megatron-Core's opt-in --moe-shared-expert-overlap), but do not: a
+# slower NVLink (h100 at 1/100 of its bandwidth) lengthens the compute of
+# the step by exactly its m x layers x 4 all-to-alls' extra time.
+"$SHARDC" hw h100 | sed 's/^intra_bw_gbs = .*/intra_bw_gbs = 4.5/; s/^name = .*/name = slow/' >slow.hw
+"$SHARDC" simulate "$ds" --hw h100 --dp 4 --ep 4 --json >dsfast.json
+"$SHARDC" simulate "$ds" --hw slow.hw --dp 4 --ep 4 --json >dsslow.json
+status=0
+python3 - <<'PY' || status=$?
+import json, sys
+f, s = json.load(open("dsfast.json")), json.load(open("dsslow.json"))
+grew = s["stages"][0]["compute_s"] - f["stages"][0]["compute_s"]
+a2a = (s["routed"]["all_to_all_s"] - f["routed"]["all_to_all_s"]) * f["microbatches"] * \
+      f["stages"][0]["layers"] * f["routed"]["per_layer"] * 4
+print(f"deepseek_moe ep=4: compute {1e3 * grew:.4f} ms longer on the slow link, "
+      f"its all-to-alls {1e3 * a2a:.4f} ms longer")
+if not (a2a > 0 and abs(grew - a2a) <= 1e-6 * a2a + 1e-12):
+    sys.exit("FAIL the all-to-alls are not exposed whole")
+PY
+check "the all-to-alls overlap nothing (no overlap by default)" test $status = 0
 check "ep=1: no all-to-all" test "$(field ep1.json routed all_to_all_bytes)" = 0
 
 load=$(field ep4.json routed load)
