@@ -6,7 +6,8 @@
 # - the all-to-alls exposed whole (no overlap, Megatron-Core's default);
 # - the all-to-all bytes one rank sends, (ep - 1) / ep of the T k h
 #   dispatched elements at 2 bytes, and the same elements as `--report
-#   comm` prints for an all_to_all of those rows, for ep = 2 and 4;
+#   comm` prints for an all_to_all of those rows, for ep = 2 and 4, and
+#   what the compiled expert-parallel program sends (ep = 2, fp32);
 # - the expert parameters a rank holds divided by ep, the rest whole;
 # - the busiest rank's load: --moe-imbalance, capped by the capacity
 #   factor, and a longer step under a larger imbalance;
@@ -61,6 +62,19 @@ IR
   echo "ep=$ep: $pe parameters per rank, $p1 at ep=1, experts $experts"
   check "ep=$ep: the experts divided by ep" test $((p1 - pe)) = $((experts - experts / ep))
 done
+# The compiled expert-parallel program (the ep-partition pass): every f32
+# all-to-all of mixtral at d = 2, ep = 2 sends per call what the planner
+# prices at fp32, and there are the planner's 4 per routed layer.
+"$SHARDC" compile "$mix" --dp 2 --ep 2 --global-batch 4 --report comm -o prog-ep2 >ep2comm.txt
+sim --dp 2 --ep 2 --precision fp32 --json >ep2f32.json
+planned=$(field ep2f32.json routed all_to_all_bytes)
+layers=$(field ep2f32.json stages 0 layers)
+read -r calls per <<<"$(awk '$2 == "all_to_all" && $3 ~ /^f32/ { c += $(NF - 4); b += $(NF - 1) }
+  END { printf "%d %d", c, c ? b / c : 0 }' ep2comm.txt)"
+echo "ep=2, fp32: the compiled program's $calls all-to-alls of its rows send $per bytes each;" \
+     "the planner $planned, $((4 * layers)) of them"
+check "ep=2: the compiled all-to-all's bytes are the planner's" test "$per" = "$planned"
+check "ep=2: 4 all-to-alls a routed layer, as the planner counts" test "$calls" = $((4 * layers))
 # Inside one h100 node: a launch (4 us), NVLink's latency (3 us) and 3/4
 # of the busiest rank's 1.25 x 8192 elements at 2 bytes over 450 GB/s at
 # the collectives' 0.8.
