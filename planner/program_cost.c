@@ -181,6 +181,11 @@ static const KernelFacts *kernel_of(const char *name) {
   return k;
 }
 
+static double lanes_of(const char *kernel) {
+  int lanes = kernel_of(kernel)->lanes;
+  return lanes > 1 ? lanes : 1;
+}
+
 /* Our flash kernels, small tiles on wmma (the forward: 4 warps, 64 query
  * rows, 32-key tiles, double-buffered through cp.async; the backward: 2
  * warps, 32 x 32 tiles, double-buffered too): FlashAttention-2 is
@@ -368,7 +373,7 @@ static double price(const Pricing *p, const Launch *l, const char **bound, int *
     t = update ? pl_update_s(hw, bytes) : mem;
     /* Too few threads, each looping over its elements in turn: a memory
      * latency per SERIAL_LOADS_IN_FLIGHT steps of the loop. */
-    double lanes = kf->lanes > 1 ? kf->lanes : 1;
+    double lanes = lanes_of(l->kernel);
     double threads = l->threads * lanes, steps = l->steps / lanes;
     if (p->gpu && threads > 0 && threads < hw->sms * 2048.0 && steps > 0) {
       double lat = ceil(steps / SERIAL_LOADS_IN_FLIGHT) * p->gpu->latency;
@@ -409,7 +414,11 @@ static const char *shape_of(const Launch *l, const Pricing *p) {
     return ir_fmt("b%.0f s%.0f h%.0f d%.0f%s", l->ab_b, l->s, l->heads, l->d,
                l->causal ? " causal" : "");
   if (l->cls == PL_KCOLLECTIVE) return ir_fmt("%s over %.0f", l->op, l->members);
-  if (l->threads > 0) return ir_fmt("%.0f threads x %.0f steps", l->threads, l->steps);
+  if (l->threads > 0) {
+    /* The threads the kernel runs (kernel_facts' lanes), as priced. */
+    double lanes = lanes_of(l->kernel);
+    return ir_fmt("%.0f threads x %.0f steps", l->threads * lanes, l->steps / lanes);
+  }
   return "";
 }
 
