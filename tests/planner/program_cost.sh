@@ -204,7 +204,9 @@ if not 0.75 < coll / formula < 1.25:
 if not t1 / 2 < t2 < t1:
     sys.exit(f"FAIL medium_tp2: step {1e3 * t2:.1f} ms outside ({1e3 * t1 / 2:.1f}, {1e3 * t1:.1f})")
 PY
-  elif ! grep -q "NCCL" medium_tp2.log; then
+  elif grep -q "NCCL" medium_tp2.log; then
+    echo "medium_tp2: this shardc has no NCCL backend: GPT-2 medium at t = 2 is not checked"
+  else
     fail "medium_tp2 does not compile: $(tail -n 1 medium_tp2.log)"
   fi
   # The residual add of medium, fused with the norm after it (add-norm):
