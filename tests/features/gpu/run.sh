@@ -539,7 +539,14 @@ check_accum() {
 MULTI_t2="--tp 2 --global-batch 4"
 MULTI_p2="--pp 2 --global-batch 4"
 MULTI_d2="--dp 2 --global-batch 4"
+MULTI_d2ep2="--dp 2 --ep 2 --global-batch 4"
+MULTI_d4ep2="--dp 4 --ep 2 --microbatch 1 --global-batch 4"
+MULTI_t2d2ep2="--tp 2 --dp 2 --ep 2 --global-batch 4"
+MULTI_p2d2ep2="--pp 2 --dp 2 --ep 2 --global-batch 4"
 MULTI_one="--global-batch 4"
+# The one-rank reference of a layout whose microbatch is not the model's
+# (the router's load-balancing loss is a microbatch's statistic).
+MULTI_one_d4ep2="--microbatch 1 --global-batch 4"
 # The runs' options: 4 sequences a step at run time too (a program's own
 # default is batch x d sequences, 2 for one rank and for t = 2, whatever
 # the compile's --global-batch said), in file order (shuffled orders are
@@ -578,8 +585,10 @@ check_nccl() { # LAYOUT [PRECISION [MODEL]]
   [ "$prec" = fp32 ] || tag=cuda-$prec
   [ "$model" = gpt2 ] || stem=$stem-$model
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
+  local ref=one
+  eval "[ -z \"\${MULTI_one_$1:-}\" ]" || ref=one_$1
   cpu=$(multi_prog "$1" cpu fp32 "$model") && gpu=$(multi_prog "$1" cuda "$prec" "$model") &&
-    one=$(multi_prog one cpu fp32 "$model") ||
+    one=$(multi_prog "$ref" cpu fp32 "$model") ||
     return 1
   echo "built $model $1 for both targets ($prec on the GPU)"
   [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
@@ -714,6 +723,10 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-d2-bf16) check_nccl d2 bf16 ;;
     nccl-d2-mixtral) check_nccl d2 fp32 mixtral ;;
     nccl-p2-mixtral) check_nccl p2 fp32 mixtral ;;
+    nccl-d2ep2-mixtral) check_nccl d2ep2 fp32 mixtral ;;
+    nccl-d4ep2-mixtral) check_nccl d4ep2 fp32 mixtral ;;
+    nccl-t2d2ep2-mixtral) check_nccl t2d2ep2 fp32 mixtral ;;
+    nccl-p2d2ep2-mixtral) check_nccl p2d2ep2 fp32 mixtral ;;
     nccl-t2-mixtral) check_nccl t2 fp32 mixtral ;;
     nccl-t2-bf16-mixtral) check_nccl t2 bf16 mixtral ;;
     nccl-kill) check_nccl_kill ;;
