@@ -591,40 +591,47 @@ MOE_FORMS(bf16, _bf16, kc_bf16)
  * ([size][local], the rows each source sends of each local expert) stay
  * in device memory, so the launches have shapes fixed by the sizes. */
 
-/* Where row j of the expert-major order lies in the source-major one; -1
- * past the counted rows. size * local is at most K_CUDA_ROUTER_MAX. */
-__device__ int64_t ep_source_row(const int32_t *rc, int64_t j, int64_t size, int64_t local) {
-  int64_t by_expert = 0;
-  for (int64_t e = 0; e < local; e++)
-    for (int64_t s = 0; s < size; s++) {
-      int64_t n = rc[s * local + e];
-      if (j < by_expert + n) {
-        int64_t start = 0;
-        for (int64_t i = 0; i < s * local + e; i++) start += rc[i];
-        return start + j - by_expert;
-      }
-      by_expert += n;
-    }
-  return -1;
-}
-
-/* A block per row j of the expert-major order (grid-stride): its thread 0
- * finds the row's source-major place, the block moves its h elements
- * (unsort = 0: dst[j] = src[at]; 1: dst[at] = src[j]); the rows past the
- * counted ones are zeros. The elements only move: T is a word of their
- * size. */
+/* A block per row j of the expert-major order (grid-stride). The block's
+ * thread 0 first lays out the runs in shared memory: run i = e * size + s
+ * (source s's rows of local expert e) starts at dst[i] in the
+ * expert-major order and at src[i] in the source-major one; then for each
+ * row it finds the row's run by bisection, and the block moves the row's
+ * h elements (unsort = 0: out[j] = in[at]; 1: out[at] = in[j]). The rows
+ * past the counted ones are zeros. The elements only move: T is a word of
+ * their size. size * local is at most K_CUDA_ROUTER_MAX. */
 template <typename T>
-__global__ void ep_permute_kernel(T *dst, const T *src, const int32_t *rc, int64_t rows,
+__global__ void ep_permute_kernel(T *out, const T *in, const int32_t *rc, int64_t rows,
                                   int64_t h, int64_t size, int64_t local, int unsort) {
+  __shared__ int64_t dst[K_CUDA_ROUTER_MAX + 1], src[K_CUDA_ROUTER_MAX];
   __shared__ int64_t at;
+  int64_t runs = size * local;
+  if (threadIdx.x == 0) {
+    int64_t total = 0;
+    for (int64_t q = 0; q < runs; q++) src[q] = total, total += rc[q]; /* q = s * local + e */
+    total = 0;
+    for (int64_t i = 0; i < runs; i++) dst[i] = total, total += rc[(i % size) * local + i / size];
+    dst[runs] = total;
+  }
+  __syncthreads();
   for (int64_t j = blockIdx.x; j < rows; j += gridDim.x) {
-    if (threadIdx.x == 0) at = ep_source_row(rc, j, size, local);
+    if (threadIdx.x == 0) {
+      at = -1;
+      if (j < dst[runs]) {
+        int64_t lo = 0, hi = runs; /* the last run starting at or before j with rows */
+        while (hi - lo > 1) {
+          int64_t mid = (lo + hi) / 2;
+          if (dst[mid] <= j) lo = mid;
+          else hi = mid;
+        }
+        at = src[(lo % size) * local + lo / size] + j - dst[lo];
+      }
+    }
     __syncthreads();
     int64_t a = at;
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-      if (a < 0) dst[j * h + c] = 0;
-      else if (unsort) dst[a * h + c] = src[j * h + c];
-      else dst[j * h + c] = src[a * h + c];
+      if (a < 0) out[j * h + c] = 0;
+      else if (unsort) out[a * h + c] = in[j * h + c];
+      else out[j * h + c] = in[a * h + c];
     }
     __syncthreads(); /* `at` is the next row's */
   }
@@ -655,7 +662,7 @@ __global__ void ep_plan_kernel(int32_t *send, int32_t *each, const int32_t *coun
 static void ep_permute(void *dst, const void *src, const int32_t *rc, int64_t rows, int64_t h,
                        int64_t size, int64_t local, int64_t elt, int unsort) {
   KC_REQUIRE(size * local <= K_CUDA_ROUTER_MAX && (elt == 2 || elt == 4),
-             "ep_sort: %lld ranks of %lld experts, elements of %lld bytes", (long long)size,
+             "ep_sort, ep_unsort: %lld ranks of %lld experts, elements of %lld bytes", (long long)size,
              (long long)local, (long long)elt);
   if (rows * h == 0) return;
   unsigned blocks = rows < 65535 ? (unsigned)rows : 65535;

@@ -1337,10 +1337,11 @@ static void test_moe_shapes(void) {
   test_moe(40, 8, 2, 16, 24, 0, 1, 0.5);
   test_moe(300, 8, 2, 8, 8, 0, 1, 0.5); /* more copies than the sort's threads */
   test_moe(33, 4, 2, 16, 8, 1, 1, 2.0);
-  /* One rank, two, four; a row longer than a block (300). */
+  /* One rank, two, four, eight of 64 experts; a row longer than a block (300). */
   test_ep(1, 4, 8);
   test_ep(2, 4, 33);
   test_ep(4, 2, 300);
+  test_ep(8, 8, 5);
 }
 
 /* Every kernel on the shapes of its lists. */
