@@ -88,7 +88,8 @@
 #   nccl d2 ep2, d4 ep2, the tiny Mixtral with expert parallelism (--ep 2: the tokens'
 #     t2 d2 ep2,       all-to-alls as grouped NCCL sends and receives, the expert groups
 #     p2 d2 ep2 mixtral split from the data axis) against the CPU target's same layout
-#                      within 1e-4 over 10 steps, and that against one rank (fp32)
+#                      within 1e-4 over 10 steps, and that against one rank (fp32);
+#                      d2 ep2 bf16 within 2e-2 (relative) of the CPU's fp32
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -728,6 +729,7 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-d2-mixtral) check_nccl d2 fp32 mixtral ;;
     nccl-p2-mixtral) check_nccl p2 fp32 mixtral ;;
     nccl-d2ep2-mixtral) check_nccl d2ep2 fp32 mixtral ;;
+    nccl-d2ep2-bf16-mixtral) check_nccl d2ep2 bf16 mixtral ;;
     nccl-d4ep2-mixtral) check_nccl d4ep2 fp32 mixtral ;;
     nccl-t2d2ep2-mixtral) check_nccl t2d2ep2 fp32 mixtral ;;
     nccl-p2d2ep2-mixtral) check_nccl p2d2ep2 fp32 mixtral ;;
@@ -868,6 +870,7 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl d2 mixtral" 90 nccl-d2-mixtral
     model_check "nccl p2 mixtral" 90 nccl-p2-mixtral
     model_check "nccl d2 ep2 mixtral" 90 nccl-d2ep2-mixtral
+    model_check "nccl d2 ep2 bf16 mixtral" 90 nccl-d2ep2-bf16-mixtral
     model_check "nccl d4 ep2 mixtral" 90 nccl-d4ep2-mixtral
     model_check "nccl t2 d2 ep2 mixtral" 90 nccl-t2d2ep2-mixtral
     model_check "nccl p2 d2 ep2 mixtral" 90 nccl-p2d2ep2-mixtral
@@ -875,7 +878,7 @@ if [ "$BUILD_KIND" = cmake ]; then
   else
     for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
              "nccl t2 mixtral" "nccl t2 bf16 mixtral" "nccl d2 mixtral" "nccl p2 mixtral" \
-             "nccl d2 ep2 mixtral" "nccl d4 ep2 mixtral" "nccl t2 d2 ep2 mixtral" \
+             "nccl d2 ep2 mixtral" "nccl d2 ep2 bf16 mixtral" "nccl d4 ep2 mixtral" "nccl t2 d2 ep2 mixtral" \
              "nccl p2 d2 ep2 mixtral" "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
