@@ -130,60 +130,76 @@ static void emit_reduce_scatter(CgEmitter *e, const IrNode *n) {
  * zeroed (y is planned for the worst case). On the data axis the group is
  * the expert ranks (ctx->ep_comm, E consecutive data-parallel ranks), on
  * the tensor axis ctx->tp_comm. The counts are read on the host: model
- * memory is host memory on the CPU target, and a GPU target would copy
- * them out first, which none does yet. */
-static bool host_memory(CgEmitter *e, const IrNode *n) {
-  if (e->target->memory == CG_MEMORY_HOST) return true;
-  cg_error(e, n, "expert parallelism (--ep): this target does not emit %s yet; --target cpu does",
-           ir_op_info(n->op)->name);
-  return false;
-}
-
+ * memory is host memory on the CPU target; a GPU target copies the two
+ * count vectors out on the compute stream, which waits for their
+ * exchange (comm_nccl.c), and the host waits for the copy: the one place
+ * a routed layer's step waits for the GPU, since NCCL takes its counts
+ * from the host. */
 static void emit_all_to_all(CgEmitter *e, const IrNode *n) {
   const IrValue *x = n->in[0], *k = n->in[1], *y = n->out[0], *got = n->out[1];
-  if (!host_memory(e, n)) return;
   const char *type = "RT_COMM_I32";
   if (x->type.dtype != IR_I32 && !comm_type(e, n, x, y, &type)) return;
   int64_t size = ir_attr_int(n, "size"), row = cg_numel(x) / cg_dim(x, 0);
   const char *comm = ir_attr_int(n, "axis") == IR_AXIS_DATA ? "ctx->ep_comm" : "ctx->tp_comm";
   const char *elem = x->type.dtype == IR_I32 ? "int32_t" : low(e, x) ? "uint16_t" : "real";
+  bool gpu = e->target->memory == CG_MEMORY_GPU;
+  const char *sent = cg_ref(e, k), *recv = cg_ref(e, got);
   emit(e, "{");
   e->depth++;
   emit(e, "int64_t sc[%lld], rc[%lld], got = 0;", (long long)size, (long long)size);
-  emit(e, "rt_comm_alltoall(%s, %s, %s, 1, RT_COMM_I32);", comm, cg_ref(e, k), cg_ref(e, got));
+  emit(e, "rt_comm_alltoall(%s, %s, %s, 1, RT_COMM_I32);", comm, sent, recv);
+  if (gpu) {
+    emit(e, "int32_t sent[%lld], recv[%lld];", (long long)size, (long long)size);
+    emit(e, "CU_CHECK(cudaMemcpyAsync(sent, %s, sizeof sent, cudaMemcpyDeviceToHost, "
+         "k_cuda_stream()));", sent);
+    emit(e, "CU_CHECK(cudaMemcpyAsync(recv, %s, sizeof recv, cudaMemcpyDeviceToHost, "
+         "k_cuda_stream()));", recv);
+    emit(e, "CU_CHECK(cudaStreamSynchronize(k_cuda_stream()));");
+    sent = "sent", recv = "recv";
+  }
   emit(e, "for (int r = 0; r < %lld; r++) {", (long long)size);
-  emit(e, "  sc[r] = (int64_t)%s[r] * %lld;", cg_ref(e, k), (long long)row);
-  emit(e, "  rc[r] = (int64_t)%s[r] * %lld;", cg_ref(e, got), (long long)row);
+  emit(e, "  sc[r] = (int64_t)%s[r] * %lld;", sent, (long long)row);
+  emit(e, "  rc[r] = (int64_t)%s[r] * %lld;", recv, (long long)row);
   emit(e, "  got += rc[r];");
   emit(e, "}");
   emit(e, "if (got > %lld) rt_comm_fatal(\"all_to_all: %%lld elements for a buffer of %lld\", "
        "(long long)got);", (long long)cg_numel(y), (long long)cg_numel(y));
   emit(e, "rt_comm_alltoallv(%s, %s, sc, %s, rc, %s);", comm, cg_ref(e, x), cg_ref(e, y), type);
-  emit(e, "memset((%s *)%s + got, 0, sizeof(%s) * (size_t)(%lld - got));", elem, cg_ref(e, y), elem,
-       (long long)cg_numel(y));
+  if (gpu)
+    emit(e, "CU_CHECK(cudaMemsetAsync((%s *)%s + got, 0, sizeof(%s) * (size_t)(%lld - got), "
+         "k_cuda_stream()));", elem, cg_ref(e, y), elem, (long long)cg_numel(y));
+  else
+    emit(e, "memset((%s *)%s + got, 0, sizeof(%s) * (size_t)(%lld - got));", elem, cg_ref(e, y),
+         elem, (long long)cg_numel(y));
   e->depth--;
   emit(e, "}");
   cg_launch_comm(e, "alltoall", size, cg_listing_bytes(e, x));
 }
 
-/* The expert-parallel routed layer's bookkeeping around the all_to_all
- * (kernels/cpu/moe_ep.c, host code over the counts): the rows for each
- * expert rank, and the received rows by local expert and back. */
+/* The expert-parallel routed layer's bookkeeping around the all_to_all:
+ * the rows for each expert rank, and the received rows by local expert
+ * and back. On the CPU host code over the counts (kernels/cpu/moe_ep.c);
+ * on a GPU its twins (kernels/cuda/moe.cu, k_cuda_ep_*), which read the
+ * counts in device memory and move the rows' elements at their size (2
+ * bytes in bf16). */
 static void emit_ep(CgEmitter *e, const IrNode *n) {
-  if (!host_memory(e, n)) return;
+  bool gpu = e->target->memory == CG_MEMORY_GPU;
+  const char *k = gpu ? "k_cuda_ep" : "k_ep";
   int64_t size = ir_attr_int(n, "size"), E = cg_numel(n->in[n->op == IR_OP_EP_PLAN ? 0 : 1]);
   if (n->op == IR_OP_EP_PLAN) {
-    emit(e, "k_ep_plan(%s, %s, %s, %lld, %lld);", cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
+    emit(e, "%s_plan(%s, %s, %s, %lld, %lld);", k, cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
          cg_ref(e, n->in[0]), (long long)E, (long long)size);
+    if (gpu) cg_launch_copy(e, 8.0 * (double)(E + size));
     return;
   }
-  const char *rows = ir_fmt("%lld, %lld, %lld, %lld", (long long)cg_dim(n->in[0], 0),
-                            (long long)cg_dim(n->in[0], -1), (long long)size, (long long)(E / size));
+  const char *rows = ir_fmt("%lld, %lld, %lld, %lld%s", (long long)cg_dim(n->in[0], 0),
+                            (long long)cg_dim(n->in[0], -1), (long long)size, (long long)(E / size),
+                            !gpu ? "" : low(e, n->in[0]) ? ", 2" : ", 4");
   if (n->op == IR_OP_EP_SORT)
-    emit(e, "k_ep_sort(%s, %s, %s, %s, %s);", cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
+    emit(e, "%s_sort(%s, %s, %s, %s, %s);", k, cg_ref(e, n->out[0]), cg_ref(e, n->out[1]),
          cg_ref(e, n->in[0]), cg_ref(e, n->in[1]), rows);
   else
-    emit(e, "k_ep_unsort(%s, %s, %s, %s);", cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
+    emit(e, "%s_unsort(%s, %s, %s, %s);", k, cg_ref(e, n->out[0]), cg_ref(e, n->in[0]),
          cg_ref(e, n->in[1]), rows);
   cg_launch_copy(e, cg_listing_bytes(e, n->out[0]));
 }

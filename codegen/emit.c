@@ -678,7 +678,6 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   emit(e, ".mesh_tp = %d,", cg_mesh(e->g, IR_AXIS_TENSOR));
   emit(e, ".mesh_pp = %d,", cg_mesh(e->g, IR_AXIS_PIPELINE));
   emit(e, ".mesh_dp = %d,", cg_mesh(e->g, IR_AXIS_DATA));
-  if (cg_expert_ranks(e) > 1) emit(e, ".mesh_ep = %d,", cg_expert_ranks(e));
   emit(e, ".stage = %d,", pr->stage);
   emit(e, ".logits_cols = %lld,", (long long)mi->logits_cols);
   /* A plan that keeps the logits in 2-byte reals (PassMemPolicy.low_bytes)
@@ -701,6 +700,9 @@ static void emit_model(CgEmitter *e, const CgModelInfo *mi, const CgProgram *pr)
   }
   if (e->chunks[0].g->wsplit) emit(e, ".wgrad = wgrads,");
   if (e->vshape) emit(e, ".vshape = 1,");
+  /* Last, as RtModel declares it (C++, the CUDA programs, wants the
+   * designators in that order). */
+  if (cg_expert_ranks(e) > 1) emit(e, ".mesh_ep = %d,", cg_expert_ranks(e));
   e->depth--;
   emit(e, "};");
   emit_blank(e);

@@ -11,6 +11,8 @@
 static const DrvOption info_options[] = {
     DRV_DEFINE_OPTION,
     {"--json", NULL, "print one JSON object instead of text"},
+    {"--ep", "E", "also the parameters one rank holds with expert parallelism over E ranks "
+                  "(each routed layer's experts / E, the rest whole)"},
     {NULL, NULL, NULL},
 };
 
@@ -137,6 +139,22 @@ static Kind classify(const IrGraph *g, const IrValue *p) {
   return k;
 }
 
+/* With --ep E: the first expert weight (at any depth) whose experts E
+ * does not divide, else NULL. Its leading dim is the experts
+ * ([experts, ...], docs/language.md). */
+static const IrValue *ep_misfit(const IrGraph *g, int64_t E) {
+  for (int i = 0; i < g->params.len; i++) {
+    const IrValue *p = g->params.items[i];
+    if (classify(g, p) == K_EXPERTS && p->type.shape[0] % E) return p;
+  }
+  for (int i = 0; i < g->nodes.len; i++) {
+    const IrNode *n = g->nodes.items[i];
+    const IrValue *p = n->op == IR_OP_REPEAT ? ep_misfit(n->body, E) : NULL;
+    if (p) return p;
+  }
+  return NULL;
+}
+
 typedef struct Counts {
   int64_t total;
   double active;        /* the parameters one token uses: a routed layer's k of E experts */
@@ -213,12 +231,20 @@ static const char *shape_summary(IrGraph *g) {
   return s;
 }
 
-static void print_text(IrGraph *g, const Counts *c) {
+/* The parameters one expert rank holds under --ep E. */
+static int64_t per_expert_rank(const Counts *c, int64_t E) {
+  return c->total - c->by_kind[K_EXPERTS] + c->by_kind[K_EXPERTS] / E;
+}
+
+static void print_text(IrGraph *g, const Counts *c, int64_t E) {
   printf("%s: %s\n", g->name, shape_summary(g));
   printf("parameters            %15s\n", commas(c->total));
   if ((int64_t)c->active != c->total)
     printf("active per token      %15s  (a routed layer's top-k of its experts)\n",
            commas((int64_t)c->active));
+  if (E > 1)
+    printf("per rank at --ep %-4lld %15s  (each routed layer's experts / %lld, the rest whole)\n",
+           (long long)E, commas(per_expert_rank(c, E)), (long long)E);
   for (int k = 0; k < K_COUNT; k++)
     if (c->by_kind[k])
       printf("  %-19s %15s  %5.1f%%\n", kind_names[k], commas(c->by_kind[k]),
@@ -242,10 +268,25 @@ int drv_cmd_info(int nargs, DrvArg *args) {
   if (!model) return 1;
   IrGraph *g = drv_load_and_check(model, nargs, args);
   if (!g) return 1;
+  const char *ep_s = drv_value(nargs, args, "--ep");
+  char *end = NULL;
+  long long E = ep_s ? strtoll(ep_s, &end, 10) : 1;
+  if (ep_s && (!*ep_s || *end || E < 1 || E > (1 << 20)))
+    return drv_usage_error(&drv_info_command, "--ep: expected a positive integer, got '%s'", ep_s);
   Counts c = {.layers = cJSON_CreateArray()};
   count_graph(g, 1, &c, NULL);
+  const IrValue *misfit = E > 1 ? ep_misfit(g, E) : NULL;
+  if (E > 1 && !c.by_kind[K_EXPERTS])
+    return drv_usage_error(&drv_info_command, "--ep %lld: the model has no routed layer whose "
+                           "experts it could place", E);
+  if (misfit) {
+    ir_error(misfit->loc, "--ep %lld must divide the %lld experts of %s", E,
+             (long long)misfit->type.shape[0], misfit->name);
+    cJSON_Delete(c.layers);
+    return 1;
+  }
   if (!drv_flag(nargs, args, "--json")) {
-    print_text(g, &c);
+    print_text(g, &c, E);
     cJSON_Delete(c.layers);
     return 0;
   }
@@ -253,6 +294,10 @@ int drv_cmd_info(int nargs, DrvArg *args) {
   cJSON_AddStringToObject(o, "model", g->name);
   cJSON_AddNumberToObject(o, "parameters", (double)c.total);
   cJSON_AddNumberToObject(o, "active_parameters", (double)(int64_t)c.active);
+  if (E > 1) {
+    cJSON_AddNumberToObject(o, "ep", (double)E);
+    cJSON_AddNumberToObject(o, "parameters_per_expert_rank", (double)per_expert_rank(&c, E));
+  }
   cJSON *kinds = cJSON_AddObjectToObject(o, "parameters_by_kind");
   for (int k = 0; k < K_COUNT; k++)
     if (c.by_kind[k]) cJSON_AddNumberToObject(kinds, kind_names[k], (double)c.by_kind[k]);

@@ -225,6 +225,11 @@ if [ $QUICK = 0 ]; then
     opt=$([ $l = t2 ] && echo --tp || { [ $l = p2 ] && echo --pp || echo --dp; })
     program nccl-$l-bf16 cuda gpt2 bf16 $opt 2 --global-batch 4
   done
+  # Expert parallelism over NCCL (--ep 2 of d 2, the tiny Mixtral), the
+  # CPU target's same layout and its one-rank run at the same global batch.
+  program nccl-d2ep2-mixtral cuda mixtral fp32 --dp 2 --ep 2 --global-batch 4
+  program nccl-d2ep2-mixtral-cpu cpu mixtral fp32 --dp 2 --ep 2 --global-batch 4
+  program nccl-one-mixtral-cpu cpu mixtral fp32 --global-batch 4
   # The benchmarks' graphs shape and many-rank layouts (bench/gpu.sh).
   # shellcheck disable=SC2086
   speed_program bench-graphs $GRAPH_SHAPE
@@ -282,6 +287,12 @@ if [ $QUICK = 0 ]; then
     cmp_losses "$l CPU target against one rank" "$OUT/ref/nccl-one.json" "$OUT/ref/nccl-$l-cpu.json" 1e-4 ||
       die "the CPU target's $l run is not one rank's"
   done
+  # shellcheck disable=SC2086
+  ref nccl-d2ep2-mixtral-cpu nccl-d2ep2-mixtral-cpu $MTRAIN --steps $STEPS
+  # shellcheck disable=SC2086
+  ref nccl-one-mixtral nccl-one-mixtral-cpu $MTRAIN --steps $STEPS
+  cmp_losses "d2 ep2 mixtral CPU target against one rank" "$OUT/ref/nccl-one-mixtral.json" \
+    "$OUT/ref/nccl-d2ep2-mixtral-cpu.json" 1e-4 || die "the CPU target's d2 ep2 mixtral run is not one rank's"
   # shellcheck disable=SC2086
   ref drop-cpu gpt2-drop-cpu $TRAIN --steps $STEPS
   # shellcheck disable=SC2086

@@ -502,6 +502,14 @@ MOE_DECLS(, float)
 MOE_DECLS(_bf16, kc_bf16)
 #undef MOE_DECLS
 int64_t k_cuda_grouped_scratch(int64_t E, int64_t per, int64_t in, int64_t out, int bf16);
+/* --ep: as k_ep_plan, k_ep_sort and k_ep_unsort of kernels/cpu/kernels.h
+ * (moe_ep.c), the same arguments, the counts in device memory, and the
+ * rows' elements of elt bytes (4: fp32, 2: bf16), which only move. */
+void k_cuda_ep_plan(int32_t *send, int32_t *each, const int32_t *counts, int64_t E, int64_t size);
+void k_cuda_ep_sort(void *rows, int32_t *counts, const void *y, const int32_t *rc, int64_t M,
+                    int64_t h, int64_t size, int64_t local, int64_t elt);
+void k_cuda_ep_unsort(void *y, const void *rows, const int32_t *rc, int64_t M, int64_t h,
+                      int64_t size, int64_t local, int64_t elt);
 
 #ifdef __cplusplus
 }

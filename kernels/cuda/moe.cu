@@ -581,3 +581,118 @@ void k_cuda_moe_sort(int32_t *pos, int32_t *counts, const int32_t *ex, int64_t n
 MOE_FORMS(float, , float)
 MOE_FORMS(bf16, _bf16, kc_bf16)
 }
+
+/* ------------------------------------------- expert parallelism (--ep) */
+
+/* The expert-parallel routed layer's row permutations, as
+ * kernels/cpu/moe_ep.c: an expert rank receives, by all_to_all, each
+ * source rank's rows packed in source order, each source's sorted by its
+ * local expert; the grouped products want them by expert. The counts rc
+ * ([size][local], the rows each source sends of each local expert) stay
+ * in device memory, so the launches have shapes fixed by the sizes. */
+
+/* A block per row j of the expert-major order (grid-stride). The block's
+ * thread 0 first lays out the runs in shared memory: run i = e * size + s
+ * (source s's rows of local expert e) starts at dst[i] in the
+ * expert-major order and at src[i] in the source-major one; then for each
+ * row it finds the row's run by bisection, and the block moves the row's
+ * h elements (unsort = 0: out[j] = in[at]; 1: out[at] = in[j]). The rows
+ * past the counted ones are zeros. The elements only move: T is a word of
+ * their size. size * local is at most K_CUDA_ROUTER_MAX. */
+template <typename T>
+__global__ void ep_permute_kernel(T *out, const T *in, const int32_t *rc, int64_t rows,
+                                  int64_t h, int64_t size, int64_t local, int unsort) {
+  __shared__ int64_t dst[K_CUDA_ROUTER_MAX + 1], src[K_CUDA_ROUTER_MAX];
+  __shared__ int64_t at;
+  int64_t runs = size * local;
+  if (threadIdx.x == 0) {
+    int64_t total = 0;
+    for (int64_t q = 0; q < runs; q++) src[q] = total, total += rc[q]; /* q = s * local + e */
+    total = 0;
+    for (int64_t i = 0; i < runs; i++) dst[i] = total, total += rc[(i % size) * local + i / size];
+    dst[runs] = total;
+  }
+  __syncthreads();
+  for (int64_t j = blockIdx.x; j < rows; j += gridDim.x) {
+    if (threadIdx.x == 0) {
+      at = -1;
+      if (j < dst[runs]) {
+        int64_t lo = 0, hi = runs; /* the last run starting at or before j with rows */
+        while (hi - lo > 1) {
+          int64_t mid = (lo + hi) / 2;
+          if (dst[mid] <= j) lo = mid;
+          else hi = mid;
+        }
+        at = src[(lo % size) * local + lo / size] + j - dst[lo];
+      }
+    }
+    __syncthreads();
+    int64_t a = at;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      if (a < 0) out[j * h + c] = 0;
+      else if (unsort) out[a * h + c] = in[j * h + c];
+      else out[j * h + c] = in[a * h + c];
+    }
+    __syncthreads(); /* `at` is the next row's */
+  }
+}
+
+/* counts[e] = the rows of local expert e from every source. */
+__global__ void ep_counts_kernel(int32_t *counts, const int32_t *rc, int64_t size, int64_t local) {
+  KC_FOR_ELEMENTS(e, local) {
+    int32_t c = 0;
+    for (int64_t s = 0; s < size; s++) c += rc[s * local + e];
+    counts[e] = c;
+  }
+}
+
+/* send[r] = the rows for expert rank r (its E/size experts' counts),
+ * each[r] = E/size. */
+__global__ void ep_plan_kernel(int32_t *send, int32_t *each, const int32_t *counts, int64_t E,
+                               int64_t size) {
+  int64_t local = E / size;
+  KC_FOR_ELEMENTS(r, size) {
+    int32_t s = 0;
+    for (int64_t e = 0; e < local; e++) s += counts[r * local + e];
+    send[r] = s;
+    each[r] = (int32_t)local;
+  }
+}
+
+static void ep_permute(void *dst, const void *src, const int32_t *rc, int64_t rows, int64_t h,
+                       int64_t size, int64_t local, int64_t elt, int unsort) {
+  KC_REQUIRE(size * local <= K_CUDA_ROUTER_MAX && (elt == 2 || elt == 4),
+             "ep_sort, ep_unsort: %lld ranks of %lld experts, elements of %lld bytes", (long long)size,
+             (long long)local, (long long)elt);
+  if (rows * h == 0) return;
+  unsigned blocks = rows < 65535 ? (unsigned)rows : 65535;
+  if (elt == 2) {
+    KC_LAUNCH(blocks, KC_ROW_THREADS, 0, kc_stream(), ep_permute_kernel)(
+        (uint16_t *)dst, (const uint16_t *)src, rc, rows, h, size, local, unsort);
+  } else {
+    KC_LAUNCH(blocks, KC_ROW_THREADS, 0, kc_stream(), ep_permute_kernel)(
+        (uint32_t *)dst, (const uint32_t *)src, rc, rows, h, size, local, unsort);
+  }
+  KC_LAUNCHED();
+}
+
+extern "C" {
+void k_cuda_ep_plan(int32_t *send, int32_t *each, const int32_t *counts, int64_t E, int64_t size) {
+  if (size == 0) return;
+  KC_LAUNCH(KC_GRID(size), ep_plan_kernel)(send, each, counts, E, size);
+  KC_LAUNCHED();
+}
+
+void k_cuda_ep_sort(void *rows, int32_t *counts, const void *y, const int32_t *rc, int64_t M,
+                    int64_t h, int64_t size, int64_t local, int64_t elt) {
+  ep_permute(rows, y, rc, M, h, size, local, elt, 0);
+  if (local == 0) return;
+  KC_LAUNCH(KC_GRID(local), ep_counts_kernel)(counts, rc, size, local);
+  KC_LAUNCHED();
+}
+
+void k_cuda_ep_unsort(void *y, const void *rows, const int32_t *rc, int64_t M, int64_t h,
+                      int64_t size, int64_t local, int64_t elt) {
+  ep_permute(y, rows, rc, M, h, size, local, elt, 1);
+}
+}

@@ -142,8 +142,8 @@ void rt_comms_free(RtComms *c);
 
 /* The ranks of c with the same color, ordered by key, as a communicator
  * named `name` (the expert groups of --ep, cut out of the data axis);
- * collective over c. Freed by rt_comm_free, before rt_comms_free. The NCCL
- * backend has none (its programs do not take --ep). */
+ * collective over c. Freed by rt_comm_free, before rt_comms_free. On NCCL
+ * the group's twin is split from c's (ncclCommSplit). */
 RtComm *rt_comm_split(RtComm *c, int color, int key, const char *name);
 void rt_comm_free(RtComm *c);
 

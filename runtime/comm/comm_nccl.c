@@ -24,7 +24,8 @@
  * ranks in the same order: its rank 0 makes an ncclUniqueId, MPI_Bcast
  * gives it to the others, ncclCommInitRank joins them. Every rank builds
  * the axes in the same order, so the initialisations cannot wait on each
- * other in a cycle.
+ * other in a cycle. The expert groups of --ep are split from the data
+ * axis's twin (rt_comm_split).
  *
  * Streams. Each NCCL communicator has its own stream, on which its
  * operations run in the order they were posted; before each, that stream
@@ -144,8 +145,9 @@ typedef struct P2p {
   RtCommReq *req;
 } P2p;
 
-/* The runtime builds one set of communicators (tp.c); room for two. */
-enum { MAX_TWINS = 2 * RT_AXIS_COUNT };
+/* The runtime builds one set of communicators (tp.c) and the two expert
+ * groups of --ep (ep.c); room for two of each. */
+enum { MAX_TWINS = 2 * (RT_AXIS_COUNT + 2) };
 
 static struct {
   Nccl comms[MAX_TWINS];
@@ -262,16 +264,22 @@ void rt_comm_finalize(void) {
   rt_mpi_finalize();
 }
 
-/* The NCCL twin of c: the id from c's rank 0, over c's MPI communicator. */
-static void nccl_twin(RtComm *c) {
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
+/* A free slot for c's NCCL twin, with its stream. */
+static Nccl *new_twin(RtComm *c) {
   if (nc.ncomms == MAX_TWINS)
     rt_comm_fatal("more than %d NCCL communicators (rt_comms_new called again?)", MAX_TWINS);
   Nccl *n = &nc.comms[nc.ncomms];
   n->comm = c;
   n->nc = NULL;
   CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
+  return n;
+}
+
+/* The NCCL twin of c: the id from c's rank 0, over c's MPI communicator. */
+static void nccl_twin(RtComm *c) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  Nccl *n = new_twin(c);
   if (c->rank == 0) NCCL_CHECK(n, ncclGetUniqueId(&id));
   MPI_WAITING(c, "MPI_Bcast", MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm));
   rt_wd_comm("ncclCommInitRank", c->name);
@@ -290,26 +298,61 @@ RtComms *rt_comms_new(RtMesh mesh) {
 }
 
 static void flush(void);
+static Nccl *twin(const RtComm *c);
 
+/* An expert group of --ep (runtime/mesh/ep.c): MPI's split for the host
+ * side, then its NCCL twin, split from the parent's (ncclCommSplit, NCCL
+ * 2.18 on: collective over the parent, no id to broadcast; a rank whose
+ * group is itself alone takes no color). Without ncclCommSplit, or
+ * without a parent twin, the twin is made as the axes' are. A group of
+ * one rank has none: its operations run over MPI, as an axis of one
+ * rank's do. */
 RtComm *rt_comm_split(RtComm *c, int color, int key, const char *name) {
-  (void)c, (void)color, (void)key;
-  rt_comm_fatal("the NCCL backend has no %s communicator: expert parallelism (--ep) runs on the "
-                "cpu target", name);
+  flush();
+  RtComm *s = rt_mpi_comm_split(c, color, key, name);
+  if (nc.no_device) return s;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  Nccl *p = twin(c);
+  if (p) {
+    ncclComm_t made = NULL;
+    rt_wd_comm("ncclCommSplit", c->name);
+    NCCL_CHECK(p, ncclCommSplit(p->nc, s->size > 1 ? color : NCCL_SPLIT_NOCOLOR, key, &made, NULL));
+    rt_wd_comm_done();
+    if (s->size > 1) {
+      Nccl *n = new_twin(s);
+      n->nc = made;
+      nc.ncomms++;
+    }
+    return s;
+  }
+#endif
+  if (s->size > 1) nccl_twin(s);
+  return s;
 }
-void rt_comm_free(RtComm *c) { (void)c; }
+
+/* c's twin, if it has one, destroyed once its stream's work is done. */
+static void drop_twin(RtComm *c) {
+  for (int i = 0; i < nc.ncomms; i++)
+    if (c && nc.comms[i].comm == c) {
+      CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
+      NCCL_CHECK(&nc.comms[i], ncclCommDestroy(nc.comms[i].nc));
+      CUDA_CHECK(cudaStreamDestroy(nc.comms[i].stream));
+      nc.comms[i] = nc.comms[--nc.ncomms];
+      return;
+    }
+}
+
+void rt_comm_free(RtComm *c) {
+  if (!c) return;
+  flush();
+  drop_twin(c);
+  rt_mpi_comm_free(c);
+}
 
 void rt_comms_free(RtComms *cs) {
   if (!cs) return;
   flush();
-  for (int a = 0; a < RT_AXIS_COUNT; a++)
-    for (int i = 0; i < nc.ncomms; i++)
-      if (cs->axis[a] && nc.comms[i].comm == cs->axis[a]) {
-        CUDA_CHECK(cudaStreamSynchronize(nc.comms[i].stream));
-        NCCL_CHECK(&nc.comms[i], ncclCommDestroy(nc.comms[i].nc));
-        CUDA_CHECK(cudaStreamDestroy(nc.comms[i].stream));
-        nc.comms[i] = nc.comms[--nc.ncomms];
-        break;
-      }
+  for (int a = 0; a < RT_AXIS_COUNT; a++) drop_twin(cs->axis[a]);
   rt_mpi_comms_free(cs);
 }
 

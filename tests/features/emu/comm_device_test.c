@@ -17,7 +17,10 @@
  *                                  watchdog (--timeout 2) ends them
  * and the order between streams (the blocking calls and waits order the
  * compute stream after NCCL's, the host does not wait):
- *   comm_device_test nccl_order    a copy on the compute stream after a
+ *   comm_device_test nccl_order    an all-reduce on a communicator split
+ *                                  from another over the other's sum (the
+ *                                  order between streams is transitive);
+ *                                  a copy on the compute stream after a
  *                                  blocking all-reduce and after a wait
  *                                  reads the sum; one after a non-blocking
  *                                  all-reduce not waited for is refused
@@ -90,6 +93,24 @@ static int nccl_order(void) {
   RtComm *t = cs->axis[RT_AXIS_TENSOR];
   float *x = dev_calloc(1000, sizeof *x), h[1000], want = (float)(nworld * (nworld + 1) / 2);
   cudaStream_t compute = k_cuda_stream();
+  /* The order is transitive: a blocking all-reduce on t, then one over its
+   * sum on a communicator split from t (another stream), which waits for
+   * the compute stream, which waited for t's. */
+  RtComm *split = rt_comm_split(t, 0, me, "split");
+  for (int i = 0; i < 1000; i++) h[i] = (float)(me + 1);
+  cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, compute);
+  rt_comm_allreduce(t, x, x, 1000, RT_COMM_F32, RT_COMM_SUM);
+  rt_comm_allreduce(split, x, x, 1000, RT_COMM_F32, RT_COMM_SUM);
+  cudaMemcpyAsync(h, x, sizeof h, cudaMemcpyDeviceToHost, compute);
+  cudaStreamSynchronize(compute);
+  rt_comm_free(split);
+  if (me == 0)
+    printf("  all-reduce, then another communicator's over its sum: %g (want %g)\n", h[0],
+           want * (float)nworld);
+  if (h[0] != want * (float)nworld || h[999] != want * (float)nworld) {
+    fprintf(stderr, "rank %d: the sum of sums is %g, not %g\n", me, h[0], want * (float)nworld);
+    return 1;
+  }
   for (int way = 0; way < 3; way++) {
     for (int i = 0; i < 1000; i++) h[i] = (float)(me + 1);
     cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, compute);

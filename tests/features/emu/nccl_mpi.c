@@ -12,7 +12,9 @@
  * here is collective over MPI_COMM_WORLD, since communicators are made for
  * subsets of the ranks, in an order that differs between ranks. A private
  * MPI communicator keeps the messages of one NCCL communicator from those
- * of every other and from the program's own MPI traffic.
+ * of every other and from the program's own MPI traffic. ncclCommSplit is
+ * MPI_Comm_split of the parent's own MPI communicator, which orders the
+ * members of a color by key, then by their rank in the parent, as NCCL.
  *
  * Operations. Every operation is a small state machine of non-blocking
  * MPI requests. Outside a group it runs to completion before the call
@@ -320,6 +322,39 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     return r;
   }
   *comm = c;
+  return ncclSuccess;
+}
+
+/* Collective over c (outside a group: the emulation runs it at once);
+ * NCCL_SPLIT_NOCOLOR gives no communicator (*newcomm NULL). The
+ * configuration is the parent's, whatever config says. */
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config) {
+  (void)config;
+  if (!c || !newcomm) return fail(c, ncclInvalidArgument, "ncclCommSplit: NULL argument");
+  if (c->mc == MPI_COMM_NULL) return fail(c, ncclInvalidUsage, "ncclCommSplit: comm is not initialised");
+  if (color < NCCL_SPLIT_NOCOLOR)
+    return fail(c, ncclInvalidArgument, "ncclCommSplit: color %d is negative", color);
+  if (st.depth) return fail(c, ncclInvalidUsage, "ncclCommSplit inside a group: the emulation cannot");
+  *newcomm = NULL;
+  MPI_Comm mc;
+  MPI_TRY(c, MPI_Comm_split(c->mc, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &mc));
+  if (mc == MPI_COMM_NULL) return ncclSuccess;
+  ncclComm_t n = calloc(1, sizeof *n);
+  int size = 0;
+  MPI_Comm_size(mc, &size);
+  if (n) n->world = calloc((size_t)size, sizeof *n->world);
+  if (!n || !n->world) {
+    free(n);
+    MPI_Comm_free(&mc);
+    return fail(c, ncclSystemError, "ncclCommSplit: out of memory");
+  }
+  n->mc = mc;
+  n->nranks = size;
+  MPI_Comm_rank(mc, &n->rank);
+  MPI_TRY(c, MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN));
+  MPI_TRY(c, MPI_Allgather(&c->world[c->rank], 1, MPI_INT, n->world, 1, MPI_INT, mc));
+  *newcomm = n;
   return ncclSuccess;
 }
 

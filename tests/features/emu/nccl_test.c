@@ -92,6 +92,28 @@ static void join(Comm *c, const char *name, const int *members, int n) {
   CHECK(C_COLL, got == n, "%s: count %d, not %d", name, got, n);
 }
 
+/* ncclCommSplit of `from` by parity, keyed by world rank: the evens' and
+ * the odds' communicators again, ranked by world rank whatever the
+ * parent's order; then a split in which world rank 0 takes no color
+ * (NCCL_SPLIT_NOCOLOR) and gets no communicator. */
+static void split(Comm *from, Comm *c) {
+  c->name = me % 2 ? "odds (split)" : "evens (split)";
+  NCCL_OK(ncclCommSplit(from->nc, me % 2, me, &c->nc, NULL));
+  c->size = 0;
+  for (int r = me % 2; r < nworld; r += 2) c->world[c->size++] = r;
+  c->rank = me / 2;
+  int got = -1;
+  NCCL_OK(ncclCommUserRank(c->nc, &got));
+  CHECK(C_COLL, got == c->rank, "%s: user rank %d, not %d", c->name, got, c->rank);
+  NCCL_OK(ncclCommCount(c->nc, &got));
+  CHECK(C_COLL, got == c->size, "%s: count %d, not %d", c->name, got, c->size);
+  ncclComm_t rest = NULL;
+  NCCL_OK(ncclCommSplit(from->nc, me == 0 ? NCCL_SPLIT_NOCOLOR : 0, 0, &rest, NULL));
+  CHECK(C_COLL, (rest == NULL) == (me == 0), "split without a color: %s communicator",
+        rest ? "a" : "no");
+  if (rest) NCCL_OK(ncclCommDestroy(rest));
+}
+
 /* ---- Values ------------------------------------------------------------------------- */
 
 static const ncclDataType_t types[] = {ncclInt8,  ncclUint8,   ncclInt32,   ncclUint32, ncclInt64,
@@ -459,14 +481,15 @@ int main(int argc, char **argv) {
   int fwd[64], rev[64], half[32], nh = 0;
   for (int r = 0; r < nworld; r++) fwd[r] = r, rev[r] = nworld - 1 - r;
   for (int r = me % 2; r < nworld; r += 2) half[nh++] = r;
-  Comm world, back, part;
+  Comm world, back, part, halves;
   /* Even ranks make their half first, odd ranks after the world. */
   if (me % 2 == 0) join(&part, "evens", half, nh);
   join(&world, "world", fwd, nworld);
   if (me % 2) join(&part, "odds", half, nh);
   join(&back, "reversed", rev, nworld);
-  Comm *comms[] = {&world, &back, &part};
-  for (int i = 0; i < 3; i++) {
+  split(&back, &halves);
+  Comm *comms[] = {&world, &back, &part, &halves};
+  for (int i = 0; i < 4; i++) {
     collectives(comms[i]);
     if (comms[i]->size > 1) ring(comms[i]);
   }
@@ -479,12 +502,12 @@ int main(int argc, char **argv) {
   misuse(&world);
   wrong_length(&world);
   abort_member();
-  for (int i = 0; i < 3; i++) NCCL_OK(ncclCommDestroy(comms[i]->nc));
+  for (int i = 0; i < 4; i++) NCCL_OK(ncclCommDestroy(comms[i]->nc));
   long total[C_NCAT];
   MPI_Reduce(nchecks, total, C_NCAT, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   if (me == 0) {
     printf("nccl emulation: %d ranks; communicators world, reversed (made by world rank %d), "
-           "evens and odds, made in rank-dependent order\n", nworld, nworld - 1);
+           "evens and odds, made in rank-dependent order, and split again from reversed\n", nworld, nworld - 1);
     printf("  every op in and out of place, sum/prod/max/min/avg on i8 u8 i32 u32 i64 u64 f32 "
            "f64 bf16, counts 0 1 7 1001 65537 (the largest f32/bf16 only)\n");
     for (int i = 0; i < C_NCAT; i++)

@@ -19,7 +19,9 @@ list(JOIN CJSON_LDFLAGS " " emu_cjson_flags)
 if(TARGET shard_rt_cuda_nccl_emu)
   set(emu_rt_libs "$<TARGET_FILE:shard_rt_cuda_nccl_emu> $<TARGET_FILE:shard_comm_nccl_emu> $<TARGET_FILE:shard_nccl_emu>")
   set(emu_checks nccl-t2 nccl-p2 nccl-d2 nccl-p2-bf16 nccl-kill nccl-t2-mixtral nccl-t2-bf16-mixtral
-                 nccl-d2-mixtral nccl-p2-mixtral)
+                 nccl-d2-mixtral nccl-p2-mixtral nccl-d2ep2-mixtral nccl-d4ep2-mixtral
+                 nccl-t2d2ep2-mixtral nccl-p2d2ep2-mixtral nccl-d2ep2-bf16-mixtral
+                 nccl-d4ep2z-mixtral)
 else()
   set(emu_rt_libs "$<TARGET_FILE:shard_rt_cuda_emu> $<TARGET_FILE:${SHARD_COMM_LIB}>")
   set(emu_checks)

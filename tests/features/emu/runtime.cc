@@ -45,6 +45,10 @@ struct CUevent_st {
   uint64_t ops;
   CUstream_st *at_stream; /* recorded outside a capture: on this stream, */
   uint64_t at;            /* after this much of its work (the order's count) */
+  /* What at_stream had seen of other streams when the event was recorded:
+   * a stream that waits on the event sees that too (CUDA's order is
+   * transitive: the event follows the waits queued before it). */
+  std::vector<std::pair<CUstream_st *, uint64_t>> saw;
 };
 struct CUmemPoolHandle_st {
   uint64_t release_threshold;
@@ -723,6 +727,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->time = now();
   event->at_stream = s;
   event->at = Ord.count[s];
+  event->saw.clear();
+  for (const auto &kv : Ord.seen)
+    if (kv.first.first == s) event->saw.push_back({kv.first.second, kv.second});
   return cudaSuccess;
 }
 
@@ -738,6 +745,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (event->recorded && !(s && s->graph)) {
       uint64_t &seen = Ord.seen[{s, event->at_stream}];
       if (event->at > seen) seen = event->at;
+      for (const auto &p : event->saw) {
+        if (p.first == s) continue;
+        uint64_t &also = Ord.seen[{s, p.first}];
+        if (p.second > also) also = p.second;
+      }
     }
     return cudaSuccess;
   }

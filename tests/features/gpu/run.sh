@@ -85,6 +85,13 @@
 #   nccl t2 mixtral,   the tiny Mixtral at t=2, d=2 and p=2 over NCCL (the routed layer
 #     d2, p2 mixtral   replicated) against the CPU target's same layout, within 1e-4 over
 #                      10 steps (fp32); t2 bf16 within 2e-2 (relative) of its fp32 run
+#   nccl d2 ep2, d4 ep2, the tiny Mixtral with expert parallelism (--ep 2: the tokens'
+#     t2 d2 ep2,       all-to-alls as grouped NCCL sends and receives, the expert groups
+#     p2 d2 ep2 mixtral split from the data axis) against the CPU target's same layout
+#                      within 1e-4 over 10 steps, and that against one rank (fp32);
+#                      d2 ep2 bf16 within 2e-2 (relative) of the CPU's fp32
+#   nccl d4 ep2 zero1  d4 ep2 with ZeRO-1 (the expert buckets reduce-scattered over
+#     mixtral          the 2 ranks holding the same experts), as above
 #   nccl rank killed   t=2 on the GPU, rank 1 killed (SIGKILL) after its first
 #                      steps: the job must end non-zero within --timeout + 30 s
 #
@@ -539,7 +546,16 @@ check_accum() {
 MULTI_t2="--tp 2 --global-batch 4"
 MULTI_p2="--pp 2 --global-batch 4"
 MULTI_d2="--dp 2 --global-batch 4"
+MULTI_d2ep2="--dp 2 --ep 2 --global-batch 4"
+MULTI_d4ep2="--dp 4 --ep 2 --microbatch 1 --global-batch 4"
+MULTI_d4ep2z="--dp 4 --ep 2 --microbatch 1 --global-batch 4 --zero 1"
+MULTI_t2d2ep2="--tp 2 --dp 2 --ep 2 --global-batch 4"
+MULTI_p2d2ep2="--pp 2 --dp 2 --ep 2 --global-batch 4"
 MULTI_one="--global-batch 4"
+# The one-rank reference of a layout whose microbatch is not the model's
+# (the router's load-balancing loss is a microbatch's statistic).
+MULTI_one_d4ep2="--microbatch 1 --global-batch 4"
+MULTI_one_d4ep2z=$MULTI_one_d4ep2
 # The runs' options: 4 sequences a step at run time too (a program's own
 # default is batch x d sequences, 2 for one rank and for t = 2, whatever
 # the compile's --global-batch said), in file order (shuffled orders are
@@ -578,8 +594,10 @@ check_nccl() { # LAYOUT [PRECISION [MODEL]]
   [ "$prec" = fp32 ] || tag=cuda-$prec
   [ "$model" = gpt2 ] || stem=$stem-$model
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; return 77; }
+  local ref=one
+  eval "[ -z \"\${MULTI_one_$1:-}\" ]" || ref=one_$1
   cpu=$(multi_prog "$1" cpu fp32 "$model") && gpu=$(multi_prog "$1" cuda "$prec" "$model") &&
-    one=$(multi_prog one cpu fp32 "$model") ||
+    one=$(multi_prog "$ref" cpu fp32 "$model") ||
     return 1
   echo "built $model $1 for both targets ($prec on the GPU)"
   [ -n "${GPU_EMU:-}" ] || [ "$NGPUS" -gt 0 ] ||
@@ -714,6 +732,12 @@ if [ -n "$MODEL_CHECK" ]; then
     nccl-d2-bf16) check_nccl d2 bf16 ;;
     nccl-d2-mixtral) check_nccl d2 fp32 mixtral ;;
     nccl-p2-mixtral) check_nccl p2 fp32 mixtral ;;
+    nccl-d2ep2-mixtral) check_nccl d2ep2 fp32 mixtral ;;
+    nccl-d2ep2-bf16-mixtral) check_nccl d2ep2 bf16 mixtral ;;
+    nccl-d4ep2-mixtral) check_nccl d4ep2 fp32 mixtral ;;
+    nccl-d4ep2z-mixtral) check_nccl d4ep2z fp32 mixtral ;;
+    nccl-t2d2ep2-mixtral) check_nccl t2d2ep2 fp32 mixtral ;;
+    nccl-p2d2ep2-mixtral) check_nccl p2d2ep2 fp32 mixtral ;;
     nccl-t2-mixtral) check_nccl t2 fp32 mixtral ;;
     nccl-t2-bf16-mixtral) check_nccl t2 bf16 mixtral ;;
     nccl-kill) check_nccl_kill ;;
@@ -850,11 +874,19 @@ if [ "$BUILD_KIND" = cmake ]; then
     model_check "nccl t2 bf16 mixtral" 90 nccl-t2-bf16-mixtral
     model_check "nccl d2 mixtral" 90 nccl-d2-mixtral
     model_check "nccl p2 mixtral" 90 nccl-p2-mixtral
+    model_check "nccl d2 ep2 mixtral" 90 nccl-d2ep2-mixtral
+    model_check "nccl d2 ep2 bf16 mixtral" 90 nccl-d2ep2-bf16-mixtral
+    model_check "nccl d4 ep2 mixtral" 90 nccl-d4ep2-mixtral
+    model_check "nccl d4 ep2 zero1 mixtral" 90 nccl-d4ep2z-mixtral
+    model_check "nccl t2 d2 ep2 mixtral" 90 nccl-t2d2ep2-mixtral
+    model_check "nccl p2 d2 ep2 mixtral" 90 nccl-p2d2ep2-mixtral
     model_check "nccl rank killed" 120 nccl-kill
   else
     for r in "nccl t2" "nccl p2" "nccl d2" "nccl t2 bf16" "nccl p2 bf16" "nccl d2 bf16" \
              "nccl t2 mixtral" "nccl t2 bf16 mixtral" "nccl d2 mixtral" "nccl p2 mixtral" \
-             "nccl rank killed"; do
+             "nccl d2 ep2 mixtral" "nccl d2 ep2 bf16 mixtral" "nccl d4 ep2 mixtral" \
+             "nccl d4 ep2 zero1 mixtral" "nccl t2 d2 ep2 mixtral" \
+             "nccl p2 d2 ep2 mixtral" "nccl rank killed"; do
       row "$r" SKIP 0 "no shard_comm_nccl (this build found no NCCL or MPI)"
     done
   fi

@@ -1290,6 +1290,39 @@ static void test_moe(int64_t T, int64_t E, int64_t k, int64_t h, int64_t f, int 
   }
 }
 
+/* --ep's permutations (k_cuda_ep_plan, _sort, _unsort) against moe_ep.c,
+ * exact (the rows only move): `size` source ranks of `local` experts each,
+ * counts of 0 to 3 rows (zeros among them), M rows of which 3 past the
+ * counted ones, fp32 and bf16 elements. */
+static void test_ep(int64_t size, int64_t local, int64_t h) {
+  const char *sh = SHAPE("size%lld local%lld h%lld", (long long)size, (long long)local, (long long)h);
+  int64_t E = size * local;
+  for (int bf = 0; bf < 2; bf++) { /* end_test frees the host buffers */
+    int32_t *rc = halloc(E * 4), *counts = halloc(local * 4), *send = halloc(size * 4);
+    int32_t *each = halloc(size * 4);
+    int64_t M = 3;
+    for (int64_t i = 0; i < E; i++) M += rc[i] = (int32_t)((i * 7 + size * 3 + local) % 4);
+    float *y = hrand(M * h, 1), *rows = halloc(M * h * 4), *back = halloc(M * h * 4);
+    if (bf) round_bf16(y, M * h);
+    k_ep_sort(rows, counts, y, rc, M, h, size, local);
+    k_ep_unsort(back, rows, rc, M, h, size, local);
+    k_ep_plan(send, each, rc, E, size);
+    int64_t elt = bf ? 2 : 4;
+    void *dy = dput(y, M * h, bf), *grows = dnew(M * h, bf), *gback = dnew(M * h, bf);
+    int32_t *drc = dput_raw(rc, E * 4), *gcounts = dalloc(local * 4), *gsend = dalloc(size * 4);
+    int32_t *geach = dalloc(size * 4);
+    k_cuda_ep_sort(grows, gcounts, dy, drc, M, h, size, local, elt);
+    k_cuda_ep_unsort(gback, grows, drc, M, h, size, local, elt);
+    k_cuda_ep_plan(gsend, geach, drc, E, size);
+    check(name("ep_sort_rows", bf), sh, dget(grows, M * h, bf), rows, M * h, 0);
+    check(name("ep_sort_counts", bf), sh, dget_ints(gcounts, local), ints_f(counts, local), local, 0);
+    check(name("ep_unsort", bf), sh, dget(gback, M * h, bf), back, M * h, 0);
+    check(name("ep_plan_send", bf), sh, dget_ints(gsend, size), ints_f(send, size), size, 0);
+    check(name("ep_plan_each", bf), sh, dget_ints(geach, size), ints_f(each, size), size, 0);
+    end_test();
+  }
+}
+
 /* The routed shapes: one token, odd sizes, softmax and sigmoid scores with
  * and without renormalising, capacity factors that drop copies (0.5) and
  * that keep every one (2), fine-grained experts (64 of them, top 6), a
@@ -1304,6 +1337,11 @@ static void test_moe_shapes(void) {
   test_moe(40, 8, 2, 16, 24, 0, 1, 0.5);
   test_moe(300, 8, 2, 8, 8, 0, 1, 0.5); /* more copies than the sort's threads */
   test_moe(33, 4, 2, 16, 8, 1, 1, 2.0);
+  /* One rank, two, four, eight of 64 experts; a row longer than a block (300). */
+  test_ep(1, 4, 8);
+  test_ep(2, 4, 33);
+  test_ep(4, 2, 300);
+  test_ep(8, 8, 5);
 }
 
 /* Every kernel on the shapes of its lists. */

@@ -45,6 +45,16 @@ if grep -q '^parameters  *451,904$' info.txt && grep -q '^active per token  *156
 else
   fail "info's counts"
 fi
+# info --ep 2: each rank holds 4 of the 8 experts, 451,904 - 393,216 / 2
+# = 255,296 parameters; --ep 3 divides no layer's 8 experts.
+"$SHARDC" info "$ROOT/models/mixtral.shard" --ep 2 >info_ep.txt
+grep '^per rank' info_ep.txt | sed 's/^/  /'
+if grep -q '^per rank at --ep 2  *255,296 ' info_ep.txt; then
+  ok "info --ep 2 counts one expert rank's parameters"
+else
+  fail "info --ep 2's count"
+fi
+expect_error "info --ep 3" "must divide the 8 experts" "$SHARDC" info "$ROOT/models/mixtral.shard" --ep 3
 # The CUDA target writes the routed ops' kernels (kernels/cuda/moe.cu; the
 # emu/model/*-mixtral checks train the program on the emulator), where this
 # shardc has the CUDA libraries.

@@ -651,6 +651,26 @@ static const RtMesh meshes[] = {{2, 2, 2}, {4, 1, 2}, {1, 4, 2}, {8, 1, 1},
                                 {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {4, 1, 1}, {1, 4, 1}, {1, 1, 4},
                                 {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {1, 1, 1}};
 
+/* The expert groups of --ep as runtime/mesh/ep.c cuts them out of a data
+ * axis of an even size d: groups of two consecutive ranks and the d/2
+ * ranks holding the same experts; each checked as an axis is (on NCCL,
+ * the split's twin), then freed. */
+static void check_splits(RtComm *data) {
+  int d = rt_comm_size(data), r = rt_comm_rank(data);
+  if (d < 2 || d % 2) return;
+  RtComm *parts[2] = {rt_comm_split(data, r / 2, r % 2, "expert"),
+                      rt_comm_split(data, r % 2, r / 2, "expert replicas")};
+  int want[2][2] = {{2, r % 2}, {d / 2, r / 2}};
+  for (int i = 0; i < 2; i++) {
+    CHECK(C_COLL, rt_comm_size(parts[i]) == want[i][0] && rt_comm_rank(parts[i]) == want[i][1],
+          "%s: rank %d of %d, not %d of %d", rt_comm_name(parts[i]), rt_comm_rank(parts[i]),
+          rt_comm_size(parts[i]), want[i][1], want[i][0]);
+    check_collectives(parts[i]);
+    check_alltoall(parts[i]);
+  }
+  for (int i = 0; i < 2; i++) rt_comm_free(parts[i]);
+}
+
 static void check_meshes(int *nmeshes, int *same_forms, int *ndet) {
   for (size_t i = 0; i < sizeof meshes / sizeof *meshes; i++) {
     if (rt_mesh_size(meshes[i]) != nworld) continue;
@@ -666,6 +686,7 @@ static void check_meshes(int *nmeshes, int *same_forms, int *ndet) {
       check_counters(c);
       if (rt_comm_size(c) > 1) *same_forms &= check_determinism(c, RT_COMM_F32, 4099), ++*ndet;
     }
+    check_splits(cs->axis[RT_AXIS_DATA]);
     rt_comm_barrier(rt_comm_world());
     rt_comms_free(cs);
     ++*nmeshes;

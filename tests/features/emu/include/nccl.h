@@ -86,6 +86,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 
+/* ncclCommSplit (NCCL 2.18 on): the runtime passes no configuration
+ * (NULL: the parent's), so the struct's fields are left out here. */
+typedef struct ncclConfig_v22800 ncclConfig_t;
+#define NCCL_SPLIT_NOCOLOR -1
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config);
+
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                         cudaStream_t stream);

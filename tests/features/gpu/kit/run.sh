@@ -156,13 +156,15 @@ nccl_run() {
     [ "$used" = "$n" ] || { echo "FAIL: $1: $used of $n ranks ran operations on (emulated) NCCL"; return 1; }
   fi
 }
-row_nccl() { # LAYOUT [bf16]
+row_nccl() { # LAYOUT [bf16]: gpt2's, or LAYOUT-mixtral the tiny Mixtral's
   need_gpu || return $?
+  local what="gpt2 $1"
+  case $1 in *-mixtral) what="mixtral ${1%-mixtral}" ;; esac
   if [ "${2:-}" = bf16 ]; then
     nccl_run "nccl-$1-bf16" "nccl-$1-bf16" "$L/nccl-$1-bf16.json" &&
       cmp_losses "$1 bf16 on NCCL against the CPU target's fp32" "$R/nccl-$1-cpu.json" \
         "$L/nccl-$1-bf16.json" 2e-2 rel &&
-      echo "all checks passed: gpt2 $1 bf16 on NCCL ($HOW) within 2e-2 of the CPU target's fp32 losses"
+      echo "all checks passed: $what bf16 on NCCL ($HOW) within 2e-2 of the CPU target's fp32 losses"
   else
     # d2 runs with --deterministic (NCCL pinned to Ring and Simple), t2 and
     # p2 with NCCL's own choice, as tests/gpu/run.sh's check_nccl.
@@ -176,7 +178,7 @@ row_nccl() { # LAYOUT [bf16]
       [ "$saw" = "$n" ] || { echo "FAIL: d2 --deterministic: $saw of $n ranks saw Ring and Simple"; return 1; }
     fi
     cmp_losses "$1${det:+ ${det[0]}} on NCCL against the CPU target" "$R/nccl-$1-cpu.json" "$L/nccl-$1.json" 1e-4 &&
-      echo "all checks passed: gpt2 $1${det:+ ${det[0]}} on NCCL ($HOW) has the CPU target's losses"
+      echo "all checks passed: $what${det:+ ${det[0]}} on NCCL ($HOW) has the CPU target's losses"
   fi
 }
 row_nccl_kill() {
@@ -478,6 +480,7 @@ ROWS_TABLE=(
   "2|nccl t2 bf16|row_nccl t2 bf16|30"
   "2|nccl p2 bf16|row_nccl p2 bf16|30"
   "2|nccl d2 bf16|row_nccl d2 bf16|30"
+  "2|nccl d2 ep2 mixtral|row_nccl d2ep2-mixtral|30"
   "2|nccl rank killed|row_nccl_kill|90"
   "2|attention flash shapes|row_attention_flash|30"
   "2|attention bench|row_attention|30"
