@@ -375,8 +375,8 @@ static Rec *runtime_rec(CgEmitter *e, const char *kernel, CgKClass cls, bool ste
  * sum read back (a host wait on a GPU), the
  * gradients zeroed, the gradient norm (partial sums read back), AdamW over
  * every parameter and the finiteness check of the weights and both
- * moments (rt_update's check_update), each sum of squares reading its
- * sums back; the tables of runs they use are uploaded in the first step
+ * moments (rt_update's check_update), the three sums of squares read
+ * back together; the tables of runs they use are uploaded in the first step
  * and kept (device_cuda.c), so a step uploads none; the data
  * window's copy runs on a stream of its own. Pipeline messages and the
  * data-parallel reductions are the schedule's (shardc simulate MODEL
@@ -419,10 +419,11 @@ static void runtime_work(CgEmitter *e, const CgProgram *pr) {
   bool low = e->plan->policy.low_bytes == 2;
   runtime_rec(e, gpu ? "k_cuda_adamw_runs" : "rt_adamw_step", CG_K_OPTIMIZER, true,
               "S optimizer", 4 * n * rb, 3 * n * rb + (low ? 2 * n : 0), false);
+  /* The three arrays' sums are read back together: one host wait. */
   static const char *const checked[] = {"weights", "adam_m", "adam_v"};
   for (int k = 0; k < 3; k++) {
     runtime_rec(e, ir_fmt("check_update (%s)", checked[k]), CG_K_REDUCTION, true, "S optimizer",
-                n * rb, 8.0 * (n / 65536 + 1), gpu);
+                n * rb, 8.0 * (n / 65536 + 1), gpu && k == 2);
   }
   /* The next window, staged (runtime/data.c): B s + 1 tokens, its copy
    * overlapping the step. */

@@ -207,5 +207,10 @@ void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *
 /* The same over the fixed chunks [c * chunk, min((c + 1) * chunk, n)) of
  * x[0, n): out (host) holds ceil(n / chunk) doubles. */
 void rt_dev_sum_squares_chunked(const real *x, int64_t n, int64_t chunk, double *out);
+/* The same over k arrays x[i][0, n[i]) at once: out (host) holds each
+ * array's ceil(n[i] / chunk) doubles in turn, the bits of one call each,
+ * read back together (one host wait on a GPU where k calls take k). */
+void rt_dev_sum_squares_chunked_many(int k, const real *const *x, const int64_t *n, int64_t chunk,
+                                     double *out);
 
 #endif

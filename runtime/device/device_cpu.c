@@ -215,3 +215,9 @@ void rt_dev_sum_squares_chunked(const real *x, int64_t n, int64_t chunk, double 
     out[c] = k_sum_squares(x + c * chunk, end - c * chunk);
   }
 }
+
+void rt_dev_sum_squares_chunked_many(int k, const real *const *x, const int64_t *n, int64_t chunk,
+                                     double *out) {
+  for (int i = 0; i < k; out += (n[i] + chunk - 1) / chunk, i++)
+    rt_dev_sum_squares_chunked(x[i], n[i], chunk, out);
+}

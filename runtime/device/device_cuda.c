@@ -41,9 +41,11 @@ static void check(cudaError_t err, const char *call, const char *file, int line)
 static struct {
   int ready;
   cudaStream_t stream;
-  /* The run tables on the device (runs_kept), and the sums of squares. */
-  double *sums;
-  int64_t sums_cap;
+  /* The run tables on the device (runs_kept), and the sums of squares:
+   * the pieces' partial sums, and the runs' sums read back (apart, so
+   * that the sums of several arrays queue before one read). */
+  double *sums, *sums_out;
+  int64_t sums_cap, sums_out_cap;
   /* Host staging of the run tables. */
   KcRun *host_runs;
   int64_t host_cap;
@@ -494,12 +496,13 @@ void rt_dev_update_ranges(const RtDevRange *r, int64_t nr, real *w, const real *
  * is summed exactly as by one block per run. */
 #define SUMSQ_PIECE ((int64_t)1 << 16)
 
-/* out (host) = the sums of squares of the n staged runs: each run cut into
- * pieces of SUMSQ_PIECE elements, one block each (the table's first np
- * entries), then each run's pieces added in order by one thread (its
- * group, the n entries after them). The order depends on the lengths
- * alone, so the bits do not change from run to run. */
-static void sum_squares(const real *x, int64_t n, double *out) {
+/* Queues the sums of squares of the n staged runs into dst[0, n) (the
+ * device): each run cut into pieces of SUMSQ_PIECE elements, one block
+ * each (the table's first np entries), then each run's pieces added in
+ * order by one thread (its group, the n entries after them). The order
+ * depends on the lengths alone, so the bits do not change from run to
+ * run. */
+static void queue_sum_squares(const real *x, int64_t n, double *dst) {
   if (n == 0) return;
   KcRun *runs = rt_xmalloc((size_t)n * sizeof *runs);
   memcpy(runs, dev.host_runs, (size_t)n * sizeof *runs);
@@ -517,14 +520,44 @@ static void sum_squares(const real *x, int64_t n, double *out) {
   free(runs);
   int64_t total;
   const KcRun *table = upload_runs(np + n, &total);
-  if (np + n > dev.sums_cap) {
+  /* Freed in stream order: a sum queued before still reads the old one. */
+  if (np > dev.sums_cap) {
     rt_dev_free(dev.sums);
-    dev.sums = rt_dev_alloc((np + n) * (int64_t)sizeof(double), "the sums of squares");
-    dev.sums_cap = np + n;
+    dev.sums = rt_dev_alloc(np * (int64_t)sizeof(double), "the sums of squares");
+    dev.sums_cap = np;
   }
   k_cuda_sum_squares_runs(dev.sums, x, table, np);
-  k_cuda_sum_groups(dev.sums + np, dev.sums, table + np, n);
-  rt_dev_to_host(out, dev.sums + np, n * (int64_t)sizeof(double));
+  k_cuda_sum_groups(dst, dev.sums, table + np, n);
+}
+
+/* Room on the device for n sums to be read back. */
+static double *sums_out(int64_t n) {
+  if (n > dev.sums_out_cap) {
+    rt_dev_free(dev.sums_out);
+    dev.sums_out = rt_dev_alloc(n * (int64_t)sizeof(double), "the sums of squares read back");
+    dev.sums_out_cap = n;
+  }
+  return dev.sums_out;
+}
+
+/* out (host) = the sums of squares of the n staged runs. */
+static void sum_squares(const real *x, int64_t n, double *out) {
+  if (n == 0) return;
+  double *d = sums_out(n);
+  queue_sum_squares(x, n, d);
+  rt_dev_to_host(out, d, n * (int64_t)sizeof(double));
+}
+
+/* Stages the fixed chunks [c * chunk, min((c + 1) * chunk, n)) of [0, n)
+ * as runs; their count. */
+static int64_t stage_chunks(int64_t n, int64_t chunk) {
+  int64_t nchunks = (n + chunk - 1) / chunk;
+  KcRun *h = host_runs(nchunks);
+  for (int64_t c = 0; c < nchunks; c++) {
+    int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    h[c] = run_of(c * chunk, c * chunk, end - c * chunk, 0);
+  }
+  return nchunks;
 }
 
 void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *out) {
@@ -537,11 +570,23 @@ void rt_dev_sum_squares(const real *x, const RtDevRange *r, int64_t nr, double *
 
 void rt_dev_sum_squares_chunked(const real *x, int64_t n, int64_t chunk, double *out) {
   dev_init();
-  int64_t nchunks = (n + chunk - 1) / chunk;
-  KcRun *h = host_runs(nchunks);
-  for (int64_t c = 0; c < nchunks; c++) {
-    int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-    h[c] = run_of(c * chunk, c * chunk, end - c * chunk, 0);
+  sum_squares(x, stage_chunks(n, chunk), out);
+}
+
+/* Every array's sums queued into one buffer, then one read: one host
+ * wait where an array each would take k. */
+void rt_dev_sum_squares_chunked_many(int k, const real *const *x, const int64_t *n, int64_t chunk,
+                                     double *out) {
+  dev_init();
+  int64_t all = 0;
+  for (int i = 0; i < k; i++) all += (n[i] + chunk - 1) / chunk;
+  if (all == 0) return;
+  double *d = sums_out(all);
+  int64_t at = 0;
+  for (int i = 0; i < k; i++) {
+    int64_t nchunks = stage_chunks(n[i], chunk);
+    queue_sum_squares(x[i], nchunks, d + at);
+    at += nchunks;
   }
-  sum_squares(x, nchunks, out);
+  rt_dev_to_host(out, d, all * (int64_t)sizeof(double));
 }

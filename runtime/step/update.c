@@ -137,36 +137,44 @@ static void report_nonfinite(Rt *rt, int64_t s, double norm) {
   }
 }
 
-/* The sum of squares of n reals of model memory, in fixed chunks added in
- * order: not finite exactly when one of them is not (a finite real
- * squared stays finite in double). */
-static double sum_squares(const real *dev, int64_t n) {
+/* sum[i] = the sum of squares of x[i][0, n[i]) for i < k (model memory),
+ * in fixed chunks added in order: not finite exactly when one of the
+ * reals is not (a finite real squared stays finite in double). The k
+ * arrays' chunk sums are read back together: one host wait a call. */
+static void sum_squares(int k, const real *const *x, const int64_t *n, double *sum) {
   enum { CHUNK = 1 << 20 };
   static double *part;
   static int64_t cap;
-  int64_t chunks = (n + CHUNK - 1) / CHUNK;
+  int64_t chunks = 0;
+  for (int i = 0; i < k; i++) chunks += (n[i] + CHUNK - 1) / CHUNK;
   if (chunks > cap) {
     free(part);
     cap = chunks;
     part = rt_xmalloc((size_t)cap * sizeof *part);
   }
-  if (n <= 0) return 0;
-  rt_dev_sum_squares_chunked(dev, n, CHUNK, part);
-  double sum = 0;
-  for (int64_t c = 0; c < chunks; c++) sum += part[c];
-  return sum;
+  rt_dev_sum_squares_chunked_many(k, x, n, CHUNK, part);
+  const double *p = part;
+  for (int i = 0; i < k; i++) {
+    sum[i] = 0;
+    for (int64_t c = 0; c < (n[i] + CHUNK - 1) / CHUNK; c++) sum[i] += *p++;
+  }
 }
 
 /* After the update: the weights and AdamW's moments must be finite. An
  * update that made them otherwise (a learning rate far too large, an
  * overflow) cannot be taken back, so the run stops whatever --on-nan says,
  * before anything is saved: the last checkpoint stays the last finite
- * state. One read of each array on the device; collective over the world. */
+ * state. One read of each array on the device, their sums read back
+ * together; collective over the world. */
 static void check_update(Rt *rt, int64_t s) {
   const RtModel *m = rt->model;
   int64_t ns = rt->adam_m ? rt_zero_state_numel(m, rt->mesh.dp) : 0;
-  int w_bad = !isfinite(sum_squares(rt->ctx.weights, m->nweights));
-  int s_bad = ns > 0 && !isfinite(sum_squares(rt->adam_m, ns) + sum_squares(rt->adam_v, ns));
+  const real *x[3] = {rt->ctx.weights, rt->adam_m, rt->adam_v};
+  int64_t n[3] = {m->nweights, ns, ns};
+  double sum[3];
+  sum_squares(ns > 0 ? 3 : 1, x, n, sum);
+  int w_bad = !isfinite(sum[0]);
+  int s_bad = ns > 0 && !isfinite(sum[1] + sum[2]);
   if (!rt_tp_world_any(w_bad || s_bad)) return;
   /* Name the tensor: in the weights, or (without ZeRO, where the moments
    * mirror the weights) in the moments. */

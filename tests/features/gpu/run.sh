@@ -524,7 +524,7 @@ check_accum() {
   # step's end, the dloss seed is a fill. On the emulator, which counts
   # the host waits, 4 microbatches a step wait as often as 1 does.
   if [ -n "${GPU_EMU:-}" ]; then
-    local w1 w4 gb
+    local w1 w3 w4 gb
     for gb in 2 8; do
       # shellcheck disable=SC2086
       SHARD_EMU_WAIT_STATS=1 "$gpu" ${TRAIN% --global-batch 4} --global-batch $gb --steps 2 \
@@ -536,6 +536,16 @@ check_accum() {
     echo "host waits over 2 steps: $w1 with 1 microbatch a step, $w4 with 4"
     [ -n "$w1" ] && [ "$w1" = "$w4" ] ||
       { echo "FAIL: the host waits grow with the microbatches (a wait inside the step)"; return 1; }
+    # A step's own waits, a third step's against two: the loss, the
+    # gradient norm and the finiteness check of the update (its three sums
+    # read together), each read once, and, outside rt_update, the staged
+    # window's copy (batch.c) and the step's end for its time (main.c).
+    # shellcheck disable=SC2086
+    SHARD_EMU_WAIT_STATS=1 "$gpu" ${TRAIN% --global-batch 4} --global-batch 2 --steps 3 \
+      >"$MW/waits-3.log" 2>&1 || { cat "$MW/waits-3.log"; echo "FAIL: the run of 3 steps"; return 1; }
+    w3=$(sed -n 's/^cuda emulation: \([0-9]*\) host waits$/\1/p' "$MW/waits-3.log")
+    echo "host waits a step: $((w3 - w1)) (at most 5)"
+    [ "$((w3 - w1))" -le 5 ] || { echo "FAIL: a step waits on the host more than 5 times"; return 1; }
   fi
   echo "all checks passed: gradient accumulation over 2 microbatches has the CPU target's losses"
 }
