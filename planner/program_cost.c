@@ -133,45 +133,37 @@ typedef struct KernelFacts {
   const char *prefix;
   int launches;
   AttKind att;
-  /* Threads the kernel runs for each thread the listing names (0: 1):
-   * the listing describes a serial loop as one thread per output; a
-   * kernel that splits the loop over lanes runs that many more threads,
-   * each a lanes-th of the steps. */
-  int lanes;
 } KernelFacts;
 static const KernelFacts kernel_facts[] = {
     /* A new kind of attention kernel says so in its name. */
-    {"k_cuda_attention_fwd_cudnn", 1, AK_CUDNN, 0},
-    {"k_cuda_attention_bwd_cudnn", 1, AK_CUDNN, 0},
-    {"k_cuda_attention_fwd_fa3", 1, AK_FA3, 0},
-    {"k_cuda_attention_bwd_fa3", 1, AK_FA3, 0},
-    {"k_cuda_attention_fwd_fa2", 1, AK_FA2, 0},
-    {"k_cuda_attention_bwd_fa2", 2, AK_FA2, 0},
+    {"k_cuda_attention_fwd_cudnn", 1, AK_CUDNN},
+    {"k_cuda_attention_bwd_cudnn", 1, AK_CUDNN},
+    {"k_cuda_attention_fwd_fa3", 1, AK_FA3},
+    {"k_cuda_attention_bwd_fa3", 1, AK_FA3},
+    {"k_cuda_attention_fwd_fa2", 1, AK_FA2},
+    {"k_cuda_attention_bwd_fa2", 2, AK_FA2},
     /* The forward keeps each row's log-sum-exp; the backward forms
      * sum(dy y), runs its one pass over the tiles, then adds dq's partial
      * sums into dq. */
-    {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH, 0},
-    {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH, 0},
-    {"k_cuda_attention_fwd", 1, AK_SIMPLE, 0},
-    {"k_cuda_attention_bwd", 3, AK_SIMPLE, 0},
-    {"k_attention_fwd", 1, AK_CPU, 0},
-    {"k_attention_bwd", 1, AK_CPU, 0},
+    {"k_cuda_attention_fwd_bf16", 1, AK_OURS_FLASH},
+    {"k_cuda_attention_bwd_bf16", 3, AK_OURS_FLASH},
+    {"k_cuda_attention_fwd", 1, AK_SIMPLE},
+    {"k_cuda_attention_bwd", 3, AK_SIMPLE},
+    {"k_attention_fwd", 1, AK_CPU},
+    {"k_attention_bwd", 1, AK_CPU},
     /* Rows, then partial sums of the weight gradients, then their total. */
-    {"k_cuda_layernorm_bwd", 3, AK_NONE, 0},
-    {"k_cuda_rmsnorm_bwd", 3, AK_NONE, 0},
+    {"k_cuda_layernorm_bwd", 3, AK_NONE},
+    {"k_cuda_rmsnorm_bwd", 3, AK_NONE},
     /* Per-row sums, then their mean. */
-    {"k_cuda_cross_entropy_fwd", 2, AK_NONE, 0},
+    {"k_cuda_cross_entropy_fwd", 2, AK_NONE},
     /* The routed layer (kernels/cuda/moe.cu): the dispatch's rows are
      * zeroed, then the kept copies scattered; the combine's backward
      * zeroes, writes the rows and the weights' dot products; a grouped
      * product's packing finds the experts' offsets first. */
-    {"k_cuda_moe_scatter", 2, AK_NONE, 0},
-    {"k_cuda_moe_combine_bwd", 3, AK_NONE, 0},
-    {"k_cuda_grouped_pack", 2, AK_NONE, 0},
-    /* The column sums (kernels/cuda/elementwise.cu's sum_rows_kernel):
-     * SUMROWS_LANES = 8 threads a column, each adding every 8th row. */
-    {"k_cuda_sum_rows", 1, AK_NONE, 8},
-    {NULL, 1, AK_NONE, 0},
+    {"k_cuda_moe_scatter", 2, AK_NONE},
+    {"k_cuda_moe_combine_bwd", 3, AK_NONE},
+    {"k_cuda_grouped_pack", 2, AK_NONE},
+    {NULL, 1, AK_NONE},
 };
 
 static const KernelFacts *kernel_of(const char *name) {
@@ -179,11 +171,6 @@ static const KernelFacts *kernel_of(const char *name) {
   for (; k->prefix; k++)
     if (strncmp(name, k->prefix, strlen(k->prefix)) == 0) break;
   return k;
-}
-
-static double lanes_of(const char *kernel) {
-  int lanes = kernel_of(kernel)->lanes;
-  return lanes > 1 ? lanes : 1;
 }
 
 /* Our flash kernels, small tiles on wmma (the forward: 4 warps, 64 query
@@ -373,10 +360,8 @@ static double price(const Pricing *p, const Launch *l, const char **bound, int *
     t = update ? pl_update_s(hw, bytes) : mem;
     /* Too few threads, each looping over its elements in turn: a memory
      * latency per SERIAL_LOADS_IN_FLIGHT steps of the loop. */
-    double lanes = lanes_of(l->kernel);
-    double threads = l->threads * lanes, steps = l->steps / lanes;
-    if (p->gpu && threads > 0 && threads < hw->sms * 2048.0 && steps > 0) {
-      double lat = ceil(steps / SERIAL_LOADS_IN_FLIGHT) * p->gpu->latency;
+    if (p->gpu && l->threads > 0 && l->threads < hw->sms * 2048.0 && l->steps > 0) {
+      double lat = ceil(l->steps / SERIAL_LOADS_IN_FLIGHT) * p->gpu->latency;
       if (lat > t) t = lat, *bound = "latency";
     }
   }
@@ -414,11 +399,7 @@ static const char *shape_of(const Launch *l, const Pricing *p) {
     return ir_fmt("b%.0f s%.0f h%.0f d%.0f%s", l->ab_b, l->s, l->heads, l->d,
                l->causal ? " causal" : "");
   if (l->cls == PL_KCOLLECTIVE) return ir_fmt("%s over %.0f", l->op, l->members);
-  if (l->threads > 0) {
-    /* The threads the kernel runs (kernel_facts' lanes), as priced. */
-    double lanes = lanes_of(l->kernel);
-    return ir_fmt("%.0f threads x %.0f steps", l->threads * lanes, l->steps / lanes);
-  }
+  if (l->threads > 0) return ir_fmt("%.0f threads x %.0f steps", l->threads, l->steps);
   return "";
 }
 

@@ -79,6 +79,10 @@ static void emit_concat(CgEmitter *e, int index) {
   }
 }
 
+/* The threads a column of k_cuda_sum_rows (SUMROWS_LANES of
+ * kernels/cuda/elementwise.cu), for the listing the cost report prices. */
+#define SUM_ROWS_LANES 8
+
 /* sum_to: x summed down to the shape broadcasting stretched it from. */
 static void emit_sum_to(CgEmitter *e, int index) {
   const IrNode *n = cg_node(e, index);
@@ -105,7 +109,9 @@ static void emit_sum_to(CgEmitter *e, int index) {
   case CG_BC_SUFFIX:
     emit(e, "k_cuda_sum_rows%s(%s, %s, %lld, %lld);", cuda_sfx(e, x), cuda_ref(e, y),
          cuda_ref(e, x), (long long)(N / M), (long long)M);
-    cg_launch_node(e, CG_K_REDUCTION, NULL, n), cg_launch_serial(e, M, N / M);
+    /* SUM_ROWS_LANES threads a column, each adding every LANES-th row. */
+    cg_launch_node(e, CG_K_REDUCTION, NULL, n),
+        cg_launch_serial(e, M * SUM_ROWS_LANES, (N / M + SUM_ROWS_LANES - 1) / SUM_ROWS_LANES);
     return;
   case CG_BC_ROW:
     emit(e, "CU_LAUNCH(cu_grid(%lldLL), cu_sum_last)(%s, %s, %lldLL, "

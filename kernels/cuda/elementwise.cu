@@ -18,7 +18,7 @@ template <typename T> __global__ void add_bias_kernel(T *y, const T *bias, int64
  * from run to run; they may differ from the CPU's one sum in row order in
  * the last place of the double, which the rounding to fp32 hides. */
 #define SUMROWS_COLS 32
-#define SUMROWS_LANES 8
+#define SUMROWS_LANES 8 /* codegen/cuda/ops.c SUM_ROWS_LANES: the listing counts these threads */
 template <typename T> __global__ void sum_rows_kernel(float *out, const T *x, int64_t rows, int64_t n) {
   __shared__ double part[SUMROWS_LANES][SUMROWS_COLS];
   int c = threadIdx.x % SUMROWS_COLS, lane = threadIdx.x / SUMROWS_COLS;
